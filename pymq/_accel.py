@@ -1,0 +1,25 @@
+"""Pick the compiled implementation of a hot path, or its pure-Python twin.
+
+Every accelerated module comes as a pair: ``<name>_py.py`` defines the semantics, ``_ext/<name>.pyx``
+compiles to ``<name>_c``.  ``PYMQ_NO_EXTENSIONS=1`` forces the twin (as yarl and multidict do), which is
+also what a machine without a compiler gets.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from types import ModuleType
+
+NO_EXTENSIONS = os.environ.get("PYMQ_NO_EXTENSIONS", "") not in ("", "0")
+
+
+def load(py_name: str, c_name: str) -> tuple[ModuleType, ModuleType | None]:
+    """Return (twin, compiled-or-None); the compiled one is None when disabled or not built."""
+    py_mod = importlib.import_module(py_name)
+    if NO_EXTENSIONS:
+        return py_mod, None
+    try:
+        c_mod = importlib.import_module(c_name)
+    except ImportError:
+        c_mod = None
+    return py_mod, c_mod

@@ -1,0 +1,198 @@
+"""One error tree for pymq, with structured fields.
+
+Everything raised on purpose derives from :class:`PymqError`.  Errors that travel on the wire carry a
+code in the ERROR frame's ``pymq-code`` header; :data:`ERROR_CODES` maps each code to its class, and
+:func:`error_from_headers` rebuilds the exception on the client side, so an application catches the
+same class whether it talks to an embedded broker or a remote one.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+
+class PymqError(Exception):
+    """Root of every pymq error."""
+
+    code = "error"
+
+    def __init__(self, message: str = "", **fields: object) -> None:
+        super().__init__(message)
+        self.message = message
+        for key, value in fields.items():
+            setattr(self, key, value)
+
+
+# -- protocol: a peer (or we) broke STOMP -------------------------------------------------------------
+
+class ProtocolError(PymqError):
+    """The bytes or frames on a connection break the STOMP profile in spec/stomp.md."""
+
+    code = "protocol"
+
+
+class MalformedFrame(ProtocolError):
+    code = "malformed-frame"
+
+
+class BadEscape(MalformedFrame):
+    code = "bad-escape"
+
+
+class FrameTooLarge(ProtocolError):
+    code = "frame-too-large"
+
+    def __init__(self, message: str = "", size: int = 0, limit: int = 0) -> None:
+        super().__init__(message or f"frame of {size} bytes exceeds the limit of {limit} bytes",
+                         size=size, limit=limit)
+
+
+class UnknownCommand(ProtocolError):
+    code = "unknown-command"
+
+
+class MissingHeader(ProtocolError):
+    code = "missing-header"
+
+
+class InvalidHeader(ProtocolError):
+    code = "invalid-header"
+
+
+class UnsupportedVersion(ProtocolError):
+    code = "unsupported-version"
+
+
+# -- connection lifecycle ----------------------------------------------------------------------------
+
+class ConnectionClosed(PymqError):
+    """The connection is closed (by us, by the broker, or because the peer vanished)."""
+
+    code = "connection-closed"
+
+
+class ConnectFailed(PymqError):
+    code = "connect-failed"
+
+
+class HeartbeatTimeout(ConnectionClosed):
+    code = "heartbeat-timeout"
+
+
+class AuthenticationFailed(PymqError):
+    code = "authentication-failed"
+
+
+class AccessDenied(PymqError):
+    """A user lacks a permission on a destination (user, destination and permission are named)."""
+
+    code = "access-denied"
+
+
+# -- broker-side refusals ----------------------------------------------------------------------------
+
+class DestinationError(PymqError):
+    code = "invalid-destination"
+
+
+class UnknownDestination(DestinationError):
+    code = "unknown-destination"
+
+
+class DestinationExists(DestinationError):
+    code = "destination-exists"
+
+
+class QueueFull(PymqError):
+    code = "queue-full"
+
+
+class SchemaViolation(PymqError):
+    code = "schema-violation"
+
+
+class InvalidSelector(PymqError):
+    """A selector or storage rule does not parse: ``position`` is the 0-based offset, ``expected`` says what."""
+
+    code = "invalid-selector"
+
+    def __init__(self, message: str = "", position: int = -1, expected: str = "") -> None:
+        super().__init__(message, position=position, expected=expected)
+
+
+class UnknownSubscription(ProtocolError):
+    code = "unknown-subscription"
+
+
+class UnknownMessage(ProtocolError):
+    code = "unknown-message"
+
+
+class TransactionError(PymqError):
+    code = "transaction"
+
+
+class ResourceLimit(PymqError):
+    code = "resource-limit"
+
+
+class StorageError(PymqError):
+    code = "storage"
+
+
+class ClusterError(PymqError):
+    code = "cluster"
+
+
+class ConfigError(PymqError):
+    code = "config"
+
+
+# -- client-side misuse ------------------------------------------------------------------------------
+
+class IllegalStateError(PymqError):
+    """An object was used after close, or a single-threaded object (Session) from two threads at once."""
+
+    code = "illegal-state"
+
+
+class MessageFormatError(PymqError):
+    """A property or body value of the wrong type, or a message that cannot be decoded."""
+
+    code = "message-format"
+
+
+class TimeoutError(PymqError):  # noqa: A001 - deliberately our own, also catchable as PymqError
+    code = "timeout"
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+#: wire code -> exception class; the single registry both ends use.
+ERROR_CODES: dict[str, type[PymqError]] = {c.code: c for c in [PymqError, *_all_subclasses(PymqError)]}
+
+
+def error_from_headers(headers: Mapping[str, str], body: str = "") -> PymqError:
+    """Rebuild the exception an ERROR frame describes (unknown codes become a plain PymqError)."""
+    cls = ERROR_CODES.get(headers.get("pymq-code", ""), PymqError)
+    message = headers.get("message", "") or body.strip() or "broker error"
+    err = cls.__new__(cls)
+    PymqError.__init__(err, message)
+    for key, value in headers.items():
+        if key.startswith("pymq-field-"):
+            setattr(err, key[len("pymq-field-"):].replace("-", "_"), value)
+    return err
+
+
+def error_headers(err: PymqError) -> dict[str, str]:
+    """Headers that describe ``err`` in an ERROR frame (the inverse of :func:`error_from_headers`)."""
+    headers = {"message": err.message or str(err), "pymq-code": err.code}
+    for key, value in vars(err).items():
+        if key != "message" and isinstance(value, (str, int, float)):
+            headers["pymq-field-" + key.replace("_", "-")] = str(value)
+    return headers

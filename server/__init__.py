@@ -1,0 +1,1 @@
+"""pymq broker (installed as ``pymq_server``): network front, broker core, holding storage, cluster, admin."""

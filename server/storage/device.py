@@ -1,0 +1,127 @@
+"""The persistence interface between the broker core and every holding device.
+
+The broker core never talks to a file, a database or Redis directly: it talks to a
+:class:`HoldingDevice`.  A device holds *messages* (opaque encoded bytes plus the few fields storage
+needs for ordering and recovery) and *references* (which queue or subscription still owes a message
+to a consumer).  A topic message with three durable subscribers is one message and three references;
+the device frees the message when its last reference is removed.
+
+Threading and durability contract (every device honours it; tests in tests/storage run all devices):
+
+* ``allocate``/``write``/``remove``/``read``/``flush`` are called from the broker's thread only.
+* ``write`` and ``remove`` may buffer.  ``flush`` hands buffered changes to the OS / server; it is
+  cheap and never blocks for long.
+* ``sync`` makes everything flushed before the call durable.  It may run in a worker thread while
+  the broker thread keeps calling ``write``/``flush`` (fsync and a database commit release the GIL),
+  so a device must guard whatever the two threads share.  The group-commit policy (every commit,
+  within N ms, never) lives above the device, in :mod:`server.storage.store`.
+* Non-persistent messages may be written to a device too (to page them out of memory); a device
+  never logs them and drops them on recovery.
+* ``recover`` yields every persistent message that still has references, with those references, in
+  ascending ``seq``-then-``key`` order, after a clean shutdown or a crash alike.
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """What a device keeps for one message."""
+
+    key: int                 # broker-wide unique, increasing at enqueue (never reused, not dense)
+    destination: str         # where it was sent, e.g. "/queue/orders"
+    seq: int                 # per-destination sequence number (time-sequence order within a queue)
+    persistent: bool
+    data: bytes              # the broker's encoding of headers and body; opaque to the device
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """Room reserved for a message of ``size`` bytes on a device, before it is written."""
+
+    device: str
+    size: int
+    persistent: bool
+    token: object = None     # device-private (a page and slot for the file device)
+
+
+@dataclass(slots=True)
+class DeviceStatus:
+    """What a device reports to the storage monitor (seed 000)."""
+
+    name: str
+    kind: str
+    messages: int = 0             # messages held (persistent and not)
+    bytes_used: int = 0           # payload bytes held
+    bytes_free: int | None = None # None: unbounded / unknown
+    capacity: int | None = None   # None: unbounded / unknown
+    errors: int = 0               # failed operations since open
+    write_latency_s: float = 0.0  # recent average latency of write+sync
+    online: bool = True
+    extra: dict = field(default_factory=dict)
+
+
+class HoldingDevice(abc.ABC):
+    """One place messages can be held: memory, paged file store, SQL database, Redis grid."""
+
+    #: configured name ("memory", "file", "db1", ...); unique within a broker
+    name: str
+    #: the device family: "memory" | "file" | "sql" | "grid"
+    kind: str
+
+    def open(self) -> None:
+        """Open or create the device's backing store; called once before anything else."""
+
+    def close(self) -> None:
+        """Flush, sync and release resources (a clean shutdown)."""
+
+    def allocate(self, size: int, persistent: bool) -> Allocation:
+        """Reserve room for a message; raises :class:`pymq.errors.StorageError` when full."""
+        return Allocation(self.name, size, persistent)
+
+    @abc.abstractmethod
+    def write(self, message: StoredMessage, queues: Sequence[str],
+              allocation: Allocation | None = None) -> None:
+        """Hold ``message`` with one reference per queue (subscription) that must deliver it."""
+
+    @abc.abstractmethod
+    def remove(self, key: int, queue: str) -> None:
+        """Drop one reference (the message was consumed from ``queue``, expired or moved)."""
+
+    @abc.abstractmethod
+    def read(self, key: int) -> StoredMessage:
+        """Read a held message back; :class:`KeyError` if the device does not hold it."""
+
+    def add_reference(self, key: int, queue: str) -> None:
+        """Give a held message one more reference (a message moved to a DLQ keeps its bytes)."""
+        raise NotImplementedError(f"{self.kind} device does not support add_reference")
+
+    def flush(self) -> None:
+        """Hand buffered changes to the OS or server (cheap; broker thread)."""
+
+    def sync(self) -> None:
+        """Make everything flushed so far durable (may run in a worker thread)."""
+
+    @abc.abstractmethod
+    def recover(self) -> Iterator[tuple[StoredMessage, list[str]]]:
+        """Every persistent message still referenced, with its queues, in (seq, key) order."""
+
+    @abc.abstractmethod
+    def status(self) -> DeviceStatus:
+        """Current figures for the storage monitor."""
+
+    # -- catalog: small durable key/value records (queue configs, durable subscriptions, sequence
+    #    reservations).  The default device keeps the broker's catalog.
+    def put_meta(self, key: str, value: bytes | None) -> None:
+        """Durably (after the next sync) set or, with None, delete a catalog record."""
+        raise NotImplementedError(f"{self.kind} device keeps no catalog")
+
+    def iter_meta(self) -> Iterable[tuple[str, bytes]]:
+        raise NotImplementedError(f"{self.kind} device keeps no catalog")

@@ -1,0 +1,74 @@
+"""Build the Cython hot paths in _ext/ into the packages that hold their pure-Python twins.
+
+PYMQ_NO_EXTENSIONS=1 skips them; a missing compiler or Cython also skips them (with a warning), so the
+install always succeeds and the twins carry the same semantics.  PYMQ_DEBUG_BUILD=1 turns on bounds
+checks and line tracing for debugging.
+"""
+import os
+import sys
+
+from setuptools import find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+# (extension module, source in _ext/) - each pairs with a twin <name>_py.py next to where it lands.
+EXTENSIONS = [
+    ("pymq.protocol._scanner_c", "_ext/scanner.pyx"),
+    ("pymq.selector._evaluator_c", "_ext/selector.pyx"),
+    ("pymq.routing._bloom_c", "_ext/bloom.pyx"),
+    ("pymq_server.storage._page_alloc_c", "_ext/page_alloc.pyx"),
+]
+
+DEBUG = os.environ.get("PYMQ_DEBUG_BUILD") == "1"
+DIRECTIVES = {
+    "language_level": "3",
+    "boundscheck": DEBUG,
+    "wraparound": DEBUG,
+    "cdivision": True,
+    "linetrace": DEBUG,
+}
+
+
+class OptionalBuildExt(build_ext):
+    """A failing compile is not a failed install: the pure-Python twins take over."""
+
+    def run(self):
+        try:
+            super().run()
+        except Exception as exc:  # compiler missing, Cython missing: both are legitimate here
+            self._warn(exc)
+
+    def build_extension(self, ext):
+        try:
+            super().build_extension(ext)
+        except Exception as exc:
+            self._warn(exc, ext.name)
+
+    @staticmethod
+    def _warn(exc, name="extensions"):
+        sys.stderr.write(f"pymq: not building {name} ({exc}); using the pure-Python twins\n")
+
+
+def extensions():
+    if os.environ.get("PYMQ_NO_EXTENSIONS") == "1":
+        return []
+    present = [(name, src) for name, src in EXTENSIONS if os.path.exists(src)]
+    try:
+        from Cython.Build import cythonize
+        from setuptools import Extension
+    except ImportError:
+        sys.stderr.write("pymq: Cython not available; using the pure-Python twins\n")
+        return []
+    exts = [Extension(name, [src], extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"])
+            for name, src in present]
+    return cythonize(exts, compiler_directives=DIRECTIVES, quiet=True)
+
+
+packages = find_packages(include=["pymq", "pymq.*"])
+packages += ["pymq_server"] + ["pymq_server." + p for p in find_packages("server")]
+packages += ["pyspark_pymq"]
+
+setup(
+    packages=packages,
+    ext_modules=extensions(),
+    cmdclass={"build_ext": OptionalBuildExt},
+)
