@@ -1,0 +1,298 @@
+# cython: language_level=3
+"""Compiled STOMP frame scanner and encoder; ``pymq/protocol/_scanner_py.py`` defines the semantics.
+
+Same algorithm as the twin (heart-beat skipping, resumable header-end and NUL searches, one compaction
+per feed), done over the bytearray's memory with memchr instead of Python-level slicing.  Error classes
+and messages are the twin's; tests/protocol runs every case against both.
+"""
+from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.unicode cimport PyUnicode_DecodeUTF8
+from libc.string cimport memchr
+
+from pymq.errors import BadEscape, FrameTooLarge, InvalidHeader, MalformedFrame, ProtocolError
+from pymq.protocol.frame import UNESCAPED_COMMANDS, Frame
+
+DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
+DEFAULT_MAX_HEADERS = 1000
+
+cdef object _Frame = Frame
+cdef frozenset _NEGOTIATING = frozenset({"CONNECT", "STOMP", "CONNECTED"})
+cdef object _tuple_new = tuple.__new__
+
+
+cpdef str unescape(str text):
+    if "\\" not in text:
+        return text
+    cdef list out = []
+    cdef Py_ssize_t i = 0, n = len(text)
+    cdef Py_UCS4 ch, nx
+    while i < n:
+        ch = text[i]
+        if ch == u"\\":
+            if i + 1 >= n:
+                raise BadEscape("header ends with a lone backslash")
+            nx = text[i + 1]
+            if nx == u"r":
+                out.append("\r")
+            elif nx == u"n":
+                out.append("\n")
+            elif nx == u"c":
+                out.append(":")
+            elif nx == u"\\":
+                out.append("\\")
+            else:
+                raise BadEscape(f"undefined escape sequence '\\{nx}' in header")
+            i += 2
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+cpdef str escape(str text):
+    if "\\" in text:
+        text = text.replace("\\", "\\\\")
+    if "\n" in text:
+        text = text.replace("\n", "\\n")
+    if ":" in text:
+        text = text.replace(":", "\\c")
+    if "\r" in text:
+        text = text.replace("\r", "\\r")
+    return text
+
+
+def encode_frame(str command, headers, bytes body=b"", str version="1.2"):
+    items = headers.items() if hasattr(headers, "items") else headers
+    cdef list parts = [command, "\n"]
+    cdef bint raw = version == "1.0" or command in UNESCAPED_COMMANDS
+    for name, value in items:
+        if name == "content-length":
+            continue
+        if type(value) is not str:
+            value = str(value)
+        if raw:
+            if "\n" in name or "\n" in value or ":" in name:
+                raise InvalidHeader(f"header {name!r} cannot be sent unescaped in a {command} frame "
+                                    f"(STOMP {version})")
+            parts.append(name)
+        else:
+            parts.append(escape(name))
+            value = escape(value)
+        parts.append(":")
+        parts.append(value)
+        parts.append("\n")
+    if body:
+        parts.append("content-length:")
+        parts.append(str(len(body)))
+        parts.append("\n")
+    parts.append("\n")
+    return "".join(parts).encode("utf-8") + body + b"\x00"
+
+
+cdef class FrameScanner:
+    cdef public Py_ssize_t max_frame_size
+    cdef public Py_ssize_t max_headers
+    cdef public str version
+    cdef bytearray _buf
+    cdef Py_ssize_t _pos
+    cdef Py_ssize_t _scan
+    cdef object _failed
+    cdef bint _has_pending
+    cdef str _p_command
+    cdef dict _p_headers
+    cdef Py_ssize_t _p_length
+    cdef Py_ssize_t _p_body
+
+    def __init__(self, Py_ssize_t max_frame_size=DEFAULT_MAX_FRAME_SIZE,
+                 Py_ssize_t max_headers=DEFAULT_MAX_HEADERS, str version="1.0"):
+        self.max_frame_size = max_frame_size
+        self.max_headers = max_headers
+        self.version = version
+        self._buf = bytearray()
+        self._pos = 0
+        self._scan = 0
+        self._failed = None
+        self._has_pending = False
+
+    @property
+    def buffered(self):
+        return PyByteArray_GET_SIZE(self._buf) - self._pos
+
+    def feed(self, data):
+        if self._failed is not None:
+            raise self._failed
+        self._buf += data
+        cdef list frames = []
+        try:
+            while True:
+                frame = self._next()
+                if frame is None:
+                    break
+                frames.append(frame)
+                if (<tuple>frame)[0] in _NEGOTIATING:
+                    break
+        except ProtocolError as exc:
+            self._failed = exc
+            self._buf = bytearray()
+            self._pos = 0
+            self._scan = 0
+            raise
+        if self._pos:
+            del self._buf[:self._pos]
+            self._scan -= self._pos
+            self._pos = 0
+        return frames
+
+    cdef object _next(self):
+        cdef char* base = PyByteArray_AS_STRING(self._buf)
+        cdef Py_ssize_t n = PyByteArray_GET_SIZE(self._buf)
+        cdef Py_ssize_t limit = self.max_frame_size
+        cdef Py_ssize_t p = self._pos
+        cdef Py_ssize_t i, head_len = -1, body_start = -1, b, end
+        cdef char* hit
+        if not self._has_pending:
+            while p < n and (base[p] == 10 or base[p] == 13):
+                if base[p] == 13:
+                    if p + 1 >= n:
+                        break
+                    if base[p + 1] != 10:
+                        raise MalformedFrame("stray CR before a command")
+                p += 1
+            self._pos = p
+            if self._scan < p:
+                self._scan = p
+            if p >= n or base[p] == 13:
+                return None
+            # header end: the first LF followed by LF or CRLF (resumable)
+            i = self._scan - 2
+            if i < p:
+                i = p
+            while i < n:
+                hit = <char*>memchr(base + i, 10, n - i)
+                if hit == NULL:
+                    i = n
+                    break
+                i = hit - base
+                if i + 1 >= n:
+                    break
+                if base[i + 1] == 10:
+                    head_len = i - p
+                    body_start = i + 2 - p
+                    break
+                if base[i + 1] == 13:
+                    if i + 2 >= n:
+                        break
+                    if base[i + 2] == 10:
+                        head_len = i - p
+                        body_start = i + 3 - p
+                        break
+                i += 1
+            if head_len < 0:
+                self._scan = n - 2 if n - 2 > p else p
+                if n - p > limit:
+                    raise FrameTooLarge(size=n - p, limit=limit)
+                return None
+            if body_start > limit:
+                raise FrameTooLarge(size=body_start, limit=limit)
+            self._parse_head(base + p, head_len)
+            self._has_pending = True
+            self._p_body = body_start
+            self._scan = p + body_start
+        b = p + self._p_body
+        if self._p_length >= 0:
+            if self._p_body + self._p_length > limit:
+                raise FrameTooLarge(size=self._p_body + self._p_length, limit=limit)
+            if n < b + self._p_length + 1:
+                return None
+            if base[b + self._p_length] != 0:
+                raise MalformedFrame(f"{self._p_command} frame: expected NUL after "
+                                     f"{self._p_length} body bytes (content-length)")
+            end = b + self._p_length
+        else:
+            if self._scan >= n:
+                hit = NULL
+            else:
+                hit = <char*>memchr(base + self._scan, 0, n - self._scan)
+            if hit == NULL:
+                if n - p > limit:
+                    raise FrameTooLarge(size=n - p, limit=limit)
+                self._scan = n
+                return None
+            end = hit - base
+            if end - p > limit:
+                raise FrameTooLarge(size=end - p, limit=limit)
+        body = PyBytes_FromStringAndSize(base + b, end - b)
+        self._pos = end + 1
+        self._scan = end + 1
+        self._has_pending = False
+        return _tuple_new(_Frame, (self._p_command, self._p_headers, body))
+
+    cdef int _parse_head(self, char* head, Py_ssize_t length) except -1:
+        cdef Py_ssize_t i, line_end, colon, count = 0, stop
+        cdef char* hit
+        cdef str command, name, value
+        cdef dict headers = {}
+        cdef bint escaped
+        if memchr(head, 0, length) != NULL:
+            raise MalformedFrame("NUL inside the header block")
+        # command line
+        hit = <char*>memchr(head, 10, length)
+        line_end = (hit - head) if hit != NULL else length
+        stop = line_end
+        if stop > 0 and head[stop - 1] == 13:
+            stop -= 1
+        command = self._decode(head, stop)
+        if not command:
+            raise MalformedFrame("empty command line")
+        escaped = self.version != "1.0" and command not in UNESCAPED_COMMANDS
+        # count header lines first, for the same limit message as the twin
+        i = line_end + 1
+        while i <= length:
+            count += 1
+            hit = <char*>memchr(head + i, 10, length - i) if i < length else NULL
+            if hit == NULL:
+                break
+            i = (hit - head) + 1
+        if line_end >= length:
+            count = 0
+        if count > self.max_headers:
+            raise MalformedFrame(f"{command} frame has {count} headers, "
+                                 f"more than the limit of {self.max_headers}")
+        i = line_end + 1
+        while i <= length and line_end < length:
+            hit = <char*>memchr(head + i, 10, length - i) if i < length else NULL
+            line_end = (hit - head) if hit != NULL else length
+            stop = line_end
+            if stop > i and head[stop - 1] == 13:
+                stop -= 1
+            hit = <char*>memchr(head + i, 58, stop - i) if stop > i else NULL
+            if hit == NULL:
+                raise MalformedFrame(f"{command} frame: header line without ':'")
+            colon = hit - head
+            if colon == i:
+                raise MalformedFrame(f"{command} frame: header with an empty name")
+            name = self._decode(head + i, colon - i)
+            value = self._decode(head + colon + 1, stop - colon - 1)
+            if escaped:
+                name = unescape(name)
+                value = unescape(value)
+            if name not in headers:
+                headers[name] = value
+            i = line_end + 1
+        self._p_length = -1
+        cl = headers.get("content-length")
+        if cl is not None:
+            if not (cl.isascii() and cl.isdigit()):
+                raise InvalidHeader(f"{command} frame: content-length {cl!r} is not a "
+                                    f"non-negative integer")
+            self._p_length = int(cl)
+        self._p_command = command
+        self._p_headers = headers
+        return 0
+
+    cdef str _decode(self, char* p, Py_ssize_t n):
+        try:
+            return PyUnicode_DecodeUTF8(p, n, NULL)
+        except UnicodeDecodeError:
+            raise MalformedFrame("frame header is not valid UTF-8") from None

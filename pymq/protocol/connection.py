@@ -1,0 +1,238 @@
+"""The STOMP connection state machine, shared by the broker and the Python client (sans-IO).
+
+Everything that affects a connection's state lives in this file: the transition table, the headers each
+command requires per version, version and heart-beat negotiation.  A frame that the table does not allow
+in the current state is a protocol error.  Errors raised while *receiving* are the peer's fault (the
+broker answers them with an ERROR frame and closes); errors raised while *sending* are ours and are raised
+before a byte is produced.
+
+Usage (server side)::
+
+    conn = StompConnection(Role.SERVER)
+    for frame in conn.receive_data(data):       # raises ProtocolError subclasses
+        ...
+    transport.write(conn.send(Frame("MESSAGE", headers, body)))
+"""
+from __future__ import annotations
+
+import enum
+from typing import Iterable
+
+from pymq.errors import (InvalidHeader, MalformedFrame, MissingHeader, ProtocolError, UnknownCommand,
+                         UnsupportedVersion)
+from pymq.protocol.frame import ALL_COMMANDS, BODY_COMMANDS, VERSIONS, Frame
+from pymq.protocol.scanner import DEFAULT_MAX_FRAME_SIZE, FrameScanner, encode_frame
+
+
+class Role(enum.Enum):
+    CLIENT = "client"
+    SERVER = "server"
+
+
+class State(enum.Enum):
+    IDLE = "idle"                  # nothing exchanged yet
+    CONNECTING = "connecting"      # CONNECT seen, CONNECTED not yet
+    CONNECTED = "connected"
+    DISCONNECTING = "disconnecting"  # DISCONNECT seen; only its RECEIPT (or ERROR) may follow
+    CLOSED = "closed"              # after ERROR, or a DISCONNECT completed
+
+
+SEND, RECV = "send", "recv"
+_SESSION_FRAMES = ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT")
+
+# (role, state, direction, command) -> next state.  Direction is from this end's point of view.
+TRANSITIONS: dict[tuple[Role, State, str, str], State] = {}
+
+
+def _allow(role: Role, state: State, direction: str, commands: Iterable[str], to: State | None = None):
+    for command in commands:
+        TRANSITIONS[(role, state, direction, command)] = to if to is not None else state
+
+
+# server
+_allow(Role.SERVER, State.IDLE, RECV, ("CONNECT", "STOMP"), State.CONNECTING)
+_allow(Role.SERVER, State.IDLE, SEND, ("ERROR",), State.CLOSED)
+_allow(Role.SERVER, State.CONNECTING, SEND, ("CONNECTED",), State.CONNECTED)
+_allow(Role.SERVER, State.CONNECTING, SEND, ("ERROR",), State.CLOSED)
+_allow(Role.SERVER, State.CONNECTED, RECV, _SESSION_FRAMES)
+_allow(Role.SERVER, State.CONNECTED, RECV, ("DISCONNECT",), State.DISCONNECTING)
+_allow(Role.SERVER, State.CONNECTED, SEND, ("MESSAGE", "RECEIPT"))
+_allow(Role.SERVER, State.CONNECTED, SEND, ("ERROR",), State.CLOSED)
+_allow(Role.SERVER, State.DISCONNECTING, SEND, ("RECEIPT", "ERROR"), State.CLOSED)
+# client
+_allow(Role.CLIENT, State.IDLE, SEND, ("CONNECT", "STOMP"), State.CONNECTING)
+_allow(Role.CLIENT, State.CONNECTING, RECV, ("CONNECTED",), State.CONNECTED)
+_allow(Role.CLIENT, State.CONNECTING, RECV, ("ERROR",), State.CLOSED)
+_allow(Role.CLIENT, State.CONNECTED, SEND, _SESSION_FRAMES)
+_allow(Role.CLIENT, State.CONNECTED, SEND, ("DISCONNECT",), State.DISCONNECTING)
+_allow(Role.CLIENT, State.CONNECTED, RECV, ("MESSAGE", "RECEIPT"))
+_allow(Role.CLIENT, State.CONNECTED, RECV, ("ERROR",), State.CLOSED)
+# messages already in flight may still arrive while our DISCONNECT waits for its receipt
+_allow(Role.CLIENT, State.DISCONNECTING, RECV, ("MESSAGE",))
+_allow(Role.CLIENT, State.DISCONNECTING, RECV, ("RECEIPT", "ERROR"), State.CLOSED)
+
+# command -> {version: required headers}; 1.0 is the most lenient (no ids on SUBSCRIBE/ACK).
+REQUIRED_HEADERS: dict[str, dict[str, tuple[str, ...]]] = {
+    "SEND": {"1.0": ("destination",), "1.1": ("destination",), "1.2": ("destination",)},
+    "SUBSCRIBE": {"1.0": ("destination",), "1.1": ("destination", "id"), "1.2": ("destination", "id")},
+    "UNSUBSCRIBE": {"1.0": (), "1.1": ("id",), "1.2": ("id",)},   # 1.0: id or destination, see below
+    "ACK": {"1.0": ("message-id",), "1.1": ("message-id", "subscription"), "1.2": ("id",)},
+    "NACK": {"1.1": ("message-id", "subscription"), "1.2": ("id",)},
+    "BEGIN": {v: ("transaction",) for v in VERSIONS},
+    "COMMIT": {v: ("transaction",) for v in VERSIONS},
+    "ABORT": {v: ("transaction",) for v in VERSIONS},
+    "CONNECTED": {"1.0": (), "1.1": ("version",), "1.2": ("version",)},
+    "MESSAGE": {v: ("destination", "message-id") for v in VERSIONS},
+    "RECEIPT": {v: ("receipt-id",) for v in VERSIONS},
+}
+
+
+def negotiate_version(accept_version: str | None, supported: Iterable[str] = VERSIONS) -> str:
+    """Highest version both ends speak; a CONNECT without accept-version speaks 1.0."""
+    if not accept_version:
+        return "1.0"
+    offered = {v.strip() for v in accept_version.split(",")}
+    common = [v for v in supported if v in offered]
+    if not common:
+        raise UnsupportedVersion(f"supported protocol versions are {','.join(supported)}",
+                                 offered=accept_version)
+    return max(common, key=lambda v: tuple(int(x) for x in v.split(".")))
+
+
+def parse_heartbeat(value: str | None) -> tuple[int, int]:
+    if not value:
+        return 0, 0
+    try:
+        a, b = value.split(",")
+        x, y = int(a), int(b)
+    except ValueError:
+        raise InvalidHeader(f"heart-beat {value!r} is not two comma-separated integers") from None
+    if x < 0 or y < 0:
+        raise InvalidHeader(f"heart-beat {value!r} has a negative interval")
+    return x, y
+
+
+def negotiate_heartbeat(connect: tuple[int, int], connected: tuple[int, int]) -> tuple[int, int]:
+    """(client→server interval, server→client interval) in ms, 0 meaning none (STOMP 1.2 "Heart-beating").
+
+    ``connect`` is the CONNECT frame's (cx, cy), ``connected`` the CONNECTED frame's (sx, sy).
+    """
+    cx, cy = connect
+    sx, sy = connected
+    to_server = max(cx, sy) if cx and sy else 0
+    to_client = max(sx, cy) if sx and cy else 0
+    return to_server, to_client
+
+
+class StompConnection:
+    """One end of a STOMP connection: parses what arrives, validates and encodes what leaves."""
+
+    def __init__(self, role: Role, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 max_headers: int = 1000) -> None:
+        self.role = role
+        self.state = State.IDLE
+        self.version = "1.0"
+        #: (interval we must send at, interval we expect to receive at) in ms; 0 = off
+        self.heartbeat = (0, 0)
+        self._scanner = FrameScanner(max_frame_size=max_frame_size, max_headers=max_headers)
+        self._transitions = TRANSITIONS
+        self._peer_may_send_body = BODY_COMMANDS
+
+    # -- receiving ---------------------------------------------------------------------------------
+    def receive_data(self, data: bytes) -> list[Frame]:
+        """Frames completed by ``data``; raises a ProtocolError subclass if the peer broke the protocol.
+
+        Stops after a CONNECT/STOMP/CONNECTED frame: bytes after it wait for the negotiated version.
+        Once CONNECTED is sent (or received), call ``receive_data(b"")`` to parse them.
+        """
+        frames = self._scanner.feed(data)
+        if frames:
+            for frame in frames:
+                self._on_receive(frame)
+        return frames
+
+    def receive_frame(self, frame: Frame) -> None:
+        """Account for a frame that arrived already parsed (the in-process vm:// transport)."""
+        self._on_receive(frame)
+
+    def _on_receive(self, frame: Frame) -> None:
+        command = frame.command
+        key = (self.role, self.state, RECV, command)
+        nxt = self._transitions.get(key)
+        if nxt is None:
+            if command not in ALL_COMMANDS:
+                raise UnknownCommand(f"unknown command {command!r}", command=command)
+            if self.state is State.IDLE:
+                raise ProtocolError(f"expected CONNECT or STOMP as the first frame, got {command}")
+            raise ProtocolError(f"{command} is not allowed in state {self.state.value} "
+                                f"({self.role.value} side)")
+        if frame.body and command not in self._peer_may_send_body:
+            raise MalformedFrame(f"{command} frames must not have a body")
+        self._check_required(frame)
+        if command in ("CONNECT", "STOMP") and self.role is Role.SERVER:
+            # version settles only when we answer; until then, keep parsing as 1.0
+            pass
+        elif command == "CONNECTED":
+            self._settle(frame.headers.get("version", "1.0"))
+        self.state = nxt
+
+    def _check_required(self, frame: Frame) -> None:
+        per_version = REQUIRED_HEADERS.get(frame.command)
+        if per_version is None:
+            return
+        required = per_version.get(self.version)
+        if required is None:
+            raise UnknownCommand(f"{frame.command} does not exist in STOMP {self.version}",
+                                 command=frame.command)
+        headers = frame.headers
+        for name in required:
+            if name not in headers:
+                raise MissingHeader(f"{frame.command} frame is missing the required '{name}' header",
+                                    command=frame.command, header=name)
+        if frame.command == "UNSUBSCRIBE" and self.version == "1.0":
+            if "id" not in headers and "destination" not in headers:
+                raise MissingHeader("UNSUBSCRIBE frame needs an 'id' or a 'destination' header",
+                                    command="UNSUBSCRIBE", header="id")
+
+    # -- sending -------------------------------------------------------------------------------------
+    def send(self, frame: Frame) -> bytes:
+        self._on_send(frame)
+        return encode_frame(frame.command, frame.headers, frame.body, self.version)
+
+    def send_frame(self, frame: Frame) -> Frame:
+        """Validate and account for an outgoing frame without encoding it (vm:// transport)."""
+        self._on_send(frame)
+        return frame
+
+    def _on_send(self, frame: Frame) -> None:
+        nxt = self._transitions.get((self.role, self.state, SEND, frame.command))
+        if nxt is None:
+            raise ProtocolError(f"cannot send {frame.command} in state {self.state.value} "
+                                f"({self.role.value} side)")
+        if frame.command == "CONNECTED":
+            self._settle(frame.headers.get("version", "1.0"))
+        self.state = nxt
+
+    def heartbeat_bytes(self) -> bytes:
+        return b"\n"
+
+    # -- negotiation -------------------------------------------------------------------------------
+    def _settle(self, version: str) -> None:
+        if version not in VERSIONS:
+            raise UnsupportedVersion(f"peer chose unsupported STOMP version {version!r}")
+        self.version = version
+        self._scanner.version = version
+
+    def set_heartbeat(self, send_ms: int, expect_ms: int) -> None:
+        self.heartbeat = (send_ms, expect_ms)
+
+    @property
+    def closed(self) -> bool:
+        return self.state is State.CLOSED
+
+    def close(self) -> None:
+        self.state = State.CLOSED
+
+    @property
+    def buffered(self) -> int:
+        return self._scanner.buffered
