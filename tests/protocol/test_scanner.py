@@ -1,0 +1,175 @@
+"""The frame scanner and encoder, both implementations, against spec/vectors/frames.json and hypothesis."""
+from __future__ import annotations
+
+import json
+import pathlib
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pymq import errors
+from pymq.protocol.frame import Frame
+from tests.twins import twin_fixture
+
+codec = twin_fixture("pymq.protocol._scanner_py", "pymq.protocol._scanner_c")
+
+VECTORS = json.loads((pathlib.Path(__file__).parents[2] / "spec/vectors/frames.json").read_text())
+PARSE = VECTORS["parse"]
+ENCODE = VECTORS["encode"]
+
+
+def _scanner(codec, case):
+    return codec.FrameScanner(max_frame_size=case.get("max_frame_size", 4 * 1024 * 1024),
+                              max_headers=case.get("max_headers", 1000), version=case["version"])
+
+
+def _feed_all(scanner, data: bytes, chunks) -> list:
+    out = []
+    pos = 0
+    for size in chunks:
+        out += scanner.feed(data[pos:pos + size])
+        pos += size
+    out += scanner.feed(data[pos:])
+    # a negotiating frame pauses the scanner: drain what it kept (the connection does this too)
+    while True:
+        more = scanner.feed(b"")
+        if not more:
+            return out
+        out += more
+
+
+def _splits(data: bytes, mode: str, seed: int = 0):
+    if mode == "whole":
+        return []
+    if mode == "bytewise":
+        return [1] * len(data)
+    rnd = random.Random(seed)
+    sizes, left = [], len(data)
+    while left > 0:
+        n = rnd.randint(1, max(1, left))
+        sizes.append(n)
+        left -= n
+    return sizes
+
+
+def _expected(case):
+    return [(f["command"], [tuple(h) for h in f["headers"]], bytes.fromhex(f["body_hex"])) for f in case["frames"]]
+
+
+@pytest.mark.parametrize("mode", ["whole", "bytewise", "random1", "random2", "random3"])
+@pytest.mark.parametrize("case", PARSE, ids=[c["name"] for c in PARSE])
+def test_parse_vectors(codec, case, mode):
+    data = bytes.fromhex(case["input_hex"])
+    scanner = _scanner(codec, case)
+    chunks = _splits(data, mode, seed=hash(mode) & 0xFFFF)
+    if "error" in case:
+        cls = getattr(errors, case["error"]["class"])
+        with pytest.raises(cls) as info:
+            _feed_all(scanner, data, chunks)
+        assert case["error"]["contains"] in str(info.value)
+        # a failed scanner stays failed
+        with pytest.raises(cls):
+            scanner.feed(b"SEND\n\n\x00")
+        return
+    frames = _feed_all(scanner, data, chunks)
+    got = [(f.command, list(f.headers.items()), f.body) for f in frames]
+    assert got == _expected(case)
+    if "buffered" in case:
+        assert scanner.buffered == case["buffered"]
+
+
+@pytest.mark.parametrize("case", ENCODE, ids=[c["name"] for c in ENCODE])
+def test_encode_vectors(codec, case):
+    headers = [tuple(h) for h in case["headers"]]
+    body = bytes.fromhex(case["body_hex"])
+    if "error" in case:
+        with pytest.raises(getattr(errors, case["error"]["class"])) as info:
+            codec.encode_frame(case["command"], headers, body, case["version"])
+        assert case["error"]["contains"] in str(info.value)
+    else:
+        assert codec.encode_frame(case["command"], headers, body, case["version"]).hex() == case["bytes_hex"]
+
+
+def test_pauses_after_connect_until_fed_again(codec):
+    """Frames pipelined behind CONNECT are parsed with the version CONNECT negotiates."""
+    scanner = codec.FrameScanner(version="1.0")
+    data = b"CONNECT\naccept-version:1.2\n\n\x00SEND\ndestination:/q\nk:a\\cb\n\n\x00"
+    first = scanner.feed(data)
+    assert [f.command for f in first] == ["CONNECT"]
+    scanner.version = "1.2"
+    rest = scanner.feed(b"")
+    assert rest[0].headers["k"] == "a:b"
+
+
+def test_large_body_streamed_in_pieces(codec):
+    body = bytes(range(256)) * 4096  # 1 MiB with NULs
+    data = codec.encode_frame("SEND", {"destination": "/queue/big"}, body, "1.2")
+    scanner = codec.FrameScanner(version="1.2")
+    frames = []
+    for i in range(0, len(data), 7001):
+        frames += scanner.feed(data[i:i + 7001])
+    assert len(frames) == 1 and frames[0].body == body
+
+
+def test_many_small_frames_in_one_read(codec):
+    one = codec.encode_frame("SEND", {"destination": "/queue/a"}, b"x" * 10, "1.2")
+    scanner = codec.FrameScanner(version="1.2")
+    frames = scanner.feed(one * 5000 + one[:7])
+    assert len(frames) == 5000 and scanner.buffered == 7
+    assert len(scanner.feed(one[7:])) == 1
+
+
+def test_slow_drip_header_is_not_rescanned_quadratically(codec):
+    # 200 KB of header fed a byte at a time must finish promptly (would take minutes if rescanned)
+    scanner = codec.FrameScanner(max_frame_size=1 << 20, version="1.2")
+    header = b"SEND\ndestination:/q\nk:" + b"v" * 200_000 + b"\n\n"
+    for i in range(len(header)):
+        assert scanner.feed(header[i:i + 1]) == []
+    assert scanner.feed(b"\x00")[0].headers["k"] == "v" * 200_000
+
+
+_names = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), min_size=1, max_size=12)
+_values = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(command=st.sampled_from(["SEND", "MESSAGE", "ERROR"]),
+       headers=st.dictionaries(_names, _values, max_size=8),
+       body=st.binary(max_size=300),
+       cuts=st.lists(st.integers(min_value=1, max_value=50), max_size=20))
+def test_roundtrip_12(codec, command, headers, body, cuts):
+    """encode → parse is the identity in 1.2 for any names, values (escaping) and binary bodies."""
+    headers = {k: v for k, v in headers.items() if k != "content-length"}
+    data = codec.encode_frame(command, headers, body, "1.2")
+    scanner = codec.FrameScanner(version="1.2")
+    frames = _feed_all(scanner, data, cuts)
+    assert len(frames) == 1
+    frame = frames[0]
+    got = dict(frame.headers)
+    if body:
+        assert got.pop("content-length") == str(len(body))
+    assert (frame.command, got, frame.body) == (command, headers, body)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.binary(max_size=400), version=st.sampled_from(["1.0", "1.1", "1.2"]))
+def test_twins_agree_on_arbitrary_bytes(data, version):
+    """Compiled and Python scanners produce the same frames or the same error class on any input."""
+    from pymq.protocol import scanner as picker
+    impls = [m for m in picker.IMPLEMENTATIONS.values() if m is not None]
+    results = []
+    for impl in impls:
+        s = impl.FrameScanner(max_frame_size=256, version=version)
+        try:
+            frames = s.feed(data)
+            results.append(("ok", [tuple(f) for f in frames], s.buffered))
+        except errors.ProtocolError as exc:
+            results.append(("err", type(exc).__name__, str(exc)))
+    assert all(r == results[0] for r in results), results
+
+
+def test_frame_is_a_value():
+    f = Frame("SEND", {"destination": "/q"}, b"x")
+    assert f == ("SEND", {"destination": "/q"}, b"x") and f.command == "SEND"
