@@ -1,0 +1,361 @@
+"""pymq against RabbitMQ (STOMP plugin) and ActiveMQ Classic on the same workloads, in the same run.
+
+    python bench/bench_brokers.py [--quick] [--brokers pymq,rabbitmq,activemq] [--workloads a,b,c,d,e,sdk]
+                                  [--json out.json] [--self-check]
+
+Each broker is started by this script (bench/peers.py: own temp data dir, free ports, 127.0.0.1 only), warmed
+up, put through every workload by the bench's own load client (bench/loadclient.py), and stopped before the
+next one starts, so brokers never compete with each other for the two cores. Workloads:
+    a  1 producer -> 1 consumer, queue, non-persistent, 128 B and 1 KiB, ack:auto
+    b  the same, persistent, a RECEIPT every 100 messages and at most 1,000 unconfirmed, client-individual acks
+    c  1 producer -> 4 topic subscribers, 128 B (deliveries/s over all subscribers)
+    d  4 producers + 4 consumers on one queue, 128 B
+    e  latency at a fixed 2,000 msg/s, 128 B (p50/p99/p99.9)
+    sdk (pymq only) the SDK's send and receive loops over stomp:// and vm://, beside (a) of the same run
+Every message is checked (no loss, no duplicate). Exit status: 1 on loss, duplication or a harness error,
+never because of speed; a peer that cannot be installed or started is reported and skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from loadclient import Endpoint, LoadSpec, RunResult, run_load, uvloop  # noqa: E402
+from peers import BROKERS, Broker, PeerUnavailable  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@dataclass
+class Workload:
+    key: str              # row name, e.g. a128
+    group: str            # the letter chosen with --workloads
+    title: str
+    spec: dict            # LoadSpec fields besides destination/limits
+    count: int            # per producer, full run
+    quick_count: int
+    seconds: float = 15.0
+    quick_seconds: float = 3.0
+    note: str = ""
+
+
+RECEIPT_EVERY, MAX_UNCONFIRMED = 100, 1000
+
+WORKLOADS = [
+    Workload("a128", "a", "1->1 queue 128 B non-persistent", dict(size=128), 200_000, 20_000),
+    Workload("a1k", "a", "1->1 queue 1 KiB non-persistent", dict(size=1024), 150_000, 15_000),
+    Workload("b128", "b", "1->1 queue 128 B persistent", dict(
+        size=128, persistent=True, receipt_every=RECEIPT_EVERY, max_unconfirmed=MAX_UNCONFIRMED,
+        ack="client-individual"), 50_000, 5_000),
+    Workload("b1k", "b", "1->1 queue 1 KiB persistent", dict(
+        size=1024, persistent=True, receipt_every=RECEIPT_EVERY, max_unconfirmed=MAX_UNCONFIRMED,
+        ack="client-individual"), 50_000, 5_000),
+    Workload("c", "c", "1->4 topic 128 B", dict(size=128, topic=True, consumers=4), 100_000, 10_000,
+             note="deliveries/s over 4 subscribers"),
+    Workload("d", "d", "4->4 queue 128 B", dict(size=128, producers=4, consumers=4), 50_000, 5_000,
+             note="count is per producer"),
+    Workload("e", "e", "1->1 queue 128 B at 2,000 msg/s", dict(size=128, rate=2000.0), 20_000, 4_000,
+             seconds=10.0, quick_seconds=2.0),
+]
+WARMUP = dict(size=128)
+
+
+@dataclass
+class Row:
+    broker: str
+    workload: str
+    title: str
+    result: RunResult
+    broker_cpu_s: float = 0.0
+    broker_cpu_us_per_msg: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        r = self.result
+        return bool(r.lost or r.duplicated or r.malformed or r.errors)
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def endpoint(b: Broker) -> Endpoint:
+    return Endpoint("127.0.0.1", b.stomp_port, b.dialect.connect_host, prefetch_header=b.dialect.prefetch_header,
+                    explicit_non_persistent=b.dialect.explicit_non_persistent)
+
+
+def run_one(b: Broker, w: Workload, quick: bool, run_id: str) -> Row:
+    spec_kw = dict(w.spec)
+    kind = "/topic/" if spec_kw.get("topic") else "/queue/"
+    prefix = b.dialect.topic_prefix if kind == "/topic/" else b.dialect.queue_prefix
+    spec = LoadSpec(destination=f"{prefix}bench.{run_id}.{w.key}", count=w.quick_count if quick else w.count,
+                    duration=w.quick_seconds if quick else w.seconds, **spec_kw)
+    if spec.rate:
+        spec.count = int(spec.rate * spec.duration)
+    if spec.persistent:
+        spec.idle_timeout = 15.0
+    cpu_at_start = []
+    r = run_load(endpoint(b), spec, on_started=lambda: cpu_at_start.append(b.cpu_seconds()))
+    cpu = b.cpu_seconds() - cpu_at_start[0] if cpu_at_start else 0.0
+    row = Row(b.name, w.key, w.title, r, cpu, cpu * 1e6 / r.received if r.received else 0.0)
+    return row
+
+
+def warm_up(b: Broker, quick: bool, run_id: str) -> None:
+    # The JVM compiles its hot paths during the first seconds; every broker gets the same warm-up so no one
+    # pays its start-up in the first measured workload.
+    spec = LoadSpec(destination=f"{b.dialect.queue_prefix}bench.{run_id}.warmup", count=5_000 if quick else 50_000,
+                    duration=1.0 if quick else 4.0, **WARMUP)
+    r = run_load(endpoint(b), spec)
+    if r.errors:
+        raise PeerUnavailable(f"warm-up failed: {'; '.join(r.errors)}")
+    log(f"  warm-up: {r.received} messages, {r.rate:,.0f} msg/s")
+
+
+def run_sdk(b: Broker, quick: bool, baseline: Row | None) -> list[Row]:
+    rows = []
+    for url in (f"stomp://127.0.0.1:{b.stomp_port}", "vm://bench"):
+        argv = [sys.executable, os.path.join(HERE, "bench_sdk.py"), "--url", url, "--json", "-"]
+        argv += ["--quick"] if quick else ["--count", "50000", "--seconds", "15"]
+        cpu0 = b.cpu_seconds()
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+            out = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else {
+                "error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+        except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+            out = {"error": f"{type(e).__name__}: {e}"}
+        cpu = b.cpu_seconds() - cpu0 if url.startswith("stomp") else 0.0
+        scheme = url.split("://")[0]
+        if "error" in out:
+            log(f"  sdk {scheme}: not measured: {out['error']}")
+            rows.append(Row(b.name, f"sdk-{scheme}", f"SDK send+receive over {scheme}://",
+                            RunResult(), extra={"unavailable": out["error"]}))
+            continue
+        r = RunResult(sent=out["sent"], received=out["received"], lost=out["lost"], duplicated=out["duplicated"],
+                      malformed=out["unreadable"], rate=out["recv_rate"], send_rate=out["send_rate"])
+        row = Row(b.name, f"sdk-{scheme}", f"SDK send+receive over {scheme}://", r, cpu,
+                  cpu * 1e6 / r.received if r.received and cpu else 0.0, extra=out)
+        if baseline is not None and baseline.result.rate:
+            row.extra["baseline_a128_rate"] = baseline.result.rate
+        rows.append(row)
+        log(f"  sdk {scheme}: send {out['send_rate']:,.0f} msg/s, receive {out['recv_rate']:,.0f} msg/s")
+    return rows
+
+
+def fmt_rate(v: float) -> str:
+    return f"{v:,.0f}" if v else "-"
+
+
+def print_table(rows: list[Row]) -> None:
+    hdr = (f"{'workload':8} {'broker':9} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>8} "
+           f"{'brk µs/msg':>10} {'prod cpu':>8} {'cons cpu':>8} {'sent':>8} {'recv':>8} {'lost':>5} {'dup':>4}")
+    print(hdr)
+    print("-" * len(hdr))
+    for row in sorted(rows, key=lambda r: (order(r.workload), r.broker)):
+        r = row.result
+        if row.extra.get("unavailable"):
+            print(f"{row.workload:8} {row.broker:9} not measured: {row.extra['unavailable']}")
+            continue
+        if row.workload.startswith("sdk"):
+            print(f"{row.workload:8} {row.broker:9} {fmt_rate(r.rate):>9}  (receive loop; send loop "
+                  f"{fmt_rate(r.send_rate)} msg/s)  {'':>14}{row.broker_cpu_us_per_msg:10.1f}"
+                  f" {'':17} {r.sent:8} {r.received:8} {r.lost:5} {r.duplicated:4}")
+            continue
+        print(f"{row.workload:8} {row.broker:9} {fmt_rate(r.rate):>9} {r.lat_p50_us / 1000:8.2f} "
+              f"{r.lat_p99_us / 1000:8.2f} {r.lat_p999_us / 1000:8.2f} {row.broker_cpu_us_per_msg:10.1f} "
+              f"{r.producer_cpu_pct:7.0f}% {r.consumer_cpu_pct:7.0f}% {r.sent:8} {r.received:8} "
+              f"{r.lost:5} {r.duplicated:4}" + (f"  ERROR {'; '.join(r.errors)[:200]}" if r.errors else ""))
+
+
+def order(key: str) -> tuple:
+    keys = [w.key for w in WORKLOADS]
+    return (keys.index(key) if key in keys else len(keys), key)
+
+
+def ratios(rows: list[Row]) -> dict:
+    """pymq / peer, per workload: throughput ratio (>1: pymq faster), CPU-per-message ratio (<1: pymq cheaper),
+    and for (e) the p99 ratio (<1: pymq lower latency)."""
+    by = {(r.broker, r.workload): r for r in rows if not r.extra.get("unavailable") and not r.failed}
+    out: dict = {}
+    for (broker, wl), row in by.items():
+        if broker != "pymq":
+            continue
+        if wl.startswith("sdk"):
+            base = by.get(("pymq", "a128"))
+            if base and base.result.rate:
+                out.setdefault(wl, {})["sdk_over_loadclient_a128"] = row.result.rate / base.result.rate
+            continue
+        for peer in ("rabbitmq", "activemq"):
+            p = by.get((peer, wl))
+            if p is None:
+                continue
+            d = {}
+            if p.result.rate:
+                d["throughput"] = row.result.rate / p.result.rate
+            if p.broker_cpu_us_per_msg:
+                d["cpu_per_msg"] = row.broker_cpu_us_per_msg / p.broker_cpu_us_per_msg
+            if wl == "e" and p.result.lat_p99_us:
+                d["p99_latency"] = row.result.lat_p99_us / p.result.lat_p99_us
+            out.setdefault(wl, {})[peer] = d
+    return out
+
+
+def print_ratios(rat: dict) -> None:
+    if not rat:
+        print("\nno pymq/peer ratio (pymq or both peers missing from this run)")
+        return
+    print("\npymq / peer (throughput >1 = pymq faster; broker CPU per message <1 = pymq cheaper)")
+    for wl in sorted(rat, key=order):
+        parts = []
+        for peer, d in rat[wl].items():
+            if peer == "sdk_over_loadclient_a128":
+                parts.append(f"SDK receive / load client a128 = {d:.2f}")
+                continue
+            s = f"vs {peer}: throughput {d.get('throughput', 0):.2f}, cpu/msg {d.get('cpu_per_msg', 0):.2f}"
+            if "p99_latency" in d:
+                s += f", p99 {d['p99_latency']:.2f}"
+            parts.append(s)
+        print(f"  {wl:8} " + " | ".join(parts))
+
+
+def self_check() -> int:
+    """Prove the harness counts right: codec round trips, then a toy broker that drops one message and
+    duplicates another must be reported as exactly 1 lost and 1 duplicated, and a clean one as 0 and 0."""
+    import multiprocessing as mp
+
+    from loadclient import FrameReader, encode_frame
+    from peers import free_port, wait_for_port
+    from toybroker import serve
+
+    failures = []
+    frames = [encode_frame("MESSAGE", {"destination": "/queue/a", "ack": "ID:x:1"}, b"\0body\0"),
+              b"\n", encode_frame("RECEIPT", {"receipt-id": "r1"}),
+              b"MESSAGE\r\ndestination:/queue/b\r\n\r\nplain\0\r\n"]
+    wire = b"".join(frames)
+    for chunking in (len(wire), 1, 7):
+        rd, got = FrameReader(), []
+        for i in range(0, len(wire), chunking):
+            rd.feed(wire[i : i + chunking])
+            got.extend(rd.frames())
+        want = [(b"MESSAGE", b"\0body\0"), (b"RECEIPT", b""), (b"MESSAGE", b"plain")]
+        if [(c, b) for c, _, b in got] != want or got[0][1][b"ack"] != b"ID\\cx\\c1":
+            failures.append(f"codec, chunks of {chunking}: {got!r}")
+    ctx = mp.get_context("fork")
+    for label, drop, dup, topic, want in (
+        ("clean queue", (), (), False, (0, 0)),
+        ("faulty queue", ((0, 10),), ((1, 20),), False, (1, 1)),
+        ("faulty topic", ((0, 5),), ((0, 7),), True, (2, 2)),  # 2 subscribers: each misses one, each gets one twice
+    ):
+        port = free_port()
+        proc = ctx.Process(target=serve, args=(port, drop, dup), daemon=True)
+        proc.start()
+        try:
+            wait_for_port(port, 10, None)
+            spec = LoadSpec(destination=f"/{'topic' if topic else 'queue'}/selfcheck", topic=topic,
+                            producers=1 if topic else 2, consumers=2, count=2_000, duration=5, idle_timeout=1.0)
+            r = run_load(Endpoint("127.0.0.1", port), spec)
+        finally:
+            proc.kill()
+            proc.join(5)
+        got = (r.lost, r.duplicated)
+        expect_recv = spec.count * spec.producers * (spec.consumers if topic else 1) - want[0] + want[1]
+        ok = got == want and not r.errors and r.received == expect_recv
+        print(f"self-check {label:13}: sent {r.sent} received {r.received} lost {r.lost} dup {r.duplicated} "
+              f"-> {'ok' if ok else 'WRONG'}")
+        if not ok:
+            failures.append(f"{label}: want lost/dup {want}, got {got}, received {r.received}, errors {r.errors}")
+    for f in failures:
+        print("self-check FAILED:", f)
+    print("self-check passed" if not failures else "self-check failed")
+    return 1 if failures else 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="pymq vs RabbitMQ vs ActiveMQ over STOMP, same workloads, same run")
+    ap.add_argument("--quick", action="store_true", help="a few seconds per workload (CI smoke run)")
+    ap.add_argument("--brokers", default="pymq,rabbitmq,activemq")
+    ap.add_argument("--workloads", default="a,b,c,d,e,sdk")
+    ap.add_argument("--json", help="write all figures to this file")
+    ap.add_argument("--self-check", action="store_true", help="check the harness against a toy broker and exit")
+    ap.add_argument("--no-warmup", action="store_true")
+    a = ap.parse_args(argv)
+    if a.self_check:
+        return self_check()
+    brokers = [s.strip() for s in a.brokers.split(",") if s.strip()]
+    groups = {s.strip() for s in a.workloads.split(",") if s.strip()}
+    unknown = [b for b in brokers if b not in BROKERS] + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"})
+    if unknown:
+        ap.error(f"unknown broker or workload: {', '.join(unknown)}")
+    run_id = f"{int(time.time())}{os.getpid() % 1000}"
+    rows: list[Row] = []
+    unavailable: dict[str, str] = {}
+    versions: dict[str, str] = {}
+    with tempfile.TemporaryDirectory(prefix="pymq-bench-") as tmp:
+        for name in brokers:
+            b = BROKERS[name](log=log)
+            log(f"== {name}")
+            try:
+                b.start(tmp)
+                versions[name] = b.version
+                if not a.no_warmup:
+                    warm_up(b, a.quick, run_id)
+                for w in WORKLOADS:
+                    if w.group not in groups:
+                        continue
+                    row = run_one(b, w, a.quick, run_id)
+                    r = row.result
+                    log(f"  {w.key:5} {r.rate:10,.0f} msg/s  p50 {r.lat_p50_us / 1000:7.2f} ms  "
+                        f"p99 {r.lat_p99_us / 1000:7.2f} ms  broker {row.broker_cpu_us_per_msg:6.1f} µs/msg  "
+                        f"client cpu {r.producer_cpu_pct:.0f}%/{r.consumer_cpu_pct:.0f}%"
+                        + (f"  LOST {r.lost}" if r.lost else "") + (f"  DUP {r.duplicated}" if r.duplicated else "")
+                        + (f"  ERRORS {r.errors}" if r.errors else ""))
+                    rows.append(row)
+                if name == "pymq" and "sdk" in groups:
+                    base = next((r for r in rows if r.broker == "pymq" and r.workload == "a128"), None)
+                    rows.extend(run_sdk(b, a.quick, base))
+            except PeerUnavailable as e:
+                unavailable[name] = str(e)
+                log(f"  {name} unavailable: {e}")
+            finally:
+                b.stop()
+    print(f"\nbroker bench ({'quick' if a.quick else 'full'}), {os.cpu_count()} cores, "
+          f"python {platform.python_version()}, {'uvloop' if uvloop else 'asyncio'} load client; "
+          + ", ".join(f"{k} {v}" for k, v in versions.items()))
+    print(f"(b): RECEIPT every {RECEIPT_EVERY} messages, at most {MAX_UNCONFIRMED} unconfirmed; "
+          "client cpu = % of one core used by the producer / consumer process over the run\n")
+    print_table(rows)
+    rat = ratios(rows)
+    print_ratios(rat)
+    for name, why in unavailable.items():
+        print(f"\n{name}: not measured: {why}")
+    failed = [r for r in rows if r.failed]
+    for r in failed:
+        print(f"\nFAILED {r.broker} {r.workload}: lost {r.result.lost}, duplicated {r.result.duplicated}, "
+              f"malformed {r.result.malformed}, errors {r.result.errors}")
+    if a.json:
+        doc = {
+            "quick": a.quick, "cores": os.cpu_count(), "python": platform.python_version(),
+            "loop": "uvloop" if uvloop else "asyncio", "versions": versions, "unavailable": unavailable,
+            "receipt_every": RECEIPT_EVERY, "max_unconfirmed": MAX_UNCONFIRMED,
+            "results": [dict(broker=r.broker, workload=r.workload, title=r.title, broker_cpu_s=r.broker_cpu_s,
+                             broker_cpu_us_per_msg=r.broker_cpu_us_per_msg, **r.result.as_dict(), extra=r.extra)
+                        for r in rows],
+            "ratios": rat,
+        }
+        with open(a.json, "w") as f:
+            json.dump(doc, f, indent=2)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""Throughput of the pymq SDK itself: a send loop and then a receive loop through the public JMS-style API,
+over `stomp://` (to a running pymq-server) and over `vm://` (the broker in the same process).
+
+Run alone:  python bench/bench_sdk.py --url vm://bench [--count 20000] [--size 128] [--json -]
+bench_brokers.py runs it as a subprocess against the pymq broker it started, and sets it beside the bench's
+own load client against the same broker (the baseline of the same run).
+
+Each body carries a sequence number; the receive loop checks every one arrived once (loss or duplicate makes
+the exit status 1). The loops are bounded by --count and by --seconds, whichever comes first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import sys
+import time
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _body_of(message) -> bytes | None:
+    # The message model is being written alongside this bench: accept the likely spellings.
+    for attr in ("body", "text", "payload"):
+        v = getattr(message, attr, None)
+        if callable(v):
+            v = v()
+        if isinstance(v, str):
+            return v.encode()
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return bytes(v)
+    for meth in ("get_body", "get_text", "get_bytes"):
+        f = getattr(message, meth, None)
+        if f is not None:
+            v = f()
+            return v.encode() if isinstance(v, str) else bytes(v)
+    return None
+
+
+def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool) -> dict:
+    import pymq  # the SDK under test
+
+    pad = b"x" * max(0, size - 12)
+    conn = pymq.connect(url)
+    conn.start()
+    try:
+        session = conn.create_session()
+        producer = session.create_producer(pymq.Queue(queue))
+        # Send loop.
+        cpu0, t0 = _cpu(), time.perf_counter()
+        deadline = t0 + seconds
+        sent = 0
+        while sent < count and time.perf_counter() < deadline:
+            body = b"%012d" % sent + pad
+            producer.send(session.create_text_message(body.decode()) if text else body)
+            sent += 1
+        send_s, send_cpu = time.perf_counter() - t0, _cpu() - cpu0
+        # Receive loop: the messages are already queued, so this is the SDK's delivery path alone.
+        consumer = session.create_consumer(pymq.Queue(queue))
+        seen = bytearray(sent)
+        received = dups = unreadable = 0
+        cpu0, t0 = _cpu(), time.perf_counter()
+        deadline = t0 + seconds + 30
+        while received < sent and time.perf_counter() < deadline:
+            m = consumer.receive(timeout=5)
+            if m is None:
+                break
+            received += 1
+            b = _body_of(m)
+            if b is None or not b[:12].isdigit():
+                unreadable += 1
+                continue
+            seq = int(b[:12])
+            if seq >= sent:
+                unreadable += 1
+            elif seen[seq]:
+                dups += 1
+            else:
+                seen[seq] = 1
+        recv_s, recv_cpu = time.perf_counter() - t0, _cpu() - cpu0
+        lost = sent - sum(seen) if not unreadable else sent - received
+    finally:
+        conn.close()
+    return {
+        "url": url.split("://")[0] + "://", "size": size, "text_messages": text,
+        "sent": sent, "send_rate": sent / send_s if send_s else 0.0, "send_cpu_pct": 100 * send_cpu / send_s,
+        "received": received, "recv_rate": received / recv_s if recv_s else 0.0,
+        "recv_cpu_pct": 100 * recv_cpu / recv_s if recv_s else 0.0,
+        "lost": lost, "duplicated": dups, "unreadable": unreadable,
+    }
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--url", default="vm://bench")
+    ap.add_argument("--count", type=int, default=20_000)
+    ap.add_argument("--size", type=int, default=128)
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--queue", default=f"bench.sdk.{os.getpid()}")
+    ap.add_argument("--text", action="store_true", help="send TextMessages (create_text_message) not bytes")
+    ap.add_argument("--quick", action="store_true", help="2,000 messages, 3 s")
+    ap.add_argument("--json", help="write the result as JSON to this file ('-' for stdout)")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.count, a.seconds = min(a.count, 2_000), 3.0
+    try:
+        r = run(a.url, a.count, a.size, a.seconds, a.queue, a.text)
+    except ImportError as e:
+        r = {"url": a.url, "error": f"pymq SDK not importable: {e}"}
+    except AttributeError as e:
+        r = {"url": a.url, "error": f"pymq SDK API not there yet: {e}"}
+    if a.json == "-":
+        print(json.dumps(r))
+    else:
+        if "error" in r:
+            print(f"sdk {a.url}: {r['error']}")
+        else:
+            print(f"sdk {r['url']:9} send {r['send_rate']:9.0f} msg/s (cpu {r['send_cpu_pct']:.0f}%)   "
+                  f"receive {r['recv_rate']:9.0f} msg/s (cpu {r['recv_cpu_pct']:.0f}%)   "
+                  f"lost {r['lost']} dup {r['duplicated']}")
+        if a.json:
+            with open(a.json, "w") as f:
+                json.dump(r, f, indent=2)
+    if "error" in r:
+        return 2
+    return 1 if (r["lost"] or r["duplicated"]) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,654 @@
+"""The bench's own STOMP load client: not the SDK under test, just enough STOMP 1.2 to drive a broker hard.
+
+Producers pipeline SEND frames (no receipts unless a workload asks for them every N messages); consumers
+count every MESSAGE. Producers and consumers run in separate OS processes (multiprocessing, fork), each an
+asyncio loop (uvloop when installed) holding one or more connections, so one Python interpreter is not the
+bottleneck of both sides.
+
+Message body (ASCII, fixed layout, padded with 'x' to the workload's size):
+    bytes 0..3    producer id, decimal, zero-padded
+    bytes 4..15   sequence number within that producer, from 0
+    bytes 16..35  CLOCK_MONOTONIC nanoseconds when the frame was handed to the socket
+CLOCK_MONOTONIC is one clock for every process on the machine, so receive time minus that stamp is the
+end-to-end latency, whichever process sent it.
+
+Invariants:
+- Every message a consumer gets is checked: a (producer, sequence) seen twice by one consumer is counted as a
+  duplicate there; the parent merges the consumers' seen-maps and reports any sequence no consumer saw (loss)
+  or that two consumers both saw (duplicate across consumers on a queue).
+- Every run is bounded: producers stop at their message count or at the deadline, whichever comes first;
+  consumers stop when they have everything that was sent, or after an idle timeout once the producers are
+  done, or at a hard deadline; the parent kills its own child processes (by pid) if they overstay.
+"""
+from __future__ import annotations
+
+import array
+import asyncio
+import multiprocessing as mp
+import os
+import resource
+import time
+from dataclasses import asdict, dataclass, field
+
+try:
+    import uvloop
+except ImportError:  # plain asyncio still works, a little slower
+    uvloop = None
+
+HEADER_LEN = 36  # producer id (4) + sequence (12) + timestamp (20)
+NS = 1_000_000_000
+MAX_LATENCY_SAMPLES = 2_000_000
+
+
+# ------------------------------------------------------------------------------------------ STOMP codec
+def _escape(value: str) -> bytes:
+    # STOMP 1.2 header escaping; the bench's own values rarely need it, but ids echoed back stay escaped.
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace(":", "\\c").encode()
+
+
+def encode_frame(command: str, headers: dict[str, str] | None = None, body: bytes = b"") -> bytes:
+    out = [command.encode(), b"\n"]
+    for k, v in (headers or {}).items():
+        out += [_escape(k), b":", _escape(str(v)), b"\n"]
+    if body:
+        out += [b"content-length:", str(len(body)).encode(), b"\n"]
+    out += [b"\n", body, b"\0"]
+    return b"".join(out)
+
+
+class FrameReader:
+    """Incremental STOMP frame splitter. feed() bytes, then frames() yields (command, headers, body).
+
+    Headers are returned raw (bytes, still escaped): the bench only compares them or echoes them back.
+    """
+
+    __slots__ = ("buf",)
+
+    def __init__(self) -> None:
+        self.buf = bytearray()
+
+    def feed(self, data: bytes) -> None:
+        self.buf += data
+
+    def frames(self):
+        buf = self.buf
+        pos = 0
+        n = len(buf)
+        while pos < n:
+            # Heart-beats and the optional EOLs after a frame's NUL.
+            c = buf[pos]
+            if c == 10 or c == 13:
+                pos += 1
+                continue
+            end = buf.find(b"\n\n", pos)
+            # Bound the CRLF search by the LF one: an unbounded search would rescan the rest of the
+            # buffer for every frame (quadratic in the read size).
+            crlf = buf.find(b"\n\r\n", pos, end + 2 if end >= 0 else n)
+            if crlf >= 0 and (end < 0 or crlf < end):
+                end, body_start = crlf, crlf + 3
+            elif end >= 0:
+                body_start = end + 2
+            else:
+                break
+            lines = bytes(buf[pos:end]).split(b"\n")
+            command = lines[0].rstrip(b"\r")
+            headers: dict[bytes, bytes] = {}
+            for line in lines[1:]:
+                k, _, v = line.rstrip(b"\r").partition(b":")
+                if k not in headers:  # STOMP: the first occurrence of a repeated header wins
+                    headers[k] = v
+            cl = headers.get(b"content-length")
+            if cl is not None:
+                body_end = body_start + int(cl)
+                if body_end >= n:
+                    break
+                if buf[body_end] != 0:
+                    raise ValueError(f"frame body not NUL-terminated at {body_end}")
+            else:
+                body_end = buf.find(b"\0", body_start)
+                if body_end < 0:
+                    break
+            yield command, headers, bytes(buf[body_start:body_end])
+            pos = body_end + 1
+        del buf[:pos]
+
+
+# ----------------------------------------------------------------------------------------- workload spec
+@dataclass
+class Endpoint:
+    host: str
+    port: int
+    connect_host: str = "/"
+    login: str = "guest"
+    passcode: str = "guest"
+    prefetch_header: str | None = "prefetch-count"
+    explicit_non_persistent: bool = True  # send `persistent:false` (see peers.Dialect)
+
+
+@dataclass
+class LoadSpec:
+    """One run: who sends what where, and how the consumers take it."""
+
+    destination: str                 # full STOMP destination, e.g. /queue/bench.a or /topic/bench.c
+    topic: bool = False              # every consumer gets every message (else they share them)
+    producers: int = 1
+    consumers: int = 1
+    size: int = 128
+    persistent: bool = False
+    count: int = 100_000             # messages per producer (upper bound)
+    duration: float = 10.0           # seconds per producer (upper bound)
+    rate: float = 0.0                # messages/s per producer; 0 = as fast as the broker takes them
+    receipt_every: int = 0           # ask for a RECEIPT every N messages (0: never)
+    max_unconfirmed: int = 0         # with receipts: block when this many messages are unconfirmed
+    ack: str = "auto"                # auto | client-individual
+    prefetch: int = 1000
+    batch: int = 64                  # SEND frames joined into one socket write
+    producer_procs: int = 1
+    consumer_procs: int = 1
+    idle_timeout: float = 5.0        # consumer gives up this long after the last message, once producers are done
+    extra_send_headers: dict = field(default_factory=dict)
+
+
+def _new_loop():
+    if uvloop is not None:
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def _cpu_self() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+class StompError(Exception):
+    pass
+
+
+class _Conn(asyncio.Protocol):
+    """One STOMP connection. Frames other than MESSAGE go to `control`; MESSAGE frames to `on_message`."""
+
+    def __init__(self, loop, on_message=None) -> None:
+        self.loop = loop
+        self.reader = FrameReader()
+        self.control: asyncio.Queue = asyncio.Queue()
+        self.on_message = on_message
+        self.transport = None
+        self.can_write = asyncio.Event()
+        self.can_write.set()
+        self.closed = loop.create_future()
+        self.receipts: dict[bytes, asyncio.Future] = {}
+        self.error: str | None = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+        # Producers pipeline: let the socket buffer fill before pausing, but not without bound.
+        transport.set_write_buffer_limits(high=1 << 20, low=1 << 18)
+
+    def pause_writing(self):
+        self.can_write.clear()
+
+    def resume_writing(self):
+        self.can_write.set()
+
+    def connection_lost(self, exc):
+        self.can_write.set()
+        if not self.closed.done():
+            self.closed.set_result(exc)
+        for fut in self.receipts.values():
+            if not fut.done():
+                fut.set_exception(StompError(self.error or f"connection lost: {exc}"))
+
+    def data_received(self, data):
+        self.reader.feed(data)
+        now = time.monotonic_ns()
+        on_message = self.on_message
+        for command, headers, body in self.reader.frames():
+            if command == b"MESSAGE" and on_message is not None:
+                on_message(headers, body, now)
+            elif command == b"RECEIPT":
+                fut = self.receipts.pop(headers.get(b"receipt-id", b""), None)
+                if fut is not None and not fut.done():
+                    fut.set_result(now)
+            else:
+                if command == b"ERROR":
+                    self.error = (headers.get(b"message", b"").decode(errors="replace") + " "
+                                  + body[:200].decode(errors="replace")).strip()
+                    for fut in self.receipts.values():
+                        if not fut.done():
+                            fut.set_exception(StompError(self.error))
+                self.control.put_nowait((command, headers, body))
+        if on_message is not None and hasattr(on_message, "flush"):
+            on_message.flush(self)
+
+    def write(self, data: bytes) -> None:
+        self.transport.write(data)
+
+    def expect_receipt(self, rid: str) -> asyncio.Future:
+        fut = self.loop.create_future()
+        self.receipts[rid.encode()] = fut
+        return fut
+
+
+async def open_connection(ep: Endpoint, on_message=None, timeout: float = 15.0) -> _Conn:
+    loop = asyncio.get_running_loop()
+    _, conn = await asyncio.wait_for(
+        loop.create_connection(lambda: _Conn(loop, on_message), ep.host, ep.port), timeout)
+    conn.write(encode_frame("CONNECT", {
+        "accept-version": "1.2", "host": ep.connect_host, "login": ep.login, "passcode": ep.passcode,
+        "heart-beat": "0,0"}))
+    command, headers, body = await asyncio.wait_for(conn.control.get(), timeout)
+    if command != b"CONNECTED":
+        raise StompError(f"CONNECT refused: {command!r} {headers.get(b'message', b'')!r} {body[:200]!r}")
+    return conn
+
+
+async def close_connection(conn: _Conn, timeout: float = 5.0) -> None:
+    if conn.transport is None or conn.transport.is_closing():
+        return
+    fut = conn.expect_receipt("bye")
+    conn.write(encode_frame("DISCONNECT", {"receipt": "bye"}))
+    try:
+        await asyncio.wait_for(fut, timeout)
+    except (asyncio.TimeoutError, StompError):
+        pass
+    conn.transport.close()
+
+
+# ------------------------------------------------------------------------------------------- producers
+def _body_maker(size: int):
+    pad = b"x" * max(0, size - HEADER_LEN)
+    if size < HEADER_LEN:
+        raise ValueError(f"message size {size} < {HEADER_LEN} bytes of bench header")
+
+    def make(pid: int, seq: int, ts: int) -> bytes:
+        return b"%04d%012d%020d" % (pid, seq, ts) + pad
+
+    return make
+
+
+async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result: dict) -> None:
+    conn = await open_connection(ep)
+    make = _body_maker(spec.size)
+    headers = {"destination": spec.destination}
+    if spec.persistent or ep.explicit_non_persistent:
+        headers["persistent"] = "true" if spec.persistent else "false"
+    headers.update(spec.extra_send_headers)
+    head = encode_frame("SEND", headers)[:-2]  # without the blank line and NUL: content-length comes next
+    head += b"content-length:%d\n\n" % spec.size
+    receipt_head = head[:-1]  # the receipt header is slotted in before the blank line
+    deadline = start_ns + int(spec.duration * NS)
+    interval = NS / spec.rate if spec.rate else 0.0
+    monotonic_ns = time.monotonic_ns
+    write = conn.write
+    can_write = conn.can_write
+    pending: list[asyncio.Future] = []  # outstanding receipts, oldest first
+
+    def receipt_frame(seq: int, ts: int) -> bytes:
+        rid = b"r%d" % seq
+        pending.append(conn.expect_receipt(rid.decode()))
+        return receipt_head + b"receipt:" + rid + b"\n\n" + make(pid, seq, ts) + b"\0"
+
+    confirm_wait = 0.0
+    seq = 0
+    first = last = 0
+    count = spec.count
+    batch = 1 if spec.rate else spec.batch
+    every = spec.receipt_every
+    while seq < count:
+        now = monotonic_ns()
+        if now >= deadline:
+            break
+        if interval:
+            due = start_ns + int(seq * interval)
+            if due > now:
+                # Never below 1 ms: the loop's timers have millisecond resolution, and a shorter sleep
+                # rounds to zero and turns pacing into a busy loop that steals the broker's core.
+                await asyncio.sleep(max(0.001, (due - now) / NS))
+                continue
+        if not can_write.is_set():
+            await can_write.wait()
+        if conn.closed.done():
+            raise StompError(conn.error or "connection closed by broker")
+        frames = []
+        n = min(batch, count - seq)
+        for _ in range(n):
+            ts = monotonic_ns()
+            if every and ((seq + 1) % every == 0 or seq + 1 == count):
+                frames.append(receipt_frame(seq, ts))
+            else:
+                frames.append(head + make(pid, seq, ts) + b"\0")
+            seq += 1
+        if not first:
+            first = ts
+        last = ts
+        write(b"".join(frames))
+        if every and spec.max_unconfirmed:
+            # A careful producer: never more than max_unconfirmed messages without a broker confirmation.
+            while len(pending) * every > spec.max_unconfirmed:
+                t = monotonic_ns()
+                await pending.pop(0)
+                confirm_wait += (monotonic_ns() - t) / NS
+        elif batch > 1:
+            await asyncio.sleep(0)  # let the loop flush and read
+    if every:
+        # The last messages' durability is part of the measurement: the last one always carries a
+        # receipt (stopped by the deadline mid-stride, one more message is sent to carry it).
+        if seq and seq % every and seq != count:
+            last = monotonic_ns()
+            write(receipt_frame(seq, last))
+            seq += 1
+        t = monotonic_ns()
+        for fut in pending:
+            await asyncio.wait_for(fut, 60)
+        confirm_wait += (monotonic_ns() - t) / NS
+    confirmed = monotonic_ns()
+    result[pid] = {"sent": seq, "first_ns": first, "last_ns": last, "confirmed_ns": confirmed,
+                   "confirm_wait_s": confirm_wait}
+    await close_connection(conn)
+
+
+def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], go, start_ns_v, out_q, ready) -> None:
+    loop = _new_loop()
+    asyncio.set_event_loop(loop)
+    result: dict = {}
+    error = None
+    try:
+        ready.set()
+        go.wait(120)
+        cpu0 = _cpu_self()
+        start_ns = start_ns_v.value
+        loop.run_until_complete(asyncio.gather(*(_produce(ep, spec, p, start_ns, result) for p in pids)))
+        cpu = _cpu_self() - cpu0
+    except BaseException as e:  # reported to the parent, which turns it into a harness error
+        error, cpu = f"{type(e).__name__}: {e}", 0.0
+    out_q.put(("producer", {"pids": pids, "per_producer": result, "cpu_s": cpu, "error": error}))
+
+
+# ------------------------------------------------------------------------------------------- consumers
+class _Tally:
+    """Counts, checks and times the MESSAGE frames of one consumer connection."""
+
+    def __init__(self, n_producers: int, capacity: int, ack: str) -> None:
+        self.seen = [bytearray(capacity) for _ in range(n_producers)]
+        self.received = 0
+        self.dups = 0
+        self.bad = 0
+        self.first_ns = 0
+        self.last_ns = 0
+        self.lat = array.array("q")
+        self.ack_individual = ack == "client-individual"
+        self.acks: list[bytes] = []
+
+    def __call__(self, headers, body, now):
+        try:
+            pid = int(body[0:4])
+            seq = int(body[4:16])
+            ts = int(body[16:36])
+            mark = self.seen[pid]
+            if mark[seq]:
+                self.dups += 1
+            else:
+                mark[seq] = 1
+        except (ValueError, IndexError):
+            self.bad += 1
+            return
+        self.received += 1
+        if not self.first_ns:
+            self.first_ns = now
+        self.last_ns = now
+        if len(self.lat) < MAX_LATENCY_SAMPLES:
+            self.lat.append(now - ts)
+        if self.ack_individual:
+            self.acks.append(b"ACK\nid:" + headers[b"ack"] + b"\n\n\0")
+
+    def flush(self, conn: _Conn) -> None:
+        if self.acks:
+            conn.write(b"".join(self.acks))
+            self.acks.clear()
+
+
+async def _consume(ep: Endpoint, spec: LoadSpec, cidx: int, tallies: list, subscribed: list):
+    tally = _Tally(spec.producers, spec.count + 1, spec.ack)
+    tallies.append(tally)
+    conn = await open_connection(ep, on_message=tally)
+    sub = {"id": str(cidx), "destination": spec.destination, "ack": spec.ack, "receipt": "sub"}
+    if ep.prefetch_header:
+        sub[ep.prefetch_header] = str(spec.prefetch)
+    fut = conn.expect_receipt("sub")
+    conn.write(encode_frame("SUBSCRIBE", sub))
+    await asyncio.wait_for(fut, 30)
+    subscribed.append(conn)
+    return conn
+
+
+async def _consumer_run(ep, spec, cidxs, ready, go, expected_v, counters, hard_deadline_s, out):
+    tallies: list[_Tally] = []
+    conns: list[_Conn] = []
+    await asyncio.gather(*(_consume(ep, spec, c, tallies, conns) for c in cidxs))
+    ready.set()
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, go.wait, 120)
+    cpu0 = _cpu_self()
+    t_go = time.monotonic()
+    last_progress, last_total = time.monotonic(), -1
+    while True:
+        await asyncio.sleep(0.02)
+        mine = sum(t.received for t in tallies)
+        for i, c in enumerate(cidxs):
+            counters[c] = tallies[i].received
+        now = time.monotonic()
+        if mine != last_total:
+            last_total, last_progress = mine, now
+        for c in conns:
+            if c.closed.done():
+                raise StompError(c.error or "consumer connection closed by broker")
+        expected = expected_v.value
+        if expected >= 0:
+            got = sum(counters[:]) if not spec.topic else min(t.received for t in tallies)
+            if got >= expected:
+                break
+            if now - last_progress > spec.idle_timeout:
+                break  # whatever is missing is reported as loss by the parent
+        if now - t_go > hard_deadline_s:
+            break
+    # Anything still in flight for a topic subscriber or a late duplicate: a short grace read.
+    await asyncio.sleep(0.05)
+    cpu = _cpu_self() - cpu0
+    for c in conns:
+        await close_connection(c, timeout=2)
+    for cidx, t in zip(cidxs, tallies):
+        out.append({"cidx": cidx, "received": t.received, "dups": t.dups, "bad": t.bad, "first_ns": t.first_ns,
+                    "last_ns": t.last_ns, "lat": t.lat.tobytes(), "seen": [bytes(s) for s in t.seen]})
+    return cpu
+
+
+def _consumer_main(ep, spec, cidxs, ready, go, expected_v, counters, hard_deadline_s, out_q) -> None:
+    loop = _new_loop()
+    asyncio.set_event_loop(loop)
+    out: list = []
+    error = None
+    cpu = 0.0
+    try:
+        cpu = loop.run_until_complete(
+            _consumer_run(ep, spec, cidxs, ready, go, expected_v, counters, hard_deadline_s, out))
+    except BaseException as e:
+        error = f"{type(e).__name__}: {e}"
+    out_q.put(("consumer", {"cidxs": cidxs, "per_consumer": out, "cpu_s": cpu, "error": error}))
+
+
+# ---------------------------------------------------------------------------------------------- parent
+@dataclass
+class RunResult:
+    sent: int = 0
+    received: int = 0              # deliveries, over all consumers
+    lost: int = 0
+    duplicated: int = 0
+    malformed: int = 0
+    elapsed_s: float = 0.0         # first send to last receive
+    rate: float = 0.0              # deliveries per second
+    send_rate: float = 0.0         # messages per second accepted from the producers
+    lat_p50_us: float = 0.0
+    lat_p99_us: float = 0.0
+    lat_p999_us: float = 0.0
+    lat_max_us: float = 0.0
+    producer_cpu_s: float = 0.0
+    consumer_cpu_s: float = 0.0
+    producer_cpu_pct: float = 0.0  # of one core, over the run
+    consumer_cpu_pct: float = 0.0
+    confirm_wait_s: float = 0.0
+    errors: list = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def _split(items: list[int], groups: int) -> list[list[int]]:
+    groups = max(1, min(groups, len(items)))
+    return [items[i::groups] for i in range(groups)]
+
+
+def _percentile(sorted_vals, q: float) -> float:
+    if not sorted_vals:
+        return 0.0
+    i = min(len(sorted_vals) - 1, max(0, int(round(q * (len(sorted_vals) - 1)))))
+    return sorted_vals[i] / 1000.0
+
+
+def run_load(ep: Endpoint, spec: LoadSpec, on_started=None) -> RunResult:
+    """Run one workload to completion and check every message. `on_started()` is called at the moment the
+    producers are released (the caller samples broker CPU there)."""
+    ctx = mp.get_context("fork")
+    out_q = ctx.Queue()
+    go = ctx.Event()
+    expected_v = ctx.Value("q", -1, lock=False)
+    start_ns_v = ctx.Value("q", 0, lock=False)
+    counters = ctx.Array("q", spec.consumers, lock=False)
+    hard_deadline = spec.duration + 60 + spec.idle_timeout
+    procs = []
+    c_ready, p_ready = [], []
+    for cidxs in _split(list(range(spec.consumers)), spec.consumer_procs):
+        ev = ctx.Event()
+        c_ready.append(ev)
+        procs.append(ctx.Process(target=_consumer_main, daemon=True,
+                                 args=(ep, spec, cidxs, ev, go, expected_v, counters, hard_deadline, out_q)))
+    for pids in _split(list(range(spec.producers)), spec.producer_procs):
+        ev = ctx.Event()
+        p_ready.append(ev)
+        procs.append(ctx.Process(target=_producer_main, daemon=True,
+                                 args=(ep, spec, pids, go, start_ns_v, out_q, ev)))
+    result = RunResult()
+    messages: list = []
+    n_consumer_procs = len(c_ready)
+    for p in procs:
+        p.start()
+    try:
+        # Subscriptions are confirmed by RECEIPT before any producer starts: a topic message sent before
+        # its subscriber exists would be counted as lost.
+        deadline = time.monotonic() + 60
+        for ev in c_ready + p_ready:
+            while not ev.wait(0.2):
+                if time.monotonic() > deadline or not any(p.is_alive() for p in procs[:n_consumer_procs]):
+                    break
+        # A consumer process that failed to subscribe has already posted its error.
+        early = []
+        while not out_q.empty():
+            early.append(out_q.get())
+        if any(kind == "consumer" for kind, _ in early):
+            messages.extend(early)
+            go.set()  # let the producers run their (short) course rather than hang
+            expected_v.value = 0
+        else:
+            messages.extend(early)
+            start_ns_v.value = time.monotonic_ns() + 20_000_000
+            if on_started:
+                on_started()
+            go.set()
+        expected_total = None
+        n_producer_reports = 0
+        wait_until = time.monotonic() + hard_deadline + 30
+        while len(messages) < len(procs) and time.monotonic() < wait_until:
+            try:
+                kind, payload = out_q.get(timeout=0.5)
+            except Exception:  # queue.Empty: check the children are alive
+                if not any(p.is_alive() for p in procs) and out_q.empty():
+                    break
+                continue
+            messages.append((kind, payload))
+            if kind == "producer":
+                n_producer_reports += 1
+            if n_producer_reports == len(p_ready) and expected_total is None:
+                sent = sum(r["sent"] for k, pl in messages if k == "producer" for r in pl["per_producer"].values())
+                expected_total = sent
+                expected_v.value = sent
+            if kind == "producer" and payload["error"]:
+                expected_v.value = 0 if expected_total is None else expected_v.value
+    finally:
+        for p in procs:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()  # our own child, by its Process handle
+                p.join(5)
+                result.errors.append(f"child process {p.pid} overstayed and was killed")
+    return _summarise(spec, messages, result)
+
+
+def _summarise(spec: LoadSpec, messages: list, result: RunResult) -> RunResult:
+    per_producer: dict[int, dict] = {}
+    per_consumer: list[dict] = []
+    for kind, pl in messages:
+        if pl["error"]:
+            result.errors.append(f"{kind} {pl.get('pids', pl.get('cidxs'))}: {pl['error']}")
+        if kind == "producer":
+            per_producer.update(pl["per_producer"])
+            result.producer_cpu_s += pl["cpu_s"]
+        else:
+            per_consumer.extend(pl["per_consumer"])
+            result.consumer_cpu_s += pl["cpu_s"]
+    result.sent = sum(r["sent"] for r in per_producer.values())
+    result.received = sum(c["received"] for c in per_consumer)
+    result.malformed = sum(c["bad"] for c in per_consumer)
+    result.confirm_wait_s = max((r["confirm_wait_s"] for r in per_producer.values()), default=0.0)
+    # Loss and duplicates, per producer sequence space.
+    dup = sum(c["dups"] for c in per_consumer)
+    lost = 0
+    groups = [[c] for c in per_consumer] if spec.topic else [per_consumer]
+    for group in groups:
+        for pid in range(spec.producers):
+            sent = per_producer.get(pid, {}).get("sent", 0)
+            merged = 0
+            for c in group:
+                bits = int.from_bytes(c["seen"][pid], "little")
+                dup += (merged & bits).bit_count()
+                merged |= bits
+            # Each seen byte is 0 or 1, so bit 8*k is the mark of sequence k.
+            mask = int.from_bytes(b"\x01" * sent, "little")
+            lost += sent - (merged & mask).bit_count()
+            dup_outside = (merged & ~mask).bit_count()
+            if dup_outside:  # a sequence nobody sent: count it as malformed
+                result.malformed += dup_outside
+    if len(per_consumer) < spec.consumers:
+        lost += result.sent * (spec.consumers - len(per_consumer)) if spec.topic else 0
+    result.lost, result.duplicated = lost, dup
+    first_send = min((r["first_ns"] for r in per_producer.values() if r["first_ns"]), default=0)
+    last_recv = max((c["last_ns"] for c in per_consumer), default=0)
+    last_send = max((r["confirmed_ns"] for r in per_producer.values()), default=0)
+    if first_send and last_recv > first_send:
+        result.elapsed_s = (last_recv - first_send) / NS
+        result.rate = result.received / result.elapsed_s
+    if first_send and last_send > first_send:
+        result.send_rate = result.sent / ((last_send - first_send) / NS)
+    lat = array.array("q")
+    for c in per_consumer:
+        lat.frombytes(c["lat"])
+    vals = sorted(lat)
+    result.lat_p50_us = _percentile(vals, 0.50)
+    result.lat_p99_us = _percentile(vals, 0.99)
+    result.lat_p999_us = _percentile(vals, 0.999)
+    result.lat_max_us = vals[-1] / 1000.0 if vals else 0.0
+    # Each side's CPU as a share of one core over the time that side was busy: the producers from their first
+    # send to their last confirmation, the consumers from the first send to the last delivery.
+    if first_send and last_send > first_send:
+        result.producer_cpu_pct = 100.0 * result.producer_cpu_s / ((last_send - first_send) / NS)
+    if result.elapsed_s:
+        result.consumer_cpu_pct = 100.0 * result.consumer_cpu_s / result.elapsed_s
+    return result
