@@ -1,0 +1,100 @@
+"""The forwarding decision of seed 004: to which peers does a topic message go?
+
+A node holds the latest ``BloomDigest`` each peer sent it and forwards a topic message only to peers whose
+digest may contain the topic.  Popular topics (the caller decides which, e.g. subscribed on most nodes)
+skip the probes and go to every peer, as the seed recommends.  A topic is hashed once per message
+(``hash_pair``) whatever the number of peers.
+
+Invariants - never lose a message for a subscriber:
+- A peer known but without a digest yet (just joined), or whose digest uses a format or hash version this
+  node does not understand, receives everything (match-all).
+- Bloom filters have no false negatives, so ``targets`` includes every peer that has a subscriber; it
+  may include a few that have none (false positives), which discard the message.
+Sans-IO: the cluster layer feeds digests in and sends messages out.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Union
+
+from pymq.errors import ClusterError
+from pymq.routing import bloom as _chosen
+
+Topic = Union[str, bytes]
+_UNDERSTOOD_FALLBACK = ("unsupported-hash-version", "unsupported-format")
+
+
+class PeerFilters:
+    """This node's view of its peers' subscription digests."""
+
+    __slots__ = ("_digests", "_order", "_popular", "_hash_pair")
+
+    def __init__(self, *, popular: Iterable[str] = (), implementation=None) -> None:
+        self._digests: dict[str, object | None] = {}
+        self._order: tuple[str, ...] = ()  # peers in node-id order, rebuilt on membership change only
+        self._popular: set[str] = set(popular)
+        self._hash_pair = (implementation or _chosen.implementation).hash_pair
+
+    # -- membership --------------------------------------------------------------------------------
+    def add_peer(self, node_id: str) -> None:
+        """A peer joined; until its digest arrives it receives every topic message."""
+        self._digests.setdefault(node_id, None)
+        self._order = tuple(sorted(self._digests))
+
+    def remove_peer(self, node_id: str) -> None:
+        """A peer left.  Drop it only after the node taking over its subscribers has sent its new digest
+        (spec/routing.md, hand-over), or messages for the handed-over subscribers are missed meanwhile."""
+        self._digests.pop(node_id, None)
+        self._order = tuple(sorted(self._digests))
+
+    @property
+    def peers(self) -> tuple[str, ...]:
+        return self._order
+
+    def digest(self, node_id: str):
+        """The peer's current digest, or None while it is treated as match-all."""
+        return self._digests[node_id]
+
+    # -- digests -----------------------------------------------------------------------------------
+    def update(self, node_id: str, digest) -> None:
+        """Install a peer's latest digest (a ``BloomDigest`` of either implementation)."""
+        self._install(node_id, digest)
+
+    def _install(self, node_id: str, digest) -> None:
+        new = node_id not in self._digests
+        self._digests[node_id] = digest
+        if new:
+            self._order = tuple(sorted(self._digests))
+
+    def update_from_bytes(self, node_id: str, data: bytes) -> bool:
+        """Install a digest from its wire form.  Returns False when the format or hash version is not
+        understood: the peer is then match-all.  Any other malformation raises ``ClusterError``."""
+        try:
+            digest = _chosen.BloomDigest.from_bytes(data)
+        except ClusterError as exc:
+            if getattr(exc, "reason", None) in _UNDERSTOOD_FALLBACK:
+                self._install(node_id, None)
+                return False
+            raise
+        self._install(node_id, digest)
+        return True
+
+    # -- popular sources ---------------------------------------------------------------------------
+    def mark_popular(self, topic: str) -> None:
+        self._popular.add(topic)
+
+    def unmark_popular(self, topic: str) -> None:
+        self._popular.discard(topic)
+
+    @property
+    def popular(self) -> frozenset[str]:
+        return frozenset(self._popular)
+
+    # -- the decision ------------------------------------------------------------------------------
+    def targets(self, topic: Topic) -> list[str]:
+        """Peers to forward a message on ``topic`` to, in node-id order."""
+        if topic in self._popular:
+            return list(self._order)
+        h1, h2 = self._hash_pair(topic)
+        digests = self._digests
+        return [node for node in self._order
+                if (d := digests[node]) is None or d.might_contain_pair(h1, h2)]

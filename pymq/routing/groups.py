@@ -1,0 +1,139 @@
+"""Group affinity (seed 003): every message of a group goes to the same one of a set of valid destinations.
+
+Two strategies, both specified in spec/routing.md so that every engine and every client binding picks the
+same destination for the same key:
+
+- ``modulo`` (the seed's own): sort the destinations by their UTF-8 bytes and take
+  ``group_hash(key) mod N``.  Cheap, but when N changes almost every group moves.
+- ``rendezvous`` (highest random weight, the default): every destination scores the key with
+  ``murmur3_32(key, seed=murmur3_32(destination))``; the highest score wins, ties go to the destination
+  first in UTF-8 byte order.  When a destination leaves only its own groups move; when one joins, only the
+  groups it now wins move (to it): about 1/N either way.
+
+The key is a group id, or a message id / correlation id when the caller routes on those instead.  A router
+is immutable; membership changes build a new one (``with_destinations``), which costs one hash per
+destination.  Sans-IO: nothing here knows about nodes, links or time.
+"""
+from __future__ import annotations
+
+import enum
+from types import ModuleType
+from typing import Iterable, Union
+
+from pymq.errors import ClusterError, ConfigError
+from pymq.routing import bloom as _chosen
+
+Key = Union[str, bytes]
+
+
+class RoutingStrategy(str, enum.Enum):
+    RENDEZVOUS = "rendezvous"
+    MODULO = "modulo"
+
+
+def sort_destinations(destinations: Iterable[str]) -> tuple[str, ...]:
+    """The canonical destination list: distinct names, ascending by UTF-8 bytes.
+
+    UTF-8 byte order equals code point order, which is not the UTF-16 order of Java/JavaScript string
+    comparison; the spec names the bytes so every binding sorts alike.
+    """
+    names = set()
+    for name in destinations:
+        if not isinstance(name, str):
+            raise TypeError(f"a destination name is a str, not {type(name).__name__}")
+        names.add(name)
+    if not names:
+        raise ClusterError("no valid destination to route to")
+    return tuple(sorted(names, key=lambda n: n.encode("utf-8")))
+
+
+class GroupRouter:
+    """Routes a key to one destination of a fixed set; the same key always gets the same destination.
+
+    ``implementation`` selects the hash module (``pymq.routing.bloom.IMPLEMENTATIONS[...]``) for tests and
+    benchmarks; by default the compiled one is used when built.
+    """
+
+    __slots__ = ("_destinations", "_strategy", "_impl", "_table", "_hash")
+
+    def __init__(self, destinations: Iterable[str],
+                 strategy: RoutingStrategy | str = RoutingStrategy.RENDEZVOUS, *,
+                 implementation: ModuleType | None = None) -> None:
+        try:
+            self._strategy = RoutingStrategy(strategy)
+        except ValueError:
+            raise ConfigError(f"unknown group routing strategy {strategy!r}; "
+                              f"expected one of {[s.value for s in RoutingStrategy]}",
+                              strategy=str(strategy)) from None
+        self._destinations = sort_destinations(destinations)
+        self._impl = implementation if implementation is not None else _chosen.implementation
+        self._hash = self._impl.group_hash
+        # Destination hashes are computed once here, so routing a key costs N hashes of the key only.
+        self._table = self._impl.RendezvousTable([self._hash(d) for d in self._destinations])
+
+    @property
+    def destinations(self) -> tuple[str, ...]:
+        """The valid destinations, distinct and in UTF-8 byte order (the order ``modulo`` indexes)."""
+        return self._destinations
+
+    @property
+    def strategy(self) -> RoutingStrategy:
+        return self._strategy
+
+    def index(self, key: Key) -> int:
+        """Position in ``destinations`` of the destination for ``key``."""
+        if self._strategy is RoutingStrategy.RENDEZVOUS:
+            return self._table.best(key)
+        return self._hash(key) % len(self._destinations)
+
+    def route(self, key: Key) -> str:
+        """The destination for ``key`` (a group id, message id or correlation id)."""
+        if self._strategy is RoutingStrategy.RENDEZVOUS:
+            return self._destinations[self._table.best(key)]
+        return self._destinations[self._hash(key) % len(self._destinations)]
+
+    def ranking(self, key: Key) -> list[str]:
+        """Every destination in order of preference for ``key``; the first is ``route(key)``.
+
+        Rendezvous: descending score, ties by name; the second entry is where the group goes if the
+        first leaves.  Modulo: the sorted list rotated to start at the routed index.
+        """
+        dests = self._destinations
+        if self._strategy is RoutingStrategy.RENDEZVOUS:
+            scores = self._table.scores(key)
+            order = sorted(range(len(dests)), key=lambda i: (-scores[i], i))
+            return [dests[i] for i in order]
+        start = self._hash(key) % len(dests)
+        return list(dests[start:] + dests[:start])
+
+    def scores(self, key: Key) -> dict[str, int]:
+        """Rendezvous score of ``key`` at every destination (whatever the strategy)."""
+        return dict(zip(self._destinations, self._table.scores(key)))
+
+    def with_destinations(self, destinations: Iterable[str]) -> "GroupRouter":
+        """A router over a new destination set (a node joined or left), same strategy and hash module."""
+        return GroupRouter(destinations, self._strategy, implementation=self._impl)
+
+    def __len__(self) -> int:
+        return len(self._destinations)
+
+    def __contains__(self, destination: object) -> bool:
+        return destination in self._destinations
+
+    def __repr__(self) -> str:
+        return f"GroupRouter({list(self._destinations)!r}, strategy={self._strategy.value!r})"
+
+
+def rendezvous_score(destination: str, key: Key) -> int:
+    """score(destination, key) = murmur3_32(key, seed=murmur3_32(UTF-8(destination), 0))."""
+    return _chosen.murmur3_32(key, _chosen.group_hash(destination))
+
+
+def route_modulo(key: Key, destinations: Iterable[str]) -> str:
+    """One-off ``modulo`` routing (build a GroupRouter to route many keys over the same set)."""
+    return GroupRouter(destinations, RoutingStrategy.MODULO).route(key)
+
+
+def route_rendezvous(key: Key, destinations: Iterable[str]) -> str:
+    """One-off ``rendezvous`` routing (build a GroupRouter to route many keys over the same set)."""
+    return GroupRouter(destinations, RoutingStrategy.RENDEZVOUS).route(key)
