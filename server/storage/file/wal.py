@@ -1,0 +1,162 @@
+"""Write-ahead log segments of the file device: appending frames, and reading back the valid prefix.
+
+Layouts are in ``format.py``.  A :class:`Segment` buffers encoded frames in memory (``append``), hands
+them to the OS on ``flush`` and makes them durable on ``sync``; the broker thread appends and flushes
+while a worker thread may sync, so ``sync`` only touches the file descriptor.  :func:`read_frames`
+yields frames up to the first one that is torn, corrupt or stale (bad salt or checksum chain): recovery
+must never replay more than the committed prefix.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from typing import Iterator
+
+from . import format as fmt
+from .crc import crc32c
+
+
+def segment_path(directory: str, number: int) -> str:
+    return os.path.join(directory, f"wal.{number:016x}")
+
+
+def list_segments(directory: str) -> list[int]:
+    numbers = []
+    for entry in os.listdir(directory):
+        if entry.startswith("wal.") and len(entry) == 20:
+            try:
+                numbers.append(int(entry[4:], 16))
+            except ValueError:
+                continue
+    return sorted(numbers)
+
+
+def new_salt(avoid: int = -1) -> int:
+    while True:
+        salt = secrets.randbits(32)
+        if salt not in (0, avoid):
+            return salt
+
+
+class Segment:
+    """One log segment open for appending."""
+
+    def __init__(self, directory: str, number: int, page_size: int, file_id: bytes, salt: int,
+                 prev_salt: int, fsync: bool = True) -> None:
+        self.number = number
+        self.salt = salt
+        self.path = segment_path(directory, number)
+        self._fsync = fsync
+        header = fmt.encode_wal_header(page_size, file_id, number, salt, prev_salt)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self._buffer: list[bytes] = [header]
+        self._buffered = len(header)
+        self._checksum = fmt.CRC.unpack_from(header, fmt.WAL_HEADER.size)[0]
+        self.written = 0            # bytes handed to the OS
+        self.size = len(header)     # bytes appended, flushed or not
+        self.frames = 0
+
+    def append(self, ftype: int, payload: bytes, commit: bool) -> int:
+        """Buffer one frame; returns the log offset just past it."""
+        frame, self._checksum = fmt.encode_frame(ftype, fmt.FRAME_COMMIT if commit else 0, self.salt,
+                                                 payload, self._checksum)
+        self._buffer.append(frame)
+        self._buffered += len(frame)
+        self.size += len(frame)
+        self.frames += 1
+        return self.size
+
+    @property
+    def buffered(self) -> int:
+        return self._buffered
+
+    def flush(self) -> None:
+        if not self._buffer:
+            return
+        data = b"".join(self._buffer)
+        self._buffer.clear()
+        self._buffered = 0
+        view = memoryview(data)
+        while view:
+            done = os.write(self.fd, view)
+            view = view[done:]
+        self.written += len(data)
+
+    def sync(self) -> None:
+        if self._fsync:
+            os.fdatasync(self.fd)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    segment: int
+    offset: int      # byte offset of the frame header in its segment
+    end: int         # byte offset just past the frame
+    ftype: int
+    commit: bool
+    payload: bytes
+
+
+@dataclass(slots=True)
+class SegmentHeader:
+    number: int
+    salt: int
+    prev_salt: int
+    crc: int
+
+
+def read_header(data: bytes, page_size: int, file_id: bytes) -> SegmentHeader | None:
+    body = fmt.check_sealed(data, fmt.WAL_HEADER.size)
+    if body is None:
+        return None
+    magic, version, psize, fid, number, salt, prev_salt = fmt.WAL_HEADER.unpack(body)
+    if magic != fmt.WAL_MAGIC or version != fmt.VERSION or psize != page_size or fid != file_id:
+        return None
+    return SegmentHeader(number, salt, prev_salt, fmt.CRC.unpack_from(data, fmt.WAL_HEADER.size)[0])
+
+
+def read_frames(directory: str, first_segment: int, first_salt: int, page_size: int,
+                file_id: bytes) -> Iterator[Frame]:
+    """Every valid frame from ``first_segment`` on, in log order, stopping at the first invalid one.
+
+    A segment is followed only if the one before it ended cleanly (its whole length is valid frames)
+    and the next one names this one's salt as its predecessor.  Frames after the last COMMIT frame are
+    yielded too; the caller applies a unit only when its COMMIT frame arrives.
+    """
+    number, expect_salt = first_segment, first_salt
+    while True:
+        try:
+            with open(segment_path(directory, number), "rb") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            return
+        header = read_header(data, page_size, file_id)
+        if header is None or header.number != number:
+            return
+        if number == first_segment:
+            if header.salt != first_salt:
+                return
+        elif header.prev_salt != expect_salt:
+            return
+        salt, checksum, pos, size = header.salt, header.crc, fmt.WAL_HEADER_SIZE, len(data)
+        while pos + fmt.FRAME_SIZE <= size:
+            length, ftype, flags, frame_salt = fmt.FRAME.unpack_from(data, pos)
+            end = pos + fmt.FRAME_SIZE + length
+            if frame_salt != salt or end > size:
+                return
+            stored = fmt.CRC.unpack_from(data, pos + fmt.FRAME.size)[0]
+            payload = data[pos + fmt.FRAME_SIZE:end]
+            expected = crc32c(payload, crc32c(data[pos:pos + fmt.FRAME.size], checksum))
+            if stored != expected:
+                return
+            yield Frame(number, pos, end, ftype, bool(flags & fmt.FRAME_COMMIT), payload)
+            checksum, pos = stored, end
+        if pos != size:
+            return          # a torn tail: later segments cannot follow a gap
+        number, expect_salt = number + 1, salt
