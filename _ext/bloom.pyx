@@ -12,7 +12,7 @@ Invariants (shared with the twin):
 - Decoders reject anything the encoders would not produce.
 """
 from libc.stdint cimport uint8_t, uint32_t, uint64_t
-from libc.string cimport memcpy, memset
+from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.bytearray cimport PyByteArray_AS_STRING
 from cpython.mem cimport PyMem_Free, PyMem_Malloc
@@ -86,7 +86,7 @@ cdef uint32_t _murmur3(const unsigned char* data, Py_ssize_t n, uint32_t seed) n
 
 
 cdef inline const unsigned char* _key(object item, Py_ssize_t* n) except NULL:
-    """Pointer to the bytes of a str (its cached UTF-8) or bytes; other types go through _hash_slow."""
+    """Pointer to the bytes of a str (its cached UTF-8) or of a bytes; callers pass _as_bytes(item)."""
     if isinstance(item, str):
         return <const unsigned char*>PyUnicode_AsUTF8AndSize(item, n)
     n[0] = PyBytes_GET_SIZE(item)
