@@ -249,7 +249,7 @@ class FileDevice(HoldingDevice):
         self._pf = PageFile(path, self.page_size, fsync=self._fsync)
         self._pf.create()
         self._alloc = PageAllocator(fmt.RESERVED_PAGES)
-        self._wal = self._new_segment(prev_salt=0)
+        self._wal = self._new_segment(0, 0)
         self._sync_dir()
         self._checkpoint_locked()
 
@@ -707,7 +707,7 @@ class FileDevice(HoldingDevice):
             try:
                 self._flush_locked()
                 old = self._wal
-                seg = self._new_segment(prev_salt=old.salt)
+                seg = self._new_segment(old.salt, old.checksum)
                 self._old_segments.append(old)
                 generation = self._generation + 1
                 writes = self._dirty_regions()
@@ -717,8 +717,8 @@ class FileDevice(HoldingDevice):
                 payload, pages = self._encode_checkpoint(generation)
             except OSError as exc:
                 raise self._fail(exc) from exc
-            self._durable_names = set(self._names)
-            self._durable_refsets = set(self._refsets)
+            # names and refsets in the payload count as durable only once the checkpoint is
+            snapshot_names, snapshot_refsets = set(self._names), set(self._refsets)
             self._log_bytes = 0
             meta = Meta(generation, seg.number, seg.salt, self._alloc.page_count, pages[0], len(pages),
                         len(payload), crc32c(payload))
@@ -742,6 +742,8 @@ class FileDevice(HoldingDevice):
                 raise self._fail(exc) from exc
         with self._lock:
             self._alloc.end_checkpoint(durable=True)
+            self._durable_names |= snapshot_names
+            self._durable_refsets |= snapshot_refsets
             self._generation = generation
             self._ckpt_pages = pages
             self._checkpoints += 1
@@ -769,9 +771,9 @@ class FileDevice(HoldingDevice):
                 except FileNotFoundError:
                     pass
 
-    def _new_segment(self, prev_salt: int) -> Segment:
+    def _new_segment(self, prev_salt: int, prev_checksum: int) -> Segment:
         seg = Segment(self.directory, self._next_segment, self.page_size, self._pf.file_id,
-                      new_salt(prev_salt), prev_salt, fsync=self._fsync)
+                      new_salt(prev_salt), prev_checksum, fsync=self._fsync)
         self._next_segment += 1
         seg.flush()
         self._wal = seg
@@ -875,7 +877,7 @@ class FileDevice(HoldingDevice):
         existing = list_segments(self.directory)
         self._next_segment = max([meta.wal_segment, *existing]) + 1
         if not self.read_only:
-            self._wal = self._new_segment(prev_salt=0)
+            self._wal = self._new_segment(0, 0)
             self._sync_dir()
             self._checkpoint_locked()   # the log restarts clean; freed non-persistent pages are durable
         self._last_recovery["total_s"] = time.perf_counter() - t0

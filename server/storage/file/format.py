@@ -105,7 +105,10 @@ Header (56 bytes)::
     16  16 file id
     32  8  segment number
     40  4  salt (random per segment)
-    44  4  salt of the segment before this one (replay continues into this segment only if it matches)
+    44  4  checksum of the last frame of the segment before this one (its header crc if it had none;
+           0 when this segment starts a new chain).  Replay continues from segment n into n + 1
+           only if n ended exactly on a valid frame whose checksum is this value, so cutting n at a
+           frame boundary cannot splice n + 1 onto the cut
     48  4  zero
     52  4  crc32c of bytes 0..52
 
@@ -235,8 +238,8 @@ def encode_slot(key: int, seq: int, offset: int, rlen: int, length: int, dest: i
     return sealed(SLOT_BODY.pack(key, seq, offset, rlen, length, dest, refset, flags, data_crc))
 
 
-def encode_wal_header(page_size: int, file_id: bytes, segment: int, salt: int, prev_salt: int) -> bytes:
-    return sealed(WAL_HEADER.pack(WAL_MAGIC, VERSION, page_size, file_id, segment, salt, prev_salt))
+def encode_wal_header(page_size: int, file_id: bytes, segment: int, salt: int, prev_checksum: int) -> bytes:
+    return sealed(WAL_HEADER.pack(WAL_MAGIC, VERSION, page_size, file_id, segment, salt, prev_checksum))
 
 
 def encode_frame(ftype: int, flags: int, salt: int, payload: bytes, prev: int) -> tuple[bytes, int]:

@@ -43,12 +43,12 @@ class Segment:
     """One log segment open for appending."""
 
     def __init__(self, directory: str, number: int, page_size: int, file_id: bytes, salt: int,
-                 prev_salt: int, fsync: bool = True) -> None:
+                 prev_checksum: int, fsync: bool = True) -> None:
         self.number = number
         self.salt = salt
         self.path = segment_path(directory, number)
         self._fsync = fsync
-        header = fmt.encode_wal_header(page_size, file_id, number, salt, prev_salt)
+        header = fmt.encode_wal_header(page_size, file_id, number, salt, prev_checksum)
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         self._buffer: list[bytes] = [header]
         self._buffered = len(header)
@@ -70,6 +70,11 @@ class Segment:
     @property
     def buffered(self) -> int:
         return self._buffered
+
+    @property
+    def checksum(self) -> int:
+        """Checksum of the last frame appended (the header's crc before the first frame)."""
+        return self._checksum
 
     def flush(self) -> None:
         if not self._buffer:
@@ -107,7 +112,7 @@ class Frame:
 class SegmentHeader:
     number: int
     salt: int
-    prev_salt: int
+    prev_checksum: int
     crc: int
 
 
@@ -115,10 +120,10 @@ def read_header(data: bytes, page_size: int, file_id: bytes) -> SegmentHeader | 
     body = fmt.check_sealed(data, fmt.WAL_HEADER.size)
     if body is None:
         return None
-    magic, version, psize, fid, number, salt, prev_salt = fmt.WAL_HEADER.unpack(body)
+    magic, version, psize, fid, number, salt, prev_checksum = fmt.WAL_HEADER.unpack(body)
     if magic != fmt.WAL_MAGIC or version != fmt.VERSION or psize != page_size or fid != file_id:
         return None
-    return SegmentHeader(number, salt, prev_salt, fmt.CRC.unpack_from(data, fmt.WAL_HEADER.size)[0])
+    return SegmentHeader(number, salt, prev_checksum, fmt.CRC.unpack_from(data, fmt.WAL_HEADER.size)[0])
 
 
 def read_frames(directory: str, first_segment: int, first_salt: int, page_size: int,
@@ -126,10 +131,10 @@ def read_frames(directory: str, first_segment: int, first_salt: int, page_size: 
     """Every valid frame from ``first_segment`` on, in log order, stopping at the first invalid one.
 
     A segment is followed only if the one before it ended cleanly (its whole length is valid frames)
-    and the next one names this one's salt as its predecessor.  Frames after the last COMMIT frame are
+    and the next one names the checksum of this one's last frame as its predecessor's.  Frames after the last COMMIT frame are
     yielded too; the caller applies a unit only when its COMMIT frame arrives.
     """
-    number, expect_salt = first_segment, first_salt
+    number, expect_prev = first_segment, None
     while True:
         try:
             with open(segment_path(directory, number), "rb") as fh:
@@ -142,7 +147,7 @@ def read_frames(directory: str, first_segment: int, first_salt: int, page_size: 
         if number == first_segment:
             if header.salt != first_salt:
                 return
-        elif header.prev_salt != expect_salt:
+        elif header.prev_checksum != expect_prev:
             return
         salt, checksum, pos, size = header.salt, header.crc, fmt.WAL_HEADER_SIZE, len(data)
         while pos + fmt.FRAME_SIZE <= size:
@@ -159,4 +164,4 @@ def read_frames(directory: str, first_segment: int, first_salt: int, page_size: 
             checksum, pos = stored, end
         if pos != size:
             return          # a torn tail: later segments cannot follow a gap
-        number, expect_salt = number + 1, salt
+        number, expect_prev = number + 1, checksum
