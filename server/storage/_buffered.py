@@ -1,0 +1,289 @@
+"""Write buffering shared by the devices that live behind a server (SQL database, Redis grid).
+
+The device keeps, in memory, which messages it holds with their size and references (``_held``:
+about 150 bytes a message), so ``remove``/``read`` of something it does not hold raise ``KeyError``
+at once and the status figures are exact without asking the server.  The contents live on the server.
+
+The broker thread calls ``write``/``remove``/``add_reference``/``put_meta``; besides ``_held`` they
+only touch an in-memory :class:`WriteBatch`.  ``sync`` (possibly in a worker thread, concurrently with
+more writes) swaps the batch for an empty one under ``_lock`` and hands the swapped batch to the
+backend as one transaction (:meth:`BufferedDevice._commit`).  Invariants:
+
+* A message written and fully consumed inside one batch never reaches the backend: the batch drops it.
+  This is what makes group commit pay off for queues whose consumers keep up.
+* Within a batch, reference changes are net changes: adding and then removing the same reference (or
+  the reverse) cancels out, so the order in which the backend applies inserts and deletes is free.
+* While a batch is being committed it stays visible to ``read`` (as ``_inflight``), so a message is
+  readable at every instant between ``write`` and the removal of its last reference.
+* Commits are serialised (``_sync_lock``): batch N is committed before batch N+1 starts.  A failed
+  commit puts its batch back in front of the writes made meanwhile, so the next ``sync`` retries it;
+  backends make a batch idempotent, as a commit whose reply was lost may have happened.
+"""
+from __future__ import annotations
+
+import abc
+import threading
+import time
+from typing import Iterable, Iterator, Sequence
+
+from pymq.errors import StorageError
+
+from .device import Allocation, DeviceStatus, HoldingDevice, StoredMessage
+
+#: reference change recorded in a batch for a message an earlier batch wrote
+ADD = 1
+DROP = -1
+
+
+class WriteBatch:
+    """Net changes since the last swap."""
+
+    __slots__ = ("messages", "ref_ops", "freed", "meta")
+
+    def __init__(self) -> None:
+        #: key -> (message, queues still referencing it), for messages this batch writes
+        self.messages: dict[int, tuple[StoredMessage, set[str]]] = {}
+        #: (key, queue) -> ADD | DROP, for messages an earlier batch wrote
+        self.ref_ops: dict[tuple[int, str], int] = {}
+        #: earlier messages whose last reference this batch drops: delete them
+        self.freed: set[int] = set()
+        #: catalog name -> value, None meaning delete
+        self.meta: dict[str, bytes | None] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.messages or self.ref_ops or self.freed or self.meta)
+
+    def write(self, message: StoredMessage, queues: Iterable[str]) -> None:
+        self.messages[message.key] = (message, set(queues))
+
+    def add_reference(self, key: int, queue: str) -> None:
+        entry = self.messages.get(key)
+        if entry is not None:
+            entry[1].add(queue)
+        else:
+            self._ref_op(key, queue, ADD)
+
+    def remove(self, key: int, queue: str, last: bool) -> None:
+        """Record a removal; ``last`` says the device holds no other reference to ``key``."""
+        entry = self.messages.get(key)
+        if entry is not None:
+            entry[1].discard(queue)
+            if last:
+                del self.messages[key]
+            return
+        self._ref_op(key, queue, DROP)
+        if last:
+            self.freed.add(key)
+
+    def _ref_op(self, key: int, queue: str, op: int) -> None:
+        if self.ref_ops.get((key, queue), op) != op:
+            del self.ref_ops[(key, queue)]        # add then drop (or drop then add): no change
+        else:
+            self.ref_ops[(key, queue)] = op
+
+    def put_meta(self, name: str, value: bytes | None) -> None:
+        self.meta[name] = value
+
+    def absorb(self, later: "WriteBatch") -> None:
+        """Replay ``later`` on top of this batch (this one failed to commit, ``later`` came meanwhile)."""
+        fresh = set(self.messages)
+        for (key, queue), op in later.ref_ops.items():
+            entry = self.messages.get(key)
+            if entry is None:
+                self._ref_op(key, queue, op)
+            elif op == ADD:
+                entry[1].add(queue)
+            else:
+                entry[1].discard(queue)
+                if not entry[1]:
+                    del self.messages[key]
+        self.freed |= later.freed - fresh
+        self.messages.update(later.messages)
+        self.meta.update(later.meta)
+
+
+class BufferedDevice(HoldingDevice):
+    """A device whose writes are buffered in memory and committed to a server by ``sync``."""
+
+    #: exceptions of the backend client that mean "the server failed us" (become StorageError)
+    _backend_errors: tuple[type[BaseException], ...] = ()
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._lock = threading.Lock()          # guards everything below that both threads touch
+        self._sync_lock = threading.Lock()     # one commit at a time, in batch order
+        self._pending = WriteBatch()
+        self._inflight: WriteBatch | None = None
+        #: key -> (size, queues): every message this device holds, committed or not
+        self._held: dict[int, tuple[int, tuple[str, ...]]] = {}
+        self._bytes = 0
+        self._errors = 0
+        self._online = False
+        self._latency = 0.0                    # moving average of commit time, seconds
+        self._opened = False
+
+    # -- subclass hooks -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def _commit(self, batch: WriteBatch) -> None:
+        """Apply ``batch`` atomically and idempotently."""
+
+    @abc.abstractmethod
+    def _read_stored(self, key: int) -> StoredMessage | None:
+        """Read a committed message (None if absent)."""
+
+    @abc.abstractmethod
+    def _stored_meta(self) -> dict[str, bytes]:
+        """Every committed catalog record."""
+
+    def _status_extra(self) -> dict:
+        return {}
+
+    def _describe(self) -> str:
+        return f"{self.kind} device {self.name!r}"
+
+    # -- helpers --------------------------------------------------------------------------------
+    def _failure(self, action: str, exc: BaseException) -> StorageError:
+        with self._lock:
+            self._errors += 1
+            self._online = False
+        return StorageError(f"{self._describe()}: {action} failed: {exc}", device=self.name)
+
+    def _check_open(self) -> None:
+        if not self._opened:
+            raise StorageError(f"{self._describe()} is not open", device=self.name)
+
+    def _hold(self, items: Iterable[tuple[int, int, Sequence[str]]]) -> None:
+        """Record committed messages (loaded at open, claimed, taken over): (key, size, queues)."""
+        with self._lock:
+            for key, size, queues in items:
+                old = self._held.get(key)
+                if old is not None:
+                    self._bytes -= old[0]
+                self._held[key] = (size, tuple(sorted(set(queues))))
+                self._bytes += size
+
+    def _reset_held(self) -> None:
+        with self._lock:
+            self._held.clear()
+            self._bytes = 0
+
+    # -- HoldingDevice --------------------------------------------------------------------------
+    def write(self, message: StoredMessage, queues: Sequence[str],
+              allocation: Allocation | None = None) -> None:
+        self._check_open()
+        refs = tuple(sorted(set(queues)))
+        if not refs:
+            return      # nobody owes it to anyone: nothing to hold
+        with self._lock:
+            if message.key in self._held:
+                raise StorageError(f"{self._describe()}: key {message.key} is already held "
+                                   f"(keys are never reused)", device=self.name, key=message.key)
+            self._held[message.key] = (message.size, refs)
+            self._bytes += message.size
+            self._pending.write(message, refs)
+
+    def remove(self, key: int, queue: str) -> None:
+        self._check_open()
+        with self._lock:
+            held = self._held.get(key)
+            if held is None or queue not in held[1]:
+                raise KeyError((key, queue))
+            rest = tuple(q for q in held[1] if q != queue)
+            if rest:
+                self._held[key] = (held[0], rest)
+            else:
+                del self._held[key]
+                self._bytes -= held[0]
+            self._pending.remove(key, queue, last=not rest)
+
+    def add_reference(self, key: int, queue: str) -> None:
+        self._check_open()
+        with self._lock:
+            held = self._held.get(key)
+            if held is None:
+                raise KeyError(key)
+            if queue in held[1]:
+                return
+            self._held[key] = (held[0], tuple(sorted((*held[1], queue))))
+            self._pending.add_reference(key, queue)
+
+    def put_meta(self, key: str, value: bytes | None) -> None:
+        self._check_open()
+        with self._lock:
+            self._pending.put_meta(key, value)
+
+    def iter_meta(self) -> Iterator[tuple[str, bytes]]:
+        self._check_open()
+        # Buffers first, store second: a batch committed in between is then in both, which is
+        # harmless, whereas the other order could miss it in both.
+        with self._lock:
+            overlays = [dict(self._inflight.meta)] if self._inflight is not None else []
+            overlays.append(dict(self._pending.meta))
+        try:
+            records = self._stored_meta()
+        except self._backend_errors as exc:
+            raise self._failure("reading the catalog", exc) from exc
+        for overlay in overlays:
+            for name, value in overlay.items():
+                if value is None:
+                    records.pop(name, None)
+                else:
+                    records[name] = value
+        return iter(sorted(records.items()))
+
+    def read(self, key: int) -> StoredMessage:
+        self._check_open()
+        with self._lock:
+            if key not in self._held:
+                raise KeyError(key)
+            for batch in (self._pending, self._inflight):
+                if batch is not None and key in batch.messages:
+                    return batch.messages[key][0]
+        # Held and not buffered, so committed: a batch leaves _inflight only after its commit, and
+        # only the broker thread (ours) can free it meanwhile.
+        try:
+            message = self._read_stored(key)
+        except self._backend_errors as exc:
+            raise self._failure(f"reading message {key}", exc) from exc
+        if message is None:
+            raise StorageError(f"{self._describe()}: message {key} is held but missing from the store "
+                               f"(was it changed behind the broker's back?)", device=self.name, key=key)
+        return message
+
+    def flush(self) -> None:
+        """Nothing to do: the batch is handed to the server in one transaction by :meth:`sync`."""
+
+    def sync(self) -> None:
+        self._check_open()
+        with self._sync_lock:
+            with self._lock:
+                batch = self._pending
+                if not batch:
+                    return
+                self._pending = WriteBatch()
+                self._inflight = batch
+            started = time.perf_counter()
+            try:
+                self._commit(batch)
+            except BaseException as exc:
+                with self._lock:
+                    batch.absorb(self._pending)
+                    self._pending = batch
+                    self._inflight = None
+                if isinstance(exc, self._backend_errors):
+                    raise self._failure("commit", exc) from exc
+                raise
+            elapsed = time.perf_counter() - started
+            with self._lock:
+                self._inflight = None
+                self._online = True
+                self._latency = elapsed if self._latency == 0.0 else 0.8 * self._latency + 0.2 * elapsed
+
+    def status(self) -> DeviceStatus:
+        extra = self._status_extra()     # may probe the server and flip _online
+        with self._lock:
+            return DeviceStatus(
+                name=self.name, kind=self.kind, messages=len(self._held), bytes_used=self._bytes,
+                errors=self._errors, write_latency_s=self._latency,
+                online=self._online and self._opened, extra=extra,
+            )

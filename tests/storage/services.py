@@ -1,0 +1,142 @@
+"""Where the storage tests find real servers, and a TCP proxy that cuts connections on demand.
+
+The servers come from ``.ci/services.sh`` through two environment variables:
+
+* ``PYMQ_TEST_POSTGRES_URL`` (e.g. ``postgresql+psycopg://pymq:pymq@127.0.0.1:5432/pymq_test``)
+* ``PYMQ_TEST_REDIS_URL``    (e.g. ``redis://127.0.0.1:6379/0``)
+
+This module is the one place that decides what an absent server means: a skip that names the variable
+and the command that provides it, except when ``CI`` is set (CI sets it), where it is a failure, so a
+CI run can never go green without having tested against the real servers.  A variable that is set
+but names a server that does not answer is always a failure.
+
+Use the fixtures by importing them into a test module: ``from tests.storage.services import postgres_url``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+import pytest
+
+POSTGRES_VAR = "PYMQ_TEST_POSTGRES_URL"
+REDIS_VAR = "PYMQ_TEST_REDIS_URL"
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def service_url(variable: str, what: str) -> str:
+    """The URL in ``variable``, or skip (fail under CI) with a reason that says how to get one."""
+    url = os.environ.get(variable, "").strip()
+    if url:
+        return url
+    reason = (f"{variable} is not set, so there is no {what} server to test against; "
+              f"start one with: eval \"$(.ci/services.sh)\"")
+    if in_ci():
+        pytest.fail(f"{reason} (CI is set: a missing server is a failure, not a skip)", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    url = service_url(POSTGRES_VAR, "PostgreSQL")
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            conn.execute(sa.text("SELECT 1"))
+    except sa.exc.SQLAlchemyError as exc:
+        pytest.fail(f"{POSTGRES_VAR}={url} is set but PostgreSQL does not answer: {exc}", pytrace=False)
+    finally:
+        engine.dispose()
+    return url
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    url = service_url(REDIS_VAR, "Redis")
+    import redis
+
+    client = redis.Redis.from_url(url, socket_connect_timeout=5)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        pytest.fail(f"{REDIS_VAR}={url} is set but Redis does not answer: {exc}", pytrace=False)
+    finally:
+        client.close()
+    return url
+
+
+class TcpProxy:
+    """Forwards 127.0.0.1:<port> to a server; ``cut()`` drops every connection and refuses new ones
+    until ``restore()``.  Lets a test take a real server away from a device and give it back."""
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self._target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._open = True
+        self._closed = False
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return                      # listener closed
+            with self._lock:
+                allowed = self._open
+            if not allowed:
+                client.close()
+                continue
+            try:
+                server = socket.create_connection(self._target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            server.settimeout(None)
+            with self._lock:
+                self._sockets |= {client, server}
+            for src, dst in ((client, server), (server, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while chunk := src.recv(65536):
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        with self._lock:
+            self._open = False
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            sock.close()
+
+    def restore(self) -> None:
+        with self._lock:
+            self._open = True
+
+    def close(self) -> None:
+        self.cut()
+        self._listener.close()
+        self._thread.join(timeout=5)
