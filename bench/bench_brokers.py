@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from loadclient import Endpoint, LoadSpec, RunResult, run_load, uvloop  # noqa: E402
-from peers import BROKERS, Broker, PeerUnavailable  # noqa: E402
+from peers import BROKERS, Broker, PeerUnavailable, machine_busy_seconds  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -49,6 +49,7 @@ class Workload:
 
 
 RECEIPT_EVERY, MAX_UNCONFIRMED = 100, 1000
+WINDOW = 1000
 
 WORKLOADS = [
     Workload("a128", "a", "1->1 queue 128 B non-persistent", dict(size=128), 200_000, 20_000),
@@ -77,6 +78,7 @@ class Row:
     result: RunResult
     broker_cpu_s: float = 0.0
     broker_cpu_us_per_msg: float = 0.0
+    other_cpu_pct: float = 0.0
     extra: dict = field(default_factory=dict)
 
     @property
@@ -94,20 +96,30 @@ def endpoint(b: Broker) -> Endpoint:
                     explicit_non_persistent=b.dialect.explicit_non_persistent)
 
 
-def run_one(b: Broker, w: Workload, quick: bool, run_id: str) -> Row:
+def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int) -> Row:
     spec_kw = dict(w.spec)
     kind = "/topic/" if spec_kw.get("topic") else "/queue/"
     prefix = b.dialect.topic_prefix if kind == "/topic/" else b.dialect.queue_prefix
     spec = LoadSpec(destination=f"{prefix}bench.{run_id}.{w.key}", count=w.quick_count if quick else w.count,
                     duration=w.quick_seconds if quick else w.seconds, **spec_kw)
+    spec.max_in_flight = window
     if spec.rate:
         spec.count = int(spec.rate * spec.duration)
     if spec.persistent:
         spec.idle_timeout = 15.0
-    cpu_at_start = []
-    r = run_load(endpoint(b), spec, on_started=lambda: cpu_at_start.append(b.cpu_seconds()))
-    cpu = b.cpu_seconds() - cpu_at_start[0] if cpu_at_start else 0.0
-    row = Row(b.name, w.key, w.title, r, cpu, cpu * 1e6 / r.received if r.received else 0.0)
+    at_start = []
+    r = run_load(endpoint(b), spec,
+                 on_started=lambda: at_start.append((b.cpu_seconds(), machine_busy_seconds(), time.monotonic())))
+    row = Row(b.name, w.key, w.title, r)
+    if at_start:
+        cpu0, busy0, t0 = at_start[0]
+        row.broker_cpu_s = b.cpu_seconds() - cpu0
+        row.broker_cpu_us_per_msg = row.broker_cpu_s * 1e6 / r.received if r.received else 0.0
+        # Whatever else ran on the machine meanwhile (other people's tests share these cores): busy time of
+        # all cores minus the broker and the load client. High values make the row's figures suspect.
+        wall = time.monotonic() - t0
+        others = machine_busy_seconds() - busy0 - row.broker_cpu_s - r.producer_cpu_s - r.consumer_cpu_s
+        row.other_cpu_pct = max(0.0, 100.0 * others / wall) if wall > 0 else 0.0
     return row
 
 
@@ -122,33 +134,36 @@ def warm_up(b: Broker, quick: bool, run_id: str) -> None:
     log(f"  warm-up: {r.received} messages, {r.rate:,.0f} msg/s")
 
 
-def run_sdk(b: Broker, quick: bool, baseline: Row | None) -> list[Row]:
+def run_sdk(b: Broker, quick: bool) -> list[Row]:
+    """The SDK's own loops (bench_sdk.py, a subprocess) against the broker just measured and in-process."""
     rows = []
-    for url in (f"stomp://127.0.0.1:{b.stomp_port}", "vm://bench"):
-        argv = [sys.executable, os.path.join(HERE, "bench_sdk.py"), "--url", url, "--json", "-"]
-        argv += ["--quick"] if quick else ["--count", "50000", "--seconds", "15"]
-        cpu0 = b.cpu_seconds()
-        try:
-            p = subprocess.run(argv, capture_output=True, text=True, timeout=180)
-            out = json.loads(p.stdout.strip().splitlines()[-1]) if p.stdout.strip() else {
-                "error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
-        except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
-            out = {"error": f"{type(e).__name__}: {e}"}
-        cpu = b.cpu_seconds() - cpu0 if url.startswith("stomp") else 0.0
-        scheme = url.split("://")[0]
-        if "error" in out:
-            log(f"  sdk {scheme}: not measured: {out['error']}")
-            rows.append(Row(b.name, f"sdk-{scheme}", f"SDK send+receive over {scheme}://",
-                            RunResult(), extra={"unavailable": out["error"]}))
-            continue
-        r = RunResult(sent=out["sent"], received=out["received"], lost=out["lost"], duplicated=out["duplicated"],
-                      malformed=out["unreadable"], rate=out["recv_rate"], send_rate=out["send_rate"])
-        row = Row(b.name, f"sdk-{scheme}", f"SDK send+receive over {scheme}://", r, cpu,
-                  cpu * 1e6 / r.received if r.received and cpu else 0.0, extra=out)
-        if baseline is not None and baseline.result.rate:
-            row.extra["baseline_a128_rate"] = baseline.result.rate
-        rows.append(row)
-        log(f"  sdk {scheme}: send {out['send_rate']:,.0f} msg/s, receive {out['recv_rate']:,.0f} msg/s")
+    for url in (f"stomp://127.0.0.1:{b.stomp_port}", "vm://default"):
+        for persistent in (False, True):
+            scheme = url.split("://")[0]
+            key = f"sdk-{scheme}" + ("-p" if persistent else "")
+            title = f"SDK send+receive over {scheme}://, {'persistent' if persistent else 'non-persistent'}"
+            argv = [sys.executable, os.path.join(HERE, "bench_sdk.py"), "--url", url, "--json", "-"]
+            argv += ["--quick"] if quick else ["--count", "20000" if persistent else "50000", "--seconds", "15"]
+            argv += ["--persistent"] if persistent else []
+            cpu0 = b.cpu_seconds()
+            try:
+                p = subprocess.run(argv, capture_output=True, text=True, timeout=180)
+                lines = p.stdout.strip().splitlines()
+                out = json.loads(lines[-1]) if lines else {
+                    "error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+            except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+                out = {"error": f"{type(e).__name__}: {e}"}
+            cpu = b.cpu_seconds() - cpu0 if scheme == "stomp" else 0.0
+            if "error" in out:
+                log(f"  {key}: not measured: {out['error']}")
+                rows.append(Row(b.name, key, title, RunResult(), extra={"unavailable": out["error"]}))
+                continue
+            r = RunResult(sent=out["sent"], received=out["received"], lost=out["lost"],
+                          duplicated=out["duplicated"], malformed=out["unreadable"], rate=out["recv_rate"],
+                          send_rate=out["send_rate"])
+            rows.append(Row(b.name, key, title, r, cpu, cpu * 1e6 / r.received if r.received and cpu else 0.0,
+                            extra=out))
+            log(f"  {key:11} send {out['send_rate']:10,.0f} msg/s, receive {out['recv_rate']:10,.0f} msg/s")
     return rows
 
 
@@ -157,23 +172,22 @@ def fmt_rate(v: float) -> str:
 
 
 def print_table(rows: list[Row]) -> None:
-    hdr = (f"{'workload':8} {'broker':9} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>8} "
-           f"{'brk µs/msg':>10} {'prod cpu':>8} {'cons cpu':>8} {'sent':>8} {'recv':>8} {'lost':>5} {'dup':>4}")
+    hdr = (f"{'workload':11} {'broker':9} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>8} "
+           f"{'brk µs/msg':>10} {'prod cpu':>8} {'cons cpu':>8} {'others':>6} {'sent':>8} {'recv':>8} {'lost':>5} {'dup':>4}")
     print(hdr)
     print("-" * len(hdr))
     for row in sorted(rows, key=lambda r: (order(r.workload), r.broker)):
         r = row.result
         if row.extra.get("unavailable"):
-            print(f"{row.workload:8} {row.broker:9} not measured: {row.extra['unavailable']}")
+            print(f"{row.workload:11} {row.broker:9} not measured: {row.extra['unavailable']}")
             continue
         if row.workload.startswith("sdk"):
-            print(f"{row.workload:8} {row.broker:9} {fmt_rate(r.rate):>9}  (receive loop; send loop "
-                  f"{fmt_rate(r.send_rate)} msg/s)  {'':>14}{row.broker_cpu_us_per_msg:10.1f}"
-                  f" {'':17} {r.sent:8} {r.received:8} {r.lost:5} {r.duplicated:4}")
+            print(f"{row.workload:11} {row.broker:9} {fmt_rate(r.rate):>9}  receive loop; send loop "
+                  f"{fmt_rate(r.send_rate):>7} msg/s {'':>15} {r.sent:8} {r.received:8} {r.lost:5} {r.duplicated:4}")
             continue
-        print(f"{row.workload:8} {row.broker:9} {fmt_rate(r.rate):>9} {r.lat_p50_us / 1000:8.2f} "
+        print(f"{row.workload:11} {row.broker:9} {fmt_rate(r.rate):>9} {r.lat_p50_us / 1000:8.2f} "
               f"{r.lat_p99_us / 1000:8.2f} {r.lat_p999_us / 1000:8.2f} {row.broker_cpu_us_per_msg:10.1f} "
-              f"{r.producer_cpu_pct:7.0f}% {r.consumer_cpu_pct:7.0f}% {r.sent:8} {r.received:8} "
+              f"{r.producer_cpu_pct:7.0f}% {r.consumer_cpu_pct:7.0f}% {row.other_cpu_pct:5.0f}% {r.sent:8} {r.received:8} "
               f"{r.lost:5} {r.duplicated:4}" + (f"  ERROR {'; '.join(r.errors)[:200]}" if r.errors else ""))
 
 
@@ -191,9 +205,14 @@ def ratios(rows: list[Row]) -> dict:
         if broker != "pymq":
             continue
         if wl.startswith("sdk"):
-            base = by.get(("pymq", "a128"))
+            # The SDK's loops beside the load client against the same broker in this run: a128 for the
+            # non-persistent loops, b128 for the persistent ones.
+            base_key = "b128" if wl.endswith("-p") else "a128"
+            base = by.get(("pymq", base_key))
             if base and base.result.rate:
-                out.setdefault(wl, {})["sdk_over_loadclient_a128"] = row.result.rate / base.result.rate
+                out.setdefault(wl, {})["sdk_over_loadclient"] = {
+                    "baseline": base_key, "send": row.result.send_rate / base.result.rate,
+                    "receive": row.result.rate / base.result.rate}
             continue
         for peer in ("rabbitmq", "activemq"):
             p = by.get((peer, wl))
@@ -218,14 +237,15 @@ def print_ratios(rat: dict) -> None:
     for wl in sorted(rat, key=order):
         parts = []
         for peer, d in rat[wl].items():
-            if peer == "sdk_over_loadclient_a128":
-                parts.append(f"SDK receive / load client a128 = {d:.2f}")
+            if peer == "sdk_over_loadclient":
+                parts.append(f"SDK / load client {d['baseline']} (pymq): send loop {d['send']:.2f}, "
+                             f"receive loop {d['receive']:.2f}")
                 continue
             s = f"vs {peer}: throughput {d.get('throughput', 0):.2f}, cpu/msg {d.get('cpu_per_msg', 0):.2f}"
             if "p99_latency" in d:
                 s += f", p99 {d['p99_latency']:.2f}"
             parts.append(s)
-        print(f"  {wl:8} " + " | ".join(parts))
+        print(f"  {wl:11} " + " | ".join(parts))
 
 
 def self_check() -> int:
@@ -288,6 +308,9 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write all figures to this file")
     ap.add_argument("--self-check", action="store_true", help="check the harness against a toy broker and exit")
     ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--window", type=int, default=WINDOW,
+                    help=f"messages in flight per producer, sent but not yet delivered (default {WINDOW}; "
+                         "0 = unbounded pipelining, where latency becomes the age of the backlog)")
     a = ap.parse_args(argv)
     if a.self_check:
         return self_check()
@@ -312,7 +335,7 @@ def main(argv=None) -> int:
                 for w in WORKLOADS:
                     if w.group not in groups:
                         continue
-                    row = run_one(b, w, a.quick, run_id)
+                    row = run_one(b, w, a.quick, run_id, a.window)
                     r = row.result
                     log(f"  {w.key:5} {r.rate:10,.0f} msg/s  p50 {r.lat_p50_us / 1000:7.2f} ms  "
                         f"p99 {r.lat_p99_us / 1000:7.2f} ms  broker {row.broker_cpu_us_per_msg:6.1f} µs/msg  "
@@ -321,8 +344,7 @@ def main(argv=None) -> int:
                         + (f"  ERRORS {r.errors}" if r.errors else ""))
                     rows.append(row)
                 if name == "pymq" and "sdk" in groups:
-                    base = next((r for r in rows if r.broker == "pymq" and r.workload == "a128"), None)
-                    rows.extend(run_sdk(b, a.quick, base))
+                    rows.extend(run_sdk(b, a.quick))
             except PeerUnavailable as e:
                 unavailable[name] = str(e)
                 log(f"  {name} unavailable: {e}")
@@ -331,8 +353,10 @@ def main(argv=None) -> int:
     print(f"\nbroker bench ({'quick' if a.quick else 'full'}), {os.cpu_count()} cores, "
           f"python {platform.python_version()}, {'uvloop' if uvloop else 'asyncio'} load client; "
           + ", ".join(f"{k} {v}" for k, v in versions.items()))
-    print(f"(b): RECEIPT every {RECEIPT_EVERY} messages, at most {MAX_UNCONFIRMED} unconfirmed; "
-          "client cpu = % of one core used by the producer / consumer process over the run\n")
+    print(f"(b): RECEIPT every {RECEIPT_EVERY} messages, at most {MAX_UNCONFIRMED} unconfirmed. Window: "
+          f"{a.window or 'unbounded'} messages in flight per producer. prod/cons cpu: % of one core used by the "
+          "load client's producer / consumer process while busy; others: % of one core used by everything else "
+          f"on the machine during the row (load average at start {os.getloadavg()[0]:.1f})\n")
     print_table(rows)
     rat = ratios(rows)
     print_ratios(rat)
@@ -348,7 +372,8 @@ def main(argv=None) -> int:
             "loop": "uvloop" if uvloop else "asyncio", "versions": versions, "unavailable": unavailable,
             "receipt_every": RECEIPT_EVERY, "max_unconfirmed": MAX_UNCONFIRMED,
             "results": [dict(broker=r.broker, workload=r.workload, title=r.title, broker_cpu_s=r.broker_cpu_s,
-                             broker_cpu_us_per_msg=r.broker_cpu_us_per_msg, **r.result.as_dict(), extra=r.extra)
+                             broker_cpu_us_per_msg=r.broker_cpu_us_per_msg, other_cpu_pct=r.other_cpu_pct,
+                             **r.result.as_dict(), extra=r.extra)
                         for r in rows],
             "ratios": rat,
         }

@@ -1,7 +1,7 @@
 """Throughput of the pymq SDK itself: a send loop and then a receive loop through the public JMS-style API,
 over `stomp://` (to a running pymq-server) and over `vm://` (the broker in the same process).
 
-Run alone:  python bench/bench_sdk.py --url vm://bench [--count 20000] [--size 128] [--json -]
+Run alone:  python bench/bench_sdk.py --url vm://default [--count 20000] [--size 128] [--json -]
 bench_brokers.py runs it as a subprocess against the pymq broker it started, and sets it beside the bench's
 own load client against the same broker (the baseline of the same run).
 
@@ -41,7 +41,7 @@ def _body_of(message) -> bytes | None:
     return None
 
 
-def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool) -> dict:
+def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool, persistent: bool) -> dict:
     import pymq  # the SDK under test
 
     pad = b"x" * max(0, size - 12)
@@ -50,6 +50,9 @@ def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool)
     try:
         session = conn.create_session()
         producer = session.create_producer(pymq.Queue(queue))
+        # JMS's default is PERSISTENT, where each send outside a transaction waits for the broker's receipt
+        # (durable write included): that is a different measurement from a pipelined non-persistent loop.
+        producer.delivery_mode = pymq.PERSISTENT if persistent else pymq.NON_PERSISTENT
         # Send loop.
         cpu0, t0 = _cpu(), time.perf_counter()
         deadline = t0 + seconds
@@ -86,7 +89,7 @@ def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool)
     finally:
         conn.close()
     return {
-        "url": url.split("://")[0] + "://", "size": size, "text_messages": text,
+        "url": url.split("://")[0] + "://", "size": size, "text_messages": text, "persistent": persistent,
         "sent": sent, "send_rate": sent / send_s if send_s else 0.0, "send_cpu_pct": 100 * send_cpu / send_s,
         "received": received, "recv_rate": received / recv_s if recv_s else 0.0,
         "recv_cpu_pct": 100 * recv_cpu / recv_s if recv_s else 0.0,
@@ -96,19 +99,21 @@ def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool)
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--url", default="vm://bench")
+    ap.add_argument("--url", default="vm://default")
     ap.add_argument("--count", type=int, default=20_000)
     ap.add_argument("--size", type=int, default=128)
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--queue", default=f"bench.sdk.{os.getpid()}")
     ap.add_argument("--text", action="store_true", help="send TextMessages (create_text_message) not bytes")
+    ap.add_argument("--persistent", action="store_true",
+                    help="PERSISTENT delivery (JMS default: every send waits for its receipt); else NON_PERSISTENT")
     ap.add_argument("--quick", action="store_true", help="2,000 messages, 3 s")
     ap.add_argument("--json", help="write the result as JSON to this file ('-' for stdout)")
     a = ap.parse_args(argv)
     if a.quick:
         a.count, a.seconds = min(a.count, 2_000), 3.0
     try:
-        r = run(a.url, a.count, a.size, a.seconds, a.queue, a.text)
+        r = run(a.url, a.count, a.size, a.seconds, a.queue, a.text, a.persistent)
     except ImportError as e:
         r = {"url": a.url, "error": f"pymq SDK not importable: {e}"}
     except AttributeError as e:
@@ -119,7 +124,7 @@ def main(argv=None) -> int:
         if "error" in r:
             print(f"sdk {a.url}: {r['error']}")
         else:
-            print(f"sdk {r['url']:9} send {r['send_rate']:9.0f} msg/s (cpu {r['send_cpu_pct']:.0f}%)   "
+            print(f"sdk {r['url']:9} {'persistent' if r['persistent'] else 'non-persistent':14} send {r['send_rate']:9.0f} msg/s (cpu {r['send_cpu_pct']:.0f}%)   "
                   f"receive {r['recv_rate']:9.0f} msg/s (cpu {r['recv_cpu_pct']:.0f}%)   "
                   f"lost {r['lost']} dup {r['duplicated']}")
         if a.json:

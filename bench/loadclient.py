@@ -143,6 +143,7 @@ class LoadSpec:
     ack: str = "auto"                # auto | client-individual
     prefetch: int = 1000
     batch: int = 64                  # SEND frames joined into one socket write
+    max_in_flight: int = 1000        # per producer: sent but not yet delivered (0: unbounded pipelining)
     producer_procs: int = 1
     consumer_procs: int = 1
     idle_timeout: float = 5.0        # consumer gives up this long after the last message, once producers are done
@@ -266,7 +267,7 @@ def _body_maker(size: int):
     return make
 
 
-async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result: dict) -> None:
+async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result: dict, shared) -> None:
     conn = await open_connection(ep)
     make = _body_maker(spec.size)
     headers = {"destination": spec.destination}
@@ -294,6 +295,11 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
     count = spec.count
     batch = 1 if spec.rate else spec.batch
     every = spec.receipt_every
+    sent_counter, received = shared.sent, shared.received
+    # The window over all producers: total sent minus delivered (for a topic, delivered to the slowest
+    # subscriber). It keeps the broker's backlog bounded so the latency of a throughput run is the broker's
+    # latency under full load, not the age of a backlog that only depends on the message count.
+    window = spec.max_in_flight * spec.producers
     while seq < count:
         now = monotonic_ns()
         if now >= deadline:
@@ -305,12 +311,20 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
                 # rounds to zero and turns pacing into a busy loop that steals the broker's core.
                 await asyncio.sleep(max(0.001, (due - now) / NS))
                 continue
+        if window:
+            sent_counter[pid] = seq
+            delivered = min(received) if spec.topic else sum(received)
+            if sum(sent_counter) - delivered > window:
+                await asyncio.sleep(0.001)
+                continue
         if not can_write.is_set():
             await can_write.wait()
         if conn.closed.done():
             raise StompError(conn.error or "connection closed by broker")
         frames = []
         n = min(batch, count - seq)
+        if not first:
+            first = monotonic_ns()
         for _ in range(n):
             ts = monotonic_ns()
             if every and ((seq + 1) % every == 0 or seq + 1 == count):
@@ -318,8 +332,6 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
             else:
                 frames.append(head + make(pid, seq, ts) + b"\0")
             seq += 1
-        if not first:
-            first = ts
         last = ts
         write(b"".join(frames))
         if every and spec.max_unconfirmed:
@@ -347,17 +359,17 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
     await close_connection(conn)
 
 
-def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], go, start_ns_v, out_q, ready) -> None:
+def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], shared, out_q, ready) -> None:
     loop = _new_loop()
     asyncio.set_event_loop(loop)
     result: dict = {}
     error = None
     try:
         ready.set()
-        go.wait(120)
+        shared.go.wait(120)
         cpu0 = _cpu_self()
-        start_ns = start_ns_v.value
-        loop.run_until_complete(asyncio.gather(*(_produce(ep, spec, p, start_ns, result) for p in pids)))
+        start_ns = shared.start_ns.value
+        loop.run_until_complete(asyncio.gather(*(_produce(ep, spec, p, start_ns, result, shared) for p in pids)))
         cpu = _cpu_self() - cpu0
     except BaseException as e:  # reported to the parent, which turns it into a harness error
         error, cpu = f"{type(e).__name__}: {e}", 0.0
@@ -368,7 +380,8 @@ def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], go, start_ns_v
 class _Tally:
     """Counts, checks and times the MESSAGE frames of one consumer connection."""
 
-    def __init__(self, n_producers: int, capacity: int, ack: str) -> None:
+    def __init__(self, n_producers: int, capacity: int, ack: str, cidx: int, shared_received) -> None:
+        self.cidx, self.shared_received = cidx, shared_received
         self.seen = [bytearray(capacity) for _ in range(n_producers)]
         self.received = 0
         self.dups = 0
@@ -402,13 +415,15 @@ class _Tally:
             self.acks.append(b"ACK\nid:" + headers[b"ack"] + b"\n\n\0")
 
     def flush(self, conn: _Conn) -> None:
+        # Once per read: publish the count (the producers' window and the end-of-run check read it).
+        self.shared_received[self.cidx] = self.received
         if self.acks:
             conn.write(b"".join(self.acks))
             self.acks.clear()
 
 
-async def _consume(ep: Endpoint, spec: LoadSpec, cidx: int, tallies: list, subscribed: list):
-    tally = _Tally(spec.producers, spec.count + 1, spec.ack)
+async def _consume(ep: Endpoint, spec: LoadSpec, cidx: int, tallies: list, subscribed: list, shared):
+    tally = _Tally(spec.producers, spec.count + 1, spec.ack, cidx, shared.received)
     tallies.append(tally)
     conn = await open_connection(ep, on_message=tally)
     sub = {"id": str(cidx), "destination": spec.destination, "ack": spec.ack, "receipt": "sub"}
@@ -421,28 +436,27 @@ async def _consume(ep: Endpoint, spec: LoadSpec, cidx: int, tallies: list, subsc
     return conn
 
 
-async def _consumer_run(ep, spec, cidxs, ready, go, expected_v, counters, hard_deadline_s, out):
+async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
     tallies: list[_Tally] = []
     conns: list[_Conn] = []
-    await asyncio.gather(*(_consume(ep, spec, c, tallies, conns) for c in cidxs))
+    await asyncio.gather(*(_consume(ep, spec, c, tallies, conns, shared) for c in cidxs))
     ready.set()
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, go.wait, 120)
+    await loop.run_in_executor(None, shared.go.wait, 120)
+    counters = shared.received
     cpu0 = _cpu_self()
     t_go = time.monotonic()
     last_progress, last_total = time.monotonic(), -1
     while True:
         await asyncio.sleep(0.02)
         mine = sum(t.received for t in tallies)
-        for i, c in enumerate(cidxs):
-            counters[c] = tallies[i].received
         now = time.monotonic()
         if mine != last_total:
             last_total, last_progress = mine, now
         for c in conns:
             if c.closed.done():
                 raise StompError(c.error or "consumer connection closed by broker")
-        expected = expected_v.value
+        expected = shared.expected.value
         if expected >= 0:
             got = sum(counters[:]) if not spec.topic else min(t.received for t in tallies)
             if got >= expected:
@@ -462,7 +476,7 @@ async def _consumer_run(ep, spec, cidxs, ready, go, expected_v, counters, hard_d
     return cpu
 
 
-def _consumer_main(ep, spec, cidxs, ready, go, expected_v, counters, hard_deadline_s, out_q) -> None:
+def _consumer_main(ep, spec, cidxs, ready, shared, hard_deadline_s, out_q) -> None:
     loop = _new_loop()
     asyncio.set_event_loop(loop)
     out: list = []
@@ -470,7 +484,7 @@ def _consumer_main(ep, spec, cidxs, ready, go, expected_v, counters, hard_deadli
     cpu = 0.0
     try:
         cpu = loop.run_until_complete(
-            _consumer_run(ep, spec, cidxs, ready, go, expected_v, counters, hard_deadline_s, out))
+            _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out))
     except BaseException as e:
         error = f"{type(e).__name__}: {e}"
     out_q.put(("consumer", {"cidxs": cidxs, "per_consumer": out, "cpu_s": cpu, "error": error}))
@@ -495,11 +509,26 @@ class RunResult:
     consumer_cpu_s: float = 0.0
     producer_cpu_pct: float = 0.0  # of one core, over the run
     consumer_cpu_pct: float = 0.0
+    producer_us_per_msg: float = 0.0   # the load client's own cost, to show it is not the limit
+    consumer_us_per_msg: float = 0.0
     confirm_wait_s: float = 0.0
     errors: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+
+class _Shared:
+    """What the processes of one run share (fork-inherited): the start signal and time, the count the
+    consumers must reach (-1 until the producers are done), and running sent/received counters."""
+
+    def __init__(self, ctx, spec: LoadSpec) -> None:
+        self.go = ctx.Event()
+        self.expected = ctx.Value("q", -1, lock=False)
+        self.start_ns = ctx.Value("q", 0, lock=False)
+        # Single-writer slots (one per producer / consumer), read by everyone: no lock needed.
+        self.sent = ctx.Array("q", spec.producers, lock=False)
+        self.received = ctx.Array("q", spec.consumers, lock=False)
 
 
 def _split(items: list[int], groups: int) -> list[list[int]]:
@@ -519,10 +548,8 @@ def run_load(ep: Endpoint, spec: LoadSpec, on_started=None) -> RunResult:
     producers are released (the caller samples broker CPU there)."""
     ctx = mp.get_context("fork")
     out_q = ctx.Queue()
-    go = ctx.Event()
-    expected_v = ctx.Value("q", -1, lock=False)
-    start_ns_v = ctx.Value("q", 0, lock=False)
-    counters = ctx.Array("q", spec.consumers, lock=False)
+    shared = _Shared(ctx, spec)
+    go, expected_v, start_ns_v = shared.go, shared.expected, shared.start_ns
     hard_deadline = spec.duration + 60 + spec.idle_timeout
     procs = []
     c_ready, p_ready = [], []
@@ -530,12 +557,12 @@ def run_load(ep: Endpoint, spec: LoadSpec, on_started=None) -> RunResult:
         ev = ctx.Event()
         c_ready.append(ev)
         procs.append(ctx.Process(target=_consumer_main, daemon=True,
-                                 args=(ep, spec, cidxs, ev, go, expected_v, counters, hard_deadline, out_q)))
+                                 args=(ep, spec, cidxs, ev, shared, hard_deadline, out_q)))
     for pids in _split(list(range(spec.producers)), spec.producer_procs):
         ev = ctx.Event()
         p_ready.append(ev)
         procs.append(ctx.Process(target=_producer_main, daemon=True,
-                                 args=(ep, spec, pids, go, start_ns_v, out_q, ev)))
+                                 args=(ep, spec, pids, shared, out_q, ev)))
     result = RunResult()
     messages: list = []
     n_consumer_procs = len(c_ready)
@@ -649,6 +676,10 @@ def _summarise(spec: LoadSpec, messages: list, result: RunResult) -> RunResult:
     # send to their last confirmation, the consumers from the first send to the last delivery.
     if first_send and last_send > first_send:
         result.producer_cpu_pct = 100.0 * result.producer_cpu_s / ((last_send - first_send) / NS)
+    if result.sent:
+        result.producer_us_per_msg = result.producer_cpu_s * 1e6 / result.sent
+    if result.received:
+        result.consumer_us_per_msg = result.consumer_cpu_s * 1e6 / result.received
     if result.elapsed_s:
         result.consumer_cpu_pct = 100.0 * result.consumer_cpu_s / result.elapsed_s
     return result

@@ -85,6 +85,14 @@ def cpu_seconds(root: int) -> float:
     return total / CLK_TCK
 
 
+def machine_busy_seconds() -> float:
+    """CPU seconds spent busy by all cores so far (/proc/stat: everything but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    # user nice system idle iowait irq softirq steal [guest guest_nice: already inside user/nice]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / CLK_TCK
+
+
 def apt_install(packages: list[str], log) -> None:
     log(f"installing {' '.join(packages)} with apt-get (not found on this machine)")
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
