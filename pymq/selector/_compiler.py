@@ -1,0 +1,81 @@
+"""Compile selector and storage-rule text into :class:`Selector` objects.
+
+Parsing (pure Python) happens once per subscription or rule; evaluation runs in the evaluator the
+picker chose (Cython unless disabled).  Compiled selectors are immutable and cached by text, so a
+thousand subscriptions with the same selector share one compiled program.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from types import ModuleType
+from typing import Mapping
+
+from . import _evaluator
+from ._parser import JMS, Dialect, parse
+from ._rules import STORAGE_RULES
+
+
+class Selector:
+    """A compiled selector (or storage-rule condition).
+
+    ``text`` is the source, ``identifiers`` the names of the value mapping it reads (so the broker can
+    skip building values nobody reads), ``ir`` the compiled tree both evaluators take, and
+    ``implementation`` which evaluator runs it (``"c"`` or ``"py"``).
+    """
+
+    def __init__(self, text: str, dialect: Dialect = JMS, evaluator: ModuleType | None = None) -> None:
+        result = parse(text, dialect)
+        evaluator = evaluator or _evaluator.impl
+        self.text = text
+        self.identifiers: frozenset[str] = result.reads
+        self.ir = result.ir
+        self.dialect = dialect.label
+        self.implementation: str = evaluator.IMPLEMENTATION
+        self.program = evaluator.build(result.ir)
+        # Bind the evaluator's methods straight onto the instance: a call to selector.matches(...) then
+        # goes to the compiled method with no Python frame in between (the hot path of dispatch).
+        self.matches = self.program.matches
+        self.evaluate = self.program.evaluate
+
+    def matches(self, values: Mapping[str, object]) -> bool:  # type: ignore[no-redef]  # replaced per instance
+        """True when the selector evaluates to TRUE for ``values`` (identifier -> value; absent is NULL)."""
+        return self.program.matches(values)
+
+    def evaluate(self, values: Mapping[str, object]) -> bool | None:  # type: ignore[no-redef]
+        """The three-valued result: True, False, or None for unknown."""
+        return self.program.evaluate(values)
+
+    @property
+    def selects_all(self) -> bool:
+        """True for the empty selector (no filtering at all)."""
+        return self.ir is None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.dialect} {self.text!r} [{self.implementation}]>"
+
+
+@lru_cache(maxsize=4096)
+def _cached(text: str, dialect: Dialect) -> Selector:
+    return Selector(text, dialect)
+
+
+def compile_selector(text: str, *, evaluator: ModuleType | None = None) -> Selector:
+    """Compile a JMS message selector; an empty or blank one selects every message.
+
+    Raises :class:`pymq.errors.InvalidSelector` with ``position`` and ``expected``.  ``evaluator`` forces
+    one implementation (a module from ``pymq.selector.IMPLEMENTATIONS``), for tests and benchmarks.
+    """
+    if evaluator is not None:
+        return Selector(text, JMS, evaluator)
+    if not isinstance(text, str):
+        return Selector(text, JMS)          # raises the typed error
+    return _cached(text, JMS)
+
+
+def compile_rule(text: str, *, evaluator: ModuleType | None = None) -> Selector:
+    """Compile a storage-rule condition (seed 000 dialect); ``.matches(ctx)`` takes a rule context."""
+    if evaluator is not None:
+        return Selector(text, STORAGE_RULES, evaluator)
+    if not isinstance(text, str):
+        return Selector(text, STORAGE_RULES)
+    return _cached(text, STORAGE_RULES)

@@ -1,0 +1,90 @@
+"""The compiled form of a selector: the one thing the parser hands to both evaluators.
+
+A selector compiles once into a tree of plain tuples (strings, numbers, booleans, nested tuples), so it
+can be printed, compared in tests and rebuilt by either evaluator (`_evaluator_py`, the reference, and
+the Cython `_evaluator_c`).  Every node evaluates to a Python value; condition nodes evaluate to the
+three-valued truth ``True`` / ``False`` / ``None`` (unknown).  The parser has already checked the static
+types, so an evaluator never meets, for example, a string literal under ``*``.
+
+Nodes (``e``, ``a``, ``b`` are nodes):
+
+=====================================  =========================================================
+``("lit", v)``                         a literal: str, int (signed 64-bit), float or bool
+``("prop", name)``                     ``values.get(name)``; absent means NULL (``None``)
+``("field", key, name)``               ``values[key].get(name)``: a value in a nested mapping
+``("cond", e)``                        a value used as a condition: True/False if it is a bool, else unknown
+``("not", e)``                         Kleene NOT
+``("and", (e, ...))`` ``("or", ...)``  Kleene AND / OR over two or more conditions
+``("cmp", op, a, b)``                  op in ``= <> < > <= >=``
+``("arith", op, a, b)``                op in ``+ - * /``
+``("neg", e)`` ``("pos", e)``          unary minus / plus (plus only checks that ``e`` is a number)
+``("between", e, lo, hi)``             ``e >= lo AND e <= hi``, ``e`` evaluated once
+``("notbetween", e, lo, hi)``          ``e < lo OR e > hi`` (JMS's definition; differs from NOT BETWEEN on NaN)
+``("in", e, kind, (v, ...))``          kind ``"str"`` or ``"num"``; the literals of the list
+``("like", e, segments)``              segments: ``("lit", text)``, ``("one", "")``, ``("any", "")``
+``("isnull", e)``                      True when ``e`` is NULL, else False (never unknown)
+``("contains", e, text)``              True when ``e`` is a str containing ``text``, else False
+=====================================  =========================================================
+
+The semantics (type rules, NULL, overflow) are specified in spec/selector.md; this module only holds
+what both evaluators share and must not disagree on: the value classes and the LIKE translation.
+"""
+from __future__ import annotations
+
+import re
+
+LONG_MIN = -(2 ** 63)
+LONG_MAX = 2 ** 63 - 1
+
+CMP_OPS = ("=", "<>", "<", ">", "<=", ">=")
+ARITH_OPS = ("+", "-", "*", "/")
+
+
+def like_regex(segments: tuple[tuple[str, str], ...]) -> re.Pattern[str]:
+    """The regular expression a LIKE pattern stands for (whole-string match, '_' is one code point)."""
+    out = []
+    for kind, text in segments:
+        if kind == "lit":
+            out.append(re.escape(text))
+        elif kind == "one":
+            out.append(".")
+        else:
+            out.append(".*")
+    # DOTALL: '_' and '%' match line breaks too, as in SQL; fullmatch anchors both ends.
+    return re.compile("".join(out), re.DOTALL)
+
+
+def like_segments(pattern: str, escape: str | None) -> tuple[tuple[str, str], ...]:
+    """Split a LIKE pattern into literal runs and wildcards.
+
+    The escape character escapes only '%', '_' and itself; anywhere else (including the end of the
+    pattern) it stands for itself, which keeps every pattern valid and agrees with Artemis' tests
+    (``'%D7xlJIQn%_' ESCAPE '%'``: the first '%' is a wildcard, the last pair a literal '_').
+    """
+    segments: list[tuple[str, str]] = []
+    literal: list[str] = []
+
+    def flush() -> None:
+        if literal:
+            segments.append(("lit", "".join(literal)))
+            literal.clear()
+
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        if escape is not None and c == escape and i + 1 < n and pattern[i + 1] in ("%", "_", escape):
+            literal.append(pattern[i + 1])
+            i += 2
+            continue
+        if c == "%":
+            flush()
+            if not segments or segments[-1] != ("any", ""):   # '%%' is one '%'
+                segments.append(("any", ""))
+        elif c == "_":
+            flush()
+            segments.append(("one", ""))
+        else:
+            literal.append(c)
+        i += 1
+    flush()
+    return tuple(segments)
