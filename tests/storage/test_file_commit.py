@@ -1,0 +1,222 @@
+"""Group commit: the sans-IO policy (server/storage/commit.py) and its asyncio driver (commit_aio.py)."""
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from pymq_server.storage.commit import CommitPolicy, GroupCommit
+from pymq_server.storage.commit_aio import CommitDriver
+from pymq_server.storage.device import StoredMessage
+from pymq_server.storage.file import FileDevice
+
+
+def recorder():
+    fired: list = []
+    return fired, (lambda name: (lambda error: fired.append((name, error))))
+
+
+def test_never_fires_at_once_and_never_syncs():
+    policy = GroupCommit("never")
+    fired, cb = recorder()
+    policy.on_commit(cb("a"))
+    assert fired == [("a", None)]
+    assert policy.next_sync_at(0.0) is None and policy.pending == 0
+
+
+def test_always_syncs_immediately_and_late_waiters_wait_for_the_next_sync():
+    policy = GroupCommit(CommitPolicy.ALWAYS)
+    fired, cb = recorder()
+    assert policy.next_sync_at(1.0) is None
+    policy.on_commit(cb("a"))
+    assert policy.next_sync_at(1.0) == 1.0
+    assert policy.sync_started(1.0) == 1
+    policy.on_commit(cb("b"))                 # its writes may postdate the fsync in flight
+    assert policy.next_sync_at(1.1) is None   # one sync at a time
+    assert policy.sync_done() == 1
+    assert fired == [("a", None)]
+    assert policy.next_sync_at(1.2) == 1.2
+    policy.sync_started(1.2)
+    policy.sync_done()
+    assert fired == [("a", None), ("b", None)]
+    assert policy.syncs == 2 and policy.commits == 2
+
+
+def test_grouped_starts_at_most_one_sync_per_interval():
+    policy = GroupCommit("grouped", interval_ms=10)
+    fired, cb = recorder()
+    policy.on_commit(cb(1))
+    assert policy.next_sync_at(5.0) == 5.0    # idle until now: no reason to wait
+    policy.sync_started(5.0)
+    policy.sync_done()
+    for name in range(2, 50):
+        policy.on_commit(cb(name))
+    assert policy.next_sync_at(5.002) == pytest.approx(5.010)
+    assert policy.next_sync_at(5.020) == 5.020
+    assert policy.sync_started(5.020) == 48   # one fsync for 48 commits
+    policy.sync_done()
+    assert [name for name, _ in fired] == list(range(1, 50))
+
+
+def test_failed_sync_reports_the_error_to_covered_waiters_only():
+    policy = GroupCommit("always")
+    fired, cb = recorder()
+    policy.on_commit(cb("a"))
+    policy.sync_started(0.0)
+    policy.on_commit(cb("b"))
+    boom = OSError("disk on fire")
+    assert policy.sync_failed(boom) == 1
+    assert fired == [("a", boom)] and policy.pending == 1
+
+
+def test_misuse_raises():
+    policy = GroupCommit("always")
+    with pytest.raises(RuntimeError):
+        policy.sync_done()
+    policy.sync_started(0.0)
+    with pytest.raises(RuntimeError):
+        policy.sync_started(0.0)
+    with pytest.raises(ValueError):
+        GroupCommit("sometimes")
+    with pytest.raises(ValueError):
+        GroupCommit("grouped", interval_ms=-1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(policy_name=st.sampled_from(["always", "grouped"]),
+       steps=st.lists(st.sampled_from(["commit", "start", "done", "fail", "tick"]), max_size=60))
+def test_a_waiter_fires_only_after_a_sync_that_started_after_it(policy_name, steps):
+    policy = GroupCommit(policy_name, interval_ms=3)
+    now = 0.0
+    registered_at: dict[int, int] = {}       # waiter -> index of the sync epoch when it registered
+    fired_after: dict[int, tuple] = {}
+    started = 0                               # syncs started so far
+    current_start = None
+    counter = [0]
+    for step in steps:
+        if step == "commit":
+            name = counter[0]
+            counter[0] += 1
+            registered_at[name] = started
+            policy.on_commit(lambda error, name=name: fired_after.setdefault(name, (current_start, error)))
+        elif step == "start":
+            when = policy.next_sync_at(now)
+            if when is not None and when <= now:
+                started += 1
+                current_start = started
+                policy.sync_started(now)
+        elif step in ("done", "fail") and policy.in_flight:
+            policy.sync_done() if step == "done" else policy.sync_failed(RuntimeError("x"))
+        elif step == "tick":
+            now += 0.001
+    for name, (sync_index, _error) in fired_after.items():
+        assert sync_index is not None and sync_index > registered_at[name]
+    assert policy.pending == len(registered_at) - len(fired_after)
+
+
+class CountingDevice:
+    """Stands in for a device: counts flushes and syncs, optionally slow or failing."""
+
+    def __init__(self, sync_seconds=0.0, fail=False):
+        self.flushes = 0
+        self.syncs = 0
+        self.synced_flushes = 0          # flushes covered by the last finished sync
+        self.sync_seconds = sync_seconds
+        self.fail = fail
+        self.checkpoint_due = False
+        self.checkpoints = 0
+        self.threads = set()
+
+    def flush(self):
+        self.flushes += 1
+
+    def sync(self):
+        seen = self.flushes
+        self.threads.add(threading.get_ident())
+        if self.sync_seconds:
+            time.sleep(self.sync_seconds)
+        if self.fail:
+            raise OSError("fsync failed")
+        self.syncs += 1
+        self.synced_flushes = seen
+
+    def checkpoint(self):
+        self.checkpoints += 1
+        self.checkpoint_due = False
+
+
+def test_driver_sequential_commits_sync_each_under_always():
+    async def main():
+        device = CountingDevice()
+        driver = CommitDriver(device, GroupCommit("always"))
+        for _ in range(5):
+            await driver.commit()
+            assert device.synced_flushes == device.flushes   # durable before commit() returned
+        await driver.close()
+        return device
+    device = asyncio.run(main())
+    assert device.syncs == 5 and threading.get_ident() not in device.threads
+
+
+def test_driver_groups_concurrent_commits():
+    async def main():
+        device = CountingDevice(sync_seconds=0.01)
+        driver = CommitDriver(device, GroupCommit("grouped", interval_ms=5))
+        await asyncio.gather(*(driver.commit() for _ in range(100)))
+        await driver.close()
+        return device
+    device = asyncio.run(main())
+    assert device.flushes == 100 and 1 <= device.syncs <= 2
+
+
+def test_driver_reports_sync_failure_to_the_committer():
+    async def main():
+        driver = CommitDriver(CountingDevice(fail=True), GroupCommit("always"))
+        with pytest.raises(OSError, match="fsync failed"):
+            await driver.commit()
+        await driver.close()
+    asyncio.run(main())
+
+
+def test_driver_never_policy_checkpoints_when_due():
+    async def main():
+        device = CountingDevice()
+        driver = CommitDriver(device, GroupCommit("never"))
+        await driver.commit()
+        device.checkpoint_due = True
+        await driver.commit()
+        for _ in range(100):
+            if device.checkpoints:
+                break
+            await asyncio.sleep(0.005)
+        await driver.close()
+        return device
+    device = asyncio.run(main())
+    assert device.syncs == 0 and device.checkpoints == 1
+
+
+def test_driver_on_a_file_device_receipted_writes_survive_a_crash(tmp_path):
+    async def main():
+        device = FileDevice("file", tmp_path / "s")
+        device.open()
+        driver = CommitDriver(device, GroupCommit("grouped", interval_ms=2))
+
+        async def send(key):
+            device.write(StoredMessage(key, "/queue/a", key, True, b"m%d" % key), ["/queue/a"])
+            await driver.commit()
+            return key
+
+        receipted = await asyncio.gather(*(send(k) for k in range(1, 201)))
+        await driver.close()
+        device._simulate_crash()          # no close: only what sync made durable may count
+        return receipted
+    receipted = asyncio.run(main())
+    device = FileDevice("file", tmp_path / "s")
+    device.open()
+    try:
+        assert [m.key for m, _ in device.recover()] == sorted(receipted)
+    finally:
+        device.close()
