@@ -60,7 +60,14 @@ def extensions():
         return []
     exts = [Extension(name, [src], extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"])
             for name, src in present]
-    return cythonize(exts, compiler_directives=DIRECTIVES, quiet=True)
+    built = []
+    for ext in exts:
+        # one module that fails to translate must not take the others (or the install) down
+        try:
+            built += cythonize([ext], compiler_directives=DIRECTIVES, quiet=True)
+        except Exception as exc:
+            sys.stderr.write(f"pymq: cannot cythonize {ext.name} ({exc}); using its pure-Python twin\n")
+    return built
 
 
 packages = find_packages(include=["pymq", "pymq.*"])

@@ -1,0 +1,317 @@
+"""JMS messages and their STOMP form (spec/stomp.md §4 and §7).
+
+``TextMessage``, ``BytesMessage`` and ``MapMessage`` carry the JMS headers (message id, timestamp,
+correlation id, reply-to, destination, delivery mode, redelivered, type, expiration, priority) and typed
+properties.  STOMP headers are strings, so property types travel in one extra header,
+``pymq-types: count=i,ratio=f,flag=b`` (strings are the default); a foreign client sees plain values and
+a pymq client gets ``int``/``float``/``bool`` back.  The body type travels in ``content-type``:
+``text/plain;charset=utf-8``, ``application/octet-stream``, or ``application/x-pymq-map+json``
+(ActiveMQ's ``transformation: jms-map-json`` is read too).  A frame without ``content-type`` from a
+foreign client is a TextMessage when its body is valid UTF-8, otherwise a BytesMessage.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import math
+import time
+from typing import Any, Callable
+
+from pymq.destination import Destination, as_destination
+from pymq.errors import MessageFormatError
+
+PERSISTENT = 2       # JMS DeliveryMode values
+NON_PERSISTENT = 1
+DEFAULT_PRIORITY = 4
+
+TEXT_TYPE = "text/plain;charset=utf-8"
+BYTES_TYPE = "application/octet-stream"
+MAP_TYPE = "application/x-pymq-map+json"
+
+#: headers that are JMS header fields or protocol machinery, never properties
+_RESERVED = frozenset({
+    "destination", "message-id", "subscription", "ack", "receipt", "transaction", "content-length",
+    "content-type", "persistent", "priority", "expires", "expiration", "timestamp", "correlation-id",
+    "reply-to", "type", "redelivered", "pymq-types", "pymq-seq", "transformation", "browser",
+})
+_TYPE_CODES = {bool: "b", int: "i", float: "f"}
+
+
+def _check_property(name: str, value: Any) -> None:
+    if not isinstance(name, str) or not name:
+        raise MessageFormatError(f"property names must be non-empty strings, got {name!r}")
+    if name in _RESERVED:
+        raise MessageFormatError(f"{name!r} is a header, not a property; use the message attribute")
+    if any(ch in name for ch in ",=\n\r"):
+        raise MessageFormatError(f"property name {name!r} must not contain ',', '=' or line breaks")
+    if type(value) not in (bool, int, float, str):
+        raise MessageFormatError(f"property {name!r} must be bool, int, float or str, "
+                                 f"not {type(value).__name__}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise MessageFormatError(f"property {name!r} must be a finite number")
+
+
+class Message:
+    """Base JMS message: headers and properties, no body."""
+
+    content_type = BYTES_TYPE
+
+    def __init__(self, *, properties: dict | None = None, correlation_id: str | None = None,
+                 reply_to: Destination | str | None = None, type: str | None = None) -> None:
+        self.message_id: str | None = None
+        self.timestamp: int = 0                  # ms since the epoch, set at send
+        self.correlation_id = correlation_id
+        self.reply_to = as_destination(reply_to) if reply_to is not None else None
+        self.destination: Destination | None = None
+        self.delivery_mode = PERSISTENT
+        self.redelivered = False
+        self.delivery_count = 1                  # JMSXDeliveryCount
+        self.type = type
+        self.expiration = 0                      # absolute ms, 0 = never
+        self.priority = DEFAULT_PRIORITY
+        self.sequence: int | None = None          # the broker's per-destination sequence (pymq-seq)
+        self.properties: dict[str, Any] = {}
+        for name, value in (properties or {}).items():
+            self.set_property(name, value)
+        self._acknowledge: Callable[[], None] | None = None
+
+    # -- properties ----------------------------------------------------------------------------
+    def set_property(self, name: str, value: Any) -> None:
+        _check_property(name, value)
+        self.properties[name] = value
+
+    def get_property(self, name: str, default: Any = None) -> Any:
+        return self.properties.get(name, default)
+
+    @property
+    def group_id(self) -> str | None:
+        return self.properties.get("JMSXGroupID")
+
+    @group_id.setter
+    def group_id(self, value: str | None) -> None:
+        if value is None:
+            self.properties.pop("JMSXGroupID", None)
+        else:
+            self.set_property("JMSXGroupID", str(value))
+
+    # -- acknowledgement -----------------------------------------------------------------------
+    def acknowledge(self) -> None:
+        """CLIENT_ACKNOWLEDGE: acknowledge every message the session has consumed so far."""
+        if self._acknowledge is not None:
+            self._acknowledge()
+
+    # -- wire ----------------------------------------------------------------------------------
+    def _body_bytes(self) -> bytes:
+        return b""
+
+    @property
+    def persistent(self) -> bool:
+        return self.delivery_mode == PERSISTENT
+
+    def to_headers(self) -> dict:
+        """The SEND headers for this message (destination excluded)."""
+        h: dict[str, str] = {"content-type": self.content_type,
+                             "persistent": "true" if self.delivery_mode == PERSISTENT else "false"}
+        if self.priority != DEFAULT_PRIORITY:
+            h["priority"] = str(self.priority)
+        if self.expiration:
+            h["expires"] = str(self.expiration)
+        if self.timestamp:
+            h["timestamp"] = str(self.timestamp)
+        if self.correlation_id is not None:
+            h["correlation-id"] = self.correlation_id
+        if self.reply_to is not None:
+            h["reply-to"] = self.reply_to.stomp_name
+        if self.type is not None:
+            h["type"] = self.type
+        types = []
+        for name, value in self.properties.items():
+            code = _TYPE_CODES.get(type(value))
+            if code is None:
+                h[name] = value
+            else:
+                h[name] = ("true" if value else "false") if code == "b" else repr(value) if code == "f" \
+                    else str(value)
+                types.append(f"{name}={code}")
+        if types:
+            h["pymq-types"] = ",".join(types)
+        return h
+
+    def __repr__(self) -> str:
+        return (f"<{type(self).__name__} id={self.message_id} dest={self.destination} "
+                f"props={self.properties}>")
+
+
+class TextMessage(Message):
+    content_type = TEXT_TYPE
+
+    def __init__(self, text: str = "", **kw: Any) -> None:
+        super().__init__(**kw)
+        if not isinstance(text, str):
+            raise MessageFormatError(f"TextMessage text must be str, not {type(text).__name__}")
+        self.text = text
+
+    @property
+    def body(self) -> str:
+        return self.text
+
+    def _body_bytes(self) -> bytes:
+        return self.text.encode("utf-8")
+
+
+class BytesMessage(Message):
+    content_type = BYTES_TYPE
+
+    def __init__(self, data: bytes = b"", **kw: Any) -> None:
+        super().__init__(**kw)
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise MessageFormatError(f"BytesMessage data must be bytes, not {type(data).__name__}")
+        self.data = bytes(data)
+
+    @property
+    def body(self) -> bytes:
+        return self.data
+
+    def _body_bytes(self) -> bytes:
+        return self.data
+
+
+class MapMessage(Message):
+    content_type = MAP_TYPE
+
+    def __init__(self, map: dict | None = None, **kw: Any) -> None:  # noqa: A002 - JMS name
+        super().__init__(**kw)
+        self.map: dict[str, Any] = {}
+        for key, value in (map or {}).items():
+            self[key] = value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if not isinstance(key, str):
+            raise MessageFormatError(f"MapMessage keys must be str, not {type(key).__name__}")
+        if value is not None and type(value) not in (bool, int, float, str, bytes):
+            raise MessageFormatError(f"MapMessage value for {key!r} must be bool, int, float, str, bytes "
+                                     f"or None, not {type(value).__name__}")
+        self.map[key] = value
+
+    def __getitem__(self, key: str) -> Any:
+        return self.map[key]
+
+    @property
+    def body(self) -> dict:
+        return self.map
+
+    def _body_bytes(self) -> bytes:
+        return json.dumps({k: ({"$bytes": base64.b64encode(v).decode()} if isinstance(v, bytes) else v)
+                           for k, v in self.map.items()}, separators=(",", ":")).encode("utf-8")
+
+
+def make_message(body: Any) -> Message:
+    """str → TextMessage, bytes → BytesMessage, dict → MapMessage, a Message stays itself."""
+    if isinstance(body, Message):
+        return body
+    if isinstance(body, str):
+        return TextMessage(body)
+    if isinstance(body, (bytes, bytearray, memoryview)):
+        return BytesMessage(bytes(body))
+    if isinstance(body, dict):
+        return MapMessage(body)
+    raise MessageFormatError(f"cannot make a message from {type(body).__name__}; "
+                             f"use str, bytes, dict or a Message")
+
+
+def _typed(value: str, code: str) -> Any:
+    try:
+        if code == "i":
+            return int(value)
+        if code == "f":
+            return float(value)
+        if code == "b":
+            return value == "true"
+    except ValueError:
+        pass
+    return value
+
+
+def from_frame(headers: dict, body: bytes) -> Message:
+    """The Message a MESSAGE frame carries."""
+    ctype = headers.get("content-type", "")
+    base = ctype.split(";", 1)[0].strip().lower()
+    if base == MAP_TYPE or headers.get("transformation") == "jms-map-json":
+        try:
+            raw = json.loads(body.decode("utf-8")) if body else {}
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise MessageFormatError(f"map message body is not valid JSON: {exc}") from None
+        msg: Message = MapMessage()
+        for k, v in raw.items():
+            if isinstance(v, dict) and "$bytes" in v:
+                v = base64.b64decode(v["$bytes"])
+            msg.map[k] = v
+    elif base.startswith("text/") or base in ("application/json", "application/xml"):
+        charset = "utf-8"
+        for part in ctype.split(";")[1:]:
+            k, _, v = part.strip().partition("=")
+            if k.lower() == "charset" and v:
+                charset = v.strip('"')
+        msg = TextMessage(body.decode(charset, errors="replace"))
+    elif base:
+        msg = BytesMessage(body)
+    else:
+        try:
+            msg = TextMessage(body.decode("utf-8"))
+        except UnicodeDecodeError:
+            msg = BytesMessage(body)
+    h = headers
+    msg.message_id = h.get("message-id")
+    dest = h.get("destination")
+    if dest:
+        try:
+            msg.destination = as_destination(dest)
+        except Exception:
+            msg.destination = None
+    msg.delivery_mode = NON_PERSISTENT if h.get("persistent", "true").lower() == "false" else PERSISTENT
+    msg.priority = _int(h.get("priority"), DEFAULT_PRIORITY)
+    msg.timestamp = _int(h.get("timestamp"), 0)
+    msg.expiration = _int(h.get("expires"), 0)
+    msg.correlation_id = h.get("correlation-id")
+    rt = h.get("reply-to")
+    if rt:
+        try:
+            msg.reply_to = as_destination(rt)
+        except Exception:
+            msg.reply_to = None
+    msg.type = h.get("type")
+    msg.redelivered = h.get("redelivered", "false").lower() == "true"
+    seq = h.get("pymq-seq")
+    msg.sequence = int(seq) if seq and seq.isdigit() else None
+    types = {}
+    spec = h.get("pymq-types")
+    if spec:
+        for item in spec.split(","):
+            name, _, code = item.rpartition("=")
+            types[name] = code
+    props = msg.properties
+    for name, value in h.items():
+        if name in _RESERVED:
+            continue
+        code = types.get(name)
+        props[name] = _typed(value, code) if code else value
+    count = props.get("JMSXDeliveryCount")
+    msg.delivery_count = _int(count, 1) if count is not None else 1
+    if "JMSXDeliveryCount" in props:
+        props["JMSXDeliveryCount"] = msg.delivery_count
+    if "JMSXGroupSeq" in props and isinstance(props["JMSXGroupSeq"], str):
+        props["JMSXGroupSeq"] = _int(props["JMSXGroupSeq"], 0)
+    return msg
+
+
+def _int(value, default: int) -> int:
+    if value is None:
+        return default
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,155 @@
+"""Authentication: who may connect, with passwords stored only as salted scrypt hashes.
+
+Users file (YAML)::
+
+    users:
+      alice: {password: "scrypt$16384$8$1$<salt b64>$<hash b64>", roles: [admin]}
+
+``pymq-server passwd alice --users-file users.yaml`` writes such entries.  A plain-text password in the
+file is refused at load time.  With no users file, there is one user, ``guest``/``guest``, accepted only
+from a loopback address (what RabbitMQ does), so a fresh broker is never open to the network.
+
+scrypt is deliberately slow (tens of ms), so verification runs off the event loop and a successful
+(user, password) pair is remembered by its SHA-256 for the life of the process: reconnect storms cost
+a dictionary lookup, and the cache holds no password.
+"""
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import ipaddress
+import os
+from dataclasses import dataclass, field
+
+import yaml
+
+from pymq.errors import AuthenticationFailed, ConfigError
+
+SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1
+
+
+def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
+    salt = os.urandom(16)
+    digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=32)
+    return "scrypt${}${}${}${}${}".format(n, r, p, base64.b64encode(salt).decode(),
+                                          base64.b64encode(digest).decode())
+
+
+def verify_password(password: str, stored: str) -> bool:
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        expected = base64.b64decode(digest)
+        got = hashlib.scrypt(password.encode("utf-8"), salt=base64.b64decode(salt), n=int(n), r=int(r),
+                             p=int(p), dklen=len(expected))
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(got, expected)
+
+
+def is_loopback(host: str | None) -> bool:
+    if host is None:
+        return True  # in-process (vm://) connections
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class User:
+    name: str
+    password_hash: str
+    roles: frozenset = field(default_factory=frozenset)
+    loopback_only: bool = False
+
+
+class Authenticator:
+    def __init__(self, users_file: str | None = None, allow_anonymous: bool = False) -> None:
+        self.users_file = users_file
+        self.allow_anonymous = allow_anonymous
+        self.users: dict[str, User] = {}
+        self._verified: dict[tuple[str, bytes], bool] = {}
+        if users_file:
+            self.users = load_users(users_file)
+        else:
+            self.users = {"guest": User("guest", _GUEST_HASH, frozenset({"admin"}), loopback_only=True)}
+
+    def reload(self) -> None:
+        if self.users_file:
+            self.users = load_users(self.users_file)
+            self._verified.clear()
+
+    def needs_slow_check(self, login: str | None, passcode: str | None) -> bool:
+        if login is None:
+            return False
+        key = (login, hashlib.sha256((passcode or "").encode()).digest())
+        return key not in self._verified
+
+    def authenticate(self, login: str | None, passcode: str | None, peer_host: str | None) -> User:
+        """The user, or AuthenticationFailed with a message that does not reveal which part was wrong
+        (except the loopback rule, which is a configuration matter worth spelling out)."""
+        if login is None or login == "":
+            if not self.users_file:
+                login, passcode = "guest", passcode if passcode is not None else "guest"
+            elif self.allow_anonymous:
+                return User("anonymous", "", frozenset())
+            else:
+                raise AuthenticationFailed("login required: CONNECT has no 'login' header")
+        user = self.users.get(login)
+        key = (login, hashlib.sha256((passcode or "").encode()).digest())
+        ok = self._verified.get(key)
+        if ok is None:
+            ok = user is not None and verify_password(passcode or "", user.password_hash)
+            if ok:
+                self._verified[key] = True
+        if not ok or user is None:
+            raise AuthenticationFailed(f"access refused for user '{login}': wrong username or password",
+                                       user=login)
+        if user.loopback_only and not is_loopback(peer_host):
+            raise AuthenticationFailed(f"user '{login}' can only connect via localhost "
+                                       f"(configure a users file to allow remote users)", user=login)
+        return user
+
+
+def load_users(path: str) -> dict[str, User]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    except OSError as exc:
+        raise ConfigError(f"cannot read users file {path}: {exc.strerror}") from None
+    users = {}
+    for name, entry in (data.get("users") or {}).items():
+        if not isinstance(entry, dict) or "password" not in entry:
+            raise ConfigError(f"users file {path}: user {name!r} needs a 'password' hash")
+        stored = str(entry["password"])
+        if not stored.startswith("scrypt$") or stored.count("$") != 5:
+            raise ConfigError(f"users file {path}: user {name!r} has a password that is not a scrypt hash "
+                              f"(plain-text passwords are refused; use `pymq-server passwd`)")
+        users[str(name)] = User(str(name), stored, frozenset(entry.get("roles") or ()),
+                                bool(entry.get("loopback_only", False)))
+    return users
+
+
+def save_user(path: str, name: str, password: str, roles: list[str] | None = None) -> None:
+    data: dict = {}
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh) or {}
+    users = data.setdefault("users", {})
+    entry = users.get(name) or {}
+    entry["password"] = hash_password(password)
+    if roles is not None:
+        entry["roles"] = list(roles)
+    users[name] = entry
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        yaml.safe_dump(data, fh, sort_keys=True)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+
+
+# guest/guest, hashed like any other password (computed once per process, about 50 ms)
+_GUEST_HASH = hash_password("guest")

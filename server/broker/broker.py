@@ -1,0 +1,531 @@
+"""The broker core: destinations, routing of sent messages, subscriptions, dead letters, recovery.
+
+Sans-IO: time, timers and worker threads come from a *runtime* object (``call_later(delay, fn, *args)``,
+``run_in_thread(work, done)``, ``time()``), which the asyncio adapter provides and tests can fake.  All
+methods run on the broker's single thread.
+
+Sequence numbers and message keys survive restarts without a write per message: they are reserved in
+blocks recorded (and synced) in the catalog, so after a crash numbering resumes past the last
+reservation — gaps are allowed, going backwards never is (the Spark connector's offsets rely on it).
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from typing import Callable
+
+from pymq.errors import (AccessDenied, DestinationError, IllegalStateError, InvalidSelector, PymqError,
+                         StorageError, UnknownDestination)
+from pymq.protocol.scanner import FrameScanner, encode_frame
+from pymq_server.broker import destination as dest
+from pymq_server.broker.auth import Authenticator
+from pymq_server.broker.consumer import Consumer
+from pymq_server.broker.message import BrokerMessage, message_from_send, now_ms
+from pymq_server.broker.queue import MessageQueue
+from pymq_server.broker.topic import Topic, TopicSubscription
+from pymq_server.config import BrokerConfig, QueueConfig
+from pymq_server.storage.store import HoldingStore
+
+log = logging.getLogger("pymq.broker")
+
+RESERVE_BLOCK = 10_000
+
+
+class SequenceBook:
+    """Per-destination sequence numbers (and the global message key) reserved in durable blocks."""
+
+    def __init__(self, store: HoldingStore) -> None:
+        self.store = store
+        self._next: dict[str, int] = {}
+        self._limit: dict[str, int] = {}
+        # With a memory catalog nothing is remembered across restarts: start every counter from the
+        # clock (ms × 1000), which stays ahead of the previous run unless it averaged over 1M/s.
+        self._origin = 1 if store.catalog.kind != "memory" else int(time.time() * 1000) * 1000
+
+    def load(self, reserved: dict[str, int]) -> None:
+        for name, upto in reserved.items():
+            self._next[name] = upto
+            self._limit[name] = upto
+
+    def observe(self, name: str, value: int) -> None:
+        """A recovered message used ``value``: never hand it out again."""
+        if self._next.get(name, 1) <= value:
+            self._next[name] = value + 1
+            self._limit[name] = max(self._limit.get(name, 0), value + 1)
+
+    def next(self, name: str) -> int:
+        n = self._next.get(name)
+        if n is None:
+            n = self._origin
+        if n >= self._limit.get(name, 0):
+            self._reserve(name, n + RESERVE_BLOCK)
+        self._next[name] = n + 1
+        return n
+
+    def peek(self, name: str) -> int:
+        return self._next.get(name, self._origin)
+
+    def _reserve(self, name: str, upto: int) -> None:
+        self._limit[name] = upto
+        if self.store.catalog.kind == "memory":
+            return
+        self.store.put_meta("seq:" + name, str(upto).encode())
+        # a reservation must be durable before any number from it is used
+        catalog = self.store.catalog
+        catalog.flush()
+        catalog.sync()
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig, store: HoldingStore, runtime, *,
+                 authenticator: Authenticator | None = None) -> None:
+        self.config = config
+        self.store = store
+        self.runtime = runtime
+        self.clock: Callable[[], float] = runtime.time
+        self.now_ms: Callable[[], int] = now_ms
+        self.authenticator = authenticator or Authenticator(config.users_file, config.allow_anonymous)
+        self.node_id = config.node_id
+        self.queues: dict[str, MessageQueue] = {}          # "orders" -> queue
+        self.topics: dict[str, Topic] = {}
+        self.subscription_queues: dict[str, MessageQueue] = {}  # storage name -> durable subscription
+        self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1.x" -> queue
+        self.sessions: dict[str, object] = {}
+        self.client_ids: dict[str, object] = {}
+        self.seqs = SequenceBook(store)
+        self._conn_ids = itertools.count(1)
+        self._dest_cache: dict[str, tuple] = {}
+        self.held_bytes = 0
+        self.memory_high = False
+        self._blocked: set = set()
+        self.dropped_no_subscriber = 0
+        self.expired = 0
+        self.selector_compiler = None
+        store.encode = encode_stored
+
+    # -- runtime helpers -------------------------------------------------------------------------
+    def run_in_thread(self, work: Callable, done: Callable) -> None:
+        self.runtime.run_in_thread(work, done)
+
+    def schedule_at_ms(self, when_ms: int, fn: Callable, *args) -> None:
+        delay = max(0.0, (when_ms - self.now_ms()) / 1000.0)
+        self.runtime.call_later(delay, fn, *args)
+
+    def new_connection_id(self) -> str:
+        return f"c{next(self._conn_ids)}"
+
+    # -- sessions ------------------------------------------------------------------------------
+    def session_opened(self, session) -> None:
+        if len(self.sessions) >= self.config.max_connections:
+            raise PymqError(f"the broker already has {self.config.max_connections} connections")
+        self.sessions[session.id] = session
+
+    def session_closed(self, session) -> None:
+        self.sessions.pop(session.id, None)
+        if session.client_id and self.client_ids.get(session.client_id) is session:
+            del self.client_ids[session.client_id]
+        self._blocked.discard(session)
+
+    def claim_client_id(self, session, client_id: str) -> None:
+        holder = self.client_ids.get(client_id)
+        if holder is not None and holder is not session and not holder.closed:
+            raise IllegalStateError(f"client id {client_id!r} is already in use by another connection",
+                                    client_id=client_id)
+        self.client_ids[client_id] = session
+
+    # -- destinations --------------------------------------------------------------------------
+    def resolve(self, destination: str):
+        cached = self._dest_cache.get(destination)
+        if cached is None:
+            cached = dest.parse(destination)
+            if len(self._dest_cache) < 100_000:
+                self._dest_cache[destination] = cached
+        return cached
+
+    def get_queue(self, name: str, create: bool | None = None) -> MessageQueue:
+        queue = self.queues.get(name)
+        if queue is None:
+            if not (self.config.auto_create if create is None else create):
+                raise UnknownDestination(f"queue '/queue/{name}' does not exist (auto-creation is off)",
+                                         destination="/queue/" + name)
+            queue = self.create_queue(name)
+        return queue
+
+    def create_queue(self, name: str, config: QueueConfig | None = None) -> MessageQueue:
+        dest.check_name(name, "/queue/" + name)
+        if config is None:
+            config = self._configured_queue(name)
+        queue = MessageQueue(self, "/queue/" + name, "/queue/" + name, kind="queue", config=config)
+        self.queues[name] = queue
+        return queue
+
+    def _configured_queue(self, name: str) -> QueueConfig:
+        from pymq_server.config import queue_config
+        settings = self.config.queues.get(name)
+        if settings:
+            base = dict(vars(self.config.queue_defaults))
+            base.update(settings)
+            return queue_config(base, f"queue {name}")
+        if name.startswith(self.config.queue_defaults.dead_letter_prefix):
+            # a dead-letter queue never dead-letters again
+            return QueueConfig(max_deliveries=0, dead_letter=False)
+        return self.config.queue_defaults
+
+    def get_topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            dest.check_name(name, "/topic/" + name)
+            topic = self.topics[name] = Topic(self, name)
+        return topic
+
+    def create_temp_queue(self, session, local: str) -> MessageQueue:
+        global_name = f"tmp.{session.id}.{local}"
+        queue = MessageQueue(self, "/temp-queue/" + global_name, "/temp-queue/" + global_name,
+                             kind="temp", durable=False)
+        queue.owner = session
+        self.temp_queues[global_name] = queue
+        return queue
+
+    def delete_temp_queue(self, queue: MessageQueue) -> None:
+        self.temp_queues.pop(queue.name[len("/temp-queue/"):], None)
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+        queue.purge()
+
+    def _temp_target(self, session, name: str) -> MessageQueue:
+        if name.startswith("tmp."):
+            queue = self.temp_queues.get(name)
+            if queue is None:
+                raise UnknownDestination(f"temporary queue '/temp-queue/{name}' does not exist "
+                                         f"(its connection has closed)", destination="/temp-queue/" + name)
+            return queue
+        return session.temp_queue(name)
+
+    # -- sending -------------------------------------------------------------------------------
+    def send(self, session, headers: dict, body: bytes) -> bool:
+        """Route one SEND; True when it wrote data a receipt must wait for."""
+        destination = headers["destination"]
+        kind, name = self.resolve(destination)
+        reply_to = headers.get("reply-to")
+        if reply_to is not None and reply_to.startswith("/temp-queue/"):
+            local = reply_to[len("/temp-queue/"):]
+            if not local.startswith("tmp."):
+                headers = dict(headers)
+                headers["reply-to"] = session.temp_queue(local).destination
+        if kind is dest.Kind.QUEUE:
+            queue = self.queues.get(name) or self.get_queue(name)
+            self.authorize(session, queue.destination, "produce")
+            message = self._new_message(session, headers, body, queue.destination)
+            return self._enqueue(queue, message)
+        if kind is dest.Kind.TOPIC:
+            topic = self.topics.get(name) or self.get_topic(name)
+            self.authorize(session, topic.destination, "produce")
+            message = self._new_message(session, headers, body, topic.destination)
+            return self.publish(topic, message)
+        queue = self._temp_target(session, name)
+        message = self._new_message(session, headers, body, queue.destination)
+        return self._enqueue(queue, message)
+
+    def _new_message(self, session, headers: dict, body: bytes, destination: str) -> BrokerMessage:
+        key = self.seqs.next("")
+        if session is not None:
+            session.last_message_id = f"ID:{self.node_id}-{key}"
+        return message_from_send(headers, body, key=key, message_id=f"ID:{self.node_id}-{key}",
+                                 seq=self.seqs.next(destination), destination=destination,
+                                 default_persistent=self.config.default_persistent,
+                                 producer=session.id if session is not None else "")
+
+    def _enqueue(self, queue: MessageQueue, message: BrokerMessage) -> bool:
+        stored = self.store.hold(message, [queue.name] if queue.durable else [])
+        self._held(message)
+        queue.enqueue(message, stored=stored)
+        return stored and message.persistent
+
+    def publish(self, topic: Topic, message: BrokerMessage) -> bool:
+        topic.published += 1
+        targets = topic.targets(message)
+        if not targets:
+            self.dropped_no_subscriber += 1
+            return False
+        durable = [sub.queue.name for sub in targets if sub.durable]
+        stored = self.store.hold(message, durable)
+        self._held(message)
+        topic.delivered += len(targets)
+        for sub in targets:
+            sub.queue.enqueue(message, stored=stored and sub.durable)
+        return stored and message.persistent
+
+    def _held(self, message: BrokerMessage) -> None:
+        self.held_bytes += message.size
+        if not self.memory_high and self.held_bytes > self.config.max_memory:
+            self.memory_high = True
+            log.warning("message memory above %d bytes: pausing producers", self.config.max_memory)
+
+    def message_gone(self, message: BrokerMessage) -> None:
+        """The last entry of ``message`` finished (acked, expired, dead-lettered or purged)."""
+        self.store.forget(message)
+        self.held_bytes -= message.size
+        if self.memory_high and self.held_bytes < self.config.max_memory * 0.8:
+            self.memory_high = False
+            blocked, self._blocked = self._blocked, set()
+            for session in blocked:
+                session.link.resume_reading()
+
+    def block_producer(self, session) -> None:
+        """Producer flow control: stop reading from a producer while message memory is high.
+        Only connections that SEND are paused, so consumers keep acknowledging and memory drains."""
+        if session not in self._blocked:
+            self._blocked.add(session)
+            session.link.pause_reading()
+
+    # -- dead letters and expiry ---------------------------------------------------------------
+    def dead_letter(self, entry, reason: str) -> None:
+        queue = entry.queue
+        if not queue.config.dead_letter:
+            log.info("dropping message %s from %s: %s", entry.message.message_id, queue.name, reason)
+            return
+        original = entry.message
+        base = queue.destination.rsplit("/", 1)[-1] if queue.kind != "subscription" else \
+            queue.name.replace(":", ".")
+        dlq = self.get_queue(queue.config.dead_letter_prefix + base, create=True)
+        headers = dict(original.headers)
+        headers["pymq-original-destination"] = original.destination
+        headers["pymq-original-message-id"] = original.message_id
+        headers["pymq-dead-letter-reason"] = reason
+        headers["JMSXDeliveryCount"] = str(entry.deliveries)
+        key = self.seqs.next("")
+        copy = BrokerMessage(key, f"ID:{self.node_id}-{key}", dlq.destination,
+                             self.seqs.next(dlq.destination), headers, original.body, original.persistent,
+                             original.priority, original.timestamp, original.expires, 0, original.producer)
+        self._enqueue(dlq, copy)
+
+    def on_expired(self, entry) -> None:
+        self.expired += 1
+
+    # -- subscriptions -------------------------------------------------------------------------
+    def compile_selector(self, text: str | None):
+        if text is None or not text.strip():
+            return None
+        if self.selector_compiler is None:
+            try:
+                from pymq.selector import compile_selector
+            except ImportError:
+                raise InvalidSelector("selectors are not available in this build", position=0,
+                                      expected="no selector") from None
+            self.selector_compiler = compile_selector
+        return self.selector_compiler(text)
+
+    def subscribe(self, session, sub_id: str, destination: str, ack: str, prefetch: int,
+                  h: dict) -> Consumer | None:
+        kind, name = self.resolve(destination)
+        selector = self.compile_selector(h.get("selector"))
+        if kind is dest.Kind.QUEUE or kind is dest.Kind.TEMP_QUEUE:
+            if kind is dest.Kind.QUEUE:
+                queue = self.get_queue(name)
+            else:
+                if name.startswith("tmp."):
+                    queue = self.temp_queues.get(name)
+                    if queue is None or queue.owner is not session:
+                        raise AccessDenied(f"only the connection that created temporary queue "
+                                           f"'{destination}' may consume from it",
+                                           destination=destination)
+                else:
+                    queue = session.temp_queue(name)
+            if h.get("browser") == "true":
+                self.authorize(session, queue.destination, "browse")
+                self._browse(session, sub_id, queue, selector)
+                return None
+            self.authorize(session, queue.destination, "consume")
+            return Consumer(session, sub_id, queue, ack, prefetch, selector, destination=destination)
+        topic = self.get_topic(name)
+        self.authorize(session, topic.destination, "consume")
+        no_local = (h.get("no-local") or h.get("activemq.noLocal") or "").lower() == "true"
+        durable_name = (h.get("durable-subscription-name") or h.get("durable-subscriber-name")
+                        or h.get("activemq.subscriptionName")
+                        or (h.get("x-queue-name") if (h.get("durable") or "").lower() == "true" else None))
+        shared_name = h.get("shared-subscription-name")
+        if durable_name:
+            owner = session.client_id or (session.user.name if session.user else "anonymous")
+            shared = (h.get("shared") or "").lower() == "true"
+            key = f"sub:{'shared' if shared else owner}:{durable_name}"
+            sub = topic.subscriptions.get(key)
+            if sub is not None and (_selector_text(sub.selector) != _selector_text(selector)
+                                    or sub.no_local != no_local):
+                if sub.queue.consumers:
+                    raise IllegalStateError(f"durable subscription {durable_name!r} is in use; it cannot "
+                                            f"change its selector while a consumer is active")
+                self._drop_subscription(topic, sub)   # JMS: a new selector means a new subscription
+                sub = None
+            if sub is None:
+                sub = self._create_durable(topic, key, selector, no_local, owner, shared, durable_name)
+            elif sub.queue.consumers and not sub.shared:
+                raise IllegalStateError(f"durable subscription {durable_name!r} already has an active "
+                                        f"consumer (use a shared subscription for several)",
+                                        subscription=durable_name)
+            return Consumer(session, sub_id, sub.queue, ack, prefetch, None, subscription=sub,
+                            destination=destination)
+        if shared_name:
+            key = f"shared:{shared_name}"
+            sub = topic.subscriptions.get(key)
+            if sub is None:
+                queue = MessageQueue(self, key, topic.destination, kind="subscription", durable=False)
+                sub = TopicSubscription(topic, key, queue, selector, no_local, session.id, shared=True)
+                topic.add(sub)
+            return Consumer(session, sub_id, sub.queue, ack, prefetch, None, subscription=sub,
+                            destination=destination)
+        key = f"{session.id}:{sub_id}"
+        queue = MessageQueue(self, key, topic.destination, kind="subscription", durable=False)
+        sub = TopicSubscription(topic, key, queue, selector, no_local, session.id)
+        topic.add(sub)
+        return Consumer(session, sub_id, queue, ack, prefetch, None, subscription=sub,
+                        destination=destination)
+
+    def _create_durable(self, topic: Topic, key: str, selector, no_local: bool, owner: str,
+                        shared: bool, name: str, persist: bool = True) -> TopicSubscription:
+        queue = MessageQueue(self, key, topic.destination, kind="subscription", durable=True)
+        sub = TopicSubscription(topic, key, queue, selector, no_local, None, durable=True, shared=shared,
+                                client_id=owner)
+        topic.add(sub)
+        self.subscription_queues[key] = queue
+        if persist:
+            record = {"topic": topic.name, "selector": _selector_text(selector), "no_local": no_local,
+                      "owner": owner, "shared": shared, "name": name}
+            self.store.put_meta("dsub:" + key, json.dumps(record).encode())
+        return sub
+
+    def _drop_subscription(self, topic: Topic, sub: TopicSubscription) -> None:
+        topic.remove(sub.name)
+        for consumer in list(sub.queue.consumers):
+            sub.queue.remove_consumer(consumer)
+        sub.queue.purge()
+        if sub.durable:
+            self.subscription_queues.pop(sub.name, None)
+            self.store.put_meta("dsub:" + sub.name, None)
+
+    def consumer_removed(self, session, consumer: Consumer) -> None:
+        sub = consumer.subscription
+        if sub is None:
+            return
+        if not sub.durable and not consumer.queue.consumers:
+            # a non-durable subscription ends with its last consumer
+            self._drop_subscription(sub.topic, sub)
+
+    def unsubscribe_durable(self, session, consumer: Consumer, h: dict) -> None:
+        sub = consumer.subscription
+        if sub is None or not sub.durable:
+            return
+        if sub.queue.consumers:
+            raise IllegalStateError(f"durable subscription {sub.name!r} still has active consumers")
+        self._drop_subscription(sub.topic, sub)
+
+    def remove_durable(self, session, durable_name: str, shared: bool = False) -> None:
+        """Delete a durable subscription by name (JMS Session.unsubscribe)."""
+        owner = session.client_id or (session.user.name if session.user else "anonymous")
+        key = f"sub:{'shared' if shared else owner}:{durable_name}"
+        for topic in self.topics.values():
+            sub = topic.subscriptions.get(key)
+            if sub is not None:
+                if sub.queue.consumers:
+                    raise IllegalStateError(f"durable subscription {durable_name!r} still has active "
+                                            f"consumers")
+                self._drop_subscription(topic, sub)
+                return
+        raise UnknownDestination(f"no durable subscription named {durable_name!r}")
+
+    def _browse(self, session, sub_id: str, queue: MessageQueue, selector) -> None:
+        """ActiveMQ-style STOMP browsing: every ready message once, then a ``browser:end`` marker."""
+        accept = None if selector is None else (lambda e: selector.matches(e.message.selector_values()))
+        for entry in queue.browse(accept):
+            session.link.send_browse(session.conn, sub_id, entry)
+        session.send_frame("MESSAGE", {"subscription": sub_id, "destination": queue.destination,
+                                       "message-id": "browser-end", "browser": "end"})
+
+    # -- access control (the queues issue refines this) -------------------------------------------
+    def authorize(self, session, destination: str, permission: str) -> None:
+        return None
+
+    # -- recovery ------------------------------------------------------------------------------
+    def recover(self) -> int:
+        """Rebuild catalog state and queues from storage; returns the number of messages recovered."""
+        reserved: dict[str, int] = {}
+        durable: list[tuple[str, dict]] = []
+        for key, value in self.store.iter_meta():
+            if key.startswith("seq:"):
+                reserved[key[4:]] = int(value)
+            elif key.startswith("dsub:"):
+                durable.append((key[5:], json.loads(value)))
+        self.seqs.load(reserved)
+        for key, record in durable:
+            topic = self.get_topic(record["topic"])
+            selector = self.compile_selector(record.get("selector"))
+            self._create_durable(topic, key, selector, record.get("no_local", False), record["owner"],
+                                 record.get("shared", False), record["name"], persist=False)
+        count = 0
+        for device, stored, refs in self.store.recover():
+            message = decode_stored(stored)
+            message.device = device
+            self.seqs.observe("", stored.key)
+            self.seqs.observe(stored.destination, stored.seq)
+            self.held_bytes += message.size
+            for ref in refs:
+                queue = self._queue_for_ref(ref)
+                if queue is None:
+                    log.warning("recovered message %s references unknown queue %r; keeping it in "
+                                "/queue/%s", message.message_id, ref, "recovered")
+                    queue = self.get_queue("recovered", create=True)
+                    device.add_reference(stored.key, queue.name)
+                    device.remove(stored.key, ref)
+                queue.enqueue(message, stored=True)
+            count += 1
+        return count
+
+    def _queue_for_ref(self, ref: str) -> MessageQueue | None:
+        if ref.startswith("/queue/"):
+            return self.get_queue(ref[len("/queue/"):], create=True)
+        return self.subscription_queues.get(ref)
+
+    # -- housekeeping --------------------------------------------------------------------------
+    def housekeeping(self) -> None:
+        now = self.now_ms()
+        for queue in list(self.queues.values()):
+            queue.expire_ready(now)
+        for queue in list(self.subscription_queues.values()):
+            queue.expire_ready(now)
+
+    def all_queues(self):
+        yield from self.queues.values()
+        for topic in self.topics.values():
+            for sub in topic.subscriptions.values():
+                yield sub.queue
+        yield from self.temp_queues.values()
+
+
+def _selector_text(selector) -> str | None:
+    return None if selector is None else selector.text
+
+
+def encode_stored(message: BrokerMessage) -> bytes:
+    """A message's storage form: its MESSAGE frame (spec/stomp.md framing), plus deliver-at."""
+    headers = message.frame_headers()
+    if message.deliver_at:
+        headers["pymq-deliver-at"] = str(message.deliver_at)
+    return encode_frame("MESSAGE", headers, message.body, "1.2")
+
+
+def decode_stored(stored) -> BrokerMessage:
+    scanner = FrameScanner(max_frame_size=len(stored.data) + 1, version="1.2")
+    frames = scanner.feed(stored.data)
+    if len(frames) != 1:
+        raise StorageError(f"stored message {stored.key} does not decode to one frame")
+    h = dict(frames[0].headers)
+    body = frames[0].body
+    message_id = h.pop("message-id")
+    h.pop("destination", None)
+    h.pop("pymq-seq", None)
+    h.pop("content-length", None)
+    deliver_at = int(h.pop("pymq-deliver-at", "0"))
+    return BrokerMessage(stored.key, message_id, stored.destination, stored.seq, h, body,
+                         stored.persistent, int(h.get("priority", 4)), int(h.get("timestamp", 0)),
+                         int(h.get("expires", 0)), deliver_at)

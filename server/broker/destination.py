@@ -1,0 +1,44 @@
+"""Destination names: what a STOMP ``destination`` header may name, and how it is checked.
+
+``/queue/<name>`` (point to point), ``/topic/<name>`` (publish/subscribe) and ``/temp-queue/<name>``
+(private to the connection that uses it first; see :mod:`server.broker.session`).  Anything else is
+refused with a message that lists the accepted prefixes, rather than silently creating an address no
+consumer will ever look at.
+"""
+from __future__ import annotations
+
+import enum
+
+from pymq.errors import DestinationError
+
+
+class Kind(enum.Enum):
+    QUEUE = "queue"
+    TOPIC = "topic"
+    TEMP_QUEUE = "temp-queue"
+
+
+PREFIXES = {"/queue/": Kind.QUEUE, "/topic/": Kind.TOPIC, "/temp-queue/": Kind.TEMP_QUEUE}
+MAX_NAME = 255
+
+
+def parse(destination: str) -> tuple[Kind, str]:
+    """``"/queue/orders"`` -> (Kind.QUEUE, "orders"); raises DestinationError with the reason."""
+    for prefix, kind in PREFIXES.items():
+        if destination.startswith(prefix):
+            name = destination[len(prefix):]
+            check_name(name, destination)
+            return kind, name
+    raise DestinationError(f"destination {destination!r} must start with /queue/, /topic/ or "
+                           f"/temp-queue/", destination=destination)
+
+
+def check_name(name: str, destination: str) -> None:
+    if not name:
+        raise DestinationError(f"destination {destination!r} has an empty name", destination=destination)
+    if len(name) > MAX_NAME:
+        raise DestinationError(f"destination name is {len(name)} characters long, more than {MAX_NAME}",
+                               destination=destination[:80])
+    if any(ord(ch) < 32 for ch in name):
+        raise DestinationError(f"destination {destination!r} contains a control character",
+                               destination=destination)

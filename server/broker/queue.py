@@ -1,0 +1,391 @@
+"""A queue: entries waiting in priority-then-sequence order, consumers, dispatch, acks and dead letters.
+
+Every destination a consumer reads from is a :class:`MessageQueue`: a point-to-point queue, a durable or
+shared topic subscription, or the private queue behind a non-durable topic subscriber.  Topic messages
+are not copied: each subscription queue holds an :class:`Entry` pointing at the one shared message.
+
+Invariants:
+* an entry is in exactly one place: the ready index (READY), the scheduler (SCHEDULED), a consumer's
+  unacknowledged set (ACQUIRED), or nowhere (COMPLETED / DEAD / EXPIRED); states.py is the table;
+* ready entries are taken highest priority first, then lowest sequence number (creation order);
+* nothing polls: dispatch runs when an entry becomes ready, a consumer arrives, gains credit or becomes
+  writable again.
+"""
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from typing import Callable, Iterator
+
+from pymq_server.broker import states
+from pymq_server.broker.states import ACQUIRED, COMPLETED, DEAD, EXPIRED, READY, SCHEDULED
+
+_T = states.TRANSITIONS
+
+
+class Entry:
+    """One message's place in one queue."""
+
+    __slots__ = ("message", "queue", "state", "deliveries", "consumer", "token", "enqueued_at",
+                 "acquired_at", "stored")
+
+    def __init__(self, message, queue: "MessageQueue", now: float) -> None:
+        self.message = message
+        self.queue = queue
+        self.state = READY
+        self.deliveries = 0
+        self.consumer = None
+        self.token = None
+        self.enqueued_at = now
+        self.acquired_at = 0.0
+        self.stored = False          # holds a storage reference that must be removed when done
+
+    def __repr__(self) -> str:
+        return f"<Entry {self.message.message_id} {self.state} in {self.queue.name}>"
+
+
+class ReadyIndex:
+    """Entries by priority (9 first), then sequence.  Fresh entries append to a deque in O(1); an
+    entry that arrives out of sequence order (redelivered, delayed) goes to a small heap beside it."""
+
+    __slots__ = ("_fifo", "_heap", "count")
+
+    def __init__(self) -> None:
+        self._fifo: list[deque | None] = [None] * 10
+        self._heap: list[list | None] = [None] * 10
+        self.count = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def push(self, entry: Entry) -> None:
+        p = entry.message.priority
+        fifo = self._fifo[p]
+        if fifo is None:
+            fifo = self._fifo[p] = deque()
+        seq = entry.message.seq
+        if not fifo or fifo[-1].message.seq < seq:
+            fifo.append(entry)
+        else:
+            heap = self._heap[p]
+            if heap is None:
+                heap = self._heap[p] = []
+            heapq.heappush(heap, (seq, entry.message.key, entry))
+        self.count += 1
+
+    def pop(self) -> Entry | None:
+        if not self.count:
+            return None
+        for p in range(9, -1, -1):
+            fifo = self._fifo[p]
+            heap = self._heap[p]
+            if heap:
+                if fifo and fifo[0].message.seq < heap[0][0]:
+                    self.count -= 1
+                    return fifo.popleft()
+                self.count -= 1
+                return heapq.heappop(heap)[2]
+            if fifo:
+                self.count -= 1
+                return fifo.popleft()
+        return None
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Ready entries in delivery order, without removing them (browsing, selectors)."""
+        for p in range(9, -1, -1):
+            fifo = self._fifo[p]
+            heap = self._heap[p]
+            if heap:
+                merged = sorted([*(fifo or ()), *(item[2] for item in heap)],
+                                key=lambda e: (e.message.seq, e.message.key))
+                yield from merged
+            elif fifo:
+                yield from list(fifo)
+
+    def remove(self, entry: Entry) -> None:
+        p = entry.message.priority
+        fifo = self._fifo[p]
+        if fifo is not None:
+            try:
+                fifo.remove(entry)
+                self.count -= 1
+                return
+            except ValueError:
+                pass
+        heap = self._heap[p]
+        if heap:
+            for i, item in enumerate(heap):
+                if item[2] is entry:
+                    heap[i] = heap[-1]
+                    heap.pop()
+                    heapq.heapify(heap)
+                    self.count -= 1
+                    return
+        raise KeyError(entry)
+
+    def take_first(self, accept: Callable[[Entry], bool]) -> Entry | None:
+        """The first entry in delivery order that ``accept`` takes (selectors, groups)."""
+        for entry in self:
+            if accept(entry):
+                self.remove(entry)
+                return entry
+        return None
+
+    def clear(self) -> list[Entry]:
+        out = list(self)
+        self._fifo = [None] * 10
+        self._heap = [None] * 10
+        self.count = 0
+        return out
+
+
+class QueueStats:
+    """The nine queue metrics of seed 001, kept incrementally (no scans)."""
+
+    __slots__ = ("added", "removed", "failed", "expired", "peak_depth", "wait_total", "wait_max",
+                 "wait_count", "_depth_area", "_depth_since", "_started", "delivered", "dead_lettered")
+
+    def __init__(self, now: float) -> None:
+        self.added = 0
+        self.removed = 0
+        self.failed = 0
+        self.expired = 0
+        self.peak_depth = 0
+        self.wait_total = 0.0
+        self.wait_max = 0.0
+        self.wait_count = 0
+        self.delivered = 0
+        self.dead_lettered = 0
+        self._depth_area = 0.0      # integral of depth over time, for the time-weighted average
+        self._depth_since = now
+        self._started = now
+
+    def depth_changed(self, old_depth: int, new_depth: int, now: float) -> None:
+        self._depth_area += old_depth * (now - self._depth_since)
+        self._depth_since = now
+        if new_depth > self.peak_depth:
+            self.peak_depth = new_depth
+
+    def average_depth(self, depth: int, now: float) -> float:
+        span = now - self._started
+        if span <= 0:
+            return float(depth)
+        return (self._depth_area + depth * (now - self._depth_since)) / span
+
+    def waited(self, seconds: float) -> None:
+        self.wait_total += seconds
+        self.wait_count += 1
+        if seconds > self.wait_max:
+            self.wait_max = seconds
+
+
+class MessageQueue:
+    """A queue or subscription with its consumers."""
+
+    def __init__(self, broker, name: str, destination: str, *, kind: str = "queue",
+                 config=None, durable: bool = True) -> None:
+        self.broker = broker
+        self.name = name                  # storage / admin name, e.g. "orders" or "sub:cid:name"
+        self.destination = destination   # what MESSAGE frames say, e.g. "/queue/orders"
+        self.kind = kind                  # "queue" | "subscription" | "temp"
+        self.config = config if config is not None else broker.config.queue_defaults
+        self.durable = durable            # keeps storage references for persistent messages
+        self.ready = ReadyIndex()
+        self.consumers: list = []
+        self.acquired = 0
+        self.scheduled = 0
+        self._rr = 0
+        self._dispatching = False
+        now = broker.clock()
+        self.stats = QueueStats(now)
+        self.owner = None                 # session of a temporary queue / exclusive subscription
+
+    # -- depth ----------------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        """Messages in the queue that are not completed: ready, scheduled and in flight."""
+        return self.ready.count + self.acquired + self.scheduled
+
+    def _depth_delta(self, delta: int) -> None:
+        depth = self.depth
+        self.stats.depth_changed(depth - delta, depth, self.broker.clock())
+
+    # -- entry points ---------------------------------------------------------------------------
+    def enqueue(self, message, stored: bool = False, now: float | None = None) -> Entry:
+        """A new message for this queue; ``stored``: a device holds a reference for this queue that
+        must be removed when the entry completes (set before dispatch, which may complete it at once)."""
+        now = self.broker.clock() if now is None else now
+        entry = Entry(message, self, now)
+        entry.stored = stored
+        message.refs += 1
+        self.stats.added += 1
+        if message.deliver_at and message.deliver_at > self.broker.now_ms():
+            entry.state = SCHEDULED
+            self.scheduled += 1
+            self._depth_delta(1)
+            self.broker.schedule_at_ms(message.deliver_at, self._make_due, entry)
+        else:
+            self.ready.push(entry)
+            self._depth_delta(1)
+            if self.consumers:
+                self.dispatch()
+        return entry
+
+    def _make_due(self, entry: Entry) -> None:
+        if entry.state is not SCHEDULED:
+            return
+        entry.state = _T[(SCHEDULED, "due")]
+        self.scheduled -= 1
+        self.ready.push(entry)
+        self.dispatch()
+
+    def add_consumer(self, consumer) -> None:
+        self.consumers.append(consumer)
+        self.dispatch()
+
+    def remove_consumer(self, consumer) -> None:
+        try:
+            self.consumers.remove(consumer)
+        except ValueError:
+            pass
+
+    # -- dispatch -------------------------------------------------------------------------------
+    def dispatch(self) -> None:
+        """Hand ready entries to consumers round-robin, while some consumer has credit."""
+        if self._dispatching:
+            return
+        consumers = self.consumers
+        ready = self.ready
+        if not consumers or not ready.count:
+            return
+        self._dispatching = True
+        try:
+            n = len(consumers)
+            i = self._rr
+            idle = 0
+            broker = self.broker
+            now_ms = broker.now_ms()
+            while ready.count and idle < n:
+                if n != len(consumers):
+                    n = len(consumers)
+                    if not n:
+                        break
+                consumer = consumers[i % n]
+                i += 1
+                if not consumer.can_take():
+                    idle += 1
+                    continue
+                if consumer.selector is None and not consumer.groups_pending:
+                    entry = ready.pop()
+                else:
+                    entry = ready.take_first(consumer.accepts)
+                    if entry is None:
+                        idle += 1
+                        continue
+                if entry.message.expires and entry.message.expires <= now_ms:
+                    self._expire(entry)
+                    i -= 1
+                    continue
+                idle = 0
+                self._acquire(entry, consumer)
+            self._rr = i % n if n else 0
+        finally:
+            self._dispatching = False
+
+    def _acquire(self, entry: Entry, consumer) -> None:
+        entry.state = _T[(READY, "acquire")]
+        entry.deliveries += 1
+        entry.consumer = consumer
+        now = self.broker.clock()
+        entry.acquired_at = now
+        self.acquired += 1
+        stats = self.stats
+        stats.delivered += 1
+        if entry.deliveries == 1:
+            stats.waited(now - entry.enqueued_at)
+        consumer.deliver(entry)
+
+    # -- outcomes -------------------------------------------------------------------------------
+    def complete(self, entry: Entry) -> None:
+        """The consumer acknowledged: the entry is done and its storage reference goes."""
+        entry.state = _T[(entry.state, "ack")]
+        self.acquired -= 1
+        self.stats.removed += 1
+        self._depth_delta(-1)
+        self._drop(entry)
+
+    def release(self, entry: Entry, *, failed: bool = True, requeue: bool = True) -> None:
+        """Back to ready after a NACK or a lost consumer, or to the dead-letter queue at the maximum."""
+        self.acquired -= 1
+        entry.consumer = None
+        entry.token = None
+        if failed:
+            self.stats.failed += 1
+        message = entry.message
+        if message.expires and message.expires <= self.broker.now_ms():
+            entry.state = _T[(ACQUIRED, "expire")]
+            self.stats.expired += 1
+            self._depth_delta(-1)
+            self.broker.on_expired(entry)
+            self._drop(entry)
+            return
+        limit = self.config.max_deliveries
+        if not requeue or (limit and entry.deliveries >= limit):
+            entry.state = _T[(ACQUIRED, "dead")]
+            self.stats.dead_lettered += 1
+            self._depth_delta(-1)
+            self.broker.dead_letter(entry, "rejected" if not requeue else
+                                    f"delivered {entry.deliveries} times (maximum {limit})")
+            self._drop(entry)
+            return
+        entry.state = _T[(ACQUIRED, "release")]
+        delay = self.config.delay_for(entry.deliveries) if failed else 0
+        if delay > 0:
+            entry.state = _T[(READY, "delay")]
+            self.scheduled += 1
+            self.broker.schedule_at_ms(self.broker.now_ms() + delay, self._make_due, entry)
+            return
+        self.ready.push(entry)
+        self.dispatch()
+
+    def _expire(self, entry: Entry) -> None:
+        entry.state = _T[(entry.state, "expire")]
+        self.stats.expired += 1
+        self._depth_delta(-1)
+        self.broker.on_expired(entry)
+        self._drop(entry)
+
+    def _drop(self, entry: Entry) -> None:
+        message = entry.message
+        message.refs -= 1
+        if entry.stored:
+            entry.stored = False
+            self.broker.store.release(message, self.name)
+        if not message.refs:
+            self.broker.message_gone(message)
+
+    def purge(self) -> int:
+        entries = self.ready.clear()
+        for entry in entries:
+            entry.state = _T[(READY, "purge")]
+            self._drop(entry)
+        if entries:
+            self.stats.removed += len(entries)
+            self.stats.depth_changed(self.depth + len(entries), self.depth, self.broker.clock())
+        return len(entries)
+
+    def expire_ready(self, now_ms: int) -> int:
+        """Housekeeping: remove ready entries whose time has passed (never delivered)."""
+        gone = [e for e in self.ready if e.message.expires and e.message.expires <= now_ms]
+        for entry in gone:
+            self.ready.remove(entry)
+            self._expire(entry)
+        return len(gone)
+
+    def browse(self, accept: Callable[[Entry], bool] | None = None) -> list[Entry]:
+        """Ready entries in delivery order, without acquiring them."""
+        now_ms = self.broker.now_ms()
+        return [e for e in self.ready if not e.message.expired(now_ms) and (accept is None or accept(e))]
+
+    def __repr__(self) -> str:
+        return f"<MessageQueue {self.name} depth={self.depth} consumers={len(self.consumers)}>"

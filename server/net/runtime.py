@@ -1,0 +1,40 @@
+"""The broker core's view of the event loop: time, timers and worker threads (asyncio-backed)."""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from typing import Callable
+
+
+class AsyncioRuntime:
+    def __init__(self, loop: asyncio.AbstractEventLoop, workers: int = 4) -> None:
+        self.loop = loop
+        self.executor = concurrent.futures.ThreadPoolExecutor(max_workers=workers,
+                                                              thread_name_prefix="pymq-worker")
+
+    @staticmethod
+    def time() -> float:
+        return time.monotonic()
+
+    def call_later(self, delay: float, fn: Callable, *args):
+        return self.loop.call_later(delay, fn, *args)
+
+    def call_soon(self, fn: Callable, *args):
+        return self.loop.call_soon(fn, *args)
+
+    def run_in_thread(self, work: Callable, done: Callable) -> None:
+        """Run ``work()`` in a worker thread, then ``done(result, error)`` back on the loop."""
+        future = self.loop.run_in_executor(self.executor, work)
+
+        def finished(fut: asyncio.Future) -> None:
+            if fut.cancelled():
+                done(None, asyncio.CancelledError())
+                return
+            exc = fut.exception()
+            done(None if exc else fut.result(), exc)
+
+        future.add_done_callback(finished)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=True)
