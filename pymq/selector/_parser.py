@@ -23,7 +23,7 @@ from ._lexer import Token, tokenize
 
 # static kinds: what the parser knows about a node's value before any message is seen
 BOOL, NUM, STR, ANY = "bool", "num", "str", "any"
-_KIND_NAMES = {BOOL: "a condition", NUM: "a numeric expression", STR: "a string expression", ANY: "a value"}
+_KIND_NAMES = {BOOL: "a boolean expression", NUM: "a numeric expression", STR: "a string expression", ANY: "a value"}
 
 
 @dataclass(slots=True)
@@ -115,10 +115,6 @@ class Parser:
         return InvalidSelector(f"{self.dialect.label} error at position {pos}: expected {expected} but found {found}",
                                position=pos, expected=expected)
 
-    def error_kind(self, node: Node, expected: str) -> InvalidSelector:
-        return self.error(node.pos, expected, _KIND_NAMES[node.kind] if not node.ref or node.kind != ANY
-                          else "an identifier")
-
     # -- grammar --------------------------------------------------------------------------------------
 
     def parse(self) -> ParseResult:
@@ -193,8 +189,7 @@ class Parser:
     def _check_comparison(self, op: str, left: Node, right: Node) -> None:
         if op in ("=", "<>"):
             if left.kind != ANY and right.kind != ANY and left.kind != right.kind:
-                raise self.error(right.pos, _KIND_NAMES[left.kind].replace("a condition", "a boolean value"),
-                                 _KIND_NAMES[right.kind])
+                raise self.error(right.pos, _KIND_NAMES[left.kind], _KIND_NAMES[right.kind])
             return
         # JMS: strings and booleans compare only with = and <>
         for side in (left, right):
