@@ -269,16 +269,24 @@ class Broker:
         self.held_bytes -= message.size
         if self.memory_high and self.held_bytes < self.config.max_memory * 0.8:
             self.memory_high = False
-            blocked, self._blocked = self._blocked, set()
-            for session in blocked:
-                session.link.resume_reading()
+            log.info("message memory back under %d bytes: resuming producers", self.config.max_memory)
+            # resume from the loop, not from inside the dispatch/ack that freed the memory
+            self.runtime.call_later(0, self._resume_producers)
+
+    def _resume_producers(self) -> None:
+        blocked, self._blocked = self._blocked, set()
+        for session in blocked:
+            if self.memory_high:
+                self._blocked.add(session)
+            else:
+                session.resume_input()
 
     def block_producer(self, session) -> None:
-        """Producer flow control: stop reading from a producer while message memory is high.
+        """Producer flow control: stop taking frames from a producer while message memory is high.
         Only connections that SEND are paused, so consumers keep acknowledging and memory drains."""
         if session not in self._blocked:
             self._blocked.add(session)
-            session.link.pause_reading()
+            session.pause_input()
 
     # -- dead letters and expiry ---------------------------------------------------------------
     def dead_letter(self, entry, reason: str) -> None:

@@ -52,7 +52,8 @@ class BrokerSession:
         self.closed = False
         self._acks: dict[str, Consumer] = {}         # 1.2 ack token -> consumer
         self._next_token = 0
-        self._held: list[bytes] | None = None        # bytes that arrived while authenticating
+        self._held: list[bytes] | None = None        # bytes that arrived while input was held
+        self._deferred: list[Frame] = []             # parsed frames waiting for input to resume
         self._unsynced = False                      # wrote data a receipt must wait for
         self._barrier_seq = 0
         self._barrier_done = 0
@@ -72,9 +73,12 @@ class BrokerSession:
     def data_received(self, data: bytes) -> None:
         if self.closed:
             return
-        if self._held is not None:
+        if self._held is not None:          # authenticating, or paused by producer flow control
             self._held.append(data)
             return
+        self._consume(data)
+
+    def _consume(self, data: bytes) -> None:
         frame = None
         try:
             while True:
@@ -82,14 +86,47 @@ class BrokerSession:
                 data = b""
                 if not frames:
                     break
-                for frame in frames:
+                for i, frame in enumerate(frames):
                     self._handle(frame)
-                    if self.closed or self._held is not None:
+                    if self.closed:
+                        return
+                    if self._held is not None:
+                        # paused mid-batch: the frames already parsed wait with the bytes
+                        self._deferred.extend(frames[i + 1:])
                         return
                 if frame.command not in ("CONNECT", "STOMP"):
                     break  # the scanner only pauses after CONNECT; nothing else is buffered complete
         except PymqError as exc:
             self.fail(exc, frame)
+
+    def pause_input(self) -> None:
+        """Stop taking frames from this connection (producer flow control)."""
+        if self._held is None:
+            self._held = []
+        self.link.pause_reading()
+
+    def resume_input(self) -> None:
+        if self.closed:
+            return
+        self.link.resume_reading()
+        self._resume()
+
+    def _resume(self) -> None:
+        """Handle what waited while input was held: deferred frames first, then the held bytes."""
+        held, self._held = self._held, None
+        while self._deferred:
+            frame = self._deferred.pop(0)
+            try:
+                self._handle(frame)
+            except PymqError as exc:
+                self.fail(exc, frame)
+                return
+            if self.closed:
+                return
+            if self._held is not None:       # paused again
+                self._held[:0] = held or []
+                return
+        self._consume(b"".join(held) if held else b"")
 
     def frame_received(self, frame: Frame) -> None:
         """An already-parsed frame (vm:// transport)."""
@@ -220,9 +257,10 @@ class BrokerSession:
                        "user-name": user.name}
             self.send_frame("CONNECTED", headers)
             self.link.start_heartbeat(self, to_client, to_server)
-            held, self._held = self._held, None
             # frames pipelined after CONNECT wait in the scanner; parse them now with the version
-            self.data_received(b"".join(held) if held else b"")
+            if self._held is None:
+                self._held = []
+            self._resume()
 
         if auth.needs_slow_check(login, passcode):
             self._held = []

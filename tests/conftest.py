@@ -1,0 +1,207 @@
+"""Shared fixtures: a real broker on 127.0.0.1 (free port, private data dir) and a raw STOMP client.
+
+The broker runs in-process on its own event-loop thread, exactly as ``pymq-server`` runs it, so tests
+talk to it over real TCP with real clients (the pymq SDK, stomp.py, raw sockets).
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+
+import pytest
+
+from pymq.protocol.scanner import FrameScanner, encode_frame
+from pymq_server.app import BrokerServer
+from pymq_server.config import BrokerConfig
+
+
+class RunningBroker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.loop = asyncio.new_event_loop()
+        self.server = BrokerServer(config)
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True, name="test-broker")
+        self.thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("broker did not start")
+        if self._error:
+            raise self._error
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self.server.start())
+        except BaseException as exc:
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self.loop.run_forever()
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    @property
+    def url(self) -> str:
+        return f"stomp://127.0.0.1:{self.port}"
+
+    @property
+    def broker(self):
+        return self.server.broker
+
+    def call(self, fn, *args, timeout: float = 10.0):
+        """Run ``fn(*args)`` on the broker's loop thread and return its result (inspect state safely)."""
+        done = threading.Event()
+        box: list = []
+
+        def run():
+            try:
+                box.append((True, fn(*args)))
+            except BaseException as exc:  # hand it to the test thread
+                box.append((False, exc))
+            done.set()
+
+        self.loop.call_soon_threadsafe(run)
+        if not done.wait(timeout):
+            raise TimeoutError("broker loop did not answer")
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        if not self.loop.is_running():
+            return
+        fut = asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop)
+        fut.result(30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+@pytest.fixture
+def broker_factory(tmp_path):
+    started: list[RunningBroker] = []
+
+    def make(**overrides) -> RunningBroker:
+        settings = dict(host="127.0.0.1", port=0, data_dir=str(tmp_path / f"data{len(started)}"))
+        settings.update(overrides)
+        rb = RunningBroker(BrokerConfig.from_dict(settings))
+        started.append(rb)
+        return rb
+
+    yield make
+    for rb in started:
+        rb.stop()
+
+
+@pytest.fixture
+def broker(broker_factory) -> RunningBroker:
+    return broker_factory()
+
+
+class RawStomp:
+    """A deliberately dumb STOMP client over a socket, for protocol-level tests."""
+
+    def __init__(self, port: int, version: str = "1.2", rcvbuf: int | None = None) -> None:
+        if rcvbuf is None:
+            self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        else:
+            # a small receive window must be set before connecting to take effect
+            self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+            self.sock.settimeout(5)
+            self.sock.connect(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.scanner = FrameScanner(max_frame_size=64 * 1024 * 1024, version=version)
+        self.version = version
+        self.frames: list = []
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, command: str, headers: dict | None = None, body: bytes = b"") -> None:
+        self.sock.sendall(encode_frame(command, headers or {}, body, self.version))
+
+    def connect(self, login: str = "guest", passcode: str = "guest", **headers) -> object:
+        h = {"accept-version": self.version, "host": "/", "login": login, "passcode": passcode}
+        h.update(headers)
+        self.sock.sendall(encode_frame("CONNECT", h, b"", "1.2"))
+        frame = self.read()
+        self.scanner.feed(b"")
+        return frame
+
+    def read(self, timeout: float = 5.0):
+        """The next frame, or raise TimeoutError / ConnectionError('closed')."""
+        deadline = time.monotonic() + timeout
+        while not self.frames:
+            more = self.scanner.feed(b"")
+            if more:
+                self.frames.extend(more)
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no frame")
+            self.sock.settimeout(remaining)
+            try:
+                data = self.sock.recv(65536)
+            except socket.timeout:
+                raise TimeoutError("no frame") from None
+            except ConnectionResetError:
+                raise ConnectionError("closed") from None
+            if not data:
+                raise ConnectionError("closed")
+            self.frames.extend(self.scanner.feed(data))
+        return self.frames.pop(0)
+
+    def read_until_closed(self, timeout: float = 5.0) -> list:
+        out = []
+        while True:
+            try:
+                out.append(self.read(timeout))
+            except ConnectionError:
+                return out
+
+    def is_closed(self, timeout: float = 3.0) -> bool:
+        try:
+            self.read_until_closed(timeout)
+            return True
+        except TimeoutError:
+            return False
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+
+@pytest.fixture
+def raw(broker):
+    clients: list[RawStomp] = []
+
+    def make(version: str = "1.2", connect: bool = True, **kw) -> RawStomp:
+        client = RawStomp(broker.port, version)
+        clients.append(client)
+        if connect:
+            frame = client.connect(**kw)
+            assert frame.command == "CONNECTED", frame
+        return client
+
+    yield make
+    for c in clients:
+        c.close()
+
+
+def wait_for(predicate, timeout: float = 5.0, interval: float = 0.01) -> bool:
+    """Wait for a condition that another thread or process makes true (tests never assert timings)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
