@@ -79,6 +79,7 @@ class Row:
     broker_cpu_s: float = 0.0
     broker_cpu_us_per_msg: float = 0.0
     other_cpu_pct: float = 0.0
+    round: int = 0
     extra: dict = field(default_factory=dict)
 
     @property
@@ -96,7 +97,7 @@ def endpoint(b: Broker) -> Endpoint:
                     explicit_non_persistent=b.dialect.explicit_non_persistent)
 
 
-def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int) -> Row:
+def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_brokers: list[Broker]) -> Row:
     spec_kw = dict(w.spec)
     kind = "/topic/" if spec_kw.get("topic") else "/queue/"
     prefix = b.dialect.topic_prefix if kind == "/topic/" else b.dialect.queue_prefix
@@ -107,19 +108,22 @@ def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int) -> Ro
         spec.count = int(spec.rate * spec.duration)
     if spec.persistent:
         spec.idle_timeout = 15.0
+    def sample():
+        return b.cpu_seconds(), sum(x.cpu_seconds() for x in all_brokers), machine_busy_seconds(), time.monotonic()
+
     at_start = []
-    r = run_load(endpoint(b), spec,
-                 on_started=lambda: at_start.append((b.cpu_seconds(), machine_busy_seconds(), time.monotonic())))
+    r = run_load(endpoint(b), spec, on_started=lambda: at_start.append(sample()))
     row = Row(b.name, w.key, w.title, r)
     if at_start:
-        cpu0, busy0, t0 = at_start[0]
-        row.broker_cpu_s = b.cpu_seconds() - cpu0
+        cpu0, brokers0, busy0, t0 = at_start[0]
+        cpu1, brokers1, busy1, t1 = sample()
+        row.broker_cpu_s = cpu1 - cpu0
         row.broker_cpu_us_per_msg = row.broker_cpu_s * 1e6 / r.received if r.received else 0.0
         # Whatever else ran on the machine meanwhile (other people's tests share these cores): busy time of
-        # all cores minus the broker and the load client. High values make the row's figures suspect.
-        wall = time.monotonic() - t0
-        others = machine_busy_seconds() - busy0 - row.broker_cpu_s - r.producer_cpu_s - r.consumer_cpu_s
-        row.other_cpu_pct = max(0.0, 100.0 * others / wall) if wall > 0 else 0.0
+        # all cores minus the brokers (the idle ones too) and the load client. High values make the row's
+        # figures suspect.
+        others = busy1 - busy0 - (brokers1 - brokers0) - r.producer_cpu_s - r.consumer_cpu_s
+        row.other_cpu_pct = max(0.0, 100.0 * others / (t1 - t0)) if t1 > t0 else 0.0
     return row
 
 
@@ -165,6 +169,24 @@ def run_sdk(b: Broker, quick: bool) -> list[Row]:
                             extra=out))
             log(f"  {key:11} send {out['send_rate']:10,.0f} msg/s, receive {out['recv_rate']:10,.0f} msg/s")
     return rows
+
+
+def median_rows(rows: list[Row], rounds: int) -> list[Row]:
+    """Per (broker, workload), the row with the median msg/s over the rounds (a failed row always shows)."""
+    if rounds <= 1:
+        return rows
+    groups: dict[tuple, list[Row]] = {}
+    for r in rows:
+        groups.setdefault((r.broker, r.workload), []).append(r)
+    out = []
+    for group in groups.values():
+        failed = [r for r in group if r.failed or r.extra.get("unavailable")]
+        if failed:
+            out.append(failed[0])
+            continue
+        group.sort(key=lambda r: r.result.rate)
+        out.append(group[(len(group) - 1) // 2])
+    return out
 
 
 def fmt_rate(v: float) -> str:
@@ -308,6 +330,8 @@ def main(argv=None) -> int:
     ap.add_argument("--json", help="write all figures to this file")
     ap.add_argument("--self-check", action="store_true", help="check the harness against a toy broker and exit")
     ap.add_argument("--no-warmup", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="repeat every workload on every broker N times and show the median (all in the JSON)")
     ap.add_argument("--window", type=int, default=WINDOW,
                     help=f"messages in flight per producer, sent but not yet delivered (default {WINDOW}; "
                          "0 = unbounded pipelining, where latency becomes the age of the backlog)")
@@ -323,32 +347,52 @@ def main(argv=None) -> int:
     rows: list[Row] = []
     unavailable: dict[str, str] = {}
     versions: dict[str, str] = {}
+    load_at_start = os.getloadavg()[0]
+    up: list[Broker] = []
     with tempfile.TemporaryDirectory(prefix="pymq-bench-") as tmp:
-        for name in brokers:
-            b = BROKERS[name](log=log)
-            log(f"== {name}")
-            try:
-                b.start(tmp)
-                versions[name] = b.version
-                if not a.no_warmup:
-                    warm_up(b, a.quick, run_id)
+        try:
+            # All brokers up at once (idle, each costs well under 1% of a core), then every workload runs
+            # against each in turn: other people's load on this shared machine then hits all brokers alike
+            # instead of whichever one happened to run during it.
+            for name in brokers:
+                b = BROKERS[name](log=log)
+                try:
+                    b.start(tmp)
+                    versions[name] = b.version
+                    if not a.no_warmup:
+                        warm_up(b, a.quick, run_id)
+                    up.append(b)
+                except PeerUnavailable as e:
+                    unavailable[name] = str(e)
+                    log(f"  {name} unavailable: {e}")
+                    b.stop()
+            for rnd in range(a.rounds):
                 for w in WORKLOADS:
                     if w.group not in groups:
                         continue
-                    row = run_one(b, w, a.quick, run_id, a.window)
-                    r = row.result
-                    log(f"  {w.key:5} {r.rate:10,.0f} msg/s  p50 {r.lat_p50_us / 1000:7.2f} ms  "
-                        f"p99 {r.lat_p99_us / 1000:7.2f} ms  broker {row.broker_cpu_us_per_msg:6.1f} µs/msg  "
-                        f"client cpu {r.producer_cpu_pct:.0f}%/{r.consumer_cpu_pct:.0f}%"
-                        + (f"  LOST {r.lost}" if r.lost else "") + (f"  DUP {r.duplicated}" if r.duplicated else "")
-                        + (f"  ERRORS {r.errors}" if r.errors else ""))
-                    rows.append(row)
-                if name == "pymq" and "sdk" in groups:
-                    rows.extend(run_sdk(b, a.quick))
-            except PeerUnavailable as e:
-                unavailable[name] = str(e)
-                log(f"  {name} unavailable: {e}")
-            finally:
+                    # Rotate the order each round so no broker always runs first (or right after ActiveMQ's
+                    # garbage collector has been fed).
+                    order_ = up[rnd % len(up):] + up[: rnd % len(up)] if up else []
+                    for b in order_:
+                        time.sleep(0.3)  # let the previous broker's after-work (acks, GC) settle
+                        row = run_one(b, w, a.quick, f"{run_id}r{rnd}", a.window, up)
+                        row.round = rnd
+                        r = row.result
+                        log(f"  r{rnd} {w.key:5} {b.name:9} {r.rate:10,.0f} msg/s  p50 {r.lat_p50_us / 1000:7.2f} ms"
+                            f"  p99 {r.lat_p99_us / 1000:7.2f} ms  broker {row.broker_cpu_us_per_msg:6.1f} µs/msg"
+                            f"  client cpu {r.producer_cpu_pct:.0f}%/{r.consumer_cpu_pct:.0f}%"
+                            f"  others {row.other_cpu_pct:.0f}%"
+                            + (f"  LOST {r.lost}" if r.lost else "")
+                            + (f"  DUP {r.duplicated}" if r.duplicated else "")
+                            + (f"  ERRORS {r.errors}" if r.errors else ""))
+                        rows.append(row)
+                pymq_up = next((b for b in up if b.name == "pymq"), None)
+                if pymq_up is not None and "sdk" in groups:
+                    for row in run_sdk(pymq_up, a.quick):
+                        row.round = rnd
+                        rows.append(row)
+        finally:
+            for b in up:
                 b.stop()
     print(f"\nbroker bench ({'quick' if a.quick else 'full'}), {os.cpu_count()} cores, "
           f"python {platform.python_version()}, {'uvloop' if uvloop else 'asyncio'} load client; "
@@ -356,9 +400,10 @@ def main(argv=None) -> int:
     print(f"(b): RECEIPT every {RECEIPT_EVERY} messages, at most {MAX_UNCONFIRMED} unconfirmed. Window: "
           f"{a.window or 'unbounded'} messages in flight per producer. prod/cons cpu: % of one core used by the "
           "load client's producer / consumer process while busy; others: % of one core used by everything else "
-          f"on the machine during the row (load average at start {os.getloadavg()[0]:.1f})\n")
-    print_table(rows)
-    rat = ratios(rows)
+          f"on the machine during the row (load average at start {load_at_start:.1f})"
+          + (f"; median of {a.rounds} rounds by msg/s" if a.rounds > 1 else "") + "\n")
+    print_table(median_rows(rows, a.rounds))
+    rat = ratios(median_rows(rows, a.rounds))
     print_ratios(rat)
     for name, why in unavailable.items():
         print(f"\n{name}: not measured: {why}")
@@ -373,6 +418,7 @@ def main(argv=None) -> int:
             "receipt_every": RECEIPT_EVERY, "max_unconfirmed": MAX_UNCONFIRMED,
             "results": [dict(broker=r.broker, workload=r.workload, title=r.title, broker_cpu_s=r.broker_cpu_s,
                              broker_cpu_us_per_msg=r.broker_cpu_us_per_msg, other_cpu_pct=r.other_cpu_pct,
+                             round=r.round,
                              **r.result.as_dict(), extra=r.extra)
                         for r in rows],
             "ratios": rat,
