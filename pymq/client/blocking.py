@@ -803,7 +803,8 @@ class QueueBrowser:
         return iter(self.messages())
 
     def messages(self, timeout: float | None = None) -> list[Message]:
-        """A snapshot of the messages waiting now (each call takes a new one)."""
+        """A snapshot of the messages waiting now (each call takes a new one).  The broker ends the
+        browse subscription itself after its ``browser:end`` marker."""
         session = self._session
         conn = session.connection
         consumer = MessageConsumer(session, self.queue, self.selector, 0)
@@ -831,11 +832,6 @@ class QueueBrowser:
                 out.append(from_frame(frame.headers, frame.body))
         finally:
             conn._unregister(consumer._sub_id)
-            if not conn.closed:
-                try:
-                    conn._send(Frame("UNSUBSCRIBE", {"id": consumer._sub_id}))
-                except PymqError:
-                    pass
         return out
 
     get_enumeration = messages

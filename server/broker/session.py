@@ -54,6 +54,7 @@ class BrokerSession:
         self._next_token = 0
         self._held: list[bytes] | None = None        # bytes that arrived while input was held
         self._deferred: list[Frame] = []             # parsed frames waiting for input to resume
+        self._browsed: set[str] = set()              # finished browse subscription ids
         self._unsynced = False                      # wrote data a receipt must wait for
         self._barrier_seq = 0
         self._barrier_done = 0
@@ -314,6 +315,10 @@ class BrokerSession:
         if consumer is not None:
             self.consumers[sub_id] = consumer
             consumer.queue.add_consumer(consumer)
+        else:
+            # a browse is complete once its end marker is sent; an ActiveMQ-style client may still
+            # UNSUBSCRIBE it, which must not be an error
+            self._browsed.add(sub_id)
 
     def _on_unsubscribe(self, frame: Frame) -> None:
         h = frame.headers
@@ -324,6 +329,9 @@ class BrokerSession:
             return
         sub_id = h.get("id") or h.get("destination")
         consumer = self.consumers.pop(sub_id, None)
+        if consumer is None and sub_id in self._browsed:
+            self._browsed.discard(sub_id)
+            return
         if consumer is None:
             raise UnknownSubscription(f"UNSUBSCRIBE of unknown subscription id {sub_id!r}",
                                       subscription=sub_id)

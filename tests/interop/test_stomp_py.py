@@ -1,0 +1,198 @@
+"""stomp.py (a STOMP client nobody here wrote) and the pymq SDK exchange messages both ways."""
+from __future__ import annotations
+
+import queue
+import time
+import uuid
+
+import pytest
+import stomp
+
+import pymq
+
+
+class Collector(stomp.ConnectionListener):
+    def __init__(self) -> None:
+        self.messages: queue.Queue = queue.Queue()
+        self.receipts: queue.Queue = queue.Queue()
+        self.errors: queue.Queue = queue.Queue()
+
+    def on_message(self, frame):
+        self.messages.put(frame)
+
+    def on_receipt(self, frame):
+        self.receipts.put(frame.headers["receipt-id"])
+
+    def on_error(self, frame):
+        self.errors.put(frame)
+
+    def next(self, timeout=5.0):
+        return self.messages.get(timeout=timeout)
+
+    def none(self, timeout=0.3) -> bool:
+        try:
+            self.messages.get(timeout=timeout)
+            return False
+        except queue.Empty:
+            return True
+
+
+@pytest.fixture(params=["1.1", "1.2"])
+def stomppy(request, broker):
+    cls = stomp.Connection12 if request.param == "1.2" else stomp.Connection11
+    conns = []
+
+    def make():
+        c = cls([("127.0.0.1", broker.port)], heartbeats=(0, 0))
+        listener = Collector()
+        c.set_listener("collector", listener)
+        c.connect("guest", "guest", wait=True)
+        conns.append(c)
+        return c, listener
+
+    yield make
+    for c in conns:
+        try:
+            c.disconnect()
+        except Exception:
+            pass
+
+
+def _ack_args(c, frame, sub="1") -> dict:
+    """stomp.py's 1.2 ack takes the ack header; 1.1 takes message-id and subscription."""
+    if isinstance(c, stomp.Connection12):
+        return {"id": frame.headers["ack"]}
+    return {"id": frame.headers["message-id"], "subscription": sub}
+
+
+def _name(kind):
+    return f"{kind}-{uuid.uuid4().hex[:8]}"
+
+
+def test_stomp_py_to_sdk_queue(broker, stomppy):
+    c, _ = stomppy()
+    name = _name("q")
+    c.send(f"/queue/{name}", "from stomp.py", headers={"correlation-id": "c-1", "colour": "red",
+                                                        "priority": "7"})
+    with pymq.connect(broker.url) as conn:
+        m = conn.create_session().create_consumer(pymq.Queue(name)).receive(5)
+    assert isinstance(m, pymq.TextMessage) and m.text == "from stomp.py"
+    assert m.correlation_id == "c-1" and m.properties["colour"] == "red" and m.priority == 7
+
+
+def test_sdk_to_stomp_py_queue_with_client_individual_ack(broker, stomppy):
+    c, listener = stomppy()
+    name = _name("q")
+    with pymq.connect(broker.url) as conn:
+        p = conn.create_session().create_producer(pymq.Queue(name))
+        for i in range(3):
+            p.send(pymq.TextMessage(f"m{i}", properties={"n": i}))
+    c.subscribe(f"/queue/{name}", id="1", ack="client-individual")
+    frames = [listener.next() for _ in range(3)]
+    assert [f.body for f in frames] == ["m0", "m1", "m2"]
+    assert [f.headers["n"] for f in frames] == ["0", "1", "2"]
+    c.ack(**_ack_args(c, frames[1]))
+    c.nack(**_ack_args(c, frames[0]))
+    redelivered = listener.next()
+    assert redelivered.body == "m0" and redelivered.headers["redelivered"] == "true"
+
+
+def test_topics_both_ways(broker, stomppy):
+    c, listener = stomppy()
+    topic = _name("t")
+    c.subscribe(f"/topic/{topic}", id="1", ack="auto", headers={"receipt": "sub"})
+    assert listener.receipts.get(timeout=5) == "sub"
+    with pymq.connect(broker.url) as conn:
+        s = conn.create_session()
+        sdk_sub = s.create_consumer(pymq.Topic(topic))
+        s.create_producer(pymq.Topic(topic)).send("from sdk")
+        c.send(f"/topic/{topic}", "from stomp.py")
+        got_by_stomp = sorted([listener.next().body, listener.next().body])
+        got_by_sdk = sorted([sdk_sub.receive(5).text, sdk_sub.receive(5).text])
+    assert got_by_stomp == got_by_sdk == ["from sdk", "from stomp.py"]
+
+
+def test_stomp_py_transaction_and_receipts(broker, stomppy):
+    c, listener = stomppy()
+    name = _name("q")
+    with pymq.connect(broker.url) as conn:
+        consumer = conn.create_session().create_consumer(pymq.Queue(name))
+        tx = c.begin()
+        c.send(f"/queue/{name}", "one", transaction=tx)
+        c.send(f"/queue/{name}", "two", transaction=tx)
+        assert consumer.receive(0.3) is None
+        c.commit(tx)
+        assert [consumer.receive(5).text, consumer.receive(5).text] == ["one", "two"]
+        tx2 = c.begin()
+        c.send(f"/queue/{name}", "never", transaction=tx2)
+        c.abort(tx2)
+        c.send(f"/queue/{name}", "after", headers={"receipt": "r-after"})
+        assert listener.receipts.get(timeout=5) == "r-after"
+        assert consumer.receive(5).text == "after"
+
+
+def test_stomp_py_acks_inside_a_transaction(broker, stomppy):
+    c, listener = stomppy()
+    name = _name("q")
+    with pymq.connect(broker.url) as conn:
+        p = conn.create_session().create_producer(pymq.Queue(name))
+        p.send("a")
+        p.send("b")
+    c.subscribe(f"/queue/{name}", id="1", ack="client-individual")
+    frames = [listener.next(), listener.next()]
+    tx = c.begin()
+    for f in frames:
+        c.ack(transaction=tx, **_ack_args(c, f))
+    c.commit(tx)
+    c.unsubscribe("1")
+    time.sleep(0.2)
+    with pymq.connect(broker.url) as conn:
+        assert conn.create_session().create_consumer(pymq.Queue(name)).receive(0.3) is None
+
+
+def test_stomp_py_binary_body_to_sdk_bytes(broker, stomppy):
+    c, _ = stomppy()
+    name = _name("q")
+    payload = bytes(range(256))
+    c.send(f"/queue/{name}", payload, content_type="application/octet-stream")
+    with pymq.connect(broker.url) as conn:
+        m = conn.create_session().create_consumer(pymq.Queue(name)).receive(5)
+    assert isinstance(m, pymq.BytesMessage) and m.data == payload
+
+
+def test_request_reply_sdk_client_stomp_py_service(broker, stomppy):
+    c, listener = stomppy()
+    service = _name("svc")
+    c.subscribe(f"/queue/{service}", id="svc", ack="auto")
+    time.sleep(0.1)
+    with pymq.connect(broker.url) as conn:
+        s = conn.create_session()
+        requestor = pymq.Requestor(s, pymq.Queue(service))
+        import threading
+
+        def serve():
+            req = listener.next()
+            c.send(req.headers["reply-to"], req.body.upper(),
+                   headers={"correlation-id": req.headers["correlation-id"]})
+
+        t = threading.Thread(target=serve)
+        t.start()
+        reply = requestor.request("hello", timeout=5)
+        t.join()
+    assert reply.text == "HELLO"
+
+
+def test_stomp_py_durable_subscription(broker, stomppy):
+    topic = _name("t")
+    c, listener = stomppy()
+    c.subscribe(f"/topic/{topic}", id="d", ack="auto",
+                headers={"activemq.subscriptionName": "keep", "receipt": "s"})
+    assert listener.receipts.get(timeout=5) == "s"
+    c.disconnect()
+    with pymq.connect(broker.url) as conn:
+        p = conn.create_session().create_producer(pymq.Topic(topic))
+        p.send("while away 1")
+        p.send("while away 2")
+    c2, listener2 = stomppy()
+    c2.subscribe(f"/topic/{topic}", id="d", ack="auto", headers={"activemq.subscriptionName": "keep"})
+    assert [listener2.next().body, listener2.next().body] == ["while away 1", "while away 2"]
