@@ -3,15 +3,16 @@
 The broker awaits :meth:`CommitDriver.commit` after writing a commit's messages: it flushes the device
 (cheap, on the loop thread), registers with the policy and returns once the policy says the writes are
 durable.  One background task starts syncs when the policy asks for them; fsync runs in an executor so
-the loop keeps serving.  With policy ``never`` nothing is synced per commit, but a device that reports
-``checkpoint_due`` still gets its checkpoint in the executor so its log stays bounded.
+the loop keeps serving.  A device that reports ``checkpoint_due`` (the file device) gets its checkpoint
+in the executor after a sync's waiters have been released (or, with policy ``never``, whenever it is
+due), so receipts never wait for a checkpoint; build such a device with ``checkpoint_in_sync=False``.
 """
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 
-from .commit import CommitPolicy, GroupCommit
+from .commit import GroupCommit
 from .device import HoldingDevice
 
 
@@ -73,8 +74,7 @@ class CommitDriver:
         loop = asyncio.get_running_loop()
         policy = self.policy
         while True:
-            if policy.policy is CommitPolicy.NEVER:
-                self._maybe_checkpoint(loop)
+            self._maybe_checkpoint(loop)
             when = policy.next_sync_at(loop.time())
             if when is None:
                 await self._wake.wait()

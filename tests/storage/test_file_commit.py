@@ -220,3 +220,19 @@ def test_driver_on_a_file_device_receipted_writes_survive_a_crash(tmp_path):
         assert [m.key for m, _ in device.recover()] == sorted(receipted)
     finally:
         device.close()
+
+
+def test_driver_checkpoints_outside_sync_when_the_device_leaves_it_to_the_driver(tmp_path):
+    async def main():
+        device = FileDevice("file", tmp_path / "s", 4096, fsync=False, checkpoint_bytes=30_000,
+                            checkpoint_in_sync=False)
+        device.open()
+        driver = CommitDriver(device, GroupCommit("always"))
+        for key in range(1, 601):
+            device.write(StoredMessage(key, "/queue/a", key, True, bytes(200)), ["/queue/a"])
+            await driver.commit()
+        await driver.close()
+        checkpoints = device.status().extra["checkpoints"]
+        device.close()
+        return checkpoints
+    assert asyncio.run(main()) >= 3

@@ -380,3 +380,40 @@ def _open_for(path):
 def _removed(key, synced):
     # key k was removed when key k + 30 was written (k + 30 divisible by 4), which happened by `synced`
     return (key + 30) % 4 == 0 and key + 30 <= synced
+
+
+def test_a_store_killed_while_being_created_is_created_again(tmp_path):
+    from pymq_server.storage.file.pagefile import PageFile
+    tmp_path.mkdir(exist_ok=True)
+    PageFile(str(tmp_path / "pages"), PAGE, fsync=False).create()    # header written, no checkpoint yet
+    device = opened(tmp_path)
+    try:
+        device.write(msg(1), ["q"])
+    finally:
+        device.close()
+    assert list(state(tmp_path)[0]) == [1]
+
+
+def test_meta_pages_that_are_damaged_not_blank_are_an_error(tmp_path):
+    opened(tmp_path).close()
+    with open(tmp_path / "pages", "r+b") as fh:
+        for page in fmt.META_PAGES:
+            fh.seek(page * PAGE + 8)
+            fh.write(b"\x07")
+    with pytest.raises(StorageError, match="meta"):
+        opened(tmp_path)
+
+
+def test_log_stays_bounded_when_nobody_syncs(tmp_path):
+    device = opened(tmp_path, checkpoint_bytes=20_000)
+    try:
+        for key in range(1, 3001):
+            device.write(msg(key, data=os.urandom(100)), ["q"])
+            if key > 100:
+                device.remove(key - 100, "q")
+            device.flush()                           # policy "never": flush, never sync
+            assert device.status().extra["log_bytes"] <= 4 * 20_000 + 1000
+        assert device.status().extra["checkpoints"] > 5
+    finally:
+        device.close()
+    assert sorted(state(tmp_path)[0]) == list(range(2901, 3001))

@@ -130,10 +130,12 @@ class FileDevice(HoldingDevice):
 
     def __init__(self, name: str, directory: str | os.PathLike, page_size: int = DEFAULT_PAGE_SIZE, *,
                  checkpoint_bytes: int = DEFAULT_CHECKPOINT_BYTES, max_bytes: int | None = None,
-                 fsync: bool = True, read_only: bool = False) -> None:
+                 fsync: bool = True, read_only: bool = False, checkpoint_in_sync: bool = True) -> None:
         """``fsync=False`` skips every fsync (tests, throwaway stores); ``read_only`` opens without
-        changing a byte (inspection); ``max_bytes`` bounds the page file (``allocate`` raises when full).
-        An existing store keeps the page size it was created with."""
+        changing a byte (inspection); ``max_bytes`` bounds the page file (``allocate`` raises when full);
+        ``checkpoint_in_sync=False`` leaves due checkpoints to the caller (``checkpoint_due`` /
+        ``checkpoint()``, as the commit driver does) so a sync never waits for one.  An existing store
+        keeps the page size it was created with."""
         if page_size & (page_size - 1) or not fmt.MIN_PAGE_SIZE <= page_size <= fmt.MAX_PAGE_SIZE:
             raise StorageError(f"page size {page_size} is not a power of two in "
                                f"[{fmt.MIN_PAGE_SIZE}, {fmt.MAX_PAGE_SIZE}]")
@@ -143,6 +145,7 @@ class FileDevice(HoldingDevice):
         self.checkpoint_bytes = checkpoint_bytes
         self.max_bytes = max_bytes
         self.read_only = read_only
+        self.checkpoint_in_sync = checkpoint_in_sync
         self._fsync = fsync
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
@@ -689,7 +692,7 @@ class FileDevice(HoldingDevice):
             with self._lock:
                 self._syncs += 1
                 self._latency = elapsed if self._syncs == 1 else 0.9 * self._latency + 0.1 * elapsed
-            if self.checkpoint_due:
+            if self.checkpoint_in_sync and self.checkpoint_due:
                 self._checkpoint_locked()
 
     def checkpoint(self) -> None:
@@ -851,7 +854,15 @@ class FileDevice(HoldingDevice):
         self.page_size = ps = self._pf.page_size
         meta = self._pf.read_meta()
         if meta is None:
-            raise StorageError(f"{path}: no valid meta page (the store was never checkpointed)", path=path)
+            if self._pf.never_checkpointed() and not self.read_only:
+                # created, then killed before its first checkpoint: nothing was ever acknowledged
+                self._pf.close()
+                os.unlink(path)
+                for number in list_segments(self.directory):
+                    os.unlink(segment_path(self.directory, number))
+                self._create(path)
+                return
+            raise StorageError(f"{path}: no valid meta page", path=path)
         payload, self._ckpt_pages = self._pf.read_checkpoint(meta)
         state = ckpt.decode(payload)
         self._generation = meta.generation

@@ -111,6 +111,10 @@ class PageFile:
                 best = meta
         return best
 
+    def never_checkpointed(self) -> bool:
+        """Both meta pages are still all zero (the store died while being created)."""
+        return all(not any(self.read_at(page * self.page_size, fmt.META.size + 4)) for page in fmt.META_PAGES)
+
     def write_meta(self, meta: Meta) -> None:
         raw = fmt.encode_meta(self.page_size, self.file_id, meta.generation, meta.wal_segment, meta.wal_salt,
                               meta.page_count, meta.ckpt_first, meta.ckpt_pages, meta.ckpt_length,
