@@ -11,13 +11,16 @@ backend as one transaction (:meth:`BufferedDevice._commit`).  Invariants:
 
 * A message written and fully consumed inside one batch never reaches the backend: the batch drops it.
   This is what makes group commit pay off for queues whose consumers keep up.
-* Within a batch, reference changes are net changes: adding and then removing the same reference (or
-  the reverse) cancels out, so the order in which the backend applies inserts and deletes is free.
+* A reference change to a message an earlier batch wrote records the reference's final state
+  (ADD: present, DROP: absent), which backends apply idempotently (insert if missing, delete if
+  there).  So the last change wins, and replaying a batch that may already have been applied is safe.
 * While a batch is being committed it stays visible to ``read`` (as ``_inflight``), so a message is
   readable at every instant between ``write`` and the removal of its last reference.
 * Commits are serialised (``_sync_lock``): batch N is committed before batch N+1 starts.  A failed
-  commit puts its batch back in front of the writes made meanwhile, so the next ``sync`` retries it;
-  backends make a batch idempotent, as a commit whose reply was lost may have happened.
+  commit puts its batch back in front of the writes made meanwhile, so the next ``sync`` retries it.
+  A commit whose reply was lost may have happened all the same, so backends apply batches
+  idempotently, and the messages of a failed batch become *uncertain*: they may exist on the server,
+  so changes to them are recorded as reference operations too, and freeing one deletes it there.
 """
 from __future__ import annotations
 
@@ -38,17 +41,19 @@ DROP = -1
 class WriteBatch:
     """Net changes since the last swap."""
 
-    __slots__ = ("messages", "ref_ops", "freed", "meta")
+    __slots__ = ("messages", "ref_ops", "freed", "meta", "uncertain")
 
     def __init__(self) -> None:
         #: key -> (message, queues still referencing it), for messages this batch writes
         self.messages: dict[int, tuple[StoredMessage, set[str]]] = {}
-        #: (key, queue) -> ADD | DROP, for messages an earlier batch wrote
+        #: (key, queue) -> ADD | DROP (present | absent at the end), for messages an earlier batch wrote
         self.ref_ops: dict[tuple[int, str], int] = {}
         #: earlier messages whose last reference this batch drops: delete them
         self.freed: set[int] = set()
         #: catalog name -> value, None meaning delete
         self.meta: dict[str, bytes | None] = {}
+        #: keys of ``messages`` that a failed commit may have written all the same
+        self.uncertain: set[int] = set()
 
     def __bool__(self) -> bool:
         return bool(self.messages or self.ref_ops or self.freed or self.meta)
@@ -60,8 +65,9 @@ class WriteBatch:
         entry = self.messages.get(key)
         if entry is not None:
             entry[1].add(queue)
-        else:
-            self._ref_op(key, queue, ADD)
+            if key not in self.uncertain:
+                return
+        self._ref_op(key, queue, ADD)
 
     def remove(self, key: int, queue: str, last: bool) -> None:
         """Record a removal; ``last`` says the device holds no other reference to ``key``."""
@@ -70,35 +76,38 @@ class WriteBatch:
             entry[1].discard(queue)
             if last:
                 del self.messages[key]
-            return
+            if key not in self.uncertain:
+                return
+            if last:
+                self.uncertain.discard(key)
         self._ref_op(key, queue, DROP)
         if last:
             self.freed.add(key)
 
     def _ref_op(self, key: int, queue: str, op: int) -> None:
-        if self.ref_ops.get((key, queue), op) != op:
-            del self.ref_ops[(key, queue)]        # add then drop (or drop then add): no change
-        else:
-            self.ref_ops[(key, queue)] = op
+        # Never cancel an ADD against a DROP: after a failed commit either may already be applied.
+        self.ref_ops[(key, queue)] = op
 
     def put_meta(self, name: str, value: bytes | None) -> None:
         self.meta[name] = value
 
     def absorb(self, later: "WriteBatch") -> None:
-        """Replay ``later`` on top of this batch (this one failed to commit, ``later`` came meanwhile)."""
-        fresh = set(self.messages)
+        """Replay ``later`` on top of this batch, which failed to commit (``later`` came meanwhile)."""
+        self.uncertain |= set(self.messages)
         for (key, queue), op in later.ref_ops.items():
             entry = self.messages.get(key)
-            if entry is None:
-                self._ref_op(key, queue, op)
-            elif op == ADD:
-                entry[1].add(queue)
-            else:
-                entry[1].discard(queue)
-                if not entry[1]:
-                    del self.messages[key]
-        self.freed |= later.freed - fresh
+            if entry is not None:
+                if op == ADD:
+                    entry[1].add(queue)
+                else:
+                    entry[1].discard(queue)
+                    if not entry[1]:
+                        del self.messages[key]
+                        self.uncertain.discard(key)
+            self._ref_op(key, queue, op)
+        self.freed |= later.freed
         self.messages.update(later.messages)
+        self.uncertain |= later.uncertain
         self.meta.update(later.meta)
 
 
@@ -118,6 +127,7 @@ class BufferedDevice(HoldingDevice):
         self._held: dict[int, tuple[int, tuple[str, ...]]] = {}
         self._bytes = 0
         self._errors = 0
+        self._last_error = ""
         self._online = False
         self._latency = 0.0                    # moving average of commit time, seconds
         self._opened = False
@@ -143,10 +153,12 @@ class BufferedDevice(HoldingDevice):
 
     # -- helpers --------------------------------------------------------------------------------
     def _failure(self, action: str, exc: BaseException) -> StorageError:
+        error = StorageError(f"{self._describe()}: {action} failed: {exc}", device=self.name)
         with self._lock:
             self._errors += 1
             self._online = False
-        return StorageError(f"{self._describe()}: {action} failed: {exc}", device=self.name)
+            self._last_error = error.message
+        return error
 
     def _check_open(self) -> None:
         if not self._opened:
@@ -282,6 +294,8 @@ class BufferedDevice(HoldingDevice):
     def status(self) -> DeviceStatus:
         extra = self._status_extra()     # may probe the server and flip _online
         with self._lock:
+            if not self._online and self._last_error:
+                extra["last_error"] = self._last_error
             return DeviceStatus(
                 name=self.name, kind=self.kind, messages=len(self._held), bytes_used=self._bytes,
                 errors=self._errors, write_latency_s=self._latency,

@@ -248,6 +248,9 @@ class SqlDevice(BufferedDevice):
                     .execution_options(yield_per=10_000))
                 self._hold(_grouped(rows))
         except sa.exc.SQLAlchemyError as exc:
+            if self._engine is not None:
+                self._engine.dispose()
+                self._engine = None     # not open: status() must not probe
             raise self._failure("open", exc) from exc
         with self._lock:
             self._online = True

@@ -126,6 +126,40 @@ def test_failed_commit_keeps_the_batch_and_the_writes_made_meanwhile(backend, mo
         device.close()
 
 
+def test_commit_whose_reply_was_lost_is_retried_without_leaks(backend, monkeypatch):
+    device = backend.opened()
+    real_commit = device._commit
+    try:
+        device.write(msg(1), ["q1", "q2"])
+        device.sync()
+        device.write(msg(2), ["q1", "q2"])
+        device.remove(1, "q1")
+
+        def commit_then_lose_reply(batch):
+            real_commit(batch)
+            raise sa.exc.OperationalError("COMMIT", {}, Exception("connection lost before the reply"))
+
+        monkeypatch.setattr(device, "_commit", commit_then_lose_reply)
+        with pytest.raises(StorageError):
+            device.sync()
+        monkeypatch.setattr(device, "_commit", real_commit)
+        device.remove(2, "q1")          # message 2 is in the database although the commit "failed"
+        device.add_reference(1, "q1")
+        device.remove(1, "q2")
+        device.sync()
+        assert backend.count("message") == 2 and backend.count("reference") == 2
+        device.remove(2, "q2")
+        device.sync()
+        assert backend.count("message") == 1
+    finally:
+        device.close()
+    device = backend.opened()
+    try:
+        assert [(m.key, refs) for m, refs in device.recover()] == [(1, ["q1"])]
+    finally:
+        device.close()
+
+
 def test_unreachable_database_is_a_storage_error_and_the_device_recovers(postgres_url):
     url = sa.make_url(postgres_url)
     proxy = TcpProxy(url.host or "127.0.0.1", url.port or 5432)
