@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import tempfile
@@ -343,6 +344,9 @@ def main(argv=None) -> int:
     unknown = [b for b in brokers if b not in BROKERS] + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"})
     if unknown:
         ap.error(f"unknown broker or workload: {', '.join(unknown)}")
+    # A SIGTERM (CI's timeout, kill) must still stop the brokers: they run in sessions of their own and
+    # would otherwise outlive the bench.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_id = f"{int(time.time())}{os.getpid() % 1000}"
     rows: list[Row] = []
     unavailable: dict[str, str] = {}

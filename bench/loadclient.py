@@ -25,8 +25,8 @@ from __future__ import annotations
 import array
 import asyncio
 import multiprocessing as mp
-import os
 import resource
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -360,6 +360,7 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
 
 
 def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], shared, out_q, ready) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's handler (stop the brokers) is not ours
     loop = _new_loop()
     asyncio.set_event_loop(loop)
     result: dict = {}
@@ -477,6 +478,7 @@ async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
 
 
 def _consumer_main(ep, spec, cidxs, ready, shared, hard_deadline_s, out_q) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
     loop = _new_loop()
     asyncio.set_event_loop(loop)
     out: list = []
@@ -609,6 +611,10 @@ def run_load(ep: Endpoint, spec: LoadSpec, on_started=None) -> RunResult:
                 expected_v.value = sent
             if kind == "producer" and payload["error"]:
                 expected_v.value = 0 if expected_total is None else expected_v.value
+    except BaseException:
+        for p in procs:  # interrupted (SIGTERM, ^C): our own children, ended by their handles
+            p.kill()
+        raise
     finally:
         for p in procs:
             p.join(timeout=10)
