@@ -623,6 +623,11 @@ class PendingListener:
         self.close()
 
 
+def notification_wakes(payload: str, broker_id: str) -> bool:
+    """Whether a NOTIFY on the pending channel concerns ``broker_id``: empty payload means any broker."""
+    return payload == "" or payload == broker_id
+
+
 class _PostgresListener(PendingListener):
     """LISTEN on a dedicated autocommit psycopg connection (NOTIFY is delivered only at commit)."""
 
@@ -645,7 +650,7 @@ class _PostgresListener(PendingListener):
 
     def drain(self) -> bool:
         try:
-            return any(n.payload in ("", self._broker_id) for n in self._conn.notifies(timeout=0))
+            return any(notification_wakes(n.payload, self._broker_id) for n in self._conn.notifies(timeout=0))
         except self._psycopg.Error as exc:
             raise StorageError(f"pending listener lost its PostgreSQL connection: {exc}") from exc
 
@@ -656,7 +661,7 @@ class _PostgresListener(PendingListener):
                 left = None if deadline is None else max(0.0, deadline - time.monotonic())
                 wanted = False
                 for note in self._conn.notifies(timeout=left, stop_after=1):
-                    wanted = wanted or note.payload in ("", self._broker_id)
+                    wanted = wanted or notification_wakes(note.payload, self._broker_id)
                 if wanted:
                     self.drain()      # coalesce whatever else already arrived
                     return True

@@ -5,7 +5,9 @@ Each test uses its own key namespace, deleted afterwards.
 from __future__ import annotations
 
 import itertools
+import json
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -221,3 +223,32 @@ def test_configuration_errors():
         GridDevice("grid", broker_id="{tag}")
     with pytest.raises(ConfigError, match="namespace"):
         GridDevice("grid", namespace="a b")
+
+
+# -- language-neutral vectors (spec/vectors/storage_grid.json) ----------------------------------------
+
+VECTORS = json.loads((Path(__file__).resolve().parents[2] / "spec" / "vectors" / "storage_grid.json").read_text())
+
+
+@pytest.mark.parametrize("case", VECTORS["cases"], ids=lambda case: case["name"])
+def test_vector_key_layout(redis_url, namespace, raw, case):
+    device = opened(redis_url, namespace, case["broker_id"])
+    try:
+        for w in case["writes"]:
+            device.write(StoredMessage(w["key"], w["destination"], w["seq"], w["persistent"],
+                                       bytes.fromhex(w["data_hex"])), w["queues"])
+        for name, value_hex in case["catalog"].items():
+            device.put_meta(name, bytes.fromhex(value_hex))
+        device.sync()
+    finally:
+        device.close()
+    name = lambda key: key.replace("<ns>", namespace)  # noqa: E731
+    expect = case["expect"]
+    for key, fields in expect["hashes"].items():
+        assert {f.decode(): v.hex() for f, v in raw.hgetall(name(key)).items()} == fields, key
+    for key, members in expect["sets"].items():
+        assert sorted(m.decode() for m in raw.smembers(name(key))) == members, key
+    for key, entries in expect["zsets"].items():
+        assert [[m.decode(), s] for m, s in raw.zrange(name(key), 0, -1, withscores=True)] == entries, key
+    written = {name(k) for group in ("hashes", "sets", "zsets") for k in expect[group]}
+    assert {k.decode() for k in raw.scan_iter(f"{namespace}:*")} == written

@@ -6,8 +6,10 @@ table prefix there, dropped afterwards, so runs do not see each other's rows.
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import uuid
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -16,7 +18,7 @@ from sqlalchemy.orm import Session
 from pymq.errors import ConfigError, StorageError
 from pymq_server.storage.device import StoredMessage
 from pymq_server.storage.sql import (PendingMessage, SqlDevice, create_tables, drop_tables,
-                                     send_in_transaction)
+                                     notification_wakes, send_in_transaction)
 from tests.storage import contract
 from tests.storage.services import TcpProxy, postgres_url  # noqa: F401  (fixture)
 
@@ -497,3 +499,84 @@ def test_send_in_transaction_before_any_broker_created_the_tables(tmp_path):
                 send_in_transaction(conn, "/queue/a", "not encoded")
     finally:
         engine.dispose()
+
+
+# -- language-neutral vectors (spec/vectors/storage_sql.json) -----------------------------------------
+
+VECTORS = json.loads((Path(__file__).resolve().parents[2] / "spec" / "vectors" / "storage_sql.json").read_text())
+
+
+def _vector_table(backend: Backend, name: str) -> str:
+    return backend.prefix + name[len(VECTORS["table_prefix"]):]
+
+
+def test_vector_table_layout(backend):
+    backend.opened().close()
+    inspector = sa.inspect(backend.engine)
+    for table, columns in VECTORS["tables"].items():
+        name = _vector_table(backend, table)
+        assert [column["name"] for column in inspector.get_columns(name)] == columns
+        assert inspector.get_pk_constraint(name)["constrained_columns"] == VECTORS["primary_keys"][table]
+
+
+@pytest.mark.parametrize("case", VECTORS["claim_cases"], ids=lambda case: case["name"])
+def test_vector_claims_of_rows_written_with_plain_sql(backend, case):
+    """Pending rows written the way another language's binding would: plain SQL in its own transaction."""
+    devices: dict[str, SqlDevice] = {}
+    pending = _vector_table(backend, "pymq_pending")
+    create_tables(backend.engine, backend.prefix)
+    try:
+        for step in case["steps"]:
+            if step["op"] == "pending":
+                row = step["row"]
+                with backend.engine.connect() as conn:
+                    conn.execute(sa.text(f"INSERT INTO {pending} (broker_id, destination, persistent, data, created_ms) "
+                                         f"VALUES (:broker_id, :destination, :persistent, :data, :created_ms)"),
+                                 dict(broker_id=row["broker_id"], destination=row["destination"],
+                                      persistent=row["persistent"], data=bytes.fromhex(row["data_hex"]),
+                                      created_ms=row["created_ms"]))
+                    if backend.dialect == "postgresql":
+                        conn.execute(sa.text("SELECT pg_notify(:channel, :payload)"),
+                                     dict(channel=f"{backend.prefix}pending", payload=row["broker_id"] or ""))
+                    conn.commit() if step["outcome"] == "commit" else conn.rollback()
+            elif step["op"] == "claim":
+                if step["broker"] not in devices:
+                    devices[step["broker"]] = backend.opened(step["broker"])
+                assigner = Assigner()
+                devices[step["broker"]].claim_pending(assigner, limit=step["limit"])
+                got = [dict(destination=p.destination, persistent=p.persistent, data_hex=p.data.hex(),
+                            created_ms=p.created_ms, target=p.broker_id) for p in assigner.seen]
+                assert got == step["expect"]
+            elif step["op"] == "pending_rows":
+                assert backend.count("pending") == step["expect"]
+            else:
+                raise AssertionError(f"unknown vector op {step['op']!r}")
+    finally:
+        for device in devices.values():
+            device.close()
+
+
+@pytest.mark.parametrize("case", VECTORS["notify"]["listener_wakes"], ids=lambda c: f"{c['listener']}<-{c['payload']!r}")
+def test_vector_which_notifications_wake_a_broker(case):
+    assert notification_wakes(case["payload"], case["listener"]) is case["wakes"]
+
+
+@pytest.mark.parametrize("case", VECTORS["notify"]["payload_for_target"], ids=lambda c: str(c["target_broker_id"]))
+def test_vector_notify_payload_sent_with_the_pending_row(postgres_url, case):
+    import psycopg
+
+    backend = Backend(postgres_url, f"t{uuid.uuid4().hex[:10]}_")
+    create_tables(backend.engine, backend.prefix)
+    raw = psycopg.connect(sa.make_url(postgres_url).set(drivername="postgresql").render_as_string(hide_password=False),
+                          autocommit=True)
+    try:
+        raw.execute(f'LISTEN "{backend.prefix}pending"')
+        with backend.engine.begin() as conn:
+            send_in_transaction(conn, "/queue/a", b"x", broker_id=case["target_broker_id"],
+                                table_prefix=backend.prefix)
+        [note] = list(raw.notifies(timeout=30, stop_after=1))
+        assert (note.channel, note.payload) == (f"{backend.prefix}pending", case["payload"])
+    finally:
+        raw.close()
+        drop_tables(backend.engine, backend.prefix)
+        backend.engine.dispose()
