@@ -190,6 +190,29 @@ def check_removed_messages_stay_removed(make: Factory) -> None:
     assert _recovered(make) == []
 
 
+def check_writes_continue_after_reopen(make: Factory) -> None:
+    """A reopened store takes new messages next to recovered ones, across several generations."""
+    expected: dict[int, bytes] = {}
+    key = 0
+    for generation in range(4):
+        device = _opened(make)
+        try:
+            assert {m.key: m.data for m, _ in device.recover()} == expected
+            for _ in range(25):
+                key += 1
+                data = os.urandom(key * 7 % 300)
+                device.write(_msg(key, data=data, persistent=key % 5 != 0), ["/queue/a"])
+                if key % 5 != 0:
+                    expected[key] = data
+            for old in sorted(expected)[:5]:
+                device.remove(old, "/queue/a")
+                del expected[old]
+            _durable(device)
+        finally:
+            device.close()
+    assert {m.key: m.data for m, _ in _recovered(make)} == expected
+
+
 def check_non_persistent_dropped_on_reopen(make: Factory) -> None:
     device = _opened(make)
     try:
@@ -321,7 +344,8 @@ CHECKS = [
     check_write_read, check_allocate_then_write, check_empty_and_binary_bodies,
     check_references_free_message_at_last_remove, check_partial_references_survive_reopen,
     check_add_reference, check_recover_persistent_only_in_seq_key_order, check_recovered_messages_are_complete,
-    check_removed_messages_stay_removed, check_non_persistent_dropped_on_reopen, check_large_message,
+    check_removed_messages_stay_removed, check_writes_continue_after_reopen,
+    check_non_persistent_dropped_on_reopen, check_large_message,
     check_catalog, check_status, check_reopen_twice_is_stable, check_sync_concurrent_with_writes,
     check_closed_device_refuses,
 ]
