@@ -291,6 +291,8 @@ class FileDevice(HoldingDevice):
     def _refset_id(self, refs: tuple, log: bool) -> int:
         refset_id = self._refset_ids.get(refs)
         if refset_id is None:
+            for queue in refs:          # a checkpoint stores refsets as name ids
+                self._name_id(queue, False)
             refset_id = self._next_refset
             self._next_refset += 1
             self._refset_ids[refs] = refset_id
