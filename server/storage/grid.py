@@ -137,6 +137,12 @@ class GridDevice(BufferedDevice):
         self._server: dict[str, Any] = {}
         self._use_waitaof = False
 
+    @property
+    def _redis(self) -> redis.Redis:
+        if self._r is None:
+            raise StorageError(f"{self._describe()} is not open", device=self.name)
+        return self._r
+
     # -- key names ------------------------------------------------------------------------------
     def _prefix(self, broker_id: str | None = None) -> str:
         return f"{self.namespace}:{{{broker_id or self.broker_id}}}:"
@@ -162,15 +168,15 @@ class GridDevice(BufferedDevice):
                 socket_connect_timeout=self._socket_timeout_s,
                 retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), self._retries),
                 health_check_interval=30)
-        self._write = self._r.register_script(_WRITE)
-        self._add_ref = self._r.register_script(_ADD_REF)
-        self._drop_ref = self._r.register_script(_DROP_REF)
-        self._free = self._r.register_script(_FREE)
-        self._drop_volatile = self._r.register_script(_DROP_VOLATILE)
+        self._write = self._redis.register_script(_WRITE)
+        self._add_ref = self._redis.register_script(_ADD_REF)
+        self._drop_ref = self._redis.register_script(_DROP_REF)
+        self._free = self._redis.register_script(_FREE)
+        self._drop_volatile = self._redis.register_script(_DROP_VOLATILE)
         p = self._prefix()
         try:
             self._probe_server()
-            self._r.sadd(f"{self.namespace}:brokers", self.broker_id)
+            self._redis.sadd(f"{self.namespace}:brokers", self.broker_id)
             while self._drop_volatile(keys=[f"{p}volatile", f"{p}stats"], args=[p, _CHUNK]):
                 pass
             self._reset_held()
@@ -187,8 +193,8 @@ class GridDevice(BufferedDevice):
     def _load_held(self) -> None:
         p = self._prefix()
         for start in range(0, 1 << 62, _CHUNK):
-            members = self._r.zrange(f"{p}order", start, start + _CHUNK - 1)
-            pipe = self._r.pipeline(transaction=False)
+            members = self._redis.zrange(f"{p}order", start, start + _CHUNK - 1)
+            pipe = self._redis.pipeline(transaction=False)
             for member in members:
                 pipe.hstrlen(f"{p}m:{int(member)}", "v")
                 pipe.smembers(f"{p}r:{int(member)}")
@@ -211,11 +217,11 @@ class GridDevice(BufferedDevice):
             self._reset_held()
 
     def _probe_server(self) -> None:
-        info = self._r.info("server")
-        info.update(self._r.info("persistence"))
-        info.update(self._r.info("memory"))
+        info = self._redis.info("server")
+        info.update(self._redis.info("persistence"))
+        info.update(self._redis.info("memory"))
         try:
-            appendfsync = self._r.config_get("appendfsync").get("appendfsync")
+            appendfsync = self._redis.config_get("appendfsync").get("appendfsync")
         except redis.ResponseError:
             appendfsync = None          # CONFIG disabled (managed Redis): report unknown
         version = tuple(int(x) for x in str(info.get("redis_version", "0")).split(".")[:2] if x.isdigit())
@@ -239,7 +245,7 @@ class GridDevice(BufferedDevice):
 
     # -- BufferedDevice hooks -------------------------------------------------------------------
     def _commit(self, batch: WriteBatch) -> None:
-        pipe = self._r.pipeline(transaction=True)
+        pipe = self._redis.pipeline(transaction=True)
         for key, (message, queues) in batch.messages.items():
             self._write(keys=self._keys(key), client=pipe, args=[
                 message.destination, message.seq, "1" if message.persistent else "0", message.data,
@@ -260,16 +266,16 @@ class GridDevice(BufferedDevice):
                 pipe.hset(catalog, name, value)
         pipe.execute()
         if self._use_waitaof:
-            local, _replicas = self._r.execute_command("WAITAOF", 1, 0, self._waitaof_timeout_ms)
+            local, _replicas = self._redis.execute_command("WAITAOF", 1, 0, self._waitaof_timeout_ms)
             if int(local) < 1:
                 raise redis.TimeoutError(f"WAITAOF: the AOF was not fsynced within {self._waitaof_timeout_ms} ms")
 
     def _read_stored(self, key: int) -> StoredMessage | None:
-        fields = self._r.hgetall(self._keys(key)[0])
+        fields = self._redis.hgetall(self._keys(key)[0])
         return _decode(key, fields)
 
     def _stored_meta(self) -> dict[str, bytes]:
-        return {name.decode(): value for name, value in self._r.hgetall(f"{self._prefix()}catalog").items()}
+        return {name.decode(): value for name, value in self._redis.hgetall(f"{self._prefix()}catalog").items()}
 
     def _status_extra(self) -> dict:
         extra: dict[str, Any] = {"broker_id": self.broker_id, "namespace": self.namespace,
@@ -315,8 +321,8 @@ class GridDevice(BufferedDevice):
     def _read_chunk(self, broker_id: str | None, start: int, count: int
                     ) -> tuple[list[tuple[StoredMessage, list[str]]], int]:
         p = self._prefix(broker_id)
-        members = self._r.zrange(f"{p}order", start, start + count - 1)
-        pipe = self._r.pipeline(transaction=False)
+        members = self._redis.zrange(f"{p}order", start, start + count - 1)
+        pipe = self._redis.pipeline(transaction=False)
         keys = [int(member) for member in members]
         for key in keys:
             pipe.hgetall(f"{p}m:{key}")
@@ -333,8 +339,8 @@ class GridDevice(BufferedDevice):
         """Broker ids that have used this namespace, with their message counts."""
         self._check_open()
         try:
-            ids = sorted(b.decode() for b in self._r.smembers(f"{self.namespace}:brokers"))
-            pipe = self._r.pipeline(transaction=False)
+            ids = sorted(b.decode() for b in self._redis.smembers(f"{self.namespace}:brokers"))
+            pipe = self._redis.pipeline(transaction=False)
             for broker_id in ids:
                 pipe.hget(f"{self._prefix(broker_id)}stats", "messages")
             return {b: int(n or 0) for b, n in zip(ids, pipe.execute())}
@@ -355,15 +361,15 @@ class GridDevice(BufferedDevice):
             raise ConfigError("a broker cannot take over its own messages", broker_id=broker_id)
         lock = f"{self._prefix(broker_id)}takeover"
         try:
-            if not self._r.set(lock, self.broker_id, nx=True, ex=lock_ttl_s):
-                holder = self._r.get(lock)
+            if not self._redis.set(lock, self.broker_id, nx=True, ex=lock_ttl_s):
+                holder = self._redis.get(lock)
                 raise StorageError(f"broker {broker_id!r} is being taken over by "
                                    f"{holder.decode() if holder else 'another broker'}", device=self.name)
             while True:
                 found, _ = self._read_chunk(broker_id, 0, chunk)
                 if not found:
                     return
-                pipe = self._r.pipeline(transaction=True)
+                pipe = self._redis.pipeline(transaction=True)
                 moved = []
                 for old, queues in found:
                     new = rekey(old)
@@ -381,8 +387,8 @@ class GridDevice(BufferedDevice):
             raise self._failure(f"taking over broker {broker_id!r}", exc) from exc
         finally:
             try:
-                if self._r is not None and self._r.get(lock) == self.broker_id.encode():
-                    self._r.delete(lock)
+                if self._r is not None and self._redis.get(lock) == self.broker_id.encode():
+                    self._redis.delete(lock)
             except redis.RedisError:
                 pass    # the lock expires on its own
 

@@ -140,11 +140,11 @@ def _insert(conn: Connection, table: sa.Table):
     was lost (connection dropped after COMMIT) must not fail on its own earlier rows."""
     name = conn.dialect.name
     if name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-        return insert(table).on_conflict_do_nothing()
+        from sqlalchemy.dialects import postgresql
+        return postgresql.insert(table).on_conflict_do_nothing()
     if name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-        return insert(table).on_conflict_do_nothing()
+        from sqlalchemy.dialects import sqlite
+        return sqlite.insert(table).on_conflict_do_nothing()
     return table.insert()
 
 
@@ -222,6 +222,13 @@ class SqlDevice(BufferedDevice):
             raise ConfigError(f"SQL device supports sqlite and postgresql, not {self._dialect!r}")
         if self._dialect == "sqlite" and self.url.database in (None, "", ":memory:"):
             raise ConfigError("the SQL device needs a SQLite file (sqlite:///path), not an in-memory database")
+        self._directory = os.path.dirname(os.path.abspath(self.url.database or "."))
+
+    @property
+    def _db(self) -> Engine:
+        if self._engine is None:
+            raise StorageError(f"{self._describe()} is not open", device=self.name)
+        return self._engine
 
     def _describe(self) -> str:
         return f"sql device {self.name!r} ({self.url.render_as_string(hide_password=True)})"
@@ -240,7 +247,7 @@ class SqlDevice(BufferedDevice):
                 conn.execute(m.delete().where(m.c.broker_id == me, m.c.persistent.is_(False)))
                 conn.execute(m.delete().where(m.c.broker_id == me, ~self._referenced(m)))
             self._reset_held()
-            with self._engine.connect() as conn:
+            with self._db.connect() as conn:
                 rows = conn.execute(
                     sa.select(r.c.key, m.c.size, r.c.queue)
                     .join_from(r, m, sa.and_(m.c.broker_id == r.c.broker_id, m.c.key == r.c.key))
@@ -271,7 +278,7 @@ class SqlDevice(BufferedDevice):
     def _make_engine(self) -> Engine:
         options = dict(self._engine_options)
         if self._dialect == "sqlite":
-            os.makedirs(os.path.dirname(os.path.abspath(self.url.database)) or ".", exist_ok=True)
+            os.makedirs(self._directory, exist_ok=True)
             options.setdefault("connect_args", {}).update(
                 timeout=self._busy_timeout_s, check_same_thread=False)
             engine = sa.create_engine(self.url, **options)
@@ -294,18 +301,15 @@ class SqlDevice(BufferedDevice):
 
     def _create_tables(self) -> None:
         try:
-            self._t.metadata.create_all(self._engine, checkfirst=True)
+            self._t.metadata.create_all(self._db, checkfirst=True)
         except sa.exc.DBAPIError:
             # Two brokers opening one new PostgreSQL database at once race on CREATE TABLE;
             # the loser finds the tables on its second look.
-            self._t.metadata.create_all(self._engine, checkfirst=True)
+            self._t.metadata.create_all(self._db, checkfirst=True)
 
-    def _writer(self):
+    def _writer(self) -> "_WriteTransaction":
         """A connection in a write transaction (BEGIN IMMEDIATE on SQLite), committed on exit."""
-        engine = self._engine
-        if engine is None:
-            raise StorageError(f"{self._describe()} is not open", device=self.name)
-        return _WriteTransaction(engine)
+        return _WriteTransaction(self._db)
 
     def _referenced(self, m: sa.Table):
         r = self._t.reference
@@ -348,7 +352,7 @@ class SqlDevice(BufferedDevice):
 
     def _read_stored(self, key: int) -> StoredMessage | None:
         m = self._t.message
-        with self._engine.connect() as conn:
+        with self._db.connect() as conn:
             row = conn.execute(sa.select(m.c.key, m.c.destination, m.c.seq, m.c.persistent, m.c.data)
                                .where(m.c.broker_id == self.broker_id, m.c.key == key)).first()
         return None if row is None else StoredMessage(row.key, row.destination, row.seq,
@@ -356,7 +360,7 @@ class SqlDevice(BufferedDevice):
 
     def _stored_meta(self) -> dict[str, bytes]:
         c = self._t.catalog
-        with self._engine.connect() as conn:
+        with self._db.connect() as conn:
             rows = conn.execute(sa.select(c.c.name, c.c.value).where(c.c.broker_id == self.broker_id))
             return {name: bytes(value) for name, value in rows}
 
@@ -365,15 +369,14 @@ class SqlDevice(BufferedDevice):
                                  "database": self.url.render_as_string(hide_password=True)}
         if self._dialect == "sqlite":
             try:
-                extra["disk_free"] = shutil.disk_usage(
-                    os.path.dirname(os.path.abspath(self.url.database))).free
+                extra["disk_free"] = shutil.disk_usage(self._directory).free
             except OSError:
                 pass
         if self._engine is None:
             return extra
         p = self._t.pending
         try:     # doubles as the liveness probe the storage monitor relies on
-            with self._engine.connect() as conn:
+            with self._db.connect() as conn:
                 extra["pending"] = conn.execute(
                     sa.select(sa.func.count()).select_from(p)
                     .where(sa.or_(p.c.broker_id.is_(None), p.c.broker_id == self.broker_id))).scalar_one()
@@ -402,7 +405,7 @@ class SqlDevice(BufferedDevice):
         last: tuple[int, int] | None = None
         while True:
             try:
-                with self._engine.connect() as conn:
+                with self._db.connect() as conn:
                     found = self._read_chunk(conn, owner, last, chunk, lock=False)
             except sa.exc.SQLAlchemyError as exc:
                 raise self._failure("recover", exc) from exc
@@ -438,7 +441,7 @@ class SqlDevice(BufferedDevice):
         self._check_open()
         m = self._t.message
         try:
-            with self._engine.connect() as conn:
+            with self._db.connect() as conn:
                 return dict(conn.execute(sa.select(m.c.broker_id, sa.func.count()).group_by(m.c.broker_id)).all())
         except sa.exc.SQLAlchemyError as exc:
             raise self._failure("listing brokers", exc) from exc
@@ -551,19 +554,18 @@ class _WriteTransaction:
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
-        self._conn: Connection | None = None
-        self._tx = None
 
     def __enter__(self) -> Connection:
-        self._conn = self._engine.connect().execution_options(pymq_begin="IMMEDIATE")
+        conn = self._engine.connect().execution_options(pymq_begin="IMMEDIATE")
         try:
-            self._tx = self._conn.begin()
+            self._tx = conn.begin()
         except BaseException:
-            self._conn.close()
+            conn.close()
             raise
-        return self._conn
+        self._conn = conn
+        return conn
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:  # noqa: ANN001
         try:
             if exc_type is None:
                 self._tx.commit()
@@ -677,7 +679,7 @@ class _PostgresListener(PendingListener):
 
 
 def _local_key(url: sa.URL, prefix: str) -> tuple[str, str]:
-    return os.path.realpath(url.database), prefix
+    return os.path.realpath(url.database or ""), prefix
 
 
 _LOCAL_LISTENERS: dict[tuple[str, str], set["_LocalListener"]] = {}
@@ -763,11 +765,8 @@ def _disarm(owner: Any) -> None:
 def _arm(owner: Any, key: tuple[str, str]) -> None:
     """Raise the local signal ``key`` when ``owner``'s transaction commits (once per transaction)."""
     with _ARMED_LOCK:
-        keys = _ARMED.get(owner)
-        first = keys is None
-        if first:
-            keys = _ARMED[owner] = set()
-        keys.add(key)
+        first = owner not in _ARMED
+        _ARMED.setdefault(owner, set()).add(key)
     if not first:
         return
     if isinstance(owner, Connection):
@@ -806,7 +805,10 @@ def send_in_transaction(transaction: Any, destination: str, data: bytes, *, pers
     row = dict(broker_id=broker_id, destination=destination, persistent=bool(persistent), data=bytes(data),
                created_ms=int(time.time() * 1000) if created_ms is None else int(created_ms))
     try:
-        pending_id = conn.execute(t.pending.insert().values(**row)).inserted_primary_key[0]
+        inserted = conn.execute(t.pending.insert().values(**row)).inserted_primary_key
+        if inserted is None or inserted[0] is None:
+            raise StorageError(f"the database returned no id for the new row of {t.pending.name}")
+        pending_id = int(inserted[0])
         if conn.dialect.name == "postgresql":
             conn.execute(sa.select(sa.func.pg_notify(t.channel, broker_id or "")))
     except sa.exc.SQLAlchemyError as exc:
@@ -817,4 +819,4 @@ def send_in_transaction(transaction: Any, destination: str, data: bytes, *, pers
         owner = transaction if not isinstance(transaction, Connection) and hasattr(transaction, "dispatch") \
             else conn
         _arm(owner, _local_key(conn.engine.url, table_prefix))
-    return int(pending_id)
+    return pending_id
