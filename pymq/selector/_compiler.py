@@ -34,14 +34,14 @@ class Selector:
         self.program = evaluator.build(result.ir)
         # Bind the evaluator's methods straight onto the instance: a call to selector.matches(...) then
         # goes to the compiled method with no Python frame in between (the hot path of dispatch).
-        self.matches = self.program.matches
-        self.evaluate = self.program.evaluate
+        self.matches = self.program.matches  # type: ignore[method-assign]
+        self.evaluate = self.program.evaluate  # type: ignore[method-assign]
 
-    def matches(self, values: Mapping[str, object]) -> bool:  # type: ignore[no-redef]  # replaced per instance
+    def matches(self, values: Mapping[str, object]) -> bool:  # replaced per instance in __init__
         """True when the selector evaluates to TRUE for ``values`` (identifier -> value; absent is NULL)."""
         return self.program.matches(values)
 
-    def evaluate(self, values: Mapping[str, object]) -> bool | None:  # type: ignore[no-redef]
+    def evaluate(self, values: Mapping[str, object]) -> bool | None:
         """The three-valued result: True, False, or None for unknown."""
         return self.program.evaluate(values)
 

@@ -8,7 +8,7 @@ word is an ``ident`` token and keeps its case (identifiers are case-sensitive).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Any, Mapping
 
 from pymq.errors import InvalidSelector
 
@@ -21,7 +21,7 @@ _JMS_OPERATORS = ("<>", "<=", ">=", "=", "<", ">", "+", "-", "*", "/", "(", ")",
 @dataclass(frozen=True, slots=True)
 class Token:
     kind: str        # "keyword" | "ident" | "string" | "int" | "float" | "op" | "eof"
-    value: object    # keyword: upper-case word; string: decoded text; int/float: the number; op: symbol
+    value: Any       # keyword: upper-case word; string: decoded text; int/float: the number; op: symbol
     pos: int         # 0-based offset of the first character
     text: str        # the source text, for error messages
 

@@ -194,7 +194,7 @@ class Parser:
         # JMS: strings and booleans compare only with = and <>
         for side in (left, right):
             if side.kind not in (NUM, ANY):
-                raise self.error(side.pos, f"a numeric expression (strings and booleans allow only = and <>)",
+                raise self.error(side.pos, "a numeric expression (strings and booleans allow only = and <>)",
                                  _KIND_NAMES[side.kind])
 
     def _numeric(self, node: Node) -> Node:
@@ -266,7 +266,8 @@ class Parser:
             if candidate.ir[0] == "lit":
                 node = candidate
         if node is None or node.kind not in (STR, NUM) or (kind is not None and node.kind != kind):
-            expected = {STR: "a string literal", NUM: "a numeric literal"}.get(kind or "", "a string or numeric literal")
+            expected = {STR: "a string literal", NUM: "a numeric literal"}.get(kind or "",
+                                                                              "a string or numeric literal")
             raise self.error(tok.pos, expected, tok.describe())
         return node
 
