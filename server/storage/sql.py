@@ -698,6 +698,7 @@ class _LocalListener(PendingListener):
 
     def __init__(self, key: tuple[str, str]) -> None:
         self._key = key
+        self._fd_lock = threading.Lock()    # a late signal must never write to a closed (reused) fd
         self._read_fd, self._write_fd = os.pipe()
         os.set_blocking(self._read_fd, False)
         os.set_blocking(self._write_fd, False)
@@ -705,10 +706,13 @@ class _LocalListener(PendingListener):
             _LOCAL_LISTENERS.setdefault(key, set()).add(self)
 
     def signal(self) -> None:
-        try:
-            os.write(self._write_fd, b"!")
-        except (BlockingIOError, OSError):
-            pass    # pipe full (a wake-up is already pending) or closed: either way nothing is lost
+        with self._fd_lock:
+            if self.closed:
+                return
+            try:
+                os.write(self._write_fd, b"!")
+            except BlockingIOError:
+                pass    # pipe full: a wake-up is already pending
 
     def fileno(self) -> int:
         return self._read_fd
@@ -734,8 +738,9 @@ class _LocalListener(PendingListener):
                 listeners.discard(self)
                 if not listeners:
                     del _LOCAL_LISTENERS[self._key]
-        os.close(self._read_fd)
-        os.close(self._write_fd)
+        with self._fd_lock:
+            os.close(self._read_fd)
+            os.close(self._write_fd)
 
 
 # -- the application side -----------------------------------------------------------------------------
