@@ -50,8 +50,8 @@ class SelectionRule:
             compiled = compile_rule(self.condition)
         except InvalidSelector as err:
             # keep position/expected for the admin API, name the rule for the operator
-            raise InvalidSelector(f"rule {self.id}: {err.message}", position=err.position,
-                                  expected=err.expected) from None
+            raise InvalidSelector(f"rule {self.id}: {err.message}", position=getattr(err, "position", -1),
+                                  expected=getattr(err, "expected", "")) from None
         object.__setattr__(self, "compiled", compiled)
 
     @classmethod
