@@ -62,6 +62,39 @@ cpdef str escape(str text):
     return text
 
 
+cdef dict _ESCAPES = {ord("\\"): "\\\\", ord("\n"): "\\n", ord(":"): "\\c", ord("\r"): "\\r"}
+
+
+cdef inline bint _needs_escape(str text):
+    cdef Py_UCS4 ch
+    for ch in text:
+        if ch == u"\\" or ch == u"\n" or ch == u":" or ch == u"\r":
+            return True
+    return False
+
+
+def encode_headers(headers, bint escaped=True):
+    """``name:value\\n`` lines, escaped (1.1/1.2) or raw (1.0, LF replaced by a space)."""
+    items = headers.items() if hasattr(headers, "items") else headers
+    cdef list parts = []
+    cdef str k, v
+    for key, value in items:
+        k = key
+        v = value if type(value) is str else str(value)
+        if escaped:
+            if _needs_escape(k):
+                k = k.translate(_ESCAPES)
+            if _needs_escape(v):
+                v = v.translate(_ESCAPES)
+        elif "\n" in v:
+            v = v.replace("\n", " ")
+        parts.append(k)
+        parts.append(":")
+        parts.append(v)
+        parts.append("\n")
+    return "".join(parts).encode("utf-8")
+
+
 def encode_frame(str command, headers, bytes body=b"", str version="1.2"):
     items = headers.items() if hasattr(headers, "items") else headers
     cdef list parts = [command, "\n"]

@@ -61,6 +61,16 @@ def escape(text: str) -> str:
     return text
 
 
+def encode_headers(headers, escaped: bool = True) -> bytes:
+    """``name:value\n`` lines for ``headers`` (dict or pairs), escaped for STOMP 1.1/1.2 or raw (1.0).
+
+    Raw lines cannot carry a LF; it is replaced by a space (1.0 has no way to send it)."""
+    items = headers.items() if hasattr(headers, "items") else headers
+    if escaped:
+        return "".join([f"{escape(k)}:{escape(str(v))}\n" for k, v in items]).encode("utf-8")
+    return "".join([f"{k}:{str(v).replace(chr(10), ' ')}\n" for k, v in items]).encode("utf-8")
+
+
 def encode_frame(command: str, headers, body: bytes = b"", version: str = "1.2") -> bytes:
     """Encode one frame; adds content-length when there is a body.
 

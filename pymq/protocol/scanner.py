@@ -6,6 +6,7 @@ _impl = _c or _py
 
 FrameScanner = _impl.FrameScanner
 encode_frame = _impl.encode_frame
+encode_headers = _impl.encode_headers
 escape = _py.escape
 unescape = _py.unescape
 DEFAULT_MAX_FRAME_SIZE = _py.DEFAULT_MAX_FRAME_SIZE
@@ -13,4 +14,4 @@ DEFAULT_MAX_HEADERS = _py.DEFAULT_MAX_HEADERS
 IMPLEMENTATIONS = {"py": _py, "c": _c}
 COMPILED = _c is not None
 
-__all__ = ["FrameScanner", "encode_frame", "escape", "unescape", "IMPLEMENTATIONS", "COMPILED"]
+__all__ = ["FrameScanner", "encode_frame", "encode_headers", "escape", "unescape", "IMPLEMENTATIONS", "COMPILED"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 
 from pymq.errors import InvalidHeader
-from pymq.protocol.scanner import escape
+from pymq.protocol.scanner import encode_headers
 
 #: transport headers of a SEND that are not part of the message
 TRANSPORT_HEADERS = frozenset({"destination", "receipt", "transaction", "content-length"})
@@ -94,16 +94,10 @@ class BrokerMessage:
         return self._block_raw
 
     def _encode_block(self, escaped: bool) -> bytes:
-        parts = [f"destination:{escape(self.destination) if escaped else self.destination}\n"
-                 f"message-id:{self.message_id}\npymq-seq:{self.seq}\n"]
-        for name, value in self.headers.items():
-            if escaped:
-                parts.append(f"{escape(name)}:{escape(value)}\n")
-            else:
-                parts.append(f"{name}:{value.replace(chr(10), ' ')}\n")
+        block = encode_headers(self.frame_headers(), escaped)
         if self.body:
-            parts.append(f"content-length:{len(self.body)}\n")
-        return "".join(parts).encode("utf-8")
+            block += b"content-length:%d\n" % len(self.body)
+        return block
 
     def frame_headers(self) -> dict:
         """MESSAGE headers as a dict (the in-process transport and storage use this form)."""
@@ -160,36 +154,63 @@ def _apply_types(values: dict, spec: str | None) -> None:
             pass
 
 
+_SKIP = TRANSPORT_HEADERS | BROKER_HEADERS
+_MAPPED = frozenset({"persistent", "priority", "expires", "expiration", "AMQ_SCHEDULED_DELAY",
+                     "AMQ_SCHEDULED_TIME", "timestamp"})
+
+
 def message_from_send(headers: dict, body: bytes, *, key: int, message_id: str, seq: int,
                       destination: str, default_persistent: bool = True, producer: str = "",
                       now: int | None = None) -> BrokerMessage:
     """Build the broker message for a SEND frame, applying the header mapping of spec/stomp.md §4."""
     now = now_ms() if now is None else now
-    persistent = _bool_header(headers.get("persistent"), default_persistent, "persistent")
-    priority = _int_header(headers, "priority")
-    if priority is None:
-        priority = DEFAULT_PRIORITY
-    elif not 0 <= priority <= 9:
-        raise InvalidHeader(f"header 'priority' must be between 0 and 9, got {priority}", header="priority")
-    expires = _int_header(headers, "expires")
-    if expires is None:
-        ttl = _int_header(headers, "expiration")
-        expires = now + ttl if ttl else 0
-    elif expires < 0:
-        raise InvalidHeader(f"header 'expires' must not be negative, got {expires}", header="expires")
-    deliver_at = 0
-    delay = _int_header(headers, "AMQ_SCHEDULED_DELAY")
-    if delay:
-        deliver_at = now + delay
-    at = _int_header(headers, "AMQ_SCHEDULED_TIME")
-    if at:
-        deliver_at = at
-    timestamp = _int_header(headers, "timestamp") or now
     kept = {}
+    mapped = None
     for name, value in headers.items():
-        if name in TRANSPORT_HEADERS or name in BROKER_HEADERS:
+        if name in _SKIP:
+            continue
+        if name in _MAPPED:
+            if mapped is None:
+                mapped = {}
+            mapped[name] = value
             continue
         kept[name] = value
+    persistent = default_persistent
+    priority = DEFAULT_PRIORITY
+    expires = 0
+    deliver_at = 0
+    timestamp = now
+    if mapped:
+        ttl = None
+        for name, value in mapped.items():
+            if name == "persistent":
+                persistent = _bool_header(value, default_persistent, "persistent")
+            elif name == "priority":
+                p = _int_header(mapped, "priority")
+                if p is not None:
+                    if not 0 <= p <= 9:
+                        raise InvalidHeader(f"header 'priority' must be between 0 and 9, got {p}",
+                                            header="priority")
+                    priority = p
+            elif name == "expires":
+                e = _int_header(mapped, "expires")
+                if e is not None and e < 0:
+                    raise InvalidHeader(f"header 'expires' must not be negative, got {e}", header="expires")
+                expires = e or 0
+            elif name == "expiration":
+                ttl = _int_header(mapped, "expiration")
+            elif name == "timestamp":
+                timestamp = _int_header(mapped, "timestamp") or now
+            else:  # AMQ_SCHEDULED_*: kept visible, and applied below
+                kept[name] = value
+        if ttl and "expires" not in mapped:
+            expires = now + ttl
+        delay = _int_header(mapped, "AMQ_SCHEDULED_DELAY")
+        if delay:
+            deliver_at = now + delay
+        at = _int_header(mapped, "AMQ_SCHEDULED_TIME")
+        if at:
+            deliver_at = at
     kept["persistent"] = "true" if persistent else "false"
     kept["priority"] = str(priority)
     kept["timestamp"] = str(timestamp)

@@ -21,6 +21,9 @@ from pymq_server.broker import states
 from pymq_server.broker.states import ACQUIRED, COMPLETED, DEAD, EXPIRED, READY, SCHEDULED
 
 _T = states.TRANSITIONS
+# the hot path's transitions, read from the one table once (not re-hashed per message)
+_ON_ACQUIRE = _T[(READY, "acquire")]
+_ON_ACK = _T[(ACQUIRED, "ack")]
 
 
 class Entry:
@@ -206,9 +209,9 @@ class MessageQueue:
         """Messages in the queue that are not completed: ready, scheduled and in flight."""
         return self.ready.count + self.acquired + self.scheduled
 
-    def _depth_delta(self, delta: int) -> None:
-        depth = self.depth
-        self.stats.depth_changed(depth - delta, depth, self.broker.clock())
+    def _depth_delta(self, delta: int, now: float | None = None) -> None:
+        depth = self.ready.count + self.acquired + self.scheduled
+        self.stats.depth_changed(depth - delta, depth, self.broker.clock() if now is None else now)
 
     # -- entry points ---------------------------------------------------------------------------
     def enqueue(self, message, stored: bool = False, now: float | None = None) -> Entry:
@@ -226,7 +229,7 @@ class MessageQueue:
             self.broker.schedule_at_ms(message.deliver_at, self._make_due, entry)
         else:
             self.ready.push(entry)
-            self._depth_delta(1)
+            self._depth_delta(1, now)
             if self.consumers:
                 self.dispatch()
         return entry
@@ -263,8 +266,7 @@ class MessageQueue:
             n = len(consumers)
             i = self._rr
             idle = 0
-            broker = self.broker
-            now_ms = broker.now_ms()
+            now_ms = 0
             while ready.count and idle < n:
                 if n != len(consumers):
                     n = len(consumers)
@@ -282,10 +284,14 @@ class MessageQueue:
                     if entry is None:
                         idle += 1
                         continue
-                if entry.message.expires and entry.message.expires <= now_ms:
-                    self._expire(entry)
-                    i -= 1
-                    continue
+                expires = entry.message.expires
+                if expires:
+                    if not now_ms:
+                        now_ms = self.broker.now_ms()
+                    if expires <= now_ms:
+                        self._expire(entry)
+                        i -= 1
+                        continue
                 idle = 0
                 self._acquire(entry, consumer)
             self._rr = i % n if n else 0
@@ -293,7 +299,7 @@ class MessageQueue:
             self._dispatching = False
 
     def _acquire(self, entry: Entry, consumer) -> None:
-        entry.state = _T[(READY, "acquire")]
+        entry.state = _ON_ACQUIRE
         entry.deliveries += 1
         entry.consumer = consumer
         now = self.broker.clock()
@@ -308,7 +314,9 @@ class MessageQueue:
     # -- outcomes -------------------------------------------------------------------------------
     def complete(self, entry: Entry) -> None:
         """The consumer acknowledged: the entry is done and its storage reference goes."""
-        entry.state = _T[(entry.state, "ack")]
+        if entry.state is not ACQUIRED:
+            states.transition(entry.state, "ack")   # raises IllegalTransition with the reason
+        entry.state = _ON_ACK
         self.acquired -= 1
         self.stats.removed += 1
         self._depth_delta(-1)
