@@ -107,8 +107,6 @@ def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_b
     spec.max_in_flight = window
     if spec.rate:
         spec.count = int(spec.rate * spec.duration)
-    if spec.persistent:
-        spec.idle_timeout = 15.0
     def sample():
         return b.cpu_seconds(), sum(x.cpu_seconds() for x in all_brokers), machine_busy_seconds(), time.monotonic()
 
@@ -414,7 +412,8 @@ def main(argv=None) -> int:
     failed = [r for r in rows if r.failed]
     for r in failed:
         print(f"\nFAILED {r.broker} {r.workload}: lost {r.result.lost}, duplicated {r.result.duplicated}, "
-              f"malformed {r.result.malformed}, errors {r.result.errors}")
+              f"malformed {r.result.malformed}, errors {r.result.errors}"
+              + (f"; consumers stopped waiting: {r.result.consumers_gave_up}" if r.result.consumers_gave_up else ""))
     if a.json:
         doc = {
             "quick": a.quick, "cores": os.cpu_count(), "python": platform.python_version(),

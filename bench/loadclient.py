@@ -146,7 +146,10 @@ class LoadSpec:
     max_in_flight: int = 1000        # per producer: sent but not yet delivered (0: unbounded pipelining)
     producer_procs: int = 1
     consumer_procs: int = 1
-    idle_timeout: float = 5.0        # consumer gives up this long after the last message, once producers are done
+    # A consumer gives up this long after its last delivery, once the producers are done. Generous: with a
+    # backlog on a loaded machine a broker can pause deliveries for seconds, and a pause must not be
+    # reported as loss. It costs nothing when nothing is lost (consumers stop once they have everything).
+    idle_timeout: float = 30.0
     extra_send_headers: dict = field(default_factory=dict)
 
 
@@ -243,16 +246,28 @@ async def open_connection(ep: Endpoint, on_message=None, timeout: float = 15.0) 
     return conn
 
 
-async def close_connection(conn: _Conn, timeout: float = 5.0) -> None:
+async def close_connection(conn: _Conn, timeout: float = 5.0) -> bool:
+    """DISCONNECT with a receipt, then close once our buffers are flushed. True if the broker confirmed.
+
+    The receipt is what proves the broker has taken every earlier frame: a producer's SENDs can still sit
+    in our write buffer or the socket while the broker applies back-pressure, and leaving before the
+    receipt (or before the flush) would drop them unseen and count them as sent, hence as lost.
+    """
     if conn.transport is None or conn.transport.is_closing():
-        return
+        return False
     fut = conn.expect_receipt("bye")
     conn.write(encode_frame("DISCONNECT", {"receipt": "bye"}))
+    confirmed = True
     try:
         await asyncio.wait_for(fut, timeout)
     except (asyncio.TimeoutError, StompError):
-        pass
+        confirmed = False
     conn.transport.close()
+    try:
+        await asyncio.wait_for(asyncio.shield(conn.closed), 5)
+    except asyncio.TimeoutError:
+        conn.transport.abort()
+    return confirmed
 
 
 # ------------------------------------------------------------------------------------------- producers
@@ -356,7 +371,9 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
     confirmed = monotonic_ns()
     result[pid] = {"sent": seq, "first_ns": first, "last_ns": last, "confirmed_ns": confirmed,
                    "confirm_wait_s": confirm_wait}
-    await close_connection(conn)
+    if not await close_connection(conn, timeout=spec.idle_timeout + 30):
+        raise StompError(f"producer {pid}: the broker did not confirm DISCONNECT within "
+                         f"{spec.idle_timeout + 30:.0f} s, so some of its {seq} SENDs may never have reached it")
 
 
 def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], shared, out_q, ready) -> None:
@@ -448,6 +465,7 @@ async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
     cpu0 = _cpu_self()
     t_go = time.monotonic()
     last_progress, last_total = time.monotonic(), -1
+    gave_up = None
     while True:
         await asyncio.sleep(0.02)
         mine = sum(t.received for t in tallies)
@@ -463,8 +481,11 @@ async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
             if got >= expected:
                 break
             if now - last_progress > spec.idle_timeout:
-                break  # whatever is missing is reported as loss by the parent
+                # Whatever is missing is reported as loss by the parent.
+                gave_up = f"no delivery for {spec.idle_timeout:.0f} s after the producers finished"
+                break
         if now - t_go > hard_deadline_s:
+            gave_up = f"hard deadline of {hard_deadline_s:.0f} s"
             break
     # Anything still in flight for a topic subscriber or a late duplicate: a short grace read.
     await asyncio.sleep(0.05)
@@ -472,7 +493,7 @@ async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
     for c in conns:
         await close_connection(c, timeout=2)
     for cidx, t in zip(cidxs, tallies):
-        out.append({"cidx": cidx, "received": t.received, "dups": t.dups, "bad": t.bad, "first_ns": t.first_ns,
+        out.append({"cidx": cidx, "gave_up": gave_up, "received": t.received, "dups": t.dups, "bad": t.bad, "first_ns": t.first_ns,
                     "last_ns": t.last_ns, "lat": t.lat.tobytes(), "seen": [bytes(s) for s in t.seen]})
     return cpu
 
@@ -514,6 +535,7 @@ class RunResult:
     producer_us_per_msg: float = 0.0   # the load client's own cost, to show it is not the limit
     consumer_us_per_msg: float = 0.0
     confirm_wait_s: float = 0.0
+    consumers_gave_up: str = ""    # why a consumer stopped before it had every message (then: lost > 0)
     errors: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -638,6 +660,8 @@ def _summarise(spec: LoadSpec, messages: list, result: RunResult) -> RunResult:
             per_consumer.extend(pl["per_consumer"])
             result.consumer_cpu_s += pl["cpu_s"]
     result.sent = sum(r["sent"] for r in per_producer.values())
+    gave_up = {c["gave_up"] for c in per_consumer if c["gave_up"]}
+    result.consumers_gave_up = "; ".join(sorted(gave_up))
     result.received = sum(c["received"] for c in per_consumer)
     result.malformed = sum(c["bad"] for c in per_consumer)
     result.confirm_wait_s = max((r["confirm_wait_s"] for r in per_producer.values()), default=0.0)
