@@ -75,6 +75,7 @@ class BrokerServer:
         self.runtime: AsyncioRuntime | None = None
         self._server: asyncio.base_events.Server | None = None
         self._housekeeping: asyncio.TimerHandle | None = None
+        self._selection_timer: asyncio.TimerHandle | None = None
         self.port: int | None = None
         self.recovered = 0
 
@@ -104,11 +105,42 @@ class BrokerServer:
         except OSError as exc:
             raise StorageError(f"cannot open storage under {cfg.data_dir}: {exc}") from exc
         self.broker = Broker(cfg, self.store, self.runtime)
+        selection = cfg.storage.get("selection")
+        if selection is not None:
+            self._setup_selection(selection)
         self.recovered = self.broker.recover()
         if self.recovered:
             log.info("recovered %d persistent messages", self.recovered)
         self._schedule_housekeeping()
         return self
+
+    def _setup_selection(self, selection) -> None:
+        """The adaptive layer of seed 000: rules from YAML (inline mapping or a file path)."""
+        import yaml
+        from pymq_server.broker.broker import rule_context_of
+        from pymq_server.storage.selection import AdaptiveSelection
+        if isinstance(selection, str):
+            try:
+                with open(selection, encoding="utf-8") as fh:
+                    text = fh.read()
+            except OSError as exc:
+                raise ConfigError(f"cannot read storage selection file {selection}: {exc.strerror}") \
+                    from None
+        else:
+            text = yaml.safe_dump(selection)
+        layer = AdaptiveSelection.from_yaml(text, list(self.store.devices.values()))
+        self.store.use_selection(layer, rule_context_of)
+        self._refresh_selection()
+
+    def _refresh_selection(self) -> None:
+        layer = self.store.selection
+        now = self.runtime.time()
+        try:
+            layer.refresh(now)
+        except Exception:  # a monitor bug must not stop the broker; the next refresh retries
+            log.exception("storage monitor refresh failed")
+        delay = max(0.01, layer.next_refresh() - self.runtime.time())
+        self._selection_timer = asyncio.get_running_loop().call_later(delay, self._refresh_selection)
 
     def _schedule_housekeeping(self) -> None:
         loop = asyncio.get_running_loop()
@@ -123,6 +155,8 @@ class BrokerServer:
     async def stop(self) -> None:
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        if self._selection_timer is not None:
+            self._selection_timer.cancel()
         if self._server is not None:
             self._server.close()
         if self.broker is not None:

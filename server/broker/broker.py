@@ -230,12 +230,16 @@ class Broker:
 
     def _new_message(self, session, headers: dict, body: bytes, destination: str) -> BrokerMessage:
         key = self.seqs.next("")
+        message_id = f"ID:{self.node_id}-{key}"
+        message = message_from_send(headers, body, key=key, message_id=message_id,
+                                    seq=self.seqs.next(destination), destination=destination,
+                                    default_persistent=self.config.default_persistent,
+                                    producer=session.id if session is not None else "")
         if session is not None:
-            session.last_message_id = f"ID:{self.node_id}-{key}"
-        return message_from_send(headers, body, key=key, message_id=f"ID:{self.node_id}-{key}",
-                                 seq=self.seqs.next(destination), destination=destination,
-                                 default_persistent=self.config.default_persistent,
-                                 producer=session.id if session is not None else "")
+            session.last_message_id = message_id
+            message.client_id = session.client_id
+            message.user = session.user.name if session.user is not None else None
+        return message
 
     def _enqueue(self, queue: MessageQueue, message: BrokerMessage) -> bool:
         stored = self.store.hold(message, [queue.name] if queue.durable else [])
@@ -512,6 +516,31 @@ class Broker:
 
 def _selector_text(selector) -> str | None:
     return None if selector is None else selector.text
+
+
+def rule_context_of(message: BrokerMessage) -> dict:
+    """The storage-rule context (spec/storage_rules.md §2) of a message."""
+    from pymq.selector import rule_context
+    ctype = message.headers.get("content-type", "")
+    if ctype.startswith("application/x-pymq-map") or message.headers.get("transformation") == "jms-map-json":
+        body_type = "MAP"
+    elif ctype.startswith("text/") or not ctype:
+        body_type = "TEXT" if ctype or _is_text(message.body) else "BYTES"
+    else:
+        body_type = "BYTES"
+    dest_type = "TOPIC" if message.destination.startswith("/topic/") else "QUEUE"
+    return rule_context(size_bytes=message.size, body_type=body_type, headers=message.headers,
+                        destination=message.destination, destination_type=dest_type,
+                        client_id=message.client_id, priority=message.priority,
+                        persistent=message.persistent, producer=message.user)
+
+
+def _is_text(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def encode_stored(message: BrokerMessage) -> bytes:

@@ -54,7 +54,7 @@ class BrokerMessage:
 
     __slots__ = ("key", "message_id", "destination", "seq", "headers", "body", "persistent", "priority",
                  "timestamp", "expires", "deliver_at", "group_id", "producer", "size", "device",
-                 "_block", "_block_raw", "_values", "refs", "rule")
+                 "_block", "_block_raw", "_values", "refs", "rule", "chosen", "client_id", "user")
 
     def __init__(self, key: int, message_id: str, destination: str, seq: int, headers: dict,
                  body: bytes, persistent: bool, priority: int, timestamp: int, expires: int,
@@ -75,6 +75,9 @@ class BrokerMessage:
         self.size = len(body)
         self.device = None              # the holding device that stores it (None: memory only)
         self.rule = None                # the storage rule that chose the device
+        self.chosen = None              # the device the rule chose (even when the heap holds it)
+        self.client_id = None           # the producing connection's client id and user (storage rules)
+        self.user = None
         self.refs = 0                   # queue entries still pointing at it (storage frees at 0)
         self._block = None
         self._block_raw = None

@@ -51,6 +51,8 @@ class HoldingStore:
         self._run_in_thread = run_in_thread
         #: message -> device; replaced by the adaptive layer's decision function
         self.choose: Callable = self._default_choice
+        self.selection = None          # the adaptive layer (seed 000) when configured
+        self._placed: dict[tuple[str, str | None], list[int]] = {}
         self._dirty: set[HoldingDevice] = set()
         self._commits: dict[str, GroupCommit] = {}
         self._timers: set[str] = set()
@@ -77,12 +79,37 @@ class HoldingStore:
     def _default_choice(self, message):
         return (self.persistent_device if message.persistent else self.memory), None
 
+    def use_selection(self, layer, context: Callable) -> None:
+        """Let the adaptive layer of seed 000 choose each message's device.
+
+        ``context(message)`` builds the rule context (spec/storage_rules.md §2) for a message."""
+        self.selection = layer
+        devices = self.devices
+
+        def choose(message):
+            decision = layer.select(context(message))
+            return devices[decision.device], decision.rule_id or decision.fallback
+
+        self.choose = choose
+
+    def placements(self) -> list[dict]:
+        """Messages and bytes held per device and per deciding rule (the admin view)."""
+        return [{"device": device, "rule": rule, "messages": n, "bytes": size}
+                for (device, rule), (n, size) in sorted(self._placed.items(), key=lambda kv: str(kv[0]))
+                if n]
+
     def hold(self, message, queues: list[str]) -> bool:
         """Place ``message`` with references for ``queues``; True when a device stores it (so the
         entries must release their references later).  ``queues`` are the queues whose references
         must survive a restart (empty for a topic message with no durable subscriber)."""
         device, rule = self.choose(message)
         message.rule = rule
+        placed = self._placed.get((device.name, rule))
+        if placed is None:
+            placed = self._placed[(device.name, rule)] = [0, 0]
+        placed[0] += 1
+        placed[1] += message.size
+        message.chosen = device.name
         if device is self.memory or not queues or (not message.persistent and device.kind != "file"):
             # the heap holds it: the memory device itself, a message no durable queue needs, or a
             # non-persistent message for a device that keeps only persistent ones (only the paged
@@ -105,9 +132,20 @@ class HoldingStore:
 
     def forget(self, message) -> None:
         """The last entry of a message is gone; heap-held messages leave the memory figures."""
-        if message.device is self.memory:
+        device = message.device
+        if device is self.memory:
             self.memory.account(message.size, -1)
+        if device is not None:
+            placed = self._placed.get((self._chosen_name(message), message.rule))
+            if placed is not None:
+                placed[0] -= 1
+                placed[1] -= message.size
         message.device = None
+
+    def _chosen_name(self, message) -> str:
+        # a message placed on a device that does not keep it (heap-held) is still counted under the
+        # device its rule chose
+        return getattr(message, "chosen", None) or message.device.name
 
     def release(self, message, queue: str) -> None:
         device = message.device
