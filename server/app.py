@@ -76,6 +76,7 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._housekeeping: asyncio.TimerHandle | None = None
         self._selection_timer: asyncio.TimerHandle | None = None
+        self.claimers: list = []
         self.port: int | None = None
         self.recovered = 0
 
@@ -111,8 +112,18 @@ class BrokerServer:
         self.recovered = self.broker.recover()
         if self.recovered:
             log.info("recovered %d persistent messages", self.recovered)
+        self._start_claimers(loop)
         self._schedule_housekeeping()
         return self
+
+    def _start_claimers(self, loop) -> None:
+        """Messages applications commit in their own transactions on a SQL device (seed 001)."""
+        from pymq_server.broker.apptx import PendingClaimer
+        for device in self.store.devices.values():
+            if device.kind == "sql" and hasattr(device, "pending_listener"):
+                claimer = PendingClaimer(self.broker, device, loop)
+                claimer.start()
+                self.claimers.append(claimer)
 
     def _setup_selection(self, selection) -> None:
         """The adaptive layer of seed 000: rules from YAML (inline mapping or a file path)."""
@@ -159,6 +170,8 @@ class BrokerServer:
             self._selection_timer.cancel()
         if self._server is not None:
             self._server.close()
+        for claimer in self.claimers:
+            claimer.stop()
         if self.broker is not None:
             for session in list(self.broker.sessions.values()):
                 session.close()

@@ -130,6 +130,14 @@ class HoldingStore:
         self._dirty.add(device)
         return True
 
+    def adopt(self, message) -> None:
+        """Account for a message a device wrote by itself (claimed from an application's transaction)."""
+        placed = self._placed.get((message.chosen, message.rule))
+        if placed is None:
+            placed = self._placed[(message.chosen, message.rule)] = [0, 0]
+        placed[0] += 1
+        placed[1] += message.size
+
     def forget(self, message) -> None:
         """The last entry of a message is gone; heap-held messages leave the memory figures."""
         device = message.device
