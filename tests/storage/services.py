@@ -8,7 +8,8 @@ The servers come from ``.ci/services.sh`` through two environment variables:
 This module is the one place that decides what an absent server means: a skip that names the variable
 and the command that provides it, except when ``CI`` is set (CI sets it), where it is a failure, so a
 CI run can never go green without having tested against the real servers.  A variable that is set
-but names a server that does not answer is always a failure.
+but names a server that does not answer is always a failure.  ``service_url`` is also how the
+interoperability and binding suites find the foreign clients and toolchains of ``.ci/interop-clients.sh``.
 
 Use the fixtures by importing them into a test module: ``from tests.storage.services import postgres_url``.
 """
@@ -28,21 +29,25 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
-def service_url(variable: str, what: str) -> str:
-    """The URL in ``variable``, or skip (fail under CI) with a reason that says how to get one."""
+def service_url(variable: str, what: str, provider: str = ".ci/services.sh") -> str:
+    """The value of ``variable``, or skip (fail under CI) with a reason that says how to get one.
+
+    ``provider`` is the script whose ``export`` lines set it; other suites (the interoperability
+    clients of ``.ci/interop-clients.sh``) reuse this rule with their own script.
+    """
     url = os.environ.get(variable, "").strip()
     if url:
         return url
-    reason = (f"{variable} is not set, so there is no {what} server to test against; "
-              f"start one with: eval \"$(.ci/services.sh)\"")
+    reason = (f"{variable} is not set, so there is no {what} to test against; "
+              f"get one with: eval \"$({provider})\"")
     if in_ci():
-        pytest.fail(f"{reason} (CI is set: a missing server is a failure, not a skip)", pytrace=False)
+        pytest.fail(f"{reason} (CI is set: a missing one is a failure, not a skip)", pytrace=False)
     pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")
 def postgres_url() -> str:
-    url = service_url(POSTGRES_VAR, "PostgreSQL")
+    url = service_url(POSTGRES_VAR, "PostgreSQL server")
     import sqlalchemy as sa
 
     engine = sa.create_engine(url)
@@ -58,7 +63,7 @@ def postgres_url() -> str:
 
 @pytest.fixture(scope="session")
 def redis_url() -> str:
-    url = service_url(REDIS_VAR, "Redis")
+    url = service_url(REDIS_VAR, "Redis server")
     import redis
 
     client = redis.Redis.from_url(url, socket_connect_timeout=5)

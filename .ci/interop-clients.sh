@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Prepare the STOMP clients in other languages that the interoperability tests drive, and print where
+# they are:
+#
+#   eval "$(.ci/interop-clients.sh)"     # then run pytest
+#
+#   PYMQ_NODE_STOMP   command line of the stompit driver (tests/interop/node: `npm ci`)
+#   PYMQ_GO_STOMP     the go-stomp driver binary (tests/interop/go: `go build` into the cache)
+#
+# Stdout carries only `export NAME=value` lines, so `eval` is safe; progress and errors go to stderr.
+# Needs Node >= 18 with npm, and Go >= 1.19 (on Debian 12, as root, missing ones come from apt:
+# nodejs npm golang-go).  Idempotent and quick the second time: each part is redone only when its inputs
+# change (lock file, go.sum, sources, toolchain version), recorded in a stamp.  A part that fails prints
+# nothing for its variable (the tests then fail under CI, skip otherwise) and the script exits 1 after
+# doing the other parts.  Environment knobs:
+#   PYMQ_INTEROP_CACHE   where built drivers and stamps live (default ${XDG_CACHE_HOME:-~/.cache}/pymq-interop)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+CACHE="${PYMQ_INTEROP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/pymq-interop}"
+T0=$(date +%s)
+STATUS=0
+
+log() { printf '[interop] %s\n' "$*" >&2; }
+fail() { printf '[interop] ERROR: %s\n' "$*" >&2; STATUS=1; }
+export_line() { printf 'export %s=%q\n' "$1" "$2"; }
+
+mkdir -p "$CACHE"
+# CI and a developer (or two sessions) running this at once must not race on npm ci or go build.
+exec 9>"$CACHE/.lock"
+if command -v flock >/dev/null 2>&1; then flock -w 600 9 || { fail "could not lock $CACHE/.lock"; exit 1; }; fi
+
+# -- toolchains ---------------------------------------------------------------------------------------
+apt_install() {  # apt_install PACKAGE...: only as root on Debian; returns 1 when it cannot
+    [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+    log "installing $* with apt-get"
+    export DEBIAN_FRONTEND=noninteractive
+    local opts=(-y -q --no-install-recommends)
+    apt-get install "${opts[@]}" "$@" >"$CACHE/apt.log" 2>&1 && return 0
+    apt-get update -q >>"$CACHE/apt.log" 2>&1 || true
+    apt-get install "${opts[@]}" "$@" >>"$CACHE/apt.log" 2>&1 || { tail -n 20 "$CACHE/apt.log" >&2; return 1; }
+}
+
+find_go() {
+    local go
+    for go in "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go /usr/lib/go/bin/go; do
+        [ -n "$go" ] && [ -x "$go" ] && { echo "$go"; return 0; }
+    done
+    return 1
+}
+
+NODE=$(command -v node 2>/dev/null || true)
+NPM=$(command -v npm 2>/dev/null || true)
+if [ -z "$NODE" ] || [ -z "$NPM" ]; then
+    apt_install nodejs npm || true
+    NODE=$(command -v node 2>/dev/null || true)
+    NPM=$(command -v npm 2>/dev/null || true)
+fi
+GO=$(find_go || true)
+if [ -z "$GO" ]; then
+    apt_install golang-go || true
+    GO=$(find_go || true)
+fi
+
+stamp() {  # a short digest of files and strings: what an output was built from
+    local item
+    for item in "$@"; do
+        if [ -f "$item" ]; then sha256sum "$item"; else printf '%s\n' "$item"; fi
+    done | sha256sum | cut -c1-16
+}
+
+# npm_ready DIR: `npm ci` in DIR unless its node_modules was installed from the same lock and Node
+npm_ready() {
+    local dir=$1 want have
+    want=$(stamp "$dir/package-lock.json" "$("$NODE" --version)")
+    have=$(cat "$dir/node_modules/.pymq-stamp" 2>/dev/null || true)
+    if [ "$want" = "$have" ]; then
+        log "${dir#"$ROOT"/}: node_modules up to date"
+        return 0
+    fi
+    log "${dir#"$ROOT"/}: npm ci"
+    (cd "$dir" && "$NPM" ci --no-audit --no-fund --loglevel=error) >&2 || return 1
+    echo "$want" >"$dir/node_modules/.pymq-stamp"
+}
+
+# -- stompit (Node) -----------------------------------------------------------------------------------
+node_stompit() {
+    local dir="$ROOT/tests/interop/node"
+    [ -n "$NODE" ] && [ -n "$NPM" ] || { fail "node/npm not found: install Node >= 18 (Debian: apt-get install nodejs npm)"; return; }
+    npm_ready "$dir" || { fail "npm ci in ${dir#"$ROOT"/} failed"; return; }
+    export_line PYMQ_NODE_STOMP "$NODE $dir/driver.js"
+}
+
+# -- go-stomp (Go) ------------------------------------------------------------------------------------
+go_stomp() {
+    local dir="$ROOT/tests/interop/go" out
+    [ -n "$GO" ] || { fail "go not found: install Go >= 1.19 (Debian: apt-get install golang-go)"; return; }
+    out="$CACHE/go-stomp-driver-$(stamp "$dir/go.mod" "$dir/go.sum" "$dir/main.go" "$("$GO" version)")"
+    if [ -x "$out" ]; then
+        log "tests/interop/go: driver up to date"
+    else
+        log "tests/interop/go: go build (module download on first run)"
+        (cd "$dir" && "$GO" build -o "$out.tmp" .) >&2 || { fail "go build in tests/interop/go failed"; return; }
+        mv -f "$out.tmp" "$out"
+        find "$CACHE" -maxdepth 1 -name 'go-stomp-driver-*' ! -path "$out" -delete
+    fi
+    export_line PYMQ_GO_STOMP "$out"
+}
+
+node_stompit
+go_stomp
+log "done in $(( $(date +%s) - T0 ))s"
+exit $STATUS
