@@ -16,6 +16,9 @@ from pymq.errors import StorageError
 from . import format as fmt
 from .crc import crc32c
 
+#: fdatasync where the OS has it (Linux), else fsync (macOS)
+_datasync = getattr(os, "fdatasync", os.fsync)
+
 
 @dataclass(frozen=True, slots=True)
 class Meta:
@@ -84,7 +87,7 @@ class PageFile:
 
     def sync(self) -> None:
         if self._fsync:
-            os.fdatasync(self.fd)
+            _datasync(self.fd)
 
     def truncate(self, pages: int) -> None:
         os.ftruncate(self.fd, pages * self.page_size)

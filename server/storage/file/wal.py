@@ -16,6 +16,9 @@ from typing import Iterator
 from . import format as fmt
 from .crc import crc32c
 
+#: fdatasync where the OS has it (Linux), else fsync (macOS)
+_datasync = getattr(os, "fdatasync", os.fsync)
+
 
 def segment_path(directory: str, number: int) -> str:
     return os.path.join(directory, f"wal.{number:016x}")
@@ -90,7 +93,7 @@ class Segment:
 
     def sync(self) -> None:
         if self._fsync:
-            os.fdatasync(self.fd)
+            _datasync(self.fd)
 
     def close(self) -> None:
         if self.fd >= 0:
