@@ -11,7 +11,7 @@ and browsers are used by one thread at a time (a second thread gets ``IllegalSta
 """
 from pymq.client.blocking import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE,
                                   SESSION_TRANSACTED, Connection, ConnectionFactory, MessageConsumer,
-                                  MessageProducer, QueueBrowser, Requestor, Session, connect, reply)
+                                  MessageProducer, QueueBrowser, RangeResult, Requestor, Session, connect, reply)
 from pymq.destination import Destination, Queue, TemporaryQueue, Topic
 from pymq.errors import PymqError
 from pymq.message import (NON_PERSISTENT, PERSISTENT, BytesMessage, MapMessage, Message, TextMessage)

@@ -33,6 +33,7 @@ _RESERVED = frozenset({
     "destination", "message-id", "subscription", "ack", "receipt", "transaction", "content-length",
     "content-type", "persistent", "priority", "expires", "expiration", "timestamp", "correlation-id",
     "reply-to", "type", "redelivered", "pymq-types", "pymq-seq", "transformation", "browser",
+    "pymq-dedup-id",
 })
 _TYPE_CODES = {bool: "b", int: "i", float: "f"}
 
@@ -70,6 +71,7 @@ class Message:
         self.expiration = 0                      # absolute ms, 0 = never
         self.priority = DEFAULT_PRIORITY
         self.sequence: int | None = None          # the broker's per-destination sequence (pymq-seq)
+        self.dedup_id: str | None = None          # duplicate-detection id (spec/stomp.md §9)
         self.properties: dict[str, Any] = {}
         for name, value in (properties or {}).items():
             self.set_property(name, value)
@@ -124,6 +126,8 @@ class Message:
             h["reply-to"] = self.reply_to.stomp_name
         if self.type is not None:
             h["type"] = self.type
+        if self.dedup_id is not None:
+            h["pymq-dedup-id"] = self.dedup_id
         types = []
         for name, value in self.properties.items():
             code = _TYPE_CODES.get(type(value))
@@ -280,6 +284,7 @@ def from_frame(headers: dict, body: bytes) -> Message:
         except Exception:
             msg.reply_to = None
     msg.type = h.get("type")
+    msg.dedup_id = h.get("pymq-dedup-id")
     msg.redelivered = h.get("redelivered", "false").lower() == "true"
     seq = h.get("pymq-seq")
     msg.sequence = int(seq) if seq and seq.isdigit() else None

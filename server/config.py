@@ -64,6 +64,9 @@ class BrokerConfig:
     storage: dict = field(default_factory=dict)
     queue_defaults: QueueConfig = field(default_factory=QueueConfig)
     queues: dict = field(default_factory=dict)
+    retention: dict = field(default_factory=dict)  # destination or glob -> {ms, messages} (logs)
+    dedup_window_ms: int = 600_000       # duplicate detection window (pymq-dedup-id, _AMQ_DUPL_ID)
+    dedup_max_ids: int = 1_000_000       # ids remembered per destination
     admin_port: int | None = None        # HTTP admin/metrics endpoint; None = off
     log_level: str = "INFO"
 

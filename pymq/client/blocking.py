@@ -372,6 +372,35 @@ class Session:
     def create_browser(self, queue: Queue | str, selector: str | None = None) -> "QueueBrowser":
         return QueueBrowser(self, as_destination(queue), selector)
 
+    @_guarded
+    def read_range(self, destination: Destination | str, *, from_seq: int | None = None,
+                   to_seq: int | None = None, max_messages: int | None = None,
+                   max_bytes: int | None = None, from_timestamp: int | None = None,
+                   selector: str | None = None, subscription: str | None = None,
+                   timeout: float | None = None) -> RangeResult:
+        """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
+        from a destination's retained log, a queue, or (``subscription``) a durable subscription."""
+        # always a start (0 = the earliest): a range read is in sequence order, never delivery order
+        extra = {"pymq-from-seq": from_seq or 0, "pymq-to-seq": to_seq, "pymq-max-messages": max_messages,
+                 "pymq-max-bytes": max_bytes, "pymq-from-timestamp": from_timestamp,
+                 "selector": selector or None, "durable-subscription-name": subscription}
+        return _browse(self, as_destination(destination), extra, timeout)
+
+    def bounds(self, destination: Destination | str, *, subscription: str | None = None) -> tuple[int, int]:
+        """(earliest available, latest assigned) sequence numbers of a destination."""
+        result = self.read_range(destination, max_messages=0, subscription=subscription)
+        return result.earliest, result.latest
+
+    @_guarded
+    def ack_upto(self, destination: Destination | str, seq: int, *, subscription: str | None = None) -> None:
+        """Acknowledge every waiting message below sequence number ``seq`` (a reader that owns the
+        queue or durable subscription, acknowledging a committed batch)."""
+        headers = {"id": "pymq-upto", "pymq-ack-upto": str(int(seq)),
+                   "destination": as_destination(destination).stomp_name}
+        if subscription:
+            headers["durable-subscription-name"] = subscription
+        self.connection._request(Frame("ACK", headers))
+
     def create_queue(self, name: str) -> Queue:
         return Queue(name)
 
@@ -803,36 +832,9 @@ class QueueBrowser:
         return iter(self.messages())
 
     def messages(self, timeout: float | None = None) -> list[Message]:
-        """A snapshot of the messages waiting now (each call takes a new one).  The broker ends the
-        browse subscription itself after its ``browser:end`` marker."""
-        session = self._session
-        conn = session.connection
-        consumer = MessageConsumer(session, self.queue, self.selector, 0)
-        headers = {"destination": self.queue.stomp_name, "id": consumer._sub_id, "browser": "true",
-                   "ack": "auto"}
-        if self.selector:
-            headers["selector"] = self.selector
-        out: list[Message] = []
-        try:
-            conn._request(Frame("SUBSCRIBE", headers))
-            deadline = time.monotonic() + (timeout if timeout is not None else conn.factory.timeout)
-            while True:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise TimeoutError("the browse did not finish in time")
-                try:
-                    frame = consumer._inbox.get(timeout=remaining)
-                except _queue.Empty:
-                    continue
-                if frame is _CLOSED:
-                    conn._check_open()
-                    raise IllegalStateError("the connection closed during the browse")
-                if frame.headers.get("browser") == "end":
-                    break
-                out.append(from_frame(frame.headers, frame.body))
-        finally:
-            conn._unregister(consumer._sub_id)
-        return out
+        """A snapshot of the messages waiting now (each call takes a new one)."""
+        return _browse(self._session, self.queue, {"selector": self.selector} if self.selector else {},
+                       timeout).messages
 
     get_enumeration = messages
 
@@ -844,6 +846,53 @@ class QueueBrowser:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class RangeResult:
+    """What a range read returned: the messages (with ``.sequence``) and the destination's bounds."""
+
+    __slots__ = ("messages", "earliest", "latest", "next_seq")
+
+    def __init__(self, messages: list, earliest: int, latest: int, next_seq: int) -> None:
+        self.messages = messages
+        self.earliest = earliest      # first sequence number still available
+        self.latest = latest          # last sequence number the destination assigned
+        self.next_seq = next_seq      # where the next read continues
+
+    def __repr__(self) -> str:
+        return (f"RangeResult({len(self.messages)} messages, earliest={self.earliest}, "
+                f"latest={self.latest}, next_seq={self.next_seq})")
+
+
+def _browse(session: "Session", destination: Destination, extra: dict, timeout: float | None) -> RangeResult:
+    """One browse subscription (spec/stomp.md §9); the broker ends it after ``browser:end``."""
+    conn = session.connection
+    consumer = MessageConsumer(session, destination, None, 0)
+    headers = {"destination": destination.stomp_name, "id": consumer._sub_id, "browser": "true",
+               "ack": "auto"}
+    headers.update({k: str(v) for k, v in extra.items() if v is not None})
+    out: list[Message] = []
+    try:
+        conn._request(Frame("SUBSCRIBE", headers))
+        deadline = time.monotonic() + (timeout if timeout is not None else conn.factory.timeout)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("the browse did not finish in time")
+            try:
+                frame = consumer._inbox.get(timeout=remaining)
+            except _queue.Empty:
+                continue
+            if frame is _CLOSED:
+                conn._check_open()
+                raise IllegalStateError("the connection closed during the browse")
+            if frame.headers.get("browser") == "end":
+                h = frame.headers
+                return RangeResult(out, int(h.get("pymq-earliest-seq", 0)), int(h.get("pymq-latest-seq", 0)),
+                                   int(h.get("pymq-next-seq", 0)))
+            out.append(from_frame(frame.headers, frame.body))
+    finally:
+        conn._unregister(consumer._sub_id)
 
 
 class Requestor:

@@ -10,18 +10,21 @@ reservation — gaps are allowed, going backwards never is (the Spark connector'
 """
 from __future__ import annotations
 
+import fnmatch
 import itertools
 import json
+from collections import OrderedDict
 import logging
 import time
 from typing import Callable
 
-from pymq.errors import (AccessDenied, DestinationError, IllegalStateError, InvalidSelector, PymqError,
-                         StorageError, UnknownDestination)
+from pymq.errors import (AccessDenied, DestinationError, IllegalStateError, InvalidHeader, InvalidSelector,
+                         MissingHeader, PymqError, StorageError, UnknownDestination)
 from pymq.protocol.scanner import FrameScanner, encode_frame
 from pymq_server.broker import destination as dest
 from pymq_server.broker.auth import Authenticator
 from pymq_server.broker.consumer import Consumer
+from pymq_server.broker.log import RetainedLog
 from pymq_server.broker.message import BrokerMessage, message_from_send, now_ms
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.topic import Topic, TopicSubscription
@@ -103,6 +106,10 @@ class Broker:
         self.dropped_no_subscriber = 0
         self.expired = 0
         self.selector_compiler = None
+        self.logs: dict[str, RetainedLog] = {}
+        self._log_checked: dict[str, RetainedLog | None] = {}
+        self.dedup: dict[str, OrderedDict] = {}
+        self.duplicates = 0
         store.encode = encode_stored
 
     # -- runtime helpers -------------------------------------------------------------------------
@@ -208,6 +215,12 @@ class Broker:
         """Route one SEND; True when it wrote data a receipt must wait for."""
         destination = headers["destination"]
         kind, name = self.resolve(destination)
+        dedup_id = headers.get("pymq-dedup-id") or headers.get("_AMQ_DUPL_ID")
+        if dedup_id is not None and self._is_duplicate(destination, dedup_id):
+            self.duplicates += 1
+            if session is not None:
+                session.last_message_id = None
+            return False
         reply_to = headers.get("reply-to")
         if reply_to is not None and reply_to.startswith("/temp-queue/"):
             local = reply_to[len("/temp-queue/"):]
@@ -242,24 +255,115 @@ class Broker:
         return message
 
     def _enqueue(self, queue: MessageQueue, message: BrokerMessage) -> bool:
-        stored = self.store.hold(message, [queue.name] if queue.durable else [])
+        log = self.log_for(queue.destination)
+        refs = [queue.name] if queue.durable else []
+        if log is not None:
+            refs.append(log.name)
+        stored = self.store.hold(message, refs)
         self._held(message)
-        queue.enqueue(message, stored=stored)
+        if log is not None:
+            log.append(message, stored)
+        queue.enqueue(message, stored=stored and queue.durable)
         return stored and message.persistent
 
     def publish(self, topic: Topic, message: BrokerMessage) -> bool:
         topic.published += 1
         targets = topic.targets(message)
-        if not targets:
+        log = self.log_for(topic.destination)
+        if not targets and log is None:
             self.dropped_no_subscriber += 1
             return False
         durable = [sub.queue.name for sub in targets if sub.durable]
+        if log is not None:
+            durable.append(log.name)
         stored = self.store.hold(message, durable)
         self._held(message)
+        if log is not None:
+            log.append(message, stored)
         topic.delivered += len(targets)
         for sub in targets:
             sub.queue.enqueue(message, stored=stored and sub.durable)
         return stored and message.persistent
+
+    # -- retention and duplicate detection (spec/stomp.md §9) ------------------------------------
+    def log_for(self, destination: str) -> RetainedLog | None:
+        try:
+            return self._log_checked[destination]
+        except KeyError:
+            pass
+        log = None
+        for pattern, settings in self.config.retention.items():
+            if pattern == destination or fnmatch.fnmatchcase(destination, pattern):
+                settings = settings or {}
+                log = RetainedLog(self, destination, int(settings.get("ms", 0) or 0),
+                                  int(settings.get("messages", 0) or 0))
+                self.logs[destination] = log
+                break
+        self._log_checked[destination] = log
+        return log
+
+    def _is_duplicate(self, destination: str, dedup_id: str) -> bool:
+        window = self.dedup.get(destination)
+        if window is None:
+            window = self.dedup[destination] = OrderedDict()
+        now = self.now_ms()
+        while window:                                   # forget ids older than the window
+            first = next(iter(window.values()))
+            if first > now and len(window) <= self.config.dedup_max_ids:
+                break
+            window.popitem(last=False)
+        if dedup_id in window:
+            return True
+        window[dedup_id] = now + self.config.dedup_window_ms
+        return False
+
+    def bounds(self, destination: str, queue: MessageQueue | None) -> tuple[int, int]:
+        """(earliest available sequence, latest assigned sequence) of a destination's log or queue."""
+        latest = self.seqs.peek(destination) - 1
+        log = self.logs.get(destination)
+        if log is not None and log.messages:
+            return log.messages[0].seq, latest
+        if log is None and queue is not None:
+            seqs = [e.message.seq for e in queue.ready]
+            if seqs:
+                return min(seqs), latest
+        return latest + 1, latest
+
+    def ack_upto(self, session, headers: dict) -> None:
+        """Complete every ready message below ``pymq-ack-upto`` in a queue or durable subscription."""
+        try:
+            upto = int(headers["pymq-ack-upto"])
+        except (KeyError, ValueError):
+            raise InvalidHeader("pymq-ack-upto must be a sequence number", header="pymq-ack-upto") from None
+        queue = self._range_queue(session, headers)
+        if queue is None:
+            raise UnknownDestination(f"nothing to acknowledge on {headers.get('destination')!r}: "
+                                     f"give a queue, or a topic with durable-subscription-name")
+        self.authorize(session, queue.destination, "consume")
+        done = [e for e in queue.ready if e.message.seq < upto]
+        queue.remove_ready(done)
+
+    def _range_queue(self, session, headers: dict) -> MessageQueue | None:
+        destination = headers.get("destination")
+        if destination is None:
+            raise MissingHeader("a range request needs a 'destination' header", header="destination")
+        kind, name = self.resolve(destination)
+        if kind is dest.Kind.QUEUE:
+            return self.get_queue(name)
+        if kind is dest.Kind.TOPIC:
+            durable_name = headers.get("durable-subscription-name") or headers.get("activemq.subscriptionName")
+            if not durable_name:
+                return None
+            owner = session.client_id or (session.user.name if session.user else "anonymous")
+            shared = (headers.get("shared") or "").lower() == "true"
+            key = f"sub:{'shared' if shared else owner}:{durable_name}"
+            topic = self.get_topic(name)
+            sub = topic.subscriptions.get(key)
+            if sub is None:
+                # a reader that owns a durable subscription may create it by reading it first
+                sub = self._create_durable(topic, key, None, False, owner, shared, durable_name)
+            return sub.queue
+        return None
 
     def _held(self, message: BrokerMessage) -> None:
         self.held_bytes += message.size
@@ -333,6 +437,9 @@ class Broker:
                   h: dict) -> Consumer | None:
         kind, name = self.resolve(destination)
         selector = self.compile_selector(h.get("selector"))
+        if h.get("browser") == "true":
+            self._browse(session, sub_id, destination, h, selector)
+            return None
         if kind is dest.Kind.QUEUE or kind is dest.Kind.TEMP_QUEUE:
             if kind is dest.Kind.QUEUE:
                 queue = self.get_queue(name)
@@ -345,10 +452,6 @@ class Broker:
                                            destination=destination)
                 else:
                     queue = session.temp_queue(name)
-            if h.get("browser") == "true":
-                self.authorize(session, queue.destination, "browse")
-                self._browse(session, sub_id, queue, selector)
-                return None
             self.authorize(session, queue.destination, "consume")
             return Consumer(session, sub_id, queue, ack, prefetch, selector, destination=destination)
         topic = self.get_topic(name)
@@ -446,13 +549,73 @@ class Broker:
                 return
         raise UnknownDestination(f"no durable subscription named {durable_name!r}")
 
-    def _browse(self, session, sub_id: str, queue: MessageQueue, selector) -> None:
-        """ActiveMQ-style STOMP browsing: every ready message once, then a ``browser:end`` marker."""
-        accept = None if selector is None else (lambda e: selector.matches(e.message.selector_values()))
-        for entry in queue.browse(accept):
-            session.link.send_browse(session.conn, sub_id, entry)
-        session.send_frame("MESSAGE", {"subscription": sub_id, "destination": queue.destination,
-                                       "message-id": "browser-end", "browser": "end"})
+    def _browse(self, session, sub_id: str, destination: str, h: dict, selector) -> None:
+        """Browse without removing (spec/stomp.md §9): ActiveMQ-style whole-queue browsing, or a
+        range of sequence numbers from a retained log, a queue or a durable subscription.  Each
+        message once with ``browser:true``, then a ``browser:end`` marker with the bounds."""
+        kind, name = self.resolve(destination)
+        log = self.log_for(destination)
+        queue = None
+        if log is None:
+            if kind is dest.Kind.QUEUE:
+                queue = self.get_queue(name)
+            elif kind is dest.Kind.TEMP_QUEUE:
+                queue = self.temp_queues.get(name) if name.startswith("tmp.") else session.temp_queue(name)
+                if queue is None or queue.owner is not session:
+                    raise AccessDenied(f"only the connection that created temporary queue "
+                                       f"'{destination}' may browse it", destination=destination)
+            else:
+                queue = self._range_queue(session, h)
+        self.authorize(session, destination, "browse")
+        from_seq = _int_opt(h, "pymq-from-seq")
+        to_seq = _int_opt(h, "pymq-to-seq")
+        max_messages = _int_opt(h, "pymq-max-messages")
+        max_bytes = _int_opt(h, "pymq-max-bytes")
+        from_ts = _int_opt(h, "pymq-from-timestamp")
+        ranged = any(v is not None for v in (from_seq, to_seq, max_messages, max_bytes, from_ts))
+        if log is not None:
+            candidates = log.range(from_seq or 0, to_seq)
+        elif queue is None:
+            candidates = iter(())
+        else:
+            entries = [e.message for e in queue.ready]
+            if ranged:
+                # ranges follow sequence numbers; whole-queue browsing follows delivery order
+                entries.sort(key=lambda m: m.seq)
+                entries = [m for m in entries if (from_seq is None or m.seq >= from_seq)
+                           and (to_seq is None or m.seq < to_seq)]
+            candidates = iter(entries)
+        earliest, latest = self.bounds(destination, queue)
+        now = self.now_ms()
+        count = sent_bytes = 0
+        next_seq = None
+        exhausted = True
+        link = session.link
+        for message in candidates:
+            if max_messages is not None and count >= max_messages:
+                exhausted = False
+                break
+            if max_bytes is not None and count and sent_bytes >= max_bytes:
+                exhausted = False
+                break
+            next_seq = message.seq + 1
+            if message.expired(now) or (from_ts is not None and message.timestamp < from_ts):
+                continue
+            if selector is not None and not selector.matches(message.selector_values()):
+                continue
+            link.send_browse(session.conn, sub_id, _BrowseEntry(message))
+            count += 1
+            sent_bytes += message.size
+        if exhausted:
+            # the whole range was read: continue after it, but never past what exists yet
+            end = latest + 1 if to_seq is None else min(to_seq, latest + 1)
+            next_seq = max(next_seq or 0, end, from_seq or 0)
+        elif next_seq is None:
+            next_seq = from_seq if from_seq is not None else earliest
+        session.send_frame("MESSAGE", {
+            "subscription": sub_id, "destination": destination, "message-id": "browser-end",
+            "browser": "end", "pymq-earliest-seq": str(earliest), "pymq-latest-seq": str(latest),
+            "pymq-next-seq": str(next_seq), "pymq-count": str(count)})
 
     # -- access control (the queues issue refines this) -------------------------------------------
     def authorize(self, session, destination: str, permission: str) -> None:
@@ -481,7 +644,17 @@ class Broker:
             self.seqs.observe("", stored.key)
             self.seqs.observe(stored.destination, stored.seq)
             self.held_bytes += message.size
+            dedup_id = message.headers.get("pymq-dedup-id") or message.headers.get("_AMQ_DUPL_ID")
+            if dedup_id is not None:
+                self._is_duplicate(message.destination, dedup_id)
             for ref in refs:
+                if ref.startswith("log:"):
+                    log = self.log_for(ref[4:])
+                    if log is None:
+                        log = self.logs[ref[4:]] = RetainedLog(self, ref[4:])
+                        self._log_checked[ref[4:]] = log
+                    log.append(message, True)
+                    continue
                 queue = self._queue_for_ref(ref)
                 if queue is None:
                     log.warning("recovered message %s references unknown queue %r; keeping it in "
@@ -501,6 +674,8 @@ class Broker:
     # -- housekeeping --------------------------------------------------------------------------
     def housekeeping(self) -> None:
         now = self.now_ms()
+        for log in list(self.logs.values()):
+            log.trim(now)
         for queue in list(self.queues.values()):
             queue.expire_ready(now)
         for queue in list(self.subscription_queues.values()):
@@ -512,6 +687,28 @@ class Broker:
             for sub in topic.subscriptions.values():
                 yield sub.queue
         yield from self.temp_queues.values()
+
+
+class _BrowseEntry:
+    """What the links' ``send_browse`` reads: a message that is not a queue entry (log, range)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message) -> None:
+        self.message = message
+
+
+def _int_opt(headers: dict, name: str) -> int | None:
+    value = headers.get(name)
+    if value is None or value == "":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise InvalidHeader(f"header {name!r} must be an integer, got {value!r}", header=name) from None
+    if n < 0:
+        raise InvalidHeader(f"header {name!r} must not be negative", header=name)
+    return n
 
 
 def _selector_text(selector) -> str | None:

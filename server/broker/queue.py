@@ -372,6 +372,18 @@ class MessageQueue:
         if not message.refs:
             self.broker.message_gone(message)
 
+    def remove_ready(self, entries: list) -> None:
+        """Complete ready entries without delivering them (cumulative ack up to a sequence number)."""
+        now = self.broker.clock()
+        for entry in entries:
+            self.ready.remove(entry)
+            entry.state = _T[(READY, "purge")]
+            self.stats.removed += 1
+            self._drop(entry)
+        if entries:
+            depth = self.depth
+            self.stats.depth_changed(depth + len(entries), depth, now)
+
     def purge(self) -> int:
         entries = self.ready.clear()
         for entry in entries:

@@ -401,6 +401,9 @@ class BrokerSession:
         return taken
 
     def _on_ack(self, frame: Frame) -> None:
+        if "pymq-ack-upto" in frame.headers:
+            self.broker.ack_upto(self, frame.headers)
+            return
         consumer, token = self._resolve(frame)
         tx = frame.headers.get("transaction")
         if tx is not None:
