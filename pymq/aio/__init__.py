@@ -1,0 +1,44 @@
+"""pymq for asyncio: the JMS-style API of :mod:`pymq` with ``await`` where it waits.
+
+    import pymq, pymq.aio
+
+    async with pymq.aio.connect("stomp://127.0.0.1:61613") as conn:     # or "vm://default"
+        session = conn.create_session()
+        await session.create_producer(pymq.Queue("orders")).send("hello")
+        consumer = await session.create_consumer(pymq.Queue("orders"))
+        print((await consumer.receive(timeout=5)).text)
+
+Same objects, parameters, constants (``pymq.AUTO_ACKNOWLEDGE``...), messages, destinations and errors as
+the blocking SDK, over the same sans-IO STOMP core; ``stomp://`` runs on an ``asyncio.Protocol`` and
+``vm://name`` reaches the same in-process broker the blocking SDK uses.  Coroutines: connecting,
+``start``/``stop``/``close`` of everything, creating consumers (they wait for the broker's receipt),
+``send``, ``receive``, ``commit``/``rollback``/``recover``/``acknowledge``, ``unsubscribe``, browsing,
+``request`` and ``reply``.  Plain calls: ``create_session``, ``create_producer``, ``create_browser``,
+``create_temporary_queue``, ``set_message_listener`` and ``Message.acknowledge()`` (an ACK needs no answer).
+
+Thread and task safety:
+* Everything here belongs to the event loop that opened the connection and is not thread-safe; from
+  another thread use ``asyncio.run_coroutine_threadsafe``.  (The blocking ``pymq.Connection`` is the
+  thread-safe one.)
+* An :class:`AsyncConnection` is shared freely by the tasks of its loop.
+* An :class:`AsyncSession` and its producers, consumers and browsers are used by one task at a time: a
+  second task calling into the session while the first is suspended inside it (awaiting a receipt or a
+  message) gets :class:`~pymq.errors.IllegalStateError` at once.  Use one session per task.
+* Message listeners (plain functions or coroutine functions) run in the session's own dispatcher task,
+  one message at a time, and may use their own session; ``close()`` waits for a running listener (up
+  to the connection's timeout) and ends the dispatcher.
+* The exception listener (plain or async) is called once when the connection is lost, not on ``close()``.
+"""
+from pymq.client.blocking import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE,
+                                  SESSION_TRANSACTED)
+from pymq.aio.client import (AsyncConnection, AsyncConnectionFactory, AsyncMessageConsumer,
+                             AsyncMessageProducer, AsyncQueueBrowser, AsyncRequestor, AsyncSession,
+                             ConnectionStatus, connect, reply)
+
+Requestor = AsyncRequestor
+
+__all__ = [
+    "connect", "AsyncConnectionFactory", "AsyncConnection", "AsyncSession", "AsyncMessageProducer",
+    "AsyncMessageConsumer", "AsyncQueueBrowser", "AsyncRequestor", "Requestor", "reply", "ConnectionStatus",
+    "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
+]

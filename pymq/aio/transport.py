@@ -1,0 +1,442 @@
+"""Async transports: how an :class:`~pymq.aio.AsyncConnection` exchanges frames with a broker, on one loop.
+
+* :class:`StompTransport` — an ``asyncio.Protocol`` around the sans-IO client state machine
+  (:class:`pymq.protocol.connection.StompConnection`), so framing, escaping and the transition table are
+  the ones the broker and the blocking SDK use.  Outgoing frames are gathered per loop iteration into one
+  ``transport.write`` (a burst of sends costs one syscall, as on the broker side).  A heart-beat task,
+  owned by the transport, beats and watches the broker when heart-beats are negotiated.
+* :class:`VmTransport` — the embedded broker behind ``vm://name`` (the one the blocking SDK uses): frames
+  cross threads as objects, into the broker's loop through ``call_soon_threadsafe`` and back into ours
+  through a deque drained by one ``call_soon_threadsafe`` per batch.  The same client state machine
+  accounts for every frame (``send_frame``/``receive_frame``), so misuse fails the same way on both.
+
+Contract with the connection (all on the client's event loop):
+``on_frame(frame)`` for every frame after CONNECTED, in arrival order; ``on_lost(error)`` exactly once
+when the connection ends for any reason (also after our own ``close()``).  ``send(frame)`` never blocks
+and never awaits: it validates, queues and returns.  Producer flow control is ``paused`` plus
+``await writable(timeout)``: TCP pauses when our write buffer passes its high-water mark (the broker
+stopped reading us), vm:// when the embedded broker says so.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import socket
+import time
+from typing import Callable
+from urllib.parse import parse_qs, urlparse
+
+from pymq.errors import (ConnectFailed, ConnectionClosed, HeartbeatTimeout, PymqError, ProtocolError,
+                         error_from_headers)
+from pymq.errors import TimeoutError as PymqTimeout
+from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
+from pymq.protocol.frame import Frame
+
+FrameHandler = Callable[[Frame], None]
+LostHandler = Callable[[PymqError], None]
+
+#: flush gathered writes at once past this many bytes, so a send loop that never yields stays bounded
+_FLUSH_AT = 64 * 1024
+
+
+def _error_of(frame: Frame) -> PymqError:
+    return error_from_headers(frame.headers, frame.body.decode("utf-8", "replace"))
+
+
+class AsyncTransport:
+    """What an AsyncConnection needs from a transport (see the module docstring)."""
+
+    on_frame: FrameHandler
+    on_lost: LostHandler
+    version: str = "1.2"
+    session_id: str = ""
+    paused: bool = False         # True while the broker holds back this connection's SENDs
+
+    async def connect(self, headers: dict, timeout: float) -> Frame:
+        raise NotImplementedError
+
+    def send(self, frame: Frame) -> None:
+        raise NotImplementedError
+
+    async def writable(self, timeout: float) -> None:
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def closed(self) -> bool:
+        raise NotImplementedError
+
+
+class _FlowGate:
+    """Futures of producers waiting for the broker to take SENDs again."""
+
+    __slots__ = ("waiters",)
+
+    def __init__(self) -> None:
+        self.waiters: list[asyncio.Future] = []
+
+    async def wait(self, timeout: float, what: str) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters.append(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            raise PymqTimeout(f"{what} kept this producer paused for {timeout:g} s (memory limit)") from None
+        finally:
+            if fut in self.waiters:
+                self.waiters.remove(fut)
+
+    def open(self, error: PymqError | None = None) -> None:
+        waiters, self.waiters = self.waiters, []
+        for fut in waiters:
+            if not fut.done():
+                if error is None:
+                    fut.set_result(None)
+                else:
+                    fut.set_exception(error)
+
+
+class StompTransport(AsyncTransport, asyncio.Protocol):
+    """STOMP over TCP with asyncio; the reader is the Protocol itself (no reader task to leak)."""
+
+    def __init__(self, host: str, port: int, *, max_frame_size: int = 64 * 1024 * 1024,
+                 heartbeat: tuple[int, int] = (10_000, 10_000), heartbeat_grace: float = 2.0) -> None:
+        self.host, self.port = host, port
+        self.heartbeat = heartbeat
+        self.grace = heartbeat_grace
+        self.conn = StompConnection(Role.CLIENT, max_frame_size=max_frame_size)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._transport: asyncio.Transport | None = None
+        self._connected: asyncio.Future | None = None     # CONNECTED (or the refusal) while connecting
+        self._gone: asyncio.Future | None = None          # resolved by connection_lost
+        self._out: list[bytes] = []
+        self._out_bytes = 0
+        self._flush_scheduled = False
+        self._closed = False
+        self._lost_reported = False
+        self._beater: asyncio.Task | None = None
+        self._last_recv = self._last_send = time.monotonic()
+        self._flow = _FlowGate()
+        self._established = False          # on_lost is reported only for a connection that opened
+        self.paused = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- connecting ------------------------------------------------------------------------------
+    async def connect(self, headers: dict, timeout: float) -> Frame:
+        loop = self._loop = asyncio.get_running_loop()
+        self._connected = loop.create_future()
+        self._gone = loop.create_future()
+        where = f"{self.host}:{self.port}"
+        try:
+            await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), timeout)
+        except asyncio.TimeoutError:
+            raise ConnectFailed(f"cannot connect to {where}: no answer within {timeout:g} s",
+                                host=self.host, port=self.port) from None
+        except OSError as exc:
+            raise ConnectFailed(f"cannot connect to {where}: {exc.strerror or exc}",
+                                host=self.host, port=self.port) from None
+        headers = dict(headers)
+        headers["heart-beat"] = f"{self.heartbeat[0]},{self.heartbeat[1]}"
+        self._transport.write(self.conn.send(Frame("CONNECT", headers)))
+        try:
+            first = await asyncio.wait_for(asyncio.shield(self._connected), timeout)
+        except asyncio.TimeoutError:
+            self._abort()
+            raise PymqTimeout(f"no CONNECTED from {where} within {timeout:g} s") from None
+        except PymqError:
+            self._abort()
+            raise
+        self.version = self.conn.version
+        self.session_id = first.headers.get("session", "")
+        self._established = True
+        send_ms, recv_ms = negotiate_heartbeat(self.heartbeat, parse_heartbeat(first.headers.get("heart-beat")))
+        if send_ms or recv_ms:
+            self._beater = loop.create_task(self._beat(send_ms, recv_ms), name="pymq-aio-heartbeat")
+        # frames that arrived right behind CONNECTED wait for the negotiated version
+        self._dispatch(self.conn.receive_data(b""))
+        return first
+
+    # -- asyncio.Protocol --------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        self._last_recv = time.monotonic()
+        try:
+            frames = self.conn.receive_data(data)
+        except ProtocolError as exc:
+            self._fail(ConnectionClosed(f"the broker sent invalid STOMP: {exc}"))
+            return
+        connecting = self._connected
+        if connecting is not None and not connecting.done():
+            if not frames:
+                return
+            first, frames = frames[0], frames[1:]
+            if first.command == "ERROR":
+                connecting.set_exception(_error_of(first))
+            else:
+                connecting.set_result(first)
+            return   # the rest is parsed once the version is settled (see connect)
+        self._dispatch(frames)
+
+    def _dispatch(self, frames: list[Frame]) -> None:
+        for frame in frames:
+            self.on_frame(frame)
+            if frame.command == "ERROR":
+                self._fail(_error_of(frame))
+                return
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._gone is not None and not self._gone.done():
+            self._gone.set_result(None)
+        connecting = self._connected
+        if connecting is not None and not connecting.done():
+            connecting.set_exception(ConnectFailed(
+                f"{self.host}:{self.port} closed the connection during CONNECT"))
+        reason = f"connection to the broker failed: {exc}" if exc else "the broker closed the connection"
+        self._report_lost(ConnectionClosed(reason))
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        self._flow.open()
+
+    # -- writing -----------------------------------------------------------------------------------
+    def send(self, frame: Frame) -> None:
+        if self._closed:
+            raise ConnectionClosed("the connection is closed")
+        data = self.conn.send(frame)       # our misuse raises here, before a byte is queued
+        self._out.append(data)
+        self._out_bytes += len(data)
+        if self._out_bytes >= _FLUSH_AT:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if not self._out:
+            return
+        out, self._out = self._out, []
+        self._out_bytes = 0
+        if self._transport is None or self._transport.is_closing():
+            return
+        self._transport.write(b"".join(out) if len(out) > 1 else out[0])
+        self._last_send = time.monotonic()
+
+    async def writable(self, timeout: float) -> None:
+        if self.paused and not self._closed:
+            await self._flow.wait(timeout, f"the broker at {self.host}:{self.port}")
+
+    # -- heart-beats -------------------------------------------------------------------------------
+    async def _beat(self, send_ms: int, recv_ms: int) -> None:
+        step = min(x for x in (send_ms, recv_ms) if x) / 1000.0 / 2
+        # beat once half an interval passed without a write: checked every step, the longest silence
+        # is then one interval even when the loop runs late, never interval + step
+        beat_after = send_ms / 1000.0 / 2
+        while not self._closed:
+            await asyncio.sleep(step)
+            now = time.monotonic()
+            if send_ms and now - self._last_send >= beat_after and not self._out:
+                transport = self._transport
+                if transport is not None and not transport.is_closing():
+                    transport.write(b"\n")
+                    self._last_send = now
+            if recv_ms and now - self._last_recv > recv_ms / 1000.0 * self.grace:
+                self._fail(HeartbeatTimeout(f"no data from the broker for {now - self._last_recv:.1f}s"))
+                return
+
+    # -- ending ------------------------------------------------------------------------------------
+    def _fail(self, error: PymqError) -> None:
+        self._report_lost(error)
+        self._abort()
+
+    def _abort(self) -> None:
+        self._closed = True
+        if self._transport is not None:
+            self._transport.abort()
+
+    def _report_lost(self, error: PymqError) -> None:
+        self._closed = True
+        if self._lost_reported:
+            return
+        self._lost_reported = True
+        beater = self._beater
+        if beater is not None and beater is not asyncio.current_task():
+            beater.cancel()
+        self._flow.open(error)
+        if self._established:
+            self.on_lost(error)
+
+    async def close(self) -> None:
+        """Flush what is queued (the DISCONNECT), close the socket and wait until it is closed."""
+        self._flush()
+        self._closed = True
+        if self._beater is not None and self._beater is not asyncio.current_task():
+            self._beater.cancel()
+            try:
+                await self._beater
+            except (asyncio.CancelledError, PymqError):
+                pass
+        if self._transport is not None:
+            self._transport.close()
+            if self._gone is not None:
+                try:
+                    await asyncio.wait_for(asyncio.shield(self._gone), 5.0)
+                except asyncio.TimeoutError:
+                    self._transport.abort()
+        self._report_lost(ConnectionClosed("the connection was closed"))
+
+
+class VmTransport(AsyncTransport):
+    """An in-process connection to the embedded broker ``name`` (started on first use)."""
+
+    def __init__(self, name: str, options: dict | None = None) -> None:
+        self.name = name
+        self.options = options or {}
+        self.conn = StompConnection(Role.CLIENT)
+        self.link = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._connected: asyncio.Future | None = None
+        self._inbound: collections.deque = collections.deque()   # (frame | None, error) from the broker
+        self._drain_scheduled = False
+        self._closed = False
+        self._lost_reported = False
+        self._established = False
+        self._flow = _FlowGate()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def paused(self) -> bool:   # type: ignore[override]
+        link = self.link
+        return link is not None and link.paused
+
+    async def connect(self, headers: dict, timeout: float) -> Frame:
+        from pymq.aio._vm import open_async_link   # the broker lives in pymq_server: import on use
+        loop = self._loop = asyncio.get_running_loop()
+        self._connected = loop.create_future()
+        self.conn.send_frame(Frame("CONNECT", headers))
+        self.link = await open_async_link(self.name, self.options, self, headers)
+        try:
+            first = await asyncio.wait_for(asyncio.shield(self._connected), timeout)
+        except asyncio.TimeoutError:
+            self._closed = True
+            self.link.disconnect()
+            raise PymqTimeout(f"embedded broker {self.name!r} did not answer CONNECT in {timeout:g}s") from None
+        self.version = self.conn.version
+        self.session_id = first.headers.get("session", "")
+        return first
+
+    # broker loop thread -> client loop
+    def from_broker(self, frame: Frame | None, error: PymqError | None = None) -> None:
+        self._inbound.append((frame, error))
+        if not self._drain_scheduled:
+            # the flag is cleared by the drain *before* it pops, so a frame appended after the clear
+            # schedules its own drain and one appended before it is popped by the running drain
+            self._drain_scheduled = True
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:
+                # the client's loop is gone without closing: end this connection on the broker
+                self.link.abandon()
+
+    def flow_changed(self) -> None:
+        """Called (thread-safely) when the embedded broker resumes taking this connection's SENDs."""
+        if not self.paused:
+            self._flow.open()
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
+        inbound = self._inbound
+        conn = self.conn
+        while inbound:
+            frame, error = inbound.popleft()
+            if frame is None:
+                self._lost(error or ConnectionClosed("the embedded broker closed the connection"))
+                return
+            try:
+                conn.receive_frame(frame)
+            except ProtocolError as exc:
+                self._lost(ConnectionClosed(f"the embedded broker sent an invalid frame: {exc}"))
+                self.link.disconnect()
+                return
+            connecting = self._connected
+            if not connecting.done():
+                if frame.command == "ERROR":
+                    self._closed = True
+                    connecting.set_exception(_error_of(frame))
+                    return
+                self._established = True
+                connecting.set_result(frame)
+                continue
+            if self._lost_reported:
+                return
+            self.on_frame(frame)
+            if frame.command == "ERROR":
+                self._lost(_error_of(frame))
+                return
+
+    def _lost(self, error: PymqError) -> None:
+        self._closed = True
+        connecting = self._connected
+        if connecting is not None and not connecting.done():
+            connecting.set_exception(ConnectFailed(f"embedded broker {self.name!r} refused the connection"))
+            return
+        if self._lost_reported or not self._established:
+            return
+        self._lost_reported = True
+        self._flow.open(error)
+        self.on_lost(error)
+
+    def send(self, frame: Frame) -> None:
+        if self._closed:
+            raise ConnectionClosed("the connection is closed")
+        self.link.submit(self.conn.send_frame(frame))
+
+    async def writable(self, timeout: float) -> None:
+        if self.paused and not self._closed:
+            await self._flow.wait(timeout, f"the embedded broker {self.name!r}")
+
+    async def close(self) -> None:
+        self._closed = True
+        if self.link is not None:
+            self.link.disconnect()
+        self._lost(ConnectionClosed("the connection was closed"))
+
+
+def transport_for(url: str, **options) -> AsyncTransport:
+    """The transport for ``stomp://host:port`` (or ``tcp://``) or ``vm://name[?data_dir=..]``."""
+    parsed = urlparse(url)
+    if parsed.scheme in ("stomp", "tcp"):
+        host = parsed.hostname or "127.0.0.1"
+        port = parsed.port or 61613
+        allowed = {"heartbeat", "heartbeat_grace", "max_frame_size"}
+        return StompTransport(host, port, **{k: v for k, v in options.items() if k in allowed})
+    if parsed.scheme == "vm":
+        name = (parsed.netloc or parsed.path.lstrip("/")) or "default"
+        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
+        return VmTransport(name, query)
+    raise ConnectFailed(f"unsupported URL {url!r}: use stomp://host:port or vm://name")
+
+
+__all__ = ["AsyncTransport", "StompTransport", "VmTransport", "transport_for"]
