@@ -1,7 +1,11 @@
 """Throughput of the pymq SDK itself: a send loop and then a receive loop through the public JMS-style API,
-over `stomp://` (to a running pymq-server) and over `vm://` (the broker in the same process).
+over `stomp://` (to a running pymq-server) and over `vm://` (the broker in the same process), with the
+blocking SDK (`pymq`) or the asyncio one (`pymq.aio`, `--api aio`).
 
-Run alone:  python bench/bench_sdk.py --url vm://default [--count 20000] [--size 128] [--json -]
+Run alone:  python bench/bench_sdk.py --url vm://default [--api aio] [--count 20000] [--size 128] [--json -]
+Compare:    python bench/bench_sdk.py --compare [--quick]   starts a pymq-server for stomp://, then runs the
+            blocking and the asyncio loops over stomp:// and vm://, non-persistent and persistent, each in a
+            fresh process, and prints msg/s with the aio/blocking ratio (the blocking SDK is the baseline).
 bench_brokers.py runs it as a subprocess against the pymq broker it started, and sets it beside the bench's
 own load client against the same broker (the baseline of the same run).
 
@@ -89,12 +93,136 @@ def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool,
     finally:
         conn.close()
     return {
-        "url": url.split("://")[0] + "://", "size": size, "text_messages": text, "persistent": persistent,
+        "url": url.split("://")[0] + "://", "api": "blocking", "size": size, "text_messages": text,
+        "persistent": persistent,
         "sent": sent, "send_rate": sent / send_s if send_s else 0.0, "send_cpu_pct": 100 * send_cpu / send_s,
         "received": received, "recv_rate": received / recv_s if recv_s else 0.0,
         "recv_cpu_pct": 100 * recv_cpu / recv_s if recv_s else 0.0,
         "lost": lost, "duplicated": dups, "unreadable": unreadable,
     }
+
+
+async def _run_aio(url: str, count: int, size: int, seconds: float, queue: str, text: bool,
+                   persistent: bool) -> dict:
+    import pymq
+    import pymq.aio  # the SDK under test
+
+    pad = b"x" * max(0, size - 12)
+    conn = await pymq.aio.connect(url)
+    try:
+        session = conn.create_session()
+        producer = session.create_producer(pymq.Queue(queue))
+        producer.delivery_mode = pymq.PERSISTENT if persistent else pymq.NON_PERSISTENT
+        cpu0, t0 = _cpu(), time.perf_counter()
+        deadline = t0 + seconds
+        sent = 0
+        while sent < count and time.perf_counter() < deadline:
+            body = b"%012d" % sent + pad
+            await producer.send(session.create_text_message(body.decode()) if text else body)
+            sent += 1
+        send_s, send_cpu = time.perf_counter() - t0, _cpu() - cpu0
+        consumer = await session.create_consumer(pymq.Queue(queue))
+        seen = bytearray(sent)
+        received = dups = unreadable = 0
+        cpu0, t0 = _cpu(), time.perf_counter()
+        deadline = t0 + seconds + 30
+        while received < sent and time.perf_counter() < deadline:
+            m = await consumer.receive(timeout=5)
+            if m is None:
+                break
+            received += 1
+            b = _body_of(m)
+            if b is None or not b[:12].isdigit():
+                unreadable += 1
+                continue
+            seq = int(b[:12])
+            if seq >= sent:
+                unreadable += 1
+            elif seen[seq]:
+                dups += 1
+            else:
+                seen[seq] = 1
+        recv_s, recv_cpu = time.perf_counter() - t0, _cpu() - cpu0
+        lost = sent - sum(seen) if not unreadable else sent - received
+    finally:
+        await conn.close()
+    return {
+        "url": url.split("://")[0] + "://", "api": "aio", "size": size, "text_messages": text,
+        "persistent": persistent,
+        "sent": sent, "send_rate": sent / send_s if send_s else 0.0, "send_cpu_pct": 100 * send_cpu / send_s,
+        "received": received, "recv_rate": received / recv_s if recv_s else 0.0,
+        "recv_cpu_pct": 100 * recv_cpu / recv_s if recv_s else 0.0,
+        "lost": lost, "duplicated": dups, "unreadable": unreadable,
+    }
+
+
+def run_aio(url: str, count: int, size: int, seconds: float, queue: str, text: bool, persistent: bool) -> dict:
+    """The same two loops as :func:`run`, through pymq.aio on one event loop (uvloop is not used: the
+    SDK is measured on the standard loop applications get by default)."""
+    import asyncio
+
+    return asyncio.run(_run_aio(url, count, size, seconds, queue, text, persistent))
+
+
+def compare(quick: bool, count: int, size: int, seconds: float) -> int:
+    """Blocking vs asyncio SDK over stomp:// and vm://, each run in a fresh process."""
+    import subprocess
+    import tempfile
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from peers import PeerUnavailable, PymqBroker
+
+    broker = PymqBroker(log=lambda *a: None)
+    work = tempfile.mkdtemp(prefix="bench-sdk-")
+    rows: list[dict] = []
+    failed = False
+    try:
+        try:
+            broker.start(work)
+            urls = [f"stomp://127.0.0.1:{broker.stomp_port}", f"vm://bench-{os.getpid()}"]
+        except PeerUnavailable as e:
+            print(f"stomp:// not measured: {e}")
+            broker = None
+            urls = [f"vm://bench-{os.getpid()}"]
+        for persistent in (False, True):
+            for url in urls:
+                pair = {}
+                for api in ("blocking", "aio"):
+                    argv = [sys.executable, os.path.abspath(__file__), "--url", url, "--api", api,
+                            "--count", str(count), "--size", str(size), "--seconds", str(seconds),
+                            "--queue", f"bench.sdk.{api}.{os.getpid()}.{len(rows)}", "--json", "-"]
+                    argv += ["--persistent"] if persistent else []
+                    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+                    lines = p.stdout.strip().splitlines()
+                    try:
+                        r = json.loads(lines[-1])
+                    except (IndexError, json.JSONDecodeError):
+                        r = {"error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+                    r.setdefault("api", api)
+                    if "error" in r or r.get("lost") or r.get("duplicated"):
+                        failed = True
+                    pair[api] = r
+                    rows.append(r)
+                _print_pair(url, persistent, pair)
+    finally:
+        if broker is not None:
+            broker.stop()
+    return 1 if failed else 0
+
+
+def _print_pair(url: str, persistent: bool, pair: dict) -> None:
+    scheme = url.split("://")[0] + "://"
+    mode = "persistent" if persistent else "non-persistent"
+    b, a = pair.get("blocking", {}), pair.get("aio", {})
+    for api, r in (("blocking", b), ("aio", a)):
+        if "error" in r:
+            print(f"{scheme:9} {mode:14} {api:8}  not measured: {r['error']}")
+        else:
+            print(f"{scheme:9} {mode:14} {api:8}  send {r['send_rate']:9.0f} msg/s   receive {r['recv_rate']:9.0f} msg/s"
+                  f"   lost {r['lost']} dup {r['duplicated']}")
+    if "error" not in a and "error" not in b and b.get("send_rate") and b.get("recv_rate"):
+        print(f"{scheme:9} {mode:14} {'aio/blk':8}  send {a['send_rate'] / b['send_rate']:9.2f}x        "
+              f"receive {a['recv_rate'] / b['recv_rate']:9.2f}x")
 
 
 def main(argv=None) -> int:
@@ -107,13 +235,21 @@ def main(argv=None) -> int:
     ap.add_argument("--text", action="store_true", help="send TextMessages (create_text_message) not bytes")
     ap.add_argument("--persistent", action="store_true",
                     help="PERSISTENT delivery (JMS default: every send waits for its receipt); else NON_PERSISTENT")
+    ap.add_argument("--api", choices=("blocking", "aio"), default="blocking",
+                    help="the blocking SDK (pymq) or the asyncio one (pymq.aio)")
+    ap.add_argument("--compare", action="store_true",
+                    help="blocking vs aio over stomp:// (a pymq-server started here) and vm://, both "
+                         "persistence modes, with the aio/blocking ratio")
     ap.add_argument("--quick", action="store_true", help="2,000 messages, 3 s")
     ap.add_argument("--json", help="write the result as JSON to this file ('-' for stdout)")
     a = ap.parse_args(argv)
     if a.quick:
         a.count, a.seconds = min(a.count, 2_000), 3.0
+    if a.compare:
+        return compare(a.quick, a.count, a.size, a.seconds)
     try:
-        r = run(a.url, a.count, a.size, a.seconds, a.queue, a.text, a.persistent)
+        r = (run_aio if a.api == "aio" else run)(a.url, a.count, a.size, a.seconds, a.queue, a.text,
+                                                  a.persistent)
     except ImportError as e:
         r = {"url": a.url, "error": f"pymq SDK not importable: {e}"}
     except AttributeError as e:
@@ -124,7 +260,7 @@ def main(argv=None) -> int:
         if "error" in r:
             print(f"sdk {a.url}: {r['error']}")
         else:
-            print(f"sdk {r['url']:9} {'persistent' if r['persistent'] else 'non-persistent':14} send {r['send_rate']:9.0f} msg/s (cpu {r['send_cpu_pct']:.0f}%)   "
+            print(f"sdk {r['api']:8} {r['url']:9} {'persistent' if r['persistent'] else 'non-persistent':14} send {r['send_rate']:9.0f} msg/s (cpu {r['send_cpu_pct']:.0f}%)   "
                   f"receive {r['recv_rate']:9.0f} msg/s (cpu {r['recv_cpu_pct']:.0f}%)   "
                   f"lost {r['lost']} dup {r['duplicated']}")
         if a.json:

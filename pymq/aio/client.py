@@ -54,10 +54,33 @@ class ConnectionStatus(enum.Enum):
     CLOSED = "closed"
 
 
+class _Expired(Exception):
+    """Set on one of our own futures when its wait ran out of time (never escapes _wait)."""
+
+
+def _expire(fut: asyncio.Future) -> None:
+    if not fut.done():
+        fut.set_exception(_Expired())
+
+
 async def _wait(fut: Awaitable, timeout: float | None) -> bool:
-    """Await ``fut`` for at most ``timeout`` seconds (None: no limit); False if the time ran out."""
+    """Await ``fut`` for at most ``timeout`` seconds (None: no limit); False if the time ran out.
+
+    For a plain future of ours (receipts, arrivals) one timer handle does it: ``wait_for`` would add
+    a second future and callbacks on every receipt, the hot path of persistent sends."""
     if timeout is None:
         await fut
+        return True
+    if isinstance(fut, asyncio.Future) and not isinstance(fut, asyncio.Task):
+        if fut.done():
+            return True
+        handle = fut.get_loop().call_later(timeout, _expire, fut)
+        try:
+            await fut
+        except _Expired:
+            return False
+        finally:
+            handle.cancel()
         return True
     try:
         await asyncio.wait_for(fut, timeout)

@@ -329,7 +329,7 @@ class VmTransport(AsyncTransport):
     @property
     def paused(self) -> bool:   # type: ignore[override]
         link = self.link
-        return link is not None and link.paused
+        return link is not None and (link.paused or link.in_flight > link.window_high)
 
     async def connect(self, headers: dict, timeout: float) -> Frame:
         from pymq.aio._vm import open_async_link   # the broker lives in pymq_server: import on use
@@ -361,8 +361,9 @@ class VmTransport(AsyncTransport):
                 self.link.abandon()
 
     def flow_changed(self) -> None:
-        """Called (thread-safely) when the embedded broker resumes taking this connection's SENDs."""
-        if not self.paused:
+        """Called (thread-safely) when the embedded broker resumes or catches up with our SENDs."""
+        link = self.link
+        if not link.paused and link.in_flight <= link.window_low:
             self._flow.open()
 
     def _drain(self) -> None:
@@ -414,7 +415,11 @@ class VmTransport(AsyncTransport):
         self.link.submit(self.conn.send_frame(frame))
 
     async def writable(self, timeout: float) -> None:
-        if self.paused and not self._closed:
+        link = self.link
+        if self._closed or not self.paused:
+            return
+        link.want_wake = True          # then re-check: the broker may have caught up in between
+        if link.paused or link.in_flight > link.window_low:
             await self._flow.wait(timeout, f"the embedded broker {self.name!r}")
 
     async def close(self) -> None:

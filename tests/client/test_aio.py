@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import uuid
 
 import pytest
@@ -862,6 +863,37 @@ async def test_embedded_broker_flow_control_does_not_block_the_loop():
             assert ticks == 5 and not flooding.done()
             c = await cons.create_session().create_consumer(dest)
             for _ in range(200):
+                m = await c.receive(10)
+                assert m is not None and m.data == body
+            await flooding
+    finally:
+        await asyncio.to_thread(stop_embedded, name)
+
+
+@aio
+async def test_embedded_broker_in_flight_window_bounds_a_flood():
+    from pymq.aio._vm import WINDOW_HIGH
+    name = f"aio-{uuid.uuid4().hex[:8]}"
+    embedded = await asyncio.to_thread(embedded_broker, name)
+    body = b"x" * 10_000
+    try:
+        dest = q()
+        async with pymq.aio.connect(f"vm://{name}") as prod, pymq.aio.connect(f"vm://{name}") as cons:
+            c = await cons.create_session().create_consumer(dest)
+            p = prod.create_session().create_producer(dest)
+            stuck = threading.Event()
+            embedded.loop.call_soon_threadsafe(stuck.wait, 10)   # the broker's loop takes nothing
+
+            async def flood():
+                for i in range(500):                   # 5 MB
+                    await p.send(body, delivery_mode=pymq.NON_PERSISTENT)
+
+            flooding = asyncio.create_task(flood())
+            assert await until(lambda: prod._transport.paused)
+            assert prod._transport.link.in_flight <= WINDOW_HIGH + len(body) + 64
+            assert not flooding.done()
+            stuck.set()
+            for _ in range(500):
                 m = await c.receive(10)
                 assert m is not None and m.data == body
             await flooding
