@@ -1,11 +1,12 @@
 """pymq against RabbitMQ (STOMP plugin) and ActiveMQ Classic on the same workloads, in the same run.
 
     python bench/bench_brokers.py [--quick] [--brokers pymq,rabbitmq,activemq] [--workloads a,b,c,d,e,sdk]
-                                  [--json out.json] [--self-check]
+                                  [--json out.json] [--rounds N] [--window N] [--self-check]
 
-Each broker is started by this script (bench/peers.py: own temp data dir, free ports, 127.0.0.1 only), warmed
-up, put through every workload by the bench's own load client (bench/loadclient.py), and stopped before the
-next one starts, so brokers never compete with each other for the two cores. Workloads:
+The brokers are started by this script (bench/peers.py: own temp data dirs, free ports, 127.0.0.1 only) and
+warmed up; then each workload runs against each broker in turn, driven by the bench's own load client
+(bench/loadclient.py). Only one broker is under load at a time, and because the order is workload by
+workload, other load on this shared machine falls on all brokers alike. Workloads:
     a  1 producer -> 1 consumer, queue, non-persistent, 128 B and 1 KiB, ack:auto
     b  the same, persistent, a RECEIPT every 100 messages and at most 1,000 unconfirmed, client-individual acks
     c  1 producer -> 4 topic subscribers, 128 B (deliveries/s over all subscribers)
@@ -99,14 +100,12 @@ def endpoint(b: Broker) -> Endpoint:
 
 
 def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_brokers: list[Broker]) -> Row:
-    spec_kw = dict(w.spec)
-    kind = "/topic/" if spec_kw.get("topic") else "/queue/"
-    prefix = b.dialect.topic_prefix if kind == "/topic/" else b.dialect.queue_prefix
+    prefix = b.dialect.topic_prefix if w.spec.get("topic") else b.dialect.queue_prefix
     spec = LoadSpec(destination=f"{prefix}bench.{run_id}.{w.key}", count=w.quick_count if quick else w.count,
-                    duration=w.quick_seconds if quick else w.seconds, **spec_kw)
-    spec.max_in_flight = window
+                    duration=w.quick_seconds if quick else w.seconds, max_in_flight=window, **w.spec)
     if spec.rate:
         spec.count = int(spec.rate * spec.duration)
+
     def sample():
         return b.cpu_seconds(), sum(x.cpu_seconds() for x in all_brokers), machine_busy_seconds(), time.monotonic()
 
@@ -126,7 +125,7 @@ def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_b
     return row
 
 
-def warm_up(b: Broker, quick: bool, run_id: str) -> None:
+def warm_up(b: Broker, quick: bool, run_id: str) -> Row:
     # The JVM compiles its hot paths during the first seconds; every broker gets the same warm-up so no one
     # pays its start-up in the first measured workload.
     spec = LoadSpec(destination=f"{b.dialect.queue_prefix}bench.{run_id}.warmup", count=5_000 if quick else 50_000,
@@ -135,6 +134,7 @@ def warm_up(b: Broker, quick: bool, run_id: str) -> None:
     if r.errors:
         raise PeerUnavailable(f"warm-up failed: {'; '.join(r.errors)}")
     log(f"  warm-up: {r.received} messages, {r.rate:,.0f} msg/s")
+    return Row(b.name, "warmup", "warm-up, 1->1 queue 128 B", r)
 
 
 def run_sdk(b: Broker, quick: bool) -> list[Row]:
@@ -361,12 +361,16 @@ def main(argv=None) -> int:
                 try:
                     b.start(tmp)
                     versions[name] = b.version
-                    if not a.no_warmup:
-                        warm_up(b, a.quick, run_id)
                     up.append(b)
+                    if not a.no_warmup:
+                        warm = warm_up(b, a.quick, run_id)
+                        if warm.failed:  # its figures mean nothing, but a lost message is still a loss
+                            rows.append(warm)
                 except PeerUnavailable as e:
                     unavailable[name] = str(e)
                     log(f"  {name} unavailable: {e}")
+                    if b in up:
+                        up.remove(b)
                     b.stop()
             for rnd in range(a.rounds):
                 for w in WORKLOADS:
