@@ -11,6 +11,7 @@ import logging
 import os
 
 from pymq.errors import ConfigError, StorageError
+from pymq_server.admin.ops import Admin
 from pymq_server.broker.broker import Broker
 from pymq_server.config import BrokerConfig
 from pymq_server.net.runtime import AsyncioRuntime
@@ -77,6 +78,9 @@ class BrokerServer:
         self._housekeeping: asyncio.TimerHandle | None = None
         self._selection_timer: asyncio.TimerHandle | None = None
         self.claimers: list = []
+        self.admin = None
+        self.http = None
+        self.admin_port: int | None = None
         self.port: int | None = None
         self.recovered = 0
 
@@ -89,6 +93,11 @@ class BrokerServer:
                                                 cfg.host, cfg.port, reuse_address=True, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("pymq-server listening on %s:%d (data in %s)", cfg.host, self.port, cfg.data_dir)
+        if cfg.admin_port is not None:
+            from pymq_server.admin.http import AdminHttp
+            self.http = AdminHttp(self, cfg.host, cfg.admin_port)
+            self.admin_port = await self.http.start()
+            log.info("admin and metrics on http://%s:%d/", cfg.host, self.admin_port)
         return self
 
     async def start_core(self) -> "BrokerServer":
@@ -106,6 +115,8 @@ class BrokerServer:
         except OSError as exc:
             raise StorageError(f"cannot open storage under {cfg.data_dir}: {exc}") from exc
         self.broker = Broker(cfg, self.store, self.runtime)
+        self.admin = Admin(self)
+        self.broker.admin = self.admin
         selection = cfg.storage.get("selection")
         if selection is not None:
             self._setup_selection(selection)
@@ -170,6 +181,8 @@ class BrokerServer:
             self._selection_timer.cancel()
         if self._server is not None:
             self._server.close()
+        if self.http is not None:
+            await self.http.stop()
         for claimer in self.claimers:
             claimer.stop()
         if self.broker is not None:

@@ -16,16 +16,37 @@ import yaml
 from pymq.errors import ConfigError
 
 
-@dataclass
-class QueueConfig:
-    """Per-queue settings (seed 001); the broker-wide defaults live in BrokerConfig.queue_defaults."""
+OVERFLOW_POLICIES = ("block", "reject", "drop-oldest")
 
-    max_deliveries: int = 10             # deliveries before dead-lettering; 0 = unlimited
-    dead_letter: bool = True             # False: a message at the maximum is dropped (counted)
+
+@dataclass(frozen=True)
+class QueueConfig:
+    """Per-queue settings (seed 001), kept across restarts in the catalog.
+
+    ``max_deliveries``: deliveries before dead-lettering (0 = unlimited).  ``dead_letter``: move a
+    message at the maximum to ``<prefix><queue>`` (True) or drop it, counted (False);
+    ``dead_retention_ms``: how long the dead-letter queue keeps it (0 = until consumed).
+    ``default_expiration_ms``/``default_priority``: applied when the producer sets none.
+    ``delivery_timeout_ms``: a message held by a consumer longer than this without an ack is assumed
+    lost and becomes ready again (0 = never).  ``max_depth`` + ``overflow``: what happens to a SEND when
+    the queue is full — ``block`` the producer, ``reject`` it with a queue-full error, or ``drop-oldest``.
+    ``redelivery_*``: delay before a failed message is ready again, with backoff and a cap.
+    ``schema``: declared properties, ``{name: {type: string|int|float|bool, required: bool}}``.
+    """
+
+    max_deliveries: int = 10
+    dead_letter: bool = True
     dead_letter_prefix: str = "DLQ."
-    redelivery_delay_ms: int = 0         # delay before a failed message is ready again
-    redelivery_multiplier: float = 1.0   # backoff: delay * multiplier ** (deliveries - 1)
+    dead_retention_ms: int = 0
+    default_expiration_ms: int = 0
+    default_priority: int = 4
+    delivery_timeout_ms: int = 0
+    max_depth: int = 0
+    overflow: str = "block"
+    redelivery_delay_ms: int = 0
+    redelivery_multiplier: float = 1.0
     redelivery_max_delay_ms: int = 60_000
+    schema: dict | None = None
 
     def delay_for(self, deliveries: int) -> int:
         """Redelivery delay in ms after the ``deliveries``-th failed delivery (capped backoff)."""
@@ -33,6 +54,30 @@ class QueueConfig:
             return 0
         delay = self.redelivery_delay_ms * (self.redelivery_multiplier ** max(0, deliveries - 1))
         return int(min(delay, self.redelivery_max_delay_ms))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def differences(self, other: "QueueConfig") -> list[str]:
+        mine, theirs = self.to_dict(), other.to_dict()
+        return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
+
+    def validate(self, where: str = "queue") -> None:
+        if self.overflow not in OVERFLOW_POLICIES:
+            raise ConfigError(f"{where}: overflow must be one of {', '.join(OVERFLOW_POLICIES)}, "
+                              f"got {self.overflow!r}")
+        if not 0 <= self.default_priority <= 9:
+            raise ConfigError(f"{where}: default_priority must be between 0 and 9")
+        for name in ("max_deliveries", "dead_retention_ms", "default_expiration_ms", "delivery_timeout_ms",
+                     "max_depth", "redelivery_delay_ms", "redelivery_max_delay_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ConfigError(f"{where}: {name} must be a non-negative integer, got {value!r}")
+        if self.redelivery_multiplier < 1.0:
+            raise ConfigError(f"{where}: redelivery_multiplier must be at least 1.0")
+        if self.schema is not None:
+            from pymq_server.broker.schema import MessageSchema
+            MessageSchema.from_dict(self.schema, where)
 
 
 @dataclass
@@ -65,6 +110,8 @@ class BrokerConfig:
     queue_defaults: QueueConfig = field(default_factory=QueueConfig)
     queues: dict = field(default_factory=dict)
     retention: dict = field(default_factory=dict)  # destination or glob -> {ms, messages} (logs)
+    default_permissions: dict | None = None  # principal -> permissions for destinations without an ACL
+    expiry_queue: str | None = None      # expired messages are moved here (a queue name) instead of dropped
     dedup_window_ms: int = 600_000       # duplicate detection window (pymq-dedup-id, _AMQ_DUPL_ID)
     dedup_max_ids: int = 1_000_000       # ids remembered per destination
     admin_port: int | None = None        # HTTP admin/metrics endpoint; None = off
@@ -111,9 +158,13 @@ class BrokerConfig:
             raise ConfigError("heartbeat_grace must be at least 1.0")
 
 
-def queue_config(data: dict, where: str = "queue") -> QueueConfig:
+def queue_config(data: dict, where: str = "queue", base: QueueConfig | None = None) -> QueueConfig:
+    """A validated QueueConfig from a mapping (unknown keys are an error naming them)."""
     names = {f.name for f in dataclasses.fields(QueueConfig)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"unknown {where} setting(s): {', '.join(unknown)}")
-    return QueueConfig(**data)
+        raise ConfigError(f"unknown {where} setting(s): {', '.join(unknown)} "
+                          f"(known: {', '.join(sorted(names))})")
+    cfg = dataclasses.replace(base, **data) if base is not None else QueueConfig(**data)
+    cfg.validate(where)
+    return cfg

@@ -104,6 +104,7 @@ class Connection:
         self._closing = False
         self._error: PymqError | None = None
         self.exception_listener: Callable[[PymqError], None] | None = None
+        self._queue_manager = None
         transport.on_frame = self._on_frame
         transport.on_lost = self._on_lost
         headers = {"accept-version": "1.0,1.1,1.2", "host": factory.host or "/"}
@@ -163,6 +164,15 @@ class Connection:
             raise ConnectionClosed(f"the connection failed: {self._error}") from self._error
         if self._closed:
             raise IllegalStateError("the connection is closed")
+
+    def queue_manager(self) -> "QueueManager":
+        """Create, drop, purge and inspect queues; grant and revoke permissions (thread-safe)."""
+        self._check_open()
+        with self._lock:
+            if self._queue_manager is None:
+                from pymq.client.admin import QueueManager
+                self._queue_manager = QueueManager(self)
+            return self._queue_manager
 
     # -- sessions ---------------------------------------------------------------------------------
     def create_session(self, transacted: bool = False, ack_mode: int = AUTO_ACKNOWLEDGE) -> "Session":
@@ -401,7 +411,12 @@ class Session:
             headers["durable-subscription-name"] = subscription
         self.connection._request(Frame("ACK", headers))
 
-    def create_queue(self, name: str) -> Queue:
+    def create_queue(self, name: str, **config: Any) -> Queue:
+        """A Queue; with settings (QueueConfig fields, see QueueManager.create) it is also created on
+        the broker, owned by this user: the same settings again are a no-op, different ones raise
+        DestinationExists."""
+        if config:
+            return self.connection.queue_manager().create(name, **config)
         return Queue(name)
 
     def create_topic(self, name: str) -> Topic:

@@ -18,17 +18,20 @@ import logging
 import time
 from typing import Callable
 
-from pymq.errors import (AccessDenied, DestinationError, IllegalStateError, InvalidHeader, InvalidSelector,
-                         MissingHeader, PymqError, StorageError, UnknownDestination)
+from pymq.errors import (AccessDenied, DestinationError, DestinationExists, IllegalStateError, InvalidHeader,
+                         InvalidSelector, MissingHeader, PymqError, QueueFull, StorageError,
+                         UnknownDestination)
 from pymq.protocol.scanner import FrameScanner, encode_frame
 from pymq_server.broker import destination as dest
+from pymq_server.broker.acl import AccessControl, DestinationAcl, is_admin
 from pymq_server.broker.auth import Authenticator
+from pymq_server.broker.schema import MessageSchema
 from pymq_server.broker.consumer import Consumer
 from pymq_server.broker.log import RetainedLog
 from pymq_server.broker.message import BrokerMessage, message_from_send, now_ms
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.topic import Topic, TopicSubscription
-from pymq_server.config import BrokerConfig, QueueConfig
+from pymq_server.config import BrokerConfig, QueueConfig, queue_config
 from pymq_server.storage.store import HoldingStore
 
 log = logging.getLogger("pymq.broker")
@@ -110,6 +113,8 @@ class Broker:
         self._log_checked: dict[str, RetainedLog | None] = {}
         self.dedup: dict[str, OrderedDict] = {}
         self.duplicates = 0
+        self.acl = AccessControl(config.default_permissions)
+        self.declared: dict[str, dict] = {}     # explicitly created queues: name -> catalog record
         store.encode = encode_stored
 
     # -- runtime helpers -------------------------------------------------------------------------
@@ -165,20 +170,114 @@ class Broker:
         if config is None:
             config = self._configured_queue(name)
         queue = MessageQueue(self, "/queue/" + name, "/queue/" + name, kind="queue", config=config)
+        if config.schema:
+            queue.schema = MessageSchema.from_dict(config.schema, f"queue {name}")
         self.queues[name] = queue
+        if name.startswith(self.config.queue_defaults.dead_letter_prefix):
+            origin = self.acl.acls.get("/queue/" + name[len(self.config.queue_defaults.dead_letter_prefix):])
+            if origin is not None and queue.destination not in self.acl.acls:
+                # a dead-letter queue belongs to whoever owns the queue it serves
+                self.acl.own(queue.destination, origin.owner, {p: set(v) for p, v in origin.grants.items()})
         return queue
 
     def _configured_queue(self, name: str) -> QueueConfig:
-        from pymq_server.config import queue_config
         settings = self.config.queues.get(name)
         if settings:
-            base = dict(vars(self.config.queue_defaults))
-            base.update(settings)
-            return queue_config(base, f"queue {name}")
+            return queue_config(settings, f"queue {name}", base=self.config.queue_defaults)
         if name.startswith(self.config.queue_defaults.dead_letter_prefix):
             # a dead-letter queue never dead-letters again
             return QueueConfig(max_deliveries=0, dead_letter=False)
         return self.config.queue_defaults
+
+    # -- queues that applications create and manage (seed 001) ---------------------------------
+    def declare_queue(self, name: str, settings: dict | None, user, grants: dict | None = None,
+                      persist: bool = True) -> tuple[MessageQueue, bool]:
+        """Create queue ``name`` owned by ``user`` with ``settings`` (QueueConfig fields).
+
+        Returns (queue, created).  Declaring an existing queue with the same settings is a no-op;
+        with different ones it is a DestinationExists error listing the differences.  A queue that
+        was only auto-created by use takes the declared settings and owner."""
+        dest.check_name(name, "/queue/" + name)
+        config = queue_config(settings or {}, f"queue {name}", base=self.config.queue_defaults)
+        existing = self.queues.get(name)
+        record = self.declared.get(name)
+        if existing is not None and record is not None:
+            if settings is not None and existing.config != config:
+                diff = "; ".join(existing.config.differences(config))
+                raise DestinationExists(f"queue '/queue/{name}' already exists with a different "
+                                        f"configuration ({diff})", destination="/queue/" + name)
+            return existing, False
+        if existing is None:
+            existing = self.create_queue(name, config)
+        else:
+            existing.config = config
+            existing.schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
+        owner = user.name if user is not None else None
+        self.acl.own(existing.destination, owner, grants)
+        record = {"config": config.to_dict(), "acl": self.acl.acls[existing.destination].to_dict()}
+        self.declared[name] = record
+        if persist:
+            self.store.put_meta("queue:" + name, json.dumps(record).encode())
+        return existing, True
+
+    def drop_queue(self, name: str, user, *, force: bool = False) -> int:
+        """Delete a queue and its messages (owner or administrator); refuses while consumers are
+        attached unless ``force``.  Returns the number of messages dropped."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
+        self._check_owner(user, queue.destination, "drop")
+        if queue.consumers and not force:
+            raise IllegalStateError(f"queue '/queue/{name}' has {len(queue.consumers)} consumer(s); "
+                                    f"close them or drop with force", destination=queue.destination)
+        for consumer in list(queue.consumers):
+            consumer.active = False
+            queue.remove_consumer(consumer)
+        dropped = queue.purge()
+        del self.queues[name]
+        self.declared.pop(name, None)
+        self.acl.forget(queue.destination)
+        self.store.put_meta("queue:" + name, None)
+        return dropped
+
+    def purge_queue(self, name: str, user) -> int:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
+        self.acl.check(user, queue.destination, "consume")
+        return queue.purge()
+
+    def grant(self, user, destination: str, principal: str, permissions) -> dict:
+        self.resolve(destination)
+        acl = self.acl.grant(user, destination, principal, permissions)
+        self._persist_acl(destination)
+        return acl.to_dict()
+
+    def revoke(self, user, destination: str, principal: str, permissions) -> dict:
+        self.resolve(destination)
+        acl = self.acl.revoke(user, destination, principal, permissions)
+        self._persist_acl(destination)
+        return acl.to_dict()
+
+    def _persist_acl(self, destination: str) -> None:
+        kind, name = self.resolve(destination)
+        acl = self.acl.acls.get(destination)
+        if kind is dest.Kind.QUEUE and name in self.declared:
+            self.declared[name]["acl"] = acl.to_dict()
+            self.store.put_meta("queue:" + name, json.dumps(self.declared[name]).encode())
+        else:
+            self.store.put_meta("acl:" + destination, json.dumps(acl.to_dict()).encode() if acl else None)
+
+    def _check_owner(self, user, destination: str, what: str) -> None:
+        if is_admin(user):
+            return
+        acl = self.acl.acls.get(destination)
+        owner = acl.owner if acl is not None else None
+        name = user.name if user is not None else "anonymous"
+        if owner is None or owner != name:
+            raise AccessDenied(f"user '{name}' may not {what} {destination}: only its owner"
+                               f"{' ' + repr(owner) if owner else ''} or an administrator may",
+                               user=name, destination=destination, permission=what)
 
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
@@ -230,8 +329,21 @@ class Broker:
         if kind is dest.Kind.QUEUE:
             queue = self.queues.get(name) or self.get_queue(name)
             self.authorize(session, queue.destination, "produce")
-            message = self._new_message(session, headers, body, queue.destination)
-            return self._enqueue(queue, message)
+            if queue.schema is not None:
+                queue.schema.check(headers, queue.destination)
+            cfg = queue.config
+            if cfg.max_depth and queue.depth >= cfg.max_depth:
+                if cfg.overflow == "reject":
+                    raise QueueFull(f"queue '{queue.destination}' is full ({cfg.max_depth} messages); "
+                                    f"the message was refused", destination=queue.destination)
+                if cfg.overflow == "drop-oldest":
+                    queue.drop_oldest()
+            message = self._new_message(session, headers, body, queue.destination, cfg)
+            stored = self._enqueue(queue, message)
+            if cfg.max_depth and cfg.overflow == "block" and queue.depth >= cfg.max_depth \
+                    and session is not None:
+                queue.block_producer(session)
+            return stored
         if kind is dest.Kind.TOPIC:
             topic = self.topics.get(name) or self.get_topic(name)
             self.authorize(session, topic.destination, "produce")
@@ -241,13 +353,16 @@ class Broker:
         message = self._new_message(session, headers, body, queue.destination)
         return self._enqueue(queue, message)
 
-    def _new_message(self, session, headers: dict, body: bytes, destination: str) -> BrokerMessage:
+    def _new_message(self, session, headers: dict, body: bytes, destination: str,
+                     config: QueueConfig | None = None) -> BrokerMessage:
         key = self.seqs.next("")
         message_id = f"ID:{self.node_id}-{key}"
+        extra = {} if config is None else {"default_priority": config.default_priority,
+                                           "default_ttl": config.default_expiration_ms}
         message = message_from_send(headers, body, key=key, message_id=message_id,
                                     seq=self.seqs.next(destination), destination=destination,
                                     default_persistent=self.config.default_persistent,
-                                    producer=session.id if session is not None else "")
+                                    producer=session.id if session is not None else "", **extra)
         if session is not None:
             session.last_message_id = message_id
             message.client_id = session.client_id
@@ -387,38 +502,57 @@ class Broker:
             if self.memory_high:
                 self._blocked.add(session)
             else:
-                session.resume_input()
+                session.resume_input("memory")
 
     def block_producer(self, session) -> None:
         """Producer flow control: stop taking frames from a producer while message memory is high.
         Only connections that SEND are paused, so consumers keep acknowledging and memory drains."""
         if session not in self._blocked:
             self._blocked.add(session)
-            session.pause_input()
+            session.pause_input("memory")
 
     # -- dead letters and expiry ---------------------------------------------------------------
     def dead_letter(self, entry, reason: str) -> None:
+        """A message at its delivery maximum: to ``<prefix><queue>``, kept for the queue's
+        ``dead_retention_ms`` (then purged by housekeeping), or dropped when dead-lettering is off."""
         queue = entry.queue
-        if not queue.config.dead_letter:
+        cfg = queue.config
+        if not cfg.dead_letter:
             log.info("dropping message %s from %s: %s", entry.message.message_id, queue.name, reason)
             return
+        if queue.kind == "subscription":
+            base = queue.name.replace(":", ".")
+        else:
+            base = queue.destination.split("/", 2)[2]
+        expires = self.now_ms() + cfg.dead_retention_ms if cfg.dead_retention_ms else 0
+        self._move(entry, cfg.dead_letter_prefix + base, "pymq-dead-letter-reason", reason, expires)
+
+    def on_expired(self, entry) -> None:
+        """An expired message leaves its queue: counted, and moved to the expiry queue if one is set
+        (never from a dead-letter or the expiry queue itself: their expiry is the retention purge)."""
+        self.expired += 1
+        target = self.config.expiry_queue
+        queue = entry.queue
+        if not target or queue.destination == "/queue/" + target or \
+                queue.destination.startswith("/queue/" + self.config.queue_defaults.dead_letter_prefix):
+            return
+        self._move(entry, target, "pymq-expiry-reason", "expired", 0)
+
+    def _move(self, entry, queue_name: str, reason_header: str, reason: str, expires: int) -> None:
         original = entry.message
-        base = queue.destination.rsplit("/", 1)[-1] if queue.kind != "subscription" else \
-            queue.name.replace(":", ".")
-        dlq = self.get_queue(queue.config.dead_letter_prefix + base, create=True)
+        target = self.get_queue(queue_name, create=True)
         headers = dict(original.headers)
         headers["pymq-original-destination"] = original.destination
         headers["pymq-original-message-id"] = original.message_id
-        headers["pymq-dead-letter-reason"] = reason
+        headers[reason_header] = reason
         headers["JMSXDeliveryCount"] = str(entry.deliveries)
+        headers["expires"] = str(expires)
         key = self.seqs.next("")
-        copy = BrokerMessage(key, f"ID:{self.node_id}-{key}", dlq.destination,
-                             self.seqs.next(dlq.destination), headers, original.body, original.persistent,
-                             original.priority, original.timestamp, original.expires, 0, original.producer)
-        self._enqueue(dlq, copy)
-
-    def on_expired(self, entry) -> None:
-        self.expired += 1
+        copy = BrokerMessage(key, f"ID:{self.node_id}-{key}", target.destination,
+                             self.seqs.next(target.destination), headers, original.body,
+                             original.persistent, original.priority, original.timestamp, expires, 0,
+                             original.producer)
+        self._enqueue(target, copy)
 
     # -- subscriptions -------------------------------------------------------------------------
     def compile_selector(self, text: str | None):
@@ -619,7 +753,12 @@ class Broker:
 
     # -- access control (the queues issue refines this) -------------------------------------------
     def authorize(self, session, destination: str, permission: str) -> None:
-        return None
+        """AccessDenied unless the session's user holds ``permission`` on ``destination``."""
+        if session is None:
+            return  # the broker itself (dead letters, claims from application transactions)
+        if destination.startswith("/temp-queue/"):
+            return  # only the creating connection consumes (checked on subscribe); replies are open
+        self.acl.check(session.user, destination, permission)
 
     # -- recovery ------------------------------------------------------------------------------
     def recover(self) -> int:
@@ -631,6 +770,14 @@ class Broker:
                 reserved[key[4:]] = int(value)
             elif key.startswith("dsub:"):
                 durable.append((key[5:], json.loads(value)))
+            elif key.startswith("queue:"):
+                record = json.loads(value)
+                name = key[6:]
+                queue, _ = self.declare_queue(name, record["config"], None, persist=False)
+                self.acl.acls[queue.destination] = DestinationAcl.from_dict(record.get("acl") or {})
+                self.declared[name] = record
+            elif key.startswith("acl:"):
+                self.acl.acls[key[4:]] = DestinationAcl.from_dict(json.loads(value))
         self.seqs.load(reserved)
         for key, record in durable:
             topic = self.get_topic(record["topic"])
@@ -673,13 +820,16 @@ class Broker:
 
     # -- housekeeping --------------------------------------------------------------------------
     def housekeeping(self) -> None:
+        """The daemon of seed 001: expired messages out (never delivered), acquired messages past their
+        delivery timeout back to ready, dead messages past their retention purged (their expiry), logs
+        trimmed.  Each queue reads only what is due, from heaps: no scans."""
         now = self.now_ms()
+        clock = self.clock()
         for log in list(self.logs.values()):
             log.trim(now)
-        for queue in list(self.queues.values()):
+        for queue in list(self.all_queues()):
             queue.expire_ready(now)
-        for queue in list(self.subscription_queues.values()):
-            queue.expire_ready(now)
+            queue.reclaim_timed_out(clock)
 
     def all_queues(self):
         yield from self.queues.values()

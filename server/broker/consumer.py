@@ -12,7 +12,7 @@ ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
 
 class Consumer:
     __slots__ = ("session", "id", "queue", "ack_mode", "prefetch", "in_flight", "selector", "unacked",
-                 "groups_pending", "subscription", "destination", "active", "head")
+                 "subscription", "destination", "active", "head")
 
     def __init__(self, session, sub_id: str, queue, ack_mode: str, prefetch: int, selector=None,
                  subscription=None, destination: str = "") -> None:
@@ -24,7 +24,6 @@ class Consumer:
         self.in_flight = 0
         self.selector = selector          # compiled selector evaluated at dispatch (queues)
         self.unacked: dict = {}           # token -> entry, in delivery order
-        self.groups_pending = False       # message groups owned by this consumer need dispatch checks
         self.subscription = subscription  # the TopicSubscription this consumer reads, if any
         self.destination = destination    # the destination the client subscribed to
         self.active = True

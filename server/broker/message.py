@@ -164,7 +164,8 @@ _MAPPED = frozenset({"persistent", "priority", "expires", "expiration", "AMQ_SCH
 
 def message_from_send(headers: dict, body: bytes, *, key: int, message_id: str, seq: int,
                       destination: str, default_persistent: bool = True, producer: str = "",
-                      now: int | None = None) -> BrokerMessage:
+                      now: int | None = None, default_priority: int = DEFAULT_PRIORITY,
+                      default_ttl: int = 0) -> BrokerMessage:
     """Build the broker message for a SEND frame, applying the header mapping of spec/stomp.md §4."""
     now = now_ms() if now is None else now
     kept = {}
@@ -179,8 +180,8 @@ def message_from_send(headers: dict, body: bytes, *, key: int, message_id: str, 
             continue
         kept[name] = value
     persistent = default_persistent
-    priority = DEFAULT_PRIORITY
-    expires = 0
+    priority = default_priority
+    expires = now + default_ttl if default_ttl else 0
     deliver_at = 0
     timestamp = now
     if mapped:
@@ -199,7 +200,8 @@ def message_from_send(headers: dict, body: bytes, *, key: int, message_id: str, 
                 e = _int_header(mapped, "expires")
                 if e is not None and e < 0:
                     raise InvalidHeader(f"header 'expires' must not be negative, got {e}", header="expires")
-                expires = e or 0
+                if e:
+                    expires = e
             elif name == "expiration":
                 ttl = _int_header(mapped, "expiration")
             elif name == "timestamp":

@@ -30,7 +30,7 @@ class Entry:
     """One message's place in one queue."""
 
     __slots__ = ("message", "queue", "state", "deliveries", "consumer", "token", "enqueued_at",
-                 "acquired_at", "stored")
+                 "acquired_at", "stored", "first_in_group")
 
     def __init__(self, message, queue: "MessageQueue", now: float) -> None:
         self.message = message
@@ -42,6 +42,7 @@ class Entry:
         self.enqueued_at = now
         self.acquired_at = 0.0
         self.stored = False          # holds a storage reference that must be removed when done
+        self.first_in_group = False  # the first delivery of its group to a new owner (JMSXGroupFirstForConsumer)
 
     def __repr__(self) -> str:
         return f"<Entry {self.message.message_id} {self.state} in {self.queue.name}>"
@@ -146,7 +147,8 @@ class QueueStats:
     """The nine queue metrics of seed 001, kept incrementally (no scans)."""
 
     __slots__ = ("added", "removed", "failed", "expired", "peak_depth", "wait_total", "wait_max",
-                 "wait_count", "_depth_area", "_depth_since", "_started", "delivered", "dead_lettered")
+                 "wait_count", "_depth_area", "_depth_since", "_started", "delivered", "dead_lettered",
+                 "dropped")
 
     def __init__(self, now: float) -> None:
         self.added = 0
@@ -159,6 +161,7 @@ class QueueStats:
         self.wait_count = 0
         self.delivered = 0
         self.dead_lettered = 0
+        self.dropped = 0
         self._depth_area = 0.0      # integral of depth over time, for the time-weighted average
         self._depth_since = now
         self._started = now
@@ -202,6 +205,12 @@ class MessageQueue:
         now = broker.clock()
         self.stats = QueueStats(now)
         self.owner = None                 # session of a temporary queue / exclusive subscription
+        self.schema = None                # MessageSchema or None (set by the broker)
+        self.group_owners: dict = {}      # JMSXGroupID -> consumer; no limit (ActiveMQ's 1024 is a trap)
+        self.grouped_ready = 0            # ready entries that belong to a group (0: dispatch fast path)
+        self._expiring: list = []         # heap (expires, seq, entry) for housekeeping, no scans
+        self._timeouts: list = []         # heap (deadline, seq, deliveries, entry) of acquired entries
+        self._blocked: set = set()        # producer sessions paused by max_depth (overflow=block)
 
     # -- depth ----------------------------------------------------------------------------------
     @property
@@ -228,18 +237,25 @@ class MessageQueue:
             self._depth_delta(1)
             self.broker.schedule_at_ms(message.deliver_at, self._make_due, entry)
         else:
-            self.ready.push(entry)
+            self._push_ready(entry)
             self._depth_delta(1, now)
             if self.consumers:
                 self.dispatch()
+        if message.expires:
+            heapq.heappush(self._expiring, (message.expires, message.seq, entry))
         return entry
+
+    def _push_ready(self, entry: Entry) -> None:
+        self.ready.push(entry)
+        if entry.message.group_id is not None:
+            self.grouped_ready += 1
 
     def _make_due(self, entry: Entry) -> None:
         if entry.state is not SCHEDULED:
             return
         entry.state = _T[(SCHEDULED, "due")]
         self.scheduled -= 1
-        self.ready.push(entry)
+        self._push_ready(entry)
         self.dispatch()
 
     def add_consumer(self, consumer) -> None:
@@ -251,6 +267,10 @@ class MessageQueue:
             self.consumers.remove(consumer)
         except ValueError:
             pass
+        if self.group_owners:
+            # its groups move: the next message of each goes to another consumer, flagged
+            for group in [g for g, c in self.group_owners.items() if c is consumer]:
+                del self.group_owners[group]
 
     # -- dispatch -------------------------------------------------------------------------------
     def dispatch(self) -> None:
@@ -277,13 +297,16 @@ class MessageQueue:
                 if not consumer.can_take():
                     idle += 1
                     continue
-                if consumer.selector is None and not consumer.groups_pending:
+                if consumer.selector is None and not self.grouped_ready:
                     entry = ready.pop()
                 else:
-                    entry = ready.take_first(consumer.accepts)
+                    entry = ready.take_first(self._acceptor(consumer))
                     if entry is None:
                         idle += 1
                         continue
+                    if entry.message.group_id is not None:
+                        self.grouped_ready -= 1
+                        self._assign_group(entry, consumer)
                 expires = entry.message.expires
                 if expires:
                     if not now_ms:
@@ -298,6 +321,33 @@ class MessageQueue:
         finally:
             self._dispatching = False
 
+    def _acceptor(self, consumer):
+        """What ``consumer`` may take: its selector's matches, and no message of a group another
+        live consumer owns (so each group is consumed in order by one consumer)."""
+        owners = self.group_owners
+        selector = consumer.selector
+
+        def accept(entry) -> bool:
+            message = entry.message
+            group = message.group_id
+            if group is not None:
+                owner = owners.get(group)
+                if owner is not None and owner is not consumer and owner.active:
+                    return False
+            return selector is None or selector.matches(message.selector_values())
+        return accept
+
+    def _assign_group(self, entry: Entry, consumer) -> None:
+        group = entry.message.group_id
+        owner = self.group_owners.get(group)
+        if owner is not consumer:
+            self.group_owners[group] = consumer
+            entry.first_in_group = True
+        else:
+            entry.first_in_group = False
+        if entry.message.headers.get("JMSXGroupSeq") == "-1":
+            del self.group_owners[group]       # the producer closed the group (ActiveMQ convention)
+
     def _acquire(self, entry: Entry, consumer) -> None:
         entry.state = _ON_ACQUIRE
         entry.deliveries += 1
@@ -309,6 +359,9 @@ class MessageQueue:
         stats.delivered += 1
         if entry.deliveries == 1:
             stats.waited(now - entry.enqueued_at)
+        timeout = self.config.delivery_timeout_ms
+        if timeout:
+            heapq.heappush(self._timeouts, (now + timeout / 1000.0, entry.message.seq, entry.deliveries, entry))
         consumer.deliver(entry)
 
     # -- outcomes -------------------------------------------------------------------------------
@@ -321,6 +374,8 @@ class MessageQueue:
         self.stats.removed += 1
         self._depth_delta(-1)
         self._drop(entry)
+        if self._blocked:
+            self._maybe_unblock()
 
     def release(self, entry: Entry, *, failed: bool = True, requeue: bool = True) -> None:
         """Back to ready after a NACK or a lost consumer, or to the dead-letter queue at the maximum."""
@@ -353,7 +408,7 @@ class MessageQueue:
             self.scheduled += 1
             self.broker.schedule_at_ms(self.broker.now_ms() + delay, self._make_due, entry)
             return
-        self.ready.push(entry)
+        self._push_ready(entry)
         self.dispatch()
 
     def _expire(self, entry: Entry) -> None:
@@ -377,6 +432,8 @@ class MessageQueue:
         now = self.broker.clock()
         for entry in entries:
             self.ready.remove(entry)
+            if entry.message.group_id is not None:
+                self.grouped_ready -= 1
             entry.state = _T[(READY, "purge")]
             self.stats.removed += 1
             self._drop(entry)
@@ -386,6 +443,7 @@ class MessageQueue:
 
     def purge(self) -> int:
         entries = self.ready.clear()
+        self.grouped_ready = 0
         for entry in entries:
             entry.state = _T[(READY, "purge")]
             self._drop(entry)
@@ -395,12 +453,70 @@ class MessageQueue:
         return len(entries)
 
     def expire_ready(self, now_ms: int) -> int:
-        """Housekeeping: remove ready entries whose time has passed (never delivered)."""
-        gone = [e for e in self.ready if e.message.expires and e.message.expires <= now_ms]
-        for entry in gone:
-            self.ready.remove(entry)
-            self._expire(entry)
-        return len(gone)
+        """Housekeeping: remove ready entries whose time has passed (never delivered).  Reads only the
+        entries due, from a heap: no scan of the queue."""
+        heap = self._expiring
+        gone = 0
+        while heap and heap[0][0] <= now_ms:
+            _, _, entry = heapq.heappop(heap)
+            if entry.state is READY:
+                self.ready.remove(entry)
+                if entry.message.group_id is not None:
+                    self.grouped_ready -= 1
+                self._expire(entry)
+                gone += 1
+            elif entry.state is SCHEDULED:
+                entry.state = _T[(SCHEDULED, "expire")]
+                self.scheduled -= 1
+                self.stats.expired += 1
+                self._depth_delta(-1)
+                self.broker.on_expired(entry)
+                self._drop(entry)
+                gone += 1
+        if gone and self._blocked:
+            self._maybe_unblock()
+        return gone
+
+    def reclaim_timed_out(self, now: float) -> int:
+        """Housekeeping: messages held by a consumer past ``delivery_timeout_ms`` are assumed lost and
+        become ready again (a failed delivery: the count goes up, redelivery delay applies)."""
+        heap = self._timeouts
+        reclaimed = 0
+        while heap and heap[0][0] <= now:
+            _, _, deliveries, entry = heapq.heappop(heap)
+            if entry.state is not ACQUIRED or entry.deliveries != deliveries:
+                continue           # acked, or redelivered since: this deadline is stale
+            consumer = entry.consumer
+            if consumer is not None:
+                consumer.session.forget_delivery(consumer, entry)
+            self.release(entry, failed=True)
+            reclaimed += 1
+        return reclaimed
+
+    def drop_oldest(self) -> None:
+        """Overflow ``drop-oldest``: the ready entry with the lowest sequence number goes (counted)."""
+        oldest = min(self.ready, key=lambda e: e.message.seq, default=None)
+        if oldest is None:
+            return
+        self.ready.remove(oldest)
+        if oldest.message.group_id is not None:
+            self.grouped_ready -= 1
+        oldest.state = _T[(READY, "purge")]
+        self.stats.dropped += 1
+        self._depth_delta(-1)
+        self._drop(oldest)
+
+    def block_producer(self, session) -> None:
+        """Overflow ``block``: stop taking frames from ``session`` until the queue has room."""
+        if session not in self._blocked:
+            self._blocked.add(session)
+            session.pause_input("queue-full:" + self.name)
+
+    def _maybe_unblock(self) -> None:
+        if self.depth < self.config.max_depth or not self.config.max_depth:
+            blocked, self._blocked = self._blocked, set()
+            for session in blocked:
+                self.broker.runtime.call_later(0, session.resume_input, "queue-full:" + self.name)
 
     def browse(self, accept: Callable[[Entry], bool] | None = None) -> list[Entry]:
         """Ready entries in delivery order, without acquiring them."""

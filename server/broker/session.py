@@ -25,6 +25,8 @@ from pymq.errors import (AccessDenied, IllegalStateError, InvalidHeader, Missing
 from pymq.protocol.connection import (Role, State, StompConnection, negotiate_heartbeat, negotiate_version,
                                       parse_heartbeat)
 from pymq.protocol.frame import Frame
+from pymq_server.admin import stomp_admin
+from pymq_server.admin.stomp_admin import ADMIN_DESTINATION
 from pymq_server.broker.consumer import ACK_MODES, AUTO, CLIENT, Consumer
 
 log = logging.getLogger("pymq.session")
@@ -55,6 +57,8 @@ class BrokerSession:
         self._held: list[bytes] | None = None        # bytes that arrived while input was held
         self._deferred: list[Frame] = []             # parsed frames waiting for input to resume
         self._browsed: set[str] = set()              # finished browse subscription ids
+        self._pauses: set[str] = set()               # why input is paused (memory, full queues)
+        self._stale: set[str] = set()                # ack tokens the broker took back (timeouts)
         self._unsynced = False                      # wrote data a receipt must wait for
         self._barrier_seq = 0
         self._barrier_done = 0
@@ -100,17 +104,29 @@ class BrokerSession:
         except PymqError as exc:
             self.fail(exc, frame)
 
-    def pause_input(self) -> None:
-        """Stop taking frames from this connection (producer flow control)."""
+    def pause_input(self, reason: str) -> None:
+        """Stop taking frames from this connection (producer flow control: memory, a full queue)."""
+        self._pauses.add(reason)
         if self._held is None:
             self._held = []
         self.link.pause_reading()
 
-    def resume_input(self) -> None:
-        if self.closed:
+    def resume_input(self, reason: str) -> None:
+        """Lift one reason to pause; frames flow again when none is left."""
+        self._pauses.discard(reason)
+        if self.closed or self._pauses:
             return
         self.link.resume_reading()
         self._resume()
+
+    def forget_delivery(self, consumer: Consumer, entry) -> None:
+        """The broker took back a delivery (delivery timeout): a late ACK for it is ignored."""
+        token = entry.token
+        if token is None or consumer.unacked.pop(token, None) is None:
+            return
+        consumer.in_flight -= 1
+        self._acks.pop(token, None)
+        self._stale.add(token)
 
     def _resume(self) -> None:
         """Handle what waited while input was held: deferred frames first, then the held bytes."""
@@ -286,6 +302,9 @@ class BrokerSession:
 
     # -- SEND --------------------------------------------------------------------------------------
     def _on_send(self, frame: Frame) -> None:
+        if frame.headers["destination"] == ADMIN_DESTINATION:
+            stomp_admin.handle(self, frame.headers, frame.body)
+            return
         tx = frame.headers.get("transaction")
         if tx is not None:
             self._tx_ops(tx).append(("send", frame))
@@ -382,6 +401,17 @@ class BrokerSession:
         raise UnknownMessage(f"{frame.command} of unknown or already acknowledged message {token!r}",
                              id=token)
 
+    def _is_stale(self, frame: Frame) -> bool:
+        """An ACK/NACK for a delivery the broker took back after its delivery timeout: ignored (the
+        message is already back in its queue), once."""
+        token = frame.headers.get("id") if self.version == "1.2" else frame.headers.get("message-id")
+        if token in self._stale:
+            self._stale.discard(token)
+            log.info("connection %s acknowledged message %s after its delivery timeout; ignored",
+                     self.id, token)
+            return True
+        return False
+
     def _take(self, consumer: Consumer, token: str) -> list:
         """Entries this ack/nack covers: cumulative in client mode, just the one otherwise."""
         unacked = consumer.unacked
@@ -404,6 +434,8 @@ class BrokerSession:
         if "pymq-ack-upto" in frame.headers:
             self.broker.ack_upto(self, frame.headers)
             return
+        if self._stale and self._is_stale(frame):
+            return
         consumer, token = self._resolve(frame)
         tx = frame.headers.get("transaction")
         if tx is not None:
@@ -414,6 +446,8 @@ class BrokerSession:
         consumer.queue.dispatch()
 
     def _on_nack(self, frame: Frame) -> None:
+        if self._stale and self._is_stale(frame):
+            return
         consumer, token = self._resolve(frame)
         tx = frame.headers.get("transaction")
         if tx is not None:

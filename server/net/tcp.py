@@ -101,10 +101,12 @@ class StompServerProtocol(asyncio.Protocol):
         if head is None:
             sub = consumer.id if conn.version == "1.0" else escape(consumer.id)
             head = consumer.head = f"MESSAGE\nsubscription:{sub}\n".encode("utf-8")
-        if ack is not None or entry.deliveries > 1:
+        if ack is not None or entry.deliveries > 1 or entry.first_in_group:
             extra = f"ack:{ack}\n" if ack is not None else ""
             if entry.deliveries > 1:
                 extra += f"redelivered:true\nJMSXDeliveryCount:{entry.deliveries}\n"
+            if entry.first_in_group:
+                extra += "JMSXGroupFirstForConsumer:true\n"
             head = head + extra.encode()
         body = message.body
         self._write(b"".join((head, message.header_block(conn.version != "1.0"), b"\n", body, b"\x00")))

@@ -73,6 +73,8 @@ class VmLink:
         if entry.deliveries > 1:
             headers["redelivered"] = "true"
             headers["JMSXDeliveryCount"] = str(entry.deliveries)
+        if entry.first_in_group:
+            headers["JMSXGroupFirstForConsumer"] = "true"
         headers.update(message.frame_headers())
         frame = Frame("MESSAGE", headers, message.body)
         conn.send_frame(frame)
