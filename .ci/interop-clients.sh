@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Prepare the STOMP clients in other languages that the interoperability tests drive, and print where
-# they are:
+# Prepare the STOMP clients in other languages that the interoperability tests drive, and the toolchains
+# of the client bindings, and print where they are:
 #
 #   eval "$(.ci/interop-clients.sh)"     # then run pytest
 #
 #   PYMQ_NODE_STOMP   command line of the stompit driver (tests/interop/node: `npm ci`)
 #   PYMQ_GO_STOMP     the go-stomp driver binary (tests/interop/go: `go build` into the cache)
+#   PYMQ_NPM          npm, with bindings/typescript's dependencies installed (`npm ci`)
+#   PYMQ_GO           go, with bindings/go's test binaries compiled once (Go's build cache)
 #
 # Stdout carries only `export NAME=value` lines, so `eval` is safe; progress and errors go to stderr.
 # Needs Node >= 18 with npm, and Go >= 1.19 (on Debian 12, as root, missing ones come from apt:
@@ -107,7 +109,27 @@ go_stomp() {
     export_line PYMQ_GO_STOMP "$out"
 }
 
+# -- bindings/typescript ------------------------------------------------------------------------------
+ts_binding() {
+    local dir="$ROOT/bindings/typescript"
+    [ -n "$NODE" ] && [ -n "$NPM" ] || { fail "node/npm not found: bindings/typescript cannot be tested"; return; }
+    npm_ready "$dir" || { fail "npm ci in bindings/typescript failed"; return; }
+    export_line PYMQ_NPM "$NPM"
+}
+
+# -- bindings/go --------------------------------------------------------------------------------------
+go_binding() {
+    local dir="$ROOT/bindings/go"
+    [ -n "$GO" ] || { fail "go not found: bindings/go cannot be tested"; return; }
+    # compiling the test binaries now fills Go's build cache, so the test run itself only links and runs
+    log "bindings/go: go vet (compiles the packages and their tests)"
+    (cd "$dir" && "$GO" vet ./...) >&2 || { fail "go vet in bindings/go failed"; return; }
+    export_line PYMQ_GO "$GO"
+}
+
 node_stompit
 go_stomp
+ts_binding
+go_binding
 log "done in $(( $(date +%s) - T0 ))s"
 exit $STATUS

@@ -1,0 +1,3 @@
+module github.com/pymq/pymq-go
+
+go 1.19

@@ -1,0 +1,47 @@
+// Package vectors finds and loads the language-neutral test vectors of spec/vectors/ for the tests.
+//
+// The directory is $PYMQ_SPEC_VECTORS when set, else the first spec/vectors found walking up from the
+// working directory (go test runs in the package directory, inside the pymq repository).
+package vectors
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+)
+
+// Dir returns the spec/vectors directory.
+func Dir() (string, error) {
+	if d := os.Getenv("PYMQ_SPEC_VECTORS"); d != "" {
+		return d, nil
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		candidate := filepath.Join(dir, "spec", "vectors")
+		if st, err := os.Stat(candidate); err == nil && st.IsDir() {
+			return candidate, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("spec/vectors not found above the working directory; set PYMQ_SPEC_VECTORS")
+		}
+		dir = parent
+	}
+}
+
+// Load decodes spec/vectors/<name> into v.
+func Load(name string, v any) error {
+	dir, err := Dir()
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(data, v)
+}

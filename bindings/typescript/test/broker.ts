@@ -1,0 +1,95 @@
+/**
+ * The integration tests run against a real pymq-server started here on a free port with a private data
+ * directory:
+ *
+ *   PYMQ_BROKER_ADDR  use a broker that is already running (host:port) instead
+ *   PYMQ_SERVER       the command that runs the broker (default: pymq-server from PATH), e.g.
+ *                     "python3 -m pymq_server"; it gets --host 127.0.0.1 --port 0 --data-dir <tmp>
+ *
+ * Without either the tests skip, except when CI is set, where they fail.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+
+export interface Broker {
+  host: string;
+  port: number;
+  stop(): Promise<void>;
+}
+
+function inCi(): boolean {
+  const ci = (process.env.CI ?? '').trim().toLowerCase();
+  return ci !== '' && ci !== '0' && ci !== 'false' && ci !== 'no';
+}
+
+function onPath(name: string): string | undefined {
+  for (const dir of (process.env.PATH ?? '').split(path.delimiter)) {
+    const candidate = path.join(dir, name);
+    try {
+      fs.accessSync(candidate, fs.constants.X_OK);
+      return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return undefined;
+}
+
+/** Start (or find) the broker; `undefined` with a reason to skip when there is none outside CI. */
+export async function startBroker(): Promise<Broker | string> {
+  const given = process.env.PYMQ_BROKER_ADDR;
+  if (given) {
+    const [host, port] = given.split(':');
+    return { host, port: Number(port), stop: async () => undefined };
+  }
+  const command = (process.env.PYMQ_SERVER ?? '').split(/\s+/).filter(Boolean);
+  if (command.length === 0) {
+    const found = onPath('pymq-server');
+    if (found) command.push(found);
+  }
+  if (command.length === 0) {
+    const reason = 'no broker: set PYMQ_BROKER_ADDR or PYMQ_SERVER, or put pymq-server on PATH';
+    if (inCi()) throw new Error(`${reason} (CI is set: a missing broker is a failure)`);
+    return reason;
+  }
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pymq-ts-test-'));
+  const child: ChildProcess = spawn(command[0],
+    [...command.slice(1), '--host', '127.0.0.1', '--port', '0', '--data-dir', dataDir],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${command.join(' ')} did not report its port within 60 s\n${log}`)), 60000);
+    child.stderr!.setEncoding('utf-8');
+    child.stderr!.on('data', (text: string) => {
+      log += text;
+      const m = /pymq-server listening on [^\s:]+:(\d+)/.exec(log);
+      if (m) {
+        clearTimeout(timer);
+        resolve(Number(m[1]));
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${command.join(' ')} exited (${code}) before listening:\n${log}`));
+    });
+    child.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+  });
+  return {
+    host: '127.0.0.1',
+    port,
+    stop: () => new Promise<void>((resolve) => {
+      const kill = setTimeout(() => child.kill('SIGKILL'), 15000);
+      child.once('exit', () => {
+        clearTimeout(kill);
+        fs.rmSync(dataDir, { recursive: true, force: true });
+        resolve();
+      });
+      child.kill('SIGTERM');
+    }),
+  };
+}

@@ -1,0 +1,42 @@
+"""bindings/typescript runs its own suite (`npm test`: tsc, then node's test runner) against the shared
+vectors and a real pymq-server.
+
+npm comes from ``PYMQ_NPM`` (``eval "$(.ci/interop-clients.sh)"``, which also runs ``npm ci`` there);
+without it the test skips, or fails when ``CI`` is set (the rule of tests/storage/services.py).  The tests
+start the broker themselves from ``PYMQ_SERVER``, pointed at the interpreter running pytest; ``CI=1`` is
+passed so none of them can skip.  The TAP summary must show tests passed, none failed, none skipped.
+"""
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+from tests.interop.foreign import PROVIDER
+from tests.storage.services import service_url
+
+BINDING = pathlib.Path(__file__).parents[2] / "bindings" / "typescript"
+
+#: suites that must appear in the run (the shared vectors and the client against a broker)
+REQUIRED = ["frames.json parse vectors", "frames.json encode vectors", "murmur3.json", "group_routing.json",
+            "messages.json: MESSAGE frames decode as in the Python SDK",
+            "client against a real pymq-server"]
+
+
+def test_typescript_binding_suite():
+    npm = service_url("PYMQ_NPM", "npm for bindings/typescript", PROVIDER)
+    env = dict(os.environ, CI="1", PYMQ_SERVER=f"{sys.executable} -m pymq_server")
+    env.pop("PYMQ_BROKER_ADDR", None)
+    run = subprocess.run([npm, "test", "--silent"], cwd=BINDING, env=env, capture_output=True, text=True,
+                         timeout=600)
+    log = run.stdout[-12000:] + "\n" + run.stderr[-4000:]
+    assert run.returncode == 0, f"npm test failed:\n{log}"
+    summary = {k: int(v) for k, v in re.findall(r"^# (tests|pass|fail|skipped|cancelled|todo) (\d+)$",
+                                                 run.stdout, re.M)}
+    assert summary.get("tests", 0) > 0 and summary.get("pass") == summary["tests"], f"{summary}\n{log}"
+    assert summary.get("fail") == 0 and summary.get("skipped") == 0, f"{summary}\n{log}"
+    missing = [name for name in REQUIRED
+               if not re.search(rf"^\s*ok \d+ - {re.escape(name)}$", run.stdout, re.M)]
+    assert not missing, f"suites that did not run: {missing}\n{log}"
