@@ -7,6 +7,7 @@ accepts, so no client ever sees a half-recovered broker.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 
@@ -31,12 +32,6 @@ def build_devices(config: BrokerConfig) -> tuple[list, str | None]:
     if spec is None:
         spec = {"memory": {"kind": "memory"}, "file": {"kind": "file"}}
         persistent = persistent or "file"
-        try:
-            from pymq_server.storage.file import FileDevice  # noqa: F401
-        except ImportError:  # TEMPORARY while the file device is being integrated
-            log.warning("file device not available: persistent messages are held in memory only")
-            spec = {"memory": {"kind": "memory"}}
-            persistent = "memory"
     devices = []
     for name, options in spec.items():
         options = dict(options or {})
@@ -55,6 +50,7 @@ def make_device(kind: str, name: str, options: dict, config: BrokerConfig):
     if kind == "file":
         from pymq_server.storage.file import FileDevice
         directory = options.pop("directory", os.path.join(config.data_dir, name))
+        options.setdefault("checkpoint_in_sync", False)   # the store runs checkpoints after syncs
         return FileDevice(name, directory, **options)
     if kind == "sql":
         from pymq_server.storage.sql import SqlDevice
@@ -123,6 +119,9 @@ class BrokerServer:
         self.recovered = self.broker.recover()
         if self.recovered:
             log.info("recovered %d persistent messages", self.recovered)
+            # recovered messages live long: keep them out of every cyclic GC pass from now on
+            gc.collect()
+            gc.freeze()
         self._start_claimers(loop)
         self._schedule_housekeeping()
         return self

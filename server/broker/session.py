@@ -62,6 +62,7 @@ class BrokerSession:
         self._unsynced = False                      # wrote data a receipt must wait for
         self._barrier_seq = 0
         self._barrier_done = 0
+        self._barrier_scheduled = False
         self._receipts: deque = deque()             # (barrier id, receipt id) waiting for durability
         self._closing_after_receipts = False
         self.sent = 0
@@ -521,14 +522,24 @@ class BrokerSession:
 
     def _receipt(self, receipt_id: str, extra: dict | None = None) -> None:
         if self._unsynced:
+            # one barrier per loop iteration covers every receipt of the batch of frames just read:
+            # a pipelining producer costs one flush and one commit wait per read, not per message
             self._unsynced = False
             self._barrier_seq += 1
-            barrier = self._barrier_seq
-            self.broker.store.barrier(lambda: self._barrier_complete(barrier))
+            if not self._barrier_scheduled:
+                self._barrier_scheduled = True
+                self.broker.runtime.call_later(0, self._issue_barrier)
         if not self._receipts and self._barrier_done >= self._barrier_seq:
             self._send_receipt(receipt_id, extra)
         else:
             self._receipts.append((self._barrier_seq, receipt_id, extra))
+
+    def _issue_barrier(self) -> None:
+        self._barrier_scheduled = False
+        if self.closed:
+            return
+        barrier = self._barrier_seq
+        self.broker.store.barrier(lambda: self._barrier_complete(barrier))
 
     def _barrier_complete(self, barrier: int) -> None:
         if barrier > self._barrier_done:

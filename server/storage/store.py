@@ -56,6 +56,7 @@ class HoldingStore:
         self._dirty: set[HoldingDevice] = set()
         self._commits: dict[str, GroupCommit] = {}
         self._timers: set[str] = set()
+        self._checkpointing: set[str] = set()
         self._clock = time.monotonic
         self.syncs = 0
         self.encode: Callable = None  # set by the broker: BrokerMessage -> bytes
@@ -245,11 +246,26 @@ class HoldingStore:
             self.syncs += 1
             if error is None:
                 gc.sync_done()
+                self._maybe_checkpoint(device)
             else:
                 gc.sync_failed(error)
             self._drive(device)
 
         self._run_in_thread(device.sync, done)
+
+    def _maybe_checkpoint(self, device: HoldingDevice) -> None:
+        """Checkpoints (the file device's log trimming) run in a worker after a sync, never inside one,
+        so no receipt waits for a checkpoint."""
+        if not getattr(device, "checkpoint_due", False) or device.name in self._checkpointing:
+            return
+        self._checkpointing.add(device.name)
+
+        def done(result, error: BaseException | None) -> None:
+            self._checkpointing.discard(device.name)
+            if error is not None:
+                log.error("checkpoint of device %s failed: %s", device.name, error)
+
+        self._run_in_thread(device.checkpoint, done)
 
     def flush_all(self) -> None:
         for device in self.devices.values():
