@@ -3,7 +3,7 @@ over `stomp://` (to a running pymq-server) and over `vm://` (the broker in the s
 blocking SDK (`pymq`) or the asyncio one (`pymq.aio`, `--api aio`).
 
 Run alone:  python bench/bench_sdk.py --url vm://default [--api aio] [--count 20000] [--size 128] [--json -]
-Compare:    python bench/bench_sdk.py --compare [--quick]   starts a pymq-server for stomp://, then runs the
+Compare:    python bench/bench_sdk.py --compare [--rounds 3] [--quick]   starts a pymq-server for stomp://, then runs the
             blocking and the asyncio loops over stomp:// and vm://, non-persistent and persistent, each in a
             fresh process, and prints msg/s with the aio/blocking ratio (the blocking SDK is the baseline).
 bench_brokers.py runs it as a subprocess against the pymq broker it started, and sets it beside the bench's
@@ -164,8 +164,10 @@ def run_aio(url: str, count: int, size: int, seconds: float, queue: str, text: b
     return asyncio.run(_run_aio(url, count, size, seconds, queue, text, persistent))
 
 
-def compare(quick: bool, count: int, size: int, seconds: float) -> int:
-    """Blocking vs asyncio SDK over stomp:// and vm://, each run in a fresh process."""
+def compare(quick: bool, count: int, size: int, seconds: float, rounds: int = 1) -> int:
+    """Blocking vs asyncio SDK over stomp:// and vm://, each run in a fresh process.  With ``rounds``
+    the pair runs that many times, alternating which goes first, and the median row is shown (this
+    machine is shared: back-to-back pairs and medians keep others' load off the ratio)."""
     import subprocess
     import tempfile
 
@@ -186,28 +188,43 @@ def compare(quick: bool, count: int, size: int, seconds: float) -> int:
             urls = [f"vm://bench-{os.getpid()}"]
         for persistent in (False, True):
             for url in urls:
-                pair = {}
-                for api in ("blocking", "aio"):
-                    argv = [sys.executable, os.path.abspath(__file__), "--url", url, "--api", api,
-                            "--count", str(count), "--size", str(size), "--seconds", str(seconds),
-                            "--queue", f"bench.sdk.{api}.{os.getpid()}.{len(rows)}", "--json", "-"]
-                    argv += ["--persistent"] if persistent else []
-                    p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-                    lines = p.stdout.strip().splitlines()
-                    try:
-                        r = json.loads(lines[-1])
-                    except (IndexError, json.JSONDecodeError):
-                        r = {"error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
-                    r.setdefault("api", api)
-                    if "error" in r or r.get("lost") or r.get("duplicated"):
-                        failed = True
-                    pair[api] = r
-                    rows.append(r)
-                _print_pair(url, persistent, pair)
+                runs: dict[str, list[dict]] = {"blocking": [], "aio": []}
+                for rnd in range(rounds):
+                    for api in (("blocking", "aio") if rnd % 2 == 0 else ("aio", "blocking")):
+                        argv = [sys.executable, os.path.abspath(__file__), "--url", url, "--api", api,
+                                "--count", str(count), "--size", str(size), "--seconds", str(seconds),
+                                "--queue", f"bench.sdk.{api}.{os.getpid()}.{len(rows)}", "--json", "-"]
+                        argv += ["--persistent"] if persistent else []
+                        p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+                        lines = p.stdout.strip().splitlines()
+                        try:
+                            r = json.loads(lines[-1])
+                        except (IndexError, json.JSONDecodeError):
+                            r = {"error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+                        r.setdefault("api", api)
+                        if "error" in r or r.get("lost") or r.get("duplicated"):
+                            failed = True
+                        runs[api].append(r)
+                        rows.append(r)
+                _print_pair(url, persistent, {api: _median(rs) for api, rs in runs.items()})
     finally:
         if broker is not None:
             broker.stop()
     return 1 if failed else 0
+
+
+def _median(runs: list[dict]) -> dict:
+    """Per field, the median of the rounds' send and receive rates (a failed round wins: it shows)."""
+    for r in runs:
+        if "error" in r:
+            return r
+    out = dict(runs[0])
+    for key in ("send_rate", "recv_rate"):
+        values = sorted(r[key] for r in runs)
+        out[key] = values[len(values) // 2]
+    out["lost"] = max(r["lost"] for r in runs)
+    out["duplicated"] = max(r["duplicated"] for r in runs)
+    return out
 
 
 def _print_pair(url: str, persistent: bool, pair: dict) -> None:
@@ -240,13 +257,14 @@ def main(argv=None) -> int:
     ap.add_argument("--compare", action="store_true",
                     help="blocking vs aio over stomp:// (a pymq-server started here) and vm://, both "
                          "persistence modes, with the aio/blocking ratio")
+    ap.add_argument("--rounds", type=int, default=1, help="--compare: runs per pair, median shown")
     ap.add_argument("--quick", action="store_true", help="2,000 messages, 3 s")
     ap.add_argument("--json", help="write the result as JSON to this file ('-' for stdout)")
     a = ap.parse_args(argv)
     if a.quick:
         a.count, a.seconds = min(a.count, 2_000), 3.0
     if a.compare:
-        return compare(a.quick, a.count, a.size, a.seconds)
+        return compare(a.quick, a.count, a.size, a.seconds, 1 if a.quick else a.rounds)
     try:
         r = (run_aio if a.api == "aio" else run)(a.url, a.count, a.size, a.seconds, a.queue, a.text,
                                                   a.persistent)

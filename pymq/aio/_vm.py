@@ -39,6 +39,7 @@ class AsyncVmLink(VmLink):
 
     window_high = WINDOW_HIGH
     window_low = WINDOW_LOW
+    _closed: bool
 
     def __init__(self, embedded, client) -> None:
         super().__init__(embedded, client.from_broker)

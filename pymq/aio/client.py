@@ -170,7 +170,7 @@ class AsyncConnection:
         self.client_id = factory.client_id
         self.user: str | None = None
         self._transport = transport
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop = asyncio.get_running_loop()   # made by create_connection, inside its loop
         self._receipts: dict[str, asyncio.Future] = {}
         self._receipt_ids = itertools.count(1)
         self._sub_ids = itertools.count(1)
@@ -183,7 +183,6 @@ class AsyncConnection:
         transport.on_lost = self._on_lost
 
     async def _open(self, username: str | None, password: str | None) -> None:
-        self._loop = asyncio.get_running_loop()
         headers = {"accept-version": "1.0,1.1,1.2", "host": self.factory.host or "/"}
         if username is not None:
             headers["login"] = username
@@ -459,10 +458,10 @@ class AsyncSession:
                                       no_local: bool = False,
                                       prefetch: int | None = None) -> "AsyncMessageConsumer":
         """A durable subscription ``name`` (scoped by the connection's client id, else its user)."""
-        topic = as_destination(topic)
-        if not isinstance(topic, Topic):
+        target = as_destination(topic)
+        if not isinstance(target, Topic):
             raise IllegalStateError("durable subscriptions are made on topics")
-        return await self._subscribe(topic, selector=selector, no_local=no_local, prefetch=prefetch,
+        return await self._subscribe(target, selector=selector, no_local=no_local, prefetch=prefetch,
                                      extra={"durable-subscription-name": name})
 
     create_durable_subscriber = create_durable_consumer

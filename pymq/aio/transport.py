@@ -23,7 +23,7 @@ import asyncio
 import collections
 import socket
 import time
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
 from pymq.errors import (ConnectFailed, ConnectionClosed, HeartbeatTimeout, PymqError, ProtocolError,
@@ -107,7 +107,7 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
         self.heartbeat = heartbeat
         self.grace = heartbeat_grace
         self.conn = StompConnection(Role.CLIENT, max_frame_size=max_frame_size)
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop: Any = None                             # the client's loop, from connect()
         self._transport: asyncio.Transport | None = None
         self._connected: asyncio.Future | None = None     # CONNECTED (or the refusal) while connecting
         self._gone: asyncio.Future | None = None          # resolved by connection_lost
@@ -142,6 +142,7 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
                                 host=self.host, port=self.port) from None
         headers = dict(headers)
         headers["heart-beat"] = f"{self.heartbeat[0]},{self.heartbeat[1]}"
+        assert self._transport is not None      # connection_made ran inside create_connection
         self._transport.write(self.conn.send(Frame("CONNECT", headers)))
         try:
             first = await asyncio.wait_for(asyncio.shield(self._connected), timeout)
@@ -312,9 +313,9 @@ class VmTransport(AsyncTransport):
         self.name = name
         self.options = options or {}
         self.conn = StompConnection(Role.CLIENT)
-        self.link = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._connected: asyncio.Future | None = None
+        self.link: Any = None                              # an AsyncVmLink once connect() opened it
+        self._loop: Any = None                             # the client's loop, from connect()
+        self._connected: Any = None                        # CONNECTED (or the refusal) while connecting
         self._inbound: collections.deque = collections.deque()   # (frame | None, error) from the broker
         self._drain_scheduled = False
         self._closed = False

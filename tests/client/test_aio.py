@@ -16,7 +16,7 @@ import pymq
 import pymq.aio
 from pymq.aio import ConnectionStatus
 from pymq.errors import (AuthenticationFailed, ConnectFailed, ConnectionClosed, HeartbeatTimeout,
-                         IllegalStateError, InvalidSelector, MessageFormatError)
+                         IllegalStateError, InvalidSelector, MessageFormatError, ResourceLimit)
 from pymq_server.net.vm import embedded_broker, stop_embedded
 
 
@@ -510,6 +510,28 @@ async def test_async_iteration_ends_when_the_consumer_closes(url):
 
 
 @aio
+async def test_closing_the_connection_ends_iteration_in_another_task(url):
+    conn = await pymq.aio.connect(url)
+    errors = []
+    conn.exception_listener = errors.append
+    s = conn.create_session()
+    dest = q()
+    c = await s.create_consumer(dest)
+    got = []
+
+    async def iterate():
+        async for m in c:
+            got.append(m.text)
+
+    iterating = asyncio.create_task(iterate())
+    await conn.create_session().create_producer(dest).send("one")
+    assert await until(lambda: got == ["one"])
+    await conn.close()
+    await asyncio.wait_for(iterating, 5)           # ended cleanly, no exception
+    assert errors == []                            # a requested close is not a failure
+
+
+@aio
 async def test_stopped_connection_holds_delivery(url):
     factory = pymq.aio.AsyncConnectionFactory(url)
     async with await factory.create_connection() as conn:    # JMS: created stopped
@@ -694,6 +716,25 @@ async def test_wrong_credentials_and_unreachable(broker):
         await pymq.aio.connect("stomp://127.0.0.1:1", timeout=2)
     with pytest.raises(ConnectFailed, match="unsupported URL"):
         await pymq.aio.connect("http://x")
+
+
+@aio
+async def test_connection_limit_is_refused_with_resource_limit(broker_factory):
+    broker = broker_factory(max_connections=1)
+    name = f"aio-{uuid.uuid4().hex[:8]}"
+    embedded = await asyncio.to_thread(embedded_broker, name)
+    embedded.server.broker.config.max_connections = 1
+    try:
+        async with pymq.aio.connect(f"vm://{name}"):
+            with pytest.raises(ResourceLimit):
+                await pymq.aio.connect(f"vm://{name}", timeout=5)
+        async with pymq.aio.connect(broker.url):
+            # the TCP front refuses before reading CONNECT, so the ERROR may be lost to the reset
+            # our CONNECT provokes: either way the connection is refused at once, not timed out
+            with pytest.raises((ResourceLimit, ConnectFailed)):
+                await pymq.aio.connect(broker.url, timeout=5)
+    finally:
+        await asyncio.to_thread(stop_embedded, name)
 
 
 @aio
