@@ -31,7 +31,7 @@ import uuid
 from typing import Any, AsyncIterator, Awaitable, Callable, Union
 
 from pymq.client.blocking import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE,
-                                  SESSION_TRANSACTED, _MODE_NAMES)
+                                  SESSION_TRANSACTED, _MODE_NAMES, RangeResult)
 from pymq.destination import Destination, Queue, TemporaryQueue, Topic, as_destination
 from pymq.errors import (ConnectionClosed, IllegalStateError, MessageFormatError, PymqError,
                          error_from_headers)
@@ -491,6 +491,41 @@ class AsyncSession:
     def create_browser(self, queue: Queue | str, selector: str | None = None) -> "AsyncQueueBrowser":
         self._check_owner()
         return AsyncQueueBrowser(self, as_destination(queue), selector)
+
+    @_guarded
+    async def read_range(self, destination: Destination | str, *, from_seq: int | None = None,
+                         to_seq: int | None = None, max_messages: int | None = None,
+                         max_bytes: int | None = None, from_timestamp: int | None = None,
+                         selector: str | None = None, subscription: str | None = None,
+                         timeout: float | None = None) -> RangeResult:
+        """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
+        from a destination's retained log, a queue, or (``subscription``) a durable subscription."""
+        # always a start (0 = the earliest): a range read is in sequence order, never delivery order
+        extra = {"pymq-from-seq": from_seq or 0, "pymq-to-seq": to_seq, "pymq-max-messages": max_messages,
+                 "pymq-max-bytes": max_bytes, "pymq-from-timestamp": from_timestamp,
+                 "selector": selector or None, "durable-subscription-name": subscription}
+        receiver = _BrowseReceiver(self.connection)
+        messages = [m async for m in _browse(self, as_destination(destination), extra, timeout, receiver)]
+        h = receiver.end or {}
+        return RangeResult(messages, int(h.get("pymq-earliest-seq", 0)), int(h.get("pymq-latest-seq", 0)),
+                           int(h.get("pymq-next-seq", 0)))
+
+    async def bounds(self, destination: Destination | str, *,
+                     subscription: str | None = None) -> tuple[int, int]:
+        """(earliest available, latest assigned) sequence numbers of a destination."""
+        result = await self.read_range(destination, max_messages=0, subscription=subscription)
+        return result.earliest, result.latest
+
+    @_guarded
+    async def ack_upto(self, destination: Destination | str, seq: int, *,
+                       subscription: str | None = None) -> None:
+        """Acknowledge every waiting message below sequence number ``seq`` (a reader that owns the
+        queue or durable subscription, acknowledging a committed batch)."""
+        headers = {"id": "pymq-upto", "pymq-ack-upto": str(int(seq)),
+                   "destination": as_destination(destination).stomp_name}
+        if subscription:
+            headers["durable-subscription-name"] = subscription
+        await self.connection._request(Frame("ACK", headers))
 
     def create_queue(self, name: str) -> Queue:
         return Queue(name)
@@ -985,18 +1020,19 @@ class AsyncMessageConsumer:
 # -- browser ------------------------------------------------------------------------------------------------
 
 class _BrowseReceiver:
-    """One browse subscription's frames; it unregisters itself at the broker's ``browser:end``."""
+    """One browse subscription's frames (spec/stomp.md §4 ``browser:true``, §9 ranges); it unregisters
+    itself at the broker's ``browser:end``, so an abandoned iteration leaves nothing registered."""
 
     def __init__(self, connection: AsyncConnection) -> None:
         self.connection = connection
         self.frames: collections.deque = collections.deque()
-        self.ended = False
+        self.end: dict | None = None          # the end marker's headers (range bounds)
         self.waiter: asyncio.Future | None = None
         self.sub_id = connection._register(self)
 
     def _arrived(self, frame: Frame) -> None:
         if frame.headers.get("browser") == "end":
-            self.ended = True
+            self.end = frame.headers
             self.connection._unregister(self.sub_id)
         else:
             self.frames.append(frame)
@@ -1006,6 +1042,35 @@ class _BrowseReceiver:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+async def _browse(session: AsyncSession, destination: Destination, extra: dict, timeout: float | None,
+                  receiver: _BrowseReceiver | None = None) -> AsyncIterator[Message]:
+    """Subscribe with ``browser:true`` (plus ``extra`` headers) and yield each message as it arrives,
+    until the broker's end marker (then ``receiver.end`` holds its headers)."""
+    conn = session.connection
+    receiver = receiver or _BrowseReceiver(conn)
+    headers = {"destination": destination.stomp_name, "id": receiver.sub_id, "browser": "true", "ack": "auto"}
+    headers.update({k: str(v) for k, v in extra.items() if v is not None})
+    loop = conn._loop
+    try:
+        await conn._request(Frame("SUBSCRIBE", headers))
+        timeout = conn.factory.timeout if timeout is None else timeout
+        deadline = loop.time() + timeout
+        while True:
+            if receiver.frames:
+                frame = receiver.frames.popleft()
+                yield from_frame(frame.headers, frame.body)
+                continue
+            if receiver.end is not None:
+                return
+            conn._check_open()
+            remaining = deadline - loop.time()
+            receiver.waiter = loop.create_future()
+            if remaining <= 0 or not await _wait(receiver.waiter, remaining):
+                raise PymqTimeout(f"the browse of {destination} did not finish within {timeout:g}s")
+    finally:
+        conn._unregister(receiver.sub_id)
 
 
 class AsyncQueueBrowser:
@@ -1019,37 +1084,13 @@ class AsyncQueueBrowser:
         self.selector = selector
         self._closed = False
 
-    async def _browse(self, timeout: float | None) -> AsyncIterator[Message]:
+    def _browse(self, timeout: float | None) -> AsyncIterator[Message]:
         """Each waiting message once, as it arrives; each browse is a new snapshot.  The broker ends
         the browse subscription itself after its ``browser:end`` marker."""
         if self._closed:
             raise IllegalStateError("the browser is closed")
-        session = self._session
-        session._check_owner()
-        conn = session.connection
-        receiver = _BrowseReceiver(conn)
-        headers = {"destination": self.queue.stomp_name, "id": receiver.sub_id, "browser": "true",
-                   "ack": "auto"}
-        if self.selector:
-            headers["selector"] = self.selector
-        try:
-            await conn._request(Frame("SUBSCRIBE", headers))
-            timeout = conn.factory.timeout if timeout is None else timeout
-            deadline = conn._loop.time() + timeout
-            while True:
-                if receiver.frames:
-                    frame = receiver.frames.popleft()
-                    yield from_frame(frame.headers, frame.body)
-                    continue
-                if receiver.ended:
-                    return
-                conn._check_open()
-                remaining = deadline - conn._loop.time()
-                receiver.waiter = conn._loop.create_future()
-                if remaining <= 0 or not await _wait(receiver.waiter, remaining):
-                    raise PymqTimeout(f"the browse of {self.queue} did not finish within {timeout:g}s")
-        finally:
-            conn._unregister(receiver.sub_id)
+        self._session._check_owner()
+        return _browse(self._session, self.queue, {"selector": self.selector or None}, timeout)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._browse(None)

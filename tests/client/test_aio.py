@@ -316,6 +316,70 @@ async def test_browser_with_selector_and_abandoned_iteration(url):
 
 
 @aio
+async def test_ranges_read_ack_upto_and_bounds(url):
+    queue = q()
+    topic = pymq.Topic(f"t-{uuid.uuid4().hex[:6]}")
+    async with pymq.aio.connect(url, client_id=f"ranges-{uuid.uuid4().hex[:6]}") as conn:
+        s = conn.create_session()
+        p = s.create_producer(queue)
+        for i in range(5):
+            await p.send(str(i), priority=9 if i == 3 else 4)
+        r = await s.read_range(queue)
+        assert [m.text for m in r.messages] == ["0", "1", "2", "3", "4"]      # sequence order
+        assert r.next_seq == r.messages[-1].sequence + 1
+        await s.ack_upto(queue, r.messages[3].sequence)
+        assert [m.text for m in (await s.read_range(queue)).messages] == ["3", "4"]
+        assert (await s.bounds(queue))[0] == r.messages[3].sequence
+        # a durable subscription read in batches and acknowledged up to a sequence
+        assert (await s.read_range(topic, subscription="q1")).messages == []   # creates it
+        tp = s.create_producer(topic)
+        for i in range(4):
+            await tp.send(str(i))
+        batch = await s.read_range(topic, subscription="q1", max_messages=2)
+        assert [m.text for m in batch.messages] == ["0", "1"]
+        await s.ack_upto(topic, batch.next_seq, subscription="q1")
+        assert [m.text for m in (await s.read_range(topic, subscription="q1")).messages] == ["2", "3"]
+
+
+@aio
+async def test_duplicate_detection(url):
+    queue = q()
+    async with pymq.aio.connect(url) as conn:
+        s = conn.create_session()
+        p = s.create_producer(queue)
+        for _ in range(3):
+            m = pymq.TextMessage("pay 10")
+            m.dedup_id = "payment-42"
+            await p.send(m)
+        other = pymq.TextMessage("pay 20")
+        other.dedup_id = "payment-43"
+        await p.send(other)
+        c = await s.create_consumer(queue)
+        assert [(await c.receive(5)).text, (await c.receive(5)).text] == ["pay 10", "pay 20"]
+        assert await c.receive(0.3) is None
+
+
+@aio
+async def test_retained_topic_log_replays_ranges(broker_factory):
+    broker = broker_factory(retention={"/topic/log.*": {"ms": 60_000}})
+    topic = pymq.Topic(f"log.{uuid.uuid4().hex[:6]}")
+    async with pymq.aio.connect(broker.url) as conn:
+        s = conn.create_session()
+        p = s.create_producer(topic)
+        for i in range(10):
+            await p.send(pymq.TextMessage(f"m{i}", properties={"n": i}))
+        everything = await s.read_range(topic)
+        seqs = [m.sequence for m in everything.messages]
+        assert [m.text for m in everything.messages] == [f"m{i}" for i in range(10)]
+        assert everything.earliest == seqs[0] and everything.latest == seqs[-1]
+        first = await s.read_range(topic, from_seq=seqs[0], max_messages=4)
+        second = await s.read_range(topic, from_seq=first.next_seq, to_seq=seqs[8])
+        assert [m.text for m in first.messages + second.messages] == [f"m{i}" for i in range(8)]
+        odd = await s.read_range(topic, selector="n IN (1, 3, 5)")
+        assert [m.properties["n"] for m in odd.messages] == [1, 3, 5]
+
+
+@aio
 async def test_topics_durable_and_unsubscribe(url):
     topic = pymq.Topic(f"prices-{uuid.uuid4().hex[:6]}")
     async with pymq.aio.connect(url, client_id="sub-app") as c1:
