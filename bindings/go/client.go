@@ -3,11 +3,13 @@
 // transactions.  Subpackages: stomp (the frame codec) and routing (group hash and routing).
 //
 // One Conn is one STOMP connection.  A reader goroutine owns the socket's input: it completes receipts
-// and hands MESSAGE frames to their Subscription.  A subscription's buffer holds its prefetch; when a
-// slow reader lets it fill, the connection stops reading, so TCP pushes back on the broker and memory
-// stays bounded.  An ERROR frame ends the connection (the broker closes it): every waiting call and
-// every later one returns that *ServerError.  Every blocking call has a deadline (Options.Timeout or
-// the context).  Heart-beats are not negotiated (0,0).
+// and hands MESSAGE frames to their Subscription.  Every subscription uses broker credit (prefetch-count)
+// and a buffer of exactly that size, so the broker never sends more than the buffer holds and a slow
+// reader never stalls the connection's receipts: AckAuto is JMS AUTO_ACKNOWLEDGE, a client-individual
+// subscription acknowledged as Receive returns each message (as the Python SDK does), not STOMP's
+// ack:auto, which has no credit.  An ERROR frame ends the connection (the broker closes it): every
+// waiting call and every later one returns that *ServerError.  Every blocking call has a deadline
+// (Options.Timeout or the context).  Heart-beats are not negotiated (0,0).
 package pymq
 
 import (
@@ -324,18 +326,22 @@ func (c *Conn) send(ctx context.Context, destination string, m *Message, tx stri
 // AckMode is a subscription's acknowledgement mode.
 type AckMode string
 
-// Ack modes: auto (the broker considers a message consumed when sent), client (cumulative), and
-// client-individual (one message at a time).
+// Ack modes: auto (Receive acknowledges each message as it returns it: JMS AUTO_ACKNOWLEDGE), client
+// (Message.Ack acknowledges it and every earlier one of the subscription), and client-individual (one
+// message at a time).
 const (
 	AckAuto             AckMode = "auto"
 	AckClient           AckMode = "client"
 	AckClientIndividual AckMode = "client-individual"
 )
 
+// DefaultPrefetch is the credit of a subscription that does not set one (the broker's default too).
+const DefaultPrefetch = 1000
+
 // SubscribeOptions configure Subscribe.
 type SubscribeOptions struct {
 	Ack         AckMode // "" is auto
-	Prefetch    int     // most unacknowledged messages outstanding (prefetch-count); 0 = broker default
+	Prefetch    int     // most unacknowledged messages outstanding (prefetch-count); 0 = DefaultPrefetch
 	Selector    string  // JMS message selector
 	DurableName string  // durable topic subscription name
 	NoLocal     bool    // skip messages this connection published
@@ -365,17 +371,18 @@ func (c *Conn) Subscribe(destination string, opts SubscribeOptions) (*Subscripti
 	if opts.Ack == "" {
 		opts.Ack = AckAuto
 	}
-	capacity := 1000
-	if opts.Prefetch > 0 {
-		capacity = opts.Prefetch
+	prefetch := opts.Prefetch
+	if prefetch <= 0 {
+		prefetch = DefaultPrefetch
+	}
+	wireAck := opts.Ack
+	if wireAck == AckAuto {
+		wireAck = AckClientIndividual // credit needs acks: Receive sends them
 	}
 	sub := &Subscription{ID: c.id("sub-"), Destination: destination, Ack: opts.Ack, conn: c,
-		inbox: make(chan *Message, capacity), done: make(chan struct{})}
+		inbox: make(chan *Message, prefetch), done: make(chan struct{})}
 	headers := []stomp.Header{{Name: "destination", Value: destination}, {Name: "id", Value: sub.ID},
-		{Name: "ack", Value: string(opts.Ack)}}
-	if opts.Prefetch > 0 {
-		headers = append(headers, stomp.Header{Name: "prefetch-count", Value: strconv.Itoa(opts.Prefetch)})
-	}
+		{Name: "ack", Value: string(wireAck)}, {Name: "prefetch-count", Value: strconv.Itoa(prefetch)}}
 	if opts.Selector != "" {
 		headers = append(headers, stomp.Header{Name: "selector", Value: opts.Selector})
 	}
@@ -402,23 +409,24 @@ func (s *Subscription) deliver(f *stomp.Frame) {
 	m := MessageFromFrame(f)
 	m.delivery = &delivery{sub: s, ackID: f.Value("ack"), msgID: f.Value("message-id")}
 	select {
-	case s.inbox <- m: // blocks while the buffer is full: the broker feels it through TCP
+	case s.inbox <- m: // the broker's credit keeps this from filling; if it ever did, TCP pushes back
 	case <-s.done: // unsubscribed locally: drop
 	case <-s.conn.closed:
 	}
 }
 
 // Receive returns the next message, or the context's error when it ends first, or the connection's
-// error once it has ended and every message that had arrived was received.
+// error once it has ended and every message that had arrived was received.  On an AckAuto
+// subscription it acknowledges the message as it returns it.
 func (s *Subscription) Receive(ctx context.Context) (*Message, error) {
 	select {
 	case m := <-s.inbox:
-		return m, nil
+		return s.received(m)
 	default:
 	}
 	select {
 	case m := <-s.inbox:
-		return m, nil
+		return s.received(m)
 	case <-s.done:
 		return nil, fmt.Errorf("pymq: subscription %s was unsubscribed", s.ID)
 	case <-s.conn.closed:
@@ -426,6 +434,15 @@ func (s *Subscription) Receive(ctx context.Context) (*Message, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+func (s *Subscription) received(m *Message) (*Message, error) {
+	if s.Ack == AckAuto {
+		if err := s.conn.write("ACK", s.conn.wireAckHeaders(m.delivery), nil); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 // Unsubscribe ends the subscription; messages not yet received are dropped (unacknowledged ones return
@@ -445,12 +462,16 @@ func (c *Conn) ackHeaders(m *Message) ([]stomp.Header, error) {
 		return nil, errors.New("pymq: only a message received on this connection can be acknowledged")
 	}
 	if d.sub.Ack == AckAuto {
-		return nil, errors.New("pymq: messages of an auto-ack subscription need no acknowledgement")
+		return nil, errors.New("pymq: messages of an auto-ack subscription are acknowledged by Receive")
 	}
+	return c.wireAckHeaders(d), nil
+}
+
+func (c *Conn) wireAckHeaders(d *delivery) []stomp.Header {
 	if c.version == stomp.V12 {
-		return []stomp.Header{{Name: "id", Value: d.ackID}}, nil
+		return []stomp.Header{{Name: "id", Value: d.ackID}}
 	}
-	return []stomp.Header{{Name: "message-id", Value: d.msgID}, {Name: "subscription", Value: d.sub.ID}}, nil
+	return []stomp.Header{{Name: "message-id", Value: d.msgID}, {Name: "subscription", Value: d.sub.ID}}
 }
 
 func (c *Conn) acknowledge(m *Message, command, tx string) error {
@@ -529,6 +550,13 @@ func (c *Conn) Close() error {
 		return nil
 	default:
 	}
+	// a subscription nobody reads may have stopped the reader: release them all so the RECEIPT gets
+	// through (unacknowledged messages go back to their queues on the broker anyway)
+	c.mu.Lock()
+	for _, sub := range c.subs {
+		sub.doneOnce.Do(func() { close(sub.done) })
+	}
+	c.mu.Unlock()
 	_, err := c.request(context.Background(), "DISCONNECT", nil, nil)
 	c.fail(ErrClosed)
 	if err != nil && !errors.Is(err, ErrClosed) {

@@ -333,3 +333,30 @@ func TestServerErrorsAreTypedAndEndTheConnection(t *testing.T) {
 		t.Fatalf("want invalid-destination with its field, got %#v", err)
 	}
 }
+
+func TestAnUnreadSubscriptionStallsNeitherSendsNorClose(t *testing.T) {
+	c := dial(t, pymq.Options{})
+	dest := queue(t)
+	_ = subscribe(t, c, dest, pymq.SubscribeOptions{Prefetch: 2}) // credit 2: the broker holds the rest
+	for i := 0; i < 10; i++ {
+		send(t, c, dest, pymq.NewTextMessage("unread"))
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("close must get its receipt past the unread subscription: %v", err)
+	}
+}
+
+func TestAutoAckAcknowledgesWhatReceiveReturnedOnly(t *testing.T) {
+	c := dial(t, pymq.Options{})
+	dest := queue(t)
+	send(t, c, dest, pymq.NewTextMessage("taken"))
+	send(t, c, dest, pymq.NewTextMessage("delivered, not received"))
+	s := subscribe(t, c, dest, pymq.SubscribeOptions{})
+	if m := expect(t, s); m.Text() != "taken" || m.Ack() == nil {
+		t.Fatalf("got %q; an auto message needs no Ack", m.Text())
+	}
+	c.Close()
+	if left := drain(t, dest); strings.Join(left, ",") != "delivered, not received" {
+		t.Fatalf("left on the queue: %v", left)
+	}
+}

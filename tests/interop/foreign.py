@@ -550,6 +550,38 @@ def request_reply_through_a_temporary_queue(broker, connect) -> None:
     assert result and result[0].text == "PING"
 
 
+def foreign_request_sdk_reply_through_its_temporary_queue(broker, connect) -> None:
+    """The foreign client's own /temp-queue/ in reply-to is rewritten to a global name the SDK can answer."""
+    c = connect()
+    service = _name("svc")
+    c.subscribe("replies", "/temp-queue/replies")
+    with pymq.connect(broker.url) as conn:
+        s = conn.create_session()
+        requests = s.create_consumer(pymq.Queue(service))
+        c.send(f"/queue/{service}", "ping", headers={"reply-to": "/temp-queue/replies", "correlation-id": "r-1"})
+        req = requests.receive(5)
+        assert req is not None and req.text == "ping"
+        assert req.reply_to is not None and req.reply_to.stomp_name != "/temp-queue/replies"
+        pymq.reply(s, req, "pong")
+    answer = c.expect("replies")
+    assert answer.text == "pong" and answer.headers["correlation-id"] == "r-1"
+
+
+def durable_subscription_keeps_messages_while_away(broker, connect) -> None:
+    topic = _name("t")
+    durable = {"durable-subscription-name": _name("keep")}
+    c = connect()
+    c.subscribe("d", f"/topic/{topic}", headers=durable)
+    c.disconnect()
+    with pymq.connect(broker.url) as conn:
+        p = conn.create_session().create_producer(pymq.Topic(topic))
+        p.send("while away 1")
+        p.send("while away 2")
+    back = connect()
+    back.subscribe("d", f"/topic/{topic}", headers=durable)
+    assert [back.expect("d").text, back.expect("d").text] == ["while away 1", "while away 2"]
+
+
 def unsubscribe_stops_delivery(broker, connect) -> None:
     c = connect()
     name = _name("q")
@@ -597,6 +629,8 @@ SCENARIOS = [
     header_escaping_both_ways,
     carriage_return_in_a_header_both_ways,
     request_reply_through_a_temporary_queue,
+    foreign_request_sdk_reply_through_its_temporary_queue,
+    durable_subscription_keeps_messages_while_away,
     unsubscribe_stops_delivery,
     error_frame_reaches_the_foreign_client,
 ]

@@ -3,9 +3,12 @@
  * properties, subscribe with ack modes and prefetch, ack/nack, receipts, transactions.
  *
  * The socket's 'data' events feed the sans-IO FrameScanner; RECEIPTs settle the promise of the frame that
- * asked for them, MESSAGEs go to their Subscription's queue.  A subscription holds at most its prefetch
- * (1000 by default) before the socket is paused, so a slow reader makes TCP push back on the broker
- * instead of memory growing.  An ERROR frame ends the connection (the broker closes it after every ERROR):
+ * asked for them, MESSAGEs go to their Subscription's queue.  Every subscription uses broker credit
+ * (prefetch-count, 1000 by default), so its queue never holds more and a slow reader never stalls the
+ * connection's receipts: 'auto' is JMS AUTO_ACKNOWLEDGE, a client-individual subscription acknowledged as
+ * receive() returns each message (as the Python SDK does), not STOMP's ack:auto, which has no credit.
+ * Should a broker ever overrun the credit, the socket is paused and TCP pushes back.
+ * An ERROR frame ends the connection (the broker closes it after every ERROR):
  * every pending and later call rejects with that {@link ServerError}.  Every wait has a timeout.
  * Heart-beats are not negotiated (0,0).
  */
@@ -57,11 +60,15 @@ export interface ConnectOptions {
   asyncSend?: boolean;
 }
 
+/** auto: receive() acknowledges each message it returns; client: ack() covers every earlier message of
+ *  the subscription too; client-individual: one message at a time */
 export type AckMode = 'auto' | 'client' | 'client-individual';
+
+export const DEFAULT_PREFETCH = 1000;
 
 export interface SubscribeOptions {
   ack?: AckMode;
-  /** most unacknowledged messages outstanding (prefetch-count); 0 or absent = broker default */
+  /** most unacknowledged messages outstanding (prefetch-count); 0 or absent = DEFAULT_PREFETCH */
   prefetch?: number;
   selector?: string;
   /** durable topic subscription name */
@@ -252,9 +259,11 @@ export class Connection {
   /** Subscribe and wait for the broker to confirm (a bad selector or destination rejects here). */
   async subscribe(destination: string, options: SubscribeOptions = {}): Promise<Subscription> {
     const ack = options.ack ?? 'auto';
-    const sub = new Subscription(this, this.id('sub-'), destination, ack, options.prefetch || 1000);
-    const headers: Header[] = [['destination', destination], ['id', sub.id], ['ack', ack]];
-    if (options.prefetch) headers.push(['prefetch-count', String(options.prefetch)]);
+    const prefetch = options.prefetch || DEFAULT_PREFETCH;
+    const sub = new Subscription(this, this.id('sub-'), destination, ack, prefetch);
+    // credit needs acks: an 'auto' subscription is client-individual on the wire, receive() acks
+    const headers: Header[] = [['destination', destination], ['id', sub.id],
+      ['ack', ack === 'auto' ? 'client-individual' : ack], ['prefetch-count', String(prefetch)]];
     if (options.selector) headers.push(['selector', options.selector]);
     if (options.durableName) headers.push(['durable-subscription-name', options.durableName]);
     if (options.noLocal) headers.push(['no-local', 'true']);
@@ -284,6 +293,10 @@ export class Connection {
   /** DISCONNECT, wait for its receipt (every earlier frame is processed), close the socket. */
   async close(): Promise<void> {
     if (this.error) return;
+    // a subscription nobody reads may have paused the socket: end them all so the RECEIPT gets through
+    // (unacknowledged messages go back to their queues on the broker anyway)
+    for (const sub of this.subscriptions.values()) sub._end();
+    this.socket.resume();
     try {
       await this._request('DISCONNECT', []);
     } finally {
@@ -295,6 +308,8 @@ export class Connection {
 /** The messages of one SUBSCRIBE. */
 export class Subscription {
   private readonly queue: Message[] = [];
+  /** the ACK an 'auto' subscription sends when receive() hands a message over */
+  private readonly autoAcks = new WeakMap<Message, () => void>();
   private waiters: Array<() => void> = [];
   private ended = false;
   private paused = false;
@@ -312,19 +327,19 @@ export class Subscription {
   _deliver(frame: Frame): void {
     if (this.ended) return;
     const m = Message.fromFrame(frame);
-    if (this.ack !== 'auto') {
-      const ackId = header(frame, 'ack');
-      const messageId = header(frame, 'message-id') ?? '';
-      m._ack = (command, transaction) => {
-        if (command === 'NACK' && this.conn.version === '1.0') throw new Error('STOMP 1.0 has no NACK');
-        const h: Header[] = this.conn.version === '1.2' && ackId !== undefined
-          ? [['id', ackId]] : [['message-id', messageId], ['subscription', this.id]];
-        if (transaction) h.push(['transaction', transaction]);
-        this.conn._write(command, h);
-      };
-    }
+    const ackId = header(frame, 'ack');
+    const messageId = header(frame, 'message-id') ?? '';
+    const acknowledge = (command: 'ACK' | 'NACK', transaction?: string) => {
+      if (command === 'NACK' && this.conn.version === '1.0') throw new Error('STOMP 1.0 has no NACK');
+      const h: Header[] = this.conn.version === '1.2' && ackId !== undefined
+        ? [['id', ackId]] : [['message-id', messageId], ['subscription', this.id]];
+      if (transaction) h.push(['transaction', transaction]);
+      this.conn._write(command, h);
+    };
+    if (this.ack === 'auto') this.autoAcks.set(m, () => acknowledge('ACK'));
+    else m._ack = acknowledge;
     this.queue.push(m);
-    if (this.queue.length >= this.capacity && !this.paused) {
+    if (this.queue.length > this.capacity && !this.paused) {
       this.paused = true;
       this.conn._pause(true);
     }
@@ -351,6 +366,7 @@ export class Subscription {
           this.paused = false;
           this.conn._pause(false);
         }
+        this.autoAcks.get(m)?.();
         return m;
       }
       if (this.conn.error) throw this.conn.error;
@@ -371,8 +387,8 @@ export class Subscription {
     }
   }
 
-  /** End the subscription; messages not yet received are dropped (unacknowledged ones go back to the queue). */
-  async unsubscribe(): Promise<void> {
+  /** @internal stop queueing: drop what was not received and release a paused socket */
+  _end(): void {
     this.ended = true;
     this.queue.length = 0;
     if (this.paused) {
@@ -380,6 +396,11 @@ export class Subscription {
       this.conn._pause(false);
     }
     this._wake();
+  }
+
+  /** End the subscription; messages not yet received are dropped (unacknowledged ones go back to the queue). */
+  async unsubscribe(): Promise<void> {
+    this._end();
     try {
       await this.conn._request('UNSUBSCRIBE', [['id', this.id]]);
     } finally {

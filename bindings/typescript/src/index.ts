@@ -6,7 +6,9 @@
  * - `FrameScanner`, `encodeFrame`: the sans-IO STOMP codec (./frame)
  * - `murmur3`, `groupHash`, `GroupRouter`: group routing shared with every pymq engine (./routing)
  */
-export { connect, Connection, ConnectionClosed, ServerError, Subscription, Transaction } from './client';
+export {
+  connect, Connection, ConnectionClosed, DEFAULT_PREFETCH, ServerError, Subscription, Transaction,
+} from './client';
 export type { AckMode, ConnectOptions, SubscribeOptions } from './client';
 export { encodeFrame, escape, FrameError, FrameScanner, header, unescape } from './frame';
 export type { Frame, FrameErrorCode, Header } from './frame';

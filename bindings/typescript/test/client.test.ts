@@ -139,6 +139,20 @@ describe('client against a real pymq-server', () => {
     });
   }
 
+  it('auto-acks what receive() returned, and only that', async (t) => {
+    const c = await dial(t);
+    if (!c) return;
+    const dest = queue();
+    await c.send(dest, Message.text('taken'));
+    await c.send(dest, Message.text('delivered, not received'));
+    const sub = await c.subscribe(dest);
+    const m = await expect(sub);
+    assert.equal(m.text, 'taken');
+    assert.throws(() => m.ack());
+    await c.close();
+    assert.deepEqual(await drain(t, dest), ['delivered, not received']);
+  });
+
   it('acks cumulatively in client mode', async (t) => {
     const c = await dial(t);
     if (!c) return;
@@ -200,6 +214,16 @@ describe('client against a real pymq-server', () => {
     assert.deepEqual([(await expect(all)).getProperty('qty'), (await expect(all)).getProperty('qty')], [5, 20]);
     assert.equal((await expect(big)).getProperty('qty'), 20);
     assert.equal(await big.receive(300), null);
+  });
+
+  it('stalls neither sends nor close with a subscription nobody reads', async (t) => {
+    const c = await dial(t);
+    if (!c) return;
+    const dest = queue();
+    await c.subscribe(dest, { prefetch: 2 }); // credit 2: the broker holds the rest
+    for (let i = 0; i < 10; i++) await c.send(dest, Message.text('unread')); // each waits for a receipt
+    await c.close(); // rejects if the DISCONNECT receipt never gets through
+    assert.ok(c.error);
   });
 
   it('reports ERROR frames as ServerError and ends the connection', async (t) => {
