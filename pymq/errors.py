@@ -147,6 +147,13 @@ class ConfigError(PymqError):
     code = "config"
 
 
+class DataLoss(PymqError):
+    """A replay asked for messages the broker no longer holds (retention dropped them, or others consumed
+    them): the Spark connector's ``failOnDataLoss``."""
+
+    code = "data-loss"
+
+
 # -- client-side misuse ------------------------------------------------------------------------------
 
 class IllegalStateError(PymqError):

@@ -1,0 +1,368 @@
+"""Option parsing for the pymq data source: Spark's string options become frozen, picklable values.
+
+Everything here runs on the driver while Spark plans the query, so a bad option is a ``ConfigError``
+with a sentence that names the option, before any job starts.  Nothing here imports pyspark, so the
+rules are testable without a JVM.  Option names are case-insensitive (Spark's own rule); values are
+strings.  The parsed values travel to executors inside input partitions and writers, so they hold no
+connection and no pyspark object.
+"""
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from pymq.destination import Destination, Queue, Topic, as_destination
+from pymq.errors import ConfigError, DestinationError, InvalidSelector
+from pymq.selector import compile_selector
+
+EARLIEST = -2          # Kafka's spelling inside JSON offsets
+LATEST = -1
+
+#: options Spark itself may hand to a data source; accepted and ignored
+_SPARK_OWN = frozenset({"path", "checkpointlocation", "queryname", "__partition_columns"})
+
+#: ``pymq.<name>`` connection options -> ConnectionFactory argument
+_CONNECTION_KEYS = {"pymq.username": "username", "pymq.password": "password", "pymq.timeout": "timeout",
+                    "pymq.heartbeat": "heartbeat", "pymq.host": "host"}
+
+_READ_KEYS = frozenset({
+    "url", "queue", "topic", "destinations", "destinationpattern", "mode", "subscription", "selector",
+    "startingoffsets", "endingoffsets", "startingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
+    "minpartitions", "maxmessagesperpartition", "failondataloss", "includeproperties", "fetchsize",
+    "filterpushdown",
+})
+_WRITE_KEYS = frozenset({
+    "url", "destination", "queue", "topic", "dedup", "dedupprefix", "transactionsize", "deliverymode",
+    "priority", "timetolive",
+})
+_SPELLING = {k.lower(): k for k in (
+    "url", "queue", "topic", "destinations", "destinationPattern", "mode", "subscription", "selector",
+    "startingOffsets", "endingOffsets", "startingTimestamp", "maxMessagesPerTrigger", "maxBytesPerTrigger",
+    "minPartitions", "maxMessagesPerPartition", "failOnDataLoss", "includeProperties", "fetchSize",
+    "filterPushdown", "destination", "dedup", "dedupPrefix", "transactionSize", "deliveryMode", "priority",
+    "timeToLive", *_CONNECTION_KEYS)}
+
+
+def _lower(options: Mapping[str, str]) -> dict[str, str]:
+    return {str(k).lower(): ("" if v is None else str(v)) for k, v in dict(options).items()}
+
+
+def _check_known(opts: dict[str, str], allowed: frozenset, what: str) -> None:
+    for key in opts:
+        if key in allowed or key in _CONNECTION_KEYS or key in _SPARK_OWN:
+            continue
+        if key == "pymq.clientid" or key == "pymq.client_id":
+            raise ConfigError(
+                "option 'pymq.clientId' is not supported: the driver and every executor task open their "
+                "own connections, and a client id can be held by one live connection only. Durable "
+                "subscriptions of the data source are scoped by the user name (pymq.username) instead")
+        known = sorted(_SPELLING[k] for k in (allowed | set(_CONNECTION_KEYS)))
+        close = difflib.get_close_matches(key, [k.lower() for k in known], n=1)
+        hint = f"; did you mean '{_SPELLING[close[0]]}'?" if close else f"; known options: {', '.join(known)}"
+        raise ConfigError(f"unknown {what} option '{key}'{hint}")
+
+
+def _bool(opts: dict, key: str, default: bool) -> bool:
+    raw = opts.get(key.lower())
+    if raw is None or raw == "":
+        return default
+    value = raw.strip().lower()
+    if value in ("true", "1", "yes"):
+        return True
+    if value in ("false", "0", "no"):
+        return False
+    raise ConfigError(f"option '{key}' must be true or false, got {raw!r}")
+
+
+def _int(opts: dict, key: str, default: int | None, minimum: int = 1) -> int | None:
+    raw = opts.get(key.lower())
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(f"option '{key}' must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"option '{key}' must be at least {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class ConnectionOptions:
+    """How to reach the broker; hashable, so it keys the executors' connection cache."""
+
+    url: str
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout: float = 30.0
+    heartbeat: tuple[int, int] = (10_000, 10_000)
+    host: str | None = None
+
+    @classmethod
+    def parse(cls, opts: dict[str, str]) -> "ConnectionOptions":
+        url = (opts.get("url") or "").strip()
+        if not url:
+            raise ConfigError("option 'url' is required: the broker to use, e.g. stomp://127.0.0.1:61613")
+        if not url.startswith("stomp://"):
+            # executors run in other processes: an in-process vm:// broker would be a different broker there
+            raise ConfigError(f"option 'url' must be a stomp:// address that every Spark executor can reach, "
+                              f"got {url!r}")
+        kw: dict[str, Any] = {}
+        for key, arg in _CONNECTION_KEYS.items():
+            raw = opts.get(key)
+            if raw is None or raw == "":
+                continue
+            if arg == "timeout":
+                try:
+                    kw[arg] = float(raw)
+                except ValueError:
+                    raise ConfigError(f"option '{key}' must be a number of seconds, got {raw!r}") from None
+                if kw[arg] <= 0:
+                    raise ConfigError(f"option '{key}' must be positive, got {raw!r}")
+            elif arg == "heartbeat":
+                parts = raw.split(",")
+                try:
+                    beats = tuple(int(p) for p in parts)
+                except ValueError:
+                    beats = ()
+                if len(beats) != 2 or min(beats) < 0:
+                    raise ConfigError(f"option '{key}' must be two non-negative integers 'send_ms,recv_ms', "
+                                      f"got {raw!r}")
+                kw[arg] = beats
+            else:
+                kw[arg] = raw
+        return cls(url, **kw)
+
+    def connect(self):
+        import pymq
+        return pymq.connect(self.url, username=self.username, password=self.password, timeout=self.timeout,
+                            heartbeat=self.heartbeat, host=self.host)
+
+
+def _name_list(raw: str, what: str) -> list[str]:
+    names = [n.strip() for n in raw.split(",")]
+    if not raw.strip() or any(not n for n in names):
+        raise ConfigError(f"option '{what}' must be a comma-separated list of names, got {raw!r}")
+    return names
+
+
+def _destination(raw: str, kind: type[Destination] | None, what: str) -> str:
+    try:
+        dest = kind(raw) if kind is not None and not raw.startswith("/") else as_destination(raw)
+    except DestinationError as exc:
+        raise ConfigError(f"option '{what}': {exc}") from None
+    if kind is not None and not isinstance(dest, kind):
+        raise ConfigError(f"option '{what}' names {dest}, which is not a {kind.__name__.lower()}")
+    if type(dest) not in (Queue, Topic):
+        raise ConfigError(f"option '{what}': {dest} is a temporary queue, private to the connection that "
+                          f"made it; Spark tasks use their own connections")
+    return dest.stomp_name
+
+
+def destination_kind(stomp_name: str) -> str:
+    return "topic" if stomp_name.startswith(Topic.prefix) else "queue"
+
+
+def _offsets(raw: str, what: str, destinations: list[str] | None, named_kind: type | None,
+             allow_earliest: bool) -> str | dict[str, int]:
+    """``earliest`` | ``latest`` | JSON ``{"/queue/x": {"0": seq}}`` (-2 earliest, -1 latest)."""
+    value = raw.strip()
+    if value.lower() in ("earliest", "latest"):
+        if value.lower() == "earliest" and not allow_earliest:
+            raise ConfigError(f"option '{what}' cannot be 'earliest'")
+        return value.lower()
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        raise ConfigError(f"option '{what}' must be 'earliest', 'latest' or JSON like "
+                          f'{{"/queue/orders": {{"0": 42}}}}, got {raw!r}') from None
+    if not isinstance(parsed, dict):
+        raise ConfigError(f"option '{what}' JSON must be an object of destination -> {{partition: offset}}")
+    out: dict[str, int] = {}
+    for key, parts in parsed.items():
+        dest = _destination(key, named_kind, what)
+        if destinations is not None and dest not in destinations:
+            raise ConfigError(f"option '{what}' names {dest}, which the query does not read "
+                              f"(it reads {', '.join(destinations)})")
+        if not isinstance(parts, dict) or set(parts) != {"0"}:
+            raise ConfigError(f"option '{what}': {dest} must map partition \"0\" (pymq destinations have "
+                              f"one partition) to an offset, got {parts!r}")
+        seq = parts["0"]
+        if type(seq) is not int or seq < EARLIEST or (seq == EARLIEST and not allow_earliest):
+            allowed = "-2 (earliest), -1 (latest)" if allow_earliest else "-1 (latest)"
+            raise ConfigError(f"option '{what}': the offset of {dest} must be a sequence number (>= 0), "
+                              f"{allowed}; got {seq!r}")
+        out[dest] = seq
+    return out
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """The parsed read options (see pyspark_pymq/README.md for each one's meaning)."""
+
+    connection: ConnectionOptions
+    destinations: tuple[str, ...]        # STOMP names; empty when a pattern is resolved later
+    pattern: str | None = None
+    candidates: tuple[str, ...] = ()     # what a pattern is matched against (no broker listing yet)
+    mode: str = "browse"
+    subscription: str | None = None
+    selector: str | None = None
+    starting: Any = None                 # "earliest" | "latest" | {dest: seq} | None (the default)
+    starting_timestamp: int | None = None
+    ending: Any = "latest"
+    max_messages_per_trigger: int | None = None
+    max_bytes_per_trigger: int | None = None
+    min_partitions: int = 1
+    max_messages_per_partition: int | None = None
+    fail_on_data_loss: bool = True
+    include_properties: bool = False
+    fetch_size: int = 10_000
+    filter_pushdown: bool = False
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "ReadOptions":
+        """``streaming`` is None when the caller (``schema()``) does not know yet; the rules that depend
+        on it are checked again when the reader is made."""
+        opts = _lower(options)
+        _check_known(opts, _READ_KEYS, "read")
+        connection = ConnectionOptions.parse(opts)
+        given = [k for k in ("queue", "topic", "destinations", "destinationpattern") if opts.get(k, "").strip()]
+        pattern = opts.get("destinationpattern", "").strip() or None
+        named_kind: type | None = None
+        candidates: tuple[str, ...] = ()
+        if pattern is not None:
+            if set(given) - {"destinationpattern", "destinations"}:
+                raise ConfigError("give exactly one of 'queue', 'topic', 'destinations' or 'destinationPattern' "
+                                  f"(got {', '.join(_SPELLING[g] for g in given)})")
+            if "destinations" not in given:
+                raise ConfigError(
+                    "option 'destinationPattern' needs the destinations to match it against: the broker has "
+                    "no destination listing yet, so name the candidates in 'destinations' "
+                    "(e.g. destinations=/topic/a,/topic/b and destinationPattern=/topic/*)")
+            candidates = tuple(_destination(n, None, "destinations") for n in _name_list(opts["destinations"],
+                                                                                         "destinations"))
+            destinations = tuple(d for d in candidates if fnmatch.fnmatchcase(d, pattern))
+            if not destinations:
+                raise ConfigError(f"option 'destinationPattern' {pattern!r} matches none of "
+                                  f"{', '.join(candidates)}")
+        else:
+            if len(given) != 1:
+                raise ConfigError("give exactly one of 'queue', 'topic', 'destinations' or 'destinationPattern'"
+                                  + (f" (got {', '.join(_SPELLING[g] for g in given)})" if given else ""))
+            key = given[0]
+            names = _name_list(opts[key], _SPELLING[key])
+            named_kind = {"queue": Queue, "topic": Topic}.get(key)
+            destinations = tuple(_destination(n, named_kind, _SPELLING[key]) for n in names)
+        if len(set(destinations)) != len(destinations):
+            raise ConfigError(f"a destination is named twice: {', '.join(destinations)}")
+
+        mode = (opts.get("mode") or "browse").strip().lower()
+        if mode not in ("browse", "consume"):
+            raise ConfigError(f"option 'mode' must be 'browse' or 'consume', got {opts.get('mode')!r}")
+        subscription = opts.get("subscription", "").strip() or None
+        selector = opts.get("selector", "").strip() or None
+        if selector is not None:
+            try:
+                compile_selector(selector)
+            except InvalidSelector as exc:
+                raise ConfigError(f"option 'selector' is not a valid JMS selector: {exc}") from None
+        topics = [d for d in destinations if destination_kind(d) == "topic"]
+        if subscription is not None and len(topics) != len(destinations):
+            raise ConfigError("option 'subscription' names a durable subscription of a topic; "
+                              f"{', '.join(d for d in destinations if d not in topics)} is a queue")
+        if mode == "consume":
+            if streaming is False:
+                raise ConfigError("mode 'consume' needs a streaming query (spark.readStream): it acknowledges "
+                                  "messages when Spark commits a micro-batch, and a batch read has no commit. "
+                                  "Use mode 'browse' to read without removing anything")
+            if topics and subscription is None:
+                raise ConfigError("mode 'consume' on a topic needs option 'subscription': the durable "
+                                  "subscription the query owns and acknowledges")
+            if len(topics) > 1:
+                raise ConfigError("mode 'consume' reads one topic per subscription; start one query per topic")
+            if selector is not None:
+                raise ConfigError("option 'selector' cannot be used with mode 'consume': the query acknowledges "
+                                  "everything up to each committed offset, so the messages a selector skips "
+                                  "would be acknowledged unread. Filter in Spark, or use mode 'browse'")
+            for key in ("startingoffsets", "startingtimestamp"):
+                if opts.get(key, "").strip():
+                    raise ConfigError(f"option '{_SPELLING[key]}' cannot be used with mode 'consume': the query "
+                                      f"starts where the subscription was last acknowledged")
+
+        starting: Any = None
+        if opts.get("startingoffsets", "").strip():
+            starting = _offsets(opts["startingoffsets"], "startingOffsets",
+                                None if pattern else list(destinations), named_kind, True)
+        starting_ts = _int(opts, "startingTimestamp", None, minimum=0)
+        if starting is not None and starting_ts is not None:
+            raise ConfigError("give either 'startingOffsets' or 'startingTimestamp', not both")
+        ending: Any = "latest"
+        if opts.get("endingoffsets", "").strip():
+            if streaming:
+                raise ConfigError("option 'endingOffsets' is for batch reads; a streaming query has no end "
+                                  "(use Trigger.AvailableNow to stop at what exists when it starts)")
+            ending = _offsets(opts["endingoffsets"], "endingOffsets", None if pattern else list(destinations),
+                              named_kind, False)
+        max_msgs = _int(opts, "maxMessagesPerTrigger", None)
+        max_bytes = _int(opts, "maxBytesPerTrigger", None)
+        if streaming is False:
+            for key, value in (("maxMessagesPerTrigger", max_msgs), ("maxBytesPerTrigger", max_bytes)):
+                if value is not None:
+                    raise ConfigError(f"option '{key}' is for streaming queries; a batch read takes "
+                                      f"everything between startingOffsets and endingOffsets")
+        return cls(
+            connection=connection, destinations=destinations, pattern=pattern, candidates=candidates, mode=mode,
+            subscription=subscription, selector=selector, starting=starting, starting_timestamp=starting_ts,
+            ending=ending, max_messages_per_trigger=max_msgs, max_bytes_per_trigger=max_bytes,
+            min_partitions=_int(opts, "minPartitions", 1), max_messages_per_partition=_int(
+                opts, "maxMessagesPerPartition", None), fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            include_properties=_bool(opts, "includeProperties", False),
+            fetch_size=_int(opts, "fetchSize", 10_000), filter_pushdown=_bool(opts, "filterPushdown", False))
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    connection: ConnectionOptions
+    destination: str | None = None       # the option; None: every row names its own
+    dedup: bool = False
+    dedup_prefix: str | None = None
+    transaction_size: int = 1000         # rows per broker transaction (one receipt each)
+    delivery_mode: int = 2
+    priority: int = 4
+    time_to_live: int = 0
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
+        opts = _lower(options)
+        _check_known(opts, _WRITE_KEYS, "write")
+        connection = ConnectionOptions.parse(opts)
+        given = [k for k in ("destination", "queue", "topic") if opts.get(k, "").strip()]
+        if len(given) > 1:
+            raise ConfigError("give at most one of 'destination', 'queue' or 'topic' "
+                              f"(got {', '.join(given)})")
+        destination = None
+        if given:
+            key = given[0]
+            destination = _destination(opts[key].strip(), {"queue": Queue, "topic": Topic}.get(key), key)
+        mode_raw = (opts.get("deliverymode") or "persistent").strip().lower()
+        modes = {"persistent": 2, "2": 2, "non_persistent": 1, "non-persistent": 1, "1": 1}
+        if mode_raw not in modes:
+            raise ConfigError(f"option 'deliveryMode' must be 'persistent' or 'non_persistent', "
+                              f"got {opts.get('deliverymode')!r}")
+        priority = _int(opts, "priority", 4, minimum=0)
+        if priority > 9:
+            raise ConfigError(f"option 'priority' must be between 0 and 9, got {priority}")
+        prefix = opts.get("dedupprefix", "").strip() or None
+        dedup = _bool(opts, "dedup", False)
+        if prefix is not None and not dedup:
+            raise ConfigError("option 'dedupPrefix' only has a meaning with dedup=true")
+        size = _int(opts, "transactionSize", 1000)
+        if size > 100_000:
+            raise ConfigError(f"option 'transactionSize' must be at most 100000 (the broker's default "
+                              f"max_transaction_operations), got {size}")
+        return cls(connection=connection, destination=destination, dedup=dedup, dedup_prefix=prefix,
+                   transaction_size=size, delivery_mode=modes[mode_raw], priority=priority,
+                   time_to_live=_int(opts, "timeToLive", 0, minimum=0))

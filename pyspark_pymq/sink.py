@@ -1,0 +1,137 @@
+"""The pymq sink: ``df.write.format("pymq")`` and ``df.writeStream.format("pymq")``.
+
+Each task sends its partition's rows through one transacted session, committing every
+``transactionSize`` rows: one broker receipt per commit (a commit is durable once its receipt is back),
+and the messages of one transaction become visible together.  A task returns only after its last commit,
+so a batch Spark reports done is in the broker.  A task that fails and is retried sends again what its
+earlier attempt had committed: at-least-once, like the Kafka sink.
+
+With ``dedup=true`` every message carries a duplicate-detection id (spec/stomp.md §9) that depends only on
+where the row sits, ``<query id>:<batch id>:<partition>:<row>`` for a stream (the query id survives
+restarts from the checkpoint) and ``<write id>:<partition>:<row>`` for a batch write (``dedupPrefix``, or
+an id drawn once per write on the driver, shared by all retries of its tasks).  A retried task or a
+replayed micro-batch then sends the same ids, and the broker drops the copies it has seen within its
+``dedup_window_ms``: effectively-once delivery, provided each partition's rows come in the same order
+when replayed (true for replayed source offsets and row-wise transformations; otherwise give a
+``dedupId`` column).
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Iterator
+
+import pyarrow as pa
+from pymq.errors import ConfigError
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from pyspark_pymq._arrow import (IGNORED_COLUMNS, PROPERTY_VALUE_TYPES, WRITE_COLUMNS, batch_to_messages)
+from pyspark_pymq._connections import CONNECTIONS
+from pyspark_pymq._options import WriteOptions
+
+
+@dataclass
+class SentMessages(WriterCommitMessage):
+    partition: int
+    count: int
+
+
+def check_schema(schema, opts: WriteOptions) -> None:
+    """Refuse, on the driver, a DataFrame the sink cannot turn into messages."""
+    names = [f.name for f in schema.fields]
+    if "value" not in names:
+        raise ConfigError(f"the DataFrame written to pymq needs a 'value' column (string or binary); "
+                          f"it has {', '.join(names) or 'no columns'}")
+    if opts.destination is None and "destination" not in names:
+        raise ConfigError("say where to send: a 'destination' column (e.g. '/queue/orders') or the "
+                          "'destination', 'queue' or 'topic' option")
+    for f in schema.fields:
+        if f.name in IGNORED_COLUMNS:
+            continue
+        accepted = WRITE_COLUMNS.get(f.name)
+        if accepted is None:
+            raise ConfigError(f"column '{f.name}' has no meaning for the pymq sink; its columns are "
+                              f"{', '.join(WRITE_COLUMNS)} (drop or rename the others)")
+        kind = f.dataType.typeName()
+        if kind not in accepted:
+            raise ConfigError(f"column '{f.name}' must be of type {' or '.join(accepted)}, not {kind}")
+        if f.name == "properties":
+            key, value = f.dataType.keyType.typeName(), f.dataType.valueType.typeName()
+            if key != "string" or value not in PROPERTY_VALUE_TYPES:
+                raise ConfigError(f"column 'properties' must be a map from string to one of "
+                                  f"{', '.join(PROPERTY_VALUE_TYPES)}; got map<{key},{value}>")
+
+
+def _send_all(opts: WriteOptions, batches: Iterator[pa.RecordBatch], dedup_base: str | None,
+              partition: int) -> SentMessages:
+    defaults = {"delivery_mode": opts.delivery_mode, "priority": opts.priority,
+                "time_to_live": opts.time_to_live}
+    sent = 0
+    with CONNECTIONS.session(opts.connection, transacted=True) as session:
+        producer = session.create_producer()
+        pending = 0
+        for batch in batches:
+            for row, dest, message, args in batch_to_messages(batch, opts.destination, defaults, sent):
+                if dedup_base is not None and message.dedup_id is None:
+                    message.dedup_id = f"{dedup_base}:{row}"
+                producer.send(message, dest, **args)
+                pending += 1
+                if pending >= opts.transaction_size:
+                    session.commit()
+                    pending = 0
+            sent += batch.num_rows
+        if pending:
+            session.commit()
+    return SentMessages(partition, sent)
+
+
+def _task():
+    from pyspark import TaskContext
+    context = TaskContext.get()
+    return context, (context.partitionId() if context is not None else 0)
+
+
+class BatchWriter(DataSourceArrowWriter):
+    def __init__(self, opts: WriteOptions, schema) -> None:
+        check_schema(schema, opts)
+        self.opts = opts
+        # drawn here, on the driver, once per write: every attempt of a task sees the same id
+        self.write_id = opts.dedup_prefix or uuid.uuid4().hex
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentMessages:
+        _, partition = _task()
+        base = f"{self.write_id}:{partition}" if self.opts.dedup else None
+        return _send_all(self.opts, iterator, base, partition)
+
+    def commit(self, messages) -> None:
+        """Nothing to do: each task committed its own transactions before reporting success."""
+
+    def abort(self, messages) -> None:
+        """Messages already committed by finished tasks stay (a queue has no undo); with dedup=true a
+        rerun with the same dedupPrefix does not send them twice."""
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    def __init__(self, opts: WriteOptions, schema) -> None:
+        check_schema(schema, opts)
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SentMessages:
+        context, partition = _task()
+        base = None
+        if self.opts.dedup:
+            # Spark's own local properties (not public API, stable since 2.x): the query id is kept in the
+            # checkpoint, so a batch replayed after a restart gets the same ids
+            query = context.getLocalProperty("sql.streaming.queryId") if context else None
+            batch = context.getLocalProperty("streaming.sql.batchId") if context else None
+            if not query or batch is None:
+                raise ConfigError("dedup=true needs the streaming query id and batch id, which this Spark "
+                                  "version does not give to the sink's tasks")
+            base = f"{self.opts.dedup_prefix or query}:{batch}:{partition}"
+        return _send_all(self.opts, iterator, base, partition)
+
+    def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
+        """Nothing to do: the tasks committed their transactions."""
+
+    def abort(self, messages, batchId: int) -> None:  # noqa: N803
+        """Sent messages stay; the replayed batch carries the same dedup ids when dedup=true."""

@@ -1,0 +1,322 @@
+"""The pymq data source: ``spark.read``/``readStream``/``write``/``writeStream`` ``.format("pymq")``.
+
+Where each piece runs (measured, /work/shared/research/spark.md):
+
+* ``schema``, ``reader``, ``partitions`` of a batch read, and ``initialOffset``, ``latestOffset``,
+  ``partitions``, ``commit`` of a stream run on the driver, in a Python planner process that may hold a
+  broker connection.
+* ``read(partition)`` runs on an executor, on a *separately pickled* copy of the reader made at planning
+  time: it sees nothing the driver learnt later.  So every :class:`RangePartition` carries everything a
+  read needs (connection options, destination, sequence range, selector, subscription), and readers
+  drop their connections when pickled.
+* ``commit(end)`` is lazy (Spark calls it while planning the next micro-batch) and ``stop()`` is not
+  reliably called, so the one side effect of reading, the acknowledgement of ``consume`` mode, happens
+  in ``commit`` and nowhere else: never in ``read`` (a retried or speculative task would acknowledge
+  messages no committed batch holds).
+
+Invariants: an offset is ``{destination: {"0": next_seq}}`` and a micro-batch reads exactly
+``start <= seq < end`` of each destination, so replaying a checkpointed batch reads the same messages
+(browse mode, within retention; consume mode, because nothing past the last committed offset is
+acknowledged).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from pymq.errors import ConfigError, DataLoss
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, InputPartition)
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
+                                              SupportsTriggerAvailableNow)
+
+from pyspark_pymq._arrow import messages_to_batch, read_ddl
+from pyspark_pymq._connections import CONNECTIONS
+from pyspark_pymq._options import (EARLIEST, LATEST, ConnectionOptions, ReadOptions, WriteOptions,
+                                   destination_kind)
+from pyspark_pymq._plan import Span, cap_messages, from_offset, split, to_offset
+
+
+@dataclass(frozen=True)
+class RangePartition(InputPartition):
+    """One executor task: ``start <= seq < end`` of one destination, and how to read it."""
+
+    connection: ConnectionOptions
+    destination: str
+    start: int
+    end: int
+    selector: str | None = None
+    subscription: str | None = None
+    fetch_size: int = 10_000
+    include_properties: bool = False
+    check_loss: bool = False          # browse mode with failOnDataLoss
+
+
+def read_partition(p: RangePartition) -> Iterator[Any]:
+    """Arrow record batches of the partition's range, at most ``fetch_size`` rows each, in sequence order.
+    Nothing is removed or acknowledged."""
+    kind = destination_kind(p.destination)
+    with CONNECTIONS.session(p.connection) as session:
+        cursor = p.start
+        first = True
+        while cursor < p.end:
+            # a window no wider than the fetch size: the broker then never walks past what one call returns
+            upto = min(p.end, cursor + p.fetch_size)
+            r = session.read_range(p.destination, from_seq=cursor, to_seq=upto, max_messages=p.fetch_size,
+                                   selector=p.selector, subscription=p.subscription)
+            if first and p.check_loss and r.earliest > cursor:
+                raise DataLoss(
+                    f"{p.destination}: messages {cursor}..{min(r.earliest, p.end) - 1} were planned for this "
+                    f"read but the broker no longer holds them (retention or other consumers removed them; "
+                    f"earliest available is {r.earliest}). Set failOnDataLoss=false to read what is left",
+                    destination=p.destination, requested=cursor, earliest=r.earliest)
+            first = False
+            if r.messages:
+                yield messages_to_batch(r.messages, p.destination, kind, p.include_properties)
+            if r.next_seq <= cursor:
+                break                     # the broker has nothing at or past the cursor in this range
+            cursor = r.next_seq
+
+
+class _DriverSide:
+    """The driver's connection: opened on first use, reopened if it failed, never pickled."""
+
+    _conn: Any = None
+    _session: Any = None
+
+    def _broker(self, connection: ConnectionOptions):
+        conn = self._conn
+        if conn is None or conn.closed or getattr(conn, "_error", None) is not None:
+            self._close()
+            self._conn = connection.connect()
+            self._session = self._conn.create_session()
+        return self._session
+
+    def _close(self) -> None:
+        conn, self._conn, self._session = self._conn, None, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:          # noqa: BLE001 - a failed connection has nothing left to release
+                pass
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_conn", None)
+        state.pop("_session", None)
+        return state
+
+
+def _bounds(session, opts: ReadOptions, dest: str) -> tuple[int, int]:
+    return session.bounds(dest, subscription=opts.subscription if destination_kind(dest) == "topic" else None)
+
+
+def _sub(opts: ReadOptions, dest: str) -> str | None:
+    return opts.subscription if destination_kind(dest) == "topic" else None
+
+
+def _first_at(session, opts: ReadOptions, dest: str, timestamp: int) -> int:
+    """The sequence number of the first message with JMSTimestamp >= ``timestamp`` (or where the next
+    one will be)."""
+    r = session.read_range(dest, from_timestamp=timestamp, max_messages=1, subscription=_sub(opts, dest))
+    return r.messages[0].sequence if r.messages else r.next_seq
+
+
+def _start(session, opts: ReadOptions, dest: str, default: str, bounds: tuple[int, int]) -> int:
+    earliest, latest = bounds
+    if opts.starting_timestamp is not None:
+        return _first_at(session, opts, dest, opts.starting_timestamp)
+    spec = opts.starting if opts.starting is not None else default
+    if isinstance(spec, dict):
+        spec = spec.get(dest, EARLIEST)
+    if spec in ("earliest", EARLIEST):
+        return earliest
+    if spec in ("latest", LATEST):
+        return latest + 1
+    return int(spec)
+
+
+def _partitions(opts: ReadOptions, spans: list[Span], selector: str | None) -> list[RangePartition]:
+    pieces = split(spans, opts.min_partitions, opts.max_messages_per_partition)
+    check = opts.mode == "browse" and opts.fail_on_data_loss
+    return [RangePartition(opts.connection, s.destination, s.start, s.end, selector, _sub(opts, s.destination),
+                           opts.fetch_size, opts.include_properties, check) for s in pieces]
+
+
+class BatchReader(DataSourceReader):
+    """``spark.read.format("pymq")``: everything between startingOffsets and endingOffsets, read once."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.pushdown = None            # set by pushFilters (PushdownBatchReader)
+
+    def partitions(self) -> list[RangePartition]:
+        opts = self.opts
+        push = self.pushdown
+        spans = []
+        with CONNECTIONS.session(opts.connection) as session:
+            for dest in opts.destinations:
+                if push is not None and not push.keeps(dest, destination_kind(dest)):
+                    continue
+                bounds = _bounds(session, opts, dest)
+                start = _start(session, opts, dest, "earliest", bounds)
+                end_spec = opts.ending.get(dest, LATEST) if isinstance(opts.ending, dict) else opts.ending
+                end = bounds[1] + 1 if end_spec in ("latest", LATEST) else int(end_spec)
+                if push is not None:
+                    start, end = push.narrow(start, end)
+                spans.append(Span(dest, start, max(start, end)))
+        selector = push.selector(opts.selector) if push is not None else opts.selector
+        # Spark needs at least one partition; an empty range reads nothing
+        return _partitions(opts, spans, selector) or [RangePartition(
+            opts.connection, opts.destinations[0], 0, 0, fetch_size=opts.fetch_size,
+            include_properties=opts.include_properties)]
+
+    def read(self, partition: RangePartition) -> Iterator[Any]:
+        return read_partition(partition)
+
+
+class PushdownBatchReader(BatchReader):
+    """A batch reader that takes Spark's filters (``filterPushdown=true`` and the Spark setting
+    ``spark.sql.python.filterPushdown.enabled=true``; Spark refuses a reader with ``pushFilters``
+    while that setting is off, so pushing is opt-in)."""
+
+    def pushFilters(self, filters):  # noqa: N802 - Spark's name
+        from pyspark_pymq._filters import translate
+        self.pushdown, remaining = translate(list(filters))
+        return iter(remaining)
+
+
+class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("pymq")``: micro-batches of sequence ranges (see module doc)."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self._target: dict[str, int] | None = None       # Trigger.AvailableNow stops here
+        self._latest: dict[str, int] = {}                 # last seen, for reportLatestOffset
+
+    # -- offsets (driver) -------------------------------------------------------------------------
+    def initialOffset(self) -> dict:  # noqa: N802
+        opts = self.opts
+        session = self._broker(opts.connection)
+        positions = {}
+        for dest in opts.destinations:
+            bounds = _bounds(session, opts, dest)
+            if opts.mode == "consume":
+                # the broker's cursor: the first message not acknowledged, so a query whose checkpoint is
+                # lost starts again after the last committed batch (at-least-once)
+                positions[dest] = bounds[0]
+            else:
+                positions[dest] = _start(session, opts, dest, "latest", bounds)
+        return to_offset(positions)
+
+    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+        if self.opts.max_messages_per_trigger is not None:
+            return ReadMaxRows(self.opts.max_messages_per_trigger)
+        if self.opts.max_bytes_per_trigger is not None:
+            return ReadMaxBytes(self.opts.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        session = self._broker(self.opts.connection)
+        self._target = {d: _bounds(session, self.opts, d)[1] + 1 for d in self.opts.destinations}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+        opts = self.opts
+        session = self._broker(opts.connection)
+        pos = from_offset(start)
+        end: dict[str, int] = {}
+        for dest in opts.destinations:
+            earliest, latest = _bounds(session, opts, dest)
+            self._latest[dest] = latest + 1
+            if dest not in pos:
+                pos[dest] = earliest          # a destination new to this query: from its start
+            if opts.mode == "browse" and opts.fail_on_data_loss and earliest > pos[dest]:
+                raise DataLoss(
+                    f"{dest}: the query is at offset {pos[dest]} but the broker's earliest available message "
+                    f"is {earliest}: messages {pos[dest]}..{earliest - 1} were removed (retention, or other "
+                    f"consumers of a queue) before the query read them. Set failOnDataLoss=false to go on",
+                    destination=dest, requested=pos[dest], earliest=earliest)
+            stop = latest + 1
+            if self._target is not None:
+                stop = min(stop, self._target.get(dest, stop))
+            end[dest] = max(pos[dest], stop)
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
+        if isinstance(limit, ReadMaxRows) and opts.max_bytes_per_trigger is not None:
+            max_bytes = opts.max_bytes_per_trigger            # both options: both caps
+        if max_rows is not None:
+            end = cap_messages(pos, end, max_rows)
+        if max_bytes is not None:
+            end = self._cap_bytes(session, pos, end, max_bytes)
+        return to_offset(end)
+
+    def _cap_bytes(self, session, pos: dict[str, int], end: dict[str, int], budget: int) -> dict[str, int]:
+        # The broker has no size-only query, so this reads the candidate messages (up to the budget) on
+        # the driver to learn where the budget runs out.  Costs one extra transfer of each batch.
+        widths = {d: end[d] - pos[d] for d in end if end[d] > pos[d]}
+        total = sum(widths.values())
+        out = dict(end)
+        for dest, width in widths.items():
+            share = max(1, budget * width // total)
+            r = session.read_range(dest, from_seq=pos[dest], to_seq=end[dest], max_bytes=share,
+                                   selector=self.opts.selector, subscription=_sub(self.opts, dest))
+            out[dest] = min(end[dest], max(pos[dest], r.next_seq))
+        return out
+
+    def reportLatestOffset(self) -> dict | None:  # noqa: N802
+        return to_offset(self._latest) if self._latest else None
+
+    def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        pos, stop = from_offset(start), from_offset(end)
+        spans = [Span(d, pos.get(d, stop[d]), stop[d]) for d in stop]
+        return _partitions(self.opts, spans, self.opts.selector)
+
+    def read(self, partition: RangePartition) -> Iterator[Any]:
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Spark has committed every batch up to ``end``: in consume mode, acknowledge below it."""
+        if self.opts.mode != "consume":
+            return
+        session = self._broker(self.opts.connection)
+        for dest, seq in from_offset(end).items():
+            session.ack_upto(dest, seq, subscription=_sub(self.opts, dest))
+
+    def stop(self) -> None:
+        self._close()
+
+
+class PymqDataSource(DataSource):
+    """The ``pymq`` format.  Options: pyspark_pymq/README.md."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pymq"
+
+    def schema(self) -> str:
+        # called by load() for reads only (writes take the DataFrame's schema): the earliest place to
+        # refuse bad read options, before any job or stream starts
+        return read_ddl(ReadOptions.parse(self.options, streaming=None).include_properties)
+
+    def reader(self, schema) -> BatchReader:
+        opts = ReadOptions.parse(self.options, streaming=False)
+        return PushdownBatchReader(opts) if opts.filter_pushdown else BatchReader(opts)
+
+    def streamReader(self, schema) -> StreamReader:  # noqa: N802
+        opts = ReadOptions.parse(self.options, streaming=True)
+        if opts.filter_pushdown:
+            raise ConfigError("option 'filterPushdown' applies to batch reads (Spark pushes no filters into "
+                              "streaming sources); use 'selector' to filter a stream on the broker")
+        return StreamReader(opts)
+
+    def writer(self, schema, overwrite: bool):
+        from pyspark_pymq.sink import BatchWriter
+        if overwrite:
+            raise ConfigError("pymq destinations are append-only: a batch write cannot replace what a "
+                              "destination holds; use mode('append')")
+        return BatchWriter(WriteOptions.parse(self.options), schema)
+
+    def streamWriter(self, schema, overwrite: bool):  # noqa: N802
+        # ``overwrite`` is outputMode("complete"): every trigger sends the whole result table again, as
+        # the Kafka sink does; nothing already sent is taken back
+        from pyspark_pymq.sink import StreamWriter
+        return StreamWriter(WriteOptions.parse(self.options), schema)

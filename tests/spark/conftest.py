@@ -1,0 +1,62 @@
+"""Fixtures of the Spark connector suite: one local SparkSession for the whole run, one broker.
+
+Starting a JVM costs seconds and the first Python data source query a few more, so the session is
+shared by every test (``local[2]``, UI off, two shuffle partitions) and so is the broker (its
+destinations are named per test).  Spark's Python workers run this interpreter (``PYSPARK_PYTHON``), and
+the repository root is on their ``PYTHONPATH``: that is where an installed pymq puts ``pyspark_pymq``,
+and what lets Spark find the ``pymq`` format without a ``register()`` call (an editable install hides
+top-level modules from ``pkgutil.iter_modules``, which Spark's lookup uses).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RunningBroker
+
+ROOT = str(Path(__file__).resolve().parents[2])
+
+RETENTION = {"/topic/*": {"ms": 3_600_000}, "/queue/log.*": {"ms": 3_600_000}}
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from tests.spark._spark import need_spark
+    need_spark()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *paths])
+    from pyspark.sql import SparkSession
+    session = (SparkSession.builder.master("local[2]").appName("pymq-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "2")
+               .config("spark.sql.session.timeZone", "UTC")
+               .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_broker(tmp_path_factory):
+    """A broker shared by the Spark tests: topics and ``/queue/log.*`` keep a retained log."""
+    from pymq_server.config import BrokerConfig
+    data = tmp_path_factory.mktemp("spark-broker")
+    rb = RunningBroker(BrokerConfig.from_dict(dict(host="127.0.0.1", port=0, data_dir=str(data),
+                                                   retention=RETENTION, sync_policy="never")))
+    yield rb
+    rb.stop()
+
+
+@pytest.fixture
+def name():
+    """A destination name no other test uses."""
+    return "t" + uuid.uuid4().hex[:10]

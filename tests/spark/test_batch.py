@@ -1,0 +1,147 @@
+"""Batch reads and writes through a real SparkSession against a real broker."""
+from __future__ import annotations
+
+from tests.spark._spark import need_spark
+
+need_spark()
+
+import json  # noqa: E402
+
+import pytest  # noqa: E402
+
+import pymq  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+def send(url, dest, bodies, **kw):
+    with pymq.connect(url) as conn:
+        s = conn.create_session(transacted=True)
+        p = s.create_producer(dest)
+        sent = [p.send(b, **kw) for b in bodies]
+        s.commit()
+        return sent
+
+
+def seqs(url, dest, **kw):
+    with pymq.connect(url) as conn:
+        return [m.sequence for m in conn.create_session().read_range(dest, **kw).messages]
+
+
+def test_write_then_read_round_trip(spark, spark_broker, name):
+    url = spark_broker.url
+    rows = [(f"order-{i}", f"c{i % 3}", i % 10, {"n": str(i), "region": "eu" if i % 2 else "us"}, f"corr-{i}")
+            for i in range(40)]
+    df = spark.createDataFrame(rows, "value string, key string, priority int, properties map<string,string>, "
+                                     "correlationId string").repartition(3)
+    # found by name, without spark.dataSource.register(): pyspark_pymq exposes DefaultSource
+    df.write.format("pymq").option("url", url).option("topic", name).mode("append").save()
+
+    read = (spark.read.format("pymq").option("url", url).option("topic", name)
+            .option("includeProperties", "true").option("minPartitions", "4").load())
+    assert read.rdd.getNumPartitions() == 4
+    got = read.collect()
+    assert sorted(r.value.decode() for r in got) == sorted(r[0] for r in rows)
+    assert len({r.offset for r in got}) == 40                       # each message once over 4 partitions
+    by_value = {r.value.decode(): r for r in got}
+    for value, key, prio, props, corr in rows:
+        r = by_value[value]
+        assert (r.key, r.priority, r.correlationId, r.bodyType) == (key.encode(), prio, corr, "text")
+        assert r.properties["n"] == props["n"] and r.properties["JMSXGroupID"] == key
+        assert (r.destination, r.destinationType, r.partition, r.deliveryMode) == (f"/topic/{name}", "topic", 0, 2)
+
+    # reading never removes: a second read, now with a selector pushed to the broker
+    eu = (spark.read.format("pymq").option("url", url).option("topic", name).option("selector", "region = 'eu'")
+          .load().selectExpr("cast(value as string) v").collect())
+    assert sorted(r.v for r in eu) == sorted(v for v, *_, p, _ in rows if p["region"] == "eu")
+
+
+def test_offsets_bound_a_batch_read_and_reads_span_destinations(spark, spark_broker, name):
+    url = spark_broker.url
+    send(url, pymq.Queue(f"log.{name}"), [f"q{i}" for i in range(10)])
+    send(url, pymq.Topic(name), [f"t{i}" for i in range(5)])
+    q, t = seqs(url, pymq.Queue(f"log.{name}")), seqs(url, pymq.Topic(name))
+    starting = json.dumps({f"/queue/log.{name}": {"0": q[3]}, f"/topic/{name}": {"0": -2}})
+    ending = json.dumps({f"/queue/log.{name}": {"0": q[7]}})
+    df = (spark.read.format("pymq").option("url", url).option("destinations", f"/queue/log.{name},/topic/{name}")
+          .option("startingOffsets", starting).option("endingOffsets", ending).load())
+    got = sorted((r.destination, r.value.decode()) for r in df.collect())
+    assert got == sorted([(f"/queue/log.{name}", f"q{i}") for i in range(3, 7)] +
+                         [(f"/topic/{name}", f"t{i}") for i in range(5)])
+    # latest as a start reads nothing; a glob over named candidates picks the topic only
+    assert spark.read.format("pymq").option("url", url).option("topic", name) \
+        .option("startingOffsets", "latest").load().count() == 0
+    only_topics = (spark.read.format("pymq").option("url", url)
+                   .option("destinations", f"/queue/log.{name},/topic/{name}")
+                   .option("destinationPattern", "/topic/*").load())
+    assert only_topics.count() == 5
+
+
+def test_filters_pushed_down_give_the_same_rows(spark, spark_broker, name):
+    url = spark_broker.url
+    send(url, pymq.Topic(name), [pymq.TextMessage(f"m{i}", correlation_id=f"c{i % 4}") for i in range(30)])
+    first = seqs(url, pymq.Topic(name))[0]
+    where = f"offset >= {first + 5} AND correlationId IN ('c1', 'c2') AND priority = 4"
+
+    def rows(pushdown):
+        df = (spark.read.format("pymq").option("url", url).option("topic", name)
+              .option("filterPushdown", str(pushdown).lower()).load().where(where))
+        plan = df._jdf.queryExecution().optimizedPlan().toString()
+        return plan, sorted(r.value.decode() for r in df.collect())
+
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    try:
+        pushed_plan, pushed = rows(True)
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    plain_plan, plain = rows(False)
+    expected = sorted(f"m{i}" for i in range(5, 30) if i % 4 in (1, 2))
+    assert pushed == plain == expected
+    # Spark keeps no Filter for what the source took over (the broker's selector and the offset window)
+    assert "IN (c1,c2)" in plain_plan and "priority" in plain_plan
+    assert "Filter" not in pushed_plan, pushed_plan
+
+
+def _no_job_started(spark, action):
+    sc = spark.sparkContext
+    group = "bad-options"
+    sc.setJobGroup(group, "options that must be refused before any job")
+    try:
+        with pytest.raises(Exception) as info:
+            action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    assert list(sc.statusTracker().getJobIdsForGroup(group)) == []
+    return str(info.value)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"queue": "a", "topic": "b"}, "exactly one of 'queue', 'topic', 'destinations' or 'destinationPattern'"),
+    ({"queue": "a", "startingOffset": "earliest"}, "did you mean 'startingOffsets'"),
+    ({"queue": "a", "selector": "price >"}, "not a valid JMS selector"),
+    ({"queue": "a", "mode": "consume"}, "needs a streaming query"),
+    ({"topic": "a"}, "'url' is required"),
+])
+def test_bad_read_options_are_refused_before_any_job(spark, spark_broker, options, message):
+    def load():
+        reader = spark.read.format("pymq")
+        if "url" not in options and options != {"topic": "a"}:
+            reader = reader.option("url", spark_broker.url)
+        for k, v in options.items():
+            reader = reader.option(k, v)
+        reader.load().collect()
+    assert message in _no_job_started(spark, load)
+
+
+def test_bad_writes_are_refused_before_any_job(spark, spark_broker):
+    url = spark_broker.url
+    df = spark.createDataFrame([("x", 1)], "value string, colour int")
+    msg = _no_job_started(spark, lambda: df.write.format("pymq").option("url", url).option("queue", "q")
+                          .mode("append").save())
+    assert "column 'colour' has no meaning for the pymq sink" in msg
+    msg = _no_job_started(spark, lambda: df.select("value").write.format("pymq").option("url", url)
+                          .option("queue", "q").mode("overwrite").save())
+    assert "append-only" in msg
+    msg = _no_job_started(spark, lambda: df.select("value").write.format("pymq").option("url", url)
+                          .mode("append").save())
+    assert "say where to send" in msg

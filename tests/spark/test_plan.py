@@ -1,0 +1,54 @@
+"""Read plans: partition splits cover each range exactly once; read limits cap and still progress."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, strategies as st
+
+from pymq.errors import ConfigError
+from pyspark_pymq._plan import Span, cap_messages, from_offset, split, to_offset
+
+spans_st = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 5_000)), min_size=1, max_size=5).map(
+    lambda items: [Span(f"/topic/d{i}", start, start + width) for i, (start, width) in enumerate(items)])
+
+
+@given(spans_st, st.integers(1, 64), st.one_of(st.none(), st.integers(1, 3_000)))
+def test_split_reads_every_sequence_number_once(spans, min_partitions, max_per_partition):
+    pieces = split(spans, min_partitions, max_per_partition)
+    for span in spans:
+        mine = [p for p in pieces if p.destination == span.destination]
+        covered = [seq for p in mine for seq in range(p.start, p.end)]
+        assert covered == list(range(span.start, span.end))            # contiguous, in order, once
+        if max_per_partition:
+            assert all(p.width <= max_per_partition for p in mine)
+    total = sum(s.width for s in spans)
+    assert all(p.width > 0 for p in pieces)
+    assert len(pieces) >= min(min_partitions, total)
+
+
+def test_split_shares_partitions_by_width():
+    pieces = split([Span("/topic/big", 0, 900), Span("/topic/small", 0, 100), Span("/topic/empty", 5, 5)], 10,
+                   None)
+    assert [p.destination for p in pieces].count("/topic/big") == 9
+    assert [p.destination for p in pieces].count("/topic/small") == 1
+    assert split([Span("/queue/x", 3, 3)], 4, None) == []
+
+
+@given(st.dictionaries(st.sampled_from(["/queue/a", "/queue/b", "/topic/c"]),
+                       st.tuples(st.integers(0, 1000), st.integers(0, 1000)), min_size=1),
+       st.integers(1, 2000))
+def test_cap_messages(ranges, limit):
+    start = {d: s for d, (s, _) in ranges.items()}
+    end = {d: s + w for d, (s, w) in ranges.items()}
+    capped = cap_messages(start, end, limit)
+    assert all(start[d] <= capped[d] <= end[d] for d in end)
+    taken = sum(capped[d] - start[d] for d in end)
+    available = sum(end[d] - start[d] for d in end)
+    assert taken == min(limit, available)          # never more than the limit, never stalls
+
+
+def test_offsets_round_trip_and_refuse_foreign_shapes():
+    assert from_offset(to_offset({"/queue/b": 7, "/topic/a": 3})) == {"/queue/b": 7, "/topic/a": 3}
+    assert to_offset({"/queue/b": 7}) == {"/queue/b": {"0": 7}}
+    for bad in ({"/queue/a": 3}, {"/queue/a": {"0": "3"}}, [1]):
+        with pytest.raises(ConfigError, match="not a pymq offset"):
+            from_offset(bad)
