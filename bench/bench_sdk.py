@@ -168,6 +168,7 @@ def compare(quick: bool, count: int, size: int, seconds: float, rounds: int = 1)
     """Blocking vs asyncio SDK over stomp:// and vm://, each run in a fresh process.  With ``rounds``
     the pair runs that many times, alternating which goes first, and the median row is shown (this
     machine is shared: back-to-back pairs and medians keep others' load off the ratio)."""
+    import shutil
     import subprocess
     import tempfile
 
@@ -195,7 +196,8 @@ def compare(quick: bool, count: int, size: int, seconds: float, rounds: int = 1)
                                 "--count", str(count), "--size", str(size), "--seconds", str(seconds),
                                 "--queue", f"bench.sdk.{api}.{os.getpid()}.{len(rows)}", "--json", "-"]
                         argv += ["--persistent"] if persistent else []
-                        p = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+                        # cwd: the embedded broker makes a directory named after it there
+                        p = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=work)
                         lines = p.stdout.strip().splitlines()
                         try:
                             r = json.loads(lines[-1])
@@ -210,6 +212,7 @@ def compare(quick: bool, count: int, size: int, seconds: float, rounds: int = 1)
     finally:
         if broker is not None:
             broker.stop()
+        shutil.rmtree(work, ignore_errors=True)
     return 1 if failed else 0
 
 

@@ -34,6 +34,12 @@ def aio(fn):
     return wrapper
 
 
+@pytest.fixture(autouse=True)
+def _private_cwd(tmp_path, monkeypatch):
+    # an embedded broker makes a directory named after it in the working directory
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(params=["stomp", "vm"])
 def url(request, broker):
     if request.param == "stomp":
