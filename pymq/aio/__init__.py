@@ -13,8 +13,11 @@ the blocking SDK, over the same sans-IO STOMP core; ``stomp://`` runs on an ``as
 ``vm://name`` reaches the same in-process broker the blocking SDK uses.  Coroutines: connecting,
 ``start``/``stop``/``close`` of everything, creating consumers (they wait for the broker's receipt),
 ``send``, ``receive``, ``commit``/``rollback``/``recover``/``acknowledge``, ``unsubscribe``, browsing,
-``request`` and ``reply``.  Plain calls: ``create_session``, ``create_producer``, ``create_browser``,
-``create_temporary_queue``, ``set_message_listener`` and ``Message.acknowledge()`` (an ACK needs no answer).
+range reads (``read_range``/``bounds``/``ack_upto``), ``request`` and ``reply``.  Plain calls:
+``create_session``, ``create_producer``, ``create_browser``, ``create_temporary_queue``,
+``set_message_listener`` and ``Message.acknowledge()`` (an ACK needs no answer).  Not here yet: the
+queue administration of ``Connection.queue_manager()`` and application (database) transactions
+(``send(..., transaction=...)`` raises IllegalStateError).
 
 Thread and task safety:
 * Everything here belongs to the event loop that opened the connection and is not thread-safe; from
