@@ -50,42 +50,45 @@ cpdef str unescape(str text):
     return "".join(out)
 
 
-cpdef str escape(str text):
+cpdef str escape(str text, bint cr=True):
     if "\\" in text:
         text = text.replace("\\", "\\\\")
     if "\n" in text:
         text = text.replace("\n", "\\n")
     if ":" in text:
         text = text.replace(":", "\\c")
-    if "\r" in text:
+    if cr and "\r" in text:
         text = text.replace("\r", "\\r")
     return text
 
 
 cdef dict _ESCAPES = {ord("\\"): "\\\\", ord("\n"): "\\n", ord(":"): "\\c", ord("\r"): "\\r"}
+cdef dict _ESCAPES_11 = {ord("\\"): "\\\\", ord("\n"): "\\n", ord(":"): "\\c"}
 
 
-cdef inline bint _needs_escape(str text):
+cdef inline bint _needs_escape(str text, bint cr):
     cdef Py_UCS4 ch
     for ch in text:
-        if ch == u"\\" or ch == u"\n" or ch == u":" or ch == u"\r":
+        if ch == u"\\" or ch == u"\n" or ch == u":" or (cr and ch == u"\r"):
             return True
     return False
 
 
-def encode_headers(headers, bint escaped=True):
-    """``name:value\\n`` lines, escaped (1.1/1.2) or raw (1.0, LF replaced by a space)."""
+def encode_headers(headers, bint escaped=True, bint cr=True):
+    """``name:value\\n`` lines: escaped for 1.2, escaped without the CR escape for 1.1 (``cr=False``),
+    or raw for 1.0 (``escaped=False``, LF replaced by a space)."""
     items = headers.items() if hasattr(headers, "items") else headers
     cdef list parts = []
     cdef str k, v
+    cdef dict table = _ESCAPES if cr else _ESCAPES_11
     for key, value in items:
         k = key
         v = value if type(value) is str else str(value)
         if escaped:
-            if _needs_escape(k):
-                k = k.translate(_ESCAPES)
-            if _needs_escape(v):
-                v = v.translate(_ESCAPES)
+            if _needs_escape(k, cr):
+                k = k.translate(table)
+            if _needs_escape(v, cr):
+                v = v.translate(table)
         elif "\n" in v:
             v = v.replace("\n", " ")
         parts.append(k)
@@ -99,6 +102,7 @@ def encode_frame(str command, headers, bytes body=b"", str version="1.2"):
     items = headers.items() if hasattr(headers, "items") else headers
     cdef list parts = [command, "\n"]
     cdef bint raw = version == "1.0" or command in UNESCAPED_COMMANDS
+    cdef bint cr = version != "1.1"
     for name, value in items:
         if name == "content-length":
             continue
@@ -110,8 +114,8 @@ def encode_frame(str command, headers, bytes body=b"", str version="1.2"):
                                     f"(STOMP {version})")
             parts.append(name)
         else:
-            parts.append(escape(name))
-            value = escape(value)
+            parts.append(escape(name, cr))
+            value = escape(value, cr)
         parts.append(":")
         parts.append(value)
         parts.append("\n")

@@ -49,25 +49,26 @@ def unescape(text: str) -> str:
     return "".join(out)
 
 
-def escape(text: str) -> str:
+def escape(text: str, cr: bool = True) -> str:
+    """STOMP header escaping; ``cr=False`` for 1.1, which has no ``\\r`` escape (a CR travels raw)."""
     if "\\" in text:
         text = text.replace("\\", "\\\\")
     if "\n" in text:
         text = text.replace("\n", "\\n")
     if ":" in text:
         text = text.replace(":", "\\c")
-    if "\r" in text:
+    if cr and "\r" in text:
         text = text.replace("\r", "\\r")
     return text
 
 
-def encode_headers(headers, escaped: bool = True) -> bytes:
-    """``name:value\n`` lines for ``headers`` (dict or pairs), escaped for STOMP 1.1/1.2 or raw (1.0).
-
-    Raw lines cannot carry a LF; it is replaced by a space (1.0 has no way to send it)."""
+def encode_headers(headers, escaped: bool = True, cr: bool = True) -> bytes:
+    """``name:value\n`` lines for ``headers`` (dict or pairs): escaped for STOMP 1.2, escaped without
+    the ``\\r`` escape for 1.1 (``cr=False``), or raw for 1.0 (``escaped=False``; a LF, which 1.0 cannot
+    carry, becomes a space)."""
     items = headers.items() if hasattr(headers, "items") else headers
     if escaped:
-        return "".join([f"{escape(k)}:{escape(str(v))}\n" for k, v in items]).encode("utf-8")
+        return "".join([f"{escape(k, cr)}:{escape(str(v), cr)}\n" for k, v in items]).encode("utf-8")
     return "".join([f"{k}:{str(v).replace(chr(10), ' ')}\n" for k, v in items]).encode("utf-8")
 
 
@@ -81,6 +82,7 @@ def encode_frame(command: str, headers, body: bytes = b"", version: str = "1.2")
     items = headers.items() if hasattr(headers, "items") else headers
     parts = [command, "\n"]
     raw = version == "1.0" or command in UNESCAPED_COMMANDS
+    cr = version != "1.1"
     for name, value in items:
         if name == "content-length":
             continue
@@ -91,7 +93,7 @@ def encode_frame(command: str, headers, body: bytes = b"", version: str = "1.2")
                                     f"(STOMP {version})")
             parts.append(f"{name}:{value}\n")
         else:
-            parts.append(f"{escape(name)}:{escape(value)}\n")
+            parts.append(f"{escape(name, cr)}:{escape(value, cr)}\n")
     if body:
         parts.append(f"content-length:{len(body)}\n")
     parts.append("\n")

@@ -86,18 +86,23 @@ class BrokerMessage:
     def expired(self, now: int) -> bool:
         return 0 < self.expires <= now
 
-    def header_block(self, escaped: bool) -> bytes:
-        """The encoded header lines every MESSAGE frame of this message repeats (cached)."""
-        if escaped:
+    def header_block(self, version: str) -> bytes:
+        """The encoded header lines every MESSAGE frame of this message repeats, for a connection of
+        ``version`` (cached: 1.2 escapes CR, 1.1 has no CR escape, 1.0 escapes nothing)."""
+        if version == "1.2":
             if self._block is None:
-                self._block = self._encode_block(True)
+                self._block = self._encode_block(True, True)
             return self._block
-        if self._block_raw is None:
-            self._block_raw = self._encode_block(False)
-        return self._block_raw
+        cache = self._block_raw
+        if cache is None:
+            cache = self._block_raw = {}
+        block = cache.get(version)
+        if block is None:
+            block = cache[version] = self._encode_block(version != "1.0", False)
+        return block
 
-    def _encode_block(self, escaped: bool) -> bytes:
-        block = encode_headers(self.frame_headers(), escaped)
+    def _encode_block(self, escaped: bool, cr: bool) -> bytes:
+        block = encode_headers(self.frame_headers(), escaped, cr)
         if self.body:
             block += b"content-length:%d\n" % len(self.body)
         return block

@@ -99,7 +99,7 @@ class StompServerProtocol(asyncio.Protocol):
         message = entry.message
         head = consumer.head
         if head is None:
-            sub = consumer.id if conn.version == "1.0" else escape(consumer.id)
+            sub = consumer.id if conn.version == "1.0" else escape(consumer.id, conn.version != "1.1")
             head = consumer.head = f"MESSAGE\nsubscription:{sub}\n".encode("utf-8")
         if ack is not None or entry.deliveries > 1 or entry.first_in_group:
             extra = f"ack:{ack}\n" if ack is not None else ""
@@ -109,13 +109,14 @@ class StompServerProtocol(asyncio.Protocol):
                 extra += "JMSXGroupFirstForConsumer:true\n"
             head = head + extra.encode()
         body = message.body
-        self._write(b"".join((head, message.header_block(conn.version != "1.0"), b"\n", body, b"\x00")))
+        self._write(b"".join((head, message.header_block(conn.version), b"\n", body, b"\x00")))
 
     def send_browse(self, conn, sub_id: str, entry) -> None:
         conn._on_send(_MESSAGE)
         message = entry.message
-        head = f"MESSAGE\nsubscription:{sub_id}\nbrowser:true\n".encode()
-        self._write(b"".join((head, message.header_block(conn.version != "1.0"), b"\n", message.body,
+        sub = sub_id if conn.version == "1.0" else escape(sub_id, conn.version != "1.1")
+        head = f"MESSAGE\nsubscription:{sub}\nbrowser:true\n".encode("utf-8")
+        self._write(b"".join((head, message.header_block(conn.version), b"\n", message.body,
                               b"\x00")))
 
     def _write(self, data: bytes) -> None:
