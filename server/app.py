@@ -76,6 +76,7 @@ class BrokerServer:
         self.claimers: list = []
         self.admin = None
         self.http = None
+        self.cluster = None
         self.admin_port: int | None = None
         self.port: int | None = None
         self.recovered = 0
@@ -89,6 +90,13 @@ class BrokerServer:
                                                 cfg.host, cfg.port, reuse_address=True, backlog=1024)
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("pymq-server listening on %s:%d (data in %s)", cfg.host, self.port, cfg.data_dir)
+        if cfg.cluster:
+            from pymq_server.cluster.node import ClusterConfig, ClusterNode
+            ccfg = ClusterConfig.from_dict(cfg.cluster)
+            self.broker.authenticator.cluster_secret = ccfg.secret
+            self.cluster = ClusterNode(self.broker, ccfg, loop, cfg.node_id, f"{cfg.host}:{self.port}")
+            self.broker.cluster = self.cluster
+            await self.cluster.start()
         if cfg.admin_port is not None:
             from pymq_server.admin.http import AdminHttp
             self.http = AdminHttp(self, cfg.host, cfg.admin_port)
@@ -174,6 +182,8 @@ class BrokerServer:
             self._schedule_housekeeping()
 
     async def stop(self) -> None:
+        if self.cluster is not None:
+            await self.cluster.stop()          # hand-over needs the links and the loop still running
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         if self._selection_timer is not None:

@@ -97,6 +97,7 @@ class BrokerConfig:
     heartbeat_send_ms: int = 10_000      # what the broker offers to send (CONNECTED sx)
     heartbeat_recv_ms: int = 10_000      # what the broker wants to receive (CONNECTED sy)
     heartbeat_grace: float = 2.0         # a peer is dead after grace × its interval without traffic
+    connect_timeout_ms: int = 10_000     # a connection that has not sent CONNECT by then is closed
     write_buffer_high: int = 1024 * 1024 # per-connection: pause deliveries above this many bytes
     write_buffer_low: int = 256 * 1024
     max_memory: int = 1024 * 1024 * 1024 # message bytes held before producers are paused
@@ -115,6 +116,7 @@ class BrokerConfig:
     dedup_window_ms: int = 600_000       # duplicate detection window (pymq-dedup-id, _AMQ_DUPL_ID)
     dedup_max_ids: int = 1_000_000       # ids remembered per destination
     admin_port: int | None = None        # HTTP admin/metrics endpoint; None = off
+    cluster: dict | None = None          # spec/cluster.md: store, secret, name, advertise, ...
     log_level: str = "INFO"
 
     @classmethod

@@ -292,6 +292,23 @@ class _Guard:
         self._owner = None
         self._lock.release()
 
+    def waiting(self):
+        """Enter the session, waiting for another thread to leave it (the listener dispatcher)."""
+        guard = self
+
+        class _Waiting:
+            def __enter__(self_inner):
+                if guard.session._closed:
+                    raise IllegalStateError("the session is closed")
+                guard._lock.acquire()
+                guard._owner = threading.get_ident()
+
+            def __exit__(self_inner, *exc):
+                guard._owner = None
+                guard._lock.release()
+
+        return _Waiting()
+
 
 class _Reentrant(Exception):
     pass
@@ -593,7 +610,14 @@ class Session:
                 continue
             listener = consumer._listener
             message, ack = consumer._to_message(frame)
-            with self._guard:
+            # a listener runs when the session is free: wait for a thread inside it to finish
+            # (JMS: the session serialises its listeners with the application's own use of it)
+            try:
+                entered = self._guard.waiting()
+                entered.__enter__()
+            except IllegalStateError:
+                return                      # the session closed while the message waited
+            try:
                 try:
                     listener(message)
                 except Exception:
@@ -606,6 +630,8 @@ class Session:
                     self._consumed_one(consumer, ack)
                 except PymqError as exc:
                     log.warning("acknowledging after the listener failed: %s", exc)
+            finally:
+                entered.__exit__(None, None, None)
 
 
 class MessageProducer:

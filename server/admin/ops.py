@@ -180,6 +180,12 @@ class Admin:
     def list_rules(self, user, args: dict) -> Any:
         return self._selection(user).describe()
 
+    def cluster(self, user, args: dict) -> dict:
+        node = self.broker.cluster
+        if node is None:
+            raise ConfigError("this broker is not part of a cluster")
+        return node.status()
+
     def connections(self, user, args: dict) -> list:
         _require_admin(user, "list connections")
         return [{"id": s.id, "user": getattr(s.user, "name", None), "peer": s.peer_host,
@@ -211,6 +217,7 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
     "remove-rule": Admin.remove_rule,
     "list-rules": Admin.list_rules,
     "connections": Admin.connections,
+    "cluster": Admin.cluster,
 }
 
 

@@ -71,6 +71,7 @@ class Authenticator:
         self.users_file = users_file
         self.allow_anonymous = allow_anonymous
         self.users: dict[str, User] = {}
+        self.cluster_secret: str | None = None
         self._verified: dict[tuple[str, bytes], bool] = {}
         if users_file:
             self.users = load_users(users_file)
@@ -83,7 +84,7 @@ class Authenticator:
             self._verified.clear()
 
     def needs_slow_check(self, login: str | None, passcode: str | None) -> bool:
-        if login is None:
+        if login is None or login.startswith("cluster:"):
             return False
         key = (login, hashlib.sha256((passcode or "").encode()).digest())
         return key not in self._verified
@@ -91,6 +92,12 @@ class Authenticator:
     def authenticate(self, login: str | None, passcode: str | None, peer_host: str | None) -> User:
         """The user, or AuthenticationFailed with a message that does not reveal which part was wrong
         (except the loopback rule, which is a configuration matter worth spelling out)."""
+        if login is not None and login.startswith("cluster:"):
+            # another node of the cluster (spec/cluster.md §2): the shared secret, compared in constant time
+            secret = self.cluster_secret
+            if not secret or not hmac.compare_digest((passcode or "").encode(), secret.encode()):
+                raise AuthenticationFailed(f"access refused for cluster node '{login[8:]}'", user=login)
+            return User(login, "", frozenset({"admin", "cluster"}))
         if login is None or login == "":
             if not self.users_file:
                 login, passcode = "guest", passcode if passcode is not None else "guest"

@@ -19,8 +19,8 @@ import time
 from typing import Callable
 
 from pymq.errors import (AccessDenied, DestinationError, DestinationExists, IllegalStateError, InvalidHeader,
-                         InvalidSelector, MissingHeader, PymqError, QueueFull, StorageError,
-                         UnknownDestination)
+                         InvalidSelector, MissingHeader, PymqError, QueueFull, ResourceLimit,
+                         StorageError, UnknownDestination)
 from pymq.protocol.scanner import FrameScanner, encode_frame
 from pymq_server.broker import destination as dest
 from pymq_server.broker.acl import AccessControl, DestinationAcl, is_admin
@@ -114,6 +114,8 @@ class Broker:
         self.dedup: dict[str, OrderedDict] = {}
         self.duplicates = 0
         self.acl = AccessControl(config.default_permissions)
+        self.cluster = None                      # a ClusterNode when this broker is part of a cluster
+        self.internal: dict[str, MessageQueue] = {}   # queues clients cannot address ($cluster.out.*)
         self.declared: dict[str, dict] = {}     # explicitly created queues: name -> catalog record
         store.encode = encode_stored
 
@@ -130,8 +132,9 @@ class Broker:
 
     # -- sessions ------------------------------------------------------------------------------
     def session_opened(self, session) -> None:
-        if len(self.sessions) >= self.config.max_connections:
-            raise PymqError(f"the broker already has {self.config.max_connections} connections")
+        if session.id not in self.sessions and len(self.sessions) >= self.config.max_connections:
+            raise ResourceLimit(f"the broker already has {self.config.max_connections} connections; "
+                                f"try again later")
         self.sessions[session.id] = session
 
     def session_closed(self, session) -> None:
@@ -152,6 +155,9 @@ class Broker:
         cached = self._dest_cache.get(destination)
         if cached is None:
             cached = dest.parse(destination)
+            if cached[1].startswith("$"):
+                raise DestinationError(f"destination {destination!r}: names starting with '$' are reserved "
+                                       f"for the broker", destination=destination)
             if len(self._dest_cache) < 100_000:
                 self._dest_cache[destination] = cached
         return cached
@@ -279,6 +285,16 @@ class Broker:
                                f"{' ' + repr(owner) if owner else ''} or an administrator may",
                                user=name, destination=destination, permission=what)
 
+    def internal_queue(self, name: str, config: QueueConfig | None = None) -> MessageQueue:
+        """A queue only the broker uses (a cluster outbox): stored and recovered like any other, but no
+        client can name it."""
+        queue = self.internal.get(name)
+        if queue is None:
+            config = config or QueueConfig(max_deliveries=0, dead_letter=False)
+            queue = MessageQueue(self, "/queue/" + name, "/queue/" + name, kind="internal", config=config)
+            self.internal[name] = queue
+        return queue
+
     def get_topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
@@ -314,6 +330,14 @@ class Broker:
         """Route one SEND; True when it wrote data a receipt must wait for."""
         destination = headers["destination"]
         kind, name = self.resolve(destination)
+        forwarded = headers.get("pymq-forwarded")
+        if forwarded is not None:
+            if session is not None and not session.is_cluster:
+                raise AccessDenied("only cluster nodes may send forwarded messages",
+                                   user=getattr(session.user, "name", "anonymous"), destination=destination,
+                                   permission="forward")
+            if self.cluster is not None:
+                self.cluster.on_forwarded()
         dedup_id = headers.get("pymq-dedup-id") or headers.get("_AMQ_DUPL_ID")
         if dedup_id is not None and self._is_duplicate(destination, dedup_id):
             self.duplicates += 1
@@ -326,9 +350,23 @@ class Broker:
             if not local.startswith("tmp."):
                 headers = dict(headers)
                 headers["reply-to"] = session.temp_queue(local).destination
+        if kind is dest.Kind.TOPIC and forwarded is not None and "pymq-subscription" in headers:
+            # a handed-over durable subscription's message: straight into that subscription
+            sub = self.find_subscription(headers["pymq-subscription"])
+            if sub is None:
+                raise UnknownDestination(f"no durable subscription {headers['pymq-subscription']!r} here")
+            message = self._new_message(session, headers, body, sub.topic.destination)
+            return self._enqueue(sub.queue, message)
         if kind is dest.Kind.QUEUE:
             queue = self.queues.get(name) or self.get_queue(name)
             self.authorize(session, queue.destination, "produce")
+            if self.cluster is not None and forwarded is None:
+                target = self.cluster.route_queue(queue, headers)
+                if target is not None:
+                    if queue.schema is not None:
+                        queue.schema.check(headers, queue.destination)
+                    message = self._new_message(session, headers, body, queue.destination, queue.config)
+                    return self.cluster.move_to_outbox(message, target) and message.persistent
             if queue.schema is not None:
                 queue.schema.check(headers, queue.destination)
             cfg = queue.config
@@ -348,7 +386,7 @@ class Broker:
             topic = self.topics.get(name) or self.get_topic(name)
             self.authorize(session, topic.destination, "produce")
             message = self._new_message(session, headers, body, topic.destination)
-            return self.publish(topic, message)
+            return self.publish(topic, message, forwarded=forwarded is not None)
         queue = self._temp_target(session, name)
         message = self._new_message(session, headers, body, queue.destination)
         return self._enqueue(queue, message)
@@ -381,17 +419,24 @@ class Broker:
         queue.enqueue(message, stored=stored and queue.durable)
         return stored and message.persistent
 
-    def publish(self, topic: Topic, message: BrokerMessage) -> bool:
+    def publish(self, topic: Topic, message: BrokerMessage, forwarded: bool = False) -> bool:
         topic.published += 1
         targets = topic.targets(message)
         log = self.log_for(topic.destination)
-        if not targets and log is None:
+        outboxes = self.cluster.topic_outboxes(topic, message) \
+            if self.cluster is not None and not forwarded else ()
+        if not targets and log is None and not outboxes:
             self.dropped_no_subscriber += 1
+            if forwarded and self.cluster is not None:
+                self.cluster.discarded_false_positive += 1    # a peer's bloom filter matched wrongly
             return False
         durable = [sub.queue.name for sub in targets if sub.durable]
         if log is not None:
             durable.append(log.name)
+        durable.extend(o.name for o in outboxes)
         stored = self.store.hold(message, durable)
+        for outbox in outboxes:
+            outbox.enqueue(message, stored=stored)
         self._held(message)
         if log is not None:
             log.append(message, stored)
@@ -622,12 +667,16 @@ class Broker:
                 queue = MessageQueue(self, key, topic.destination, kind="subscription", durable=False)
                 sub = TopicSubscription(topic, key, queue, selector, no_local, session.id, shared=True)
                 topic.add(sub)
+                if self.cluster is not None:
+                    self.cluster.topic_changed(topic)
             return Consumer(session, sub_id, sub.queue, ack, prefetch, None, subscription=sub,
                             destination=destination)
         key = f"{session.id}:{sub_id}"
         queue = MessageQueue(self, key, topic.destination, kind="subscription", durable=False)
         sub = TopicSubscription(topic, key, queue, selector, no_local, session.id)
         topic.add(sub)
+        if self.cluster is not None:
+            self.cluster.topic_changed(topic)
         return Consumer(session, sub_id, queue, ack, prefetch, None, subscription=sub,
                         destination=destination)
 
@@ -638,6 +687,9 @@ class Broker:
                                 client_id=owner)
         topic.add(sub)
         self.subscription_queues[key] = queue
+        if self.cluster is not None:
+            self.cluster.topic_changed(topic)
+            self.cluster.durable_created(key)
         if persist:
             record = {"topic": topic.name, "selector": _selector_text(selector), "no_local": no_local,
                       "owner": owner, "shared": shared, "name": name}
@@ -652,8 +704,53 @@ class Broker:
         if sub.durable:
             self.subscription_queues.pop(sub.name, None)
             self.store.put_meta("dsub:" + sub.name, None)
+        if self.cluster is not None:
+            self.cluster.topic_changed(topic)
+            if sub.durable:
+                self.cluster.durable_removed(sub.name)
+
+    # -- durable subscriptions moving between nodes (spec/cluster.md §6) -------------------------
+    def find_subscription(self, key: str) -> TopicSubscription | None:
+        queue = self.subscription_queues.get(key)
+        if queue is None:
+            return None
+        for topic in self.topics.values():
+            sub = topic.subscriptions.get(key)
+            if sub is not None:
+                return sub
+        return None
+
+    def durable_record(self, sub: TopicSubscription) -> dict:
+        return {"topic": sub.topic.name, "selector": _selector_text(sub.selector), "no_local": sub.no_local,
+                "owner": sub.client_id, "shared": sub.shared, "name": sub.name.split(":", 2)[2]}
+
+    def adopt_durable(self, record: dict) -> TopicSubscription:
+        """Host a durable subscription another node handed over (no-op when already here)."""
+        key = record["key"]
+        sub = self.find_subscription(key)
+        if sub is not None:
+            return sub
+        topic = self.get_topic(record["topic"])
+        return self._create_durable(topic, key, self.compile_selector(record.get("selector")),
+                                    record.get("no_local", False), record["owner"], record.get("shared", False),
+                                    record["name"])
+
+    def copy_for_subscription(self, message: BrokerMessage, key: str) -> BrokerMessage:
+        """A copy of ``message`` addressed to durable subscription ``key`` on another node."""
+        headers = dict(message.headers)
+        headers["pymq-subscription"] = key
+        new_key = self.seqs.next("")
+        return BrokerMessage(new_key, f"ID:{self.node_id}-{new_key}", message.destination, message.seq, headers,
+                             message.body, message.persistent, message.priority, message.timestamp,
+                             message.expires, message.deliver_at, message.producer)
+
+    def consumer_added(self, session, consumer: Consumer) -> None:
+        if self.cluster is not None:
+            self.cluster.queue_consumers_changed(consumer.queue)
 
     def consumer_removed(self, session, consumer: Consumer) -> None:
+        if self.cluster is not None:
+            self.cluster.queue_consumers_changed(consumer.queue)
         sub = consumer.subscription
         if sub is None:
             return
@@ -814,6 +911,8 @@ class Broker:
         return count
 
     def _queue_for_ref(self, ref: str) -> MessageQueue | None:
+        if ref.startswith("/queue/$"):
+            return self.internal_queue(ref[len("/queue/"):])
         if ref.startswith("/queue/"):
             return self.get_queue(ref[len("/queue/"):], create=True)
         return self.subscription_queues.get(ref)
@@ -833,6 +932,7 @@ class Broker:
 
     def all_queues(self):
         yield from self.queues.values()
+        yield from self.internal.values()
         for topic in self.topics.values():
             for sub in topic.subscriptions.values():
                 yield sub.queue

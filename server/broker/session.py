@@ -246,6 +246,9 @@ class BrokerSession:
 
     # -- CONNECT ---------------------------------------------------------------------------------
     def _on_connect(self, frame: Frame) -> None:
+        # the connection limit is checked here, after reading CONNECT, so the client reads the ERROR
+        # instead of a reset that may discard it
+        self.broker.session_opened(self)
         h = frame.headers
         version = negotiate_version(h.get("accept-version"))
         client_hb = parse_heartbeat(h.get("heart-beat"))
@@ -303,9 +306,14 @@ class BrokerSession:
 
     # -- SEND --------------------------------------------------------------------------------------
     def _on_send(self, frame: Frame) -> None:
-        if frame.headers["destination"] == ADMIN_DESTINATION:
-            stomp_admin.handle(self, frame.headers, frame.body)
-            return
+        destination = frame.headers["destination"]
+        if destination.startswith("/pymq/"):
+            if destination == ADMIN_DESTINATION:
+                stomp_admin.handle(self, frame.headers, frame.body)
+                return
+            if destination.startswith("/pymq/cluster/") and self.is_cluster and self.broker.cluster is not None:
+                self.broker.cluster.on_control(self, frame.headers, frame.body)
+                return
         tx = frame.headers.get("transaction")
         if tx is not None:
             self._tx_ops(tx).append(("send", frame))
@@ -335,6 +343,7 @@ class BrokerSession:
         if consumer is not None:
             self.consumers[sub_id] = consumer
             consumer.queue.add_consumer(consumer)
+            self.broker.consumer_added(self, consumer)
         else:
             # a browse is complete once its end marker is sent; an ActiveMQ-style client may still
             # UNSUBSCRIBE it, which must not be an error
@@ -566,6 +575,11 @@ class BrokerSession:
             queue = self.broker.create_temp_queue(self, local)
             self.temp_queues[local] = queue
         return queue
+
+    @property
+    def is_cluster(self) -> bool:
+        """Another node of the cluster (spec/cluster.md §2)."""
+        return self.user is not None and "cluster" in self.user.roles
 
     def __repr__(self) -> str:
         return f"<BrokerSession {self.id} user={getattr(self.user, 'name', None)} {self.peer_host}>"

@@ -54,14 +54,8 @@ class StompServerProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) else None
         self.session = BrokerSession(self.broker, self, host, self.broker.new_connection_id())
-        try:
-            self.broker.session_opened(self.session)
-        except PymqError as exc:
-            self.session.fail(ResourceLimit(exc.message))
-            return
         # a client that never sends CONNECT must not hold a connection forever
-        self._hb_recv = self.loop.call_later(max(10.0, cfg.heartbeat_recv_ms / 1000 * self._grace),
-                                             self._connect_deadline)
+        self._hb_recv = self.loop.call_later(cfg.connect_timeout_ms / 1000, self._connect_deadline)
 
     def data_received(self, data: bytes) -> None:
         self._received = True
@@ -164,20 +158,21 @@ class StompServerProtocol(asyncio.Protocol):
         """``send_ms``: we must send at least this often; ``recv_ms``: the peer promised this."""
         self._cancel_timers()
         if send_ms:
-            interval = send_ms / 1000.0
-            self._hb_send = self.loop.call_later(interval, self._beat, interval)
+            # check every half interval: a beat never arrives more than one interval after the last data
+            half = send_ms / 2000.0
+            self._hb_send = self.loop.call_later(half, self._beat, half)
         if recv_ms:
             window = recv_ms / 1000.0 * self._grace
             self._received = False
             self._hb_recv = self.loop.call_later(window, self._check_peer, window)
 
-    def _beat(self, interval: float) -> None:
+    def _beat(self, half: float) -> None:
         if self._closing:
             return
         if not self._sent and not self._out:
             self.transport.write(b"\n")
         self._sent = False
-        self._hb_send = self.loop.call_later(interval, self._beat, interval)
+        self._hb_send = self.loop.call_later(half, self._beat, half)
 
     def _check_peer(self, window: float) -> None:
         if self._closing:

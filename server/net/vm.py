@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import shutil
+import tempfile
 import threading
 from typing import Callable
 
@@ -109,8 +111,12 @@ class EmbeddedBroker:
         data_dir = options.get("data_dir")
         if data_dir:
             storage = {}
+        self._tmpdir = None
+        if not data_dir:
+            # memory only: nothing is kept, so nothing is written into the application's directory
+            self._tmpdir = tempfile.mkdtemp(prefix=f"pymq-vm-{name}-")
         self.config = BrokerConfig(host="127.0.0.1", port=int(options.get("port", 0)),
-                                   data_dir=data_dir or f".pymq-vm-{name}", node_id=f"vm-{name}",
+                                   data_dir=data_dir or self._tmpdir, node_id=f"vm-{name}",
                                    storage=storage)
         self.loop = asyncio.new_event_loop()
         self.server = BrokerServer(self.config)
@@ -160,7 +166,8 @@ class EmbeddedBroker:
         def start() -> None:
             broker = self.server.broker
             link.session = BrokerSession(broker, link, None, broker.new_connection_id())
-            broker.session_opened(link.session)
+            # CONNECT goes through the session like any frame: a refusal (credentials, connection
+            # limit) comes back as its ERROR frame
             link.session.frame_received(Frame("CONNECT", dict(headers, **{"accept-version": "1.2"})))
 
         self.loop.call_soon_threadsafe(start)
@@ -179,6 +186,8 @@ class EmbeddedBroker:
         finally:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self.thread.join(timeout)
+            if self._tmpdir is not None:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
 
 
 def embedded_broker(name: str, options: dict | None = None) -> EmbeddedBroker:

@@ -156,6 +156,16 @@ class HoldingStore:
         # device its rule chose
         return getattr(message, "chosen", None) or message.device.name
 
+    def add_reference(self, message, queue: str) -> bool:
+        """One more queue owes an already-held message (moved to a peer's outbox, re-routed): True when
+        a device stores the reference, False when the message is heap-held."""
+        device = message.device
+        if device is None or device is self.memory:
+            return False
+        device.add_reference(message.key, queue)
+        self._dirty.add(device)
+        return True
+
     def release(self, message, queue: str) -> None:
         device = message.device
         if device is None or device is self.memory:

@@ -137,13 +137,26 @@ def test_peer_vanishing_mid_frame_returns_its_messages(broker, raw):
 
 
 def test_client_that_never_connects_is_dropped(broker_factory):
-    broker = broker_factory(heartbeat_recv_ms=1000, heartbeat_grace=1.0)
-    # the CONNECT deadline is max(10 s, ...): check the session is tracked and then removed on close
+    broker = broker_factory(connect_timeout_ms=300)
     client = RawStomp(broker.port)
     client.send_raw(b"CONN")   # a partial command, then silence
-    assert wait_for(lambda: broker.call(lambda: len(broker.broker.sessions)) == 1)
-    client.sock.close()
-    assert wait_for(lambda: broker.call(lambda: len(broker.broker.sessions)) == 0)
+    frames = client.read_until_closed(timeout=5)
+    assert frames and frames[-1].headers["pymq-code"] == "heartbeat-timeout"
+    assert "no CONNECT frame received in time" in frames[-1].headers["message"]
+    assert broker.call(lambda: len(broker.broker.sessions)) == 0
+    _still_serving(broker)
+
+
+def test_connection_limit_is_an_error_frame(broker_factory):
+    broker = broker_factory(max_connections=2)
+    first, second = RawStomp(broker.port), RawStomp(broker.port)
+    assert first.connect().command == "CONNECTED" and second.connect().command == "CONNECTED"
+    third = RawStomp(broker.port)
+    frame = third.connect()
+    assert frame.command == "ERROR" and frame.headers["pymq-code"] == "resource-limit"
+    assert "already has 2 connections" in frame.headers["message"]
+    first.close()
+    assert wait_for(lambda: RawStomp(broker.port).connect().command == "CONNECTED")
 
 
 def test_garbage_bytes_do_not_crash_the_broker(broker):

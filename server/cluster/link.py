@@ -1,0 +1,181 @@
+"""Links between nodes: one outbound STOMP connection per peer, and the outbox consumer that sends on it.
+
+A :class:`PeerLink` is a STOMP 1.2 client (the shared sans-IO ``StompConnection``) logged in as
+``cluster:<node>`` with the cluster secret.  It carries control frames and forwarded messages; receipts
+call back into the cluster node.  An :class:`OutboxConsumer` is the only consumer of a peer's outbox queue
+(spec/cluster.md §3): each entry becomes a SEND with a receipt, the peer's receipt completes the entry, and
+a link that drops releases what was in flight back into the outbox — store and forward with the queue
+machinery the broker already has.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from typing import Callable
+
+from pymq.errors import PymqError, ProtocolError
+from pymq.protocol.connection import Role, StompConnection
+from pymq.protocol.frame import Frame
+
+log = logging.getLogger("pymq.cluster.link")
+
+#: headers a forwarded message must not carry over from the original
+_DROP = frozenset({"destination", "message-id", "pymq-seq", "content-length", "receipt", "transaction",
+                   "subscription", "ack", "redelivered", "JMSXDeliveryCount", "JMSXGroupFirstForConsumer"})
+
+
+def forward_headers(message, origin: str, extra: dict | None = None) -> dict:
+    headers = {k: v for k, v in message.headers.items() if k not in _DROP}
+    headers["destination"] = message.destination
+    headers["pymq-forwarded"] = origin
+    headers["pymq-dedup-id"] = "fwd:" + message.message_id
+    if message.deliver_at:
+        headers["AMQ_SCHEDULED_TIME"] = str(message.deliver_at)
+    if extra:
+        headers.update(extra)
+    return headers
+
+
+class PeerLink(asyncio.Protocol):
+    def __init__(self, node, peer: str, address: str) -> None:
+        self.node = node
+        self.peer = peer
+        self.address = address
+        self.loop = node.loop
+        self.conn = StompConnection(Role.CLIENT)
+        self.transport: asyncio.Transport | None = None
+        self.ready = False
+        self.closed = False
+        self._receipts: dict[str, Callable[[], None]] = {}
+        self._rids = itertools.count(1)
+        self._beat: asyncio.TimerHandle | None = None
+        self._last_recv = self.loop.time()
+        self.sent = 0
+
+    async def open(self) -> None:
+        host, _, port = self.address.rpartition(":")
+        await self.loop.create_connection(lambda: self, host, int(port))
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        hb = self.node.config.heartbeat_ms
+        transport.write(self.conn.send(Frame("CONNECT", {
+            "accept-version": "1.2", "host": "/", "login": "cluster:" + self.node.node_id,
+            "passcode": self.node.config.secret, "heart-beat": f"{hb},{hb}"})))
+
+    def data_received(self, data: bytes) -> None:
+        self._last_recv = self.loop.time()
+        try:
+            frames = self.conn.receive_data(data)
+            while frames:
+                for frame in frames:
+                    self._on_frame(frame)
+                frames = self.conn.receive_data(b"") if frames[-1].command == "CONNECTED" else []
+        except ProtocolError as exc:
+            log.warning("link to %s: peer sent bad STOMP: %s", self.peer, exc)
+            self.close()
+
+    def _on_frame(self, frame: Frame) -> None:
+        command = frame.command
+        if command == "RECEIPT":
+            callback = self._receipts.pop(frame.headers.get("receipt-id", ""), None)
+            if callback is not None:
+                callback()
+        elif command == "CONNECTED":
+            self.ready = True
+            self._schedule_beat()
+            self.node.link_ready(self)
+        elif command == "ERROR":
+            log.warning("link to %s: ERROR %s", self.peer, frame.headers.get("message"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        was_ready = self.ready
+        self.ready = False
+        self.closed = True
+        if self._beat is not None:
+            self._beat.cancel()
+        self._receipts.clear()
+        self.node.link_lost(self, was_ready)
+
+    # -- sending ---------------------------------------------------------------------------------
+    def send(self, headers: dict, body: bytes = b"", on_receipt: Callable[[], None] | None = None) -> None:
+        if not self.ready or self.transport is None:
+            raise PymqError(f"the link to {self.peer} is not up")
+        if on_receipt is not None:
+            rid = f"f{next(self._rids)}"
+            self._receipts[rid] = on_receipt
+            headers = dict(headers)
+            headers["receipt"] = rid
+        self.transport.write(self.conn.send(Frame("SEND", headers, body)))
+        self.sent += 1
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    # -- heart-beats -----------------------------------------------------------------------------
+    def _schedule_beat(self) -> None:
+        interval = self.node.config.heartbeat_ms / 1000.0
+        self._beat = self.loop.call_later(interval, self._tick, interval)
+
+    def _tick(self, interval: float) -> None:
+        if self.closed or self.transport is None:
+            return
+        if self.loop.time() - self._last_recv > interval * 4:
+            log.warning("link to %s: silent for %.1fs, closing", self.peer, self.loop.time() - self._last_recv)
+            self.close()
+            return
+        self.transport.write(b"\n")
+        self._beat = self.loop.call_later(interval, self._tick, interval)
+
+
+class OutboxConsumer:
+    """The link to ``peer`` as the consumer of its outbox queue (duck-types broker Consumer)."""
+
+    selector = None
+
+    def __init__(self, node, queue, link: PeerLink, window: int = 1000) -> None:
+        self.node = node
+        self.queue = queue
+        self.link = link
+        self.window = window
+        self.in_flight: dict[int, object] = {}
+        self.active = True
+        self.id = "outbox:" + link.peer
+        self.session = None
+        self.unacked: dict = {}
+
+    def can_take(self) -> bool:
+        return self.active and self.link.ready and len(self.in_flight) < self.window
+
+    def accepts(self, entry) -> bool:
+        return True
+
+    def deliver(self, entry) -> None:
+        message = entry.message
+        self.in_flight[id(entry)] = entry
+        try:
+            self.link.send(forward_headers(message, self.node.node_id), message.body,
+                           on_receipt=lambda: self._confirmed(entry))
+        except PymqError:
+            # the link went down between can_take and now: the entry returns to the outbox
+            self.in_flight.pop(id(entry), None)
+            self.queue.release(entry, failed=False)
+
+    def _confirmed(self, entry) -> None:
+        if self.in_flight.pop(id(entry), None) is None:
+            return
+        self.node.forwarded += 1
+        self.queue.complete(entry)
+        self.queue.dispatch()
+
+    def detach(self) -> None:
+        """The link is gone: whatever was in flight goes back to the outbox, to be resent or re-routed."""
+        self.active = False
+        self.queue.remove_consumer(self)
+        pending, self.in_flight = list(self.in_flight.values()), {}
+        for entry in pending:
+            self.queue.release(entry, failed=False)

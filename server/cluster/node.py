@@ -1,0 +1,553 @@
+"""One broker's membership in a cluster (spec/cluster.md): routing, filters, forwarding, hand-over.
+
+The broker core calls a handful of hooks (``route_queue``, ``topic_outboxes``, ``topic_changed``,
+``queue_consumers_changed``, ``durable_created``, ``on_control``); everything else happens here, on the
+broker's event loop.  Blocking store I/O (the registry) runs in the runtime's worker threads.
+
+Invariants:
+* a message accepted for another node is first held in that node's outbox queue (stored like any queue
+  when persistent) and leaves it only on the peer's receipt: nothing accepted is lost to a crash or a
+  dead peer (its outbox is re-routed or held, §5);
+* a forwarded message is never forwarded again (``pymq-forwarded``);
+* a grouped queue message goes to the node the group hash names over the live nodes.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from pymq.errors import ConfigError, PymqError
+from pymq.routing import GroupRouter, SubscriptionFilter
+from pymq.routing.forwarding import PeerFilters
+from pymq_server.broker import destination as dest
+from pymq_server.broker.queue import MessageQueue
+from pymq_server.cluster.link import OutboxConsumer, PeerLink
+from pymq_server.cluster.registry import Member, now_ms, open_registry
+from pymq_server.config import QueueConfig
+
+log = logging.getLogger("pymq.cluster")
+
+OUTBOX_PREFIX = "$cluster.out."
+CONTROL_PREFIX = "/pymq/cluster/"
+_OUTBOX_CONFIG = QueueConfig(max_deliveries=0, dead_letter=False)
+RECENT_TOPICS = 10_000
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    store: str
+    secret: str
+    name: str = "pymq"
+    advertise: str | None = None
+    heartbeat_ms: int = 500
+    dead_after_ms: int = 3000
+    group_routing: str = "rendezvous"
+    popular_fraction: float = 0.75
+    assignment: str = "balance"
+    filter_capacity: int = 10_000
+    filter_fpr: float = 0.01
+    handover_timeout_s: float = 10.0
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ClusterConfig":
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(f"unknown cluster setting(s): {', '.join(unknown)}")
+        for required in ("store", "secret"):
+            if not data.get(required):
+                raise ConfigError(f"cluster.{required} is required")
+        cfg = cls(**data)
+        if cfg.group_routing not in ("rendezvous", "modulo"):
+            raise ConfigError("cluster.group_routing must be rendezvous or modulo")
+        if cfg.assignment not in ("balance", "similar"):
+            raise ConfigError("cluster.assignment must be balance or similar")
+        if not 0 < cfg.popular_fraction <= 1:
+            raise ConfigError("cluster.popular_fraction must be in (0, 1]")
+        if cfg.dead_after_ms <= cfg.heartbeat_ms:
+            raise ConfigError("cluster.dead_after_ms must exceed heartbeat_ms")
+        return cfg
+
+
+class _Ungrouped:
+    """A redistributor's selector: it never takes grouped messages (their node is the hash's)."""
+
+    text = "JMSXGroupID IS NULL"
+
+    @staticmethod
+    def matches(values) -> bool:
+        return values.get("JMSXGroupID") is None
+
+
+class Redistributor:
+    """Consumer of a local queue with no local consumers, moving its ungrouped messages to a peer that
+    has consumers for it (duck-types broker Consumer)."""
+
+    selector = _Ungrouped()
+
+    def __init__(self, node: "ClusterNode", queue: MessageQueue) -> None:
+        self.node = node
+        self.queue = queue
+        self.active = True
+        self.id = "redistributor"
+        self.session = None
+        self.unacked: dict = {}
+        self.remote = True
+
+    def can_take(self) -> bool:
+        return self.active and self.node.consumer_peer(self.queue.name) is not None
+
+    def accepts(self, entry) -> bool:
+        return entry.message.group_id is None
+
+    def deliver(self, entry) -> None:
+        peer = self.node.consumer_peer(self.queue.name)
+        self.node.move_to_outbox(entry.message, peer)
+        self.node.redistributed += 1
+        self.queue.complete(entry)
+
+    def detach(self) -> None:
+        self.active = False
+        self.queue.remove_consumer(self)
+
+
+class ClusterNode:
+    def __init__(self, broker, config: ClusterConfig, loop: asyncio.AbstractEventLoop, node_id: str,
+                 advertise: str) -> None:
+        self.broker = broker
+        self.config = config
+        self.loop = loop
+        self.node_id = node_id
+        self.advertise = config.advertise or advertise
+        self.started = now_ms()
+        self.registry = None
+        self.members: dict[str, Member] = {}         # live members, this node included
+        self.assignments: dict[str, str] = {}         # durable subscription key -> node (cached)
+        self.links: dict[str, PeerLink] = {}
+        self._connecting: set[str] = set()
+        self.outboxes: dict[str, MessageQueue] = {}
+        self._outbox_consumers: dict[str, OutboxConsumer] = {}
+        self.filter = SubscriptionFilter.for_capacity(config.filter_capacity, config.filter_fpr)
+        self._interest: set[str] = set()               # topics in our filter
+        self.peer_filters = PeerFilters()
+        self.remote_consumers: dict[str, dict[str, int]] = {}
+        self._rr = itertools.count()
+        self.router = GroupRouter([node_id], strategy=config.group_routing)
+        self.redistributors: dict[str, Redistributor] = {}
+        self._recent_topics: OrderedDict[str, None] = OrderedDict()
+        self._digest_dirty = False
+        self._consumers_dirty = False
+        self._tick: asyncio.TimerHandle | None = None
+        self._stopping = False
+        # figures (admin "cluster" operation, tests, benchmarks)
+        self.forwarded = 0
+        self.forwarded_topic = 0
+        self.received_forwarded = 0
+        self.discarded_false_positive = 0
+        self.redistributed = 0
+        self.rerouted = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self.registry = await self.loop.run_in_executor(None, open_registry, self.config.store, self.config.name)
+        await self._refresh()
+        log.info("cluster %s: node %s at %s; members %s", self.config.name, self.node_id, self.advertise,
+                 sorted(self.members))
+
+    def _schedule(self) -> None:
+        if not self._stopping:
+            self._tick = self.loop.call_later(self.config.heartbeat_ms / 1000.0, self._on_tick)
+
+    def _on_tick(self) -> None:
+        task = self.loop.create_task(self._refresh())
+        task.add_done_callback(lambda t: t.exception() and log.error("cluster refresh failed: %s", t.exception()))
+
+    async def _refresh(self) -> None:
+        """Beat, read the members and the assignment map, react to joins and deaths."""
+        me = Member(self.node_id, self.advertise, self.started, now_ms())
+
+        def io():
+            self.registry.beat(me)
+            return self.registry.members(), self.registry.assignments()
+
+        try:
+            members, assignments = await self.loop.run_in_executor(None, io)
+        except PymqError as exc:
+            log.error("cluster store unreachable: %s (keeping the last membership)", exc)
+            self._schedule()
+            return
+        self.assignments = assignments
+        now = now_ms()
+        alive = {m.node: m for m in members if m.alive(now, self.config.dead_after_ms) or m.node == self.node_id}
+        self._apply_membership(alive)
+        self._schedule()
+
+    def _apply_membership(self, alive: dict[str, Member]) -> None:
+        before = set(self.members)
+        self.members = alive
+        now = set(alive)
+        for peer in sorted(now - before - {self.node_id}):
+            log.info("cluster: node %s joined (%s)", peer, alive[peer].address)
+            self.peer_filters.add_peer(peer)
+        for peer in sorted(before - now):
+            if peer != self.node_id:
+                self._peer_dead(peer)
+        if now != before:
+            self.router = GroupRouter(sorted(now), strategy=self.config.group_routing)
+        for peer, member in alive.items():
+            if peer != self.node_id and peer not in self.links and peer not in self._connecting:
+                self._connect(peer, member.address)
+
+    def _connect(self, peer: str, address: str) -> None:
+        self._connecting.add(peer)
+        link = PeerLink(self, peer, address)
+
+        async def open_link():
+            try:
+                await link.open()
+                self.links[peer] = link
+            except OSError as exc:
+                log.info("cluster: cannot reach %s at %s yet (%s)", peer, address, exc.strerror or exc)
+            finally:
+                self._connecting.discard(peer)
+
+        self.loop.create_task(open_link())
+
+    async def stop(self) -> None:
+        """Leave cleanly: hand durable subscriptions over, let outboxes drain, ask peers to drop our
+        filter, delete our record (spec/cluster.md §6)."""
+        self._stopping = True
+        if self._tick is not None:
+            self._tick.cancel()
+        try:
+            await self._hand_over()
+        except Exception:  # leaving must finish even if a peer misbehaves; what is held stays stored
+            log.exception("cluster hand-over failed")
+        for link in list(self.links.values()):
+            if link.ready:
+                try:
+                    link.send({"destination": CONTROL_PREFIX + "drop-filter", "pymq-node": self.node_id})
+                except PymqError:
+                    pass
+        await asyncio.sleep(0.05)
+        for link in list(self.links.values()):
+            link.close()
+        if self.registry is not None:
+            try:
+                await self.loop.run_in_executor(None, self.registry.leave, self.node_id)
+            except PymqError as exc:
+                log.warning("could not delete this node's membership record: %s", exc)
+            await self.loop.run_in_executor(None, self.registry.close)
+
+    # -- links -------------------------------------------------------------------------------------
+    def link_ready(self, link: PeerLink) -> None:
+        peer = link.peer
+        log.info("cluster: link to %s is up", peer)
+        self._send_digest(link)
+        self._send_consumers(link)
+        outbox = self.outbox(peer)
+        consumer = OutboxConsumer(self, outbox, link)
+        self._outbox_consumers[peer] = consumer
+        outbox.add_consumer(consumer)
+
+    def link_lost(self, link: PeerLink, was_ready: bool) -> None:
+        peer = link.peer
+        if self.links.get(peer) is link:
+            del self.links[peer]
+        consumer = self._outbox_consumers.pop(peer, None)
+        if consumer is not None and consumer.link is link:
+            consumer.detach()
+        if was_ready and not self._stopping:
+            log.info("cluster: link to %s is down", peer)
+
+    def _peer_dead(self, peer: str) -> None:
+        log.warning("cluster: node %s is dead (no heartbeat for %d ms)", peer, self.config.dead_after_ms)
+        link = self.links.pop(peer, None)
+        if link is not None:
+            link.close()
+        consumer = self._outbox_consumers.pop(peer, None)
+        if consumer is not None:
+            consumer.detach()
+        self.peer_filters.remove_peer(peer)
+        for per_queue in self.remote_consumers.values():
+            per_queue.pop(peer, None)
+        self.router = GroupRouter(sorted(self.members), strategy=self.config.group_routing)
+        self._reroute_outbox(peer)
+
+    def _reroute_outbox(self, peer: str) -> None:
+        """A dead peer's outbox: queue messages go where routing says now (their group's new node, or
+        the local queue); topic messages are held for the peer's return (its durable subscribers)."""
+        outbox = self.outboxes.get(peer)
+        if outbox is None:
+            return
+        broker = self.broker
+        for entry in list(outbox.ready):
+            message = entry.message
+            kind, name = broker.resolve(message.destination)
+            if kind is not dest.Kind.QUEUE or "pymq-subscription" in message.headers:
+                continue
+            target = self.router.route(message.group_id) if message.group_id is not None else self.node_id
+            if target == self.node_id:
+                queue = broker.get_queue(name)
+                queue.enqueue(message, stored=broker.store.add_reference(message, queue.name))
+            else:
+                self.move_to_outbox(message, target)
+            outbox.remove_ready([entry])        # its new reference was added first: nothing to lose
+            self.rerouted += 1
+
+    # -- outboxes ----------------------------------------------------------------------------------
+    def outbox(self, peer: str) -> MessageQueue:
+        queue = self.outboxes.get(peer)
+        if queue is None:
+            queue = self.broker.internal_queue(OUTBOX_PREFIX + peer, _OUTBOX_CONFIG)
+            self.outboxes[peer] = queue
+        return queue
+
+    def move_to_outbox(self, message, peer: str) -> bool:
+        """Add ``message`` to ``peer``'s outbox with its own storage reference (a message no device
+        holds yet is placed now).  True when that reference is stored."""
+        outbox = self.outbox(peer)
+        broker = self.broker
+        if message.device is None:
+            stored = broker.store.hold(message, [outbox.name])
+            broker._held(message)
+        else:
+            stored = broker.store.add_reference(message, outbox.name)
+        outbox.enqueue(message, stored=stored)
+        return stored
+
+    # -- queue routing (spec/cluster.md §4) ------------------------------------------------------
+    def route_queue(self, queue: MessageQueue, headers: dict) -> str | None:
+        """The peer a new message for ``queue`` goes to, or None to keep it here."""
+        if len(self.members) < 2:
+            return None
+        group = headers.get("JMSXGroupID")
+        if group is not None:
+            target = self.router.route(group)
+            return None if target == self.node_id else target
+        if _local_consumers(queue):
+            return None
+        return self.consumer_peer(queue.name)
+
+    def consumer_peer(self, queue_name: str) -> str | None:
+        """A live peer with consumers for this queue, round-robin; None when there is none."""
+        per_peer = self.remote_consumers.get(queue_name)
+        if not per_peer:
+            return None
+        peers = sorted(p for p, n in per_peer.items() if n > 0 and p in self.links and self.links[p].ready)
+        if not peers:
+            return None
+        return peers[next(self._rr) % len(peers)]
+
+    def queue_consumers_changed(self, queue: MessageQueue) -> None:
+        if queue.kind != "queue":
+            return
+        self._consumers_dirty = True
+        self.loop.call_soon(self._flush_consumers)
+        self.check_redistribution(queue)
+
+    def check_redistribution(self, queue: MessageQueue) -> None:
+        """Attach or detach the redistributor of a local queue (spec/cluster.md §4)."""
+        name = queue.name
+        redistributor = self.redistributors.get(name)
+        wanted = not _local_consumers(queue) and self.consumer_peer(name) is not None
+        if wanted and redistributor is None:
+            redistributor = self.redistributors[name] = Redistributor(self, queue)
+            queue.add_consumer(redistributor)
+        elif not wanted and redistributor is not None:
+            redistributor.detach()
+            del self.redistributors[name]
+
+    # -- topics ---------------------------------------------------------------------------------------
+    def topic_outboxes(self, topic, message) -> list[MessageQueue]:
+        """Outboxes of the peers that should get a topic message: those whose digest may contain the
+        topic, or every peer for a popular topic (seed 004)."""
+        if len(self.members) < 2:
+            return []
+        name = topic.name
+        recent = self._recent_topics
+        if name in recent:
+            recent.move_to_end(name)
+        else:
+            recent[name] = None
+            if len(recent) > RECENT_TOPICS:
+                recent.popitem(last=False)
+            self._update_popularity(name)
+        targets = [p for p in self.peer_filters.targets(name) if p in self.members]
+        if targets:
+            self.forwarded_topic += 1
+        return [self.outbox(p) for p in targets]
+
+    def topic_changed(self, topic) -> None:
+        """A local subscription was added or removed: keep the filter to topics with subscriptions."""
+        name = topic.name
+        wanted = bool(topic.subscriptions)
+        if wanted and name not in self._interest:
+            self._interest.add(name)
+            self.filter.add(name)
+        elif not wanted and name in self._interest:
+            self._interest.discard(name)
+            self.filter.remove(name)
+        else:
+            return
+        self._digest_dirty = True
+        self.loop.call_soon(self._flush_digest)
+
+    def _update_popularity(self, topic: str) -> None:
+        peers = [p for p in self.members if p != self.node_id]
+        if not peers:
+            return
+        matching = sum(1 for p in peers if (d := self.peer_filters.digest(p)) is None or d.might_contain(topic))
+        if matching / len(peers) >= self.config.popular_fraction and len(peers) > 1:
+            self.peer_filters.mark_popular(topic)
+        else:
+            self.peer_filters.unmark_popular(topic)
+
+    def _flush_digest(self) -> None:
+        if not self._digest_dirty:
+            return
+        self._digest_dirty = False
+        for link in list(self.links.values()):
+            if link.ready:
+                self._send_digest(link)
+
+    def _send_digest(self, link: PeerLink) -> None:
+        try:
+            link.send({"destination": CONTROL_PREFIX + "filter", "pymq-node": self.node_id,
+                       "content-type": "application/octet-stream"}, self.filter.digest().to_bytes())
+        except PymqError:
+            pass
+
+    def _flush_consumers(self) -> None:
+        if not self._consumers_dirty:
+            return
+        self._consumers_dirty = False
+        for link in list(self.links.values()):
+            if link.ready:
+                self._send_consumers(link)
+
+    def _send_consumers(self, link: PeerLink) -> None:
+        counts = {q.name: n for q in self.broker.queues.values() if (n := _local_consumers(q))}
+        try:
+            link.send({"destination": CONTROL_PREFIX + "consumers", "pymq-node": self.node_id,
+                       "content-type": "application/json"}, json.dumps(counts).encode())
+        except PymqError:
+            pass
+
+    # -- what peers tell us --------------------------------------------------------------------
+    def on_control(self, session, headers: dict, body: bytes) -> None:
+        kind = headers["destination"][len(CONTROL_PREFIX):]
+        peer = headers.get("pymq-node") or session.user.name.split(":", 1)[-1]
+        if kind == "filter":
+            self.peer_filters.update_from_bytes(peer, body)
+            for topic in list(self._recent_topics):
+                self._update_popularity(topic)
+        elif kind == "drop-filter":
+            self.peer_filters.remove_peer(peer)
+            if peer in self.members and not self._stopping:
+                self.peer_filters.add_peer(peer)      # still a member: match-all until it says more
+        elif kind == "consumers":
+            counts = json.loads(body.decode("utf-8") or "{}")
+            for per_peer in self.remote_consumers.values():
+                per_peer.pop(peer, None)
+            for queue_name, n in counts.items():
+                self.remote_consumers.setdefault(queue_name, {})[peer] = int(n)
+            for queue in list(self.broker.queues.values()):
+                self.check_redistribution(queue)
+        elif kind == "subscription":
+            record = json.loads(body.decode("utf-8"))
+            self.broker.adopt_durable(record)
+            self._flush_digest()       # our new digest leaves before the receipt the leaver waits for
+        else:
+            raise PymqError(f"unknown cluster control destination {headers['destination']!r}")
+
+    def on_forwarded(self) -> None:
+        self.received_forwarded += 1
+
+    # -- durable subscriptions (spec/cluster.md §6) ----------------------------------------------
+    def durable_created(self, key: str) -> None:
+        self.assignments[key] = self.node_id
+        self.loop.run_in_executor(None, self.registry.assign, key, self.node_id)
+
+    def durable_removed(self, key: str) -> None:
+        if self.assignments.get(key) == self.node_id:
+            self.assignments.pop(key, None)
+            self.loop.run_in_executor(None, self.registry.assign, key, None)
+
+    def successor_for(self, topic: str) -> str | None:
+        peers = sorted(p for p in self.members if p != self.node_id and p in self.links and self.links[p].ready)
+        if not peers:
+            return None
+        load = {p: 0 for p in peers}
+        for node in self.assignments.values():
+            if node in load:
+                load[node] += 1
+        if self.config.assignment == "similar":
+            def similar(p):
+                digest = self.peer_filters.digest(p)
+                return 0 if digest is not None and digest.might_contain(topic) else 1
+            return min(peers, key=lambda p: (similar(p), load[p], p))
+        return min(peers, key=lambda p: (load[p], p))
+
+    async def _hand_over(self) -> None:
+        broker = self.broker
+        moved = []
+        for key, queue in list(broker.subscription_queues.items()):
+            sub = broker.find_subscription(key)
+            if sub is None:
+                continue
+            successor = self.successor_for(sub.topic.name)
+            if successor is None:
+                log.warning("no live peer to take durable subscription %s; it stays stored here", key)
+                continue
+            record = broker.durable_record(sub)
+            record["key"] = key
+            done = self.loop.create_future()
+            try:
+                self.links[successor].send({"destination": CONTROL_PREFIX + "subscription",
+                                            "pymq-node": self.node_id, "content-type": "application/json"},
+                                           json.dumps(record).encode(),
+                                           on_receipt=lambda f=done: f.done() or f.set_result(True))
+                await asyncio.wait_for(done, self.config.handover_timeout_s)
+            except (PymqError, asyncio.TimeoutError) as exc:
+                log.warning("hand-over of %s to %s failed: %s", key, successor, exc)
+                continue
+            for entry in list(queue.ready):
+                copy = broker.copy_for_subscription(entry.message, key)
+                self.move_to_outbox(copy, successor)
+                queue.remove_ready([entry])
+            await self.loop.run_in_executor(None, self.registry.assign, key, successor)
+            moved.append((key, successor))
+        deadline = time.monotonic() + self.config.handover_timeout_s
+        while time.monotonic() < deadline and any(q.depth for q in self.outboxes.values()
+                                                   if self.links.get(_peer_of(q)) is not None):
+            await asyncio.sleep(0.02)
+        for key, successor in moved:
+            log.info("cluster: durable subscription %s handed over to %s", key, successor)
+
+    # -- status ----------------------------------------------------------------------------------
+    def status(self) -> dict:
+        return {"node": self.node_id, "members": sorted(self.members),
+                "links": {p: l.ready for p, l in sorted(self.links.items())},
+                "outboxes": {p: q.depth for p, q in sorted(self.outboxes.items())},
+                "filter_topics": sorted(self._interest),
+                "popular": sorted(self.peer_filters.popular),
+                "remote_consumers": self.remote_consumers,
+                "assignments": dict(sorted(self.assignments.items())),
+                "forwarded": self.forwarded, "forwarded_topic_messages": self.forwarded_topic,
+                "received_forwarded": self.received_forwarded,
+                "discarded_false_positive": self.discarded_false_positive,
+                "redistributed": self.redistributed, "rerouted": self.rerouted}
+
+
+def _local_consumers(queue: MessageQueue) -> int:
+    return sum(1 for c in queue.consumers if not getattr(c, "remote", False) and not isinstance(c, OutboxConsumer))
+
+
+def _peer_of(queue: MessageQueue) -> str:
+    return queue.name.split(OUTBOX_PREFIX, 1)[-1]

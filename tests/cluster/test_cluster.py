@@ -1,0 +1,229 @@
+"""Three brokers on loopback, membership in a real Redis (spec/cluster.md): group routing across nodes,
+filter exchange and forwarding counts, queue draining across nodes, join, clean leave with hand-over,
+and a killed node."""
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+import pymq
+from pymq.routing import GroupRouter
+from tests.cluster.nodes import Node
+from tests.conftest import wait_for
+from tests.storage.services import redis_url  # noqa: F401 - fixture
+
+
+def _cluster_cfg(redis_url, **over):
+    cfg = {"store": redis_url, "secret": "test-secret", "name": f"t{uuid.uuid4().hex[:8]}",
+           "heartbeat_ms": 200, "dead_after_ms": 1200}
+    cfg.update(over)
+    return cfg
+
+
+def status(node: Node) -> dict:
+    with pymq.connect(node.url) as conn:
+        return conn.queue_manager().call("cluster")
+
+
+def start_cluster(tmp_path, redis_url, n=3, **over):  # noqa: F811
+    cfg = _cluster_cfg(redis_url, **over)
+    nodes = [Node(f"n{i}", str(tmp_path / f"n{i}"), cfg).start() for i in range(n)]
+    ids = {f"n{i}" for i in range(n)}
+    for node in nodes:
+        assert wait_for(lambda: set(status(node)["members"]) == ids and all(status(node)["links"].values())
+                        and len(status(node)["links"]) == n - 1, timeout=10), status(node)
+    return nodes, cfg
+
+
+@pytest.fixture(scope="module")
+def trio(tmp_path_factory, redis_url):  # noqa: F811
+    nodes, _ = start_cluster(tmp_path_factory.mktemp("trio"), redis_url)
+    yield nodes
+    for node in nodes:
+        node.stop()
+
+
+def test_groups_are_consumed_in_order_on_the_node_their_hash_names(trio):
+    queue = pymq.Queue(f"orders-{uuid.uuid4().hex[:6]}")
+    conns = [pymq.connect(n.url) for n in trio]
+    try:
+        consumers = {n.node_id: c.create_session().create_consumer(queue, prefetch=5000)
+                     for n, c in zip(trio, conns)}
+        time.sleep(0.5)                          # consumer maps reach the peers
+        producer = conns[0].create_session().create_producer(queue)
+        groups = [f"customer-{i}" for i in range(40)]
+        for seq in range(5):
+            for g in groups:
+                m = pymq.TextMessage(f"{g}:{seq}")
+                m.group_id = g
+                producer.send(m, delivery_mode=pymq.NON_PERSISTENT)
+        router = GroupRouter([n.node_id for n in trio])
+        got: dict[str, list[str]] = {}
+        where: dict[str, str] = {}
+        for node_id, consumer in consumers.items():
+            while (m := consumer.receive(1.5)) is not None:
+                got.setdefault(m.group_id, []).append(m.text)
+                assert where.setdefault(m.group_id, node_id) == node_id
+        assert sorted(got) == sorted(groups)
+        for g in groups:
+            assert got[g] == [f"{g}:{s}" for s in range(5)]          # in order
+            assert where[g] == router.route(g)                        # on the node the hash names
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_topic_filters_forward_only_where_someone_listens(trio):
+    a, b, c = trio
+    wanted, unwanted = f"prices.{uuid.uuid4().hex[:6]}", f"noise.{uuid.uuid4().hex[:6]}"
+    before = {n.node_id: status(n) for n in trio}
+    with pymq.connect(b.url) as listener, pymq.connect(a.url) as pub:
+        sub = listener.create_session().create_consumer(pymq.Topic(wanted))
+        assert wait_for(lambda: wanted in status(b)["filter_topics"])
+        time.sleep(0.4)                                              # b's digest reaches a
+        p = pub.create_session().create_producer(pymq.Topic(wanted))
+        q = pub.create_session().create_producer(pymq.Topic(unwanted))
+        for i in range(20):
+            p.send(f"tick {i}")
+            q.send(f"nobody {i}")
+        assert [sub.receive(5).text for _ in range(20)] == [f"tick {i}" for i in range(20)]
+    after = {n.node_id: status(n) for n in trio}
+    # a forwarded the 20 wanted messages (to b only), never the unwanted ones
+    assert after["n0"]["forwarded_topic_messages"] - before["n0"]["forwarded_topic_messages"] == 20
+    assert after["n1"]["received_forwarded"] - before["n1"]["received_forwarded"] == 20
+    assert after["n2"]["received_forwarded"] - before["n2"]["received_forwarded"] == 0
+    # when the last subscriber leaves, the topic leaves b's filter
+    assert wait_for(lambda: wanted not in status(b)["filter_topics"])
+
+
+def test_consumers_on_any_node_drain_a_queue_produced_elsewhere(trio):
+    a, b, c = trio
+    queue = pymq.Queue(f"backlog-{uuid.uuid4().hex[:6]}")
+    with pymq.connect(a.url) as pub:
+        p = pub.create_session().create_producer(queue)
+        for i in range(30):
+            p.send(f"m{i}")                        # nobody consumes anywhere: they wait on a
+    with pymq.connect(c.url) as conn:
+        consumer = conn.create_session().create_consumer(queue)
+        got = sorted(consumer.receive(5).text for _ in range(30))   # redistributed from a to c
+    assert got == sorted(f"m{i}" for i in range(30))
+    assert status(a)["redistributed"] >= 30
+
+
+def test_join_moves_only_the_newcomers_share_of_groups(tmp_path, redis_url):  # noqa: F811
+    nodes, cfg = start_cluster(tmp_path, redis_url, n=3)
+    try:
+        newcomer = Node("n3", str(tmp_path / "n3"), cfg).start()
+        nodes.append(newcomer)
+        ids = {"n0", "n1", "n2", "n3"}
+        assert wait_for(lambda: all(set(status(n)["members"]) == ids for n in nodes), timeout=10)
+        groups = [f"g{i}" for i in range(300)]
+        before = GroupRouter(["n0", "n1", "n2"])
+        after = GroupRouter(sorted(ids))
+        moved = [g for g in groups if before.route(g) != after.route(g)]
+        assert all(after.route(g) == "n3" for g in moved)           # only to the newcomer
+        assert 0.1 < len(moved) / len(groups) < 0.4                    # about 1/4
+        queue = pymq.Queue(f"joined-{uuid.uuid4().hex[:6]}")
+        conn = pymq.connect(newcomer.url)
+        consumer = conn.create_session().create_consumer(queue, prefetch=1000)
+        time.sleep(0.5)
+        with pymq.connect(nodes[0].url) as pub:
+            p = pub.create_session().create_producer(queue)
+            for g in groups[:50]:
+                m = pymq.TextMessage(g)
+                m.group_id = g
+                p.send(m, delivery_mode=pymq.NON_PERSISTENT)
+        received = set()
+        while (m := consumer.receive(1.0)) is not None:
+            received.add(m.text)
+        conn.close()
+        assert received == {g for g in groups[:50] if after.route(g) == "n3"}
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def test_clean_leave_hands_over_durable_subscriptions(tmp_path, redis_url):  # noqa: F811
+    nodes, cfg = start_cluster(tmp_path, redis_url, n=3)
+    a, b, c = nodes
+    topic = pymq.Topic(f"audit.{uuid.uuid4().hex[:6]}")
+    try:
+        with pymq.connect(b.url, client_id="auditor") as conn:
+            conn.create_session().create_durable_consumer(topic, "trail").close()
+        assert wait_for(lambda: status(a)["assignments"].get("sub:auditor:trail") == "n1", timeout=5)
+        time.sleep(0.4)
+        with pymq.connect(a.url) as pub:
+            p = pub.create_session().create_producer(topic)
+            for i in range(5):
+                p.send(f"before leave {i}")
+        assert wait_for(lambda: status(b)["received_forwarded"] >= 5)
+        b.stop()                                              # SIGTERM: hand-over, then exit
+        remaining = [a, c]
+        assert wait_for(lambda: all(set(status(n)["members"]) == {"n0", "n2"} for n in remaining), timeout=10)
+        host = status(a)["assignments"].get("sub:auditor:trail")
+        assert host in ("n0", "n2")
+        with pymq.connect(a.url) as pub:
+            pub.create_session().create_producer(topic).send("after leave")
+        successor = a if host == "n0" else c
+        with pymq.connect(successor.url, client_id="auditor") as conn:
+            consumer = conn.create_session().create_durable_consumer(topic, "trail")
+            got = []
+            while (m := consumer.receive(2.0)) is not None:
+                got.append(m.text)
+        assert got == [f"before leave {i}" for i in range(5)] + ["after leave"]
+    finally:
+        for node in nodes:
+            node.stop()
+
+
+def test_killed_node_is_detected_and_nothing_accepted_for_it_is_lost(tmp_path, redis_url):  # noqa: F811
+    nodes, cfg = start_cluster(tmp_path, redis_url, n=3)
+    a, b, c = nodes
+    queue = pymq.Queue(f"grouped-{uuid.uuid4().hex[:6]}")
+    try:
+        c.kill()                                             # no goodbye: its peers must notice
+        groups = [f"k{i}" for i in range(60)]
+        router3 = GroupRouter(["n0", "n1", "n2"])
+        for_c = [g for g in groups if router3.route(g) == "n2"]
+        assert for_c
+        with pymq.connect(a.url) as pub:
+            p = pub.create_session().create_producer(queue)
+            for g in groups:                                 # accepted by a while c is dead, not yet noticed
+                m = pymq.TextMessage(g)
+                m.group_id = g
+                p.send(m)                                    # persistent: receipted by a
+        assert wait_for(lambda: set(status(a)["members"]) == {"n0", "n1"}, timeout=10)
+        assert wait_for(lambda: status(a)["outboxes"].get("n2", 0) == 0, timeout=10)
+        router2 = GroupRouter(["n0", "n1"])
+        got = {}
+        for node in (a, b):
+            with pymq.connect(node.url) as conn:
+                consumer = conn.create_session().create_consumer(queue)
+                while (m := consumer.receive(1.5)) is not None:
+                    got[m.text] = node.node_id
+        assert sorted(got) == sorted(groups)                  # nothing lost
+        assert all(got[g] == router2.route(g) for g in groups)   # c's groups re-routed to their new node
+        assert status(a)["rerouted"] >= 1
+    finally:
+        for node in nodes:
+            node.stop()
+            node.kill()
+
+
+def test_wrong_cluster_secret_is_refused(tmp_path, redis_url):  # noqa: F811
+    nodes, cfg = start_cluster(tmp_path, redis_url, n=2)
+    intruder = Node("evil", str(tmp_path / "evil"), dict(cfg, secret="wrong")).start()
+    try:
+        time.sleep(1.5)
+        assert not status(nodes[0])["links"].get("evil") is True
+        assert any("access refused for cluster node" in line or "ERROR" in line for line in intruder.log)
+        from tests.conftest import RawStomp
+        raw = RawStomp(nodes[0].port)
+        frame = raw.connect(login="cluster:evil", passcode="guess")
+        assert frame.command == "ERROR" and frame.headers["pymq-code"] == "authentication-failed"
+    finally:
+        intruder.kill()
+        for node in nodes:
+            node.stop()
