@@ -52,6 +52,7 @@ class ClusterConfig:
     filter_capacity: int = 10_000
     filter_fpr: float = 0.01
     handover_timeout_s: float = 10.0
+    topic_filtering: bool = True        # False: forward every topic message to every peer (baseline)
 
     @classmethod
     def from_dict(cls, data: dict) -> "ClusterConfig":
@@ -378,7 +379,10 @@ class ClusterNode:
             if len(recent) > RECENT_TOPICS:
                 recent.popitem(last=False)
             self._update_popularity(name)
-        targets = [p for p in self.peer_filters.targets(name) if p in self.members]
+        if self.config.topic_filtering:
+            targets = [p for p in self.peer_filters.targets(name) if p in self.members]
+        else:
+            targets = [p for p in self.members if p != self.node_id]
         if targets:
             self.forwarded_topic += 1
         return [self.outbox(p) for p in targets]
