@@ -2,6 +2,8 @@
 every device after a restart."""
 from __future__ import annotations
 
+import pytest
+
 import pymq
 
 
@@ -51,3 +53,27 @@ def test_rules_choose_devices_and_restart_recovers_them(broker_factory, tmp_path
             [5000, "small", "plain"]
         # the memory device keeps nothing across a restart: that is what the rule asked for
         assert s.create_consumer(pymq.Queue("chatty")).receive(0.3) is None
+
+
+def test_rules_change_at_run_time_through_the_admin_interface(broker_factory, tmp_path):
+    """The seed's BPM extension: add, change and remove rules without a restart; the next message obeys."""
+    broker = broker_factory(data_dir=str(tmp_path / "data"), storage=_config(tmp_path))
+    with pymq.connect(broker.url) as conn:
+        qm = conn.queue_manager()
+        s = conn.create_session()
+        p = s.create_producer(pymq.Queue("rt"))
+        p.send("before")                                              # default → file
+        qm.call("add-rule", id="rt-to-db", device="db", weight=95, condition="DESTINATION_NAME = '/queue/rt'")
+        p.send("while the rule exists")                               # → db
+        qm.call("replace-rule", id="rt-to-db", device="memory", weight=95,
+                condition="DESTINATION_NAME = '/queue/rt'")
+        p.send("after the change")                                    # → memory
+        qm.call("remove-rule", id="rt-to-db")
+        p.send("after removal")                                       # → file again
+        placed = {(x["device"], x["rule"]): x["messages"] for x in qm.call("storage")["placements"]}
+        assert placed[("file", "default")] == 2
+        assert placed[("db", "rt-to-db")] == 1 and placed[("memory", "rt-to-db")] == 1
+        with pytest.raises(pymq.PymqError, match="storage rule error|position"):
+            qm.call("add-rule", id="bad", device="db", weight=1, condition="SIZE >")
+        with pytest.raises(pymq.PymqError):
+            qm.call("add-rule", id="nodev", device="tape", weight=1, condition="SIZE > 1")

@@ -12,7 +12,7 @@ import pymq
 from pymq.routing import GroupRouter
 from tests.cluster.nodes import Node
 from tests.conftest import wait_for
-from tests.storage.services import redis_url  # noqa: F401 - fixture
+from tests.storage.services import postgres_url, redis_url  # noqa: F401 - fixtures
 
 
 def _cluster_cfg(redis_url, **over):
@@ -225,5 +225,23 @@ def test_wrong_cluster_secret_is_refused(tmp_path, redis_url):  # noqa: F811
         assert frame.command == "ERROR" and frame.headers["pymq-code"] == "authentication-failed"
     finally:
         intruder.kill()
+        for node in nodes:
+            node.stop()
+
+
+def test_postgresql_as_the_cluster_store(tmp_path, postgres_url):  # noqa: F811
+    """The registry also lives in PostgreSQL (the SQL device's server), not only Redis."""
+    cfg = _cluster_cfg(postgres_url)
+    nodes = [Node(f"p{i}", str(tmp_path / f"p{i}"), cfg).start() for i in range(2)]
+    try:
+        assert wait_for(lambda: all(set(status(n)["members"]) == {"p0", "p1"} and all(status(n)["links"].values())
+                                    for n in nodes), timeout=10)
+        queue = pymq.Queue(f"pg-{uuid.uuid4().hex[:6]}")
+        with pymq.connect(nodes[1].url) as cons, pymq.connect(nodes[0].url) as prod:
+            consumer = cons.create_session().create_consumer(queue)
+            time.sleep(0.5)
+            prod.create_session().create_producer(queue).send("via postgres membership")
+            assert consumer.receive(5).text == "via postgres membership"
+    finally:
         for node in nodes:
             node.stop()
