@@ -35,6 +35,7 @@ def spark():
     from pyspark.sql import SparkSession
     session = (SparkSession.builder.master("local[2]").appName("pymq-tests")
                .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")

@@ -6,6 +6,7 @@ from tests.spark._spark import need_spark
 need_spark()
 
 import json  # noqa: E402
+import time  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -71,10 +72,23 @@ def test_offsets_bound_a_batch_read_and_reads_span_destinations(spark, spark_bro
     # latest as a start reads nothing; a glob over named candidates picks the topic only
     assert spark.read.format("pymq").option("url", url).option("topic", name) \
         .option("startingOffsets", "latest").load().count() == 0
+    # a start by time: the first message stamped at or after it, and what follows
+    time.sleep(0.01)                  # the earlier messages carry an earlier millisecond
+    cut = send(url, pymq.Topic(name), ["late-1", "late-2"])[0].timestamp
+    late = (spark.read.format("pymq").option("url", url).option("topic", name)
+            .option("startingTimestamp", str(cut)).load().selectExpr("cast(value as string) v").collect())
+    assert sorted(r.v for r in late) == ["late-1", "late-2"]
     only_topics = (spark.read.format("pymq").option("url", url)
                    .option("destinations", f"/queue/log.{name},/topic/{name}")
                    .option("destinationPattern", "/topic/*").load())
-    assert only_topics.count() == 5
+    assert only_topics.count() == 7
+
+
+def test_explicit_registration(spark, spark_broker, name):
+    from pyspark_pymq import PymqDataSource
+    spark.dataSource.register(PymqDataSource)
+    send(spark_broker.url, pymq.Topic(name), ["x", "y"])
+    assert spark.read.format("pymq").option("url", spark_broker.url).option("topic", name).load().count() == 2
 
 
 def test_filters_pushed_down_give_the_same_rows(spark, spark_broker, name):

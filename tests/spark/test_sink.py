@@ -1,0 +1,88 @@
+"""The sink: rows become messages; with dedup=true, replayed writes are dropped by the broker."""
+from __future__ import annotations
+
+from tests.spark._spark import need_spark
+
+need_spark()
+
+import os  # noqa: E402
+
+import pytest  # noqa: E402
+
+import pymq  # noqa: E402
+from tests.spark.test_batch import send  # noqa: E402
+from tests.spark.test_streaming import texts  # noqa: E402
+
+pytestmark = pytest.mark.spark
+
+
+def duplicates(broker):
+    return broker.call(lambda: broker.broker.duplicates)
+
+
+def test_columns_become_message_headers(spark, spark_broker, name):
+    url = spark_broker.url
+    df = spark.createDataFrame(
+        [(b"\x00\x01", "/queue/" + name, 9, 60_000, 1, "c-1", "kind", "/queue/replies", "bytes"),
+         (b"{\"a\": 2}", "/queue/" + name, None, None, None, None, None, None, "map")],
+        "value binary, destination string, priority int, timeToLive long, deliveryMode int, "
+        "correlationId string, type string, replyTo string, bodyType string")
+    df.coalesce(1).write.format("pymq").option("url", url).option("priority", "3").mode("append").save()
+    with pymq.connect(url) as conn:
+        got = conn.create_session().read_range(pymq.Queue(name)).messages
+    first, second = got
+    assert isinstance(first, pymq.BytesMessage) and first.data == b"\x00\x01"
+    assert (first.priority, first.delivery_mode, first.correlation_id, first.type) == (9, 1, "c-1", "kind")
+    assert first.reply_to == pymq.Queue("replies") and 0 < first.expiration - first.timestamp <= 60_000
+    assert isinstance(second, pymq.MapMessage) and second.map == {"a": 2}
+    assert (second.priority, second.delivery_mode, second.expiration) == (3, 2, 0)     # option defaults
+
+
+def test_batch_dedup_drops_a_rerun_and_plain_writes_are_at_least_once(spark, spark_broker, name):
+    url = spark_broker.url
+    df = spark.range(0, 50, numPartitions=3).selectExpr("cast(id as string) value")
+
+    def write(**options):
+        w = df.write.format("pymq").option("url", url).option("queue", name).mode("append")
+        for k, v in options.items():
+            w = w.option(k, v)
+        w.save()
+
+    before = duplicates(spark_broker)
+    write(dedup="true", dedupPrefix="nightly-2024-01-01")
+    write(dedup="true", dedupPrefix="nightly-2024-01-01")         # the same job again: every row dropped
+    assert duplicates(spark_broker) - before == 50
+    assert sorted(texts(url, pymq.Queue(name)), key=int) == [str(i) for i in range(50)]
+    write()                                                       # without dedup: sent again
+    assert len(texts(url, pymq.Queue(name))) == 100
+
+
+def test_a_replayed_micro_batch_is_dropped_with_dedup(spark, spark_broker, name, tmp_path):
+    url = spark_broker.url
+    source, target = pymq.Topic(name), pymq.Queue(f"out.{name}")
+    send(url, source, [f"o{i}" for i in range(12)])
+    checkpoint = tmp_path / "ck"
+
+    def run():
+        q = (spark.readStream.format("pymq").option("url", url).option("topic", name)
+             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "5").load()
+             .selectExpr("upper(cast(value as string)) as value")
+             .writeStream.format("pymq").option("url", url).option("queue", f"out.{name}").option("dedup", "true")
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+        q.awaitTermination(180)
+        assert q.exception() is None
+        return q
+
+    run()
+    assert sorted(texts(url, target)) == sorted(f"O{i}" for i in range(12))
+    # lose the record that the last batch (2, two rows) reached the sink: Spark runs it again on restart,
+    # same query id, same batch id, same rows, so the same duplicate-detection ids
+    commits = sorted(int(f) for f in os.listdir(checkpoint / "commits") if f.isdigit())
+    assert commits == [0, 1, 2]
+    os.remove(checkpoint / "commits" / "2")
+    if (checkpoint / "commits" / ".2.crc").exists():
+        os.remove(checkpoint / "commits" / ".2.crc")          # Spark's checksum of the file
+    before = duplicates(spark_broker)
+    run()
+    assert duplicates(spark_broker) - before == 2
+    assert sorted(texts(url, target)) == sorted(f"O{i}" for i in range(12))
