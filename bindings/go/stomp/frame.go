@@ -97,8 +97,19 @@ func unescapedCommand(command string) bool {
 
 var escaper = strings.NewReplacer("\\", "\\\\", "\n", "\\n", ":", "\\c", "\r", "\\r")
 
-// Escape applies STOMP 1.1/1.2 header escaping.
+// STOMP 1.1 has no \r escape: a CR travels raw (spec/stomp.md §2).
+var escaper11 = strings.NewReplacer("\\", "\\\\", "\n", "\\n", ":", "\\c")
+
+// Escape applies STOMP 1.2 header escaping.
 func Escape(s string) string { return escaper.Replace(s) }
+
+// EscapeFor applies the header escaping of a version: 1.2 escapes CR, 1.1 sends it raw.
+func EscapeFor(s, version string) string {
+	if version == "1.1" {
+		return escaper11.Replace(s)
+	}
+	return escaper.Replace(s)
+}
 
 // Unescape undoes Escape; an undefined escape or a lone trailing backslash is a bad-escape Error.
 func Unescape(s string) (string, error) {
@@ -155,9 +166,9 @@ func Encode(command string, headers []Header, body []byte, version string) ([]by
 			b.WriteByte(':')
 			b.WriteString(h.Value)
 		} else {
-			b.WriteString(Escape(h.Name))
+			b.WriteString(EscapeFor(h.Name, version))
 			b.WriteByte(':')
-			b.WriteString(Escape(h.Value))
+			b.WriteString(EscapeFor(h.Value, version))
 		}
 		b.WriteByte('\n')
 	}

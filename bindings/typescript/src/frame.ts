@@ -56,8 +56,10 @@ function unescapedCommand(command: string): boolean {
   return command === 'CONNECT' || command === 'STOMP' || command === 'CONNECTED';
 }
 
-export function escape(text: string): string {
-  return text.replace(/[\\\n:\r]/g, (c) => (c === '\\' ? '\\\\' : c === '\n' ? '\\n' : c === ':' ? '\\c' : '\\r'));
+/** STOMP header escaping; `version` 1.1 has no `\\r` escape, so a CR travels raw (spec/stomp.md §2). */
+export function escape(text: string, version = '1.2'): string {
+  const pattern = version === '1.1' ? /[\\\n:]/g : /[\\\n:\r]/g;
+  return text.replace(pattern, (c) => (c === '\\' ? '\\\\' : c === '\n' ? '\\n' : c === ':' ? '\\c' : '\\r'));
 }
 
 const UNESCAPES: Record<string, string> = { r: '\r', n: '\n', c: ':', '\\': '\\' };
@@ -101,7 +103,7 @@ export function encodeFrame(command: string, headers: Iterable<Header>, body: Ui
       }
       text += `${name}:${value}\n`;
     } else {
-      text += `${escape(name)}:${escape(value)}\n`;
+      text += `${escape(name, version)}:${escape(value, version)}\n`;
     }
   }
   if (body.length > 0) text += `content-length:${body.length}\n`;
