@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import shutil
 import tempfile
 import threading
@@ -36,6 +37,8 @@ class VmLink:
         self._closed = False
         self._reading = threading.Event()
         self._reading.set()
+        self._outbound: collections.deque = collections.deque()
+        self._take_scheduled = False
 
     # client thread -> broker loop
     def submit(self, frame: Frame) -> None:
@@ -44,7 +47,19 @@ class VmLink:
         # producer flow control: block the producing thread while the broker is paused for it
         if frame.command == "SEND" and not self._reading.wait(timeout=30):
             raise TimeoutError("the embedded broker kept this producer paused for 30 s (memory limit)")
-        self.loop.call_soon_threadsafe(self._receive, frame)
+        self._outbound.append(frame)
+        if not self._take_scheduled:
+            # one wake-up of the broker's loop per burst, not per frame (each costs a syscall).  The
+            # frame is appended before the flag is read and the broker clears the flag before
+            # draining, so no frame is ever left behind without a scheduled drain.
+            self._take_scheduled = True
+            self.loop.call_soon_threadsafe(self._take_batch)
+
+    def _take_batch(self) -> None:
+        self._take_scheduled = False
+        outbound = self._outbound
+        while outbound:
+            self._receive(outbound.popleft())
 
     def _receive(self, frame: Frame) -> None:
         try:
