@@ -142,8 +142,14 @@ class Connection:
             except PymqError:
                 pass
         if self._error is None:
+            # the DISCONNECT receipt confirms the broker processed every frame sent before it (a
+            # producer held back by flow control may need a while): wait the full timeout, and say so
+            # when it never comes, since unconfirmed non-persistent sends may then be lost
             try:
-                self._request(Frame("DISCONNECT", {}), timeout=min(5.0, self.factory.timeout))
+                self._request(Frame("DISCONNECT", {}), timeout=self.factory.timeout)
+            except TimeoutError:
+                log.warning("the broker did not confirm DISCONNECT within %ss; messages sent without a "
+                            "receipt may not have reached it", self.factory.timeout)
             except PymqError:
                 pass
         self._closed = True
