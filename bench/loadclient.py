@@ -151,6 +151,16 @@ class LoadSpec:
     # reported as loss. It costs nothing when nothing is lost (consumers stop once they have everything).
     idle_timeout: float = 30.0
     extra_send_headers: dict = field(default_factory=dict)
+    # Message `seq` of every producer carries rotate_send_headers[seq % len] (e.g. a property a selector
+    # reads); consumer `cidx` subscribes with subscribe_headers[cidx % len] added (e.g. its selector).
+    rotate_send_headers: list = field(default_factory=list)
+    subscribe_headers: list = field(default_factory=list)
+    # With rotation: consumer `cidx` must only get the messages of slot cidx % len(rotate_send_headers)
+    # (selectors that partition the stream); any other message it gets is counted as misrouted.
+    check_rotation: bool = False
+    # Consumers subscribe only once every producer is done (needs max_in_flight=0): they drain a backlog of
+    # everything sent; RunResult.drain_rate is then the figure (first to last delivery).
+    backlog_first: bool = False
 
 
 def _new_loop():
@@ -289,9 +299,15 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
     if spec.persistent or ep.explicit_non_persistent:
         headers["persistent"] = "true" if spec.persistent else "false"
     headers.update(spec.extra_send_headers)
-    head = encode_frame("SEND", headers)[:-2]  # without the blank line and NUL: content-length comes next
-    head += b"content-length:%d\n\n" % spec.size
+
+    def frame_head(extra: dict) -> bytes:
+        head = encode_frame("SEND", {**headers, **extra})[:-2]  # without the blank line and NUL
+        return head + b"content-length:%d\n\n" % spec.size
+
+    head = frame_head({})
     receipt_head = head[:-1]  # the receipt header is slotted in before the blank line
+    rotation = [frame_head(extra) for extra in spec.rotate_send_headers]
+    n_rot = len(rotation)
     deadline = start_ns + int(spec.duration * NS)
     interval = NS / spec.rate if spec.rate else 0.0
     # Pace from when this connection is ready, not from the common start: the CONNECT round trip would
@@ -305,7 +321,8 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
     def receipt_frame(seq: int, ts: int) -> bytes:
         rid = b"r%d" % seq
         pending.append(conn.expect_receipt(rid.decode()))
-        return receipt_head + b"receipt:" + rid + b"\n\n" + make(pid, seq, ts) + b"\0"
+        base = rotation[seq % n_rot][:-1] if n_rot else receipt_head
+        return base + b"receipt:" + rid + b"\n\n" + make(pid, seq, ts) + b"\0"
 
     confirm_wait = 0.0
     seq = 0
@@ -347,6 +364,8 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
             ts = monotonic_ns()
             if every and ((seq + 1) % every == 0 or seq + 1 == count):
                 frames.append(receipt_frame(seq, ts))
+            elif n_rot:
+                frames.append(rotation[seq % n_rot] + make(pid, seq, ts) + b"\0")
             else:
                 frames.append(head + make(pid, seq, ts) + b"\0")
             seq += 1
@@ -450,6 +469,8 @@ async def _consume(ep: Endpoint, spec: LoadSpec, cidx: int, tallies: list, subsc
     sub = {"id": str(cidx), "destination": spec.destination, "ack": spec.ack, "receipt": "sub"}
     if ep.prefetch_header:
         sub[ep.prefetch_header] = str(spec.prefetch)
+    if spec.subscribe_headers:
+        sub.update(spec.subscribe_headers[cidx % len(spec.subscribe_headers)])
     fut = conn.expect_receipt("sub")
     conn.write(encode_frame("SUBSCRIBE", sub))
     await asyncio.wait_for(fut, 30)
@@ -460,13 +481,25 @@ async def _consume(ep: Endpoint, spec: LoadSpec, cidx: int, tallies: list, subsc
 async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
     tallies: list[_Tally] = []
     conns: list[_Conn] = []
-    await asyncio.gather(*(_consume(ep, spec, c, tallies, conns, shared) for c in cidxs))
-    ready.set()
     loop = asyncio.get_running_loop()
-    await loop.run_in_executor(None, shared.go.wait, 120)
+    if spec.backlog_first:
+        # Subscribe only once the producers are done: the consumers then drain a backlog of everything sent.
+        ready.set()
+        await loop.run_in_executor(None, shared.go.wait, 120)
+        t_go = time.monotonic()
+        while shared.expected.value < 0 and time.monotonic() - t_go < hard_deadline_s:
+            await asyncio.sleep(0.02)
+        cpu0 = _cpu_self()
+        subscribed_ns = time.monotonic_ns()
+        await asyncio.gather(*(_consume(ep, spec, c, tallies, conns, shared) for c in cidxs))
+    else:
+        subscribed_ns = 0
+        await asyncio.gather(*(_consume(ep, spec, c, tallies, conns, shared) for c in cidxs))
+        ready.set()
+        await loop.run_in_executor(None, shared.go.wait, 120)
+        cpu0 = _cpu_self()
+        t_go = time.monotonic()
     counters = shared.received
-    cpu0 = _cpu_self()
-    t_go = time.monotonic()
     last_progress, last_total = time.monotonic(), -1
     gave_up = None
     while True:
@@ -497,6 +530,7 @@ async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
         await close_connection(c, timeout=2)
     for cidx, t in zip(cidxs, tallies):
         out.append({"cidx": cidx, "gave_up": gave_up, "received": t.received, "dups": t.dups, "bad": t.bad, "first_ns": t.first_ns,
+                    "subscribed_ns": subscribed_ns,
                     "last_ns": t.last_ns, "lat": t.lat.tobytes(), "seen": [bytes(s) for s in t.seen]})
     return cpu
 
@@ -524,9 +558,12 @@ class RunResult:
     lost: int = 0
     duplicated: int = 0
     malformed: int = 0
+    misrouted: int = 0             # with check_rotation: messages a consumer got outside its slot
     elapsed_s: float = 0.0         # first send to last receive
     rate: float = 0.0              # deliveries per second
     send_rate: float = 0.0         # messages per second accepted from the producers
+    drain_rate: float = 0.0        # deliveries per second from the first delivery (backlog_first: from the
+                                   # start of the subscriptions) to the last
     lat_p50_us: float = 0.0
     lat_p99_us: float = 0.0
     lat_p999_us: float = 0.0
@@ -686,6 +723,12 @@ def _summarise(spec: LoadSpec, messages: list, result: RunResult) -> RunResult:
             dup_outside = (merged & ~mask).bit_count()
             if dup_outside:  # a sequence nobody sent: count it as malformed
                 result.malformed += dup_outside
+    if spec.check_rotation and spec.rotate_send_headers:
+        slots = len(spec.rotate_send_headers)
+        for c in per_consumer:
+            mine = c["cidx"] % slots
+            for marks in c["seen"]:
+                result.misrouted += marks.count(1) - marks[mine::slots].count(1)
     if len(per_consumer) < spec.consumers:
         lost += result.sent * (spec.consumers - len(per_consumer)) if spec.topic else 0
     result.lost, result.duplicated = lost, dup
@@ -695,6 +738,11 @@ def _summarise(spec: LoadSpec, messages: list, result: RunResult) -> RunResult:
     if first_send and last_recv > first_send:
         result.elapsed_s = (last_recv - first_send) / NS
         result.rate = result.received / result.elapsed_s
+    # A backlog's drain starts when the consumers start subscribing: a broker may do all the work of
+    # matching before the first delivery leaves.
+    first_recv = min((c["subscribed_ns"] or c["first_ns"] for c in per_consumer if c["first_ns"]), default=0)
+    if first_recv and last_recv > first_recv:
+        result.drain_rate = result.received / ((last_recv - first_recv) / NS)
     if first_send and last_send > first_send:
         result.send_rate = result.sent / ((last_send - first_send) / NS)
     lat = array.array("q")
