@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pymq.destination import as_destination
-from pymq.errors import IllegalStateError, MessageFormatError
-from pymq.message import NON_PERSISTENT, PERSISTENT, Message, make_message, now_ms
+from pymq.client.frames import send_frame
+from pymq.errors import IllegalStateError
+from pymq.message import Message
 from pymq.protocol.scanner import encode_frame
 
 
@@ -24,25 +24,9 @@ def send_in_transaction(producer, message: Any, destination, transaction: Any, *
         from pymq_server.storage.sql import send_in_transaction as insert_pending
     except ImportError as exc:  # SQLAlchemy is an optional dependency
         raise IllegalStateError(f"sending in a database transaction needs SQLAlchemy: {exc}") from None
-    target = as_destination(destination) if destination is not None else producer.destination
-    if target is None:
-        raise IllegalStateError("this producer has no destination: pass one to send()")
-    msg = make_message(message)
-    mode = producer.delivery_mode if delivery_mode is None else delivery_mode
-    if mode not in (PERSISTENT, NON_PERSISTENT):
-        raise MessageFormatError(f"delivery mode must be PERSISTENT (2) or NON_PERSISTENT (1), got {mode}")
-    prio = producer.priority if priority is None else priority
-    if not 0 <= prio <= 9:
-        raise MessageFormatError(f"priority must be between 0 and 9, got {prio}")
-    ttl = producer.time_to_live if time_to_live is None else time_to_live
-    msg.destination = target
-    msg.delivery_mode = mode
-    msg.priority = prio
-    msg.timestamp = now_ms()
-    msg.expiration = msg.timestamp + ttl if ttl else 0
-    headers = msg.to_headers()
-    headers["destination"] = target.stomp_name
-    data = encode_frame("SEND", headers, msg._body_bytes(), "1.2")
-    insert_pending(transaction, target.stomp_name, data, persistent=mode == PERSISTENT,
+    msg, frame = send_frame(producer, message, destination, delivery_mode=delivery_mode, priority=priority,
+                            time_to_live=time_to_live, delivery_delay=0)
+    data = encode_frame("SEND", frame.headers, frame.body, "1.2")
+    insert_pending(transaction, frame.headers["destination"], data, persistent=msg.persistent,
                    broker_id=broker_id, table_prefix=table_prefix)
     return msg

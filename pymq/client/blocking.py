@@ -25,11 +25,12 @@ import uuid
 from typing import Any, Callable, Iterator
 
 from pymq.destination import Destination, Queue, TemporaryQueue, Topic, as_destination
-from pymq.errors import (ConnectionClosed, IllegalStateError, MessageFormatError, PymqError, TimeoutError,
+from pymq.errors import (ConnectionClosed, IllegalStateError, PymqError, TimeoutError,
                          error_from_headers)
 from pymq.message import (NON_PERSISTENT, PERSISTENT, BytesMessage, MapMessage, Message, TextMessage,
-                          from_frame, make_message, now_ms)
+                          from_frame, make_message)
 from pymq.protocol.frame import Frame
+from pymq.client.frames import ack_upto_frame, range_headers, send_frame, subscribe_headers
 from pymq.client.transport import Transport, transport_for
 
 log = logging.getLogger("pymq.client")
@@ -171,7 +172,7 @@ class Connection:
         if self._closed:
             raise IllegalStateError("the connection is closed")
 
-    def queue_manager(self) -> "QueueManager":
+    def queue_manager(self):
         """Create, drop, purge and inspect queues; grant and revoke permissions (thread-safe)."""
         self._check_open()
         with self._lock:
@@ -413,10 +414,8 @@ class Session:
                    timeout: float | None = None) -> RangeResult:
         """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
         from a destination's retained log, a queue, or (``subscription``) a durable subscription."""
-        # always a start (0 = the earliest): a range read is in sequence order, never delivery order
-        extra = {"pymq-from-seq": from_seq or 0, "pymq-to-seq": to_seq, "pymq-max-messages": max_messages,
-                 "pymq-max-bytes": max_bytes, "pymq-from-timestamp": from_timestamp,
-                 "selector": selector or None, "durable-subscription-name": subscription}
+        extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
+                              from_timestamp=from_timestamp, selector=selector, subscription=subscription)
         return _browse(self, as_destination(destination), extra, timeout)
 
     def bounds(self, destination: Destination | str, *, subscription: str | None = None) -> tuple[int, int]:
@@ -428,11 +427,7 @@ class Session:
     def ack_upto(self, destination: Destination | str, seq: int, *, subscription: str | None = None) -> None:
         """Acknowledge every waiting message below sequence number ``seq`` (a reader that owns the
         queue or durable subscription, acknowledging a committed batch)."""
-        headers = {"id": "pymq-upto", "pymq-ack-upto": str(int(seq)),
-                   "destination": as_destination(destination).stomp_name}
-        if subscription:
-            headers["durable-subscription-name"] = subscription
-        self.connection._request(Frame("ACK", headers))
+        self.connection._request(ack_upto_frame(destination, seq, subscription))
 
     def create_queue(self, name: str, **config: Any) -> Queue:
         """A Queue; with settings (QueueConfig fields, see QueueManager.create) it is also created on
@@ -556,16 +551,8 @@ class Session:
         self._check()
         consumer = MessageConsumer(self, destination, selector,
                                    prefetch if prefetch is not None else self.connection.factory.prefetch)
-        headers = {"destination": destination.stomp_name, "id": consumer._sub_id,
-                   "ack": "client" if self.ack_mode in (CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE)
-                   else "client-individual",
-                   "prefetch-count": str(consumer.prefetch)}
-        if selector:
-            headers["selector"] = selector
-        if no_local:
-            headers["no-local"] = "true"
-        if extra:
-            headers.update(extra)
+        headers = subscribe_headers(destination, consumer._sub_id, self.ack_mode, consumer.prefetch,
+                                    selector=selector, no_local=no_local, extra=extra)
         try:
             self.connection._request(Frame("SUBSCRIBE", headers))
         except PymqError:
@@ -670,28 +657,10 @@ class MessageProducer:
             from pymq.client.apptx import send_in_transaction
             return send_in_transaction(self, message, destination, transaction, delivery_mode=delivery_mode,
                                        priority=priority, time_to_live=time_to_live)
-        target = as_destination(destination) if destination is not None else self.destination
-        if target is None:
-            raise IllegalStateError("this producer has no destination: pass one to send()")
-        msg = make_message(message)
-        mode = self.delivery_mode if delivery_mode is None else delivery_mode
-        if mode not in (PERSISTENT, NON_PERSISTENT):
-            raise MessageFormatError(f"delivery mode must be PERSISTENT (2) or NON_PERSISTENT (1), got {mode}")
-        prio = self.priority if priority is None else priority
-        if not 0 <= prio <= 9:
-            raise MessageFormatError(f"priority must be between 0 and 9, got {prio}")
-        ttl = self.time_to_live if time_to_live is None else time_to_live
-        delay = self.delivery_delay if delivery_delay is None else delivery_delay
-        msg.destination = target
-        msg.delivery_mode = mode
-        msg.priority = prio
-        msg.timestamp = now_ms()
-        msg.expiration = msg.timestamp + ttl if ttl else 0
-        headers = msg.to_headers()
-        headers["destination"] = target.stomp_name
-        if delay:
-            headers["AMQ_SCHEDULED_DELAY"] = str(delay)
-        frame = Frame("SEND", headers, msg._body_bytes())
+        msg, frame = send_frame(self, message, destination, delivery_mode=delivery_mode, priority=priority,
+                                time_to_live=time_to_live, delivery_delay=delivery_delay)
+        headers = frame.headers
+        mode = msg.delivery_mode
         conn = session.connection
         if session.transacted:
             headers["transaction"] = session._tx

@@ -1,0 +1,81 @@
+"""What the SDKs put on the wire, built in one place: the blocking SDK (``pymq.client.blocking``),
+the asyncio SDK (``pymq.aio``) and the application-transaction send all call these, so a header rule
+(spec/stomp.md §4, §7, §9) is written once.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from pymq.destination import Destination, as_destination
+from pymq.errors import IllegalStateError, MessageFormatError
+from pymq.message import NON_PERSISTENT, PERSISTENT, Message, make_message, now_ms
+from pymq.protocol.frame import Frame
+
+# acknowledge modes (JMS values), repeated here so this module needs nothing from either SDK
+_CLIENT_ACKNOWLEDGE = 2
+_DUPS_OK_ACKNOWLEDGE = 3
+
+
+def send_frame(producer, message: Any, destination, *, delivery_mode: int | None = None,
+               priority: int | None = None, time_to_live: int | None = None,
+               delivery_delay: int | None = None) -> tuple[Message, Frame]:
+    """The Message and the SEND frame for ``producer.send(...)``: the producer's defaults, overridden
+    by the call's arguments, validated before anything is written."""
+    target = as_destination(destination) if destination is not None else producer.destination
+    if target is None:
+        raise IllegalStateError("this producer has no destination: pass one to send()")
+    msg = make_message(message)
+    mode = producer.delivery_mode if delivery_mode is None else delivery_mode
+    if mode not in (PERSISTENT, NON_PERSISTENT):
+        raise MessageFormatError(f"delivery mode must be PERSISTENT (2) or NON_PERSISTENT (1), got {mode}")
+    prio = producer.priority if priority is None else priority
+    if not 0 <= prio <= 9:
+        raise MessageFormatError(f"priority must be between 0 and 9, got {prio}")
+    ttl = producer.time_to_live if time_to_live is None else time_to_live
+    delay = getattr(producer, "delivery_delay", 0) if delivery_delay is None else delivery_delay
+    msg.destination = target
+    msg.delivery_mode = mode
+    msg.priority = prio
+    msg.timestamp = now_ms()
+    msg.expiration = msg.timestamp + ttl if ttl else 0
+    headers = msg.to_headers()
+    headers["destination"] = target.stomp_name
+    if delay:
+        headers["AMQ_SCHEDULED_DELAY"] = str(delay)
+    return msg, Frame("SEND", headers, msg._body_bytes())
+
+
+def subscribe_headers(destination: Destination, sub_id: str, ack_mode: int, prefetch: int, *,
+                      selector: str | None = None, no_local: bool = False, extra: dict | None = None) -> dict:
+    """SUBSCRIBE headers: always broker-side credit (client or client-individual acks and a prefetch),
+    so a consumer never holds more than ``prefetch`` messages."""
+    headers = {"destination": destination.stomp_name, "id": sub_id,
+               "ack": "client" if ack_mode in (_CLIENT_ACKNOWLEDGE, _DUPS_OK_ACKNOWLEDGE)
+               else "client-individual",
+               "prefetch-count": str(prefetch)}
+    if selector:
+        headers["selector"] = selector
+    if no_local:
+        headers["no-local"] = "true"
+    if extra:
+        headers.update(extra)
+    return headers
+
+
+def range_headers(*, from_seq: int | None = None, to_seq: int | None = None, max_messages: int | None = None,
+                  max_bytes: int | None = None, from_timestamp: int | None = None, selector: str | None = None,
+                  subscription: str | None = None) -> dict:
+    """The extra SUBSCRIBE headers of a range read (spec/stomp.md §9).  There is always a start (0 =
+    the earliest): a range read is in sequence order, never delivery order."""
+    return {"pymq-from-seq": from_seq or 0, "pymq-to-seq": to_seq, "pymq-max-messages": max_messages,
+            "pymq-max-bytes": max_bytes, "pymq-from-timestamp": from_timestamp,
+            "selector": selector or None, "durable-subscription-name": subscription}
+
+
+def ack_upto_frame(destination, seq: int, subscription: str | None = None) -> Frame:
+    """Acknowledge every waiting message below ``seq`` (spec/stomp.md §9)."""
+    headers = {"id": "pymq-upto", "pymq-ack-upto": str(int(seq)),
+               "destination": as_destination(destination).stomp_name}
+    if subscription:
+        headers["durable-subscription-name"] = subscription
+    return Frame("ACK", headers)
