@@ -107,7 +107,11 @@ class _DriverSide:
 
 
 def _bounds(session, opts: ReadOptions, dest: str) -> tuple[int, int]:
-    return session.bounds(dest, subscription=opts.subscription if destination_kind(dest) == "topic" else None)
+    """(earliest available, latest assigned) sequence numbers.  ``Session.bounds`` asks for an open-ended
+    range, which the broker materialises in full before sending nothing (seconds for a log of a million
+    messages); an empty range ``[1, 1)`` returns the same two bounds at once."""
+    r = session.read_range(dest, from_seq=1, to_seq=1, max_messages=0, subscription=_sub(opts, dest))
+    return r.earliest, r.latest
 
 
 def _sub(opts: ReadOptions, dest: str) -> str | None:

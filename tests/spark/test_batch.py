@@ -51,6 +51,15 @@ def test_write_then_read_round_trip(spark, spark_broker, name):
         assert r.properties["n"] == props["n"] and r.properties["JMSXGroupID"] == key
         assert (r.destination, r.destinationType, r.partition, r.deliveryMode) == (f"/topic/{name}", "topic", 0, 2)
 
+    # a read DataFrame written elsewhere as it is: bodies, groups, properties and headers travel along
+    read.write.format("pymq").option("url", url).option("queue", f"copy.{name}").mode("append").save()
+    with pymq.connect(url) as conn:
+        copies = {m.text: m for m in conn.create_session().read_range(pymq.Queue(f"copy.{name}")).messages}
+    assert sorted(copies) == sorted(r[0] for r in rows)
+    for value, key, prio, props, corr in rows:
+        m = copies[value]
+        assert (m.group_id, m.priority, m.correlation_id, m.properties["region"]) == (key, prio, corr, props["region"])
+
     # reading never removes: a second read, now with a selector pushed to the broker
     eu = (spark.read.format("pymq").option("url", url).option("topic", name).option("selector", "region = 'eu'")
           .load().selectExpr("cast(value as string) v").collect())

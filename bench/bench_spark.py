@@ -1,0 +1,248 @@
+"""The Spark connector against its practical upper bound, in one run.
+
+    python bench/bench_spark.py              # 1M rows (a few minutes)
+    python bench/bench_spark.py --quick      # 20k rows: the CI smoke run
+    python bench/bench_spark.py --rows 200000 --json /tmp/spark.json
+
+Starts its own ``pymq-server`` (free port, temporary data directory, topics ``/topic/bench.*`` kept as
+retained logs, default durability: persistent messages, ``sync_policy: always``) and a local
+SparkSession (``local[2]``), then measures:
+
+* **batch write**: N rows (``value`` 100 bytes, ``key``) written with ``df.write.format("pymq")`` to a
+  topic, against the same DataFrame written as Parquet;
+* **batch read**: those N messages read back into ``count()`` and into a full scan
+  (``sum(length(value))``), against the same two queries over the Parquet file;
+* **streaming**: the N messages read by a stream at 100k messages per trigger into Spark's ``noop`` sink
+  (messages/s and the median trigger time), against Spark's ``rate-micro-batch`` source at the same rows
+  per trigger; and end-to-end latency (JMS timestamp at send to the end of the micro-batch that saw the
+  message) while a producer sends at a steady rate.
+
+Parquet and the rate source are what Spark does with no broker at all, so the ratios say how close the
+connector gets to free.  Every figure is printed with its baseline from the same run; nothing is
+asserted about speed.  The exit status is 1 only if a count is wrong.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def start_broker(work: str) -> tuple[subprocess.Popen, str]:
+    config = os.path.join(work, "broker.yaml")
+    with open(config, "w") as fh:
+        fh.write('retention:\n  "/topic/bench.*": {ms: 86400000}\n')
+    log_path = os.path.join(work, "broker.log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "pymq_server", "--port", "0", "--data-dir",
+                                 os.path.join(work, "data"), "--config", config, "--log-level", "WARNING"],
+                                stderr=log, cwd=ROOT)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        with open(log_path) as fh:
+            found = re.search(r"listening on ([\d.]+):(\d+)", fh.read())
+        if found:
+            return proc, f"stomp://{found.group(1)}:{found.group(2)}"
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError(f"pymq-server did not start; see {log_path}")
+
+
+def spark_session():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *[p for p in paths if p != ROOT]])
+    from pyspark.sql import SparkSession
+    spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
+             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").getOrCreate())
+    # FATAL: stopping the endless rate stream makes its tasks log aborted commits, which are expected
+    spark.sparkContext.setLogLevel("FATAL")
+    return spark
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - t0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="pymq Spark connector benchmark")
+    parser.add_argument("--quick", action="store_true", help="20k rows, short latency run (smoke test)")
+    parser.add_argument("--rows", type=int, help="rows to write and read (default 1M, 20k with --quick)")
+    parser.add_argument("--per-trigger", type=int, default=100_000, help="messages per streaming trigger")
+    parser.add_argument("--rate", type=int, default=5_000, help="msg/s sent during the latency run")
+    parser.add_argument("--json", help="write the figures to this file ('-' for stdout)")
+    args = parser.parse_args()
+    rows = args.rows or (20_000 if args.quick else 1_000_000)
+    latency_seconds = 3 if args.quick else 10
+
+    import pymq
+
+    work = tempfile.mkdtemp(prefix="bench-spark-")
+    broker, url = start_broker(work)
+    failures: list[str] = []
+    figures: dict[str, dict] = {}
+    try:
+        spark = spark_session()
+        from pyspark.sql import functions as F
+
+        source = (spark.range(rows, numPartitions=2)
+                  .selectExpr("cast(id % 1000 as string) as key",
+                              "encode(lpad(cast(id as string), 100, 'x'), 'utf-8') as value"))
+        parquet = os.path.join(work, "rows.parquet")
+        # warm-up: JVM, Python workers, the data source lookup, one tiny write and read of each kind
+        warm = spark.range(100).selectExpr("cast(id as string) value")
+        warm.write.format("pymq").option("url", url).option("topic", "bench.warm").mode("append").save()
+        spark.read.format("pymq").option("url", url).option("topic", "bench.warm").load().count()
+        warm.write.mode("overwrite").parquet(os.path.join(work, "warm.parquet"))
+
+        def pymq_reader():
+            return (spark.read.format("pymq").option("url", url).option("topic", "bench.rows")
+                    .option("minPartitions", "2"))
+
+        _, t_pw = timed(lambda: source.write.format("pymq").option("url", url).option("topic", "bench.rows")
+                        .mode("append").save())
+        _, t_qw = timed(lambda: source.write.mode("overwrite").parquet(parquet))
+        figures["batch write"] = {"pymq": rows / t_pw, "parquet": rows / t_qw, "unit": "rows/s"}
+
+        n, t_pc = timed(lambda: pymq_reader().load().count())
+        m, t_qc = timed(lambda: spark.read.parquet(parquet).count())
+        figures["batch read count()"] = {"pymq": rows / t_pc, "parquet": rows / t_qc, "unit": "rows/s"}
+        if n != rows or m != rows:
+            failures.append(f"count(): pymq {n}, parquet {m}, expected {rows}")
+
+        scan = F.sum(F.length("value")).alias("bytes")
+        b1, t_ps = timed(lambda: pymq_reader().load().agg(scan).first()["bytes"])
+        b2, t_qs = timed(lambda: spark.read.parquet(parquet).agg(scan).first()["bytes"])
+        figures["batch read full scan"] = {"pymq": rows / t_ps, "parquet": rows / t_qs, "unit": "rows/s"}
+        if b1 != b2 or b1 != rows * 100:
+            failures.append(f"full scan: pymq {b1} bytes, parquet {b2}, expected {rows * 100}")
+
+        # streaming throughput: the same messages, args.per_trigger per micro-batch, into the noop sink
+        def stream_run(df, name):
+            q = (df.writeStream.format("noop").option("checkpointLocation", os.path.join(work, name))
+                 .trigger(availableNow=True).start())
+            t0 = time.perf_counter()
+            q.awaitTermination()
+            elapsed = time.perf_counter() - t0
+            if q.exception() is not None:
+                raise RuntimeError(str(q.exception()))
+            progress = [p for p in q.recentProgress if p["numInputRows"]]
+            total = sum(p["numInputRows"] for p in progress)
+            median_ms = statistics.median(p["durationMs"]["triggerExecution"] for p in progress)
+            return total, elapsed, median_ms, len(progress)
+
+        stream_df = (spark.readStream.format("pymq").option("url", url).option("topic", "bench.rows")
+                     .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", str(args.per_trigger))
+                     .option("minPartitions", "2").load())
+        s_total, s_time, s_median, s_batches = stream_run(stream_df, "ck-pymq")
+        rate_df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", str(args.per_trigger))
+                   .option("numPartitions", "2").load()
+                   .selectExpr("encode(lpad(cast(value as string), 100, 'x'), 'utf-8') as value"))
+        # the rate source never runs out: stop it after as many batches as the pymq stream took
+        q = (rate_df.writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ck-rate"))
+             .trigger(processingTime="0 seconds").start())
+        t0 = time.perf_counter()
+        while True:
+            done = [p for p in q.recentProgress if p["numInputRows"]]
+            if len(done) >= s_batches:
+                break
+            time.sleep(0.05)
+        r_time = time.perf_counter() - t0
+        q.stop()
+        r_total = sum(p["numInputRows"] for p in done[:s_batches])
+        r_median = statistics.median(p["durationMs"]["triggerExecution"] for p in done[:s_batches])
+        figures["stream msg/s"] = {"pymq": s_total / s_time, "rate source": r_total / r_time, "unit": "msg/s"}
+        figures["stream trigger (median)"] = {"pymq": s_median, "rate source": r_median, "unit": "ms"}
+        if s_total != rows:
+            failures.append(f"stream read {s_total} messages, expected {rows}")
+
+        # end-to-end latency under a steady producer
+        latencies: list[int] = []
+        lock = threading.Lock()
+
+        def collect(df, batch_id):
+            stamps = [r.ts for r in df.selectExpr("cast(unix_millis(timestamp) as long) ts").collect()]
+            now = int(time.time() * 1000)
+            with lock:
+                latencies.extend(now - s for s in stamps)
+
+        live = (spark.readStream.format("pymq").option("url", url).option("topic", "bench.live")
+                .option("maxMessagesPerTrigger", str(args.per_trigger)).load())
+        q = (live.writeStream.foreachBatch(collect).option("checkpointLocation", os.path.join(work, "ck-live"))
+             .trigger(processingTime="0 seconds").start())
+        while not q.recentProgress:              # the query has planned its first batch: it is reading
+            time.sleep(0.05)
+        sent = 0
+        with pymq.ConnectionFactory(url, sync_send=False).create_connection() as conn:
+            session = conn.create_session()
+            producer = session.create_producer(pymq.Topic("bench.live"))
+            producer.delivery_mode = pymq.NON_PERSISTENT
+            t0 = time.perf_counter()
+            while (elapsed := time.perf_counter() - t0) < latency_seconds:
+                due = int(elapsed * args.rate)
+                while sent < due:
+                    producer.send(b"x" * 100)
+                    sent += 1
+                time.sleep(0.001)
+            session.bounds(pymq.Topic("bench.live"))       # a receipt: everything sent has arrived
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with lock:
+                if len(latencies) >= sent:
+                    break
+            time.sleep(0.05)
+        q.stop()
+        if len(latencies) != sent:
+            failures.append(f"latency run: {len(latencies)} messages seen, {sent} sent")
+        if latencies:
+            ordered = sorted(latencies)
+            figures["stream end-to-end latency"] = {
+                "p50": ordered[len(ordered) // 2], "p99": ordered[int(len(ordered) * 0.99) - 1 or 0],
+                "max": ordered[-1], "unit": f"ms at {args.rate} msg/s"}
+        spark.stop()
+    finally:
+        broker.terminate()
+        try:
+            broker.wait(30)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\npymq Spark connector, {rows:,} rows of 100 B, local[2], {args.per_trigger:,} messages per trigger")
+    print(f"{'':28} {'pymq':>14} {'baseline':>14} {'pymq/baseline':>14}  baseline")
+    for name, fig in figures.items():
+        if name == "stream end-to-end latency":
+            print(f"{name:28} p50 {fig['p50']} ms, p99 {fig['p99']} ms, max {fig['max']} ms ({fig['unit']})")
+            continue
+        base_name = next(k for k in fig if k not in ("pymq", "unit"))
+        ratio = fig["pymq"] / fig[base_name] if fig[base_name] else float("nan")
+        print(f"{name:28} {fig['pymq']:>14,.0f} {fig[base_name]:>14,.0f} {ratio:>14.3f}  {base_name} "
+              f"({fig['unit']})")
+    for failure in failures:
+        print("FAILED:", failure)
+    if args.json:
+        out = json.dumps({"rows": rows, "per_trigger": args.per_trigger, "figures": figures,
+                          "failures": failures}, indent=2)
+        if args.json == "-":
+            print(out)
+        else:
+            with open(args.json, "w") as fh:
+                fh.write(out)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
