@@ -67,7 +67,8 @@ def send_orders(url: str, count: int) -> dict[str, float]:
 
 def run_query(url: str, checkpoint: str) -> None:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     spark = (SparkSession.builder.master("local[2]").appName("pymq-orders")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")

@@ -14,7 +14,10 @@ from __future__ import annotations
 try:
     from pyspark_pymq.source import PymqDataSource, RangePartition
 except ImportError as _missing:      # pyspark absent or older than 4.2
-    from pyspark.sql.datasource import DataSource as _DataSource   # absent before 4.0: nothing to offer
+    from pyspark.sql.datasource import (
+        DataSource as _DataSource,  # absent before 4.0: nothing to offer
+    )
+
     from pymq.errors import ConfigError as _ConfigError
 
     _reason = str(_missing)

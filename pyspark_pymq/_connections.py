@@ -13,11 +13,11 @@ from __future__ import annotations
 import atexit
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
+from pymq import Connection, Session
 from pymq.errors import PymqError
-
 from pyspark_pymq._options import ConnectionOptions
 
 MAX_CONNECTIONS = 4
@@ -27,12 +27,12 @@ class ConnectionCache:
     def __init__(self, limit: int = MAX_CONNECTIONS) -> None:
         self.limit = limit
         self._lock = threading.Lock()
-        self._idle: OrderedDict[ConnectionOptions, object] = OrderedDict()
+        self._idle: OrderedDict[ConnectionOptions, Connection] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._idle)
 
-    def take(self, options: ConnectionOptions):
+    def take(self, options: ConnectionOptions) -> Connection:
         """An open connection for ``options``: a cached one (removed from the cache while in use) or new."""
         with self._lock:
             conn = self._idle.pop(options, None)
@@ -42,7 +42,7 @@ class ConnectionCache:
             _close_quietly(conn)
         return options.connect()
 
-    def give_back(self, options: ConnectionOptions, conn) -> None:
+    def give_back(self, options: ConnectionOptions, conn: Connection) -> None:
         if not _usable(conn):
             _close_quietly(conn)
             return
@@ -57,7 +57,7 @@ class ConnectionCache:
                 _close_quietly(c)
 
     @contextmanager
-    def session(self, options: ConnectionOptions, transacted: bool = False) -> Iterator[object]:
+    def session(self, options: ConnectionOptions, transacted: bool = False) -> Iterator[Session]:
         """A fresh session on a cached connection; the connection goes back to the cache only if every
         call succeeded, so a connection that saw an error (possibly a broken one) is dropped."""
         conn = self.take(options)
@@ -83,13 +83,13 @@ class ConnectionCache:
             _close_quietly(conn)
 
 
-def _usable(conn) -> bool:
+def _usable(conn: Connection) -> bool:
     # the SDK marks a connection whose transport failed (broker gone) in ``_error`` but keeps ``closed``
     # False until close() is called; there is no public "failed" flag yet
     return not conn.closed and getattr(conn, "_error", None) is None
 
 
-def _close_quietly(conn) -> None:
+def _close_quietly(conn: Connection) -> None:
     try:
         conn.close()
     except PymqError:

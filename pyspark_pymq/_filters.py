@@ -20,9 +20,22 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyspark.sql.datasource import (EqualNullSafe, EqualTo, Filter, GreaterThan, GreaterThanOrEqual, In,
-                                    IsNotNull, IsNull, LessThan, LessThanOrEqual, Not, StringContains,
-                                    StringEndsWith, StringStartsWith)
+from pyspark.sql.datasource import (
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
+)
 
 #: read column -> selector identifier, for columns whose selector value equals the column value
 _STRING_HEADERS = {"messageId": "JMSMessageID", "correlationId": "JMSCorrelationID", "type": "JMSType",
@@ -71,24 +84,30 @@ def _string(value: Any) -> str | None:
     return None
 
 
+def _column(f: Filter) -> str | None:
+    path: tuple[str, ...] = getattr(f, "attribute", ())
+    return path[0] if len(path) == 1 else None
+
+
 def _header_term(f: Filter) -> str | None:
     """A selector term exactly equivalent to ``f`` (a header filter), or None."""
-    column = f.attribute[0] if len(getattr(f, "attribute", ())) == 1 else None
+    column = _column(f)
+    value: Any = getattr(f, "value", None)
     if column in _STRING_HEADERS:
         ident = _STRING_HEADERS[column]
         if isinstance(f, (EqualTo, EqualNullSafe)):
-            if f.value is None:
+            if value is None:
                 return f"{ident} IS NULL" if isinstance(f, EqualNullSafe) else None
-            s = _string(f.value)
-            return None if s is None else f"{ident} = {_quote(s)}"
+            text = _string(value)
+            return None if text is None else f"{ident} = {_quote(text)}"
         if isinstance(f, In):
-            values = [_string(v) for v in f.value if v is not None]
-            if not values or None in values or len(values) != len(f.value):
+            texts = [_string(v) for v in value if v is not None]
+            if not texts or len(texts) != len(value) or any(t is None for t in texts):
                 return None
-            return f"{ident} IN ({', '.join(_quote(v) for v in values)})"
-        if isinstance(f, (StringStartsWith, StringEndsWith, StringContains)) and isinstance(f.value, str):
+            return f"{ident} IN ({', '.join(_quote(t) for t in texts if t is not None)})"
+        if isinstance(f, (StringStartsWith, StringEndsWith, StringContains)) and isinstance(value, str):
             pattern = {StringStartsWith: "{}%", StringEndsWith: "%{}", StringContains: "%{}%"}[type(f)]
-            return f"{ident} LIKE {_quote(pattern.format(_escape_like(f.value)))} ESCAPE '\\'"
+            return f"{ident} LIKE {_quote(pattern.format(_escape_like(value)))} ESCAPE '\\'"
         if isinstance(f, IsNull):
             return f"{ident} IS NULL"
         if isinstance(f, IsNotNull):
@@ -97,11 +116,11 @@ def _header_term(f: Filter) -> str | None:
     if column == "priority":
         return _numeric_term("JMSPriority", f)
     if column == "deliveryMode":
-        if isinstance(f, (EqualTo, EqualNullSafe)) and type(f.value) is int:
-            name = _MODE_NAMES.get(f.value)
+        if isinstance(f, (EqualTo, EqualNullSafe)) and type(value) is int:
+            name = _MODE_NAMES.get(value)
             return f"JMSDeliveryMode = '{name}'" if name else "FALSE"
-        if isinstance(f, In) and f.value and all(type(v) is int for v in f.value):
-            names = sorted({_MODE_NAMES[v] for v in f.value if v in _MODE_NAMES})
+        if isinstance(f, In) and value and all(type(v) is int for v in value):
+            names = sorted({_MODE_NAMES[v] for v in value if v in _MODE_NAMES})
             return f"JMSDeliveryMode IN ({', '.join(_quote(n) for n in names)})" if names else "FALSE"
         if isinstance(f, IsNotNull):
             return "TRUE"                   # never NULL
@@ -116,10 +135,11 @@ def _escape_like(text: str) -> str:
 def _numeric_term(ident: str, f: Filter) -> str | None:
     ops = {EqualTo: "=", EqualNullSafe: "=", GreaterThan: ">", GreaterThanOrEqual: ">=", LessThan: "<",
            LessThanOrEqual: "<="}
-    if type(f) in ops and type(f.value) is int:
-        return f"{ident} {ops[type(f)]} {f.value}"
-    if isinstance(f, In) and f.value and all(type(v) is int for v in f.value):
-        return f"{ident} IN ({', '.join(str(v) for v in f.value)})"
+    value: Any = getattr(f, "value", None)
+    if type(f) in ops and type(value) is int:
+        return f"{ident} {ops[type(f)]} {value}"
+    if isinstance(f, In) and value and all(type(v) is int for v in value):
+        return f"{ident} IN ({', '.join(str(v) for v in value)})"
     if isinstance(f, IsNotNull):
         return "TRUE"
     return None
@@ -148,14 +168,14 @@ def _timestamp_term(f: Filter) -> str | None:
 
 
 def _offset(f: Filter, push: Pushdown) -> bool:
-    if type(f.value if hasattr(f, "value") else None) is not int:
-        if isinstance(f, In) and f.value and all(type(v) is int for v in f.value):
-            lo, hi = min(f.value), max(f.value) + 1
+    v: Any = getattr(f, "value", None)
+    if type(v) is not int:
+        if isinstance(f, In) and v and all(type(x) is int for x in v):
+            lo, hi = min(v), max(v) + 1
             push.offset_from = lo if push.offset_from is None else max(push.offset_from, lo)
             push.offset_to = hi if push.offset_to is None else min(push.offset_to, hi)
             return False                     # a window, not the set itself: Spark still checks
         return False
-    v = f.value
     bounds = {EqualTo: (v, v + 1), EqualNullSafe: (v, v + 1), GreaterThan: (v + 1, None),
               GreaterThanOrEqual: (v, None), LessThan: (None, v), LessThanOrEqual: (None, v + 1)}.get(type(f))
     if bounds is None:
@@ -169,10 +189,11 @@ def _offset(f: Filter, push: Pushdown) -> bool:
 
 
 def _members(f: Filter) -> set | None:
-    if isinstance(f, (EqualTo, EqualNullSafe)) and isinstance(f.value, str):
-        return {f.value}
-    if isinstance(f, In) and all(isinstance(v, str) for v in f.value):
-        return set(f.value)
+    value: Any = getattr(f, "value", None)
+    if isinstance(f, (EqualTo, EqualNullSafe)) and isinstance(value, str):
+        return {value}
+    if isinstance(f, In) and all(isinstance(v, str) for v in value):
+        return set(value)
     return None
 
 
@@ -182,7 +203,7 @@ def translate(filters: list[Filter]) -> tuple[Pushdown, list[Filter]]:
     remaining: list[Filter] = []
     for f in filters:
         inner = f.child if isinstance(f, Not) else f
-        column = inner.attribute[0] if len(getattr(inner, "attribute", ())) == 1 else None
+        column = _column(inner)
         if column in ("offset", "destination", "destinationType", "partition") and isinstance(f, IsNotNull):
             continue                             # never NULL
         if column == "offset" and not isinstance(f, Not):

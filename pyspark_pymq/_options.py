@@ -11,12 +11,16 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pymq.destination import Destination, Queue, Topic, as_destination
 from pymq.errors import ConfigError, DestinationError, InvalidSelector
 from pymq.selector import compile_selector
+
+if TYPE_CHECKING:
+    from pymq import Connection
 
 EARLIEST = -2          # Kafka's spelling inside JSON offsets
 LATEST = -1
@@ -77,10 +81,15 @@ def _bool(opts: dict, key: str, default: bool) -> bool:
     raise ConfigError(f"option '{key}' must be true or false, got {raw!r}")
 
 
-def _int(opts: dict, key: str, default: int | None, minimum: int = 1) -> int | None:
+def _int(opts: dict, key: str, default: int, minimum: int = 1) -> int:
+    value = _opt_int(opts, key, minimum)
+    return default if value is None else value
+
+
+def _opt_int(opts: dict, key: str, minimum: int = 1) -> int | None:
     raw = opts.get(key.lower())
     if raw is None or raw.strip() == "":
-        return default
+        return None
     try:
         value = int(raw.strip())
     except ValueError:
@@ -102,7 +111,7 @@ class ConnectionOptions:
     host: str | None = None
 
     @classmethod
-    def parse(cls, opts: dict[str, str]) -> "ConnectionOptions":
+    def parse(cls, opts: dict[str, str]) -> ConnectionOptions:
         url = (opts.get("url") or "").strip()
         if not url:
             raise ConfigError("option 'url' is required: the broker to use, e.g. stomp://127.0.0.1:61613")
@@ -136,7 +145,7 @@ class ConnectionOptions:
                 kw[arg] = raw
         return cls(url, **kw)
 
-    def connect(self):
+    def connect(self) -> Connection:
         import pymq
         return pymq.connect(self.url, username=self.username, password=self.password, timeout=self.timeout,
                             heartbeat=self.heartbeat, host=self.host)
@@ -223,7 +232,7 @@ class ReadOptions:
     filter_pushdown: bool = False
 
     @classmethod
-    def parse(cls, options: Mapping[str, str], streaming: bool | None) -> "ReadOptions":
+    def parse(cls, options: Mapping[str, str], streaming: bool | None) -> ReadOptions:
         """``streaming`` is None when the caller (``schema()``) does not know yet; the rules that depend
         on it are checked again when the reader is made."""
         opts = _lower(options)
@@ -296,7 +305,7 @@ class ReadOptions:
         if opts.get("startingoffsets", "").strip():
             starting = _offsets(opts["startingoffsets"], "startingOffsets",
                                 None if pattern else list(destinations), named_kind, True)
-        starting_ts = _int(opts, "startingTimestamp", None, minimum=0)
+        starting_ts = _opt_int(opts, "startingTimestamp", minimum=0)
         if starting is not None and starting_ts is not None:
             raise ConfigError("give either 'startingOffsets' or 'startingTimestamp', not both")
         ending: Any = "latest"
@@ -306,8 +315,8 @@ class ReadOptions:
                                   "(use Trigger.AvailableNow to stop at what exists when it starts)")
             ending = _offsets(opts["endingoffsets"], "endingOffsets", None if pattern else list(destinations),
                               named_kind, False)
-        max_msgs = _int(opts, "maxMessagesPerTrigger", None)
-        max_bytes = _int(opts, "maxBytesPerTrigger", None)
+        max_msgs = _opt_int(opts, "maxMessagesPerTrigger")
+        max_bytes = _opt_int(opts, "maxBytesPerTrigger")
         if streaming is False:
             for key, value in (("maxMessagesPerTrigger", max_msgs), ("maxBytesPerTrigger", max_bytes)):
                 if value is not None:
@@ -317,8 +326,8 @@ class ReadOptions:
             connection=connection, destinations=destinations, pattern=pattern, candidates=candidates, mode=mode,
             subscription=subscription, selector=selector, starting=starting, starting_timestamp=starting_ts,
             ending=ending, max_messages_per_trigger=max_msgs, max_bytes_per_trigger=max_bytes,
-            min_partitions=_int(opts, "minPartitions", 1), max_messages_per_partition=_int(
-                opts, "maxMessagesPerPartition", None), fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+            min_partitions=_int(opts, "minPartitions", 1), max_messages_per_partition=_opt_int(
+                opts, "maxMessagesPerPartition"), fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             include_properties=_bool(opts, "includeProperties", False),
             fetch_size=_int(opts, "fetchSize", 10_000), filter_pushdown=_bool(opts, "filterPushdown", False))
 
@@ -335,7 +344,7 @@ class WriteOptions:
     time_to_live: int = 0
 
     @classmethod
-    def parse(cls, options: Mapping[str, str]) -> "WriteOptions":
+    def parse(cls, options: Mapping[str, str]) -> WriteOptions:
         opts = _lower(options)
         _check_known(opts, _WRITE_KEYS, "write")
         connection = ConnectionOptions.parse(opts)

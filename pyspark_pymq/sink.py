@@ -18,14 +18,23 @@ when replayed (true for replayed source offsets and row-wise transformations; ot
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import pyarrow as pa
-from pymq.errors import ConfigError
-from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 
-from pyspark_pymq._arrow import (IGNORED_COLUMNS, PROPERTY_VALUE_TYPES, WRITE_COLUMNS, batch_to_messages)
+from pymq.errors import ConfigError
+from pyspark_pymq._arrow import (
+    IGNORED_COLUMNS,
+    PROPERTY_VALUE_TYPES,
+    WRITE_COLUMNS,
+    batch_to_messages,
+)
 from pyspark_pymq._connections import CONNECTIONS
 from pyspark_pymq._options import WriteOptions
 
@@ -130,8 +139,8 @@ class StreamWriter(DataSourceStreamArrowWriter):
             base = f"{self.opts.dedup_prefix or query}:{batch}:{partition}"
         return _send_all(self.opts, iterator, base, partition)
 
-    def commit(self, messages, batchId: int) -> None:  # noqa: N803 - Spark's name
+    def commit(self, messages, batchId: int) -> None:
         """Nothing to do: the tasks committed their transactions."""
 
-    def abort(self, messages, batchId: int) -> None:  # noqa: N803
+    def abort(self, messages, batchId: int) -> None:
         """Sent messages stay; the replayed batch carries the same dedup ids when dedup=true."""

@@ -21,18 +21,35 @@ acknowledged).
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
-from pymq.errors import ConfigError, DataLoss
-from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader, InputPartition)
-from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxBytes, ReadMaxRows,
-                                              SupportsTriggerAvailableNow)
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
+from pymq.errors import ConfigError, DataLoss, PymqError
 from pyspark_pymq._arrow import messages_to_batch, read_ddl
 from pyspark_pymq._connections import CONNECTIONS
-from pyspark_pymq._options import (EARLIEST, LATEST, ConnectionOptions, ReadOptions, WriteOptions,
-                                   destination_kind)
+from pyspark_pymq._options import (
+    EARLIEST,
+    LATEST,
+    ConnectionOptions,
+    ReadOptions,
+    WriteOptions,
+    destination_kind,
+)
 from pyspark_pymq._plan import Span, cap_messages, from_offset, split, to_offset
 
 
@@ -96,8 +113,8 @@ class _DriverSide:
         if conn is not None:
             try:
                 conn.close()
-            except Exception:          # noqa: BLE001 - a failed connection has nothing left to release
-                pass
+            except (PymqError, OSError):
+                pass                   # a failed connection has nothing left to release
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -174,7 +191,8 @@ class BatchReader(DataSourceReader):
             opts.connection, opts.destinations[0], 0, 0, fetch_size=opts.fetch_size,
             include_properties=opts.include_properties)]
 
-    def read(self, partition: RangePartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, RangePartition), partition
         return read_partition(partition)
 
 
@@ -183,7 +201,7 @@ class PushdownBatchReader(BatchReader):
     ``spark.sql.python.filterPushdown.enabled=true``; Spark refuses a reader with ``pushFilters``
     while that setting is off, so pushing is opt-in)."""
 
-    def pushFilters(self, filters):  # noqa: N802 - Spark's name
+    def pushFilters(self, filters):
         from pyspark_pymq._filters import translate
         self.pushdown, remaining = translate(list(filters))
         return iter(remaining)
@@ -198,7 +216,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         self._latest: dict[str, int] = {}                 # last seen, for reportLatestOffset
 
     # -- offsets (driver) -------------------------------------------------------------------------
-    def initialOffset(self) -> dict:  # noqa: N802
+    def initialOffset(self) -> dict:
         opts = self.opts
         session = self._broker(opts.connection)
         positions = {}
@@ -212,18 +230,18 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
                 positions[dest] = _start(session, opts, dest, "latest", bounds)
         return to_offset(positions)
 
-    def getDefaultReadLimit(self) -> ReadLimit:  # noqa: N802
+    def getDefaultReadLimit(self) -> ReadLimit:
         if self.opts.max_messages_per_trigger is not None:
             return ReadMaxRows(self.opts.max_messages_per_trigger)
         if self.opts.max_bytes_per_trigger is not None:
             return ReadMaxBytes(self.opts.max_bytes_per_trigger)
         return ReadAllAvailable()
 
-    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+    def prepareForTriggerAvailableNow(self) -> None:
         session = self._broker(self.opts.connection)
         self._target = {d: _bounds(session, self.opts, d)[1] + 1 for d in self.opts.destinations}
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: N802
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         opts = self.opts
         session = self._broker(opts.connection)
         pos = from_offset(start)
@@ -266,7 +284,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
             out[dest] = min(end[dest], max(pos[dest], r.next_seq))
         return out
 
-    def reportLatestOffset(self) -> dict | None:  # noqa: N802
+    def reportLatestOffset(self) -> dict | None:
         return to_offset(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
@@ -274,7 +292,8 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         spans = [Span(d, pos.get(d, stop[d]), stop[d]) for d in stop]
         return _partitions(self.opts, spans, self.opts.selector)
 
-    def read(self, partition: RangePartition) -> Iterator[Any]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        assert isinstance(partition, RangePartition), partition
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:
@@ -305,7 +324,7 @@ class PymqDataSource(DataSource):
         opts = ReadOptions.parse(self.options, streaming=False)
         return PushdownBatchReader(opts) if opts.filter_pushdown else BatchReader(opts)
 
-    def streamReader(self, schema) -> StreamReader:  # noqa: N802
+    def streamReader(self, schema) -> StreamReader:
         opts = ReadOptions.parse(self.options, streaming=True)
         if opts.filter_pushdown:
             raise ConfigError("option 'filterPushdown' applies to batch reads (Spark pushes no filters into "
@@ -319,7 +338,7 @@ class PymqDataSource(DataSource):
                               "destination holds; use mode('append')")
         return BatchWriter(WriteOptions.parse(self.options), schema)
 
-    def streamWriter(self, schema, overwrite: bool):  # noqa: N802
+    def streamWriter(self, schema, overwrite: bool):
         # ``overwrite`` is outputMode("complete"): every trigger sends the whole result table again, as
         # the Kafka sink does; nothing already sent is taken back
         from pyspark_pymq.sink import StreamWriter

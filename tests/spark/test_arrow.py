@@ -5,15 +5,20 @@ from tests.spark._spark import need_spark
 
 need_spark()
 
-import pyarrow as pa  # noqa: E402
-import pytest  # noqa: E402
+import pyarrow as pa
+import pytest
 
-import pymq  # noqa: E402
-from pymq.errors import MessageFormatError  # noqa: E402
-from pyspark_pymq._arrow import arrow_schema, batch_to_messages, messages_to_batch, read_ddl  # noqa: E402
-from pyspark_pymq._connections import ConnectionCache  # noqa: E402
-from pyspark_pymq._options import ConnectionOptions  # noqa: E402
-from tests.conftest import wait_for  # noqa: E402
+import pymq
+from pymq.errors import MessageFormatError
+from pyspark_pymq._arrow import (
+    arrow_schema,
+    batch_to_messages,
+    messages_to_batch,
+    read_ddl,
+)
+from pyspark_pymq._connections import ConnectionCache
+from pyspark_pymq._options import ConnectionOptions
+from tests.conftest import wait_for
 
 DEFAULTS = {"delivery_mode": 2, "priority": 4, "time_to_live": 0}
 

@@ -5,12 +5,12 @@ from tests.spark._spark import need_spark
 
 need_spark()
 
-import json  # noqa: E402
-import time  # noqa: E402
+import json
+import time
 
-import pytest  # noqa: E402
+import pytest
 
-import pymq  # noqa: E402
+import pymq
 
 pytestmark = pytest.mark.spark
 
@@ -70,7 +70,7 @@ def test_offsets_bound_a_batch_read_and_reads_span_destinations(spark, spark_bro
     url = spark_broker.url
     send(url, pymq.Queue(f"log.{name}"), [f"q{i}" for i in range(10)])
     send(url, pymq.Topic(name), [f"t{i}" for i in range(5)])
-    q, t = seqs(url, pymq.Queue(f"log.{name}")), seqs(url, pymq.Topic(name))
+    q = seqs(url, pymq.Queue(f"log.{name}"))
     starting = json.dumps({f"/queue/log.{name}": {"0": q[3]}, f"/topic/{name}": {"0": -2}})
     ending = json.dumps({f"/queue/log.{name}": {"0": q[7]}})
     df = (spark.read.format("pymq").option("url", url).option("destinations", f"/queue/log.{name},/topic/{name}")

@@ -6,15 +6,28 @@ from tests.spark._spark import need_spark
 
 need_spark()
 
-import datetime as dt  # noqa: E402
+import datetime as dt
 
-from hypothesis import given, settings, strategies as st  # noqa: E402
-from pyspark.sql.datasource import (EqualNullSafe, EqualTo, GreaterThan, GreaterThanOrEqual, In,  # noqa: E402
-                                    IsNotNull, IsNull, LessThan, LessThanOrEqual, Not, StringContains,
-                                    StringEndsWith, StringStartsWith)
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pyspark.sql.datasource import (
+    EqualNullSafe,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
+)
 
-from pymq.selector import compile_selector  # noqa: E402
-from pyspark_pymq._filters import translate  # noqa: E402
+from pymq.selector import compile_selector
+from pyspark_pymq._filters import translate
 
 UTC = dt.timezone.utc
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)

@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from pymq.errors import ConfigError
 from pyspark_pymq._plan import Span, cap_messages, from_offset, split, to_offset

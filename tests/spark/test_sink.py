@@ -5,13 +5,13 @@ from tests.spark._spark import need_spark
 
 need_spark()
 
-import os  # noqa: E402
+import os
 
-import pytest  # noqa: E402
+import pytest
 
-import pymq  # noqa: E402
-from tests.spark.test_batch import send  # noqa: E402
-from tests.spark.test_streaming import texts  # noqa: E402
+import pymq
+from tests.spark.test_batch import send
+from tests.spark.test_streaming import texts
 
 pytestmark = pytest.mark.spark
 

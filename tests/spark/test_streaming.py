@@ -5,14 +5,14 @@ from tests.spark._spark import need_spark
 
 need_spark()
 
-import json  # noqa: E402
-import threading  # noqa: E402
+import json
+import threading
 
-import pytest  # noqa: E402
+import pytest
 
-import pymq  # noqa: E402
-from tests.conftest import wait_for  # noqa: E402
-from tests.spark.test_batch import send, seqs  # noqa: E402
+import pymq
+from tests.conftest import wait_for
+from tests.spark.test_batch import send, seqs
 
 pytestmark = pytest.mark.spark
 
