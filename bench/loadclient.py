@@ -62,10 +62,11 @@ class FrameReader:
     Headers are returned raw (bytes, still escaped): the bench only compares them or echoes them back.
     """
 
-    __slots__ = ("buf",)
+    __slots__ = ("buf", "last_size")
 
     def __init__(self) -> None:
         self.buf = bytearray()
+        self.last_size = 0  # bytes of the frame just yielded, NUL included (a proxy counts them)
 
     def feed(self, data: bytes) -> None:
         self.buf += data
@@ -108,6 +109,7 @@ class FrameReader:
                 body_end = buf.find(b"\0", body_start)
                 if body_end < 0:
                     break
+            self.last_size = body_end + 1 - pos
             yield command, headers, bytes(buf[body_start:body_end])
             pos = body_end + 1
         del buf[:pos]
@@ -161,6 +163,12 @@ class LoadSpec:
     # Consumers subscribe only once every producer is done (needs max_in_flight=0): they drain a backlog of
     # everything sent; RunResult.drain_rate is then the figure (first to last delivery).
     backlog_first: bool = False
+
+
+def endpoint_for(ep: "Endpoint | list[Endpoint]", index: int) -> "Endpoint":
+    """Producer `index` (or consumer `index`) of a run spread over several brokers (cluster nodes) uses
+    endpoint index % len; a single endpoint serves everyone."""
+    return ep[index % len(ep)] if isinstance(ep, (list, tuple)) else ep
 
 
 def _new_loop():
@@ -409,7 +417,8 @@ def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], shared, out_q,
         shared.go.wait(120)
         cpu0 = _cpu_self()
         start_ns = shared.start_ns.value
-        loop.run_until_complete(asyncio.gather(*(_produce(ep, spec, p, start_ns, result, shared) for p in pids)))
+        loop.run_until_complete(asyncio.gather(*(_produce(endpoint_for(ep, p), spec, p, start_ns, result, shared)
+                                                 for p in pids)))
         cpu = _cpu_self() - cpu0
     except BaseException as e:  # reported to the parent, which turns it into a harness error
         error, cpu = f"{type(e).__name__}: {e}", 0.0
@@ -491,10 +500,10 @@ async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
             await asyncio.sleep(0.02)
         cpu0 = _cpu_self()
         subscribed_ns = time.monotonic_ns()
-        await asyncio.gather(*(_consume(ep, spec, c, tallies, conns, shared) for c in cidxs))
+        await asyncio.gather(*(_consume(endpoint_for(ep, c), spec, c, tallies, conns, shared) for c in cidxs))
     else:
         subscribed_ns = 0
-        await asyncio.gather(*(_consume(ep, spec, c, tallies, conns, shared) for c in cidxs))
+        await asyncio.gather(*(_consume(endpoint_for(ep, c), spec, c, tallies, conns, shared) for c in cidxs))
         ready.set()
         await loop.run_in_executor(None, shared.go.wait, 120)
         cpu0 = _cpu_self()
@@ -607,9 +616,10 @@ def _percentile(sorted_vals, q: float) -> float:
     return sorted_vals[i] / 1000.0
 
 
-def run_load(ep: Endpoint, spec: LoadSpec, on_started=None) -> RunResult:
+def run_load(ep: Endpoint | list[Endpoint], spec: LoadSpec, on_started=None) -> RunResult:
     """Run one workload to completion and check every message. `on_started()` is called at the moment the
-    producers are released (the caller samples broker CPU there)."""
+    producers are released (the caller samples broker CPU there). With a list of endpoints (cluster
+    nodes), producer p connects to ep[p % len] and consumer c to ep[c % len]."""
     ctx = mp.get_context("fork")
     out_q = ctx.Queue()
     shared = _Shared(ctx, spec)
