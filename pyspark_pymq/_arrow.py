@@ -60,6 +60,7 @@ def arrow_schema(include_properties: bool) -> pa.Schema:
     return pa.schema([pa.field(name, typ) for name, _, typ in read_fields(include_properties)])
 
 
+_SCHEMAS = {False: arrow_schema(False), True: arrow_schema(True)}
 _BODY_TYPE = {TextMessage: "text", BytesMessage: "bytes", MapMessage: "map"}
 
 
@@ -90,9 +91,9 @@ def messages_to_batch(messages: list[Message], destination: str, kind: str,
         group = m.properties.get("JMSXGroupID")
         keys.append(None if group is None else str(group).encode("utf-8"))
     columns = [
-        pa.array([destination] * n, pa.string()),
-        pa.array([kind] * n, pa.string()),
-        pa.array([0] * n, pa.int32()),
+        pa.repeat(pa.scalar(destination, pa.string()), n),
+        pa.repeat(pa.scalar(kind, pa.string()), n),
+        pa.repeat(pa.scalar(0, pa.int32()), n),
         pa.array([m.sequence for m in messages], pa.int64()),
         pa.array([m.message_id for m in messages], pa.string()),
         pa.array([m.correlation_id for m in messages], pa.string()),
@@ -111,7 +112,7 @@ def messages_to_batch(messages: list[Message], destination: str, kind: str,
     if include_properties:
         columns.append(pa.array([[(k, _text(v)) for k, v in m.properties.items()] for m in messages],
                                 PROPERTIES_FIELD[2]))
-    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_properties))
+    return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_properties])
 
 
 # -- writes ---------------------------------------------------------------------------------------------

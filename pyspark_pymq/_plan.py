@@ -87,3 +87,16 @@ def split(spans: list[Span], min_partitions: int, max_per_partition: int | None)
             out.append(Span(span.destination, lo, hi))
             lo = hi
     return out
+
+
+def stream_dedup_base(query_id: str, batch_id: int | str, partition: int) -> str:
+    """The duplicate-detection id of a streamed row is ``<base>:<row>`` (spec/spark.md §3)."""
+    return f"{query_id}:{batch_id}:{partition}"
+
+
+def batch_dedup_base(prefix: str, partition: int) -> str:
+    return f"{prefix}:{partition}"
+
+
+def dedup_id(base: str, row: int) -> str:
+    return f"{base}:{row}"

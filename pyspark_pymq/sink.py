@@ -37,6 +37,7 @@ from pyspark_pymq._arrow import (
 )
 from pyspark_pymq._connections import CONNECTIONS
 from pyspark_pymq._options import WriteOptions
+from pyspark_pymq._plan import batch_dedup_base, dedup_id, stream_dedup_base
 
 
 @dataclass
@@ -82,7 +83,7 @@ def _send_all(opts: WriteOptions, batches: Iterator[pa.RecordBatch], dedup_base:
         for batch in batches:
             for row, dest, message, args in batch_to_messages(batch, opts.destination, defaults, sent):
                 if dedup_base is not None and message.dedup_id is None:
-                    message.dedup_id = f"{dedup_base}:{row}"
+                    message.dedup_id = dedup_id(dedup_base, row)
                 producer.send(message, dest, **args)
                 pending += 1
                 if pending >= opts.transaction_size:
@@ -109,7 +110,7 @@ class BatchWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SentMessages:
         _, partition = _task()
-        base = f"{self.write_id}:{partition}" if self.opts.dedup else None
+        base = batch_dedup_base(self.write_id, partition) if self.opts.dedup else None
         return _send_all(self.opts, iterator, base, partition)
 
     def commit(self, messages) -> None:
@@ -136,7 +137,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
             if not query or batch is None:
                 raise ConfigError("dedup=true needs the streaming query id and batch id, which this Spark "
                                   "version does not give to the sink's tasks")
-            base = f"{self.opts.dedup_prefix or query}:{batch}:{partition}"
+            base = stream_dedup_base(self.opts.dedup_prefix or query, batch, partition)
         return _send_all(self.opts, iterator, base, partition)
 
     def commit(self, messages, batchId: int) -> None:

@@ -1,12 +1,25 @@
-"""Read plans: partition splits cover each range exactly once; read limits cap and still progress."""
+"""Read plans: partition splits cover each range exactly once; read limits cap and still progress.
+The vectors of spec/spark.md are run here too."""
 from __future__ import annotations
+
+import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from pymq.errors import ConfigError
-from pyspark_pymq._plan import Span, cap_messages, from_offset, split, to_offset
+from pyspark_pymq._plan import (
+    Span,
+    batch_dedup_base,
+    cap_messages,
+    dedup_id,
+    from_offset,
+    split,
+    stream_dedup_base,
+    to_offset,
+)
 
 spans_st = st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 5_000)), min_size=1, max_size=5).map(
     lambda items: [Span(f"/topic/d{i}", start, start + width) for i, (start, width) in enumerate(items)])
@@ -53,3 +66,33 @@ def test_offsets_round_trip_and_refuse_foreign_shapes():
     for bad in ({"/queue/a": 3}, {"/queue/a": {"0": "3"}}, [1]):
         with pytest.raises(ConfigError, match="not a pymq offset"):
             from_offset(bad)
+
+
+VECTORS = json.loads((Path(__file__).resolve().parents[2] / "spec" / "vectors" / "spark.json").read_text())
+
+
+@pytest.mark.parametrize("case", VECTORS["cap"])
+def test_cap_vectors(case):
+    assert cap_messages(case["start"], case["end"], case["max_messages"]) == case["result"]
+
+
+@pytest.mark.parametrize("case", VECTORS["split"])
+def test_split_vectors(case):
+    pieces = split([Span(*s) for s in case["spans"]], case["min_partitions"], case["max_per_partition"])
+    assert [[p.destination, p.start, p.end] for p in pieces] == case["result"]
+
+
+def test_offset_vectors():
+    for case in VECTORS["offsets"]["valid"]:
+        assert from_offset(case["offset"]) == case["positions"]
+        assert to_offset(case["positions"]) == case["offset"]
+    for bad in VECTORS["offsets"]["invalid"]:
+        with pytest.raises(ConfigError):
+            from_offset(bad)
+
+
+@pytest.mark.parametrize("case", VECTORS["dedup_ids"])
+def test_dedup_id_vectors(case):
+    base = (stream_dedup_base(case["query_id"], case["batch_id"], case["partition"]) if case["kind"] == "stream"
+            else batch_dedup_base(case["prefix"], case["partition"]))
+    assert dedup_id(base, case["row"]) == case["id"]
