@@ -65,10 +65,10 @@ class RetainedLog:
             self.broker.message_gone(message)
 
     def range(self, from_seq: int, to_seq: int | None):
-        """Messages with from_seq <= seq < to_seq, in order (an iterator over a snapshot)."""
+        """Messages with from_seq <= seq < to_seq, in order, lazily: a reader that stops after a few
+        messages (or none, to learn the bounds) costs a binary search, not a walk of the log.  The
+        caller must finish with it before the broker's loop runs anything else (browses do)."""
         messages = self.messages
-        if not messages:
-            return iter(())
         lo, hi = 0, len(messages)
         while lo < hi:                      # deque has no bisect: binary search by index
             mid = (lo + hi) // 2
@@ -76,13 +76,11 @@ class RetainedLog:
                 lo = mid + 1
             else:
                 hi = mid
-        out = []
         for i in range(lo, len(messages)):
             message = messages[i]
             if to_seq is not None and message.seq >= to_seq:
-                break
-            out.append(message)
-        return iter(out)
+                return
+            yield message
 
     def clear(self) -> int:
         n = len(self.messages)
