@@ -481,8 +481,8 @@ class Broker:
         """(earliest available sequence, latest assigned sequence) of a destination's log or queue."""
         latest = self.seqs.peek(destination) - 1
         log = self.logs.get(destination)
-        if log is not None and log.messages:
-            return log.messages[0].seq, latest
+        if log is not None and len(log):
+            return log.earliest, latest
         if log is None and queue is not None:
             seqs = [e.message.seq for e in queue.ready]
             if seqs:
