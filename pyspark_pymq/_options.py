@@ -9,7 +9,6 @@ connection and no pyspark object.
 from __future__ import annotations
 
 import difflib
-import fnmatch
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -213,9 +212,8 @@ class ReadOptions:
     """The parsed read options (see pyspark_pymq/README.md for each one's meaning)."""
 
     connection: ConnectionOptions
-    destinations: tuple[str, ...]        # STOMP names; empty when a pattern is resolved later
-    pattern: str | None = None
-    candidates: tuple[str, ...] = ()     # what a pattern is matched against (no broker listing yet)
+    destinations: tuple[str, ...]        # STOMP names; empty with a pattern (resolved by the source)
+    pattern: str | None = None           # a glob over STOMP names
     mode: str = "browse"
     subscription: str | None = None
     selector: str | None = None
@@ -239,28 +237,18 @@ class ReadOptions:
         _check_known(opts, _READ_KEYS, "read")
         connection = ConnectionOptions.parse(opts)
         given = [k for k in ("queue", "topic", "destinations", "destinationpattern") if opts.get(k, "").strip()]
+        if len(given) != 1:
+            raise ConfigError("give exactly one of 'queue', 'topic', 'destinations' or 'destinationPattern'"
+                              + (f" (got {', '.join(_SPELLING[g] for g in given)})" if given else ""))
         pattern = opts.get("destinationpattern", "").strip() or None
         named_kind: type | None = None
-        candidates: tuple[str, ...] = ()
+        destinations: tuple[str, ...] = ()
         if pattern is not None:
-            if set(given) - {"destinationpattern", "destinations"}:
-                raise ConfigError("give exactly one of 'queue', 'topic', 'destinations' or 'destinationPattern' "
-                                  f"(got {', '.join(_SPELLING[g] for g in given)})")
-            if "destinations" not in given:
-                raise ConfigError(
-                    "option 'destinationPattern' needs the destinations to match it against: the broker has "
-                    "no destination listing yet, so name the candidates in 'destinations' "
-                    "(e.g. destinations=/topic/a,/topic/b and destinationPattern=/topic/*)")
-            candidates = tuple(_destination(n, None, "destinations") for n in _name_list(opts["destinations"],
-                                                                                         "destinations"))
-            destinations = tuple(d for d in candidates if fnmatch.fnmatchcase(d, pattern))
-            if not destinations:
-                raise ConfigError(f"option 'destinationPattern' {pattern!r} matches none of "
-                                  f"{', '.join(candidates)}")
+            # resolved on the driver against the broker's destination listing (the source reads them)
+            if not pattern.startswith("/"):
+                raise ConfigError(f"option 'destinationPattern' is a glob over STOMP names, such as "
+                                  f"'/topic/metrics.*' or '/queue/orders-*'; got {pattern!r}")
         else:
-            if len(given) != 1:
-                raise ConfigError("give exactly one of 'queue', 'topic', 'destinations' or 'destinationPattern'"
-                                  + (f" (got {', '.join(_SPELLING[g] for g in given)})" if given else ""))
             key = given[0]
             names = _name_list(opts[key], _SPELLING[key])
             named_kind = {"queue": Queue, "topic": Topic}.get(key)
@@ -279,10 +267,17 @@ class ReadOptions:
             except InvalidSelector as exc:
                 raise ConfigError(f"option 'selector' is not a valid JMS selector: {exc}") from None
         topics = [d for d in destinations if destination_kind(d) == "topic"]
+        if pattern is not None and subscription is not None and not pattern.startswith(Topic.prefix):
+            raise ConfigError("option 'subscription' names a durable subscription of a topic; a "
+                              "'destinationPattern' used with it must start with /topic/")
         if subscription is not None and len(topics) != len(destinations):
             raise ConfigError("option 'subscription' names a durable subscription of a topic; "
                               f"{', '.join(d for d in destinations if d not in topics)} is a queue")
         if mode == "consume":
+            if pattern is not None:
+                raise ConfigError("mode 'consume' needs the destinations named ('queue' or 'topic'): the query "
+                                  "acknowledges what it reads, so it must own each destination it consumes, "
+                                  "not whatever a pattern matches later")
             if streaming is False:
                 raise ConfigError("mode 'consume' needs a streaming query (spark.readStream): it acknowledges "
                                   "messages when Spark commits a micro-batch, and a batch read has no commit. "
@@ -323,7 +318,7 @@ class ReadOptions:
                     raise ConfigError(f"option '{key}' is for streaming queries; a batch read takes "
                                       f"everything between startingOffsets and endingOffsets")
         return cls(
-            connection=connection, destinations=destinations, pattern=pattern, candidates=candidates, mode=mode,
+            connection=connection, destinations=destinations, pattern=pattern, mode=mode,
             subscription=subscription, selector=selector, starting=starting, starting_timestamp=starting_ts,
             ending=ending, max_messages_per_trigger=max_msgs, max_bytes_per_trigger=max_bytes,
             min_partitions=_int(opts, "minPartitions", 1), max_messages_per_partition=_opt_int(

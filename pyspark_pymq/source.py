@@ -21,6 +21,7 @@ acknowledged).
 """
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -71,6 +72,8 @@ class RangePartition(InputPartition):
 def read_partition(p: RangePartition) -> Iterator[Any]:
     """Arrow record batches of the partition's range, at most ``fetch_size`` rows each, in sequence order.
     Nothing is removed or acknowledged."""
+    if p.start >= p.end:
+        return
     kind = destination_kind(p.destination)
     with CONNECTIONS.session(p.connection) as session:
         cursor = p.start
@@ -121,6 +124,20 @@ class _DriverSide:
         state.pop("_conn", None)
         state.pop("_session", None)
         return state
+
+
+def _resolve(session, opts: ReadOptions) -> tuple[str, ...]:
+    """The destinations a query reads: those named, or those the broker lists that match the pattern."""
+    if opts.pattern is None:
+        return opts.destinations
+    try:
+        listing = session.connection.queue_manager().destinations()
+    except PymqError as exc:
+        raise ConfigError(f"option 'destinationPattern' needs the broker's destination listing (admin "
+                          f"operation list-destinations), which failed: {exc}") from None
+    names = {*listing.get("queues", ()), *listing.get("topics", ()), *listing.get("logs", ())}
+    return tuple(sorted(n for n in names if n.startswith(("/queue/", "/topic/"))
+                        and fnmatch.fnmatchcase(n, opts.pattern)))
 
 
 def _bounds(session, opts: ReadOptions, dest: str) -> tuple[int, int]:
@@ -175,7 +192,7 @@ class BatchReader(DataSourceReader):
         push = self.pushdown
         spans = []
         with CONNECTIONS.session(opts.connection) as session:
-            for dest in opts.destinations:
+            for dest in _resolve(session, opts):
                 if push is not None and not push.keeps(dest, destination_kind(dest)):
                     continue
                 bounds = _bounds(session, opts, dest)
@@ -186,10 +203,8 @@ class BatchReader(DataSourceReader):
                     start, end = push.narrow(start, end)
                 spans.append(Span(dest, start, max(start, end)))
         selector = push.selector(opts.selector) if push is not None else opts.selector
-        # Spark needs at least one partition; an empty range reads nothing
-        return _partitions(opts, spans, selector) or [RangePartition(
-            opts.connection, opts.destinations[0], 0, 0, fetch_size=opts.fetch_size,
-            include_properties=opts.include_properties)]
+        # Spark needs at least one partition; an empty range reads nothing (and connects to nothing)
+        return _partitions(opts, spans, selector) or [RangePartition(opts.connection, "/queue/-", 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition), partition
@@ -220,7 +235,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         opts = self.opts
         session = self._broker(opts.connection)
         positions = {}
-        for dest in opts.destinations:
+        for dest in _resolve(session, opts):
             bounds = _bounds(session, opts, dest)
             if opts.mode == "consume":
                 # the broker's cursor: the first message not acknowledged, so a query whose checkpoint is
@@ -239,18 +254,23 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
 
     def prepareForTriggerAvailableNow(self) -> None:
         session = self._broker(self.opts.connection)
-        self._target = {d: _bounds(session, self.opts, d)[1] + 1 for d in self.opts.destinations}
+        self._target = {d: _bounds(session, self.opts, d)[1] + 1 for d in _resolve(session, self.opts)}
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         opts = self.opts
         session = self._broker(opts.connection)
         pos = from_offset(start)
         end: dict[str, int] = {}
-        for dest in opts.destinations:
+        # a pattern is resolved again at every trigger, so destinations created later join the query
+        for dest in sorted(set(_resolve(session, opts)) | set(pos)):
             earliest, latest = _bounds(session, opts, dest)
             self._latest[dest] = latest + 1
             if dest not in pos:
-                pos[dest] = earliest          # a destination new to this query: from its start
+                # A destination new to the query joins at its earliest message: this batch only records
+                # that position (reads nothing of it), so every batch's range is fixed by its two offsets
+                # and a replay reads the same messages.
+                end[dest] = earliest
+                continue
             if opts.mode == "browse" and opts.fail_on_data_loss and earliest > pos[dest]:
                 raise DataLoss(
                     f"{dest}: the query is at offset {pos[dest]} but the broker's earliest available message "
@@ -259,14 +279,16 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
                     destination=dest, requested=pos[dest], earliest=earliest)
             stop = latest + 1
             if self._target is not None:
-                stop = min(stop, self._target.get(dest, stop))
+                # Trigger.AvailableNow: nothing past what existed when the query started, and nothing of
+                # a destination that appeared since
+                stop = min(stop, self._target.get(dest, pos[dest]))
             end[dest] = max(pos[dest], stop)
         max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         if isinstance(limit, ReadMaxRows) and opts.max_bytes_per_trigger is not None:
             max_bytes = opts.max_bytes_per_trigger            # both options: both caps
         if max_rows is not None:
-            end = cap_messages(pos, end, max_rows)
+            end = cap_messages(pos, end, max_rows)      # a new destination (no start) has nothing to cap
         if max_bytes is not None:
             end = self._cap_bytes(session, pos, end, max_bytes)
         return to_offset(end)
@@ -274,7 +296,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
     def _cap_bytes(self, session, pos: dict[str, int], end: dict[str, int], budget: int) -> dict[str, int]:
         # The broker has no size-only query, so this reads the candidate messages (up to the budget) on
         # the driver to learn where the budget runs out.  Costs one extra transfer of each batch.
-        widths = {d: end[d] - pos[d] for d in end if end[d] > pos[d]}
+        widths = {d: end[d] - pos[d] for d in end if d in pos and end[d] > pos[d]}
         total = sum(widths.values())
         out = dict(end)
         for dest, width in widths.items():
@@ -288,6 +310,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         return to_offset(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
+        # a destination absent from ``start`` joined in this batch: nothing of it is read yet
         pos, stop = from_offset(start), from_offset(end)
         spans = [Span(d, pos.get(d, stop[d]), stop[d]) for d in stop]
         return _partitions(self.opts, spans, self.opts.selector)

@@ -38,12 +38,13 @@ def test_exactly_one_source():
     refused("temporary queue", destinations="/temp-queue/x")
 
 
-def test_pattern_is_matched_against_named_candidates():
-    o = read(destinations="/topic/m.a,/topic/m.b,/queue/m.c", destinationPattern="/topic/m.*")
-    assert o.destinations == ("/topic/m.a", "/topic/m.b")
-    refused("name the candidates in 'destinations'", destinationPattern="/topic/*")
-    refused("matches none", destinations="/queue/a", destinationPattern="/topic/*")
-    refused("exactly one of", topic="a", destinationPattern="/topic/*", destinations="/topic/a")
+def test_a_pattern_is_resolved_by_the_source():
+    o = read(destinationPattern="/topic/m.*")
+    assert (o.pattern, o.destinations) == ("/topic/m.*", ())
+    refused("exactly one of", destinations="/queue/a", destinationPattern="/topic/*")
+    refused("glob over STOMP names", destinationPattern="m.*")
+    refused("must start with /topic/", destinationPattern="/*", subscription="s")
+    refused("needs the destinations named", streaming=True, destinationPattern="/queue/*", mode="consume")
 
 
 def test_offsets():

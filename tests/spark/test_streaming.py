@@ -98,6 +98,20 @@ def test_restarts_from_the_checkpoint_read_every_message_exactly_once(spark, spa
     assert sink.batches == before
 
 
+def test_a_pattern_picks_up_destinations_created_later(spark, spark_broker, name, tmp_path):
+    url = spark_broker.url
+    send(url, pymq.Topic(f"{name}.a"), ["a0", "a1", "a2"])
+    df = stream(spark, url, destinationPattern=f"/topic/{name}.*", startingOffsets="earliest")
+    sink = BatchLog()
+    run(df, sink, tmp_path / "ck").awaitTermination(120)
+    assert sink.all_rows() == ["a0", "a1", "a2"]
+    send(url, pymq.Topic(f"{name}.b"), ["b0", "b1"])      # a new destination: read from its start
+    send(url, pymq.Topic(f"{name}.a"), ["a3"])
+    run(df, sink, tmp_path / "ck").awaitTermination(120)
+    assert sink.all_rows() == ["a0", "a1", "a2", "a3", "b0", "b1"]
+    sink.check_each_row_in_one_batch()
+
+
 def test_bytes_per_trigger(spark, spark_broker, name, tmp_path):
     url = spark_broker.url
     send(url, pymq.Topic(name), [pymq.BytesMessage(bytes([i]) * 100) for i in range(12)])
