@@ -5,37 +5,45 @@
 Spark (>= 4.0) registers every top-level ``pyspark_*`` module that exposes ``DefaultSource`` by itself,
 so installing pymq with the ``spark`` extra is enough; ``spark.dataSource.register(PymqDataSource)``
 works too.  Options, schema and guarantees: pyspark_pymq/README.md.  The connector needs PySpark 4.2 or
-later (read limits and Trigger.AvailableNow for Python sources); on an older PySpark the format is
-still found, and using it raises an error that says so, instead of breaking Spark's data source lookup
-for every other source in the environment.
+later (read limits and Trigger.AvailableNow for Python sources) and pyarrow.  On an older PySpark the
+format is still found, and using it raises an error that says so, instead of breaking Spark's data
+source lookup for every other source in the environment.  Without PySpark the package imports (its
+option and plan modules need only pymq) and ``DefaultSource`` is an ImportError that says what is missing.
 """
 from __future__ import annotations
 
+from typing import Any
+
 try:
     from pyspark_pymq.source import PymqDataSource, RangePartition
-except ImportError as _missing:      # pyspark absent or older than 4.2
-    from pyspark.sql.datasource import (
-        DataSource as _DataSource,  # absent before 4.0: nothing to offer
-    )
-
-    from pymq.errors import ConfigError as _ConfigError
-
+except ImportError as _missing:
     _reason = str(_missing)
+    import importlib.util as _util
 
-    class PymqDataSource(_DataSource):  # type: ignore[no-redef]
-        @classmethod
-        def name(cls) -> str:
-            return "pymq"
+    if _util.find_spec("pyspark") is not None:  # a PySpark too old (or without pyarrow) for the connector
+        from pymq.errors import ConfigError as _ConfigError
+        from pyspark.sql.datasource import DataSource as _DataSource
 
-        def _refuse(self, *args, **kwargs):
-            import pyspark
-            raise _ConfigError(f"the pymq Spark connector needs PySpark >= 4.2 with pyarrow; this is PySpark "
-                               f"{pyspark.__version__} ({_reason})")
+        class PymqDataSource(_DataSource):  # type: ignore[no-redef]
+            @classmethod
+            def name(cls) -> str:
+                return "pymq"
 
-        schema = reader = writer = streamReader = streamWriter = _refuse
+            def _refuse(self, *args: Any, **kwargs: Any) -> Any:
+                import pyspark
+                raise _ConfigError(f"the pymq Spark connector needs PySpark >= 4.2 with pyarrow; this is "
+                                   f"PySpark {pyspark.__version__} ({_reason})")
 
-    RangePartition = None  # type: ignore[assignment,misc]
+            schema = reader = writer = streamReader = streamWriter = _refuse
 
-DefaultSource = PymqDataSource
+        DefaultSource: Any = PymqDataSource
+    else:
+        def __getattr__(name: str) -> Any:
+            if name in ("DefaultSource", "PymqDataSource", "RangePartition"):
+                raise ImportError(f"pyspark_pymq.{name} needs PySpark >= 4.2 and pyarrow "
+                                  f"(pip install -e \".[spark]\"): {_reason}")
+            raise AttributeError(name)
+else:
+    DefaultSource = PymqDataSource
 
 __all__ = ["DefaultSource", "PymqDataSource", "RangePartition"]
