@@ -132,7 +132,9 @@ def _faults(r: RunResult) -> str:
 
 def print_selectors(rows: list[SelectorRow]) -> dict:
     print(f"\nselectors: 1 producer, {PARTS} consumers, {SIZE} B non-persistent, ack:auto; "
-          f"selector `part = <i>` on the integer property part (pymq-types: part=i)")
+          f"selector `part = <i>` on the integer property part (pymq-types: part=i). brk µs/msg: the broker's CPU "
+          "from the producer's start to the last delivery, per message (enqueue + dispatch); others: % of a core "
+          "used by everything else on the machine")
     hdr = (f"{'arrangement':13} {'consumers':10} {'msg/s':>10} {'brk µs/msg':>10} {'others':>6} "
            f"{'sent':>8} {'recv':>8} {'lost':>5} {'dup':>4} {'misrt':>5}")
     print(hdr)
