@@ -124,8 +124,11 @@ class RawStomp:
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
 
+    def encode(self, command: str, headers: dict | None = None, body: bytes = b"") -> bytes:
+        return encode_frame(command, headers or {}, body, self.version)
+
     def send(self, command: str, headers: dict | None = None, body: bytes = b"") -> None:
-        self.sock.sendall(encode_frame(command, headers or {}, body, self.version))
+        self.sock.sendall(self.encode(command, headers, body))
 
     def connect(self, login: str = "guest", passcode: str = "guest", **headers) -> object:
         h = {"accept-version": self.version, "host": "/", "login": login, "passcode": passcode}

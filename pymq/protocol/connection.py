@@ -151,8 +151,16 @@ class StompConnection:
                 self._on_receive(frame)
         return frames
 
+    def parse(self, data: bytes) -> list[Frame]:
+        """Frames completed by ``data``, *not yet* checked against the state table: the caller passes
+        each to :meth:`receive_frame` when it handles it.  A broker must do that — the state change
+        of a DISCONNECT at the end of a read must not apply before the ACKs in front of it are
+        handled (their handling may still send MESSAGEs)."""
+        return self._scanner.feed(data)
+
     def receive_frame(self, frame: Frame) -> None:
-        """Account for a frame that arrived already parsed (the in-process vm:// transport)."""
+        """Check and account for one frame, in handling order (after :meth:`parse`, or for a frame
+        that arrived already parsed through the in-process vm:// transport)."""
         self._on_receive(frame)
 
     def _on_receive(self, frame: Frame) -> None:

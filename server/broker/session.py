@@ -86,13 +86,15 @@ class BrokerSession:
 
     def _consume(self, data: bytes) -> None:
         frame = None
+        conn = self.conn
         try:
             while True:
-                frames = self.conn.receive_data(data)
+                frames = conn.parse(data)
                 data = b""
                 if not frames:
                     break
                 for i, frame in enumerate(frames):
+                    conn.receive_frame(frame)          # the state table, at the moment of handling
                     self._handle(frame)
                     if self.closed:
                         return
@@ -135,6 +137,7 @@ class BrokerSession:
         while self._deferred:
             frame = self._deferred.pop(0)
             try:
+                self.conn.receive_frame(frame)
                 self._handle(frame)
             except PymqError as exc:
                 self.fail(exc, frame)
@@ -522,6 +525,8 @@ class BrokerSession:
 
     # -- DISCONNECT and receipts -------------------------------------------------------------------
     def _on_disconnect(self, frame: Frame) -> None:
+        for consumer in self.consumers.values():
+            consumer.active = False     # nothing more is dispatched: it would only come back at close
         receipt = frame.headers.get("receipt")
         if receipt is None:
             self.close()

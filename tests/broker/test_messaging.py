@@ -400,3 +400,24 @@ def test_version_10_and_11_clients(raw):
             ack["subscription"] = "x"
         c.send("ACK", ack)
         assert c.read().command == "RECEIPT"
+
+
+def test_acks_and_disconnect_in_one_write_are_all_honoured(raw):
+    """ACKs followed by DISCONNECT in the same packet: every ACK counts and the RECEIPT comes (the
+    state change of DISCONNECT must not apply before the ACKs before it are handled)."""
+    p = raw()
+    for i in range(20):
+        send(p, "/queue/ackdisc", f"m{i}")
+    c = raw()
+    c.send("SUBSCRIBE", {"destination": "/queue/ackdisc", "id": "1", "ack": "client-individual",
+                         "prefetch-count": "5"})
+    got = [c.read() for _ in range(5)]
+    data = b"".join(c.encode("ACK", {"id": f.headers["ack"]}) for f in got)
+    data += c.encode("DISCONNECT", {"receipt": "bye"})
+    c.send_raw(data)
+    frames = c.read_until_closed()
+    assert [f.command for f in frames if f.command != "MESSAGE"] == ["RECEIPT"], frames
+    d = raw()
+    d.send("SUBSCRIBE", {"destination": "/queue/ackdisc", "id": "1"})
+    rest = [f.body for f in drain(d)]
+    assert rest == [f"m{i}".encode() for i in range(5, 20)]      # m0-m4 were acknowledged for good
