@@ -12,7 +12,7 @@ ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
 
 class Consumer:
     __slots__ = ("session", "id", "queue", "ack_mode", "prefetch", "in_flight", "selector", "unacked",
-                 "subscription", "destination", "active", "head")
+                 "subscription", "destination", "active", "head", "scan")
 
     def __init__(self, session, sub_id: str, queue, ack_mode: str, prefetch: int, selector=None,
                  subscription=None, destination: str = "") -> None:
@@ -28,6 +28,7 @@ class Consumer:
         self.destination = destination    # the destination the client subscribed to
         self.active = True
         self.head = None                  # the encoded "MESSAGE\nsubscription:<id>\n" prefix (TCP)
+        self.scan = [0, [-1] * 10]        # where its selective scans resume (ReadyIndex.take_first)
 
     def can_take(self) -> bool:
         return self.active and self.session.writable and (

@@ -13,8 +13,8 @@ Invariants:
 """
 from __future__ import annotations
 
+import bisect
 import heapq
-from collections import deque
 from typing import Callable, Iterator
 
 from pymq_server.broker import states
@@ -49,15 +49,26 @@ class Entry:
 
 
 class ReadyIndex:
-    """Entries by priority (9 first), then sequence.  Fresh entries append to a deque in O(1); an
-    entry that arrives out of sequence order (redelivered, delayed) goes to a small heap beside it."""
+    """Entries by priority (9 first), then sequence.
 
-    __slots__ = ("_fifo", "_heap", "count")
+    Per priority, fresh entries append to a list read from a moving head (O(1) both ends, and sorted
+    by sequence, so a position is a binary search away); an entry that arrives out of sequence order
+    (redelivered, delayed) goes to a small heap beside it.
+
+    Selective takes (selectors, groups) resume where the consumer's last scan stopped: an entry a
+    consumer rejected stays rejected — selectors and messages do not change — unless a group is
+    released, which bumps ``epoch`` and resets every cursor.  Draining a backlog with selective
+    consumers is then linear, not quadratic.
+    """
+
+    __slots__ = ("_fifo", "_head", "_heap", "count", "epoch")
 
     def __init__(self) -> None:
-        self._fifo: list[deque | None] = [None] * 10
+        self._fifo: list[list | None] = [None] * 10
+        self._head = [0] * 10
         self._heap: list[list | None] = [None] * 10
         self.count = 0
+        self.epoch = 0
 
     def __len__(self) -> int:
         return self.count
@@ -66,9 +77,9 @@ class ReadyIndex:
         p = entry.message.priority
         fifo = self._fifo[p]
         if fifo is None:
-            fifo = self._fifo[p] = deque()
+            fifo = self._fifo[p] = []
         seq = entry.message.seq
-        if not fifo or fifo[-1].message.seq < seq:
+        if len(fifo) == self._head[p] or fifo[-1].message.seq < seq:
             fifo.append(entry)
         else:
             heap = self._heap[p]
@@ -77,70 +88,122 @@ class ReadyIndex:
             heapq.heappush(heap, (seq, entry.message.key, entry))
         self.count += 1
 
+    def _pop_fifo(self, p: int) -> Entry:
+        fifo = self._fifo[p]
+        head = self._head[p]
+        entry = fifo[head]
+        fifo[head] = None
+        head += 1
+        if head == len(fifo):
+            fifo.clear()
+            head = 0
+        elif head > 4096 and head * 2 > len(fifo):
+            del fifo[:head]
+            head = 0
+        self._head[p] = head
+        return entry
+
     def pop(self) -> Entry | None:
         if not self.count:
             return None
         for p in range(9, -1, -1):
             fifo = self._fifo[p]
             heap = self._heap[p]
+            has_fifo = fifo is not None and len(fifo) > self._head[p]
             if heap:
-                if fifo and fifo[0].message.seq < heap[0][0]:
-                    self.count -= 1
-                    return fifo.popleft()
                 self.count -= 1
+                if has_fifo and fifo[self._head[p]].message.seq < heap[0][0]:
+                    return self._pop_fifo(p)
                 return heapq.heappop(heap)[2]
-            if fifo:
+            if has_fifo:
                 self.count -= 1
-                return fifo.popleft()
+                return self._pop_fifo(p)
         return None
 
+    def _level(self, p: int, start: int):
+        """Level ``p`` in sequence order, the list part from index ``start``: (entry, list index or -1)."""
+        fifo = self._fifo[p] or ()
+        heap = self._heap[p]
+        n = len(fifo)
+        i = start
+        if heap:
+            for _, _, h in sorted(heap, key=lambda item: (item[0], item[1])):
+                while i < n and fifo[i].message.seq < h.message.seq:
+                    yield fifo[i], i
+                    i += 1
+                yield h, -1
+        while i < n:
+            yield fifo[i], i
+            i += 1
+
     def __iter__(self) -> Iterator[Entry]:
-        """Ready entries in delivery order, without removing them (browsing, selectors)."""
+        """Ready entries in delivery order, without removing them (browsing)."""
         for p in range(9, -1, -1):
-            fifo = self._fifo[p]
-            heap = self._heap[p]
-            if heap:
-                merged = sorted([*(fifo or ()), *(item[2] for item in heap)],
-                                key=lambda e: (e.message.seq, e.message.key))
-                yield from merged
-            elif fifo:
-                yield from list(fifo)
+            if self._fifo[p] or self._heap[p]:
+                for entry, _ in list(self._level(p, self._head[p])):
+                    yield entry
+
+    def _index(self, p: int, entry: Entry) -> int:
+        fifo = self._fifo[p]
+        if fifo is None:
+            return -1
+        i = bisect.bisect_left(fifo, entry.message.seq, lo=self._head[p], key=_entry_seq)
+        return i if i < len(fifo) and fifo[i] is entry else -1
 
     def remove(self, entry: Entry) -> None:
         p = entry.message.priority
-        fifo = self._fifo[p]
-        if fifo is not None:
-            try:
-                fifo.remove(entry)
-                self.count -= 1
-                return
-            except ValueError:
-                pass
+        i = self._index(p, entry)
+        if i >= 0:
+            if i == self._head[p]:
+                self._pop_fifo(p)
+            else:
+                del self._fifo[p][i]
+            self.count -= 1
+            return
         heap = self._heap[p]
         if heap:
-            for i, item in enumerate(heap):
+            for j, item in enumerate(heap):
                 if item[2] is entry:
-                    heap[i] = heap[-1]
+                    heap[j] = heap[-1]
                     heap.pop()
                     heapq.heapify(heap)
                     self.count -= 1
                     return
         raise KeyError(entry)
 
-    def take_first(self, accept: Callable[[Entry], bool]) -> Entry | None:
-        """The first entry in delivery order that ``accept`` takes (selectors, groups)."""
-        for entry in self:
-            if accept(entry):
-                self.remove(entry)
-                return entry
+    def take_first(self, accept: Callable[[Entry], bool], cursor: list | None = None) -> Entry | None:
+        """The first entry in delivery order that ``accept`` takes.  ``cursor`` ([epoch, seq per
+        priority]) belongs to one consumer: its scan resumes after the entries it rejected before."""
+        if cursor is not None and cursor[0] != self.epoch:
+            cursor[0] = self.epoch
+            cursor[1] = [-1] * 10
+        for p in range(9, -1, -1):
+            fifo = self._fifo[p]
+            if not fifo and not self._heap[p]:
+                continue
+            head = self._head[p]
+            start = head
+            if cursor is not None and fifo:
+                start = bisect.bisect_right(fifo, cursor[1][p], lo=head, key=_entry_seq)
+            for entry, index in self._level(p, start):
+                if accept(entry):
+                    self.remove(entry)
+                    return entry
+                if cursor is not None and index >= 0:
+                    cursor[1][p] = entry.message.seq     # rejected: never look at it again
         return None
 
     def clear(self) -> list[Entry]:
         out = list(self)
         self._fifo = [None] * 10
+        self._head = [0] * 10
         self._heap = [None] * 10
         self.count = 0
         return out
+
+
+def _entry_seq(entry) -> int:
+    return entry.message.seq
 
 
 class QueueStats:
@@ -271,6 +334,7 @@ class MessageQueue:
             # its groups move: the next message of each goes to another consumer, flagged
             for group in [g for g, c in self.group_owners.items() if c is consumer]:
                 del self.group_owners[group]
+        self.ready.epoch += 1       # entries other consumers rejected for its groups are open again
 
     # -- dispatch -------------------------------------------------------------------------------
     def dispatch(self) -> None:
@@ -300,7 +364,7 @@ class MessageQueue:
                 if consumer.selector is None and not self.grouped_ready:
                     entry = ready.pop()
                 else:
-                    entry = ready.take_first(self._acceptor(consumer))
+                    entry = ready.take_first(self._acceptor(consumer), consumer.scan)
                     if entry is None:
                         idle += 1
                         continue
@@ -347,6 +411,7 @@ class MessageQueue:
             entry.first_in_group = False
         if entry.message.headers.get("JMSXGroupSeq") == "-1":
             del self.group_owners[group]       # the producer closed the group (ActiveMQ convention)
+            self.ready.epoch += 1
 
     def _acquire(self, entry: Entry, consumer) -> None:
         entry.state = _ON_ACQUIRE

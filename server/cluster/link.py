@@ -147,6 +147,7 @@ class OutboxConsumer:
         self.id = "outbox:" + link.peer
         self.session = None
         self.unacked: dict = {}
+        self.scan = [0, [-1] * 10]
 
     def can_take(self) -> bool:
         return self.active and self.link.ready and len(self.in_flight) < self.window

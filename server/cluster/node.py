@@ -98,6 +98,7 @@ class Redistributor:
         self.id = "redistributor"
         self.session = None
         self.unacked: dict = {}
+        self.scan = [0, [-1] * 10]
         self.remote = True
 
     def can_take(self) -> bool:
