@@ -10,6 +10,7 @@ machinery the broker already has.
 from __future__ import annotations
 
 import asyncio
+import collections
 import itertools
 import logging
 from typing import Callable
@@ -112,6 +113,23 @@ class PeerLink(asyncio.Protocol):
         self.transport.write(self.conn.send(Frame("SEND", headers, body)))
         self.sent += 1
 
+    def send_burst(self, frames: list[tuple[dict, bytes]], on_receipt: Callable[[], None]) -> None:
+        """Several SENDs in one write; one receipt on the last confirms them all (receipts are
+        cumulative: spec/stomp.md §5)."""
+        if not self.ready or self.transport is None:
+            raise PymqError(f"the link to {self.peer} is not up")
+        rid = f"f{next(self._rids)}"
+        self._receipts[rid] = on_receipt
+        last = len(frames) - 1
+        out = []
+        for i, (headers, body) in enumerate(frames):
+            if i == last:
+                headers = dict(headers)
+                headers["receipt"] = rid
+            out.append(self.conn.send(Frame("SEND", headers, body)))
+        self.transport.write(b"".join(out))
+        self.sent += len(frames)
+
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
@@ -133,7 +151,11 @@ class PeerLink(asyncio.Protocol):
 
 
 class OutboxConsumer:
-    """The link to ``peer`` as the consumer of its outbox queue (duck-types broker Consumer)."""
+    """The link to ``peer`` as the consumer of its outbox queue (duck-types broker Consumer).
+
+    Entries handed over during one loop iteration leave as one burst — one write, one receipt on the
+    last frame — and that receipt completes the whole burst: a forwarded message costs a frame, not a
+    round of receipt bookkeeping and dispatch."""
 
     selector = None
 
@@ -142,41 +164,61 @@ class OutboxConsumer:
         self.queue = queue
         self.link = link
         self.window = window
-        self.in_flight: dict[int, object] = {}
         self.active = True
         self.id = "outbox:" + link.peer
         self.session = None
         self.unacked: dict = {}
         self.scan = [0, [-1] * 10]
+        self._burst: list = []            # taken this iteration, not written yet
+        self._sent: collections.deque = collections.deque()   # written, waiting for their receipt
+        self._flush_scheduled = False
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._burst) + len(self._sent)
 
     def can_take(self) -> bool:
-        return self.active and self.link.ready and len(self.in_flight) < self.window
+        return self.active and self.link.ready and self.in_flight < self.window
 
     def accepts(self, entry) -> bool:
         return True
 
     def deliver(self, entry) -> None:
-        message = entry.message
-        self.in_flight[id(entry)] = entry
-        try:
-            self.link.send(forward_headers(message, self.node.node_id), message.body,
-                           on_receipt=lambda: self._confirmed(entry))
-        except PymqError:
-            # the link went down between can_take and now: the entry returns to the outbox
-            self.in_flight.pop(id(entry), None)
-            self.queue.release(entry, failed=False)
+        self._burst.append(entry)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.node.loop.call_soon(self._flush)
 
-    def _confirmed(self, entry) -> None:
-        if self.in_flight.pop(id(entry), None) is None:
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        burst, self._burst = self._burst, []
+        if not burst:
             return
-        self.node.forwarded += 1
-        self.queue.complete(entry)
-        self.queue.dispatch()
+        origin = self.node.node_id
+        frames = [(forward_headers(e.message, origin), e.message.body) for e in burst]
+        try:
+            self.link.send_burst(frames, lambda n=len(burst): self._confirmed(n))
+        except PymqError:
+            # the link went down meanwhile: the burst returns to the outbox
+            for entry in burst:
+                self.queue.release(entry, failed=False)
+            return
+        self._sent.extend(burst)
+
+    def _confirmed(self, count: int) -> None:
+        sent = self._sent
+        queue = self.queue
+        for _ in range(min(count, len(sent))):
+            queue.complete(sent.popleft())
+        self.node.forwarded += count
+        queue.dispatch()
 
     def detach(self) -> None:
         """The link is gone: whatever was in flight goes back to the outbox, to be resent or re-routed."""
         self.active = False
         self.queue.remove_consumer(self)
-        pending, self.in_flight = list(self.in_flight.values()), {}
+        pending = list(self._sent) + self._burst
+        self._sent.clear()
+        self._burst = []
         for entry in pending:
             self.queue.release(entry, failed=False)
