@@ -21,8 +21,9 @@ except ImportError as _missing:
     import importlib.util as _util
 
     if _util.find_spec("pyspark") is not None:  # a PySpark too old (or without pyarrow) for the connector
-        from pymq.errors import ConfigError as _ConfigError
         from pyspark.sql.datasource import DataSource as _DataSource
+
+        from pymq.errors import ConfigError as _ConfigError
 
         class PymqDataSource(_DataSource):  # type: ignore[no-redef]
             @classmethod

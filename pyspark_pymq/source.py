@@ -141,11 +141,8 @@ def _resolve(session, opts: ReadOptions) -> tuple[str, ...]:
 
 
 def _bounds(session, opts: ReadOptions, dest: str) -> tuple[int, int]:
-    """(earliest available, latest assigned) sequence numbers.  ``Session.bounds`` asks for an open-ended
-    range, which the broker materialises in full before sending nothing (seconds for a log of a million
-    messages); an empty range ``[1, 1)`` returns the same two bounds at once."""
-    r = session.read_range(dest, from_seq=1, to_seq=1, max_messages=0, subscription=_sub(opts, dest))
-    return r.earliest, r.latest
+    """(earliest available, latest assigned) sequence numbers of ``dest`` (its subscription for a topic)."""
+    return session.bounds(dest, subscription=_sub(opts, dest))
 
 
 def _sub(opts: ReadOptions, dest: str) -> str | None:
