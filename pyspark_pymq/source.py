@@ -67,6 +67,7 @@ class RangePartition(InputPartition):
     fetch_size: int = 10_000
     include_properties: bool = False
     check_loss: bool = False          # browse mode with failOnDataLoss
+    source: str | None = None         # "queue" in consume mode: the queue it acknowledges, never a log
 
 
 def read_partition(p: RangePartition) -> Iterator[Any]:
@@ -82,7 +83,7 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
             # a window no wider than the fetch size: the broker then never walks past what one call returns
             upto = min(p.end, cursor + p.fetch_size)
             r = session.read_range(p.destination, from_seq=cursor, to_seq=upto, max_messages=p.fetch_size,
-                                   selector=p.selector, subscription=p.subscription)
+                                   selector=p.selector, subscription=p.subscription, source=p.source)
             if first and p.check_loss and r.earliest > cursor:
                 raise DataLoss(
                     f"{p.destination}: messages {cursor}..{min(r.earliest, p.end) - 1} were planned for this "
@@ -142,17 +143,23 @@ def _resolve(session, opts: ReadOptions) -> tuple[str, ...]:
 
 def _bounds(session, opts: ReadOptions, dest: str) -> tuple[int, int]:
     """(earliest available, latest assigned) sequence numbers of ``dest`` (its subscription for a topic)."""
-    return session.bounds(dest, subscription=_sub(opts, dest))
+    return session.bounds(dest, subscription=_sub(opts, dest), source=_source(opts))
 
 
 def _sub(opts: ReadOptions, dest: str) -> str | None:
     return opts.subscription if destination_kind(dest) == "topic" else None
 
 
+def _source(opts: ReadOptions) -> str | None:
+    """Consume mode reads (and acknowledges) the live queue, even where the destination has a log."""
+    return "queue" if opts.mode == "consume" else None
+
+
 def _first_at(session, opts: ReadOptions, dest: str, timestamp: int) -> int:
     """The sequence number of the first message with JMSTimestamp >= ``timestamp`` (or where the next
     one will be)."""
-    r = session.read_range(dest, from_timestamp=timestamp, max_messages=1, subscription=_sub(opts, dest))
+    r = session.read_range(dest, from_timestamp=timestamp, max_messages=1, subscription=_sub(opts, dest),
+                           source=_source(opts))
     return r.messages[0].sequence if r.messages else r.next_seq
 
 
@@ -174,7 +181,7 @@ def _partitions(opts: ReadOptions, spans: list[Span], selector: str | None) -> l
     pieces = split(spans, opts.min_partitions, opts.max_messages_per_partition)
     check = opts.mode == "browse" and opts.fail_on_data_loss
     return [RangePartition(opts.connection, s.destination, s.start, s.end, selector, _sub(opts, s.destination),
-                           opts.fetch_size, opts.include_properties, check) for s in pieces]
+                           opts.fetch_size, opts.include_properties, check, _source(opts)) for s in pieces]
 
 
 class BatchReader(DataSourceReader):
@@ -299,7 +306,8 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         for dest, width in widths.items():
             share = max(1, budget * width // total)
             r = session.read_range(dest, from_seq=pos[dest], to_seq=end[dest], max_bytes=share,
-                                   selector=self.opts.selector, subscription=_sub(self.opts, dest))
+                                   selector=self.opts.selector, subscription=_sub(self.opts, dest),
+                                   source=_source(self.opts))
             out[dest] = min(end[dest], max(pos[dest], r.next_seq))
         return out
 

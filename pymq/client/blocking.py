@@ -410,17 +410,19 @@ class Session:
     def read_range(self, destination: Destination | str, *, from_seq: int | None = None,
                    to_seq: int | None = None, max_messages: int | None = None,
                    max_bytes: int | None = None, from_timestamp: int | None = None,
-                   selector: str | None = None, subscription: str | None = None,
+                   selector: str | None = None, subscription: str | None = None, source: str | None = None,
                    timeout: float | None = None) -> RangeResult:
         """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
         from a destination's retained log, a queue, or (``subscription``) a durable subscription."""
         extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
-                              from_timestamp=from_timestamp, selector=selector, subscription=subscription)
+                              from_timestamp=from_timestamp, selector=selector, subscription=subscription,
+                              source=source)
         return _browse(self, as_destination(destination), extra, timeout)
 
-    def bounds(self, destination: Destination | str, *, subscription: str | None = None) -> tuple[int, int]:
+    def bounds(self, destination: Destination | str, *, subscription: str | None = None,
+               source: str | None = None) -> tuple[int, int]:
         """(earliest available, latest assigned) sequence numbers of a destination."""
-        result = self.read_range(destination, max_messages=0, subscription=subscription)
+        result = self.read_range(destination, max_messages=0, subscription=subscription, source=source)
         return result.earliest, result.latest
 
     @_guarded

@@ -64,12 +64,13 @@ def subscribe_headers(destination: Destination, sub_id: str, ack_mode: int, pref
 
 def range_headers(*, from_seq: int | None = None, to_seq: int | None = None, max_messages: int | None = None,
                   max_bytes: int | None = None, from_timestamp: int | None = None, selector: str | None = None,
-                  subscription: str | None = None) -> dict:
+                  subscription: str | None = None, source: str | None = None) -> dict:
     """The extra SUBSCRIBE headers of a range read (spec/stomp.md §9).  There is always a start (0 =
-    the earliest): a range read is in sequence order, never delivery order."""
+    the earliest): a range read is in sequence order, never delivery order.  ``source``: "log" or
+    "queue" (default: the destination's retained log when it has one)."""
     return {"pymq-from-seq": from_seq or 0, "pymq-to-seq": to_seq, "pymq-max-messages": max_messages,
             "pymq-max-bytes": max_bytes, "pymq-from-timestamp": from_timestamp,
-            "selector": selector or None, "durable-subscription-name": subscription}
+            "selector": selector or None, "durable-subscription-name": subscription, "pymq-source": source}
 
 
 def ack_upto_frame(destination, seq: int, subscription: str | None = None) -> Frame:

@@ -477,10 +477,10 @@ class Broker:
         window[dedup_id] = now + self.config.dedup_window_ms
         return False
 
-    def bounds(self, destination: str, queue: MessageQueue | None) -> tuple[int, int]:
+    def bounds(self, destination: str, queue: MessageQueue | None, use_log: bool = True) -> tuple[int, int]:
         """(earliest available sequence, latest assigned sequence) of a destination's log or queue."""
         latest = self.seqs.peek(destination) - 1
-        log = self.logs.get(destination)
+        log = self.logs.get(destination) if use_log else None
         if log is not None and len(log):
             return log.earliest, latest
         if log is None and queue is not None:
@@ -785,7 +785,14 @@ class Broker:
         range of sequence numbers from a retained log, a queue or a durable subscription.  Each
         message once with ``browser:true``, then a ``browser:end`` marker with the bounds."""
         kind, name = self.resolve(destination)
-        log = self.log_for(destination)
+        source = h.get("pymq-source")
+        if source not in (None, "log", "queue"):
+            raise InvalidHeader(f"header 'pymq-source' must be log or queue, got {source!r}", header="pymq-source")
+        # a durable subscription, or source:queue, reads the live queue even when a log exists (a
+        # consuming reader acknowledges the queue: its ranges must come from the same place)
+        use_log = source != "queue" and not (h.get("durable-subscription-name")
+                                             or h.get("activemq.subscriptionName"))
+        log = self.log_for(destination) if use_log else None
         queue = None
         if log is None:
             if kind is dest.Kind.QUEUE:
@@ -816,7 +823,7 @@ class Broker:
                 entries = [m for m in entries if (from_seq is None or m.seq >= from_seq)
                            and (to_seq is None or m.seq < to_seq)]
             candidates = iter(entries)
-        earliest, latest = self.bounds(destination, queue)
+        earliest, latest = self.bounds(destination, queue, use_log=log is not None)
         now = self.now_ms()
         count = sent_bytes = 0
         next_seq = None

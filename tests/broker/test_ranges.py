@@ -163,3 +163,37 @@ def test_bad_range_headers(broker):
     c.send("SUBSCRIBE", {"destination": "/queue/x", "id": "1", "browser": "true", "pymq-from-seq": "-4"})
     err = c.read_until_closed()[-1]
     assert err.headers["pymq-code"] == "invalid-header" and "pymq-from-seq" in err.headers["message"]
+
+
+def test_subscription_ranges_ignore_the_topic_log(broker_factory):
+    """A reader that owns a durable subscription reads and acknowledges that subscription, even on a
+    topic that also keeps a retained log (reported by the Spark connector's author)."""
+    b = broker_factory(retention={"/topic/*": {"ms": 600000}})
+    t = pymq.Topic("orders")
+    with pymq.connect(b.url) as conn:
+        s = conn.create_session()
+        s.read_range(t, subscription="q")            # creates the subscription
+        p = s.create_producer(t)
+        for i in range(4):
+            p.send(f"m{i}")
+        first = s.read_range(t, subscription="q").messages
+        s.ack_upto(t, first[2].sequence, subscription="q")
+        assert [m.text for m in s.read_range(t, subscription="q").messages] == ["m2", "m3"]
+        assert s.bounds(t, subscription="q")[0] == first[2].sequence
+        assert [m.text for m in s.read_range(t).messages] == ["m0", "m1", "m2", "m3"]   # the log is intact
+
+
+def test_source_queue_reads_the_live_queue_not_its_log(broker_factory):
+    b = broker_factory(retention={"/queue/kept.*": {"ms": 600000}})
+    q = pymq.Queue("kept.orders")
+    with pymq.connect(b.url) as conn:
+        s = conn.create_session()
+        p = s.create_producer(q)
+        for i in range(4):
+            p.send(f"m{i}")
+        live = s.read_range(q, source="queue").messages
+        s.ack_upto(q, live[2].sequence)
+        assert [m.text for m in s.read_range(q, source="queue").messages] == ["m2", "m3"]
+        assert [m.text for m in s.read_range(q).messages] == ["m0", "m1", "m2", "m3"]    # the log
+        with pytest.raises(pymq.PymqError, match="pymq-source"):
+            s.read_range(q, source="disk")
