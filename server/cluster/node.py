@@ -464,6 +464,8 @@ class ClusterNode:
                 self.remote_consumers.setdefault(queue_name, {})[peer] = int(n)
             for queue in list(self.broker.queues.values()):
                 self.check_redistribution(queue)
+        elif kind == "move-subscription":
+            self._move_subscription(headers["pymq-subscription"], peer)
         elif kind == "subscription":
             record = json.loads(body.decode("utf-8"))
             self.broker.adopt_durable(record)
@@ -476,8 +478,48 @@ class ClusterNode:
 
     # -- durable subscriptions (spec/cluster.md §6) ----------------------------------------------
     def durable_created(self, key: str) -> None:
+        """A durable subscription now lives here.  If the map says another live node hosted it, that node
+        is asked to move its pending messages here and drop its copy: the subscription follows its
+        consumer (spec/cluster.md §6)."""
         self.assignments[key] = self.node_id
-        self.loop.run_in_executor(None, self.registry.assign, key, self.node_id)
+        # the store, not this node's cached copy of the map, says who hosted it until now
+        claim = self.loop.run_in_executor(None, self.registry.claim, key, self.node_id)
+        claim.add_done_callback(lambda fut: self._claimed(key, fut))
+
+    def _claimed(self, key: str, fut) -> None:
+        if fut.cancelled() or fut.exception() is not None:
+            log.error("could not record durable subscription %s in the cluster store: %s", key,
+                      None if fut.cancelled() else fut.exception())
+            return
+        previous = fut.result()
+        if previous in (None, self.node_id):
+            return
+        link = self.links.get(previous)
+        if link is None or not link.ready:
+            log.warning("durable subscription %s was hosted by %s, which is not reachable; its pending "
+                        "messages stay there until it is", key, previous)
+            return
+        try:
+            link.send({"destination": CONTROL_PREFIX + "move-subscription", "pymq-node": self.node_id,
+                       "pymq-subscription": key})
+        except PymqError as exc:
+            log.warning("could not ask %s to move durable subscription %s here: %s", previous, key, exc)
+
+    def _move_subscription(self, key: str, to: str) -> None:
+        """Another node now hosts ``key``: send it our pending messages, then drop our copy."""
+        broker = self.broker
+        sub = broker.find_subscription(key)
+        if sub is None:
+            return
+        if sub.queue.consumers:
+            log.warning("durable subscription %s is being consumed here; not moving it to %s", key, to)
+            return
+        self.assignments[key] = to            # before the drop: it must not erase the new host's entry
+        for entry in list(sub.queue.ready):
+            self.move_to_outbox(broker.copy_for_subscription(entry.message, key), to)
+            sub.queue.remove_ready([entry])
+        broker._drop_subscription(sub.topic, sub)
+        log.info("cluster: durable subscription %s moved to %s, where its consumer is", key, to)
 
     def durable_removed(self, key: str) -> None:
         if self.assignments.get(key) == self.node_id:

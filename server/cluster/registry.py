@@ -52,6 +52,12 @@ class ClusterRegistry(abc.ABC):
     def assignments(self) -> dict[str, str]:
         """subscription key -> hosting node."""
 
+    def claim(self, subscription: str, node: str) -> str | None:
+        """Record ``node`` as the host of ``subscription``; returns the previous host (None if none)."""
+        previous = self.assignments().get(subscription)
+        self.assign(subscription, node)
+        return previous
+
     def close(self) -> None:
         pass
 
@@ -93,6 +99,15 @@ class RedisRegistry(ClusterRegistry):
     def assignments(self) -> dict[str, str]:
         raw = self._call(self._redis.hgetall, self._assign)
         return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def claim(self, subscription: str, node: str) -> str | None:
+        def transaction():
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hget(self._assign, subscription)
+            pipe.hset(self._assign, subscription, node)
+            return pipe.execute()[0]
+        previous = self._call(transaction)
+        return previous.decode() if previous is not None else None
 
     def close(self) -> None:
         self._redis.close()

@@ -245,3 +245,40 @@ def test_postgresql_as_the_cluster_store(tmp_path, postgres_url):  # noqa: F811
     finally:
         for node in nodes:
             node.stop()
+
+
+def test_durable_subscription_follows_its_consumer_to_another_node(tmp_path, redis_url):  # noqa: F811
+    nodes, cfg = start_cluster(tmp_path, redis_url, n=3)
+    a, b, c = nodes
+    topic = pymq.Topic(f"moves.{uuid.uuid4().hex[:6]}")
+    try:
+        with pymq.connect(b.url, client_id="mover") as conn:
+            conn.create_session().create_durable_consumer(topic, "inbox").close()
+        time.sleep(0.5)
+        with pymq.connect(a.url) as pub:
+            p = pub.create_session().create_producer(topic)
+            for i in range(4):
+                p.send(f"held on b {i}")
+        assert wait_for(lambda: status(b)["received_forwarded"] >= 4)
+        # the same client comes back through another node: its messages follow it there
+        with pymq.connect(c.url, client_id="mover") as conn:
+            consumer = conn.create_session().create_durable_consumer(topic, "inbox")
+            first = consumer.receive(15.0)        # the move crosses the store and two links: be patient
+            got = [first.text] if first is not None else []
+            while (m := consumer.receive(2.0)) is not None:
+                got.append(m.text)
+        assert got == [f"held on b {i}" for i in range(4)]
+        assert wait_for(lambda: status(a)["assignments"].get("sub:mover:inbox") == "n2")
+        assert "sub:mover:inbox" not in [k for k, v in status(b)["assignments"].items() if v == "n1"]
+        # b dropped its copy: new messages reach the subscriber once, through c
+        with pymq.connect(a.url) as pub:
+            pub.create_session().create_producer(topic).send("after the move")
+        with pymq.connect(c.url, client_id="mover") as conn:
+            consumer = conn.create_session().create_durable_consumer(topic, "inbox")
+            assert consumer.receive(3).text == "after the move"
+            assert consumer.receive(1.0) is None
+        # nothing is left behind on b: no subscription there, so the topic left its filter
+        assert wait_for(lambda: topic.name not in status(b)["filter_topics"])
+    finally:
+        for node in nodes:
+            node.stop()
