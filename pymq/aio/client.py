@@ -30,15 +30,15 @@ import logging
 import uuid
 from typing import Any, AsyncIterator, Awaitable, Callable, Union
 
-from pymq.client.frames import ack_upto_frame, range_headers, send_frame, subscribe_headers
+from pymq.client.frames import (SessionFactories, ack_upto_frame, range_headers, send_frame,
+                                subscribe_headers)
 from pymq.client.blocking import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE,
                                   SESSION_TRANSACTED, _MODE_NAMES, RangeResult)
-from pymq.destination import Destination, Queue, TemporaryQueue, Topic, as_destination
+from pymq.destination import Destination, Queue, Topic, as_destination
 from pymq.errors import (ConnectionClosed, IllegalStateError, PymqError,
                          error_from_headers)
 from pymq.errors import TimeoutError as PymqTimeout
-from pymq.message import (NON_PERSISTENT, PERSISTENT, BytesMessage, MapMessage, Message, TextMessage,
-                          from_frame, make_message)
+from pymq.message import NON_PERSISTENT, PERSISTENT, Message, from_frame, make_message
 from pymq.protocol.frame import Frame
 from pymq.aio.transport import AsyncTransport, transport_for
 
@@ -391,7 +391,7 @@ def _guarded(method):
     return wrapper
 
 
-class AsyncSession:
+class AsyncSession(SessionFactories):
     """A single-task context for producing and consuming (see the module docstring)."""
 
     def __init__(self, connection: AsyncConnection, ack_mode: int) -> None:
@@ -525,25 +525,6 @@ class AsyncSession:
 
     def create_queue(self, name: str) -> Queue:
         return Queue(name)
-
-    def create_topic(self, name: str) -> Topic:
-        return Topic(name)
-
-    def create_temporary_queue(self) -> TemporaryQueue:
-        self._check()
-        return TemporaryQueue(f"{uuid.uuid4().hex[:16]}")
-
-    def create_text_message(self, text: str = "", **kw: Any) -> TextMessage:
-        return TextMessage(text, **kw)
-
-    def create_bytes_message(self, data: bytes = b"", **kw: Any) -> BytesMessage:
-        return BytesMessage(data, **kw)
-
-    def create_map_message(self, map: dict | None = None, **kw: Any) -> MapMessage:  # noqa: A002
-        return MapMessage(map, **kw)
-
-    def create_message(self, **kw: Any) -> Message:
-        return Message(**kw)
 
     # -- transactions and acknowledgement ----------------------------------------------------------------
     def _begin(self) -> None:

@@ -24,13 +24,13 @@ import time
 import uuid
 from typing import Any, Callable, Iterator
 
-from pymq.destination import Destination, Queue, TemporaryQueue, Topic, as_destination
+from pymq.destination import Destination, Queue, Topic, as_destination
 from pymq.errors import (ConnectionClosed, IllegalStateError, PymqError, TimeoutError,
                          error_from_headers)
-from pymq.message import (NON_PERSISTENT, PERSISTENT, BytesMessage, MapMessage, Message, TextMessage,
-                          from_frame, make_message)
+from pymq.message import NON_PERSISTENT, PERSISTENT, Message, from_frame, make_message
 from pymq.protocol.frame import Frame
-from pymq.client.frames import ack_upto_frame, range_headers, send_frame, subscribe_headers
+from pymq.client.frames import (SessionFactories, ack_upto_frame, range_headers, send_frame,
+                                subscribe_headers)
 from pymq.client.transport import Transport, transport_for
 
 log = logging.getLogger("pymq.client")
@@ -338,7 +338,7 @@ def _guarded(method):
     return wrapper
 
 
-class Session:
+class Session(SessionFactories):
     """A single-threaded context for producing and consuming (not thread-safe, see module doc)."""
 
     def __init__(self, connection: Connection, ack_mode: int) -> None:
@@ -438,25 +438,6 @@ class Session:
         if config:
             return self.connection.queue_manager().create(name, **config)
         return Queue(name)
-
-    def create_topic(self, name: str) -> Topic:
-        return Topic(name)
-
-    def create_temporary_queue(self) -> TemporaryQueue:
-        self._check()
-        return TemporaryQueue(f"{uuid.uuid4().hex[:16]}")
-
-    def create_text_message(self, text: str = "", **kw: Any) -> TextMessage:
-        return TextMessage(text, **kw)
-
-    def create_bytes_message(self, data: bytes = b"", **kw: Any) -> BytesMessage:
-        return BytesMessage(data, **kw)
-
-    def create_map_message(self, map: dict | None = None, **kw: Any) -> MapMessage:  # noqa: A002
-        return MapMessage(map, **kw)
-
-    def create_message(self, **kw: Any) -> Message:
-        return Message(**kw)
 
     # -- transactions and acknowledgement ------------------------------------------------------------
     def _begin(self) -> None:

@@ -4,11 +4,13 @@ the asyncio SDK (``pymq.aio``) and the application-transaction send all call the
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from pymq.destination import Destination, as_destination
+from pymq.destination import Destination, TemporaryQueue, Topic, as_destination
 from pymq.errors import IllegalStateError, MessageFormatError
-from pymq.message import NON_PERSISTENT, PERSISTENT, Message, make_message, now_ms
+from pymq.message import (NON_PERSISTENT, PERSISTENT, BytesMessage, MapMessage, Message, TextMessage,
+                          make_message, now_ms)
 from pymq.protocol.frame import Frame
 
 # acknowledge modes (JMS values), repeated here so this module needs nothing from either SDK
@@ -80,3 +82,30 @@ def ack_upto_frame(destination, seq: int, subscription: str | None = None) -> Fr
     if subscription:
         headers["durable-subscription-name"] = subscription
     return Frame("ACK", headers)
+
+
+class SessionFactories:
+    """The session methods that make values and touch no connection, shared by both SDKs' sessions
+    (``_check`` is each session's own "is it still open" test)."""
+
+    def _check(self) -> None:  # pragma: no cover - every session defines it
+        raise NotImplementedError
+
+    def create_topic(self, name: str) -> Topic:
+        return Topic(name)
+
+    def create_temporary_queue(self) -> TemporaryQueue:
+        self._check()
+        return TemporaryQueue(f"{uuid.uuid4().hex[:16]}")
+
+    def create_text_message(self, text: str = "", **kw: Any) -> TextMessage:
+        return TextMessage(text, **kw)
+
+    def create_bytes_message(self, data: bytes = b"", **kw: Any) -> BytesMessage:
+        return BytesMessage(data, **kw)
+
+    def create_map_message(self, map: dict | None = None, **kw: Any) -> MapMessage:  # noqa: A002
+        return MapMessage(map, **kw)
+
+    def create_message(self, **kw: Any) -> Message:
+        return Message(**kw)
