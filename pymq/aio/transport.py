@@ -24,8 +24,8 @@ import collections
 import socket
 import time
 from typing import Any, Callable
-from urllib.parse import parse_qs, urlparse
 
+from pymq.client.transport import TCP_OPTIONS, parse_url
 from pymq.errors import (ConnectFailed, ConnectionClosed, HeartbeatTimeout, PymqError, ProtocolError,
                          error_from_headers)
 from pymq.errors import TimeoutError as PymqTimeout
@@ -432,17 +432,7 @@ class VmTransport(AsyncTransport):
 
 def transport_for(url: str, **options) -> AsyncTransport:
     """The transport for ``stomp://host:port`` (or ``tcp://``) or ``vm://name[?data_dir=..]``."""
-    parsed = urlparse(url)
-    if parsed.scheme in ("stomp", "tcp"):
-        host = parsed.hostname or "127.0.0.1"
-        port = parsed.port or 61613
-        allowed = {"heartbeat", "heartbeat_grace", "max_frame_size"}
-        return StompTransport(host, port, **{k: v for k, v in options.items() if k in allowed})
-    if parsed.scheme == "vm":
-        name = (parsed.netloc or parsed.path.lstrip("/")) or "default"
-        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-        return VmTransport(name, query)
-    raise ConnectFailed(f"unsupported URL {url!r}: use stomp://host:port or vm://name")
-
-
-__all__ = ["AsyncTransport", "StompTransport", "VmTransport", "transport_for"]
+    kind, where = parse_url(url)
+    if kind == "stomp":
+        return StompTransport(*where, **{k: v for k, v in options.items() if k in TCP_OPTIONS})
+    return VmTransport(*where)

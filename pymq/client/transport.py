@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlparse
 
 from pymq.errors import (ConnectFailed, ConnectionClosed, HeartbeatTimeout, PymqError, ProtocolError,
                          TimeoutError, error_from_headers)
-from pymq.protocol.connection import Role, State, StompConnection, negotiate_heartbeat, parse_heartbeat
+from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
 from pymq.protocol.frame import Frame
 
 FrameHandler = Callable[[Frame], None]
@@ -236,15 +236,23 @@ class VmTransport(Transport):
         self._report_lost(ConnectionClosed("the connection was closed"))
 
 
-def transport_for(url: str, **options) -> Transport:
+def parse_url(url: str) -> tuple[str, tuple]:
+    """``stomp://host:port`` (or ``tcp://``) -> ("stomp", (host, port)); ``vm://name[?k=v]`` ->
+    ("vm", (name, options)).  Both SDKs' transports read URLs through this."""
     parsed = urlparse(url)
     if parsed.scheme in ("stomp", "tcp"):
-        host = parsed.hostname or "127.0.0.1"
-        port = parsed.port or 61613
-        allowed = {"heartbeat", "heartbeat_grace", "max_frame_size"}
-        return TcpTransport(host, port, **{k: v for k, v in options.items() if k in allowed})
+        return "stomp", (parsed.hostname or "127.0.0.1", parsed.port or 61613)
     if parsed.scheme == "vm":
         name = (parsed.netloc or parsed.path.lstrip("/")) or "default"
-        query = {k: v[-1] for k, v in parse_qs(parsed.query).items()}
-        return VmTransport(name, query)
+        return "vm", (name, {k: v[-1] for k, v in parse_qs(parsed.query).items()})
     raise ConnectFailed(f"unsupported URL {url!r}: use stomp://host:port or vm://name")
+
+
+TCP_OPTIONS = frozenset({"heartbeat", "heartbeat_grace", "max_frame_size"})
+
+
+def transport_for(url: str, **options) -> Transport:
+    kind, where = parse_url(url)
+    if kind == "stomp":
+        return TcpTransport(*where, **{k: v for k, v in options.items() if k in TCP_OPTIONS})
+    return VmTransport(*where)
