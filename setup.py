@@ -28,6 +28,48 @@ DIRECTIVES = {
 }
 
 
+# Spark finds Python data sources by listing top-level modules (pkgutil.iter_modules) and taking the
+# ``pyspark_*`` ones that expose ``DefaultSource``.  An editable install serves its packages through an
+# import hook on sys.meta_path, which that listing does not see (only a finder with ``iter_modules`` is
+# listed), so ``format("pymq")`` would not resolve.  The editable wheel therefore also gets a .pth file
+# that adds a finder which finds nothing itself and lists ``pyspark_pymq``; the import then goes through
+# the editable hook as usual.  Regular (non-editable) installs put pyspark_pymq in site-packages, where the
+# listing sees it directly.
+SPARK_LOOKUP_MODULE = "__editable___pymq_spark_lookup"
+SPARK_LOOKUP_SOURCE = '''"""Lists pyspark_pymq for Spark's data source lookup in an editable install of pymq (see setup.py)."""
+import sys
+
+
+class SparkLookup:
+    """A meta-path entry that finds nothing and lists the top-level package Spark looks for."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        return None
+
+    def iter_modules(self, prefix=""):
+        yield prefix + "pyspark_pymq", True
+
+
+if not any(type(f).__name__ == "SparkLookup" for f in sys.meta_path):
+    sys.meta_path.append(SparkLookup())
+'''
+
+try:
+    from setuptools.command.editable_wheel import editable_wheel as _editable_wheel
+except ImportError:  # setuptools older than 64: no PEP 660 editable installs at all
+    _editable_wheel = None
+
+if _editable_wheel is not None:
+    class EditableWheel(_editable_wheel):
+        def _install_namespaces(self, installation_dir, pth_prefix):
+            # called once with the directory whose files become the editable wheel's top level
+            super()._install_namespaces(installation_dir, pth_prefix)
+            with open(os.path.join(installation_dir, SPARK_LOOKUP_MODULE + ".py"), "w") as fh:
+                fh.write(SPARK_LOOKUP_SOURCE)
+            with open(os.path.join(installation_dir, "__editable__.pymq-spark-lookup.pth"), "w") as fh:
+                fh.write(f"import {SPARK_LOOKUP_MODULE}\n")
+
+
 class OptionalBuildExt(build_ext):
     """A failing compile is not a failed install: the pure-Python twins take over."""
 
@@ -77,5 +119,6 @@ packages += ["pyspark_pymq"]
 setup(
     packages=packages,
     ext_modules=extensions(),
-    cmdclass={"build_ext": OptionalBuildExt},
+    cmdclass={"build_ext": OptionalBuildExt,
+              **({"editable_wheel": EditableWheel} if _editable_wheel is not None else {})},
 )

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from pymq.destination import as_destination
 from pymq.errors import MessageFormatError, PymqError
-from pymq.message import BytesMessage, MapMessage, Message, TextMessage
+from pymq.message import BytesMessage, MapMessage, Message, TextMessage, now_ms
 
 _TS = pa.timestamp("us", tz="UTC")
 
@@ -110,8 +110,9 @@ def messages_to_batch(messages: list[Message], destination: str, kind: str,
         pa.array([m.type for m in messages], pa.string()),
     ]
     if include_properties:
-        columns.append(pa.array([[(k, _text(v)) for k, v in m.properties.items()] for m in messages],
-                                PROPERTIES_FIELD[2]))
+        # JMSXGroupID is the ``key`` column already: repeated here, a read written back would carry it twice
+        columns.append(pa.array([[(k, _text(v)) for k, v in m.properties.items() if k != "JMSXGroupID"]
+                                 for m in messages], PROPERTIES_FIELD[2]))
     return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_properties])
 
 
@@ -131,9 +132,10 @@ WRITE_COLUMNS: dict[str, tuple[str, ...]] = {
     "replyTo": ("string",),
     "bodyType": ("string",),
     "dedupId": ("string",),
+    "expiration": ("timestamp", "timestamp_ntz"),
 }
 #: columns of the read schema that a sink accepts and ignores, so a read DataFrame can be written back
-IGNORED_COLUMNS = frozenset({"destinationType", "partition", "offset", "messageId", "timestamp", "expiration",
+IGNORED_COLUMNS = frozenset({"destinationType", "partition", "offset", "messageId", "timestamp",
                              "redelivered", "deliveryCount"})
 PROPERTY_VALUE_TYPES = ("string", "boolean", "byte", "short", "integer", "long", "float", "double")
 
@@ -162,6 +164,16 @@ def _body(value: Any, body_type: str | None, text_column: bool) -> Message:
     raise MessageFormatError(f"bodyType must be 'text', 'bytes' or 'map', got {body_type!r}")
 
 
+def _expirations_ms(batch: pa.RecordBatch) -> list[int | None]:
+    """The ``expiration`` column as ms since the epoch (a naive timestamp is read as UTC)."""
+    column = batch.column(batch.schema.names.index("expiration"))
+    per_ms = {"s": None, "ms": 1, "us": 1000, "ns": 1_000_000}[column.type.unit]
+    raw = column.cast(pa.int64()).to_pylist()
+    if per_ms is None:
+        return [None if v is None else v * 1000 for v in raw]
+    return [None if v is None else v // per_ms for v in raw]
+
+
 def batch_to_messages(batch: pa.RecordBatch, default_destination: str | None, defaults: dict,
                       first_row: int) -> Iterator[tuple[int, str, Message, dict]]:
     """(row index in the partition, destination, message, send arguments) for each row of ``batch``."""
@@ -175,6 +187,8 @@ def batch_to_messages(batch: pa.RecordBatch, default_destination: str | None, de
                                                  ("correlationId", "type", "replyTo", "bodyType", "dedupId"))
     text_column = pa.types.is_string(batch.schema.field("value").type) or \
         pa.types.is_large_string(batch.schema.field("value").type)
+    expirations = _expirations_ms(batch) if "expiration" in names else none
+    now = now_ms()
     checked: dict[str, str] = {}
     for i in range(n):
         row = first_row + i
@@ -215,9 +229,14 @@ def batch_to_messages(batch: pa.RecordBatch, default_destination: str | None, de
                     raise MessageFormatError(f"deliveryMode must be 1, 2, 'persistent' or 'non_persistent', "
                                              f"got {mode!r}")
                 mode = _MODES[spelled]
+            ttl = ttls[i]
+            if ttl is None and expirations[i] is not None:
+                # a read's absolute JMSExpiration, sent as the time left (the SDK stamps the send time);
+                # a row already past it gets 1 ms, so it expires on arrival instead of living forever
+                ttl = max(1, expirations[i] - now)
             args = {"delivery_mode": defaults["delivery_mode"] if mode is None else mode,
                     "priority": defaults["priority"] if prios[i] is None else int(prios[i]),
-                    "time_to_live": defaults["time_to_live"] if ttls[i] is None else int(ttls[i])}
+                    "time_to_live": defaults["time_to_live"] if ttl is None else int(ttl)}
             column = "priority"
             if not 0 <= args["priority"] <= 9:
                 raise MessageFormatError(f"priority must be between 0 and 9, got {args['priority']}")

@@ -78,24 +78,30 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
     kind = destination_kind(p.destination)
     with CONNECTIONS.session(p.connection) as session:
         cursor = p.start
-        first = True
         while cursor < p.end:
             # a window no wider than the fetch size: the broker then never walks past what one call returns
             upto = min(p.end, cursor + p.fetch_size)
             r = session.read_range(p.destination, from_seq=cursor, to_seq=upto, max_messages=p.fetch_size,
                                    selector=p.selector, subscription=p.subscription, source=p.source)
-            if first and p.check_loss and r.earliest > cursor:
-                raise DataLoss(
-                    f"{p.destination}: messages {cursor}..{min(r.earliest, p.end) - 1} were planned for this "
-                    f"read but the broker no longer holds them (retention or other consumers removed them; "
-                    f"earliest available is {r.earliest}). Set failOnDataLoss=false to read what is left",
-                    destination=p.destination, requested=cursor, earliest=r.earliest)
-            first = False
+            if p.check_loss:
+                # on every fetch, not only the first: retention (or another consumer of a queue) may remove
+                # messages while a long partition is being read, and skipping them would be a silent gap
+                check_loss(p.destination, cursor, r.earliest, p.end)
             if r.messages:
                 yield messages_to_batch(r.messages, p.destination, kind, p.include_properties)
             if r.next_seq <= cursor:
                 break                     # the broker has nothing at or past the cursor in this range
             cursor = r.next_seq
+
+
+def check_loss(destination: str, cursor: int, earliest: int, end: int) -> None:
+    """DataLoss if messages from ``cursor`` on were planned for a read but are no longer held."""
+    if earliest > cursor:
+        raise DataLoss(
+            f"{destination}: messages {cursor}..{min(earliest, end) - 1} were planned for this read but the "
+            f"broker no longer holds them (retention or other consumers removed them; earliest available is "
+            f"{earliest}). Set failOnDataLoss=false to read what is left",
+            destination=destination, requested=cursor, earliest=earliest)
 
 
 class _DriverSide:
@@ -233,6 +239,8 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         self.opts = opts
         self._target: dict[str, int] | None = None       # Trigger.AvailableNow stops here
         self._latest: dict[str, int] = {}                 # last seen, for reportLatestOffset
+        self._earliest: dict[str, int] = {}               # failOnDataLoss=false: start of what is left
+        self._acked: dict[str, int] = {}                  # consume mode: acknowledged below this
 
     # -- offsets (driver) -------------------------------------------------------------------------
     def initialOffset(self) -> dict:
@@ -264,7 +272,10 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         opts = self.opts
         session = self._broker(opts.connection)
         pos = from_offset(start)
+        if opts.mode == "consume":
+            self._acknowledge(pos)
         end: dict[str, int] = {}
+        skip: dict[str, int] = {}       # failOnDataLoss=false: where a destination's messages start again
         # a pattern is resolved again at every trigger, so destinations created later join the query
         for dest in sorted(set(_resolve(session, opts)) | set(pos)):
             earliest, latest = _bounds(session, opts, dest)
@@ -275,12 +286,18 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
                 # and a replay reads the same messages.
                 end[dest] = earliest
                 continue
-            if opts.mode == "browse" and opts.fail_on_data_loss and earliest > pos[dest]:
-                raise DataLoss(
-                    f"{dest}: the query is at offset {pos[dest]} but the broker's earliest available message "
-                    f"is {earliest}: messages {pos[dest]}..{earliest - 1} were removed (retention, or other "
-                    f"consumers of a queue) before the query read them. Set failOnDataLoss=false to go on",
-                    destination=dest, requested=pos[dest], earliest=earliest)
+            if earliest > pos[dest]:
+                if opts.mode == "browse" and opts.fail_on_data_loss:
+                    raise DataLoss(
+                        f"{dest}: the query is at offset {pos[dest]} but the broker's earliest available "
+                        f"message is {earliest}: messages {pos[dest]}..{earliest - 1} were removed (retention, "
+                        f"or other consumers of a queue) before the query read them. Set failOnDataLoss=false "
+                        f"to go on", destination=dest, requested=pos[dest], earliest=earliest)
+                # failOnDataLoss=false: the gap holds nothing, so the read limit counts from where the
+                # messages start again; counted from the old position it would plan empty batches inside
+                # the gap, and never leave it while producers add more than the limit per trigger
+                self._earliest[dest] = earliest
+                skip[dest] = earliest
             stop = latest + 1
             if self._target is not None:
                 # Trigger.AvailableNow: nothing past what existed when the query started, and nothing of
@@ -291,10 +308,11 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else None
         if isinstance(limit, ReadMaxRows) and opts.max_bytes_per_trigger is not None:
             max_bytes = opts.max_bytes_per_trigger            # both options: both caps
+        counted = {**pos, **skip}
         if max_rows is not None:
-            end = cap_messages(pos, end, max_rows)      # a new destination (no start) has nothing to cap
+            end = cap_messages(counted, end, max_rows)      # a new destination (no start) has nothing to cap
         if max_bytes is not None:
-            end = self._cap_bytes(session, pos, end, max_bytes)
+            end = self._cap_bytes(session, counted, end, max_bytes)
         return to_offset(end)
 
     def _cap_bytes(self, session, pos: dict[str, int], end: dict[str, int], budget: int) -> dict[str, int]:
@@ -315,9 +333,12 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         return to_offset(self._latest) if self._latest else None
 
     def partitions(self, start: dict, end: dict) -> list[RangePartition]:
-        # a destination absent from ``start`` joined in this batch: nothing of it is read yet
+        # a destination absent from ``start`` joined in this batch: nothing of it is read yet.  A gap this
+        # driver saw trimmed (failOnDataLoss=false) is not split into partitions that would read nothing;
+        # a replay planned by another driver process reads the same messages through the gap.
         pos, stop = from_offset(start), from_offset(end)
-        spans = [Span(d, pos.get(d, stop[d]), stop[d]) for d in stop]
+        spans = [Span(d, min(stop[d], max(pos.get(d, stop[d]), self._earliest.get(d, 0))), stop[d])
+                 for d in stop]
         return _partitions(self.opts, spans, self.opts.selector)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
@@ -326,11 +347,22 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
 
     def commit(self, end: dict) -> None:
         """Spark has committed every batch up to ``end``: in consume mode, acknowledge below it."""
-        if self.opts.mode != "consume":
-            return
-        session = self._broker(self.opts.connection)
-        for dest, seq in from_offset(end).items():
+        if self.opts.mode == "consume":
+            self._acknowledge(from_offset(end))
+
+    def _acknowledge(self, upto: dict[str, int]) -> None:
+        """``ack_upto`` each destination below its position, once per position.  Called from ``commit``
+        and from ``latestOffset``: Spark asks for the next batch only from a start whose batch is in its
+        commit log, but calls ``commit`` lazily, while planning a batch that has data; so without this a
+        query over an idle queue would leave its last batch unacknowledged until more messages came."""
+        session = None
+        for dest, seq in upto.items():
+            if self._acked.get(dest) == seq:
+                continue
+            if session is None:
+                session = self._broker(self.opts.connection)
             session.ack_upto(dest, seq, subscription=_sub(self.opts, dest))
+            self._acked[dest] = seq
 
     def stop(self) -> None:
         self._close()

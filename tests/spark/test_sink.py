@@ -86,3 +86,28 @@ def test_a_replayed_micro_batch_is_dropped_with_dedup(spark, spark_broker, name,
     run()
     assert duplicates(spark_broker) - before == 2
     assert sorted(texts(url, target)) == sorted(f"O{i}" for i in range(12))
+
+
+def test_a_read_dataframe_written_back_keeps_expiration_and_sends_its_group_once(spark, spark_broker, name):
+    url, source = spark_broker.url, pymq.Queue(f"log.{name}")
+    with pymq.connect(url) as conn:
+        p = conn.create_session().create_producer(source)
+        grouped = pymq.TextMessage("g", properties={"region": "eu"})
+        grouped.group_id = "customer-1"
+        p.send(grouped, time_to_live=3_600_000)
+        p.send("forever")
+        sent = conn.create_session().read_range(source).messages
+    df = (spark.read.format("pymq").option("url", url).option("queue", f"log.{name}")
+          .option("includeProperties", "true").load())
+    row = {r.value: r for r in df.collect()}[b"g"]
+    assert row.properties == {"region": "eu"} and row.key == b"customer-1"
+    df.write.format("pymq").option("url", url).option("queue", f"copy.{name}").mode("append").save()
+    with pymq.connect(url) as conn:
+        copies = {m.text: m for m in conn.create_session().read_range(pymq.Queue(f"copy.{name}")).messages}
+    original = {m.text: m for m in sent}
+    # the absolute expiry travels (sent as the time left, so within the milliseconds the write took)
+    assert abs(copies["g"].expiration - original["g"].expiration) < 60_000
+    assert copies["g"].expiration > copies["g"].timestamp
+    assert copies["forever"].expiration == 0
+    assert copies["g"].group_id == "customer-1" and copies["g"].properties == {"region": "eu",
+                                                                               "JMSXGroupID": "customer-1"}

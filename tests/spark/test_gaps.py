@@ -1,0 +1,98 @@
+"""No silent gaps: messages removed while a query reads, trimmed gaps under a read limit, and consume mode
+over an idle queue.  The driver's and the executors' code is called directly against a real broker (no
+JVM), so each case is exact: the removal happens between two named steps."""
+from __future__ import annotations
+
+from tests.spark._spark import need_spark
+
+need_spark()
+
+import pytest
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+
+import pymq
+from pymq.errors import DataLoss
+from pyspark_pymq._options import ConnectionOptions, ReadOptions
+from pyspark_pymq._plan import from_offset, to_offset
+from pyspark_pymq.source import RangePartition, StreamReader, read_partition
+from tests.spark.test_batch import send, seqs
+
+pytestmark = pytest.mark.spark
+
+
+def remove_below(url: str, queue: pymq.Queue, seq: int) -> None:
+    """Another owner of the queue takes everything below ``seq`` (acknowledged, with a receipt)."""
+    with pymq.connect(url) as conn:
+        conn.create_session().ack_upto(queue, seq)
+
+
+def rows(partitions) -> list[str]:
+    return [v.decode() for p in partitions for b in read_partition(p) for v in b.column("value").to_pylist()]
+
+
+@pytest.mark.parametrize("fail", [True, False])
+def test_messages_removed_while_a_partition_is_read_fail_the_read(spark_broker, name, fail):
+    url, queue = spark_broker.url, pymq.Queue(name)        # no retention: a browse reads what waits
+    send(url, queue, [f"x{i:02d}" for i in range(30)])
+    s = seqs(url, queue)
+    part = RangePartition(ConnectionOptions(url), f"/queue/{name}", s[0], s[-1] + 1, fetch_size=10,
+                          check_loss=fail)
+    batches = read_partition(part)
+    assert next(batches).column("value").to_pylist()[-1] == b"x09"
+    remove_below(url, queue, s[20])                         # x10..x19 go while the task is between fetches
+    if fail:
+        with pytest.raises(DataLoss, match=r"no longer holds them") as err:
+            next(batches)
+        assert (err.value.requested, err.value.earliest) == (s[10], s[20])
+    else:
+        assert [v.decode() for b in batches for v in b.column("value").to_pylist()] == \
+            [f"x{i:02d}" for i in range(20, 30)]
+
+
+def reader(url: str, **options) -> StreamReader:
+    return StreamReader(ReadOptions.parse({"url": url, **options}, streaming=True))
+
+
+def test_a_trimmed_gap_under_a_read_limit_plans_batches_of_what_is_left(spark_broker, name):
+    url, queue = spark_broker.url, pymq.Queue(name)
+    send(url, queue, [f"y{i:02d}" for i in range(30)])
+    s = seqs(url, queue)
+    r = reader(url, queue=name, failOnDataLoss="false", maxMessagesPerTrigger="5")
+    start = to_offset({f"/queue/{name}": s[0]})
+    remove_below(url, queue, s[20])                         # the query's next 20 messages are gone
+    end = r.latestOffset(start, ReadMaxRows(5))
+    # counted from where the messages start again, not from the old position inside the gap
+    assert from_offset(end) == {f"/queue/{name}": s[25]}
+    parts = r.partitions(start, end)
+    assert rows(parts) == [f"y{i:02d}" for i in range(20, 25)]
+    assert all(p.start >= s[20] for p in parts)             # no partition planned inside the gap
+
+    # producers adding more than the limit per trigger while the gap is trimmed again: still progress
+    remove_below(url, queue, s[28])
+    send(url, queue, [f"z{i}" for i in range(10)])
+    following = r.latestOffset(end, ReadMaxRows(5))
+    assert rows(r.partitions(end, following)) == ["y28", "y29", "z0", "z1", "z2"]
+
+
+def test_fail_on_data_loss_is_checked_when_a_trigger_is_planned(spark_broker, name):
+    url, queue = spark_broker.url, pymq.Queue(name)
+    send(url, queue, ["a", "b", "c"])
+    s = seqs(url, queue)
+    remove_below(url, queue, s[1])
+    with pytest.raises(DataLoss, match="were removed"):
+        reader(url, queue=name).latestOffset(to_offset({f"/queue/{name}": s[0]}), ReadAllAvailable())
+
+
+def test_consume_mode_acknowledges_the_committed_batch_while_the_queue_is_idle(spark_broker, name):
+    url, queue = spark_broker.url, pymq.Queue(name)
+    send(url, queue, ["m0", "m1", "m2"])
+    r = reader(url, queue=name, mode="consume")
+    start = r.initialOffset()
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert rows(r.partitions(start, end)) == ["m0", "m1", "m2"]
+    assert seqs(url, queue) != []                   # read, not acknowledged: the batch is not committed yet
+    # Spark committed the batch and asks for the next one from its end; nothing new arrives, so it plans
+    # no batch and never calls commit(end) (commit is lazy): the start alone must acknowledge
+    assert r.latestOffset(end, ReadAllAvailable()) == end
+    assert seqs(url, queue) == []
+    r.stop()

@@ -1,0 +1,42 @@
+"""Spark finds the ``pymq`` format by name, however pymq was installed (an editable install included)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from tests.spark._spark import need_spark
+
+need_spark()
+
+import pytest
+
+pytestmark = pytest.mark.spark
+
+# Spark's own lookup (pyspark.sql.worker.lookup_data_sources._main), run in a fresh interpreter that sees
+# only the installation: no PYTHONPATH, and a working directory outside the repository
+LOOKUP = """
+import io, struct
+from pyspark.sql.worker.lookup_data_sources import _main
+out = io.BytesIO()
+_main(io.BytesIO(), out)
+data = out.getvalue()
+count = struct.unpack(">i", data[:4])[0]
+names, at = [], 4
+for _ in range(count):
+    size = struct.unpack(">i", data[at:at + 4])[0]
+    names.append(data[at + 4:at + 4 + size].decode())
+    at += 4 + size
+    at += 4 + struct.unpack(">i", data[at:at + 4])[0]      # the pickled class
+print(",".join(names))
+"""
+
+
+def test_spark_lookup_finds_the_pymq_format_in_this_installation(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run([sys.executable, "-c", LOOKUP], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "pymq" in done.stdout.strip().split(","), (
+        "Spark's data source lookup does not list pyspark_pymq in this installation; an editable install "
+        "made before setup.py gained its lookup hook needs `pip install -e .` again")
