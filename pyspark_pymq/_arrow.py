@@ -19,7 +19,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pymq.destination import as_destination
+from pymq.destination import Topic, as_destination
 from pymq.errors import MessageFormatError, PymqError
 from pymq.message import BytesMessage, MapMessage, Message, TextMessage, now_ms
 
@@ -37,6 +37,7 @@ READ_FIELDS: list[tuple[str, str, pa.DataType]] = [
     ("value", "BINARY", pa.binary()),
     ("bodyType", "STRING", pa.string()),
     ("timestamp", "TIMESTAMP", _TS),
+    ("timestampType", "INT", pa.int32()),
     ("expiration", "TIMESTAMP", _TS),
     ("priority", "INT", pa.int32()),
     ("deliveryMode", "INT", pa.int32()),
@@ -45,6 +46,9 @@ READ_FIELDS: list[tuple[str, str, pa.DataType]] = [
     ("replyTo", "STRING", pa.string()),
     ("type", "STRING", pa.string()),
 ]
+#: ``timestampType`` (Kafka's column): 0, CreateTime — ``timestamp`` is JMSTimestamp, stamped by the producer
+#: when it sent the message (by the broker on arrival when the SEND had none).  pymq has no other kind.
+CREATE_TIME = 0
 PROPERTIES_FIELD = ("properties", "MAP<STRING, STRING>", pa.map_(pa.string(), pa.string()))
 
 
@@ -101,6 +105,7 @@ def messages_to_batch(messages: list[Message], destination: str, kind: str,
         pa.array([_value(m) for m in messages], pa.binary()),
         pa.array([_BODY_TYPE.get(type(m), "bytes") for m in messages], pa.string()),
         pa.array([m.timestamp * 1000 for m in messages], _TS),
+        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
         pa.array([m.expiration * 1000 if m.expiration else None for m in messages], _TS),
         pa.array([m.priority for m in messages], pa.int32()),
         pa.array([m.delivery_mode for m in messages], pa.int32()),
@@ -122,6 +127,7 @@ def messages_to_batch(messages: list[Message], destination: str, kind: str,
 WRITE_COLUMNS: dict[str, tuple[str, ...]] = {
     "value": ("binary", "string"),
     "destination": ("string",),
+    "topic": ("string",),            # Kafka's spelling of ``destination``: a bare name is a topic
     "key": ("binary", "string"),
     "properties": ("map",),
     "priority": ("byte", "short", "integer", "long"),
@@ -136,7 +142,7 @@ WRITE_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 #: columns of the read schema that a sink accepts and ignores, so a read DataFrame can be written back
 IGNORED_COLUMNS = frozenset({"destinationType", "partition", "offset", "messageId", "timestamp",
-                             "redelivered", "deliveryCount"})
+                             "timestampType", "redelivered", "deliveryCount"})
 PROPERTY_VALUE_TYPES = ("string", "boolean", "byte", "short", "integer", "long", "float", "double")
 
 _MODES = {1: 1, 2: 2, "persistent": 2, "non_persistent": 1, "non-persistent": 1, "1": 1, "2": 2}
@@ -182,6 +188,8 @@ def batch_to_messages(batch: pa.RecordBatch, default_destination: str | None, de
     n = batch.num_rows
     none = [None] * n
     values, dests, keys, props = (cols.get(c, none) for c in ("value", "destination", "key", "properties"))
+    if "topic" in cols:
+        dests = [t if t is None or t.startswith("/") else Topic.prefix + t for t in cols["topic"]]
     prios, ttls, modes = (cols.get(c, none) for c in ("priority", "timeToLive", "deliveryMode"))
     corrs, types, replies, body_types, dedups = (cols.get(c, none) for c in
                                                  ("correlationId", "type", "replyTo", "bodyType", "dedupId"))

@@ -9,9 +9,11 @@ connection and no pyspark object.
 from __future__ import annotations
 
 import difflib
+import inspect
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pymq.destination import Destination, Queue, Topic, as_destination
@@ -27,26 +29,26 @@ LATEST = -1
 #: options Spark itself may hand to a data source; accepted and ignored
 _SPARK_OWN = frozenset({"path", "checkpointlocation", "queryname", "__partition_columns"})
 
-#: ``pymq.<name>`` connection options -> ConnectionFactory argument
-_CONNECTION_KEYS = {"pymq.username": "username", "pymq.password": "password", "pymq.timeout": "timeout",
-                    "pymq.heartbeat": "heartbeat", "pymq.host": "host"}
+#: ConnectionFactory keywords the connector sets itself or refuses, rather than passing through
+_NOT_PASSED = frozenset({"client_id"})
+#: the connector's own default where it differs from the SDK's: tasks wait longer on a busy cluster
+_CONNECTOR_DEFAULTS = {"timeout": 30.0}
 
-_READ_KEYS = frozenset({
-    "url", "queue", "topic", "destinations", "destinationpattern", "mode", "subscription", "selector",
-    "startingoffsets", "endingoffsets", "startingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
-    "minpartitions", "maxmessagesperpartition", "failondataloss", "includeproperties", "fetchsize",
-    "filterpushdown",
-})
-_WRITE_KEYS = frozenset({
-    "url", "destination", "queue", "topic", "dedup", "dedupprefix", "transactionsize", "deliverymode",
-    "priority", "timetolive",
-})
-_SPELLING = {k.lower(): k for k in (
+_READ_NAMES = (
     "url", "queue", "topic", "destinations", "destinationPattern", "mode", "subscription", "selector",
-    "startingOffsets", "endingOffsets", "startingTimestamp", "maxMessagesPerTrigger", "maxBytesPerTrigger",
-    "minPartitions", "maxMessagesPerPartition", "failOnDataLoss", "includeProperties", "fetchSize",
-    "filterPushdown", "destination", "dedup", "dedupPrefix", "transactionSize", "deliveryMode", "priority",
-    "timeToLive", *_CONNECTION_KEYS)}
+    "startingOffsets", "endingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "endingTimestamp",
+    "endingOffsetsByTimestamp", "maxMessagesPerTrigger", "maxOffsetsPerTrigger", "minMessagesPerTrigger",
+    "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger", "minPartitions",
+    "maxMessagesPerPartition", "failOnDataLoss", "includeProperties", "fetchSize", "fetchRetries",
+    "fetchRetryIntervalMs", "filterPushdown",
+)
+_WRITE_NAMES = (
+    "url", "destination", "queue", "topic", "dedup", "dedupPrefix", "transactionSize", "deliveryMode",
+    "priority", "timeToLive",
+)
+_READ_KEYS = frozenset(k.lower() for k in _READ_NAMES)
+_WRITE_KEYS = frozenset(k.lower() for k in _WRITE_NAMES)
+_SPELLING = {k.lower(): k for k in (*_READ_NAMES, *_WRITE_NAMES)}
 
 
 def _lower(options: Mapping[str, str]) -> dict[str, str]:
@@ -55,17 +57,20 @@ def _lower(options: Mapping[str, str]) -> dict[str, str]:
 
 def _check_known(opts: dict[str, str], allowed: frozenset, what: str) -> None:
     for key in opts:
-        if key in allowed or key in _CONNECTION_KEYS or key in _SPARK_OWN:
-            continue
-        if key == "pymq.clientid" or key == "pymq.client_id":
-            raise ConfigError(
-                "option 'pymq.clientId' is not supported: the driver and every executor task open their "
-                "own connections, and a client id can be held by one live connection only. Durable "
-                "subscriptions of the data source are scoped by the user name (pymq.username) instead")
-        known = sorted(_SPELLING[k] for k in (allowed | set(_CONNECTION_KEYS)))
+        if key in allowed or key.startswith("pymq.") or key in _SPARK_OWN:
+            continue                        # pymq.* options are checked by ConnectionOptions.parse
+        known = sorted(_SPELLING[k] for k in allowed)
         close = difflib.get_close_matches(key, [k.lower() for k in known], n=1)
         hint = f"; did you mean '{_SPELLING[close[0]]}'?" if close else f"; known options: {', '.join(known)}"
         raise ConfigError(f"unknown {what} option '{key}'{hint}")
+
+
+def _alias(opts: dict, names: tuple[str, ...]) -> str | None:
+    """The one of ``names`` (spellings of one option: ours, Kafka's) that was given, if any."""
+    given = [n for n in names if (opts.get(n.lower()) or "").strip()]
+    if len(given) > 1:
+        raise ConfigError(f"options {' and '.join(repr(n) for n in given)} mean the same; give one")
+    return given[0] if given else None
 
 
 def _bool(opts: dict, key: str, default: bool) -> bool:
@@ -98,16 +103,101 @@ def _opt_int(opts: dict, key: str, minimum: int = 1) -> int | None:
     return value
 
 
+def _squash(name: str) -> str:
+    """Option spelling without case or underscores: pymq.syncSend, pymq.sync_send, pymq.SYNCSEND."""
+    return name.replace("_", "").lower()
+
+
+def _factory_parameters() -> dict[str, inspect.Parameter]:
+    """The keywords of ``pymq.ConnectionFactory``: every one is a ``pymq.<keyword>`` option, so an SDK
+    setting added later (TLS, ...) passes through without a change here."""
+    from pymq import ConnectionFactory
+    params = inspect.signature(ConnectionFactory.__init__).parameters
+    return {name: p for name, p in params.items()
+            if name not in ("self", "url") and p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+
+
+def _setting_kind(p: inspect.Parameter) -> str:
+    """How a Spark string option becomes this keyword's value: bool, int, float, ints (a tuple) or str."""
+    if p.default is not inspect.Parameter.empty and p.default is not None:
+        kind = type(p.default)
+        if kind is tuple:
+            return "ints"
+        if kind in (bool, int, float, str):
+            return kind.__name__
+    annotation = str(p.annotation).replace("typing.", "").replace("Optional[", "").replace(" ", "")
+    parts = {a.strip("]") for a in annotation.split("|")} - {"None"}
+    for kind in ("bool", "float", "int", "str"):
+        if parts == {kind}:
+            return kind
+    return annotation
+
+
+def _convert(option: str, kind: str, raw: str) -> Any:
+    value = raw.strip()
+    try:
+        if kind == "bool":
+            if value.lower() in ("true", "1", "yes"):
+                return True
+            if value.lower() in ("false", "0", "no"):
+                return False
+            raise ValueError
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            number = float(value)
+            if number <= 0:
+                raise ConfigError(f"option '{option}' must be positive, got {raw!r}")
+            return number
+        if kind == "ints":
+            beats = tuple(int(p) for p in value.split(","))
+            if len(beats) != 2 or min(beats) < 0:
+                raise ValueError
+            return beats
+        if kind == "str":
+            return raw
+    except ValueError:
+        expected = {"bool": "true or false", "int": "an integer", "float": "a number",
+                    "ints": "two non-negative integers 'send_ms,recv_ms'"}[kind]
+        raise ConfigError(f"option '{option}' must be {expected}, got {raw!r}") from None
+    raise ConfigError(f"option '{option}' takes a {kind} object in the SDK, which a Spark string option "
+                      f"cannot give")
+
+
 @dataclass(frozen=True)
 class ConnectionOptions:
-    """How to reach the broker; hashable, so it keys the executors' connection cache."""
+    """How to reach the broker: the url and the ``pymq.*`` options as ``pymq.ConnectionFactory``
+    keywords.  Hashable (it keys the executors' connection cache) and picklable (it travels to them)."""
 
     url: str
-    username: str | None = None
-    password: str | None = field(default=None, repr=False)
-    timeout: float = 30.0
-    heartbeat: tuple[int, int] = (10_000, 10_000)
-    host: str | None = None
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={'***' if k == 'password' else repr(v)}" for k, v in self.settings)
+        return f"ConnectionOptions({self.url!r}{', ' if shown else ''}{shown})"
+
+    def get(self, keyword: str, default: Any = None) -> Any:
+        return dict(self.settings).get(keyword, default)
+
+    @property
+    def username(self) -> str | None:
+        return self.get("username")
+
+    @property
+    def password(self) -> str | None:
+        return self.get("password")
+
+    @property
+    def timeout(self) -> float:
+        return self.get("timeout")
+
+    @property
+    def heartbeat(self) -> tuple[int, int]:
+        return self.get("heartbeat", (10_000, 10_000))
+
+    @property
+    def host(self) -> str | None:
+        return self.get("host")
 
     @classmethod
     def parse(cls, opts: dict[str, str]) -> ConnectionOptions:
@@ -118,36 +208,30 @@ class ConnectionOptions:
             # executors run in other processes: an in-process vm:// broker would be a different broker there
             raise ConfigError(f"option 'url' must be a stomp:// address that every Spark executor can reach, "
                               f"got {url!r}")
-        kw: dict[str, Any] = {}
-        for key, arg in _CONNECTION_KEYS.items():
-            raw = opts.get(key)
-            if raw is None or raw == "":
+        params = _factory_parameters()
+        by_squash = {_squash(name): name for name in params}
+        settings: dict[str, Any] = {k: v for k, v in _CONNECTOR_DEFAULTS.items() if k in params}
+        for key, raw in opts.items():
+            if not key.startswith("pymq.") or raw is None or raw == "":
                 continue
-            if arg == "timeout":
-                try:
-                    kw[arg] = float(raw)
-                except ValueError:
-                    raise ConfigError(f"option '{key}' must be a number of seconds, got {raw!r}") from None
-                if kw[arg] <= 0:
-                    raise ConfigError(f"option '{key}' must be positive, got {raw!r}")
-            elif arg == "heartbeat":
-                parts = raw.split(",")
-                try:
-                    beats = tuple(int(p) for p in parts)
-                except ValueError:
-                    beats = ()
-                if len(beats) != 2 or min(beats) < 0:
-                    raise ConfigError(f"option '{key}' must be two non-negative integers 'send_ms,recv_ms', "
-                                      f"got {raw!r}")
-                kw[arg] = beats
-            else:
-                kw[arg] = raw
-        return cls(url, **kw)
+            keyword = by_squash.get(_squash(key[len("pymq."):]))
+            if keyword == "client_id":
+                raise ConfigError(
+                    "option 'pymq.clientId' is not supported: the driver and every executor task open their "
+                    "own connections, and a client id can be held by one live connection only. Durable "
+                    "subscriptions of the data source are scoped by the user name (pymq.username) instead")
+            if keyword is None or keyword in _NOT_PASSED:
+                known = sorted("pymq." + n for n in params if n not in _NOT_PASSED)
+                close = difflib.get_close_matches(key, [k.lower() for k in known], n=1)
+                hint = f"did you mean '{close[0]}'? " if close else ""
+                raise ConfigError(f"unknown connection option '{key}': {hint}the pymq.* options are the "
+                                  f"keywords of pymq.ConnectionFactory: {', '.join(known)}")
+            settings[keyword] = _convert(key, _setting_kind(params[keyword]), raw)
+        return cls(url, tuple(sorted(settings.items())))
 
     def connect(self) -> Connection:
         import pymq
-        return pymq.connect(self.url, username=self.username, password=self.password, timeout=self.timeout,
-                            heartbeat=self.heartbeat, host=self.host)
+        return pymq.connect(self.url, **dict(self.settings))
 
 
 def _name_list(raw: str, what: str) -> list[str]:
@@ -175,9 +259,13 @@ def destination_kind(stomp_name: str) -> str:
 
 
 def _offsets(raw: str, what: str, destinations: list[str] | None, named_kind: type | None,
-             allow_earliest: bool) -> str | dict[str, int]:
-    """``earliest`` | ``latest`` | JSON ``{"/queue/x": {"0": seq}}`` (-2 earliest, -1 latest)."""
+             allow_earliest: bool, timestamps: bool = False) -> Any:
+    """``earliest`` | ``latest`` | JSON ``{"/queue/x": {"0": seq}}`` (-2 earliest, -1 latest); with
+    ``timestamps``, only JSON ``{"/queue/x": {"0": ms since the epoch}}``."""
     value = raw.strip()
+    if timestamps and not value.startswith("{"):
+        raise ConfigError(f"option '{what}' must be JSON like {{\"/topic/orders\": {{\"0\": 1700000000000}}}} "
+                          f"(ms since the epoch per destination), got {raw!r}")
     if value.lower() in ("earliest", "latest"):
         if value.lower() == "earliest" and not allow_earliest:
             raise ConfigError(f"option '{what}' cannot be 'earliest'")
@@ -199,12 +287,35 @@ def _offsets(raw: str, what: str, destinations: list[str] | None, named_kind: ty
             raise ConfigError(f"option '{what}': {dest} must map partition \"0\" (pymq destinations have "
                               f"one partition) to an offset, got {parts!r}")
         seq = parts["0"]
-        if type(seq) is not int or seq < EARLIEST or (seq == EARLIEST and not allow_earliest):
+        if timestamps:
+            if type(seq) is not int or seq < 0:
+                raise ConfigError(f"option '{what}': the timestamp of {dest} must be ms since the epoch "
+                                  f"(>= 0), got {seq!r}")
+        elif type(seq) is not int or seq < EARLIEST or (seq == EARLIEST and not allow_earliest):
             allowed = "-2 (earliest), -1 (latest)" if allow_earliest else "-1 (latest)"
             raise ConfigError(f"option '{what}': the offset of {dest} must be a sequence number (>= 0), "
                               f"{allowed}; got {seq!r}")
         out[dest] = seq
     return out
+
+
+def _one_of(opts: dict, names: tuple[str, ...]) -> None:
+    given = [n for n in names if (opts.get(n.lower()) or "").strip()]
+    if len(given) > 1:
+        raise ConfigError(f"give one of {', '.join(repr(n) for n in names)}, not {' and '.join(given)}")
+
+
+_DURATION = re.compile(r"(\d+)\s*(ms|s|sec|m|min|h|d)?")
+_DURATION_MS = {None: 1, "ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000,
+                "d": 86_400_000}
+
+
+def _duration_ms(raw: str, what: str) -> int:
+    """Spark's (and Kafka's) duration spelling: ``15m``, ``30s``, ``500ms``, ``2h``, or plain ms."""
+    found = _DURATION.fullmatch(raw.strip().lower())
+    if found is None:
+        raise ConfigError(f"option '{what}' must be a duration such as 15m, 30s, 500ms or 2h, got {raw!r}")
+    return int(found.group(1)) * _DURATION_MS[found.group(2)]
 
 
 @dataclass(frozen=True)
@@ -218,15 +329,22 @@ class ReadOptions:
     subscription: str | None = None
     selector: str | None = None
     starting: Any = None                 # "earliest" | "latest" | {dest: seq} | None (the default)
-    starting_timestamp: int | None = None
+    starting_timestamp: int | None = None       # ms: every destination from its first message at/after it
+    starting_by_timestamp: dict[str, int] | None = None
     ending: Any = "latest"
+    ending_timestamp: int | None = None         # batch: every destination up to its first message at/after it
+    ending_by_timestamp: dict[str, int] | None = None
     max_messages_per_trigger: int | None = None
+    min_messages_per_trigger: int | None = None
+    max_trigger_delay_ms: int = 15 * 60_000     # with a minimum: fire anyway once this long since the last
     max_bytes_per_trigger: int | None = None
     min_partitions: int = 1
     max_messages_per_partition: int | None = None
     fail_on_data_loss: bool = True
     include_properties: bool = False
     fetch_size: int = 10_000
+    fetch_retries: int = 3                      # consecutive failed fetches (connection lost) retried
+    fetch_retry_interval_ms: int = 1_000
     filter_pushdown: bool = False
 
     @classmethod
@@ -291,40 +409,64 @@ class ReadOptions:
                 raise ConfigError("option 'selector' cannot be used with mode 'consume': the query acknowledges "
                                   "everything up to each committed offset, so the messages a selector skips "
                                   "would be acknowledged unread. Filter in Spark, or use mode 'browse'")
-            for key in ("startingoffsets", "startingtimestamp"):
+            for key in ("startingoffsets", "startingtimestamp", "startingoffsetsbytimestamp"):
                 if opts.get(key, "").strip():
                     raise ConfigError(f"option '{_SPELLING[key]}' cannot be used with mode 'consume': the query "
                                       f"starts where the subscription was last acknowledged")
 
+        named = None if pattern else list(destinations)
         starting: Any = None
         if opts.get("startingoffsets", "").strip():
-            starting = _offsets(opts["startingoffsets"], "startingOffsets",
-                                None if pattern else list(destinations), named_kind, True)
+            starting = _offsets(opts["startingoffsets"], "startingOffsets", named, named_kind, True)
         starting_ts = _opt_int(opts, "startingTimestamp", minimum=0)
-        if starting is not None and starting_ts is not None:
-            raise ConfigError("give either 'startingOffsets' or 'startingTimestamp', not both")
+        starting_by_ts = None
+        if opts.get("startingoffsetsbytimestamp", "").strip():
+            starting_by_ts = _offsets(opts["startingoffsetsbytimestamp"], "startingOffsetsByTimestamp", named,
+                                      named_kind, False, timestamps=True)
+        _one_of(opts, ("startingOffsets", "startingTimestamp", "startingOffsetsByTimestamp"))
         ending: Any = "latest"
+        ending_by_ts = None
+        for key in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
+            if streaming and opts.get(key.lower(), "").strip():
+                raise ConfigError(f"option '{key}' is for batch reads; a streaming query has no end "
+                                  f"(use Trigger.AvailableNow to stop at what exists when it starts)")
+        _one_of(opts, ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"))
         if opts.get("endingoffsets", "").strip():
-            if streaming:
-                raise ConfigError("option 'endingOffsets' is for batch reads; a streaming query has no end "
-                                  "(use Trigger.AvailableNow to stop at what exists when it starts)")
-            ending = _offsets(opts["endingoffsets"], "endingOffsets", None if pattern else list(destinations),
-                              named_kind, False)
-        max_msgs = _opt_int(opts, "maxMessagesPerTrigger")
+            ending = _offsets(opts["endingoffsets"], "endingOffsets", named, named_kind, False)
+        ending_ts = _opt_int(opts, "endingTimestamp", minimum=0)
+        if opts.get("endingoffsetsbytimestamp", "").strip():
+            ending_by_ts = _offsets(opts["endingoffsetsbytimestamp"], "endingOffsetsByTimestamp", named,
+                                    named_kind, False, timestamps=True)
+        max_key = _alias(opts, ("maxMessagesPerTrigger", "maxOffsetsPerTrigger"))
+        min_key = _alias(opts, ("minMessagesPerTrigger", "minOffsetsPerTrigger"))
+        max_msgs = _opt_int(opts, max_key) if max_key else None
+        min_msgs = _opt_int(opts, min_key) if min_key else None
         max_bytes = _opt_int(opts, "maxBytesPerTrigger")
+        delay_raw = (opts.get("maxtriggerdelay") or "").strip()
+        if delay_raw and min_key is None:
+            raise ConfigError("option 'maxTriggerDelay' bounds how long 'minOffsetsPerTrigger' may hold a "
+                              "trigger back; give it with that option")
+        delay = _duration_ms(delay_raw, "maxTriggerDelay") if delay_raw else 15 * 60_000
+        if min_msgs is not None and max_msgs is not None and min_msgs > max_msgs:
+            raise ConfigError(f"option '{min_key}' ({min_msgs}) is above '{max_key}' ({max_msgs}): no "
+                              f"micro-batch could satisfy both")
         if streaming is False:
-            for key, value in (("maxMessagesPerTrigger", max_msgs), ("maxBytesPerTrigger", max_bytes)):
-                if value is not None:
+            for key in (max_key, min_key, "maxBytesPerTrigger", "maxTriggerDelay" if delay_raw else None):
+                if key and opts.get(key.lower(), "").strip():
                     raise ConfigError(f"option '{key}' is for streaming queries; a batch read takes "
                                       f"everything between startingOffsets and endingOffsets")
         return cls(
             connection=connection, destinations=destinations, pattern=pattern, mode=mode,
             subscription=subscription, selector=selector, starting=starting, starting_timestamp=starting_ts,
-            ending=ending, max_messages_per_trigger=max_msgs, max_bytes_per_trigger=max_bytes,
+            starting_by_timestamp=starting_by_ts, ending=ending, ending_timestamp=ending_ts,
+            ending_by_timestamp=ending_by_ts, max_messages_per_trigger=max_msgs,
+            min_messages_per_trigger=min_msgs, max_trigger_delay_ms=delay, max_bytes_per_trigger=max_bytes,
             min_partitions=_int(opts, "minPartitions", 1), max_messages_per_partition=_opt_int(
                 opts, "maxMessagesPerPartition"), fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             include_properties=_bool(opts, "includeProperties", False),
-            fetch_size=_int(opts, "fetchSize", 10_000), filter_pushdown=_bool(opts, "filterPushdown", False))
+            fetch_size=_int(opts, "fetchSize", 10_000), fetch_retries=_int(opts, "fetchRetries", 3, minimum=0),
+            fetch_retry_interval_ms=_int(opts, "fetchRetryIntervalMs", 1_000, minimum=0),
+            filter_pushdown=_bool(opts, "filterPushdown", False))
 
 
 @dataclass(frozen=True)

@@ -52,9 +52,12 @@ def check_schema(schema, opts: WriteOptions) -> None:
     if "value" not in names:
         raise ConfigError(f"the DataFrame written to pymq needs a 'value' column (string or binary); "
                           f"it has {', '.join(names) or 'no columns'}")
-    if opts.destination is None and "destination" not in names:
-        raise ConfigError("say where to send: a 'destination' column (e.g. '/queue/orders') or the "
-                          "'destination', 'queue' or 'topic' option")
+    if "destination" in names and "topic" in names:
+        raise ConfigError("columns 'destination' and 'topic' both say where a row goes; keep one")
+    if opts.destination is None and "destination" not in names and "topic" not in names:
+        raise ConfigError("say where to send: a 'destination' column (e.g. '/queue/orders'), a 'topic' "
+                          "column (a topic name, as Kafka's sink takes it), or the 'destination', 'queue' or "
+                          "'topic' option")
     for f in schema.fields:
         if f.name in IGNORED_COLUMNS:
             continue

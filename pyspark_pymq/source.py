@@ -22,9 +22,11 @@ acknowledged).
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -40,7 +42,14 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from pymq.errors import ConfigError, DataLoss, PymqError
+from pymq.errors import (
+    ConfigError,
+    ConnectFailed,
+    ConnectionClosed,
+    DataLoss,
+    PymqError,
+)
+from pymq.errors import TimeoutError as BrokerTimeout
 from pyspark_pymq._arrow import messages_to_batch, read_ddl
 from pyspark_pymq._connections import CONNECTIONS
 from pyspark_pymq._options import (
@@ -52,6 +61,9 @@ from pyspark_pymq._options import (
     destination_kind,
 )
 from pyspark_pymq._plan import Span, cap_messages, from_offset, split, to_offset
+
+log = logging.getLogger("pyspark_pymq")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -68,30 +80,65 @@ class RangePartition(InputPartition):
     include_properties: bool = False
     check_loss: bool = False          # browse mode with failOnDataLoss
     source: str | None = None         # "queue" in consume mode: the queue it acknowledges, never a log
+    retries: int = 3                  # consecutive fetches that lost their connection, tried again
+    retry_interval_ms: int = 1_000
+
+
+#: failures of the connection rather than of the request: the same request on a new connection is safe
+#: (a range read removes nothing; ``ack_upto`` and the driver's bounds are idempotent)
+RETRYABLE = (ConnectionClosed, ConnectFailed, BrokerTimeout, OSError)
+
+
+def retrying(fn: Callable[[], T], retries: int, interval_ms: int, what: str) -> T:
+    """``fn()``, called again (after ``interval_ms``) up to ``retries`` times when the connection fails."""
+    failures = 0
+    while True:
+        try:
+            return fn()
+        except RETRYABLE as exc:
+            failures += 1
+            if failures > retries:
+                raise
+            log.warning("%s failed (%s); retry %d of %d in %d ms", what, exc, failures, retries, interval_ms)
+            time.sleep(interval_ms / 1000)
 
 
 def read_partition(p: RangePartition) -> Iterator[Any]:
     """Arrow record batches of the partition's range, at most ``fetch_size`` rows each, in sequence order.
-    Nothing is removed or acknowledged."""
+    Nothing is removed or acknowledged.  A fetch whose connection fails is retried on a new connection
+    from the same cursor (``retries`` consecutive failures at most), so a retry neither skips nor repeats
+    a row."""
     if p.start >= p.end:
         return
     kind = destination_kind(p.destination)
-    with CONNECTIONS.session(p.connection) as session:
-        cursor = p.start
-        while cursor < p.end:
-            # a window no wider than the fetch size: the broker then never walks past what one call returns
-            upto = min(p.end, cursor + p.fetch_size)
-            r = session.read_range(p.destination, from_seq=cursor, to_seq=upto, max_messages=p.fetch_size,
-                                   selector=p.selector, subscription=p.subscription, source=p.source)
-            if p.check_loss:
-                # on every fetch, not only the first: retention (or another consumer of a queue) may remove
-                # messages while a long partition is being read, and skipping them would be a silent gap
-                check_loss(p.destination, cursor, r.earliest, p.end)
-            if r.messages:
-                yield messages_to_batch(r.messages, p.destination, kind, p.include_properties)
-            if r.next_seq <= cursor:
-                break                     # the broker has nothing at or past the cursor in this range
-            cursor = r.next_seq
+    cursor = p.start
+    failures = 0
+    while cursor < p.end:
+        try:
+            with CONNECTIONS.session(p.connection) as session:
+                while cursor < p.end:
+                    # a window no wider than the fetch size: the broker never walks past what one call returns
+                    upto = min(p.end, cursor + p.fetch_size)
+                    r = session.read_range(p.destination, from_seq=cursor, to_seq=upto,
+                                           max_messages=p.fetch_size, selector=p.selector,
+                                           subscription=p.subscription, source=p.source)
+                    failures = 0
+                    if p.check_loss:
+                        # on every fetch, not only the first: retention (or another consumer of a queue) may
+                        # remove messages while a long partition is read; skipping them would be a silent gap
+                        check_loss(p.destination, cursor, r.earliest, p.end)
+                    if r.messages:
+                        yield messages_to_batch(r.messages, p.destination, kind, p.include_properties)
+                    if r.next_seq <= cursor:
+                        return                # the broker has nothing at or past the cursor in this range
+                    cursor = r.next_seq
+        except RETRYABLE as exc:
+            failures += 1
+            if failures > p.retries:
+                raise
+            log.warning("reading %s from %d failed (%s); retry %d of %d in %d ms", p.destination, cursor, exc,
+                        failures, p.retries, p.retry_interval_ms)
+            time.sleep(p.retry_interval_ms / 1000)
 
 
 def check_loss(destination: str, cursor: int, earliest: int, end: int) -> None:
@@ -173,6 +220,10 @@ def _start(session, opts: ReadOptions, dest: str, default: str, bounds: tuple[in
     earliest, latest = bounds
     if opts.starting_timestamp is not None:
         return _first_at(session, opts, dest, opts.starting_timestamp)
+    if opts.starting_by_timestamp is not None:
+        # destinations left out start at their earliest message, as with startingOffsets
+        at = opts.starting_by_timestamp.get(dest)
+        return earliest if at is None else _first_at(session, opts, dest, at)
     spec = opts.starting if opts.starting is not None else default
     if isinstance(spec, dict):
         spec = spec.get(dest, EARLIEST)
@@ -183,11 +234,26 @@ def _start(session, opts: ReadOptions, dest: str, default: str, bounds: tuple[in
     return int(spec)
 
 
+def _end(session, opts: ReadOptions, dest: str, bounds: tuple[int, int]) -> int:
+    """Where a batch read of ``dest`` stops (exclusive): endingOffsets, or the first message stamped at or
+    after endingTimestamp / the destination's endingOffsetsByTimestamp (Kafka's rule), else the latest."""
+    at = opts.ending_timestamp
+    if opts.ending_by_timestamp is not None:
+        at = opts.ending_by_timestamp.get(dest)
+    if at is not None:
+        return _first_at(session, opts, dest, at)
+    spec = opts.ending.get(dest, LATEST) if isinstance(opts.ending, dict) else opts.ending
+    return bounds[1] + 1 if spec in ("latest", LATEST) else int(spec)
+
+
 def _partitions(opts: ReadOptions, spans: list[Span], selector: str | None) -> list[RangePartition]:
     pieces = split(spans, opts.min_partitions, opts.max_messages_per_partition)
     check = opts.mode == "browse" and opts.fail_on_data_loss
-    return [RangePartition(opts.connection, s.destination, s.start, s.end, selector, _sub(opts, s.destination),
-                           opts.fetch_size, opts.include_properties, check, _source(opts)) for s in pieces]
+    return [RangePartition(opts.connection, s.destination, s.start, s.end, selector=selector,
+                           subscription=_sub(opts, s.destination), fetch_size=opts.fetch_size,
+                           include_properties=opts.include_properties, check_loss=check, source=_source(opts),
+                           retries=opts.fetch_retries, retry_interval_ms=opts.fetch_retry_interval_ms)
+            for s in pieces]
 
 
 class BatchReader(DataSourceReader):
@@ -199,6 +265,10 @@ class BatchReader(DataSourceReader):
 
     def partitions(self) -> list[RangePartition]:
         opts = self.opts
+        return retrying(self._plan, opts.fetch_retries, opts.fetch_retry_interval_ms, "planning the read")
+
+    def _plan(self) -> list[RangePartition]:
+        opts = self.opts
         push = self.pushdown
         spans = []
         with CONNECTIONS.session(opts.connection) as session:
@@ -207,8 +277,7 @@ class BatchReader(DataSourceReader):
                     continue
                 bounds = _bounds(session, opts, dest)
                 start = _start(session, opts, dest, "earliest", bounds)
-                end_spec = opts.ending.get(dest, LATEST) if isinstance(opts.ending, dict) else opts.ending
-                end = bounds[1] + 1 if end_spec in ("latest", LATEST) else int(end_spec)
+                end = _end(session, opts, dest, bounds)
                 if push is not None:
                     start, end = push.narrow(start, end)
                 spans.append(Span(dest, start, max(start, end)))
@@ -241,9 +310,17 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         self._latest: dict[str, int] = {}                 # last seen, for reportLatestOffset
         self._earliest: dict[str, int] = {}               # failOnDataLoss=false: start of what is left
         self._acked: dict[str, int] = {}                  # consume mode: acknowledged below this
+        self._last_trigger: float | None = None           # minOffsetsPerTrigger: when a batch last fired
+
+    def _retrying(self, fn: Callable[[], T], what: str) -> T:
+        # each driver call below is safe to repeat whole: it reads bounds, and acknowledges idempotently
+        return retrying(fn, self.opts.fetch_retries, self.opts.fetch_retry_interval_ms, what)
 
     # -- offsets (driver) -------------------------------------------------------------------------
     def initialOffset(self) -> dict:
+        return self._retrying(self._initial_offset, "finding the initial offset")
+
+    def _initial_offset(self) -> dict:
         opts = self.opts
         session = self._broker(opts.connection)
         positions = {}
@@ -265,10 +342,15 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        session = self._broker(self.opts.connection)
-        self._target = {d: _bounds(session, self.opts, d)[1] + 1 for d in _resolve(session, self.opts)}
+        def target() -> dict[str, int]:
+            session = self._broker(self.opts.connection)
+            return {d: _bounds(session, self.opts, d)[1] + 1 for d in _resolve(session, self.opts)}
+        self._target = self._retrying(target, "finding where Trigger.AvailableNow stops")
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        return self._retrying(lambda: self._latest_offset(start, limit), "planning the next micro-batch")
+
+    def _latest_offset(self, start: dict, limit: ReadLimit) -> dict:
         opts = self.opts
         session = self._broker(opts.connection)
         pos = from_offset(start)
@@ -309,11 +391,26 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         if isinstance(limit, ReadMaxRows) and opts.max_bytes_per_trigger is not None:
             max_bytes = opts.max_bytes_per_trigger            # both options: both caps
         counted = {**pos, **skip}
+        if opts.min_messages_per_trigger is not None and self._target is None and \
+                self._held_back(counted, end, opts.min_messages_per_trigger):
+            return to_offset(pos)
         if max_rows is not None:
             end = cap_messages(counted, end, max_rows)      # a new destination (no start) has nothing to cap
         if max_bytes is not None:
             end = self._cap_bytes(session, counted, end, max_bytes)
         return to_offset(end)
+
+    def _held_back(self, counted: dict[str, int], end: dict[str, int], minimum: int) -> bool:
+        """minOffsetsPerTrigger (Kafka's rule): wait for ``minimum`` messages, unless maxTriggerDelay has
+        passed since the last micro-batch (or none has been planned yet).  Counted as sequence widths, an
+        upper bound of the messages (gaps are possible), as Kafka counts offsets."""
+        now = time.monotonic()
+        if self._last_trigger is not None and (now - self._last_trigger) * 1000 < self.opts.max_trigger_delay_ms:
+            waiting = sum(max(0, end[d] - counted[d]) for d in end if d in counted)
+            if waiting < minimum:
+                return True
+        self._last_trigger = now
+        return False
 
     def _cap_bytes(self, session, pos: dict[str, int], end: dict[str, int], budget: int) -> dict[str, int]:
         # The broker has no size-only query, so this reads the candidate messages (up to the budget) on
@@ -348,7 +445,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
     def commit(self, end: dict) -> None:
         """Spark has committed every batch up to ``end``: in consume mode, acknowledge below it."""
         if self.opts.mode == "consume":
-            self._acknowledge(from_offset(end))
+            self._retrying(lambda: self._acknowledge(from_offset(end)), "acknowledging a committed batch")
 
     def _acknowledge(self, upto: dict[str, int]) -> None:
         """``ack_upto`` each destination below its position, once per position.  Called from ``commit``

@@ -57,7 +57,7 @@ def test_offsets():
     refused("partition \"0\"", topic="a", startingOffsets='{"/topic/a": {"1": 1}}')
     refused("-1 \\(latest\\); got -2", topic="a", endingOffsets='{"/topic/a": {"0": -2}}')
     refused("cannot be 'earliest'", topic="a", endingOffsets="earliest")
-    refused("either 'startingOffsets' or 'startingTimestamp'", topic="a", startingOffsets="earliest",
+    refused("not startingOffsets and startingTimestamp", topic="a", startingOffsets="earliest",
             startingTimestamp="5")
     refused("for batch reads", streaming=True, topic="a", endingOffsets="latest")
     refused("for streaming queries", topic="a", maxMessagesPerTrigger="10")
@@ -113,3 +113,58 @@ def test_write_options():
                           ({"startingOffsets": "earliest"}, "unknown write option")]:
         with pytest.raises(ConfigError, match=pattern):
             WriteOptions.parse({"url": URL, **opts})
+
+
+def test_kafka_parity_options():
+    o = read(topic="a,b", startingOffsetsByTimestamp='{"/topic/a": {"0": 1700000000000}}',
+             endingOffsetsByTimestamp='{"b": {"0": 1700000009000}}')
+    assert o.starting_by_timestamp == {"/topic/a": 1700000000000}
+    assert o.ending_by_timestamp == {"/topic/b": 1700000009000}
+    assert read(topic="a", endingTimestamp="17").ending_timestamp == 17
+    refused("ms since the epoch", topic="a", startingOffsetsByTimestamp="earliest")
+    refused("must be ms since the epoch", topic="a", startingOffsetsByTimestamp='{"/topic/a": {"0": -1}}')
+    refused("not startingTimestamp and startingOffsetsByTimestamp", topic="a", startingTimestamp="1",
+            startingOffsetsByTimestamp='{"/topic/a": {"0": 1}}')
+    refused("not endingOffsets and endingTimestamp", topic="a", endingOffsets="latest", endingTimestamp="3")
+    refused("'endingTimestamp' is for batch reads", streaming=True, topic="a", endingTimestamp="3")
+    refused("cannot be used with mode 'consume'", streaming=True, queue="a", mode="consume",
+            startingOffsetsByTimestamp='{"/queue/a": {"0": 1}}')
+
+    s = read(streaming=True, topic="a", maxOffsetsPerTrigger="100", minOffsetsPerTrigger="10",
+             maxTriggerDelay="30s")
+    assert (s.max_messages_per_trigger, s.min_messages_per_trigger, s.max_trigger_delay_ms) == (100, 10, 30_000)
+    assert read(streaming=True, topic="a", minMessagesPerTrigger="5").max_trigger_delay_ms == 15 * 60_000
+    assert read(streaming=True, topic="a", minOffsetsPerTrigger="5", maxTriggerDelay="250").max_trigger_delay_ms \
+        == 250
+    refused("mean the same", streaming=True, topic="a", maxOffsetsPerTrigger="1", maxMessagesPerTrigger="2")
+    refused("no micro-batch could satisfy both", streaming=True, topic="a", maxOffsetsPerTrigger="5",
+            minOffsetsPerTrigger="6")
+    refused("with that option", streaming=True, topic="a", maxTriggerDelay="5m")
+    refused("a duration such as", streaming=True, topic="a", minOffsetsPerTrigger="5", maxTriggerDelay="soon")
+    refused("for streaming queries", topic="a", minOffsetsPerTrigger="5")
+
+    r = read(topic="a", fetchRetries="0", fetchRetryIntervalMs="5")
+    assert (r.fetch_retries, r.fetch_retry_interval_ms) == (0, 5)
+    assert (read(topic="a").fetch_retries, read(topic="a").fetch_retry_interval_ms) == (3, 1000)
+
+
+def test_every_connection_factory_keyword_passes_through():
+    import inspect
+
+    import pymq
+    c = ConnectionOptions.parse({"url": URL, "pymq.prefetch": "7", "pymq.sync_send": "false",
+                                 "pymq.host": "vhost", "pymq.syncsend": "false"})
+    assert (c.get("prefetch"), c.get("sync_send"), c.get("host"), c.get("timeout")) == (7, False, "vhost", 30.0)
+    # whatever pymq.ConnectionFactory takes (TLS settings included, once it has them) is an option
+    keywords = [n for n in inspect.signature(pymq.ConnectionFactory.__init__).parameters
+                if n not in ("self", "url", "client_id")]
+    assert {"username", "password", "timeout", "heartbeat", "host", "prefetch", "sync_send"} <= set(keywords)
+    for keyword in keywords:
+        try:
+            ConnectionOptions.parse({"url": URL, f"pymq.{keyword}": "\x00not a value\x00"})
+        except ConfigError as exc:                      # a wrong value, never an unknown option
+            assert "unknown connection option" not in str(exc) and f"pymq.{keyword}" in str(exc)
+    with pytest.raises(ConfigError, match="did you mean 'pymq.prefetch'"):
+        ConnectionOptions.parse({"url": URL, "pymq.prefech": "1"})
+    with pytest.raises(ConfigError, match="must be true or false"):
+        ConnectionOptions.parse({"url": URL, "pymq.sync_send": "sometimes"})
