@@ -10,7 +10,8 @@ same destination for the same key:
   first in UTF-8 byte order.  When a destination leaves only its own groups move; when one joins, only the
   groups it now wins move (to it): about 1/N either way.
 
-The key is a group id, or a message id / correlation id when the caller routes on those instead.  A router
+The key is a group id, or a message id / correlation id when the destination routes on those instead
+(``routing_key_of``: a destination's ``routing_key`` setting and a message's ids give the key).  A router
 is immutable; membership changes build a new one (``with_destinations``), which costs one hash per
 destination.  Sans-IO: nothing here knows about nodes, links or time.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import enum
 from types import ModuleType
-from typing import Iterable, Union
+from typing import Iterable, NamedTuple, Optional, Union
 
 from pymq.errors import ClusterError, ConfigError
 from pymq.routing import bloom as _chosen
@@ -29,6 +30,64 @@ Key = Union[str, bytes]
 class RoutingStrategy(str, enum.Enum):
     RENDEZVOUS = "rendezvous"
     MODULO = "modulo"
+
+
+class RoutingKey(str, enum.Enum):
+    """Which of a message's identifiers a queue routes on across the cluster (seed 003), per destination.
+
+    ``group`` (the default) routes only grouped messages; ``correlation-id`` and ``message-id`` are the
+    seed's "trivial modifications ... for performance rather than functional requirements".
+    """
+
+    GROUP = "group"
+    CORRELATION_ID = "correlation-id"
+    MESSAGE_ID = "message-id"
+
+
+#: the STOMP header each routing key reads (spec/routing.md section 2.3)
+KEY_HEADERS: dict[RoutingKey, str] = {
+    RoutingKey.GROUP: "JMSXGroupID",
+    RoutingKey.CORRELATION_ID: "correlation-id",
+    RoutingKey.MESSAGE_ID: "message-id",
+}
+
+
+class MessageKey(NamedTuple):
+    """The key a message routes on and where it came from."""
+
+    source: RoutingKey
+    key: str
+
+
+def parse_routing_key(value: "RoutingKey | str") -> RoutingKey:
+    """A routing-key setting from configuration or a declaration; anything else is a ``ConfigError``."""
+    try:
+        return RoutingKey(value)
+    except ValueError:
+        raise ConfigError(f"routing_key must be one of {', '.join(k.value for k in RoutingKey)}, "
+                          f"got {value!r}", routing_key=str(value)) from None
+
+
+def routing_key_of(routing_key: "RoutingKey | str", *, group_id: Optional[str] = None,
+                   correlation_id: Optional[str] = None,
+                   message_id: Optional[str] = None) -> Optional[MessageKey]:
+    """The key a message routes on under a destination's ``routing_key`` setting, or None (unkeyed).
+
+    A grouped message always routes on its group, whatever the setting: a group split over two nodes
+    would have two consumers, and ordering within a group is a contract, while routing on the other ids
+    is only for performance.  Otherwise the setting's identifier is the key when the message has one
+    (present counts, even empty: the same rule as ``JMSXGroupID``).  An unkeyed message is placed by the
+    cluster's queue rules (local consumers, else a node with consumers).  ``message_id`` is the id the
+    accepting node assigns, not a client-supplied header.
+    """
+    setting = routing_key if isinstance(routing_key, RoutingKey) else parse_routing_key(routing_key)
+    if group_id is not None:
+        return MessageKey(RoutingKey.GROUP, group_id)
+    if setting is RoutingKey.CORRELATION_ID and correlation_id is not None:
+        return MessageKey(RoutingKey.CORRELATION_ID, correlation_id)
+    if setting is RoutingKey.MESSAGE_ID and message_id is not None:
+        return MessageKey(RoutingKey.MESSAGE_ID, message_id)
+    return None
 
 
 def sort_destinations(destinations: Iterable[str]) -> tuple[str, ...]:

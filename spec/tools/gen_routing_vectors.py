@@ -120,6 +120,52 @@ def group_case(name: str, key: str, dests: list[str]) -> dict:
     }
 
 
+# The header each routing key reads (spec/routing.md section 2.3), written out here rather than imported so
+# that the vectors state the rule independently of the code they check.
+_KEY_HEADER = {"group": "JMSXGroupID", "correlation-id": "correlation-id", "message-id": "message-id"}
+
+
+def key_case(name: str, routing_key: str, headers: dict, dests: list[str]) -> dict:
+    """Which id a message routes on under a destination's routing_key, then where it goes."""
+    if "JMSXGroupID" in headers:                       # a grouped message keeps its group's node
+        source = "group"
+    elif routing_key != "group" and _KEY_HEADER[routing_key] in headers:
+        source = routing_key
+    else:
+        source = None
+    case = {"name": name, "routing_key": routing_key, "headers": headers, "key_source": source,
+            "key": None, "destinations": dests, "modulo": None, "rendezvous": None}
+    if source is not None:
+        key = headers[_KEY_HEADER[source]]
+        routed = group_case(name, key, dests)
+        case.update(key=key, modulo=routed["modulo"], rendezvous=routed["rendezvous"])
+    return case
+
+
+def key_vectors() -> list[dict]:
+    nodes = ["node-b", "node-c", "node-a"]
+    ids = {"message-id": "ID:node-a-1700000000000001", "correlation-id": "req-42"}
+    cases = []
+    for setting in ("group", "correlation-id", "message-id"):
+        cases.append(key_case(f"{setting}: grouped message routes on its group", setting,
+                              {"JMSXGroupID": "customer-7", **ids}, nodes))
+        cases.append(key_case(f"{setting}: ungrouped message with both ids", setting, dict(ids), nodes))
+        cases.append(key_case(f"{setting}: message with no correlation id", setting,
+                              {"message-id": ids["message-id"]}, nodes))
+    cases.append(key_case("correlation-id: an empty correlation id is a key", "correlation-id",
+                          {"correlation-id": "", "message-id": "ID:n-1"}, nodes))
+    cases.append(key_case("correlation-id: an empty group id is still a group", "correlation-id",
+                          {"JMSXGroupID": "", "correlation-id": "req-1"}, nodes))
+    for i, cid in enumerate(["conversation/Grüße", "😀", "req-" + "9" * 60]):
+        cases.append(key_case(f"correlation-id: non-ASCII and long keys ({i})", "correlation-id",
+                              {"correlation-id": cid}, [f"node-{j}" for j in range(5)]))
+    for i in range(4):
+        mid = f"ID:node-b-{1700000000000000 + i}"
+        cases.append(key_case(f"message-id: consecutive ids spread ({i})", "message-id",
+                              {"message-id": mid}, nodes))
+    return cases
+
+
 def group_vectors() -> dict:
     three = ["node-c", "node-a", "node-b"]
     five = [f"node-{i}" for i in (4, 2, 5, 1, 3)]
@@ -148,6 +194,15 @@ def group_vectors() -> dict:
                        "first in sorted order on equal scores; ranking = descending score, then sorted order.",
         "cases": cases,
         "errors": [{"destinations": [], "error": "no-destination"}],
+        "key_description": "key_cases: a destination's routing_key (group | correlation-id | message-id) and a "
+                           "message's headers give key_source and key: JMSXGroupID when present (whatever the "
+                           "setting), else the setting's header (correlation-id or message-id) when present, "
+                           "even empty; key_source null means unkeyed (not hash-routed). modulo and rendezvous "
+                           "route key over destinations as in cases[].",
+        "key_cases": key_vectors(),
+        "key_errors": [{"routing_key": "JMSXGroupID", "error": "unknown-routing-key"},
+                       {"routing_key": "", "error": "unknown-routing-key"},
+                       {"routing_key": "Message-ID", "error": "unknown-routing-key"}],
     }
 
 

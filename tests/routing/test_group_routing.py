@@ -155,3 +155,38 @@ def test_sort_is_by_utf8_bytes_and_input_order_does_not_matter(dests):
     for key in ("g1", "g2", ""):
         assert GroupRouter(dests).route(key) == GroupRouter(list(reversed(dests))).route(key)
         assert GroupRouter(dests, "modulo").route(key) == GroupRouter(list(reversed(dests)), "modulo").route(key)
+
+
+# -- the routing key of a destination (spec/routing.md section 2.3, seed 003) ----------------------------
+from pymq.routing import KEY_HEADERS, RoutingKey, parse_routing_key, routing_key_of  # noqa: E402
+
+
+@pytest.mark.parametrize("case", VECTORS["key_cases"], ids=lambda c: c["name"])
+def test_key_vector(bloom, case):
+    h = case["headers"]
+    picked = routing_key_of(case["routing_key"], group_id=h.get("JMSXGroupID"),
+                            correlation_id=h.get("correlation-id"), message_id=h.get("message-id"))
+    if case["key_source"] is None:
+        assert picked is None
+        return
+    assert picked.source.value == case["key_source"]
+    assert picked.key == case["key"] == h[KEY_HEADERS[picked.source]]
+    assert GroupRouter(case["destinations"], "modulo", implementation=bloom).route(picked.key) == case["modulo"]
+    assert GroupRouter(case["destinations"], implementation=bloom).route(picked.key) == case["rendezvous"]
+
+
+@pytest.mark.parametrize("case", VECTORS["key_errors"], ids=lambda c: repr(c["routing_key"]))
+def test_unknown_routing_key_is_a_config_error(case):
+    with pytest.raises(ConfigError) as info:
+        routing_key_of(case["routing_key"], correlation_id="c")
+    assert info.value.routing_key == case["routing_key"]
+    with pytest.raises(ConfigError):
+        parse_routing_key(case["routing_key"])
+
+
+def test_every_routing_key_has_vectors_and_a_header():
+    assert {c["routing_key"] for c in VECTORS["key_cases"]} == {k.value for k in RoutingKey}
+    assert set(KEY_HEADERS) == set(RoutingKey)
+    # a grouped message keeps its group's node whatever the setting
+    for setting in RoutingKey:
+        assert routing_key_of(setting, group_id="g", correlation_id="c", message_id="m").source is RoutingKey.GROUP
