@@ -16,7 +16,7 @@ import logging
 from typing import Callable
 
 from pymq.errors import PymqError, ProtocolError
-from pymq.protocol.connection import Role, StompConnection
+from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
 from pymq.protocol.frame import Frame
 
 log = logging.getLogger("pymq.cluster.link")
@@ -52,6 +52,7 @@ class PeerLink(asyncio.Protocol):
         self._rids = itertools.count(1)
         self._beat: asyncio.TimerHandle | None = None
         self._last_recv = self.loop.time()
+        self._silence_limit: float | None = None     # seconds without a byte from the peer before closing
         self.sent = 0
 
     async def open(self) -> None:
@@ -85,6 +86,14 @@ class PeerLink(asyncio.Protocol):
             if callback is not None:
                 callback()
         elif command == "CONNECTED":
+            # The peer beats at the negotiated interval (its broker's heartbeat_send_ms, 10 s by default),
+            # not at ours: judging its silence by our own period closed every idle link within a second.
+            hb = self.node.config.heartbeat_ms
+            try:
+                _, to_us = negotiate_heartbeat((hb, hb), parse_heartbeat(frame.headers.get("heart-beat")))
+            except PymqError:
+                to_us = 0
+            self._silence_limit = max(4 * hb, 2 * to_us) / 1000.0 if to_us else None
             self.ready = True
             self._schedule_beat()
             self.node.link_ready(self)
@@ -142,7 +151,8 @@ class PeerLink(asyncio.Protocol):
     def _tick(self, interval: float) -> None:
         if self.closed or self.transport is None:
             return
-        if self.loop.time() - self._last_recv > interval * 4:
+        limit = self._silence_limit
+        if limit is not None and self.loop.time() - self._last_recv > limit:
             log.warning("link to %s: silent for %.1fs, closing", self.peer, self.loop.time() - self._last_recv)
             self.close()
             return
