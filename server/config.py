@@ -32,6 +32,9 @@ class QueueConfig:
     the queue is full — ``block`` the producer, ``reject`` it with a queue-full error, or ``drop-oldest``.
     ``redelivery_*``: delay before a failed message is ready again, with backoff and a cap.
     ``schema``: declared properties, ``{name: {type: string|int|float|bool, required: bool}}``.
+    ``routing_key``: in a cluster, which id of a message picks its node (seed 003, spec/routing.md §2.3):
+    ``group`` (JMSXGroupID only), ``correlation-id`` or ``message-id``; a grouped message always routes on
+    its group.
     """
 
     max_deliveries: int = 10
@@ -47,6 +50,7 @@ class QueueConfig:
     redelivery_multiplier: float = 1.0
     redelivery_max_delay_ms: int = 60_000
     schema: dict | None = None
+    routing_key: str = "group"
 
     def delay_for(self, deliveries: int) -> int:
         """Redelivery delay in ms after the ``deliveries``-th failed delivery (capped backoff)."""
@@ -75,6 +79,10 @@ class QueueConfig:
                 raise ConfigError(f"{where}: {name} must be a non-negative integer, got {value!r}")
         if self.redelivery_multiplier < 1.0:
             raise ConfigError(f"{where}: redelivery_multiplier must be at least 1.0")
+        from pymq.routing.groups import RoutingKey
+        if self.routing_key not in {k.value for k in RoutingKey}:
+            raise ConfigError(f"{where}: routing_key must be one of {', '.join(k.value for k in RoutingKey)}, "
+                              f"got {self.routing_key!r}")
         if self.schema is not None:
             from pymq_server.broker.schema import MessageSchema
             MessageSchema.from_dict(self.schema, where)

@@ -97,8 +97,9 @@ class QueueManager:
         """Create queue ``name`` owned by this connection's user with ``config`` (QueueConfig fields:
         max_deliveries, dead_letter, dead_retention_ms, default_expiration_ms, default_priority,
         delivery_timeout_ms, max_depth, overflow, redelivery_delay_ms, redelivery_multiplier,
-        redelivery_max_delay_ms, schema).  The same config again is a no-op; a different one raises
-        DestinationExists."""
+        redelivery_max_delay_ms, schema, routing_key).  The same config again is a no-op; a different one
+        raises DestinationExists.  ``routing_key`` (group | correlation-id | message-id) says which id picks a
+        message's node in a cluster (spec/routing.md §2.3)."""
         self.call("create-queue", name=_queue_name(name), config=config, grants=grants)
         return Queue(_queue_name(name))
 

@@ -224,6 +224,8 @@ class Broker:
         self.declared[name] = record
         if persist:
             self.store.put_meta("queue:" + name, json.dumps(record).encode())
+        if self.cluster is not None and settings and "routing_key" in settings:
+            self.cluster.routing_key_declared(name, config.routing_key)   # every node routes alike
         return existing, True
 
     def drop_queue(self, name: str, user, *, force: bool = False) -> int:
@@ -391,10 +393,18 @@ class Broker:
         message = self._new_message(session, headers, body, queue.destination)
         return self._enqueue(queue, message)
 
+    def _message_id(self, key: int) -> str:
+        return f"ID:{self.node_id}-{key}"
+
+    def next_message_id(self) -> str:
+        """The id the next message this broker accepts will get (a cluster routing on message ids
+        picks the node before the message is built: spec/routing.md §2.3)."""
+        return self._message_id(self.seqs.peek(""))
+
     def _new_message(self, session, headers: dict, body: bytes, destination: str,
                      config: QueueConfig | None = None) -> BrokerMessage:
         key = self.seqs.next("")
-        message_id = f"ID:{self.node_id}-{key}"
+        message_id = self._message_id(key)
         extra = {} if config is None else {"default_priority": config.default_priority,
                                            "default_ttl": config.default_expiration_ms}
         message = message_from_send(headers, body, key=key, message_id=message_id,

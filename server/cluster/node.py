@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from pymq.errors import ConfigError, PymqError
 from pymq.routing import GroupRouter, SubscriptionFilter
+from pymq.routing.groups import RoutingKey, parse_routing_key, routing_key_of
 from pymq.routing.forwarding import PeerFilters
 from pymq_server.broker import destination as dest
 from pymq_server.broker.queue import MessageQueue
@@ -75,25 +76,29 @@ class ClusterConfig:
         return cfg
 
 
-class _Ungrouped:
-    """A redistributor's selector: it never takes grouped messages (their node is the hash's)."""
+class _Unkeyed:
+    """A redistributor's selector: it never takes a keyed message (its node is the hash's: spec/routing.md
+    §2.3).  Fixed for the redistributor's life; a changed routing key replaces the redistributor."""
 
-    text = "JMSXGroupID IS NULL"
+    def __init__(self, routing_key: RoutingKey) -> None:
+        self.routing_key = routing_key
+        self.text = "JMSXGroupID IS NULL" + \
+            (" AND JMSCorrelationID IS NULL" if routing_key is RoutingKey.CORRELATION_ID else "")
 
-    @staticmethod
-    def matches(values) -> bool:
-        return values.get("JMSXGroupID") is None
+    def matches(self, values) -> bool:
+        if values.get("JMSXGroupID") is not None:
+            return False
+        return self.routing_key is not RoutingKey.CORRELATION_ID or values.get("JMSCorrelationID") is None
 
 
 class Redistributor:
-    """Consumer of a local queue with no local consumers, moving its ungrouped messages to a peer that
+    """Consumer of a local queue with no local consumers, moving its unkeyed messages to a peer that
     has consumers for it (duck-types broker Consumer)."""
 
-    selector = _Ungrouped()
-
-    def __init__(self, node: "ClusterNode", queue: MessageQueue) -> None:
+    def __init__(self, node: "ClusterNode", queue: MessageQueue, routing_key: RoutingKey) -> None:
         self.node = node
         self.queue = queue
+        self.selector = _Unkeyed(routing_key)
         self.active = True
         self.id = "redistributor"
         self.session = None
@@ -105,7 +110,7 @@ class Redistributor:
         return self.active and self.node.consumer_peer(self.queue.name) is not None
 
     def accepts(self, entry) -> bool:
-        return entry.message.group_id is None
+        return self.selector.matches(entry.message.selector_values())
 
     def deliver(self, entry) -> None:
         peer = self.node.consumer_peer(self.queue.name)
@@ -130,6 +135,7 @@ class ClusterNode:
         self.registry = None
         self.members: dict[str, Member] = {}         # live members, this node included
         self.assignments: dict[str, str] = {}         # durable subscription key -> node (cached)
+        self.routing_keys: dict[str, RoutingKey] = {}   # queue -> routing key, cluster-wide (cached)
         self.links: dict[str, PeerLink] = {}
         self._connecting: set[str] = set()
         self.outboxes: dict[str, MessageQueue] = {}
@@ -157,6 +163,14 @@ class ClusterNode:
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
         self.registry = await self.loop.run_in_executor(None, open_registry, self.config.store, self.config.name)
+        # queues this node declares with a routing key (config or catalog) tell the cluster how they route
+        declared = {name: q.config.routing_key for name, q in self.broker.queues.items()
+                    if q.config.routing_key != RoutingKey.GROUP.value}
+        for name, settings in (self.broker.config.queues or {}).items():
+            if isinstance(settings, dict) and "routing_key" in settings:
+                declared[name] = parse_routing_key(settings["routing_key"]).value
+        for name, key in declared.items():
+            await self.loop.run_in_executor(None, self.registry.set_routing_key, name, key)
         await self._refresh()
         log.info("cluster %s: node %s at %s; members %s", self.config.name, self.node_id, self.advertise,
                  sorted(self.members))
@@ -175,15 +189,16 @@ class ClusterNode:
 
         def io():
             self.registry.beat(me)
-            return self.registry.members(), self.registry.assignments()
+            return self.registry.members(), self.registry.assignments(), self.registry.routing_keys()
 
         try:
-            members, assignments = await self.loop.run_in_executor(None, io)
+            members, assignments, routing_keys = await self.loop.run_in_executor(None, io)
         except PymqError as exc:
             log.error("cluster store unreachable: %s (keeping the last membership)", exc)
             self._schedule()
             return
         self.assignments = assignments
+        self._apply_routing_keys(routing_keys)
         now = now_ms()
         alive = {m.node: m for m in members if m.alive(now, self.config.dead_after_ms) or m.node == self.node_id}
         self._apply_membership(alive)
@@ -293,7 +308,9 @@ class ClusterNode:
             kind, name = broker.resolve(message.destination)
             if kind is not dest.Kind.QUEUE or "pymq-subscription" in message.headers:
                 continue
-            target = self.router.route(message.group_id) if message.group_id is not None else self.node_id
+            key = self.message_key(name, message.group_id, message.headers.get("correlation-id"),
+                                   message.message_id)
+            target = self.router.route(key) if key is not None else self.node_id
             if target == self.node_id:
                 queue = broker.get_queue(name)
                 queue.enqueue(message, stored=broker.store.add_reference(message, queue.name))
@@ -324,13 +341,54 @@ class ClusterNode:
         return stored
 
     # -- queue routing (spec/cluster.md §4) ------------------------------------------------------
+    def routing_key_for(self, queue: MessageQueue | str) -> RoutingKey:
+        """Which id a queue routes on: the cluster-wide setting if one was declared, else this node's."""
+        name = queue if isinstance(queue, str) else queue.destination[len("/queue/"):]
+        key = self.routing_keys.get(name)
+        if key is not None:
+            return key
+        if isinstance(queue, str):
+            local = self.broker.queues.get(name)
+            return RoutingKey(local.config.routing_key) if local is not None else RoutingKey.GROUP
+        return RoutingKey(queue.config.routing_key)
+
+    def routing_key_declared(self, queue: str, routing_key: str) -> None:
+        """A queue was declared here with an explicit routing key: every node must route it alike."""
+        key = parse_routing_key(routing_key)
+        self.routing_keys[queue] = key
+        self._refresh_redistributor(queue)
+        done = self.loop.run_in_executor(None, self.registry.set_routing_key, queue, key.value)
+        done.add_done_callback(lambda f: f.exception() and log.error(
+            "could not record the routing key of %s in the cluster store: %s", queue, f.exception()))
+
+    def _apply_routing_keys(self, raw: dict[str, str]) -> None:
+        keys = {}
+        for queue, value in raw.items():
+            try:
+                keys[queue] = parse_routing_key(value)
+            except PymqError:
+                log.error("cluster store: queue %s has an unknown routing key %r; routing on groups", queue, value)
+        changed = {q for q in set(keys) | set(self.routing_keys) if keys.get(q) != self.routing_keys.get(q)}
+        self.routing_keys = keys
+        for queue in changed:
+            self._refresh_redistributor(queue)
+
+    def message_key(self, queue: MessageQueue | str, group_id, correlation_id, message_id) -> str | None:
+        picked = routing_key_of(self.routing_key_for(queue), group_id=group_id, correlation_id=correlation_id,
+                                message_id=message_id)
+        return None if picked is None else picked.key
+
     def route_queue(self, queue: MessageQueue, headers: dict) -> str | None:
         """The peer a new message for ``queue`` goes to, or None to keep it here."""
         if len(self.members) < 2:
             return None
-        group = headers.get("JMSXGroupID")
-        if group is not None:
-            target = self.router.route(group)
+        setting = self.routing_key_for(queue)
+        key = routing_key_of(setting, group_id=headers.get("JMSXGroupID"),
+                             correlation_id=headers.get("correlation-id"),
+                             message_id=self.broker.next_message_id() if setting is RoutingKey.MESSAGE_ID
+                             else None)
+        if key is not None:
+            target = self.router.route(key.key)
             return None if target == self.node_id else target
         if _local_consumers(queue):
             return None
@@ -354,16 +412,28 @@ class ClusterNode:
         self.check_redistribution(queue)
 
     def check_redistribution(self, queue: MessageQueue) -> None:
-        """Attach or detach the redistributor of a local queue (spec/cluster.md §4)."""
+        """Attach or detach the redistributor of a local queue (spec/cluster.md §4).  A queue routing on
+        message ids has none: every message of it is keyed and stays on its key's node."""
         name = queue.name
         redistributor = self.redistributors.get(name)
-        wanted = not _local_consumers(queue) and self.consumer_peer(name) is not None
+        setting = self.routing_key_for(queue)
+        if redistributor is not None and redistributor.selector.routing_key is not setting:
+            redistributor.detach()                 # its selector's verdicts are cached by the ready index
+            del self.redistributors[name]
+            redistributor = None
+        wanted = setting is not RoutingKey.MESSAGE_ID and not _local_consumers(queue) \
+            and self.consumer_peer(name) is not None
         if wanted and redistributor is None:
-            redistributor = self.redistributors[name] = Redistributor(self, queue)
+            redistributor = self.redistributors[name] = Redistributor(self, queue, setting)
             queue.add_consumer(redistributor)
         elif not wanted and redistributor is not None:
             redistributor.detach()
             del self.redistributors[name]
+
+    def _refresh_redistributor(self, name: str) -> None:
+        queue = self.broker.queues.get(name)
+        if queue is not None:
+            self.check_redistribution(queue)
 
     # -- topics ---------------------------------------------------------------------------------------
     def topic_outboxes(self, topic, message) -> list[MessageQueue]:
@@ -586,6 +656,7 @@ class ClusterNode:
                 "popular": sorted(self.peer_filters.popular),
                 "remote_consumers": self.remote_consumers,
                 "assignments": dict(sorted(self.assignments.items())),
+                "routing_keys": {q: k.value for q, k in sorted(self.routing_keys.items())},
                 "forwarded": self.forwarded, "forwarded_topic_messages": self.forwarded_topic,
                 "received_forwarded": self.received_forwarded,
                 "discarded_false_positive": self.discarded_false_positive,

@@ -5,6 +5,11 @@ everyone's; the store's own atomic operations (a Redis hash, a SQL upsert) are t
 Liveness is decided by each reader from the record's age (``dead_after_ms``), so a partitioned node is
 dead to the others as soon as its beats stop arriving in the store.
 
+The assignment map records, for each durable subscription, the node hosting it and the subscription's own
+record (topic, selector, owner, ...), so that any node can hold messages for a dead host's subscribers
+and adopt them (spec/cluster.md §5, §6).  The routing-key map says which id each queue routes on
+(spec/routing.md §2.3) for every node, whichever node it was declared through.
+
 Blocking I/O: the cluster node calls these methods from a worker thread (spec/cluster.md §1).
 """
 from __future__ import annotations
@@ -28,6 +33,29 @@ class Member:
         return now_ms - self.beat < dead_after_ms
 
 
+@dataclass(frozen=True)
+class Hosted:
+    """Where a durable subscription lives, and what it is (None for a record written before records were
+    kept: such a subscription can be held for but not adopted by another node)."""
+
+    node: str
+    record: dict | None = None
+
+    @property
+    def topic(self) -> str | None:
+        return None if self.record is None else self.record.get("topic")
+
+    def encode(self) -> str:
+        return json.dumps({"node": self.node, "record": self.record}, sort_keys=True)
+
+    @classmethod
+    def decode(cls, raw: str) -> "Hosted":
+        if not raw.startswith("{"):
+            return cls(raw)                        # the layout before records: the node id alone
+        data = json.loads(raw)
+        return cls(data["node"], data.get("record"))
+
+
 class ClusterRegistry(abc.ABC):
     def __init__(self, cluster: str) -> None:
         self.cluster = cluster
@@ -45,18 +73,31 @@ class ClusterRegistry(abc.ABC):
         """Delete a node's record (clean shutdown, after hand-over)."""
 
     @abc.abstractmethod
-    def assign(self, subscription: str, node: str | None) -> None:
-        """Record (or with None, forget) which node hosts a durable subscription."""
+    def assign(self, subscription: str, node: str | None, record: dict | None = None) -> None:
+        """Record (or with None, forget) which node hosts a durable subscription, and its record."""
 
     @abc.abstractmethod
+    def subscriptions(self) -> dict[str, Hosted]:
+        """subscription key -> its host and record."""
+
     def assignments(self) -> dict[str, str]:
         """subscription key -> hosting node."""
+        return {key: hosted.node for key, hosted in self.subscriptions().items()}
 
-    def claim(self, subscription: str, node: str) -> str | None:
+    def claim(self, subscription: str, node: str, record: dict | None = None) -> str | None:
         """Record ``node`` as the host of ``subscription``; returns the previous host (None if none)."""
-        previous = self.assignments().get(subscription)
-        self.assign(subscription, node)
-        return previous
+        previous = self.subscriptions().get(subscription)
+        self.assign(subscription, node, record if record is not None else
+                    (previous.record if previous is not None else None))
+        return previous.node if previous is not None else None
+
+    @abc.abstractmethod
+    def set_routing_key(self, queue: str, routing_key: str) -> None:
+        """Record which id ``queue`` routes on across the cluster."""
+
+    @abc.abstractmethod
+    def routing_keys(self) -> dict[str, str]:
+        """queue name -> routing key (queues not listed route on their group)."""
 
     def close(self) -> None:
         pass
@@ -72,7 +113,9 @@ class RedisRegistry(ClusterRegistry):
         self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
         self._members = f"pymq:cluster:{cluster}:members"
         self._assign = f"pymq:cluster:{cluster}:assignments"
+        self._routing = f"pymq:cluster:{cluster}:routing-keys"
         self._errors = (redis.RedisError,)
+        self._watch_error = redis.WatchError
 
     def _call(self, fn, *args):
         try:
@@ -90,24 +133,41 @@ class RedisRegistry(ClusterRegistry):
     def leave(self, node: str) -> None:
         self._call(self._redis.hdel, self._members, node)
 
-    def assign(self, subscription: str, node: str | None) -> None:
+    def assign(self, subscription: str, node: str | None, record: dict | None = None) -> None:
         if node is None:
             self._call(self._redis.hdel, self._assign, subscription)
         else:
-            self._call(self._redis.hset, self._assign, subscription, node)
+            self._call(self._redis.hset, self._assign, subscription, Hosted(node, record).encode())
 
-    def assignments(self) -> dict[str, str]:
+    def subscriptions(self) -> dict[str, Hosted]:
         raw = self._call(self._redis.hgetall, self._assign)
-        return {k.decode(): v.decode() for k, v in raw.items()}
+        return {k.decode(): Hosted.decode(v.decode()) for k, v in raw.items()}
 
-    def claim(self, subscription: str, node: str) -> str | None:
+    def claim(self, subscription: str, node: str, record: dict | None = None) -> str | None:
         def transaction():
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.hget(self._assign, subscription)
-            pipe.hset(self._assign, subscription, node)
-            return pipe.execute()[0]
+            # optimistic: retry if the field changed between the read and the write
+            with self._redis.pipeline(transaction=True) as pipe:
+                while True:
+                    try:
+                        pipe.watch(self._assign)
+                        raw = pipe.hget(self._assign, subscription)
+                        previous = Hosted.decode(raw.decode()) if raw is not None else None
+                        keep = record if record is not None else (previous.record if previous else None)
+                        pipe.multi()
+                        pipe.hset(self._assign, subscription, Hosted(node, keep).encode())
+                        pipe.execute()
+                        return previous
+                    except self._watch_error:
+                        continue
         previous = self._call(transaction)
-        return previous.decode() if previous is not None else None
+        return previous.node if previous is not None else None
+
+    def set_routing_key(self, queue: str, routing_key: str) -> None:
+        self._call(self._redis.hset, self._routing, queue, routing_key)
+
+    def routing_keys(self) -> dict[str, str]:
+        raw = self._call(self._redis.hgetall, self._routing)
+        return {k.decode(): v.decode() for k, v in raw.items()}
 
     def close(self) -> None:
         self._redis.close()
@@ -128,10 +188,16 @@ class SqlRegistry(ClusterRegistry):
                                   sa.Column("node", sa.String(200), primary_key=True),
                                   sa.Column("record", sa.Text, nullable=False),
                                   sa.Column("beat_ms", sa.BigInteger, nullable=False))
-        self.t_assign = sa.Table("pymq_cluster_assignments", meta,
+        # (pymq_cluster_assignments, the layout without records, is no longer read)
+        self.t_assign = sa.Table("pymq_cluster_subscriptions", meta,
                                  sa.Column("cluster", sa.String(100), primary_key=True),
                                  sa.Column("subscription", sa.String(500), primary_key=True),
-                                 sa.Column("node", sa.String(200), nullable=False))
+                                 sa.Column("node", sa.String(200), nullable=False),
+                                 sa.Column("record", sa.Text, nullable=True))
+        self.t_routing = sa.Table("pymq_cluster_routing_keys", meta,
+                                  sa.Column("cluster", sa.String(100), primary_key=True),
+                                  sa.Column("queue", sa.String(500), primary_key=True),
+                                  sa.Column("routing_key", sa.String(40), nullable=False))
         try:
             meta.create_all(self.engine)
         except sa.exc.SQLAlchemyError as exc:
@@ -177,17 +243,26 @@ class SqlRegistry(ClusterRegistry):
     def leave(self, node: str) -> None:
         self._delete(self.t_members, cluster=self.cluster, node=node)
 
-    def assign(self, subscription: str, node: str | None) -> None:
+    def assign(self, subscription: str, node: str | None, record: dict | None = None) -> None:
         if node is None:
             self._delete(self.t_assign, cluster=self.cluster, subscription=subscription)
         else:
             self._upsert(self.t_assign, {"cluster": self.cluster, "subscription": subscription},
-                         {"node": node})
+                         {"node": node, "record": json.dumps(record, sort_keys=True) if record else None})
 
-    def assignments(self) -> dict[str, str]:
+    def subscriptions(self) -> dict[str, Hosted]:
         t = self.t_assign
-        rows = self._query(self.sa.select(t.c.subscription, t.c.node).where(t.c.cluster == self.cluster))
-        return {s: n for s, n in rows}
+        rows = self._query(self.sa.select(t.c.subscription, t.c.node, t.c.record)
+                           .where(t.c.cluster == self.cluster))
+        return {s: Hosted(n, json.loads(r) if r else None) for s, n, r in rows}
+
+    def set_routing_key(self, queue: str, routing_key: str) -> None:
+        self._upsert(self.t_routing, {"cluster": self.cluster, "queue": queue}, {"routing_key": routing_key})
+
+    def routing_keys(self) -> dict[str, str]:
+        t = self.t_routing
+        rows = self._query(self.sa.select(t.c.queue, t.c.routing_key).where(t.c.cluster == self.cluster))
+        return {q: k for q, k in rows}
 
     def close(self) -> None:
         self.engine.dispose()

@@ -8,8 +8,12 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import yaml
+
+import pymq
+from tests.conftest import wait_for
 
 
 class Node:
@@ -61,3 +65,27 @@ class Node:
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(10)
+
+
+def cluster_cfg(store_url: str, **over) -> dict:
+    cfg = {"store": store_url, "secret": "test-secret", "name": f"t{uuid.uuid4().hex[:8]}",
+           "heartbeat_ms": 200, "dead_after_ms": 1200}
+    cfg.update(over)
+    return cfg
+
+
+def status(node: Node) -> dict:
+    """The node's admin ``cluster`` operation."""
+    with pymq.connect(node.url) as conn:
+        return conn.queue_manager().call("cluster")
+
+
+def start_cluster(tmp_path, store_url: str, n: int = 3, **over) -> tuple[list[Node], dict]:
+    """n nodes n0..n(n-1) that all see each other with links up."""
+    cfg = cluster_cfg(store_url, **over)
+    nodes = [Node(f"n{i}", str(tmp_path / f"n{i}"), cfg).start() for i in range(n)]
+    ids = {f"n{i}" for i in range(n)}
+    for node in nodes:
+        assert wait_for(lambda: set(status(node)["members"]) == ids and all(status(node)["links"].values())
+                        and len(status(node)["links"]) == n - 1, timeout=10), status(node)
+    return nodes, cfg

@@ -10,31 +10,13 @@ import pytest
 
 import pymq
 from pymq.routing import GroupRouter
-from tests.cluster.nodes import Node
+from tests.cluster.nodes import Node, cluster_cfg, start_cluster, status
 from tests.conftest import wait_for
 from tests.storage.services import postgres_url, redis_url  # noqa: F401 - fixtures
 
 
 def _cluster_cfg(redis_url, **over):
-    cfg = {"store": redis_url, "secret": "test-secret", "name": f"t{uuid.uuid4().hex[:8]}",
-           "heartbeat_ms": 200, "dead_after_ms": 1200}
-    cfg.update(over)
-    return cfg
-
-
-def status(node: Node) -> dict:
-    with pymq.connect(node.url) as conn:
-        return conn.queue_manager().call("cluster")
-
-
-def start_cluster(tmp_path, redis_url, n=3, **over):  # noqa: F811
-    cfg = _cluster_cfg(redis_url, **over)
-    nodes = [Node(f"n{i}", str(tmp_path / f"n{i}"), cfg).start() for i in range(n)]
-    ids = {f"n{i}" for i in range(n)}
-    for node in nodes:
-        assert wait_for(lambda: set(status(node)["members"]) == ids and all(status(node)["links"].values())
-                        and len(status(node)["links"]) == n - 1, timeout=10), status(node)
-    return nodes, cfg
+    return cluster_cfg(redis_url, **over)
 
 
 @pytest.fixture(scope="module")
@@ -96,6 +78,18 @@ def test_topic_filters_forward_only_where_someone_listens(trio):
     assert after["n2"]["received_forwarded"] - before["n2"]["received_forwarded"] == 0
     # when the last subscriber leaves, the topic leaves b's filter
     assert wait_for(lambda: wanted not in status(b)["filter_topics"])
+
+
+def test_idle_links_stay_up(trio):
+    """A link judges its peer's silence by the heart-beat interval the peer's broker negotiated (10 s by
+    default), not by this cluster's membership period: idle links used to be closed and reopened every
+    second."""
+    def drops():
+        return sum("is down" in line or "closing" in line for n in trio for line in list(n.log))
+    before = drops()
+    time.sleep(2.5)                                       # > 4 heartbeat periods of 200 ms, with no traffic
+    assert drops() == before
+    assert all(all(status(n)["links"].values()) for n in trio)
 
 
 def test_consumers_on_any_node_drain_a_queue_produced_elsewhere(trio):
