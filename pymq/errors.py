@@ -82,6 +82,12 @@ class AuthenticationFailed(PymqError):
     code = "authentication-failed"
 
 
+class UnknownUser(PymqError):
+    """An admin operation named a user the users file does not hold."""
+
+    code = "unknown-user"
+
+
 class AccessDenied(PymqError):
     """A user lacks a permission on a destination (user, destination and permission are named)."""
 

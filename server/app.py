@@ -80,6 +80,8 @@ class BrokerServer:
         self.admin_port: int | None = None
         self.port: int | None = None
         self.recovered = 0
+        self.recovery_done = False     # /readyz: storage recovered
+        self.stopping = False          # /readyz: a clean stop has begun
 
     async def start(self) -> "BrokerServer":
         """Storage, recovery, broker core, then the STOMP listener."""
@@ -97,6 +99,7 @@ class BrokerServer:
             self.cluster = ClusterNode(self.broker, ccfg, loop, cfg.node_id, f"{cfg.host}:{self.port}")
             self.broker.cluster = self.cluster
             await self.cluster.start()
+        self.admin.start()
         if cfg.admin_port is not None:
             from pymq_server.admin.http import AdminHttp
             self.http = AdminHttp(self, cfg.host, cfg.admin_port)
@@ -125,6 +128,7 @@ class BrokerServer:
         if selection is not None:
             self._setup_selection(selection)
         self.recovered = self.broker.recover()
+        self.recovery_done = True
         if self.recovered:
             log.info("recovered %d persistent messages", self.recovered)
             # recovered messages live long: keep them out of every cyclic GC pass from now on
@@ -182,6 +186,9 @@ class BrokerServer:
             self._schedule_housekeeping()
 
     async def stop(self) -> None:
+        self.stopping = True
+        if self.admin is not None:
+            self.admin.stop()
         if self.cluster is not None:
             await self.cluster.stop()          # hand-over needs the links and the loop still running
         if self._housekeeping is not None:

@@ -3,6 +3,9 @@
     pymq-server [--host H] [--port P] [--data-dir D] [--config broker.yaml]
     pymq-server passwd USER --users-file users.yaml [--roles admin,app] [--password-stdin]
 
+A running broker is managed with ``pymq-admin`` (server/admin/cli.py) and the web console on the
+admin port.
+
 SIGTERM and SIGINT stop the broker cleanly: listeners close, clients get their connections closed,
 storage is flushed and synced.
 """
@@ -21,7 +24,15 @@ from pymq_server.config import BrokerConfig
 
 
 def _serve_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="pymq-server", description="Run the pymq STOMP broker.")
+    p = argparse.ArgumentParser(
+        prog="pymq-server", description="Run the pymq STOMP broker.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="subcommands:\n"
+               "  pymq-server passwd USER --users-file FILE [--roles R,R] [--password-stdin]\n"
+               "                        add a user or change a password in a users file\n\n"
+               "manage a running broker (queues, messages, dead letters, connections, users, ...):\n"
+               "  pymq-admin --help     the admin command line (docs/cli.md); the web console is at\n"
+               "                        http://HOST:ADMIN_PORT/ when --admin-port is set")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="STOMP port (default 61613; 0 picks a free port)")
     p.add_argument("--data-dir", dest="data_dir", help="where persistent data lives (default ./pymq-data)")

@@ -1,56 +1,104 @@
-"""The HTTP admin endpoint (aiohttp), for operators, ``curl`` and Prometheus (spec/admin.md).
+"""The HTTP admin endpoint (aiohttp): the web console, the JSON API, Prometheus and health probes.
 
-    GET  /metrics                   Prometheus text format
-    GET  /api/queues                list-queues          GET /api/queues/{name}   queue-info
-    GET  /api/topics                list-topics          GET /api/storage         storage
+    GET  /                          the web console (static files shipped in the package, no CDN)
+    GET  /healthz  /readyz          liveness; readiness (storage open, recovery done, listening) — no login
+    GET  /metrics                   Prometheus text format (prometheus_client)
+    POST /api/session               console log-in (JSON {user, password}) -> cookie + CSRF token
+    GET  /api/session               who is logged in (and the CSRF token again)
+    DELETE /api/session             log out
+    GET  /api/{operation}           a read-only admin operation, arguments in the query string
     POST /api/{operation}           any admin operation, JSON object body of arguments
+    GET  /api/queues[/{name}]  /api/topics  /api/storage      shorthands kept from the first version
 
-Every request needs HTTP basic authentication with a broker user (the users file; guest only from
-loopback, as on STOMP); permissions are the admin operations' own.  Answers are JSON
-``{"ok": ..., "result" | "error"}`` with 200, or 400/401/403/404 on errors.
+Every API request is made by a broker user: HTTP basic authentication (``curl``, ``pymq-admin``,
+Prometheus) or a console session cookie; permissions are the admin operations' own (ops.py), so the
+console, the CLI and STOMP clients are refused the same things.  State-changing requests must be
+``POST``/``DELETE`` with ``Content-Type: application/json`` (a cross-site HTML form cannot send that) and,
+with a session cookie, the session's CSRF token in ``X-CSRF-Token``.  Answers are JSON
+``{"ok": ..., "result" | "error"}`` with 200, or 400/401/403/404/405 on errors.
 """
 from __future__ import annotations
 
 import asyncio
 import base64
+import binascii
 import json
 import logging
+from importlib import resources
 
 from aiohttp import web
 
-from pymq.errors import AccessDenied, AuthenticationFailed, PymqError, UnknownDestination
-from pymq_server.admin.ops import error_result, prometheus
+from pymq.errors import (ERROR_CODES, AccessDenied, AuthenticationFailed, ConfigError, PymqError, UnknownDestination,
+                         UnknownMessage, UnknownUser)
+from pymq_server.admin.metrics import exposition, registry_for
+from pymq_server.admin.ops import READ_ONLY, error_result
+from pymq_server.admin.sessions import COOKIE, CSRF_HEADER, ConsoleSessions
+from pymq_server.broker.auth import is_loopback
 
 log = logging.getLogger("pymq.admin.http")
 
-_STATUS = {AuthenticationFailed: 401, AccessDenied: 403, UnknownDestination: 404}
+_STATUS = {AuthenticationFailed: 401, AccessDenied: 403, UnknownDestination: 404, UnknownMessage: 404,
+           UnknownUser: 404}
+
+#: the console's files (served from this list only: no path ever reaches the file system)
+CONSOLE_FILES = {"index.html": "text/html", "app.js": "text/javascript", "charts.js": "text/javascript",
+                 "app.css": "text/css", "favicon.svg": "image/svg+xml"}
+
+_SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+                               "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+}
 
 
-def _status_for(exc: PymqError) -> int:
+def _status_for(kind: type[PymqError]) -> int:
     for cls, status in _STATUS.items():
-        if isinstance(exc, cls):
+        if issubclass(kind, cls):
             return status
     return 400
 
 
+def _load_console() -> dict[str, bytes]:
+    folder = resources.files("pymq_server.admin") / "console"
+    return {name: (folder / name).read_bytes() for name in CONSOLE_FILES}
+
+
 class AdminHttp:
-    def __init__(self, server, host: str, port: int) -> None:
+    def __init__(self, server, host: str, port: int, ssl_context=None) -> None:
         self.server = server
         self.host = host
         self.port = port
+        self.ssl_context = ssl_context
         self.runner: web.AppRunner | None = None
+        self.sessions = ConsoleSessions()
+        self._console = _load_console()
+        self._registry = registry_for(server.admin)
+
+    @property
+    def admin(self):
+        return self.server.admin
 
     async def start(self) -> int:
-        app = web.Application(client_max_size=1024 * 1024)
+        app = web.Application(client_max_size=1024 * 1024, middlewares=[self._security_headers])
+        app.router.add_get("/", self._index)
+        app.router.add_get("/console/{file}", self._asset)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/api/queues", self._op("list-queues"))
-        app.router.add_get("/api/queues/{name}", self._op("queue-info"))
-        app.router.add_get("/api/topics", self._op("list-topics"))
-        app.router.add_get("/api/storage", self._op("storage"))
+        app.router.add_post("/api/session", self._login)
+        app.router.add_get("/api/session", self._whoami)
+        app.router.add_delete("/api/session", self._logout)
+        app.router.add_get("/api/queues", self._get_op("list-queues"))
+        app.router.add_get("/api/queues/{name}", self._get_op("queue-info"))
+        app.router.add_get("/api/topics", self._get_op("list-topics"))
+        app.router.add_get("/api/storage", self._get_op("storage"))
+        app.router.add_get("/api/{op}", self._get)
         app.router.add_post("/api/{op}", self._post)
         self.runner = web.AppRunner(app, access_log=None)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.host, self.port)
+        site = web.TCPSite(self.runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
         self.port = site._server.sockets[0].getsockname()[1]
         return self.port
@@ -59,53 +107,190 @@ class AdminHttp:
         if self.runner is not None:
             await self.runner.cleanup()
 
-    async def _user(self, request: web.Request):
-        header = request.headers.get("Authorization", "")
-        if not header.startswith("Basic "):
-            raise AuthenticationFailed("HTTP basic authentication with a broker user is required")
+    @web.middleware
+    async def _security_headers(self, request: web.Request, handler):
+        response = await handler(request)
+        response.headers.update(_SECURITY_HEADERS)
+        if request.path.startswith("/api/"):
+            response.headers["Cache-Control"] = "no-store"
+        return response
+
+    # -- who is asking ---------------------------------------------------------------------------
+    async def _basic_user(self, header: str, peer: str | None):
         try:
-            login, _, password = base64.b64decode(header[6:]).decode("utf-8").partition(":")
-        except (ValueError, UnicodeDecodeError):
+            login, _, password = base64.b64decode(header[6:], validate=True).decode("utf-8").partition(":")
+        except (ValueError, UnicodeDecodeError, binascii.Error):
             raise AuthenticationFailed("malformed basic authentication header") from None
+        return await self._authenticate(login, password, peer)
+
+    async def _authenticate(self, login: str, password: str, peer: str | None):
         auth = self.server.broker.authenticator
-        peer = request.remote
+        if login.startswith("cluster:"):
+            raise AuthenticationFailed("cluster nodes do not use the admin HTTP interface")
         if auth.needs_slow_check(login, password):
             return await asyncio.get_running_loop().run_in_executor(
                 None, auth.authenticate, login, password, peer)
         return auth.authenticate(login, password, peer)
 
-    def _op(self, op: str):
-        async def handler(request: web.Request) -> web.Response:
-            args = dict(request.match_info)
-            args.update(request.query)
-            return await self._run(request, op, args)
-        return handler
+    def _session_user(self, request: web.Request, changing: bool):
+        token = request.cookies.get(COOKIE)
+        session = self.sessions.lookup(token)
+        if session is None:
+            raise AuthenticationFailed("not logged in (or the console session expired): log in again")
+        user = self.server.broker.authenticator.users.get(session.login)
+        if user is None or user.password_hash != session.password_hash:
+            self.sessions.drop(token)
+            raise AuthenticationFailed(f"user '{session.login}' was removed or its password changed: "
+                                       f"log in again", user=session.login)
+        if user.loopback_only and not is_loopback(request.remote):
+            raise AuthenticationFailed(f"user '{user.name}' can only connect via localhost", user=user.name)
+        if changing:
+            if not ConsoleSessions.csrf_ok(session, request.headers.get(CSRF_HEADER)):
+                raise AccessDenied("missing or wrong CSRF token (X-CSRF-Token) for a state-changing request",
+                                   user=user.name, destination="*", permission="csrf")
+            origin = request.headers.get("Origin")
+            if origin is not None and origin.split("://", 1)[-1] != request.host:
+                raise AccessDenied(f"cross-origin request from {origin} refused", user=user.name,
+                                   destination="*", permission="origin")
+        return user
 
-    async def _post(self, request: web.Request) -> web.Response:
-        try:
-            args = await request.json() if request.can_read_body else {}
-        except json.JSONDecodeError as exc:
-            return web.json_response({"ok": False, "error": {"code": "config",
-                                                             "message": f"body is not JSON: {exc}"}}, status=400)
-        return await self._run(request, request.match_info["op"], args)
+    async def _user(self, request: web.Request, changing: bool):
+        header = request.headers.get("Authorization", "")
+        if header.startswith("Basic "):
+            return await self._basic_user(header, request.remote)
+        if COOKIE in request.cookies:
+            return self._session_user(request, changing)
+        raise AuthenticationFailed("HTTP basic authentication or a console session is required")
 
-    async def _run(self, request: web.Request, op: str, args) -> web.Response:
+    @staticmethod
+    def _json_body_required(request: web.Request) -> None:
+        if request.content_type != "application/json":
+            raise ConfigError("a state-changing request needs 'Content-Type: application/json'")
+
+    # -- the console -----------------------------------------------------------------------------
+    async def _index(self, request: web.Request) -> web.Response:
+        return web.Response(body=self._console["index.html"], content_type="text/html", charset="utf-8")
+
+    async def _asset(self, request: web.Request) -> web.Response:
+        name = request.match_info["file"]
+        kind = CONSOLE_FILES.get(name)
+        if kind is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=self._console[name], content_type=kind,
+                            charset="utf-8" if kind.startswith("text/") else None)
+
+    async def _login(self, request: web.Request) -> web.Response:
         try:
-            user = await self._user(request)
-            result = self.server.admin.execute(user, op, args)
+            self._json_body_required(request)
+            body = await _json_body(request)
+            login, password = body.get("user"), body.get("password")
+            if not isinstance(login, str) or not isinstance(password, str) or not login:
+                raise AuthenticationFailed("log-in needs a JSON body with 'user' and 'password'")
+            user = await self._authenticate(login, password, request.remote)
         except PymqError as exc:
-            return web.json_response(error_result(exc), status=_status_for(exc), dumps=_dumps)
-        return web.json_response({"ok": True, "result": result}, dumps=_dumps)
+            return _error(exc)
+        token, session = self.sessions.create(user.name, user.password_hash)
+        response = _ok(self._session_view(user, session))
+        response.set_cookie(COOKIE, token, httponly=True, samesite="Strict", path="/",
+                            secure=request.secure)
+        log.info("console log-in by %s from %s", user.name, request.remote)
+        return response
+
+    async def _whoami(self, request: web.Request) -> web.Response:
+        try:
+            user = self._session_user(request, changing=False)
+        except PymqError as exc:
+            return _error(exc)
+        return _ok(self._session_view(user, self.sessions.lookup(request.cookies.get(COOKIE))))
+
+    async def _logout(self, request: web.Request) -> web.Response:
+        try:
+            self._session_user(request, changing=True)
+        except PymqError as exc:
+            return _error(exc)
+        self.sessions.drop(request.cookies.get(COOKIE))
+        response = _ok({"logged_out": True})
+        response.del_cookie(COOKIE, path="/")
+        return response
+
+    @staticmethod
+    def _session_view(user, session) -> dict:
+        return {"user": user.name, "roles": sorted(user.roles), "admin": "admin" in user.roles,
+                "csrf": session.csrf if session is not None else None}
+
+    # -- probes and metrics ----------------------------------------------------------------------
+    async def _healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        ready, checks = self.admin.readiness()
+        return web.json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         try:
-            await self._user(request)
+            await self._user(request, changing=False)
         except PymqError as exc:
             return web.Response(status=401, text=exc.message + "\n",
                                 headers={"WWW-Authenticate": 'Basic realm="pymq"'})
-        return web.Response(text=prometheus(self.server.admin),
-                            content_type="text/plain", charset="utf-8",
-                            headers={"X-Content-Type-Options": "nosniff"})
+        body, content_type = exposition(self._registry, request.headers.get("Accept", ""))
+        response = web.Response(body=body)
+        response.headers["Content-Type"] = content_type
+        return response
+
+    # -- operations ------------------------------------------------------------------------------
+    def _get_op(self, op: str):
+        async def handler(request: web.Request) -> web.Response:
+            args = dict(request.query)
+            args.update(request.match_info)
+            return await self._run(request, op, args, changing=False)
+        return handler
+
+    async def _get(self, request: web.Request) -> web.Response:
+        op = request.match_info["op"]
+        if op not in READ_ONLY:
+            return _error(ConfigError(f"'{op}' changes the broker (or does not exist): use POST"), status=405)
+        return await self._run(request, op, dict(request.query), changing=False)
+
+    async def _post(self, request: web.Request) -> web.Response:
+        try:
+            self._json_body_required(request)
+            args = await _json_body(request)
+        except PymqError as exc:
+            return _error(exc)
+        return await self._run(request, request.match_info["op"], args, changing=True)
+
+    async def _run(self, request: web.Request, op: str, args, changing: bool) -> web.Response:
+        try:
+            user = await self._user(request, changing)
+        except PymqError as exc:
+            return _error(exc)
+        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.admin.submit(user, op, args, answer.set_result)
+        result = await answer
+        if result["ok"]:
+            return web.json_response(result, dumps=_dumps)
+        kind = ERROR_CODES.get(result["error"]["code"], PymqError)
+        return web.json_response(result, dumps=_dumps, status=_status_for(kind))
+
+
+async def _json_body(request: web.Request) -> dict:
+    try:
+        body = await request.json() if request.can_read_body else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise ConfigError("body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise ConfigError("the body must be a JSON object")
+    return body
+
+
+def _ok(result) -> web.Response:
+    return web.json_response({"ok": True, "result": result}, dumps=_dumps)
+
+
+def _error(exc: PymqError, status: int | None = None) -> web.Response:
+    return web.json_response(error_result(exc), status=status or _status_for(type(exc)), dumps=_dumps)
 
 
 def _dumps(value) -> str:

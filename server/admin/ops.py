@@ -2,31 +2,28 @@
 
 Every operation takes the calling user and a JSON-shaped argument mapping and returns a JSON-shaped
 result, or raises a :class:`pymq.errors.PymqError` whose code travels back.  The STOMP admin destination
-(``/pymq/admin``, server/admin/stomp_admin.py) and the HTTP endpoint (server/admin/http.py) are thin
-adapters over :data:`OPERATIONS`; permissions are checked here, once.
+(``/pymq/admin``, server/admin/stomp_admin.py), the HTTP API and web console (server/admin/http.py) and
+the ``pymq-admin`` command line (which speaks HTTP) are thin adapters over :data:`OPERATIONS`;
+permissions are checked here, once, so a permission change applies to all of them.
+
+Operations in :data:`READ_ONLY` change nothing; only they may be called with HTTP GET.  An operation
+whose work is slow returns an :class:`~pymq_server.admin.checks.Offload`; :meth:`Admin.submit` runs it
+in a worker thread and answers when it is done.
 """
 from __future__ import annotations
 
+import logging
+import platform
+import time
 from typing import Any, Callable
 
-from pymq.errors import AccessDenied, ConfigError, PymqError, UnknownDestination
-from pymq_server.broker.acl import is_admin
+import pymq
+from pymq.errors import ConfigError, ConnectionClosed, PymqError, UnknownDestination
+from pymq_server.admin import messages, users
+from pymq_server.admin.checks import Offload, queue_name, require_admin, text_arg, user_name
+from pymq_server.admin.rates import PERIOD_S, RateSampler, process_rss, wall_ms
 
-
-def _name(args: dict, key: str = "name") -> str:
-    value = args.get(key)
-    if not isinstance(value, str) or not value:
-        raise ConfigError(f"admin operation needs a non-empty string '{key}'")
-    if value.startswith("/queue/"):
-        value = value[len("/queue/"):]
-    return value
-
-
-def _require_admin(user, what: str) -> None:
-    if not is_admin(user):
-        name = getattr(user, "name", "anonymous")
-        raise AccessDenied(f"user '{name}' may not {what}: administrators only", user=name,
-                           destination="*", permission="admin")
+log = logging.getLogger("pymq.admin")
 
 
 def queue_metrics(queue, clock: float) -> dict:
@@ -44,6 +41,7 @@ def queue_metrics(queue, clock: float) -> dict:
         "max_wait_s": round(st.wait_max, 6),
         "expired": st.expired,
         "delivered": st.delivered,
+        "acknowledged": st.acknowledged,
         "dead_lettered": st.dead_lettered,
         "dropped": st.dropped,
         "ready": queue.ready.count,
@@ -56,12 +54,19 @@ def queue_metrics(queue, clock: float) -> dict:
 class Admin:
     def __init__(self, server) -> None:
         self.server = server
+        self.sampler = RateSampler()
+        self.started_at = time.time()
+        self.started_mono = time.monotonic()
+        self._timer = None
+        self._registry = None
 
     @property
     def broker(self):
         return self.server.broker
 
+    # -- running operations --------------------------------------------------------------------
     def execute(self, user, op: str, args: dict | None) -> Any:
+        """Run ``op`` now: its result, or an :class:`Offload` for :meth:`submit` to finish."""
         handler = OPERATIONS.get(op)
         if handler is None:
             raise ConfigError(f"unknown admin operation {op!r}; known: {', '.join(sorted(OPERATIONS))}")
@@ -69,48 +74,76 @@ class Admin:
             raise ConfigError("admin arguments must be a JSON object")
         return handler(self, user, args or {})
 
-    # -- queues --------------------------------------------------------------------------------
-    def list_queues(self, user, args: dict) -> list:
+    def submit(self, user, op: str, args: Any, reply: Callable[[dict], None]) -> None:
+        """Run ``op`` and call ``reply`` with ``{"ok": True, "result"}`` or ``{"ok": False, "error"}``
+        on the loop: at once, or after an offloaded part ran in a worker thread."""
+        try:
+            result = self.execute(user, op, args)
+        except PymqError as exc:
+            reply(_logged(op, user, error_result(exc)))
+            return
+        if not isinstance(result, Offload):
+            reply(_logged(op, user, {"ok": True, "result": result}))
+            return
+
+        def done(value, error) -> None:
+            if error is None:
+                try:
+                    answer = {"ok": True, "result": result.finish(value)}
+                except PymqError as exc:
+                    answer = error_result(exc)
+            elif isinstance(error, PymqError):
+                answer = error_result(error)
+            elif isinstance(error, OSError):
+                answer = error_result(ConfigError(f"{op}: {error.strerror or error}"))
+            else:
+                log.error("admin %s failed", op, exc_info=error)
+                answer = error_result(PymqError(f"{op} failed: internal error ({type(error).__name__})"))
+            reply(_logged(op, user, answer))
+        self.broker.run_in_thread(result.work, done)
+
+    # -- sampling for rates and charts ---------------------------------------------------------
+    def start(self) -> None:
+        """Begin sampling rates (the network broker; the embedded vm:// broker does not sample)."""
+        self.sample()
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def sample(self) -> None:
+        try:
+            self.sampler.sample(time.monotonic(), self._counters(), self._figures(), wall_ms())
+        finally:
+            self._timer = self.server.runtime.call_later(PERIOD_S, self.sample)
+
+    def _counters(self) -> dict[str, tuple[int, int, int]]:
         b = self.broker
-        clock = b.clock()
-        out = []
-        for name, queue in sorted(b.queues.items()):
-            acl = b.acl.acls.get(queue.destination)
-            out.append({"name": name, "destination": queue.destination, "declared": name in b.declared,
-                        "owner": acl.owner if acl else None, **queue_metrics(queue, clock)})
-        return out
+        counters = {}
+        for name, q in b.queues.items():
+            st = q.stats
+            counters["q:" + name] = (st.added, st.delivered, st.acknowledged)
+        for topic in b.topics.values():
+            counters["t:" + topic.name] = (topic.published, 0, 0)
+            for sub in topic.subscriptions.values():
+                st = sub.queue.stats
+                counters["s:" + sub.name] = (0, st.delivered, st.acknowledged)
+        return counters
 
-    def create_queue(self, user, args: dict) -> dict:
-        name = _name(args)
-        settings = args.get("config")
-        if settings is not None and not isinstance(settings, dict):
-            raise ConfigError("'config' must be a mapping of queue settings")
-        queue, created = self.broker.declare_queue(name, settings or {}, user, args.get("grants"))
-        return {"created": created, "queue": self.queue_info(user, {"name": name})}
-
-    def drop_queue(self, user, args: dict) -> dict:
-        return {"dropped_messages": self.broker.drop_queue(_name(args), user, force=bool(args.get("force")))}
-
-    def purge_queue(self, user, args: dict) -> dict:
-        return {"purged_messages": self.broker.purge_queue(_name(args), user)}
-
-    def queue_info(self, user, args: dict) -> dict:
+    def _figures(self) -> dict:
         b = self.broker
-        name = _name(args)
-        queue = b.queues.get(name)
-        if queue is None:
-            raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
-        return {"name": name, "destination": queue.destination, "declared": name in b.declared,
-                "config": queue.config.to_dict(), "acl": b.acl.describe(queue.destination),
-                "metrics": queue_metrics(queue, b.clock())}
+        return {"depth": sum(q.depth for q in b.queues.values()),
+                "subscription_depth": sum(s.queue.depth for t in b.topics.values()
+                                          for s in t.subscriptions.values()),
+                "connections": len(b.sessions), "held_bytes": b.held_bytes, "rss_bytes": process_rss()}
 
-    def metrics(self, user, args: dict) -> dict:
+    # -- figures shared by status, metrics and the console -------------------------------------
+    def client_queues(self):
+        """Queues and broker-internal queues (cluster outboxes), not temporary or subscription queues."""
         b = self.broker
-        clock = b.clock()
-        return {"queues": {n: queue_metrics(q, clock) for n, q in sorted(b.queues.items())},
-                "subscriptions": {q.name: queue_metrics(q, clock) for t in b.topics.values()
-                                  for q in (s.queue for s in t.subscriptions.values())},
-                "broker": self.broker_figures()}
+        yield from b.queues.values()
+        yield from getattr(b, "internal", {}).values()
 
     def broker_figures(self) -> dict:
         b = self.broker
@@ -119,153 +152,306 @@ class Admin:
                 "dropped_no_subscriber": b.dropped_no_subscriber,
                 "topics": len(b.topics), "queues": len(b.queues)}
 
-    # -- destinations and permissions ----------------------------------------------------------
-    def list_destinations(self, user, args: dict) -> dict:
-        b = self.broker
-        return {"queues": sorted(q.destination for q in b.queues.values()),
-                "topics": sorted(t.destination for t in b.topics.values()),
-                "logs": sorted(b.logs)}
+    @staticmethod
+    def core_kind() -> str:
+        from pymq.protocol import scanner
+        return "compiled" if scanner.COMPILED else "pure"
 
-    def list_topics(self, user, args: dict) -> list:
-        b = self.broker
-        clock = b.clock()
-        return [{"name": t.name, "destination": t.destination, "published": t.published,
-                 "subscriptions": [{"name": s.name, "durable": s.durable, "shared": s.shared,
-                                    "selector": s.selector.text if s.selector else None,
-                                    **queue_metrics(s.queue, clock)} for s in t.subscriptions.values()]}
-                for _, t in sorted(b.topics.items())]
-
-    def grant(self, user, args: dict) -> dict:
-        return self.broker.grant(user, args.get("destination", ""), args.get("principal", ""),
-                                 args.get("permissions") or [])
-
-    def revoke(self, user, args: dict) -> dict:
-        return self.broker.revoke(user, args.get("destination", ""), args.get("principal", ""),
-                                  args.get("permissions") or [])
-
-    def acl(self, user, args: dict) -> dict:
-        destination = args.get("destination", "")
-        self.broker.resolve(destination)
-        return self.broker.acl.describe(destination)
-
-    # -- storage (seed 000) --------------------------------------------------------------------
-    def storage(self, user, args: dict) -> dict:
-        _require_admin(user, "read storage status")
-        store = self.server.store
-        selection = store.selection
-        return {"devices": [_status(s) for s in store.status()],
-                "placements": store.placements(),
-                "rules": selection.describe() if selection is not None else None,
-                "syncs": store.syncs}
-
-    def _selection(self, user):
-        _require_admin(user, "change storage rules")
-        layer = self.server.store.selection
-        if layer is None:
-            raise ConfigError("storage rules are not enabled (configure storage.selection)")
-        return layer
-
-    def add_rule(self, user, args: dict) -> Any:
-        self._selection(user).add_rule(args)
-        return self.server.store.selection.describe()
-
-    def replace_rule(self, user, args: dict) -> Any:
-        self._selection(user).replace_rule(args)
-        return self.server.store.selection.describe()
-
-    def remove_rule(self, user, args: dict) -> Any:
-        self._selection(user).remove_rule(args.get("id", ""))
-        return self.server.store.selection.describe()
-
-    def list_rules(self, user, args: dict) -> Any:
-        return self._selection(user).describe()
-
-    def cluster(self, user, args: dict) -> dict:
-        node = self.broker.cluster
-        if node is None:
-            raise ConfigError("this broker is not part of a cluster")
-        return node.status()
-
-    def connections(self, user, args: dict) -> list:
-        _require_admin(user, "list connections")
-        return [{"id": s.id, "user": getattr(s.user, "name", None), "peer": s.peer_host,
-                 "client_id": s.client_id, "version": s.version, "subscriptions": len(s.consumers),
-                 "received": s.received, "sent": s.sent} for s in self.broker.sessions.values()]
+    def readiness(self) -> tuple[bool, dict]:
+        """What ``/readyz`` answers: storage open with every device online, recovery done, listening,
+        not stopping."""
+        server = self.server
+        store = server.store
+        devices = {s.name: s.online for s in store.status()} if store is not None else {}
+        checks = {
+            "storage": bool(devices) and all(devices.values()),
+            "devices": devices,
+            "recovered": bool(getattr(server, "recovery_done", False)),
+            "recovered_messages": getattr(server, "recovered", 0),
+            "listening": server.port is not None,
+            "stopping": bool(getattr(server, "stopping", False)),
+        }
+        ready = checks["storage"] and checks["recovered"] and checks["listening"] and not checks["stopping"]
+        return ready, checks
 
 
+def _logged(op: str, user, answer: dict) -> dict:
+    log.info("admin %s by %s: %s", op, user_name(user), "ok" if answer["ok"] else answer["error"]["code"])
+    return answer
+
+
+# -- status ----------------------------------------------------------------------------------------
+def status(admin: Admin, user, args: dict) -> dict:
+    b = admin.broker
+    ready, checks = admin.readiness()
+    latest = admin.sampler.latest() or {}
+    queues = list(b.queues.values())
+    return {
+        "node": b.node_id, "version": pymq.__version__, "python": platform.python_version(),
+        "core": admin.core_kind(), "started_at": int(admin.started_at * 1000),
+        "uptime_s": round(time.monotonic() - admin.started_mono, 1),
+        "ready": ready, "checks": checks,
+        "listeners": {"stomp": admin.server.port, "admin_http": getattr(admin.server, "admin_port", None)},
+        "connections": len(b.sessions), "queues": len(queues), "topics": len(b.topics),
+        "subscriptions": sum(len(t.subscriptions) for t in b.topics.values()),
+        "messages": {"depth": sum(q.depth for q in queues), "ready": sum(q.ready.count for q in queues),
+                     "in_flight": sum(q.acquired for q in queues),
+                     "scheduled": sum(q.scheduled for q in queues)},
+        "rates": {k: latest.get(k, 0.0) for k in ("rate_in", "rate_out", "rate_ack")},
+        "memory": {"held_bytes": b.held_bytes, "max_memory": b.config.max_memory,
+                   "memory_high": b.memory_high, "rss_bytes": process_rss()},
+        "cluster": None if b.cluster is None else {"members": b.cluster.status()["members"]},
+    }
+
+
+def overview(admin: Admin, user, args: dict) -> dict:
+    """Status and the sampled history the console's charts draw."""
+    return {"status": status(admin, user, args), "history": list(admin.sampler.history),
+            "period_s": PERIOD_S}
+
+
+# -- queues ----------------------------------------------------------------------------------------
+def list_queues(admin: Admin, user, args: dict) -> list:
+    b = admin.broker
+    clock = b.clock()
+    out = []
+    for name, queue in sorted(b.queues.items()):
+        acl = b.acl.acls.get(queue.destination)
+        out.append({"name": name, "destination": queue.destination, "declared": name in b.declared,
+                    "owner": acl.owner if acl else None, **queue_metrics(queue, clock),
+                    **admin.sampler.rate("q:" + name)})
+    return out
+
+
+def create_queue(admin: Admin, user, args: dict) -> dict:
+    name = queue_name(args)
+    settings = args.get("config")
+    if settings is not None and not isinstance(settings, dict):
+        raise ConfigError("'config' must be a mapping of queue settings")
+    grants = args.get("grants")
+    if grants is not None and not isinstance(grants, dict):
+        raise ConfigError("'grants' must be a mapping of principal to permissions")
+    queue, created = admin.broker.declare_queue(name, settings or {}, user, grants)
+    return {"created": created, "queue": queue_info(admin, user, {"name": name})}
+
+
+def drop_queue(admin: Admin, user, args: dict) -> dict:
+    return {"dropped_messages": admin.broker.drop_queue(queue_name(args), user, force=bool(args.get("force")))}
+
+
+def purge_queue(admin: Admin, user, args: dict) -> dict:
+    return {"purged_messages": admin.broker.purge_queue(queue_name(args), user)}
+
+
+def queue_info(admin: Admin, user, args: dict) -> dict:
+    b = admin.broker
+    name = queue_name(args)
+    queue = b.queues.get(name)
+    if queue is None:
+        raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
+    return {"name": name, "destination": queue.destination, "declared": name in b.declared,
+            "config": queue.config.to_dict(), "acl": b.acl.describe(queue.destination),
+            "metrics": queue_metrics(queue, b.clock()), "rates": admin.sampler.rate("q:" + name)}
+
+
+def metrics(admin: Admin, user, args: dict) -> dict:
+    b = admin.broker
+    clock = b.clock()
+    return {"queues": {n: queue_metrics(q, clock) for n, q in sorted(b.queues.items())},
+            "subscriptions": {q.name: queue_metrics(q, clock) for t in b.topics.values()
+                              for q in (s.queue for s in t.subscriptions.values())},
+            "broker": admin.broker_figures()}
+
+
+# -- destinations and permissions ------------------------------------------------------------------
+def list_destinations(admin: Admin, user, args: dict) -> dict:
+    b = admin.broker
+    return {"queues": sorted(q.destination for q in b.queues.values()),
+            "topics": sorted(t.destination for t in b.topics.values()),
+            "logs": sorted(b.logs)}
+
+
+def _subscription(sub, clock: float, sampler: RateSampler) -> dict:
+    return {"name": sub.name, "durable": sub.durable, "shared": sub.shared,
+            "client_id": sub.client_id, "selector": sub.selector.text if sub.selector else None,
+            **queue_metrics(sub.queue, clock), **sampler.rate("s:" + sub.name)}
+
+
+def list_topics(admin: Admin, user, args: dict) -> list:
+    b = admin.broker
+    clock = b.clock()
+    return [{"name": t.name, "destination": t.destination, "published": t.published,
+             **admin.sampler.rate("t:" + t.name),
+             "subscriptions": [_subscription(s, clock, admin.sampler) for s in t.subscriptions.values()]}
+            for _, t in sorted(b.topics.items())]
+
+
+def list_subscriptions(admin: Admin, user, args: dict) -> list:
+    b = admin.broker
+    clock = b.clock()
+    return [{"topic": t.destination, **_subscription(s, clock, admin.sampler)}
+            for _, t in sorted(b.topics.items()) for s in t.subscriptions.values()]
+
+
+def grant(admin: Admin, user, args: dict) -> dict:
+    return admin.broker.grant(user, args.get("destination", ""), args.get("principal", ""),
+                              args.get("permissions") or [])
+
+
+def revoke(admin: Admin, user, args: dict) -> dict:
+    return admin.broker.revoke(user, args.get("destination", ""), args.get("principal", ""),
+                               args.get("permissions") or [])
+
+
+def acl(admin: Admin, user, args: dict) -> dict:
+    destination = text_arg(args, "destination") or ""
+    admin.broker.resolve(destination)
+    return admin.broker.acl.describe(destination)
+
+
+# -- storage (seed 000) ----------------------------------------------------------------------------
 def _status(status) -> dict:
     return {"name": status.name, "kind": status.kind, "messages": status.messages,
             "bytes_used": status.bytes_used, "bytes_free": status.bytes_free, "capacity": status.capacity,
             "errors": status.errors, "write_latency_s": status.write_latency_s, "online": status.online}
 
 
+def storage(admin: Admin, user, args: dict) -> dict:
+    require_admin(user, "read storage status")
+    store = admin.server.store
+    selection = store.selection
+    return {"devices": [_status(s) for s in store.status()],
+            "persistent_device": store.persistent_device.name,
+            "placements": store.placements(),
+            "rules": selection.describe() if selection is not None else None,
+            "syncs": store.syncs}
+
+
+def _selection(admin: Admin, user):
+    require_admin(user, "change storage rules")
+    layer = admin.server.store.selection
+    if layer is None:
+        raise ConfigError("storage rules are not enabled (configure storage.selection)")
+    return layer
+
+
+def add_rule(admin: Admin, user, args: dict) -> Any:
+    _selection(admin, user).add_rule(args)
+    return admin.server.store.selection.describe()
+
+
+def replace_rule(admin: Admin, user, args: dict) -> Any:
+    _selection(admin, user).replace_rule(args)
+    return admin.server.store.selection.describe()
+
+
+def remove_rule(admin: Admin, user, args: dict) -> Any:
+    _selection(admin, user).remove_rule(args.get("id", ""))
+    return admin.server.store.selection.describe()
+
+
+def list_rules(admin: Admin, user, args: dict) -> Any:
+    return _selection(admin, user).describe()
+
+
+def cluster(admin: Admin, user, args: dict) -> dict:
+    node = admin.broker.cluster
+    if node is None:
+        raise ConfigError("this broker is not part of a cluster")
+    return node.status()
+
+
+# -- connections and consumers ---------------------------------------------------------------------
+def connections(admin: Admin, user, args: dict) -> list:
+    require_admin(user, "list connections")
+    return [{"id": s.id, "user": getattr(s.user, "name", None), "peer": s.peer_host,
+             "client_id": s.client_id, "version": s.version, "subscriptions": len(s.consumers),
+             "received": s.received, "sent": s.sent, "writable": s.writable}
+            for s in admin.broker.sessions.values()]
+
+
+def close_connection(admin: Admin, user, args: dict) -> dict:
+    require_admin(user, "close connections")
+    conn_id = text_arg(args, "id")
+    session = admin.broker.sessions.get(conn_id)
+    if session is None:
+        raise UnknownDestination(f"no open connection {conn_id!r}", destination=conn_id)
+    # an ERROR frame first, so the client knows why; its unacknowledged messages return to their queues
+    session.fail(ConnectionClosed(f"connection closed by administrator '{user_name(user)}'"))
+    return {"closed": conn_id}
+
+
+def list_consumers(admin: Admin, user, args: dict) -> list:
+    require_admin(user, "list consumers")
+    only = text_arg(args, "queue", required=False)     # a queue name, a destination or a subscription name
+    if only is not None and not only.startswith("/") and only not in _subscription_names(admin.broker):
+        only = "/queue/" + only
+    out = []
+    for session in admin.broker.sessions.values():
+        for consumer in session.consumers.values():
+            queue = consumer.queue
+            if only is not None and only not in (queue.name, queue.destination):
+                continue
+            sub = consumer.subscription
+            out.append({"connection": session.id, "user": getattr(session.user, "name", None),
+                        "peer": session.peer_host, "id": consumer.id, "destination": consumer.destination,
+                        "queue": queue.name, "ack": consumer.ack_mode, "prefetch": consumer.prefetch,
+                        "in_flight": consumer.in_flight,
+                        "selector": consumer.selector.text if consumer.selector is not None else
+                        (sub.selector.text if sub is not None and sub.selector is not None else None),
+                        "subscription": sub.name if sub is not None else None,
+                        "durable": bool(sub is not None and sub.durable), "active": consumer.active})
+    return out
+
+
+def _subscription_names(broker) -> set[str]:
+    return {name for t in broker.topics.values() for name in t.subscriptions}
+
+
 OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
-    "list-queues": Admin.list_queues,
-    "create-queue": Admin.create_queue,
-    "drop-queue": Admin.drop_queue,
-    "purge-queue": Admin.purge_queue,
-    "queue-info": Admin.queue_info,
-    "metrics": Admin.metrics,
-    "list-destinations": Admin.list_destinations,
-    "list-topics": Admin.list_topics,
-    "grant": Admin.grant,
-    "revoke": Admin.revoke,
-    "acl": Admin.acl,
-    "storage": Admin.storage,
-    "add-rule": Admin.add_rule,
-    "replace-rule": Admin.replace_rule,
-    "remove-rule": Admin.remove_rule,
-    "list-rules": Admin.list_rules,
-    "connections": Admin.connections,
-    "cluster": Admin.cluster,
+    "status": status,
+    "overview": overview,
+    "list-queues": list_queues,
+    "create-queue": create_queue,
+    "drop-queue": drop_queue,
+    "purge-queue": purge_queue,
+    "queue-info": queue_info,
+    "metrics": metrics,
+    "list-destinations": list_destinations,
+    "list-topics": list_topics,
+    "list-subscriptions": list_subscriptions,
+    "grant": grant,
+    "revoke": revoke,
+    "acl": acl,
+    "storage": storage,
+    "add-rule": add_rule,
+    "replace-rule": replace_rule,
+    "remove-rule": remove_rule,
+    "list-rules": list_rules,
+    "connections": connections,
+    "close-connection": close_connection,
+    "list-consumers": list_consumers,
+    "cluster": cluster,
+    "browse-queue": messages.browse_queue,
+    "get-message": messages.get_message,
+    "move-messages": messages.move_messages,
+    "retry-dead-letters": messages.retry_dead_letters,
+    "drop-messages": messages.drop_messages,
+    "list-dead-letter-queues": messages.list_dead_letter_queues,
+    "list-users": users.list_users,
+    "add-user": users.add_user,
+    "set-password": users.set_password,
+    "set-roles": users.set_roles,
+    "remove-user": users.remove_user,
+    "reload-users": users.reload_users,
 }
 
-
-def prometheus(admin: Admin) -> str:
-    """Every queue's metrics and the broker's figures in the Prometheus text format (0.0.4)."""
-    b = admin.broker
-    clock = b.clock()
-    lines: list[str] = []
-
-    def family(name: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        for labels, value in samples:
-            label_text = ",".join(f'{k}="{_escape_label(v)}"' for k, v in labels.items())
-            lines.append(f"{name}{{{label_text}}} {value}" if label_text else f"{name} {value}")
-
-    queues = [({"queue": q.destination}, queue_metrics(q, clock)) for q in b.all_queues()]
-    spec = [
-        ("pymq_queue_depth", "gauge", "Messages in the queue (ready, in flight, scheduled)", "depth"),
-        ("pymq_queue_depth_average", "gauge", "Time-weighted average depth since start", "average_depth"),
-        ("pymq_queue_depth_peak", "gauge", "Peak depth since start", "peak_depth"),
-        ("pymq_queue_added_total", "counter", "Messages added", "added"),
-        ("pymq_queue_removed_total", "counter", "Messages completed (acknowledged or purged)", "removed"),
-        ("pymq_queue_failed_total", "counter", "Failed deliveries (NACK, lost consumer, timeout)", "failed"),
-        ("pymq_queue_wait_seconds_average", "gauge", "Average wait before first delivery", "average_wait_s"),
-        ("pymq_queue_wait_seconds_max", "gauge", "Longest wait before first delivery", "max_wait_s"),
-        ("pymq_queue_expired_total", "counter", "Messages that expired", "expired"),
-        ("pymq_queue_dead_lettered_total", "counter", "Messages moved to the dead-letter queue",
-         "dead_lettered"),
-        ("pymq_queue_consumers", "gauge", "Consumers attached", "consumers"),
-    ]
-    for name, kind, help_text, key in spec:
-        family(name, kind, help_text, [(labels, m[key]) for labels, m in queues])
-    figures = admin.broker_figures()
-    family("pymq_connections", "gauge", "Open client connections", [({}, figures["connections"])])
-    family("pymq_held_bytes", "gauge", "Message bytes held by the broker", [({}, figures["held_bytes"])])
-    family("pymq_duplicates_total", "counter", "SENDs dropped by duplicate detection",
-           [({}, figures["duplicates"])])
-    statuses = admin.server.store.status()
-    family("pymq_device_messages", "gauge", "Messages held per holding device",
-           [({"device": s.name, "kind": s.kind}, s.messages) for s in statuses])
-    family("pymq_device_bytes", "gauge", "Bytes held per holding device",
-           [({"device": s.name, "kind": s.kind}, s.bytes_used) for s in statuses])
-    return "\n".join(lines) + "\n"
-
-
-def _escape_label(value: Any) -> str:
-    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+#: operations that change nothing (HTTP GET may call only these)
+READ_ONLY = frozenset({
+    "status", "overview", "list-queues", "queue-info", "metrics", "list-destinations", "list-topics",
+    "list-subscriptions", "acl", "storage", "list-rules", "connections", "list-consumers", "cluster",
+    "browse-queue", "get-message", "list-dead-letter-queues", "list-users",
+})
 
 
 def error_result(exc: PymqError) -> dict:

@@ -12,7 +12,6 @@ import json
 import logging
 
 from pymq.errors import InvalidHeader, MissingHeader, PymqError
-from pymq_server.admin.ops import error_result
 
 ADMIN_DESTINATION = "/pymq/admin"
 log = logging.getLogger("pymq.admin")
@@ -29,17 +28,31 @@ def handle(session, headers: dict, body: bytes) -> None:
     if headers.get("transaction") is not None:
         raise InvalidHeader("admin requests cannot be part of a transaction", header="transaction")
     broker = session.broker
-    try:
-        args = json.loads(body.decode("utf-8")) if body.strip() else {}
-        result = {"ok": True, "result": broker.admin.execute(session.user, op, args)}
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        result = {"ok": False, "error": {"code": "config", "message": f"admin body is not JSON: {exc}"}}
-    except PymqError as exc:
-        result = error_result(exc)
-    log.info("admin %s by %s: %s", op, getattr(session.user, "name", None), "ok" if result["ok"] else
-             result["error"]["code"])
     reply = {"destination": reply_to, "content-type": "application/json", "persistent": "false",
              "pymq-admin-op": op}
     if "correlation-id" in headers:
         reply["correlation-id"] = headers["correlation-id"]
-    broker.send(session, reply, json.dumps(result, default=str).encode("utf-8"))
+    immediate = True
+
+    def answer(result: dict) -> None:
+        body = json.dumps(result, default=str).encode("utf-8")
+        if immediate:
+            broker.send(session, reply, body)     # an error here is the SEND's own (e.g. no reply-to queue)
+            return
+        if session.closed:
+            return                                # the asker left while the slow part ran
+        try:
+            broker.send(session, reply, body)
+        except PymqError as exc:
+            log.info("admin %s: the answer could not be delivered: %s", op, exc.message)
+
+    try:
+        args = json.loads(body.decode("utf-8")) if body.strip() else {}
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        answer({"ok": False, "error": {"code": "config", "message": f"admin body is not JSON: {exc}"}})
+        return
+    except RecursionError:
+        answer({"ok": False, "error": {"code": "config", "message": "admin body is nested too deeply"}})
+        return
+    broker.admin.submit(session.user, op, args, answer)
+    immediate = False

@@ -20,6 +20,7 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import threading
 from dataclasses import dataclass, field
 
 import yaml
@@ -78,10 +79,21 @@ class Authenticator:
         else:
             self.users = {"guest": User("guest", _GUEST_HASH, frozenset({"admin"}), loopback_only=True)}
 
-    def reload(self) -> None:
-        if self.users_file:
-            self.users = load_users(self.users_file)
-            self._verified.clear()
+    def reload(self) -> dict:
+        """Read the users file again and use it from the next login on (the one reload function: the
+        admin operations and SIGHUP both call it).  Open connections keep their user.  An unreadable or
+        invalid file raises ConfigError and the users in use stay as they were.  Remembered logins are
+        forgotten, so a changed or removed password stops working at once."""
+        if not self.users_file:
+            raise ConfigError("the broker runs without a users file (only guest/guest from localhost); "
+                              "start it with --users-file to manage users")
+        users = load_users(self.users_file)
+        old = self.users
+        self.users = users
+        self._verified.clear()
+        return {"users": len(users), "added": sorted(set(users) - set(old)),
+                "removed": sorted(set(old) - set(users)),
+                "changed": sorted(n for n in set(users) & set(old) if users[n] != old[n])}
 
     def needs_slow_check(self, login: str | None, passcode: str | None) -> bool:
         if login is None or login.startswith("cluster:"):
@@ -140,22 +152,52 @@ def load_users(path: str) -> dict[str, User]:
     return users
 
 
-def save_user(path: str, name: str, password: str, roles: list[str] | None = None) -> None:
-    data: dict = {}
-    if os.path.exists(path):
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    users = data.setdefault("users", {})
-    entry = users.get(name) or {}
-    entry["password"] = hash_password(password)
-    if roles is not None:
-        entry["roles"] = list(roles)
-    users[name] = entry
+# one writer of a users file at a time within this process (admin operations run in worker threads)
+_WRITE_LOCK = threading.Lock()
+
+
+def _read_users_data(path: str) -> dict:
+    if not os.path.exists(path):
+        return {}
+    with open(path, encoding="utf-8") as fh:
+        data = yaml.safe_load(fh) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"users file {path} must hold a mapping with a 'users' key")
+    return data
+
+
+def _write_users_data(path: str, data: dict) -> None:
+    """Replace the file atomically (readers never see half a file), readable by its owner only."""
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         yaml.safe_dump(data, fh, sort_keys=True)
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
+
+
+def update_users(path: str, change) -> dict:
+    """Apply ``change(users_mapping)`` to the users file under the write lock and write it back.
+    ``change`` edits the mapping in place (and may raise to leave the file untouched)."""
+    with _WRITE_LOCK:
+        data = _read_users_data(path)
+        users = data.setdefault("users", {})
+        if not isinstance(users, dict):
+            raise ConfigError(f"users file {path}: 'users' must be a mapping")
+        change(users)
+        _write_users_data(path, data)
+        return users
+
+
+def save_user(path: str, name: str, password: str, roles: list[str] | None = None) -> None:
+    hashed = hash_password(password)
+
+    def change(users: dict) -> None:
+        entry = users.get(name) or {}
+        entry["password"] = hashed
+        if roles is not None:
+            entry["roles"] = list(roles)
+        users[name] = entry
+    update_users(path, change)
 
 
 # guest/guest, hashed like any other password (computed once per process, about 50 ms)

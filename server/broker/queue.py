@@ -211,7 +211,7 @@ class QueueStats:
 
     __slots__ = ("added", "removed", "failed", "expired", "peak_depth", "wait_total", "wait_max",
                  "wait_count", "_depth_area", "_depth_since", "_started", "delivered", "dead_lettered",
-                 "dropped")
+                 "dropped", "acknowledged")
 
     def __init__(self, now: float) -> None:
         self.added = 0
@@ -225,6 +225,7 @@ class QueueStats:
         self.delivered = 0
         self.dead_lettered = 0
         self.dropped = 0
+        self.acknowledged = 0       # completed by a consumer's ack (auto acks included); purges are not
         self._depth_area = 0.0      # integral of depth over time, for the time-weighted average
         self._depth_since = now
         self._started = now
@@ -436,7 +437,9 @@ class MessageQueue:
             states.transition(entry.state, "ack")   # raises IllegalTransition with the reason
         entry.state = _ON_ACK
         self.acquired -= 1
-        self.stats.removed += 1
+        stats = self.stats
+        stats.removed += 1
+        stats.acknowledged += 1
         self._depth_delta(-1)
         self._drop(entry)
         if self._blocked:

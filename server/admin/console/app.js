@@ -1,0 +1,470 @@
+/* The pymq web console: a page per hash route, every figure and action through the admin API.
+ *
+ * Security: the session is an HttpOnly cookie this script cannot read; the CSRF token the log-in
+ * returns lives only in memory and goes with every POST in X-CSRF-Token.  Everything shown is built
+ * with textContent (message bodies and headers are other people's data: never parsed as HTML).
+ * Permissions are the API's: a refused action shows the broker's refusal.
+ */
+"use strict";
+
+const state = { csrf: null, user: null, admin: false, view: null, timer: null, busy: false };
+
+// -- the API ---------------------------------------------------------------------------------------
+class ApiError extends Error {
+  constructor(status, error) {
+    super(error && error.message ? error.message : `HTTP ${status}`);
+    this.status = status;
+    this.code = error && error.code ? error.code : "error";
+  }
+}
+
+async function api(op, args = {}, { write = false } = {}) {
+  let response;
+  if (write) {
+    response = await fetch(`/api/${op}`, {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRF-Token": state.csrf || "" },
+      body: JSON.stringify(args),
+    });
+  } else {
+    const query = new URLSearchParams();
+    for (const [k, v] of Object.entries(args)) if (v !== undefined && v !== null) query.set(k, String(v));
+    const qs = query.toString();
+    response = await fetch(`/api/${op}${qs ? "?" + qs : ""}`, { credentials: "same-origin" });
+  }
+  let body = null;
+  try { body = await response.json(); } catch (e) { body = null; }
+  if (response.status === 401) {
+    showLogin("Your session ended; log in again.");
+    throw new ApiError(401, body && body.error);
+  }
+  if (!body || !body.ok) throw new ApiError(response.status, body && body.error);
+  return body.result;
+}
+
+// -- DOM helpers -----------------------------------------------------------------------------------
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "class") el.className = v;
+    else el.setAttribute(k, v === true ? "" : String(v));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+function fmt(value) {
+  if (value === null || value === undefined) return "–";
+  if (typeof value === "boolean") return value ? "yes" : "no";
+  if (typeof value === "number") return Number.isInteger(value) ? value.toLocaleString("en") : value.toFixed(1);
+  if (Array.isArray(value)) return value.join(", ") || "–";
+  if (typeof value === "object") return Object.entries(value).map(([k, v]) => `${k}: ${fmt(v)}`).join("; ") || "–";
+  return String(value);
+}
+
+function bytes(n) {
+  if (n === null || n === undefined) return "–";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? `${n} B` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+function time(ms) {
+  return ms ? new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC") : "–";
+}
+
+/* A table: columns are [heading, key | (row) => value | Node, {class}] */
+function table(rows, columns, { rowAttrs, empty = "none" } = {}) {
+  const head = h("tr", {}, columns.map(([title, , opts]) => h("th", { class: opts && opts.class }, title)));
+  const body = rows.length ? rows.map(row => h("tr", rowAttrs ? rowAttrs(row) : {}, columns.map(([, key, opts]) => {
+    const value = typeof key === "function" ? key(row) : row[key];
+    const cls = [opts && opts.class, typeof value === "number" ? "num" : null].filter(Boolean).join(" ");
+    return h("td", { class: cls || null, "data-col": typeof key === "string" ? key : (opts && opts.col) },
+      value instanceof Node ? value : fmt(value));
+  }))) : [h("tr", {}, h("td", { colspan: columns.length, class: "empty" }, empty))];
+  return h("table", { class: "grid" }, h("thead", {}, head), h("tbody", {}, body));
+}
+
+function flash(message, kind = "info") {
+  const el = document.getElementById("flash");
+  el.textContent = message;
+  el.className = `flash ${kind}`;
+  el.hidden = false;
+  clearTimeout(flash.timer);
+  flash.timer = setTimeout(() => { el.hidden = true; }, kind === "error" ? 12000 : 5000);
+}
+
+function refusal(err) {
+  return `${err.code}: ${err.message}`;
+}
+
+/* A button that asks "sure?" on the first click and acts on the second (no modal dialogs). */
+function confirmButton(label, confirmLabel, action, attrs = {}) {
+  const button = h("button", { type: "button", ...attrs }, label);
+  let armed = false;
+  button.addEventListener("click", async () => {
+    if (!armed) {
+      armed = true;
+      button.textContent = confirmLabel;
+      button.classList.add("danger");
+      setTimeout(() => { if (armed) { armed = false; button.textContent = label; button.classList.remove("danger"); } }, 5000);
+      return;
+    }
+    armed = false;
+    button.disabled = true;
+    try { await action(); } finally { button.disabled = false; button.textContent = label; button.classList.remove("danger"); }
+  });
+  return button;
+}
+
+async function act(op, args, done) {
+  try {
+    const result = await api(op, args, { write: true });
+    if (done) flash(done(result), "ok");
+    await refresh();
+    return result;
+  } catch (err) {
+    if (err.status !== 401) flash(refusal(err), "error");
+    return null;
+  }
+}
+
+// -- log-in ----------------------------------------------------------------------------------------
+function showLogin(message) {
+  stopTimer();
+  state.csrf = null;
+  document.getElementById("app").hidden = true;
+  document.getElementById("login").hidden = false;
+  document.getElementById("login-error").textContent = message || "";
+  document.getElementById("login-user").focus();
+}
+
+function enter(session) {
+  state.csrf = session.csrf;
+  state.user = session.user;
+  state.admin = session.admin;
+  document.getElementById("login").hidden = true;
+  document.getElementById("app").hidden = false;
+  document.getElementById("whoami").textContent = `${session.user}${session.admin ? " (admin)" : ""}`;
+  route();
+}
+
+async function login(event) {
+  event.preventDefault();
+  const user = document.getElementById("login-user").value;
+  const password = document.getElementById("login-password").value;
+  const response = await fetch("/api/session", {
+    method: "POST", credentials: "same-origin",
+    headers: { "Content-Type": "application/json" }, body: JSON.stringify({ user, password }),
+  });
+  let body = null;
+  try { body = await response.json(); } catch (e) { body = null; }
+  document.getElementById("login-password").value = "";
+  if (!body || !body.ok) {
+    document.getElementById("login-error").textContent = body && body.error ? body.error.message : "log-in failed";
+    return;
+  }
+  enter(body.result);
+}
+
+async function logout() {
+  try {
+    await fetch("/api/session", { method: "DELETE", credentials: "same-origin",
+      headers: { "X-CSRF-Token": state.csrf || "" } });
+  } finally {
+    showLogin("Logged out.");
+  }
+}
+
+// -- pages -----------------------------------------------------------------------------------------
+const pages = {};
+
+pages.overview = () => {
+  const tiles = h("div", { class: "tiles", id: "tiles" });
+  const charts = {
+    rates: new LineChart(h("canvas", { id: "chart-rates" }), { series: [
+      { key: "rate_in", label: "in /s", color: "#2563eb" }, { key: "rate_out", label: "delivered /s", color: "#16a34a" },
+      { key: "rate_ack", label: "acked /s", color: "#f59e0b" }], format: v => (v >= 100 ? Math.round(v) : v.toFixed(1)) }),
+    depth: new LineChart(h("canvas", { id: "chart-depth" }), { series: [
+      { key: "depth", label: "queue depth", color: "#7c3aed" },
+      { key: "subscription_depth", label: "subscription depth", color: "#db2777" }] }),
+    connections: new LineChart(h("canvas", { id: "chart-connections" }), { series: [
+      { key: "connections", label: "connections", color: "#0891b2" }] }),
+    memory: new LineChart(h("canvas", { id: "chart-memory" }), { series: [
+      { key: "rss_bytes", label: "process memory", color: "#dc2626" },
+      { key: "held_bytes", label: "message bytes held", color: "#65a30d" }], format: bytes }),
+  };
+  const panel = (title, chart) => h("figure", { class: "chart" }, h("figcaption", {}, title), chart.canvas);
+  const el = h("section", { class: "page", id: "page-overview" }, h("h2", {}, "Overview"), tiles,
+    h("div", { class: "charts" }, panel("Message rates", charts.rates), panel("Depth", charts.depth),
+      panel("Connections", charts.connections), panel("Memory", charts.memory)));
+  return {
+    el,
+    async update() {
+      const o = await api("overview");
+      const s = o.status;
+      document.getElementById("node").textContent = `node ${s.node} · ${s.version}`;
+      const tile = (label, value, id) => h("div", { class: "tile", id }, h("span", { class: "label" }, label),
+        h("span", { class: "value" }, value));
+      tiles.replaceChildren(
+        tile("Status", s.ready ? "ready" : "NOT READY", "tile-ready"),
+        tile("Connections", fmt(s.connections), "tile-connections"),
+        tile("Queues", fmt(s.queues), "tile-queues"),
+        tile("Topics", fmt(s.topics), "tile-topics"),
+        tile("Messages", fmt(s.messages.depth), "tile-depth"),
+        tile("In / out per s", `${fmt(s.rates.rate_in)} / ${fmt(s.rates.rate_out)}`, "tile-rates"),
+        tile("Memory", `${bytes(s.memory.rss_bytes)} (${bytes(s.memory.held_bytes)} held)`, "tile-memory"),
+        tile("Up", `${Math.round(s.uptime_s)} s`, "tile-uptime"));
+      for (const chart of Object.values(charts)) chart.update(o.history);
+    },
+  };
+};
+
+const QUEUE_LINK = q => h("a", { href: `#/queues/${encodeURIComponent(q.name)}`, class: "queue-link" }, q.name);
+
+pages.queues = () => {
+  const list = h("div", { id: "queue-list" });
+  const name = h("input", { id: "new-queue-name", placeholder: "name", required: true });
+  const maxDeliveries = h("input", { id: "new-queue-max-deliveries", type: "number", min: 0, placeholder: "10" });
+  const maxDepth = h("input", { id: "new-queue-max-depth", type: "number", min: 0, placeholder: "0 = unbounded" });
+  const overflow = h("select", { id: "new-queue-overflow" }, ["block", "reject", "drop-oldest"].map(o => h("option", { value: o }, o)));
+  const form = h("form", { id: "create-queue", class: "inline-form", onsubmit: async e => {
+    e.preventDefault();
+    const config = { overflow: overflow.value };
+    if (maxDeliveries.value !== "") config.max_deliveries = Number(maxDeliveries.value);
+    if (maxDepth.value !== "") config.max_depth = Number(maxDepth.value);
+    const created = await act("create-queue", { name: name.value, config },
+      r => `queue ${r.queue.name} ${r.created ? "created" : "already exists"}`);
+    if (created) name.value = "";
+  } }, h("strong", {}, "Create a queue"), h("label", {}, "Name ", name),
+    h("label", {}, "Max deliveries ", maxDeliveries), h("label", {}, "Max depth ", maxDepth),
+    h("label", {}, "Overflow ", overflow), h("button", { type: "submit", id: "create-queue-submit" }, "Create"));
+  return {
+    el: h("section", { class: "page", id: "page-queues" }, h("h2", {}, "Queues"), list, form),
+    async update() {
+      const rows = await api("list-queues");
+      list.replaceChildren(table(rows, [
+        ["Name", QUEUE_LINK], ["Depth", "depth"], ["Ready", "ready"], ["In flight", "in_flight"],
+        ["Scheduled", "scheduled"], ["Consumers", "consumers"], ["In /s", "rate_in"], ["Out /s", "rate_out"],
+        ["Ack /s", "rate_ack"], ["Dead-lettered", "dead_lettered"], ["Owner", "owner"],
+        ["", q => confirmButton("Purge", `Purge ${q.name}?`, () => act("purge-queue", { name: q.name },
+          r => `purged ${r.purged_messages} messages from ${q.name}`), { class: "purge", "data-queue": q.name }),
+         { col: "actions" }],
+      ], { rowAttrs: q => ({ "data-queue": q.name }), empty: "no queues yet" }));
+    },
+  };
+};
+
+pages.queue = (queueName) => {
+  const PAGE = 20;
+  let offset = 0;
+  let selected = null;
+  const summary = h("div", { id: "queue-summary" });
+  const browser = h("div", { id: "message-browser" });
+  const detail = h("div", { id: "message-detail", class: "detail" });
+  const pager = h("div", { class: "pager" },
+    h("button", { type: "button", id: "page-prev", onclick: () => { offset = Math.max(0, offset - PAGE); refresh(); } }, "← Previous"),
+    h("span", { id: "page-info" }),
+    h("button", { type: "button", id: "page-next", onclick: () => { offset += PAGE; refresh(); } }, "Next →"));
+
+  async function showMessage(id) {
+    selected = id;
+    try {
+      const m = await api("get-message", { name: queueName, message_id: id, body_limit: 65536 });
+      const target = h("input", { id: "move-target", placeholder: "target queue" });
+      const isDead = "pymq-original-destination" in m.headers;
+      detail.replaceChildren(
+        h("h3", {}, `Message ${m.message_id}`),
+        table(Object.entries(m.headers).map(([k, v]) => ({ k, v })), [["Header", "k"], ["Value", "v"]]),
+        h("h4", {}, `Body (${m.body_size} bytes${m.body_truncated ? ", first 64 KiB" : ""}${"body_base64" in m ? ", binary as base64" : ""})`),
+        h("pre", { id: "message-body", class: "body" }, "body" in m ? m.body : m.body_base64),
+        h("div", { class: "actions" },
+          isDead ? h("button", { type: "button", id: "retry-message", onclick: () => act("retry-dead-letters",
+            { name: queueName, message_ids: [m.message_id] }, r => `retried ${r.moved} message(s)`).then(() => detail.replaceChildren()) },
+            `Retry to ${m.headers["pymq-original-destination"]}`) : null,
+          h("form", { class: "inline-form", id: "move-form", onsubmit: async e => {
+            e.preventDefault();
+            const r = await act("move-messages", { from: queueName, to: target.value, message_ids: [m.message_id] },
+              r => `moved ${r.moved} message(s) to ${target.value}`);
+            if (r) detail.replaceChildren();
+          } }, h("label", {}, "Move to ", target), h("button", { type: "submit" }, "Move")),
+          confirmButton("Delete", "Delete this message?", async () => {
+            const r = await act("drop-messages", { name: queueName, message_ids: [m.message_id] }, r => `deleted ${r.dropped} message(s)`);
+            if (r) detail.replaceChildren();
+          }, { id: "drop-message" })));
+    } catch (err) {
+      if (err.status !== 401) detail.replaceChildren(h("p", { class: "error" }, refusal(err)));
+    }
+  }
+
+  return {
+    el: h("section", { class: "page", id: "page-queue" },
+      h("h2", {}, h("a", { href: "#/queues" }, "Queues"), " / ", queueName), summary,
+      h("h3", {}, "Messages (ready, in delivery order)"), browser, pager, detail),
+    async update() {
+      try {
+        const q = await api("queue-info", { name: queueName });
+        const m = q.metrics;
+        summary.replaceChildren(
+          h("div", { class: "tiles" },
+            ...[["Depth", m.depth, "depth"], ["Ready", m.ready, "ready"], ["In flight", m.in_flight, "in_flight"],
+              ["Scheduled", m.scheduled, "scheduled"], ["Consumers", m.consumers, "consumers"],
+              ["Added", m.added, "added"], ["Delivered", m.delivered, "delivered"], ["Acknowledged", m.acknowledged, "acknowledged"],
+              ["Dead-lettered", m.dead_lettered, "dead_lettered"], ["Expired", m.expired, "expired"]]
+              .map(([label, value, key]) => h("div", { class: "tile", "data-metric": key },
+                h("span", { class: "label" }, label), h("span", { class: "value" }, fmt(value))))),
+          h("details", {}, h("summary", {}, "Configuration and permissions"),
+            table(Object.entries(q.config).map(([k, v]) => ({ k, v })), [["Setting", "k"], ["Value", "v"]]),
+            table(Object.entries(q.acl.grants || {}).map(([p, v]) => ({ p, v })), [["Principal", "p"], ["Permissions", "v"]],
+              { empty: q.acl.default ? "broker defaults apply" : "no grants" }),
+            h("p", {}, `Owner: ${q.acl.owner || "–"}`)),
+          h("div", { class: "actions" }, confirmButton("Purge", `Purge ${queueName}?`,
+            () => act("purge-queue", { name: queueName }, r => `purged ${r.purged_messages} messages`), { id: "purge-queue" })));
+      } catch (err) {
+        if (err.status !== 401) summary.replaceChildren(h("p", { class: "error" }, refusal(err)));
+        return;
+      }
+      try {
+        const page = await api("browse-queue", { name: queueName, offset, limit: PAGE, body_limit: 80 });
+        if (page.messages.length === 0 && offset > 0) {
+          offset = Math.floor(Math.max(0, page.ready - 1) / PAGE) * PAGE;   // the queue shrank: last page
+        }
+        browser.replaceChildren(table(page.messages, [
+          ["Message id", m => h("a", { href: "#", class: "message-link", onclick: e => { e.preventDefault(); showMessage(m.message_id); } }, m.message_id)],
+          ["Seq", "seq"], ["Priority", "priority"], ["Deliveries", "deliveries"], ["Persistent", "persistent"],
+          ["Time", m => time(m.timestamp)], ["Size", m => bytes(m.body_size)],
+          ["Body", m => ("body" in m ? m.body : "(binary)") + (m.body_truncated ? "…" : ""), { class: "preview" }],
+        ], { rowAttrs: m => ({ "data-message-id": m.message_id, class: m.message_id === selected ? "selected" : null }),
+          empty: "no ready messages" }));
+        const last = page.offset + page.messages.length;
+        document.getElementById("page-info").textContent =
+          page.messages.length ? `${page.offset + 1}–${last} of ${page.ready}` : `0 of ${page.ready}`;
+        document.getElementById("page-prev").disabled = page.offset === 0;
+        document.getElementById("page-next").disabled = last >= page.ready;
+      } catch (err) {
+        if (err.status !== 401) browser.replaceChildren(h("p", { class: "error" }, refusal(err)));
+      }
+    },
+  };
+};
+
+/* A page that lists what one read operation returns, or the broker's refusal of it. */
+function listPage(id, title, op, render) {
+  const body = h("div", { id: `${id}-body` });
+  return {
+    el: h("section", { class: "page", id: `page-${id}` }, h("h2", {}, title), body),
+    async update() {
+      try {
+        body.replaceChildren(render(await api(op)));
+      } catch (err) {
+        if (err.status !== 401) body.replaceChildren(h("p", { class: "error refused" }, refusal(err)));
+      }
+    },
+  };
+}
+
+pages.topics = () => listPage("topics", "Topics", "list-topics", rows => table(rows, [
+  ["Topic", "destination"], ["Published", "published"], ["In /s", "rate_in"],
+  ["Subscriptions", t => t.subscriptions.length], ["Durable", t => t.subscriptions.filter(s => s.durable).length],
+], { rowAttrs: t => ({ "data-topic": t.name }), empty: "no topics yet" }));
+
+pages.subscriptions = () => listPage("subscriptions", "Subscriptions", "list-subscriptions", rows => table(rows, [
+  ["Topic", "topic"], ["Subscription", "name"], ["Durable", "durable"], ["Shared", "shared"], ["Client id", "client_id"],
+  ["Depth", "depth"], ["In flight", "in_flight"], ["Consumers", "consumers"], ["Out /s", "rate_out"],
+  ["Dead-lettered", "dead_lettered"], ["Selector", "selector"],
+], { rowAttrs: s => ({ "data-subscription": s.name }), empty: "no subscriptions" }));
+
+pages.connections = () => listPage("connections", "Connections", "connections", rows => table(rows, [
+  ["Id", "id"], ["User", "user"], ["Peer", "peer"], ["Client id", "client_id"], ["STOMP", "version"],
+  ["Subscriptions", "subscriptions"], ["Frames in", "received"], ["Messages out", "sent"],
+  ["", c => confirmButton("Close", `Close ${c.id}?`, () => act("close-connection", { id: c.id }, r => `closed ${r.closed}`),
+    { class: "close-connection", "data-connection": c.id }), { col: "actions" }],
+], { rowAttrs: c => ({ "data-connection": c.id }), empty: "no connections" }));
+
+pages.consumers = () => listPage("consumers", "Consumers", "list-consumers", rows => table(rows, [
+  ["Connection", "connection"], ["User", "user"], ["Subscription id", "id"], ["Destination", "destination"],
+  ["Queue", "queue"], ["Ack", "ack"], ["Prefetch", "prefetch"], ["In flight", "in_flight"], ["Selector", "selector"],
+], { rowAttrs: c => ({ "data-consumer": `${c.connection}/${c.id}` }), empty: "no consumers" }));
+
+pages.dlq = () => listPage("dlq", "Dead-letter queues", "list-dead-letter-queues", rows => table(rows, [
+  ["Dead-letter queue", QUEUE_LINK], ["For", "source"], ["Depth", "depth"], ["Consumers", "consumers"], ["Reasons", "reasons"],
+  ["", d => h("span", { class: "actions" },
+    confirmButton("Retry all", `Retry all to ${d.source}?`, () => act("retry-dead-letters", { name: d.name },
+      r => `retried ${r.moved} message(s)${r.skipped.length ? `, skipped ${r.skipped.length}` : ""}`), { class: "retry-all", "data-queue": d.name }),
+    confirmButton("Delete all", `Delete all of ${d.name}?`, () => act("purge-queue", { name: d.name },
+      r => `deleted ${r.purged_messages} dead letter(s)`), { class: "purge", "data-queue": d.name })), { col: "actions" }],
+], { rowAttrs: d => ({ "data-queue": d.name }), empty: "no dead letters" }));
+
+pages.storage = () => listPage("storage", "Storage devices", "storage", s => {
+  const health = (s.rules && s.rules.devices) || {};
+  return h("div", {},
+    table(s.devices, [
+      ["Device", "name"], ["Kind", "kind"], ["Online", "online"], ["Messages", "messages"],
+      ["Used", d => bytes(d.bytes_used)], ["Free", d => bytes(d.bytes_free)], ["Errors", "errors"],
+      ["Write latency", d => `${(d.write_latency_s * 1000).toFixed(2)} ms`],
+      ["Score", d => (health[d.name] ? health[d.name].score : null), { col: "score" }],
+      ["Available", d => (health[d.name] ? health[d.name].available : null)],
+      ["Why", d => (health[d.name] ? health[d.name].reason : null)],
+      ["Persistent", d => d.name === s.persistent_device],
+    ], { rowAttrs: d => ({ "data-device": d.name }) }),
+    h("h3", {}, "Placements"),
+    table(s.placements, [["Device", "device"], ["Rule", "rule"], ["Messages", "messages"], ["Bytes", d => bytes(d.bytes)]],
+      { empty: "nothing placed yet" }),
+    h("h3", {}, "Rules"),
+    s.rules ? table(s.rules.ranking, [["Rule", "id"], ["Device", "device"], ["Weight", "weight"], ["Adjusted", "adjusted"],
+      ["Condition", "condition"]], { empty: "no rules" }) : h("p", {}, "Storage rules are not configured (storage.selection)."));
+});
+
+pages.cluster = () => {
+  const page = listPage("cluster", "Cluster", "cluster", s => h("div", {},
+    table(s.members.map(m => ({ node: m, self: m === s.node, link: m === s.node ? null : (s.links[m] ? "up" : "down"),
+      outbox: m === s.node ? null : (s.outboxes[m] || 0) })),
+    [["Node", "node"], ["This node", "self"], ["Link", "link"], ["Outbox", "outbox"]], { rowAttrs: r => ({ "data-node": r.node }) }),
+    h("p", {}, `Forwarded ${fmt(s.forwarded)} · received ${fmt(s.received_forwarded)} · rerouted ${fmt(s.rerouted)} · redistributed ${fmt(s.redistributed)}`)));
+  return page;
+};
+
+// -- routing and refresh ---------------------------------------------------------------------------
+function stopTimer() {
+  if (state.timer) clearInterval(state.timer);
+  state.timer = null;
+}
+
+async function refresh() {
+  if (!state.view || state.busy) return;
+  state.busy = true;
+  try { await state.view.update(); } catch (err) { if (err.status !== 401) flash(refusal(err), "error"); } finally { state.busy = false; }
+}
+
+function route() {
+  const [, page = "overview", arg] = (location.hash || "#/overview").split("/");
+  stopTimer();
+  const make = page === "queues" && arg ? () => pages.queue(decodeURIComponent(arg)) : pages[page] || pages.overview;
+  state.view = make();
+  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("active", a.dataset.page === page);
+  document.getElementById("view").replaceChildren(state.view.el);
+  state.busy = false;
+  refresh();
+  state.timer = setInterval(refresh, 2000);
+}
+
+async function start() {
+  document.getElementById("login-form").addEventListener("submit", login);
+  document.getElementById("logout").addEventListener("click", logout);
+  window.addEventListener("hashchange", () => { if (state.csrf) route(); });
+  const response = await fetch("/api/session", { credentials: "same-origin" });
+  if (response.ok) {
+    const body = await response.json();
+    enter(body.result);
+  } else {
+    showLogin("");
+  }
+}
+
+document.addEventListener("DOMContentLoaded", start);
