@@ -81,7 +81,10 @@ function time(ms) {
 
 /* A table: columns are [heading, key | (row) => value | Node, {class}] */
 function table(rows, columns, { rowAttrs, empty = "none" } = {}) {
-  const head = h("tr", {}, columns.map(([title, , opts]) => h("th", { class: opts && opts.class }, title)));
+  const numeric = columns.map(([, key]) => rows.length > 0 && typeof key === "string" &&
+    rows.every(row => typeof row[key] === "number"));
+  const head = h("tr", {}, columns.map(([title, , opts], i) =>
+    h("th", { class: [opts && opts.class, numeric[i] ? "num" : null].filter(Boolean).join(" ") || null }, title)));
   const body = rows.length ? rows.map(row => h("tr", rowAttrs ? rowAttrs(row) : {}, columns.map(([, key, opts]) => {
     const value = typeof key === "function" ? key(row) : row[key];
     const cls = [opts && opts.class, typeof value === "number" ? "num" : null].filter(Boolean).join(" ");
@@ -152,6 +155,8 @@ function enter(session) {
   document.getElementById("login").hidden = true;
   document.getElementById("app").hidden = false;
   document.getElementById("whoami").textContent = `${session.user}${session.admin ? " (admin)" : ""}`;
+  api("status").then(s => { document.getElementById("node").textContent = `node ${s.node} · ${s.version}`; },
+    () => {});
   route();
 }
 
@@ -190,7 +195,7 @@ pages.overview = () => {
   const charts = {
     rates: new LineChart(h("canvas", { id: "chart-rates" }), { series: [
       { key: "rate_in", label: "in /s", color: "#2563eb" }, { key: "rate_out", label: "delivered /s", color: "#16a34a" },
-      { key: "rate_ack", label: "acked /s", color: "#f59e0b" }], format: v => (v >= 100 ? Math.round(v) : v.toFixed(1)) }),
+      { key: "rate_ack", label: "acked /s", color: "#f59e0b" }] }),
     depth: new LineChart(h("canvas", { id: "chart-depth" }), { series: [
       { key: "depth", label: "queue depth", color: "#7c3aed" },
       { key: "subscription_depth", label: "subscription depth", color: "#db2777" }] }),

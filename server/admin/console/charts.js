@@ -12,13 +12,18 @@ class LineChart {
   constructor(canvas, options) {
     this.canvas = canvas;
     this.series = options.series;
-    this.format = options.format || (v => String(Math.round(v)));
+    this.format = options.format || LineChart.number;
     this.points = [];
   }
 
   update(points) {
     this.points = points || [];
     this.draw();
+  }
+
+  /* 0.25, 1.5, 12, 1,200: as many decimals as a tick needs, at most two */
+  static number(v) {
+    return Number.isInteger(v) ? v.toLocaleString("en") : String(Math.round(v * 100) / 100);
   }
 
   static niceMax(value) {

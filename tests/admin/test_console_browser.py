@@ -1,0 +1,464 @@
+"""The web console in a real browser (headless Chromium driven by Playwright) against a real broker
+process: log in, every page, the live charts, a queue's depth following sends, purge, browse and show a
+message, move / retry / delete dead letters, close a connection, create a queue — and a non-admin user
+refused what the API refuses.  Screenshots are saved under test-artifacts/console/."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+import time
+import uuid
+
+import pytest
+
+import pymq
+from pymq.errors import PymqError
+from tests.admin.conftest import ADMIN, ADMIN_PW, APP, APP_PW, BrokerProcess, wait_until
+from tests.browser import artifacts_dir, chromium  # noqa: F401 - fixture
+from tests.storage.services import redis_url  # noqa: F401 - fixture
+
+
+
+def expect(target):
+    """Playwright's auto-waiting assertions (imported late: without Playwright the fixture says why)."""
+    from playwright.sync_api import expect as playwright_expect
+    return playwright_expect(target)
+
+
+TIMEOUT = 15_000       # ms: the console refreshes every 2 s on a busy machine
+
+
+class Console:
+    """One browser context (its own cookies) looking at one broker's console."""
+
+    def __init__(self, browser, broker: BrokerProcess, name: str) -> None:
+        self.broker = broker
+        self.name = name
+        self.context = browser.new_context(viewport={"width": 1280, "height": 860})
+        self.page = self.context.new_page()
+        self.page.set_default_timeout(TIMEOUT)
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page.on("request", lambda r: self.requests.append(r.url))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+
+    def open(self) -> None:
+        self.page.goto(self.broker.admin_url + "/")
+
+    def login(self, user: str = ADMIN, password: str = ADMIN_PW) -> None:
+        self.open()
+        page = self.page
+        expect(page.locator("#login")).to_be_visible()
+        page.fill("#login-user", user)
+        page.fill("#login-password", password)
+        page.click("#login-submit")
+        expect(page.locator("#app")).to_be_visible()
+        expect(page.locator("#whoami")).to_contain_text(user)
+
+    def go(self, route: str) -> None:
+        self.page.evaluate("route => { location.hash = route; }", "#/" + route)
+
+    def row(self, attr: str, value: str):
+        return self.page.locator(f'tr[data-{attr}="{value}"]')
+
+    def cell(self, attr: str, value: str, column: str):
+        return self.row(attr, value).locator(f'td[data-col="{column}"]')
+
+    def shot(self, step: str) -> str:
+        path = os.path.join(artifacts_dir("console"), f"{self.name}-{step}.png")
+        self.page.screenshot(path=path, full_page=True)
+        return path
+
+    def close(self) -> None:
+        try:
+            assert not self.errors, f"JavaScript errors on the page: {self.errors}"
+            assert not self.dialogs, f"unexpected dialogs (script injection?): {self.dialogs}"
+            own = self.broker.admin_url
+            foreign = [u for u in self.requests if not u.startswith(own) and not u.startswith("data:")]
+            assert not foreign, f"the console fetched from other origins: {foreign}"
+        finally:
+            self.context.close()
+
+
+@pytest.fixture
+def console(chromium, broker_process, request):  # noqa: F811
+    consoles: list[Console] = []
+
+    def make(name: str | None = None, broker: BrokerProcess | None = None) -> Console:
+        c = Console(chromium, broker or broker_process, name or request.node.name.replace("test_", ""))
+        consoles.append(c)
+        return c
+    yield make
+    for c in consoles:
+        c.close()
+
+
+def send(broker, queue, bodies, user=ADMIN, password=ADMIN_PW, **props):
+    with pymq.connect(broker.url, username=user, password=password) as conn:
+        session = conn.create_session()
+        producer = session.create_producer(pymq.Queue(queue))
+        for body in bodies:
+            producer.send(session.create_text_message(body, properties=props) if props else body)
+
+
+def depth(broker, queue):
+    return broker.op("queue-info", name=queue)["metrics"]["depth"]
+
+
+def test_login_overview_and_live_charts(console):
+    c = console("overview")
+    c.open()
+    page = c.page
+    expect(page.locator("#login")).to_be_visible()
+    c.shot("login")
+    page.fill("#login-user", ADMIN)
+    page.fill("#login-password", "wrong")
+    page.click("#login-submit")
+    expect(page.locator("#login-error")).to_contain_text("wrong username or password")
+    assert page.locator("#app").is_hidden()
+    c.login()
+    # the session cookie is HttpOnly + SameSite=Strict: the page's scripts cannot read it
+    cookie = next(k for k in c.context.cookies() if k["name"] == "pymq_session")
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    assert page.evaluate("document.cookie") == ""
+    # no credentials in any URL the page used
+    assert not [u for u in c.requests if ADMIN_PW in u or "password" in u]
+    expect(page.locator("#tile-ready .value")).to_have_text("ready")
+    expect(page.locator("#node")).to_contain_text(f"node pymq · {pymq.__version__}")
+    send(c.broker, "web.traffic", [f"t{i}" for i in range(20)])
+    expect(page.locator("#tile-queues .value")).not_to_have_text("0")
+    # traffic (bounded: at most 12 s) until the sampled rates show messages in and out
+    stop = threading.Event()
+    traffic = threading.Thread(target=_traffic, args=(c.broker, stop), daemon=True)
+    traffic.start()
+    try:
+        def flowing():
+            queues = {q["name"]: q for q in c.broker.op("list-queues")}
+            live = queues.get("web.live")
+            return live is not None and live["rate_in"] > 0 and live["rate_out"] > 0
+        assert wait_until(flowing, timeout=12)
+        expect(page.locator("#tile-rates .value")).not_to_have_text("0 / 0")
+        expect(page.locator("#tile-connections .value")).not_to_have_text("0")
+        _charts_drawn(page)
+        c.shot("overview")
+    finally:
+        stop.set()
+        traffic.join(15)
+
+
+def _charts_drawn(page):
+    """Each of the four charts has ink on its canvas (they draw once two samples exist, one per 2 s)."""
+    for chart in ("rates", "depth", "connections", "memory"):
+        assert wait_until(lambda: page.evaluate(
+            """id => { const c = document.getElementById(id); if (!c || !c.width) return false;
+                       const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                       let ink = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) ink++;
+                       return ink > 500; }""", f"chart-{chart}"), timeout=20), chart
+    assert page.evaluate("document.querySelectorAll('canvas').length") == 4
+
+
+def _traffic(broker, stop, seconds=12.0):
+    """A producer and a consumer exchanging small batches until ``stop`` (or ``seconds``) — bounded."""
+    deadline = time.monotonic() + seconds
+    with pymq.connect(broker.url, username=ADMIN, password=ADMIN_PW) as conn:
+        session = conn.create_session()
+        producer = session.create_producer(pymq.Queue("web.live"))
+        consumer = session.create_consumer(pymq.Queue("web.live"))
+        while not stop.is_set() and time.monotonic() < deadline:
+            for i in range(20):
+                producer.send(f"live {i}", delivery_mode=pymq.NON_PERSISTENT)
+            for _ in range(15):                 # leave a few behind: the depth chart moves too
+                consumer.receive(1)
+            time.sleep(0.2)
+
+
+def test_session_survives_a_reload_and_ends_at_log_out(console):
+    c = console("logout")
+    c.login()
+    page = c.page
+    page.reload()
+    expect(page.locator("#app")).to_be_visible()
+    page.click("#logout")
+    expect(page.locator("#login")).to_be_visible()
+    page.reload()
+    expect(page.locator("#login")).to_be_visible()
+
+
+def test_queue_depth_follows_sends_and_purge_empties_it(console):
+    b = console().broker
+    b.op("create-queue", name="web.orders")
+    send(b, "web.orders", ["a", "b"])
+    c = console("queues")
+    c.login()
+    c.go("queues")
+    expect(c.cell("queue", "web.orders", "depth")).to_have_text("2")
+    send(b, "web.orders", ["c", "d", "e"])
+    expect(c.cell("queue", "web.orders", "depth")).to_have_text("5")       # refreshed by itself
+    expect(c.cell("queue", "web.orders", "ready")).to_have_text("5")
+    c.shot("before-purge")
+    purge = c.row("queue", "web.orders").locator("button.purge")
+    purge.click()
+    expect(purge).to_have_text("Purge web.orders?")                          # asks first
+    assert depth(b, "web.orders") == 5
+    purge.click()
+    expect(c.page.locator("#flash")).to_contain_text("purged 5 messages from web.orders")
+    expect(c.cell("queue", "web.orders", "depth")).to_have_text("0")
+    assert depth(b, "web.orders") == 0
+    c.shot("after-purge")
+
+
+def test_create_a_queue(console):
+    c = console("create-queue")
+    c.login()
+    c.go("queues")
+    page = c.page
+    page.fill("#new-queue-name", "web.created")
+    page.fill("#new-queue-max-deliveries", "4")
+    page.select_option("#new-queue-overflow", "reject")
+    page.click("#create-queue-submit")
+    expect(page.locator("#flash")).to_contain_text("queue web.created created")
+    expect(c.cell("queue", "web.created", "owner")).to_have_text(ADMIN)
+    config = c.broker.op("queue-info", name="web.created")["config"]
+    assert config["max_deliveries"] == 4 and config["overflow"] == "reject"
+    page.fill("#new-queue-name", "web.created")
+    page.fill("#new-queue-max-deliveries", "9")
+    page.click("#create-queue-submit")
+    expect(page.locator("#flash")).to_contain_text("destination-exists")
+    assert c.broker.op("queue-info", name="web.created")["config"]["max_deliveries"] == 4
+
+
+def test_browse_a_message_page_by_page(console):
+    b = console().broker
+    hostile = '<img src=x onerror="alert(1)"><script>alert(2)</script>'
+    send(b, "web.browse", [json.dumps({"order": i, "note": hostile}) for i in range(23)], kind="order")
+    c = console("browse")
+    c.login()
+    c.go("queues/web.browse")
+    page = c.page
+    expect(page.locator('#queue-summary [data-metric="depth"] .value')).to_have_text("23")
+    rows = page.locator("#message-browser tbody tr")
+    expect(rows).to_have_count(20)
+    expect(page.locator("#page-info")).to_have_text("1–20 of 23")
+    page.click("#page-next")
+    expect(page.locator("#page-info")).to_have_text("21–23 of 23")
+    expect(rows).to_have_count(3)
+    page.click("#page-prev")
+    expect(page.locator("#page-info")).to_have_text("1–20 of 23")
+    first = b.op("browse-queue", name="web.browse", limit=1)["messages"][0]
+    page.locator(f'tr[data-message-id="{first["message_id"]}"] a.message-link').click()
+    body = page.locator("#message-body")
+    expect(body).to_contain_text('"order": 0')
+    # other people's data is text, never markup
+    assert json.loads(body.inner_text())["note"] == hostile
+    assert page.locator("#message-detail img, #message-detail script").count() == 0
+    detail = page.locator("#message-detail")
+    expect(detail).to_contain_text("kind")
+    expect(detail).to_contain_text("/queue/web.browse")
+    c.shot("message")
+    assert depth(b, "web.browse") == 23                                        # browsing took nothing
+
+
+def test_move_and_delete_a_message(console):
+    b = console().broker
+    send(b, "web.move", ["first", "second"])
+    c = console("move")
+    c.login()
+    c.go("queues/web.move")
+    page = c.page
+    ids = [m["message_id"] for m in b.op("browse-queue", name="web.move")["messages"]]
+    page.locator(f'tr[data-message-id="{ids[0]}"] a.message-link').click()
+    page.fill("#move-target", "web.moved")
+    page.locator("#move-form button").click()
+    expect(page.locator("#flash")).to_contain_text("moved 1 message(s) to web.moved")
+    assert wait_until(lambda: depth(b, "web.moved") == 1 and depth(b, "web.move") == 1)
+    page.locator(f'tr[data-message-id="{ids[1]}"] a.message-link').click()
+    page.click("#drop-message")
+    expect(page.locator("#drop-message")).to_have_text("Delete this message?")
+    page.click("#drop-message")
+    expect(page.locator("#flash")).to_contain_text("deleted 1 message(s)")
+    assert depth(b, "web.move") == 0
+
+
+def _dead_letters(b, queue, n):
+    b.op("create-queue", name=queue, config={"max_deliveries": 1})
+    send(b, queue, [f"{queue}-{i}" for i in range(n)])
+    with pymq.connect(b.url, username=ADMIN, password=ADMIN_PW) as conn:
+        session = conn.create_session(ack_mode=pymq.CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(pymq.Queue(queue))
+        for _ in range(n):
+            assert consumer.receive(5) is not None
+        session.recover()
+        consumer.close()
+    assert wait_until(lambda: "DLQ." + queue in {q["name"] for q in b.op("list-queues")}
+                      and depth(b, "DLQ." + queue) == n)
+
+
+def test_dead_letters_retry_one_then_all(console):
+    b = console().broker
+    _dead_letters(b, "web.pay", 3)
+    c = console("dlq")
+    c.login()
+    c.go("dlq")
+    page = c.page
+    expect(c.cell("queue", "DLQ.web.pay", "source")).to_have_text("web.pay")
+    expect(c.cell("queue", "DLQ.web.pay", "depth")).to_have_text("3")
+    expect(c.cell("queue", "DLQ.web.pay", "reasons")).to_contain_text("delivered 1 times (maximum 1): 3")
+    c.shot("list")
+    # one from the message view
+    c.row("queue", "DLQ.web.pay").locator("a.queue-link").click()
+    one = b.op("browse-queue", name="DLQ.web.pay", limit=1)["messages"][0]["message_id"]
+    page.locator(f'tr[data-message-id="{one}"] a.message-link').click()
+    expect(page.locator("#retry-message")).to_have_text("Retry to /queue/web.pay")
+    c.shot("message")
+    page.click("#retry-message")
+    expect(page.locator("#flash")).to_contain_text("retried 1 message(s)")
+    assert wait_until(lambda: depth(b, "web.pay") == 1 and depth(b, "DLQ.web.pay") == 2)
+    # the rest from the list
+    c.go("dlq")
+    retry = c.row("queue", "DLQ.web.pay").locator("button.retry-all")
+    retry.click()
+    retry.click()
+    expect(page.locator("#flash")).to_contain_text("retried 2 message(s)")
+    expect(c.cell("queue", "DLQ.web.pay", "depth")).to_have_text("0")
+    assert depth(b, "web.pay") == 3
+
+
+def test_delete_all_dead_letters(console):
+    b = console().broker
+    _dead_letters(b, "web.junk", 2)
+    c = console("dlq-delete")
+    c.login()
+    c.go("dlq")
+    purge = c.row("queue", "DLQ.web.junk").locator("button.purge")
+    purge.click()
+    purge.click()
+    expect(c.page.locator("#flash")).to_contain_text("deleted 2 dead letter(s)")
+    assert depth(b, "DLQ.web.junk") == 0
+
+
+def test_connections_consumers_topics_and_subscriptions(console):
+    b = console().broker
+    send(b, "web.held", ["held"])
+    client = pymq.connect(b.url, username=APP, password=APP_PW, client_id="web-client")
+    try:
+        session = client.create_session(ack_mode=pymq.CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(pymq.Queue("web.held"))
+        assert consumer.receive(5).text == "held"
+        session.create_durable_consumer(pymq.Topic("web.news"), "reader", selector="urgent = true")
+        session.create_producer(pymq.Topic("web.news")).send("extra!")
+        conn_id = next(x["id"] for x in b.op("connections") if x["client_id"] == "web-client")
+        c = console("pages")
+        c.login()
+        c.go("topics")
+        expect(c.cell("topic", "web.news", "published")).to_have_text("1")
+        c.shot("topics")
+        c.go("subscriptions")
+        sub = c.row("subscription", "sub:web-client:reader")
+        expect(sub.locator('td[data-col="client_id"]')).to_have_text("web-client")
+        expect(sub.locator('td[data-col="selector"]')).to_have_text("urgent = true")
+        expect(sub.locator('td[data-col="durable"]')).to_have_text("yes")
+        c.shot("subscriptions")
+        c.go("consumers")
+        row = c.row("consumer", f"{conn_id}/" + next(
+            x["id"] for x in b.op("list-consumers") if x["connection"] == conn_id and x["queue"] == "/queue/web.held"))
+        expect(row.locator('td[data-col="in_flight"]')).to_have_text("1")
+        expect(row.locator('td[data-col="user"]')).to_have_text(APP)
+        c.shot("consumers")
+        c.go("connections")
+        expect(c.cell("connection", conn_id, "client_id")).to_have_text("web-client")
+        c.shot("connections")
+        close = c.row("connection", conn_id).locator("button.close-connection")
+        close.click()
+        close.click()
+        expect(c.page.locator("#flash")).to_contain_text(f"closed {conn_id}")
+        expect(c.row("connection", conn_id)).to_have_count(0)
+        # the client learns it (an ERROR), and its unacknowledged message is ready again
+        assert wait_until(lambda: b.op("queue-info", name="web.held")["metrics"]["ready"] == 1)
+        with pytest.raises(PymqError):
+            for _ in range(50):
+                session.create_producer(pymq.Queue("web.held")).send("after close")
+    finally:
+        try:
+            client.close()
+        except PymqError:
+            pass
+
+
+def test_non_admin_sees_only_what_the_api_allows(console):
+    b = console().broker
+    b.op("create-queue", name="web.private")
+    send(b, "web.private", ["secret"])
+    c = console("non-admin")
+    c.login(APP, APP_PW)
+    expect(c.page.locator("#whoami")).to_have_text(APP)
+    c.go("connections")
+    refusal = c.page.locator("#connections-body .refused")
+    expect(refusal).to_contain_text("access-denied")
+    expect(refusal).to_contain_text(f"user '{APP}' may not list connections: administrators only")
+    c.shot("connections-refused")
+    for page, what in (("consumers", "list consumers"), ("storage", "read storage status")):
+        c.go(page)
+        expect(c.page.locator(f"#{page}-body .refused")).to_contain_text(f"may not {what}")
+    c.go("queues")
+    purge = c.row("queue", "web.private").locator("button.purge")
+    purge.click()
+    purge.click()
+    expect(c.page.locator("#flash")).to_contain_text(f"access-denied: user '{APP}' may not consume on /queue/web.private")
+    assert depth(b, "web.private") == 1
+    c.go("queues/web.private")
+    expect(c.page.locator("#message-browser .error")).to_contain_text("may not browse")
+    c.shot("browse-refused")
+
+
+def test_storage_devices_and_scores(console, tmp_path):
+    broker = BrokerProcess(tmp_path / "scored", config={"storage": {
+        "devices": {"memory": {"kind": "memory"}, "file": {"kind": "file"}},
+        "persistent_device": "file",
+        "selection": {"strategy": "first-match", "default_device": "file", "rules": [
+            {"id": "chatty", "device": "memory", "weight": 60, "condition": "DESTINATION_NAME = '/queue/chatty'"}]}}})
+    broker.start()
+    try:
+        with pymq.connect(broker.url) as conn:
+            conn.create_session().create_producer(pymq.Queue("chatty")).send("gossip")
+        c = console("storage", broker)
+        c.login("guest", "guest")
+        c.go("storage")
+        expect(c.cell("device", "memory", "score")).to_have_text(re.compile(r"^-?\d"))
+        expect(c.cell("device", "file", "online")).to_have_text("yes")
+        expect(c.page.locator("#storage-body")).to_contain_text("chatty")
+        expect(c.page.locator("#storage-body")).to_contain_text("DESTINATION_NAME = '/queue/chatty'")
+        c.shot("devices")
+    finally:
+        assert broker.stop() == 0
+
+
+def test_cluster_nodes(console, tmp_path, redis_url):  # noqa: F811
+    from tests.admin.test_cluster_admin import AdminNode
+    cluster = {"store": redis_url, "secret": "s", "name": f"web{uuid.uuid4().hex[:8]}",
+               "heartbeat_ms": 200, "dead_after_ms": 1200}
+    nodes = [AdminNode(f"w{i}", str(tmp_path / f"w{i}"), cluster, {"admin_port": 0}).start() for i in range(2)]
+    try:
+        admin_url = nodes[0].admin_url
+
+        class Shim:                            # what Console needs of a broker
+            pass
+        shim = Shim()
+        shim.admin_url = admin_url
+        c = console("cluster", shim)
+        c.login("guest", "guest")
+        c.go("cluster")
+        expect(c.page.locator('tr[data-node="w1"] td[data-col="link"]')).to_have_text("up")
+        expect(c.page.locator('tr[data-node="w0"] td[data-col="self"]')).to_have_text("yes")
+        c.shot("nodes")
+        single = console("not-clustered")
+        single.login()
+        single.go("cluster")
+        expect(single.page.locator("#cluster-body")).to_contain_text("not part of a cluster")
+    finally:
+        for node in nodes:
+            node.stop()
+
