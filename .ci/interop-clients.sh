@@ -8,10 +8,12 @@
 #   PYMQ_GO_STOMP     the go-stomp driver binary (tests/interop/go: `go build` into the cache)
 #   PYMQ_NPM          npm, with bindings/typescript's dependencies installed (`npm ci`)
 #   PYMQ_GO           go, with bindings/go's test binaries compiled once (Go's build cache)
+#   PYMQ_MVN          mvn, with bindings/java's dependencies and test plugins in the local Maven repository
+#                     (~/.m2, resolved from Maven Central once; keep it between CI runs to skip the download)
 #
 # Stdout carries only `export NAME=value` lines, so `eval` is safe; progress and errors go to stderr.
-# Needs Node >= 18 with npm, and Go >= 1.19 (on Debian 12, as root, missing ones come from apt:
-# nodejs npm golang-go).  Idempotent and quick the second time: each part is redone only when its inputs
+# Needs Node >= 18 with npm, Go >= 1.19, and Java 17 with Maven 3.8 (on Debian 12, as root, missing ones come
+# from apt: nodejs npm golang-go openjdk-17-jdk-headless maven).  Idempotent and quick the second time: each part is redone only when its inputs
 # change (lock file, go.sum, sources, toolchain version), recorded in a stamp.  A part that fails prints
 # nothing for its variable (the tests then fail under CI, skip otherwise) and the script exits 1 after
 # doing the other parts.  Environment knobs:
@@ -62,6 +64,11 @@ GO=$(find_go || true)
 if [ -z "$GO" ]; then
     apt_install golang-go || true
     GO=$(find_go || true)
+fi
+MVN=$(command -v mvn 2>/dev/null || true)
+if [ -z "$MVN" ] || ! command -v javac >/dev/null 2>&1; then
+    apt_install openjdk-17-jdk-headless maven || true
+    MVN=$(command -v mvn 2>/dev/null || true)
 fi
 
 stamp() {  # a short digest of files and strings: what an output was built from
@@ -127,9 +134,29 @@ go_binding() {
     export_line PYMQ_GO "$GO"
 }
 
+# -- bindings/java ------------------------------------------------------------------------------------
+java_binding() {
+    local dir="$ROOT/bindings/java" want have
+    [ -n "$MVN" ] || { fail "mvn not found: bindings/java cannot be tested (Debian: apt-get install maven openjdk-17-jdk-headless)"; return; }
+    want=$(stamp "$dir/pom.xml" "$("$MVN" -v 2>/dev/null | head -n 3)")
+    have=$(cat "$CACHE/java-binding-stamp" 2>/dev/null || true)
+    if [ "$want" = "$have" ]; then
+        log "bindings/java: Maven repository up to date"
+    else
+        # compiling everything and running one broker-free test class resolves every dependency and the
+        # surefire JUnit provider (resolved only when a test runs), so the test run itself needs no network
+        log "bindings/java: mvn test -Dtest=RoutingVectorsTest (dependencies from Maven Central on first run)"
+        (cd "$dir" && "$MVN" -B -q test -Dtest=RoutingVectorsTest) >&2 \
+            || { fail "mvn in bindings/java failed"; return; }
+        echo "$want" >"$CACHE/java-binding-stamp"
+    fi
+    export_line PYMQ_MVN "$MVN"
+}
+
 node_stompit
 go_stomp
 ts_binding
 go_binding
+java_binding
 log "done in $(( $(date +%s) - T0 ))s"
 exit $STATUS

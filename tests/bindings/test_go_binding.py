@@ -4,7 +4,8 @@ The Go toolchain comes from ``PYMQ_GO`` (``eval "$(.ci/interop-clients.sh)"``); 
 or fails when ``CI`` is set (the rule of tests/storage/services.py).  The Go tests start the broker
 themselves from ``PYMQ_SERVER``, which this wrapper points at the interpreter running pytest; ``CI=1`` is
 passed so that none of them can skip.  The run is read as ``go test -json`` events: the test fails on any
-failed or skipped Go test, and checks that the vector suites ran at all.
+failed or skipped Go test, and checks that the vector suites ran at all
+and loaded exactly the vector files spec/vectors/bindings.json says Go runs.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pathlib
 import subprocess
 import sys
 
+from tests.bindings.vector_coverage import check_ran
 from tests.interop.foreign import PROVIDER
 from tests.storage.services import service_url
 
@@ -27,9 +29,10 @@ REQUIRED = {
 }
 
 
-def test_go_binding_suite():
+def test_go_binding_suite(tmp_path):
     go = service_url("PYMQ_GO", "Go toolchain for bindings/go", PROVIDER)
-    env = dict(os.environ, CI="1", PYMQ_SERVER=f"{sys.executable} -m pymq_server")
+    report = tmp_path / "vectors-ran.txt"
+    env = dict(os.environ, CI="1", PYMQ_SERVER=f"{sys.executable} -m pymq_server", PYMQ_VECTORS_REPORT=str(report))
     env.pop("PYMQ_BROKER_ADDR", None)
     run = subprocess.run([go, "test", "-count=1", "-json", "./..."], cwd=BINDING, env=env,
                          capture_output=True, text=True, timeout=600)
@@ -51,3 +54,4 @@ def test_go_binding_suite():
     assert not bad, f"Go tests not passed: {bad}\n{log}"
     missing = REQUIRED - results.keys()
     assert not missing, f"Go tests that did not run: {sorted(missing)}\n{log}"
+    check_ran("go", report)

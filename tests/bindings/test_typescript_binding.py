@@ -4,7 +4,8 @@ vectors and a real pymq-server.
 npm comes from ``PYMQ_NPM`` (``eval "$(.ci/interop-clients.sh)"``, which also runs ``npm ci`` there);
 without it the test skips, or fails when ``CI`` is set (the rule of tests/storage/services.py).  The tests
 start the broker themselves from ``PYMQ_SERVER``, pointed at the interpreter running pytest; ``CI=1`` is
-passed so none of them can skip.  The TAP summary must show tests passed, none failed, none skipped.
+passed so none of them can skip.  The TAP summary must show tests passed, none failed, none skipped, and the
+vector files loaded must be exactly those spec/vectors/bindings.json says TypeScript runs.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import re
 import subprocess
 import sys
 
+from tests.bindings.vector_coverage import check_ran
 from tests.interop.foreign import PROVIDER
 from tests.storage.services import service_url
 
@@ -25,9 +27,10 @@ REQUIRED = ["frames.json parse vectors", "frames.json encode vectors", "murmur3.
             "client against a real pymq-server"]
 
 
-def test_typescript_binding_suite():
+def test_typescript_binding_suite(tmp_path):
     npm = service_url("PYMQ_NPM", "npm for bindings/typescript", PROVIDER)
-    env = dict(os.environ, CI="1", PYMQ_SERVER=f"{sys.executable} -m pymq_server")
+    report = tmp_path / "vectors-ran.txt"
+    env = dict(os.environ, CI="1", PYMQ_SERVER=f"{sys.executable} -m pymq_server", PYMQ_VECTORS_REPORT=str(report))
     env.pop("PYMQ_BROKER_ADDR", None)
     run = subprocess.run([npm, "test", "--silent"], cwd=BINDING, env=env, capture_output=True, text=True,
                          timeout=600)
@@ -40,3 +43,4 @@ def test_typescript_binding_suite():
     missing = [name for name in REQUIRED
                if not re.search(rf"^\s*ok \d+ - {re.escape(name)}$", run.stdout, re.M)]
     assert not missing, f"suites that did not run: {missing}\n{log}"
+    check_ran("typescript", report)

@@ -1,6 +1,10 @@
 /**
  * Loads the language-neutral vectors of spec/vectors/: $PYMQ_SPEC_VECTORS, else the first spec/vectors
  * found walking up from this file (the binding lives inside the pymq repository).
+ *
+ * Every file loaded is appended, one name per line, to $PYMQ_VECTORS_REPORT when it is set:
+ * tests/bindings/test_vector_coverage.py compares that list with spec/vectors/bindings.json, so a vector
+ * file that this binding neither runs nor declares not applicable fails CI.
  */
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -19,7 +23,9 @@ export function vectorsDir(): string {
 
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export function loadVectors(name: string): any {
-  return JSON.parse(fs.readFileSync(path.join(vectorsDir(), name), 'utf-8'));
+  const parsed = JSON.parse(fs.readFileSync(path.join(vectorsDir(), name), 'utf-8'));
+  if (process.env.PYMQ_VECTORS_REPORT) fs.appendFileSync(process.env.PYMQ_VECTORS_REPORT, `${name}\n`);
+  return parsed;
 }
 
 export function fromHex(hex: string): Uint8Array {

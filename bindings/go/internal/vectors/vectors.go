@@ -2,6 +2,10 @@
 //
 // The directory is $PYMQ_SPEC_VECTORS when set, else the first spec/vectors found walking up from the
 // working directory (go test runs in the package directory, inside the pymq repository).
+//
+// Every file loaded is appended, one name per line, to $PYMQ_VECTORS_REPORT when it is set:
+// tests/bindings/test_vector_coverage.py compares that list with spec/vectors/bindings.json, so a vector
+// file that this binding neither runs nor declares not applicable fails CI.
 package vectors
 
 import (
@@ -43,5 +47,26 @@ func Load(name string, v any) error {
 	if err != nil {
 		return err
 	}
-	return json.Unmarshal(data, v)
+	if err := json.Unmarshal(data, v); err != nil {
+		return err
+	}
+	return record(name)
+}
+
+// record appends name to $PYMQ_VECTORS_REPORT (packages run in parallel processes: one short O_APPEND
+// write per line keeps the lines whole).
+func record(name string) error {
+	report := os.Getenv("PYMQ_VECTORS_REPORT")
+	if report == "" {
+		return nil
+	}
+	f, err := os.OpenFile(report, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(name + "\n"); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
