@@ -24,10 +24,11 @@ from tests.storage.services import service_url
 
 BINDING = pathlib.Path(__file__).parents[2] / "bindings" / "java"
 
-#: test classes that must have run (the shared vectors)
+#: test classes that must have run (vectors, the provider live, interoperability with Python)
 REQUIRED = {
     "io.pymq.stomp.FrameVectorsTest", "io.pymq.routing.RoutingVectorsTest", "io.pymq.jms.MessageVectorsTest",
-    "io.pymq.jms.SelectorVectorsTest",
+    "io.pymq.jms.SelectorVectorsTest", "io.pymq.jms.ProviderTest", "io.pymq.jms.InteropTest",
+    "io.pymq.jms.HeartBeatTest",
 }
 
 

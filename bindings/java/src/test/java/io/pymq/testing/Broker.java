@@ -1,0 +1,135 @@
+package io.pymq.testing;
+
+import org.junit.jupiter.api.Assertions;
+import org.junit.jupiter.api.Assumptions;
+
+import java.io.BufferedReader;
+import java.io.IOException;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+
+/**
+ * The real pymq-server the live tests run against, started once per test JVM:
+ *
+ * <ul>
+ *   <li>{@code PYMQ_BROKER_ADDR} (host:port): use a broker that is already running;</li>
+ *   <li>else {@code PYMQ_SERVER} (a command line, e.g. {@code "python3 -m pymq_server"}; default
+ *       {@code pymq-server}) is started with {@code --host 127.0.0.1 --port 0 --data-dir <temp>} and the
+ *       port read from its {@code pymq-server listening on 127.0.0.1:<port>} line; it is stopped with
+ *       SIGTERM when the JVM exits.</li>
+ * </ul>
+ * Without a broker the live tests are skipped, except when {@code CI} is set, where they fail (the rule
+ * of tests/storage/services.py).
+ */
+public final class Broker {
+    private static final Pattern LISTENING = Pattern.compile("pymq-server listening on (\\S+:\\d+)");
+    private static String address;
+    private static String reason;
+    private static boolean tried;
+
+    private Broker() {
+    }
+
+    public static boolean inCi() {
+        String ci = System.getenv("CI");
+        return ci != null && !List.of("", "0", "false", "no").contains(ci.strip().toLowerCase());
+    }
+
+    /** host:port of the broker, or skip (fail under CI). */
+    public static synchronized String address() {
+        if (!tried) {
+            tried = true;
+            String given = System.getenv("PYMQ_BROKER_ADDR");
+            if (given != null && !given.isEmpty()) {
+                address = given;
+            } else {
+                try {
+                    address = start();
+                } catch (Exception e) {
+                    reason = "no pymq broker: " + e.getMessage()
+                            + " (set PYMQ_BROKER_ADDR, or PYMQ_SERVER=\"python3 -m pymq_server\")";
+                }
+            }
+        }
+        if (address == null) {
+            if (inCi()) {
+                Assertions.fail(reason + " (CI is set: a missing broker is a failure)");
+            }
+            Assumptions.assumeTrue(false, reason);
+        }
+        return address;
+    }
+
+    /** The broker URL for a PymqConnectionFactory. */
+    public static String url() {
+        return "stomp://" + address();
+    }
+
+    public static String url(String query) {
+        return url() + "?" + query;
+    }
+
+    private static String start() throws IOException, InterruptedException {
+        String cmd = System.getenv("PYMQ_SERVER");
+        List<String> command = new ArrayList<>(List.of((cmd == null || cmd.isBlank() ? "pymq-server" : cmd).strip().split("\\s+")));
+        Path dataDir = Files.createTempDirectory("pymq-java-test-");
+        command.addAll(List.of("--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir.toString()));
+        Process process = new ProcessBuilder(command).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
+        CompletableFuture<String> found = new CompletableFuture<>();
+        StringBuilder log = new StringBuilder();
+        Thread reader = new Thread(() -> {
+            try (BufferedReader r = new BufferedReader(new InputStreamReader(process.getErrorStream(), StandardCharsets.UTF_8))) {
+                String line;
+                while ((line = r.readLine()) != null) {
+                    Matcher m = LISTENING.matcher(line);
+                    if (m.find()) {
+                        found.complete(m.group(1));
+                    } else if (log.length() < 8192) {
+                        log.append(line).append('\n');
+                    }
+                }
+            } catch (IOException ignored) {
+                // the broker's stderr closed
+            }
+            found.complete(null);
+        }, "pymq-broker-stderr");
+        reader.setDaemon(true);
+        reader.start();
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            process.destroy();     // SIGTERM: a clean stop
+            try {
+                if (!process.waitFor(15, TimeUnit.SECONDS)) {
+                    process.destroyForcibly();
+                }
+            } catch (InterruptedException ignored) {
+                process.destroyForcibly();
+            }
+            try (Stream<Path> files = Files.walk(dataDir)) {
+                files.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+            } catch (IOException ignored) {
+                // best effort
+            }
+        }));
+        String addr;
+        try {
+            addr = found.get(60, TimeUnit.SECONDS);
+        } catch (Exception e) {
+            process.destroyForcibly();
+            throw new IOException(command + " did not report its port within 60 s");
+        }
+        if (addr == null) {
+            throw new IOException(command + " exited before listening:\n" + log);
+        }
+        return addr;
+    }
+}
