@@ -24,11 +24,11 @@ from tests.storage.services import service_url
 
 BINDING = pathlib.Path(__file__).parents[2] / "bindings" / "java"
 
-#: test classes that must have run (vectors, the provider live, interoperability with Python)
+#: test classes that must have run (vectors, the provider live, interoperability with Python, Spring JMS)
 REQUIRED = {
     "io.pymq.stomp.FrameVectorsTest", "io.pymq.routing.RoutingVectorsTest", "io.pymq.jms.MessageVectorsTest",
     "io.pymq.jms.SelectorVectorsTest", "io.pymq.jms.ProviderTest", "io.pymq.jms.InteropTest",
-    "io.pymq.jms.HeartBeatTest",
+    "io.pymq.jms.HeartBeatTest", "io.pymq.jms.examples.SpringJmsExampleTest",
 }
 
 
