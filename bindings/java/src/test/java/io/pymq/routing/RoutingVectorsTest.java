@@ -90,6 +90,35 @@ class RoutingVectorsTest {
         }
     }
 
+    /** key_cases: which id a message routes on under a destination's routing_key (spec/routing.md §2.3). */
+    @Test
+    void routingKeyVectors() {
+        JsonNode v = Vectors.load("group_routing.json");
+        int n = 0;
+        for (JsonNode c : v.get("key_cases")) {
+            String name = c.get("name").asText();
+            java.util.Map<String, String> headers = new java.util.LinkedHashMap<>();
+            c.get("headers").fields().forEachRemaining(e -> headers.put(e.getKey(), e.getValue().asText()));
+            RoutingKey.Key key = RoutingKey.named(c.get("routing_key").asText()).keyOf(headers);
+            if (c.get("key_source").isNull()) {
+                assertEquals(null, key, name);
+                assertTrue(c.get("modulo").isNull() && c.get("rendezvous").isNull(), name);
+                continue;
+            }
+            assertEquals(c.get("key_source").asText(), key.source(), name);
+            assertEquals(c.get("key").asText(), key.key(), name);
+            List<String> destinations = strings(c.get("destinations"));
+            assertEquals(c.get("modulo").asText(), new GroupRouter(destinations, GroupRouter.Strategy.MODULO).route(key.key()), name);
+            assertEquals(c.get("rendezvous").asText(), new GroupRouter(destinations).route(key.key()), name);
+            n++;
+        }
+        assertTrue(n > 10);
+        for (JsonNode e : v.get("key_errors")) {
+            assertEquals("unknown-routing-key", e.get("error").asText());
+            assertThrows(IllegalArgumentException.class, () -> RoutingKey.named(e.get("routing_key").asText()));
+        }
+    }
+
     @Test
     void loneSurrogatesCannotBeRoutedAndUnknownStrategiesAreRefused() {
         assertThrows(IllegalArgumentException.class, () -> Murmur3.groupHash("a\ud800b"));
