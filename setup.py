@@ -16,6 +16,7 @@ EXTENSIONS = [
     ("pymq.selector._evaluator_c", "_ext/selector.pyx"),
     ("pymq.routing._bloom_c", "_ext/bloom.pyx"),
     ("pymq_server.storage._page_alloc_c", "_ext/page_alloc.pyx"),
+    ("pyspark_pymq._decode_c", "_ext/arrow_decode.pyx"),
 ]
 
 DEBUG = os.environ.get("PYMQ_DEBUG_BUILD") == "1"

@@ -1,14 +1,14 @@
-"""Messages to Arrow record batches (reads) and Arrow record batches to messages (writes).
+"""The read schema, and Arrow record batches to messages (writes).
 
-Spark moves Python data source rows as Arrow; building the columns here, one list comprehension per
-column, is several times faster than yielding tuples (measured in /work/shared/research/spark.md).  The
-Arrow schema must match the Spark schema exactly (int32 for INT, int64 for BIGINT, timestamps in
-microseconds), so :data:`READ_FIELDS` is the one definition of both.
+Spark moves Python data source rows as Arrow, and its Arrow schema must match the Spark schema exactly
+(int32 for INT, int64 for BIGINT, timestamps in microseconds), so :data:`READ_FIELDS` is the one
+definition of both.  Reads are decoded into it by ``pyspark_pymq._decode`` (MESSAGE frames, compiled
+with a pure twin).
 
 The sink side turns each row into the message it describes: ``value`` (a string column gives a
 TextMessage, binary a BytesMessage; ``bodyType`` can say otherwise), ``key`` (JMSXGroupID),
-``properties``, ``priority``, ``timeToLive``, ``deliveryMode``, ``correlationId``, ``type``, ``replyTo``,
-``dedupId`` and ``destination``.
+``properties``, ``priority``, ``timeToLive``, ``expiration``, ``deliveryMode``, ``correlationId``,
+``type``, ``replyTo``, ``dedupId`` and ``destination`` (or ``topic``).
 """
 from __future__ import annotations
 
@@ -65,62 +65,6 @@ def arrow_schema(include_properties: bool) -> pa.Schema:
 
 
 _SCHEMAS = {False: arrow_schema(False), True: arrow_schema(True)}
-_BODY_TYPE = {TextMessage: "text", BytesMessage: "bytes", MapMessage: "map"}
-
-
-def _value(m: Message) -> bytes:
-    t = type(m)
-    if t is TextMessage:
-        return m.text.encode("utf-8")                        # type: ignore[attr-defined]
-    if t is BytesMessage:
-        return m.data                                        # type: ignore[attr-defined]
-    return m._body_bytes()                                   # MapMessage: its JSON wire form (spec §7)
-
-
-def _text(value: Any) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, float):
-        return repr(value)
-    return str(value)
-
-
-def messages_to_batch(messages: list[Message], destination: str, kind: str,
-                      include_properties: bool) -> pa.RecordBatch:
-    n = len(messages)
-    keys = []
-    for m in messages:
-        group = m.properties.get("JMSXGroupID")
-        keys.append(None if group is None else str(group).encode("utf-8"))
-    columns = [
-        pa.repeat(pa.scalar(destination, pa.string()), n),
-        pa.repeat(pa.scalar(kind, pa.string()), n),
-        pa.repeat(pa.scalar(0, pa.int32()), n),
-        pa.array([m.sequence for m in messages], pa.int64()),
-        pa.array([m.message_id for m in messages], pa.string()),
-        pa.array([m.correlation_id for m in messages], pa.string()),
-        pa.array(keys, pa.binary()),
-        pa.array([_value(m) for m in messages], pa.binary()),
-        pa.array([_BODY_TYPE.get(type(m), "bytes") for m in messages], pa.string()),
-        pa.array([m.timestamp * 1000 for m in messages], _TS),
-        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
-        pa.array([m.expiration * 1000 if m.expiration else None for m in messages], _TS),
-        pa.array([m.priority for m in messages], pa.int32()),
-        pa.array([m.delivery_mode for m in messages], pa.int32()),
-        pa.array([m.redelivered for m in messages], pa.bool_()),
-        pa.array([m.delivery_count for m in messages], pa.int32()),
-        pa.array([m.reply_to.stomp_name if m.reply_to is not None else None for m in messages], pa.string()),
-        pa.array([m.type for m in messages], pa.string()),
-    ]
-    if include_properties:
-        # JMSXGroupID is the ``key`` column already: repeated here, a read written back would carry it twice
-        columns.append(pa.array([[(k, _text(v)) for k, v in m.properties.items() if k != "JMSXGroupID"]
-                                 for m in messages], PROPERTIES_FIELD[2]))
-    return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_properties])
-
-
 # -- writes ---------------------------------------------------------------------------------------------
 
 #: sink columns and the Spark types each accepts (by Spark's ``typeName()``)

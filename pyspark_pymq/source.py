@@ -50,8 +50,9 @@ from pymq.errors import (
     PymqError,
 )
 from pymq.errors import TimeoutError as BrokerTimeout
-from pyspark_pymq._arrow import messages_to_batch, read_ddl
+from pyspark_pymq._arrow import read_ddl
 from pyspark_pymq._connections import CONNECTIONS
+from pyspark_pymq._decode import frames_to_batch
 from pyspark_pymq._options import (
     EARLIEST,
     LATEST,
@@ -121,14 +122,14 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
                     upto = min(p.end, cursor + p.fetch_size)
                     r = session.read_range(p.destination, from_seq=cursor, to_seq=upto,
                                            max_messages=p.fetch_size, selector=p.selector,
-                                           subscription=p.subscription, source=p.source)
+                                           subscription=p.subscription, source=p.source, frames=True)
                     failures = 0
                     if p.check_loss:
                         # on every fetch, not only the first: retention (or another consumer of a queue) may
                         # remove messages while a long partition is read; skipping them would be a silent gap
                         check_loss(p.destination, cursor, r.earliest, p.end)
-                    if r.messages:
-                        yield messages_to_batch(r.messages, p.destination, kind, p.include_properties)
+                    if r.frames:
+                        yield frames_to_batch(r.frames, p.destination, kind, p.include_properties)
                     if r.next_seq <= cursor:
                         return                # the broker has nothing at or past the cursor in this range
                     cursor = r.next_seq

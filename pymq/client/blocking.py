@@ -411,13 +411,17 @@ class Session(SessionFactories):
                    to_seq: int | None = None, max_messages: int | None = None,
                    max_bytes: int | None = None, from_timestamp: int | None = None,
                    selector: str | None = None, subscription: str | None = None, source: str | None = None,
-                   timeout: float | None = None) -> RangeResult:
+                   timeout: float | None = None, frames: bool = False) -> RangeResult:
         """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
-        from a destination's retained log, a queue, or (``subscription``) a durable subscription."""
+        from a destination's retained log, a queue, or (``subscription``) a durable subscription.
+
+        ``frames=True`` leaves each message as the broker sent it, a ``(headers, body)`` pair in
+        ``RangeResult.frames`` (``messages`` is then empty): the seam for readers that decode many
+        messages at once without making a Message of each (the Spark connector's Arrow decoder)."""
         extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
                               from_timestamp=from_timestamp, selector=selector, subscription=subscription,
                               source=source)
-        return _browse(self, as_destination(destination), extra, timeout)
+        return _browse(self, as_destination(destination), extra, timeout, frames)
 
     def bounds(self, destination: Destination | str, *, subscription: str | None = None,
                source: str | None = None) -> tuple[int, int]:
@@ -848,29 +852,33 @@ class QueueBrowser:
 
 
 class RangeResult:
-    """What a range read returned: the messages (with ``.sequence``) and the destination's bounds."""
+    """What a range read returned: the messages (with ``.sequence``) and the destination's bounds; with
+    ``read_range(frames=True)``, the messages' ``(headers, body)`` pairs in ``frames`` instead."""
 
-    __slots__ = ("messages", "earliest", "latest", "next_seq")
+    __slots__ = ("messages", "earliest", "latest", "next_seq", "frames")
 
-    def __init__(self, messages: list, earliest: int, latest: int, next_seq: int) -> None:
+    def __init__(self, messages: list, earliest: int, latest: int, next_seq: int,
+                 frames: list[tuple[dict, bytes]] | None = None) -> None:
         self.messages = messages
         self.earliest = earliest      # first sequence number still available
         self.latest = latest          # last sequence number the destination assigned
         self.next_seq = next_seq      # where the next read continues
+        self.frames = frames if frames is not None else []
 
     def __repr__(self) -> str:
-        return (f"RangeResult({len(self.messages)} messages, earliest={self.earliest}, "
+        return (f"RangeResult({len(self.messages) or len(self.frames)} messages, earliest={self.earliest}, "
                 f"latest={self.latest}, next_seq={self.next_seq})")
 
 
-def _browse(session: "Session", destination: Destination, extra: dict, timeout: float | None) -> RangeResult:
+def _browse(session: "Session", destination: Destination, extra: dict, timeout: float | None,
+            frames: bool = False) -> RangeResult:
     """One browse subscription (spec/stomp.md §9); the broker ends it after ``browser:end``."""
     conn = session.connection
     consumer = MessageConsumer(session, destination, None, 0)
     headers = {"destination": destination.stomp_name, "id": consumer._sub_id, "browser": "true",
                "ack": "auto"}
     headers.update({k: str(v) for k, v in extra.items() if v is not None})
-    out: list[Message] = []
+    out: list = []          # Messages, or (headers, body) pairs with frames=True
     try:
         conn._request(Frame("SUBSCRIBE", headers))
         deadline = time.monotonic() + (timeout if timeout is not None else conn.factory.timeout)
@@ -887,9 +895,10 @@ def _browse(session: "Session", destination: Destination, extra: dict, timeout: 
                 raise IllegalStateError("the connection closed during the browse")
             if frame.headers.get("browser") == "end":
                 h = frame.headers
-                return RangeResult(out, int(h.get("pymq-earliest-seq", 0)), int(h.get("pymq-latest-seq", 0)),
-                                   int(h.get("pymq-next-seq", 0)))
-            out.append(from_frame(frame.headers, frame.body))
+                bounds = (int(h.get("pymq-earliest-seq", 0)), int(h.get("pymq-latest-seq", 0)),
+                          int(h.get("pymq-next-seq", 0)))
+                return RangeResult([], *bounds, frames=out) if frames else RangeResult(out, *bounds)
+            out.append((frame.headers, frame.body) if frames else from_frame(frame.headers, frame.body))
     finally:
         conn._unregister(consumer._sub_id)
 
