@@ -14,13 +14,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
-import logging
 import signal
 import sys
 
 from pymq.errors import PymqError
 from pymq_server.app import BrokerServer, install_uvloop
 from pymq_server.config import BrokerConfig
+from pymq_server.logs import announce, configure_logging
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -41,6 +41,7 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--node-id", dest="node_id", help="this broker's name (message ids, clustering)")
     p.add_argument("--admin-port", dest="admin_port", type=int, help="HTTP admin/metrics port")
     p.add_argument("--log-level", dest="log_level", help="DEBUG, INFO, WARNING, ERROR")
+    p.add_argument("--log-format", dest="log_format", help="text (default) or json: one JSON object per line")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     return p
 
@@ -69,7 +70,7 @@ def _passwd(argv: list[str]) -> int:
 async def _run(config: BrokerConfig) -> None:
     server = BrokerServer(config)
     await server.start()
-    print(f"pymq-server listening on {config.host}:{server.port}", file=sys.stderr, flush=True)
+    announce(f"pymq-server listening on {config.host}:{server.port}", config.log_format)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -88,12 +89,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         config = BrokerConfig.load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
                                    users_file=args.users_file, node_id=args.node_id,
-                                   admin_port=args.admin_port, log_level=args.log_level)
+                                   admin_port=args.admin_port, log_level=args.log_level,
+                                   log_format=args.log_format)
     except PymqError as exc:
         print(f"pymq-server: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=getattr(logging, config.log_level.upper(), logging.INFO),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(config.log_level, config.log_format)
     if not args.no_uvloop:
         install_uvloop()
     try:

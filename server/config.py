@@ -126,6 +126,7 @@ class BrokerConfig:
     admin_port: int | None = None        # HTTP admin/metrics endpoint; None = off
     cluster: dict | None = None          # spec/cluster.md: store, secret, name, advertise, ...
     log_level: str = "INFO"
+    log_format: str = "text"             # text | json (one JSON object per line, server/logs.py)
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, **overrides: Any) -> "BrokerConfig":
@@ -166,6 +167,8 @@ class BrokerConfig:
             raise ConfigError("write_buffer_low must not exceed write_buffer_high")
         if self.heartbeat_grace < 1.0:
             raise ConfigError("heartbeat_grace must be at least 1.0")
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(f"log_format must be text or json, not {self.log_format!r}")
 
 
 def queue_config(data: dict, where: str = "queue", base: QueueConfig | None = None) -> QueueConfig:
