@@ -21,14 +21,14 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from pymq.errors import ConfigError, PymqError
+from pymq.errors import ConfigError, IllegalStateError, PymqError
 from pymq.routing import GroupRouter, SubscriptionFilter
 from pymq.routing.groups import RoutingKey, parse_routing_key, routing_key_of
 from pymq.routing.forwarding import PeerFilters
 from pymq_server.broker import destination as dest
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.cluster.link import OutboxConsumer, PeerLink
-from pymq_server.cluster.registry import Member, now_ms, open_registry
+from pymq_server.cluster.registry import Hosted, Member, now_ms, open_registry
 from pymq_server.config import QueueConfig
 
 log = logging.getLogger("pymq.cluster")
@@ -53,6 +53,7 @@ class ClusterConfig:
     filter_capacity: int = 10_000
     filter_fpr: float = 0.01
     handover_timeout_s: float = 10.0
+    held_max_messages: int = 1_000_000  # per dead peer: messages held for its durable subscribers (0: no cap)
     topic_filtering: bool = True        # False: forward every topic message to every peer (baseline)
 
     @classmethod
@@ -73,6 +74,8 @@ class ClusterConfig:
             raise ConfigError("cluster.popular_fraction must be in (0, 1]")
         if cfg.dead_after_ms <= cfg.heartbeat_ms:
             raise ConfigError("cluster.dead_after_ms must exceed heartbeat_ms")
+        if not isinstance(cfg.held_max_messages, int) or cfg.held_max_messages < 0:
+            raise ConfigError("cluster.held_max_messages must be a non-negative integer")
         return cfg
 
 
@@ -135,6 +138,9 @@ class ClusterNode:
         self.registry = None
         self.members: dict[str, Member] = {}         # live members, this node included
         self.assignments: dict[str, str] = {}         # durable subscription key -> node (cached)
+        self.hosted: dict[str, Hosted] = {}            # durable subscription key -> host and record (cached)
+        self.dead: set[str] = set()                    # members whose record stays but whose beats stopped
+        self._durable_hosts: dict[str, set[str]] = {}  # topic -> other nodes hosting a durable subscription
         self.routing_keys: dict[str, RoutingKey] = {}   # queue -> routing key, cluster-wide (cached)
         self.links: dict[str, PeerLink] = {}
         self._connecting: set[str] = set()
@@ -159,6 +165,10 @@ class ClusterNode:
         self.discarded_false_positive = 0
         self.redistributed = 0
         self.rerouted = 0
+        self.held = 0                                  # topic messages held for dead peers' subscribers
+        self.held_refused = 0                          # not held: the dead peer's outbox was at its cap
+        self.held_transferred = 0                      # held messages sent on to a subscription's new host
+        self.held_purged = 0
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -171,9 +181,35 @@ class ClusterNode:
                 declared[name] = parse_routing_key(settings["routing_key"]).value
         for name, key in declared.items():
             await self.loop.run_in_executor(None, self.registry.set_routing_key, name, key)
+        await self._attach_recovered()
         await self._refresh()
         log.info("cluster %s: node %s at %s; members %s", self.config.name, self.node_id, self.advertise,
                  sorted(self.members))
+
+    async def _attach_recovered(self) -> None:
+        """What the broker recovered before it joined: subscribed topics into the filter, outboxes under
+        their peers, and each recovered durable subscription either claimed (the map names no one else)
+        or, when the map says another node adopted it meanwhile, moved there (spec/cluster.md §5, §6)."""
+        broker = self.broker
+        for name, queue in broker.internal.items():
+            if name.startswith(OUTBOX_PREFIX):
+                self.outboxes[name[len(OUTBOX_PREFIX):]] = queue
+        for topic in list(broker.topics.values()):
+            if topic.subscriptions:
+                self.topic_changed(topic)
+        hosted = await self.loop.run_in_executor(None, self.registry.subscriptions)
+        for key in list(broker.subscription_queues):
+            sub = broker.find_subscription(key)
+            if sub is None:
+                continue
+            record = broker.durable_record(sub)
+            host = hosted.get(key)
+            if host is None or host.node == self.node_id:
+                self.assignments[key] = self.node_id
+                await self.loop.run_in_executor(None, self.registry.assign, key, self.node_id, record)
+            else:
+                log.info("cluster: durable subscription %s moved to %s while this node was away", key, host.node)
+                self._move_subscription(key, host.node)
 
     def _schedule(self) -> None:
         if not self._stopping:
@@ -189,19 +225,24 @@ class ClusterNode:
 
         def io():
             self.registry.beat(me)
-            return self.registry.members(), self.registry.assignments(), self.registry.routing_keys()
+            return self.registry.members(), self.registry.subscriptions(), self.registry.routing_keys()
 
         try:
-            members, assignments, routing_keys = await self.loop.run_in_executor(None, io)
+            members, hosted, routing_keys = await self.loop.run_in_executor(None, io)
         except PymqError as exc:
             log.error("cluster store unreachable: %s (keeping the last membership)", exc)
             self._schedule()
             return
-        self.assignments = assignments
         self._apply_routing_keys(routing_keys)
         now = now_ms()
         alive = {m.node: m for m in members if m.alive(now, self.config.dead_after_ms) or m.node == self.node_id}
+        first = not self.members
+        self.dead = {m.node for m in members if m.node not in alive}
         self._apply_membership(alive)
+        if first:
+            for peer in sorted(self.dead & set(self.outboxes)):
+                self._reroute_outbox(peer)         # recovered outboxes of peers that died meanwhile
+        self._apply_hosted(hosted)
         self._schedule()
 
     def _apply_membership(self, alive: dict[str, Member]) -> None:
@@ -219,6 +260,67 @@ class ClusterNode:
         for peer, member in alive.items():
             if peer != self.node_id and peer not in self.links and peer not in self._connecting:
                 self._connect(peer, member.address)
+
+    def _apply_hosted(self, hosted: dict[str, Hosted]) -> None:
+        """A new read of the assignment map: index durable interest by topic, and send on what this node
+        held for a dead host's subscription that another node has adopted meanwhile (spec/cluster.md §5)."""
+        previous = self.hosted
+        self.hosted = hosted
+        assignments = {key: h.node for key, h in hosted.items()}
+        for key, node in self.assignments.items():
+            if node == self.node_id and key not in assignments and key in self.broker.subscription_queues:
+                assignments[key] = node            # claimed here; the store write is still on its way
+        self.assignments = assignments
+        by_topic: dict[str, set[str]] = {}
+        for h in hosted.values():
+            if h.topic is not None and h.node != self.node_id:
+                by_topic.setdefault(h.topic, set()).add(h.node)
+        self._durable_hosts = by_topic
+        for key, before in previous.items():
+            now = hosted.get(key)
+            if now is None or now.node == before.node or before.topic is None:
+                continue
+            if before.node in self.outboxes and before.node not in self.members:
+                self._transfer_held(before.node, key, before, now.node)
+
+    def _held_topics(self, peer: str) -> set[str]:
+        return {h.topic for h in self.hosted.values() if h.node == peer and h.topic is not None}
+
+    def _transfer_held(self, dead: str, key: str, hosted: Hosted, to: str) -> None:
+        """Durable subscription ``key`` of dead node ``dead`` now lives on ``to``: the topic messages this
+        node held for it go there (a copy addressed to the subscription), and what no other subscription
+        of the dead node wants any more is released."""
+        broker = self.broker
+        outbox = self.outboxes[dead]
+        topic_dest = "/topic/" + hosted.topic
+        record = hosted.record or {}
+        try:
+            selector = broker.compile_selector(record.get("selector"))
+        except PymqError:
+            selector = None                        # hold on the safe side: the new host filters again
+        still_wanted = self._held_topics(dead)
+        local = broker.find_subscription(key) if to == self.node_id else None
+        moved = released = 0
+        for entry in list(outbox.ready):
+            message = entry.message
+            if message.destination != topic_dest or "pymq-subscription" in message.headers:
+                continue
+            if selector is None or selector.matches(message.selector_values()):
+                copy = broker.copy_for_subscription(message, key)
+                if local is not None:
+                    stored = broker.store.hold(copy, [local.queue.name])
+                    broker._held(copy)
+                    local.queue.enqueue(copy, stored=stored)
+                elif to != self.node_id:
+                    self.move_to_outbox(copy, to)
+                moved += 1
+            if hosted.topic not in still_wanted:
+                outbox.remove_ready([entry])       # its copy (if any) holds its own reference
+                released += 1
+        self.held_transferred += moved
+        if moved or released:
+            log.info("cluster: %d message(s) held for %s's durable subscription %s sent on to %s; %d released",
+                     moved, dead, key, to, released)
 
     def _connect(self, peer: str, address: str) -> None:
         self._connecting.add(peer)
@@ -438,8 +540,9 @@ class ClusterNode:
     # -- topics ---------------------------------------------------------------------------------------
     def topic_outboxes(self, topic, message) -> list[MessageQueue]:
         """Outboxes of the peers that should get a topic message: those whose digest may contain the
-        topic, or every peer for a popular topic (seed 004)."""
-        if len(self.members) < 2:
+        topic, or every peer for a popular topic (seed 004), and the outboxes of dead hosts of durable
+        subscriptions to the topic (held for them)."""
+        if len(self.members) < 2 and not self.dead:
             return []
         name = topic.name
         recent = self._recent_topics
@@ -454,9 +557,28 @@ class ClusterNode:
             targets = [p for p in self.peer_filters.targets(name) if p in self.members]
         else:
             targets = [p for p in self.members if p != self.node_id]
+        hosts = self._durable_hosts.get(name)
+        held = []
+        if hosts:
+            # The assignment map names every durable subscription's host: a live host gets the message even
+            # before its digest arrives, a dead one's outbox holds it until it returns or its subscription
+            # is adopted elsewhere (spec/cluster.md §5).
+            for host in hosts:
+                if host in self.members:
+                    if host not in targets:
+                        targets.append(host)
+                elif host in self.dead:
+                    cap = self.config.held_max_messages
+                    outbox = self.outbox(host)
+                    if cap and outbox.depth >= cap:
+                        self.held_refused += 1
+                        continue
+                    held.append(outbox)
         if targets:
             self.forwarded_topic += 1
-        return [self.outbox(p) for p in targets]
+        if held:
+            self.held += 1
+        return [self.outbox(p) for p in targets] + held
 
     def topic_changed(self, topic) -> None:
         """A local subscription was added or removed: keep the filter to topics with subscriptions."""
@@ -552,8 +674,10 @@ class ClusterNode:
         is asked to move its pending messages here and drop its copy: the subscription follows its
         consumer (spec/cluster.md §6)."""
         self.assignments[key] = self.node_id
+        sub = self.broker.find_subscription(key)
+        record = self.broker.durable_record(sub) if sub is not None else None
         # the store, not this node's cached copy of the map, says who hosted it until now
-        claim = self.loop.run_in_executor(None, self.registry.claim, key, self.node_id)
+        claim = self.loop.run_in_executor(None, self.registry.claim, key, self.node_id, record)
         claim.add_done_callback(lambda fut: self._claimed(key, fut))
 
     def _claimed(self, key: str, fut) -> None:
@@ -566,8 +690,10 @@ class ClusterNode:
             return
         link = self.links.get(previous)
         if link is None or not link.ready:
-            log.warning("durable subscription %s was hosted by %s, which is not reachable; its pending "
-                        "messages stay there until it is", key, previous)
+            # a dead host: what peers held for it comes here when they read the map (§5); what the dead
+            # node itself stored comes when it returns and finds the map naming this node (§6)
+            log.warning("durable subscription %s was hosted by %s, which is not reachable; its stored "
+                        "messages follow when it returns", key, previous)
             return
         try:
             link.send({"destination": CONTROL_PREFIX + "move-subscription", "pymq-node": self.node_id,
@@ -638,7 +764,8 @@ class ClusterNode:
                 copy = broker.copy_for_subscription(entry.message, key)
                 self.move_to_outbox(copy, successor)
                 queue.remove_ready([entry])
-            await self.loop.run_in_executor(None, self.registry.assign, key, successor)
+            await self.loop.run_in_executor(None, self.registry.assign, key, successor,
+                                            {k: v for k, v in record.items() if k != "key"})
             moved.append((key, successor))
         deadline = time.monotonic() + self.config.handover_timeout_s
         while time.monotonic() < deadline and any(q.depth for q in self.outboxes.values()
@@ -660,7 +787,49 @@ class ClusterNode:
                 "forwarded": self.forwarded, "forwarded_topic_messages": self.forwarded_topic,
                 "received_forwarded": self.received_forwarded,
                 "discarded_false_positive": self.discarded_false_positive,
-                "redistributed": self.redistributed, "rerouted": self.rerouted}
+                "redistributed": self.redistributed, "rerouted": self.rerouted,
+                "dead": sorted(self.dead), "held": self.held, "held_refused": self.held_refused,
+                "held_transferred": self.held_transferred, "held_purged": self.held_purged}
+
+    # -- held outboxes (admin: list-outboxes, purge-outbox) ---------------------------------------
+    def list_outboxes(self) -> list[dict]:
+        """Every outbox with what it holds; ``held`` marks a peer that is not alive (its messages wait for
+        it to return or for its subscriptions to be adopted)."""
+        out = []
+        for peer, queue in sorted(self.outboxes.items()):
+            alive = peer in self.members
+            entries = list(queue.ready)
+            out.append({"node": peer, "alive": alive, "held": not alive,
+                        "state": "alive" if alive else ("dead" if peer in self.dead else "gone"),
+                        "messages": queue.depth, "in_flight": queue.acquired,
+                        "bytes": sum(e.message.size for e in entries),
+                        "topics": sorted({e.message.destination for e in entries
+                                          if e.message.destination.startswith("/topic/")}),
+                        "subscriptions": sorted(k for k, h in self.hosted.items() if h.node == peer)})
+        return out
+
+    def purge_outbox(self, peer: str, forget: bool = False) -> dict:
+        """Drop what this node holds for a peer that is not alive (a node gone for good).  ``forget`` also
+        deletes its membership record, so no node holds for it any more; if it ever returns it rejoins and
+        recovers its own stored subscriptions."""
+        if peer == self.node_id:
+            raise IllegalStateError("a node has no outbox to itself", node=peer)
+        if peer in self.members:
+            raise IllegalStateError(f"node {peer!r} is alive: its outbox drains to it and is not purged",
+                                    node=peer)
+        queue = self.outboxes.get(peer)
+        purged = 0
+        if queue is not None:
+            purged = queue.purge()
+            self.held_purged += purged
+        if forget:
+            self.dead.discard(peer)
+            self._durable_hosts = {t: {n for n in hosts if n != peer} for t, hosts in self._durable_hosts.items()}
+            done = self.loop.run_in_executor(None, self.registry.leave, peer)
+            done.add_done_callback(lambda f: f.exception() and log.error(
+                "could not delete %s's membership record: %s", peer, f.exception()))
+        log.warning("cluster: purged %d message(s) held for %s%s", purged, peer, " and forgot it" if forget else "")
+        return {"node": peer, "purged_messages": purged, "forgotten": forget}
 
 
 def _local_consumers(queue: MessageQueue) -> int:
