@@ -354,11 +354,27 @@ def list_rules(admin: Admin, user, args: dict) -> Any:
     return _selection(admin, user).describe()
 
 
-def cluster(admin: Admin, user, args: dict) -> dict:
+def _cluster_node(admin: Admin):
     node = admin.broker.cluster
     if node is None:
         raise ConfigError("this broker is not part of a cluster")
-    return node.status()
+    return node
+
+
+def cluster(admin: Admin, user, args: dict) -> dict:
+    return _cluster_node(admin).status()
+
+
+def list_outboxes(admin: Admin, user, args: dict) -> list:
+    """This node's outboxes to its peers; those of peers that are not alive hold messages for their durable
+    subscribers (spec/cluster.md §5)."""
+    return _cluster_node(admin).list_outboxes()
+
+
+def purge_outbox(admin: Admin, user, args: dict) -> dict:
+    require_admin(user, "purge a cluster outbox")
+    node = _cluster_node(admin)
+    return node.purge_outbox(text_arg(args, "node"), forget=bool(args.get("forget")))
 
 
 # -- connections and consumers ---------------------------------------------------------------------
@@ -432,6 +448,8 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
     "close-connection": close_connection,
     "list-consumers": list_consumers,
     "cluster": cluster,
+    "list-outboxes": list_outboxes,
+    "purge-outbox": purge_outbox,
     "browse-queue": messages.browse_queue,
     "get-message": messages.get_message,
     "move-messages": messages.move_messages,
@@ -450,6 +468,7 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
 READ_ONLY = frozenset({
     "status", "overview", "list-queues", "queue-info", "metrics", "list-destinations", "list-topics",
     "list-subscriptions", "acl", "storage", "list-rules", "connections", "list-consumers", "cluster",
+    "list-outboxes",
     "browse-queue", "get-message", "list-dead-letter-queues", "list-users",
 })
 
