@@ -12,8 +12,22 @@ from libc.string cimport memchr
 
 from pymq.errors import BadEscape, FrameTooLarge, InvalidHeader, MalformedFrame, ProtocolError
 from pymq.protocol.frame import UNESCAPED_COMMANDS, Frame
+from pymq.protocol.numbers import MAX_DIGITS, parse_wire_int
+
+cdef extern from *:
+    """
+    /* Size arithmetic on untrusted lengths: a sum that would wrap is reported, never used. */
+    static inline int pymq_ssize_add_ovf(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r) {
+        return __builtin_add_overflow(a, b, r);
+    }
+    #define PYMQ_INT64_MAX 9223372036854775807ULL
+    """
+    Py_ssize_t PY_SSIZE_T_MAX
+    int pymq_ssize_add_ovf(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r)
+    unsigned long long PYMQ_INT64_MAX
 
 DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
+cdef Py_ssize_t _MAX_DIGITS = MAX_DIGITS
 DEFAULT_MAX_HEADERS = 1000
 
 cdef object _Frame = Frame
@@ -127,6 +141,25 @@ def encode_frame(str command, headers, bytes body=b"", str version="1.2"):
     return "".join(parts).encode("utf-8") + body + b"\x00"
 
 
+cdef Py_ssize_t _content_length(str text) except -1:
+    """The rule of pymq.protocol.numbers.parse_wire_int, in C: 1 to 19 ASCII digits, at most
+    2**63-1.  Anything else is handed to parse_wire_int, which raises the error both twins share."""
+    cdef Py_ssize_t i, n = len(text)
+    cdef unsigned long long value = 0
+    cdef Py_UCS4 ch
+    if 0 < n <= _MAX_DIGITS:
+        for i in range(n):
+            ch = text[i]
+            if ch < u"0" or ch > u"9":
+                break
+            value = value * 10 + (<unsigned long long>ch - 48)    # 19 digits < 2**64: no wrap
+        else:
+            if value <= PYMQ_INT64_MAX and value <= <unsigned long long>PY_SSIZE_T_MAX:
+                return <Py_ssize_t>value
+    parse_wire_int("content-length", text)      # raises InvalidHeader naming the header
+    raise InvalidHeader(f"header 'content-length' {text!r} is out of range", header="content-length")
+
+
 cdef class FrameScanner:
     cdef public Py_ssize_t max_frame_size
     cdef public Py_ssize_t max_headers
@@ -238,14 +271,15 @@ cdef class FrameScanner:
             self._scan = p + body_start
         b = p + self._p_body
         if self._p_length >= 0:
-            if self._p_body + self._p_length > limit:
-                raise FrameTooLarge(size=self._p_body + self._p_length, limit=limit)
-            if n < b + self._p_length + 1:
+            # _p_body <= limit (checked above), so ``limit - _p_body`` cannot wrap, and a declared
+            # length up to 2**63-1 is compared, never added: the sum is what overflowed before.
+            if self._p_length > limit - self._p_body:
+                raise FrameTooLarge(size=<object>self._p_body + <object>self._p_length, limit=limit)
+            if pymq_ssize_add_ovf(b, self._p_length, &end) or end >= n:
                 return None
-            if base[b + self._p_length] != 0:
+            if base[end] != 0:
                 raise MalformedFrame(f"{self._p_command} frame: expected NUL after "
                                      f"{self._p_length} body bytes (content-length)")
-            end = b + self._p_length
         else:
             if self._scan >= n:
                 hit = NULL
@@ -320,10 +354,7 @@ cdef class FrameScanner:
         self._p_length = -1
         cl = headers.get("content-length")
         if cl is not None:
-            if not (cl.isascii() and cl.isdigit()):
-                raise InvalidHeader(f"{command} frame: content-length {cl!r} is not a "
-                                    f"non-negative integer")
-            self._p_length = int(cl)
+            self._p_length = _content_length(cl)
         self._p_command = command
         self._p_headers = headers
         return 0

@@ -11,7 +11,8 @@ Parsing rules (spec/stomp.md §2, vectors in spec/vectors/frames.json):
 * From 1.1 on, header names and values are unescaped (``\\r \\n \\c \\\\``; anything else is an error),
   except in CONNECT, STOMP and CONNECTED frames.
 * With ``content-length`` the body is exactly that many bytes and must be followed by NUL; without it
-  the body runs to the first NUL.
+  the body runs to the first NUL.  The length is read by ``pymq.protocol.numbers.parse_wire_int`` (1 to
+  19 ASCII digits, at most 2**63-1) and compared with ``max_frame_size`` before any arithmetic uses it.
 * ``feed`` returns right after a CONNECT, STOMP or CONNECTED frame, keeping later bytes buffered: they
   must be parsed with the version that frame negotiates.  Call ``feed(b"")`` once it is settled.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from pymq.errors import BadEscape, FrameTooLarge, InvalidHeader, MalformedFrame, ProtocolError
 from pymq.protocol.frame import UNESCAPED_COMMANDS, Frame
+from pymq.protocol.numbers import parse_wire_int
 
 DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
 DEFAULT_MAX_HEADERS = 1000
@@ -255,11 +257,6 @@ class FrameScanner:
                 value = unescape(value)
             if name not in headers:
                 headers[name] = value
-        length = -1
         cl = headers.get("content-length")
-        if cl is not None:
-            if not (cl.isascii() and cl.isdigit()):
-                raise InvalidHeader(f"{command} frame: content-length {cl!r} is not a "
-                                    f"non-negative integer")
-            length = int(cl)
+        length = -1 if cl is None else parse_wire_int("content-length", cl)
         return command, headers, length

@@ -21,6 +21,7 @@ from typing import Iterable
 from pymq.errors import (InvalidHeader, MalformedFrame, MissingHeader, ProtocolError, UnknownCommand,
                          UnsupportedVersion)
 from pymq.protocol.frame import ALL_COMMANDS, BODY_COMMANDS, VERSIONS, Frame
+from pymq.protocol.numbers import INT32_MAX, parse_wire_int
 from pymq.protocol.scanner import DEFAULT_MAX_FRAME_SIZE, FrameScanner, encode_frame
 
 
@@ -39,6 +40,10 @@ class State(enum.Enum):
 
 SEND, RECV = "send", "recv"
 _SESSION_FRAMES = ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT")
+#: the table's name for the RECEIPT that answers the DISCONNECT itself (its ``receipt-id`` is the
+#: DISCONNECT's ``receipt``); RECEIPTs of earlier frames may still travel before it and leave the
+#: connection DISCONNECTING, whatever the STOMP version.
+DISCONNECT_RECEIPT = "RECEIPT(DISCONNECT)"
 
 # (role, state, direction, command) -> next state.  Direction is from this end's point of view.
 TRANSITIONS: dict[tuple[Role, State, str, str], State] = {}
@@ -58,7 +63,8 @@ _allow(Role.SERVER, State.CONNECTED, RECV, _SESSION_FRAMES)
 _allow(Role.SERVER, State.CONNECTED, RECV, ("DISCONNECT",), State.DISCONNECTING)
 _allow(Role.SERVER, State.CONNECTED, SEND, ("MESSAGE", "RECEIPT"))
 _allow(Role.SERVER, State.CONNECTED, SEND, ("ERROR",), State.CLOSED)
-_allow(Role.SERVER, State.DISCONNECTING, SEND, ("RECEIPT", "ERROR"), State.CLOSED)
+_allow(Role.SERVER, State.DISCONNECTING, SEND, ("RECEIPT",))
+_allow(Role.SERVER, State.DISCONNECTING, SEND, (DISCONNECT_RECEIPT, "ERROR"), State.CLOSED)
 # client
 _allow(Role.CLIENT, State.IDLE, SEND, ("CONNECT", "STOMP"), State.CONNECTING)
 _allow(Role.CLIENT, State.CONNECTING, RECV, ("CONNECTED",), State.CONNECTED)
@@ -68,8 +74,8 @@ _allow(Role.CLIENT, State.CONNECTED, SEND, ("DISCONNECT",), State.DISCONNECTING)
 _allow(Role.CLIENT, State.CONNECTED, RECV, ("MESSAGE", "RECEIPT"))
 _allow(Role.CLIENT, State.CONNECTED, RECV, ("ERROR",), State.CLOSED)
 # messages already in flight may still arrive while our DISCONNECT waits for its receipt
-_allow(Role.CLIENT, State.DISCONNECTING, RECV, ("MESSAGE",))
-_allow(Role.CLIENT, State.DISCONNECTING, RECV, ("RECEIPT", "ERROR"), State.CLOSED)
+_allow(Role.CLIENT, State.DISCONNECTING, RECV, ("MESSAGE", "RECEIPT"))
+_allow(Role.CLIENT, State.DISCONNECTING, RECV, (DISCONNECT_RECEIPT, "ERROR"), State.CLOSED)
 
 # command -> {version: required headers}; 1.0 is the most lenient (no ids on SUBSCRIBE/ACK).
 REQUIRED_HEADERS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -100,16 +106,16 @@ def negotiate_version(accept_version: str | None, supported: Iterable[str] = VER
 
 
 def parse_heartbeat(value: str | None) -> tuple[int, int]:
+    """``cx,cy`` (or ``sx,sy``) in ms: two wire integers, each at most 2**31-1 (about 24 days)."""
     if not value:
         return 0, 0
-    try:
-        a, b = value.split(",")
-        x, y = int(a), int(b)
-    except ValueError:
-        raise InvalidHeader(f"heart-beat {value!r} is not two comma-separated integers") from None
-    if x < 0 or y < 0:
-        raise InvalidHeader(f"heart-beat {value!r} has a negative interval")
-    return x, y
+    parts = value.split(",", 2)
+    if len(parts) != 2:
+        shown = value if len(value) <= 32 else value[:29] + "..."
+        raise InvalidHeader(f"header 'heart-beat' must be two comma-separated integers, got {shown!r}",
+                            header="heart-beat")
+    return (parse_wire_int("heart-beat", parts[0], maximum=INT32_MAX),
+            parse_wire_int("heart-beat", parts[1], maximum=INT32_MAX))
 
 
 def negotiate_heartbeat(connect: tuple[int, int], connected: tuple[int, int]) -> tuple[int, int]:
@@ -135,6 +141,8 @@ class StompConnection:
         #: (interval we must send at, interval we expect to receive at) in ms; 0 = off
         self.heartbeat = (0, 0)
         self._scanner = FrameScanner(max_frame_size=max_frame_size, max_headers=max_headers)
+        #: the ``receipt`` header of the DISCONNECT (sent by a client, received by a server)
+        self._disconnect_receipt: str | None = None
         self._transitions = TRANSITIONS
         self._peer_may_send_body = BODY_COMMANDS
 
@@ -163,9 +171,17 @@ class StompConnection:
         that arrived already parsed through the in-process vm:// transport)."""
         self._on_receive(frame)
 
+    def _table_command(self, frame: Frame) -> str:
+        """The command as the table knows it: a RECEIPT for the DISCONNECT has its own row."""
+        if (frame.command == "RECEIPT" and self.state is State.DISCONNECTING
+                and self._disconnect_receipt is not None
+                and frame.headers.get("receipt-id") == self._disconnect_receipt):
+            return DISCONNECT_RECEIPT
+        return frame.command
+
     def _on_receive(self, frame: Frame) -> None:
         command = frame.command
-        key = (self.role, self.state, RECV, command)
+        key = (self.role, self.state, RECV, self._table_command(frame))
         nxt = self._transitions.get(key)
         if nxt is None:
             if command not in ALL_COMMANDS:
@@ -182,6 +198,8 @@ class StompConnection:
             pass
         elif command == "CONNECTED":
             self._settle(frame.headers.get("version", "1.0"))
+        elif command == "DISCONNECT":
+            self._disconnect_receipt = frame.headers.get("receipt")
         self.state = nxt
 
     def _check_required(self, frame: Frame) -> None:
@@ -213,12 +231,14 @@ class StompConnection:
         return frame
 
     def _on_send(self, frame: Frame) -> None:
-        nxt = self._transitions.get((self.role, self.state, SEND, frame.command))
+        nxt = self._transitions.get((self.role, self.state, SEND, self._table_command(frame)))
         if nxt is None:
             raise ProtocolError(f"cannot send {frame.command} in state {self.state.value} "
                                 f"({self.role.value} side)")
         if frame.command == "CONNECTED":
             self._settle(frame.headers.get("version", "1.0"))
+        elif frame.command == "DISCONNECT":
+            self._disconnect_receipt = frame.headers.get("receipt")
         self.state = nxt
 
     def heartbeat_bytes(self) -> bytes:
