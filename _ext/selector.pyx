@@ -6,12 +6,22 @@ selector is a chain of C virtual calls with no Python frames.  Numbers are class
 into C ``long long`` / ``double``; the rules (NULL and unlike types give unknown, int promotes to
 float, '/' is real division and NULL on zero, int overflow is NULL) are those of the Python twin, which
 is the reference: tests/selector/test_differential.py checks both agree on random selectors and values.
+
+Stack use: ``ev`` and ``compile_node`` recurse once per level of the tree.  The parser refuses a tree
+higher than ``SelectorLimits.max_depth`` (at most 64) before it gets here, and ``build`` checks the
+height again (``MAX_HEIGHT``) for trees that did not come from the parser, so the C stack holds at most
+that many frames whatever the selector.  LIKE never uses a regular expression: the plan of
+``pymq.selector._ir.like_plan`` is matched with ``str.find``/``startswith`` and no backtracking.
 """
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from cpython.float cimport PyFloat_AS_DOUBLE
+from cpython.mem cimport PyMem_Calloc, PyMem_Free
+from cpython.unicode cimport PyUnicode_DATA, PyUnicode_KIND, PyUnicode_READ
+from libc.stdint cimport uint64_t
 
-from pymq.selector._ir import like_regex
+from pymq.errors import InvalidSelector
+from pymq.selector._ir import MAX_HEIGHT, like_plan
 
 IMPLEMENTATION = "c"
 
@@ -484,26 +494,192 @@ cdef class InNum(Node):
         return None
 
 
-# LIKE shapes that need no regular expression
+# LIKE shapes with a one-call test, and the general plan
 cdef enum:
     LIKE_EQ = 0
     LIKE_PREFIX = 1
     LIKE_SUFFIX = 2
     LIKE_INFIX = 3
     LIKE_ANY = 4
-    LIKE_REGEX = 5
+    LIKE_PLAN = 5
+
+
+cdef bint _group_at(tuple group, str v, Py_ssize_t at):
+    cdef tuple piece
+    for piece in <tuple>group[1]:
+        if not v.startswith(<str>piece[1], at + <Py_ssize_t>piece[0]):
+            return False
+    return True
+
+
+cdef class GroupScan:
+    """Shift-and tables of one LIKE group over 64-bit words (twin: ``_evaluator_py._group_masks``).
+
+    Bit ``j`` of a position set stands for "the group's first ``j + 1`` characters end here".  Masks
+    for ASCII characters sit in a direct table, the others in a sorted array searched by bisection;
+    a character the group does not name gets the '_' positions (``wild``).  One pass over the value,
+    ``words`` word operations per character; memory ``(128 + distinct) * words`` words, bounded by
+    the LIKE pattern limit.
+    """
+    cdef Py_ssize_t length, words, count
+    cdef uint64_t* ascii        # 128 * words
+    cdef uint64_t* wild         # words
+    cdef Py_UCS4* chars         # count, sorted
+    cdef uint64_t* masks        # count * words
+    cdef uint64_t* state        # words (scratch)
+
+    def __cinit__(self, tuple group):
+        cdef Py_ssize_t length = group[0], words = (length + 63) // 64, j, k, offset, pos
+        cdef Py_UCS4 ch
+        cdef dict others = {}
+        self.length = length
+        self.words = words
+        self.ascii = <uint64_t*>PyMem_Calloc(128 * words, sizeof(uint64_t))
+        self.wild = <uint64_t*>PyMem_Calloc(words, sizeof(uint64_t))
+        self.state = <uint64_t*>PyMem_Calloc(words, sizeof(uint64_t))
+        if self.ascii == NULL or self.wild == NULL or self.state == NULL:
+            raise MemoryError()
+        for j in range(length):
+            self.wild[j >> 6] |= (<uint64_t>1) << (j & 63)
+        for piece in <tuple>group[1]:
+            offset = (<tuple>piece)[0]
+            for j, ch in enumerate(<str>(<tuple>piece)[1]):
+                pos = offset + j
+                self.wild[pos >> 6] &= ~((<uint64_t>1) << (pos & 63))
+                if ch >= 128:
+                    others.setdefault(ch, [])
+        keys = sorted(others)
+        self.count = len(keys)
+        self.chars = <Py_UCS4*>PyMem_Calloc(self.count + 1, sizeof(Py_UCS4))
+        self.masks = <uint64_t*>PyMem_Calloc((self.count + 1) * words, sizeof(uint64_t))
+        if self.chars == NULL or self.masks == NULL:
+            raise MemoryError()
+        for k in range(self.count):
+            self.chars[k] = <Py_UCS4>ord(keys[k])
+        for k in range(128):
+            for j in range(words):
+                self.ascii[k * words + j] = self.wild[j]
+        for k in range(self.count):
+            for j in range(words):
+                self.masks[k * words + j] = self.wild[j]
+        for piece in <tuple>group[1]:
+            offset = (<tuple>piece)[0]
+            for j, ch in enumerate(<str>(<tuple>piece)[1]):
+                pos = offset + j
+                if ch < 128:
+                    self.ascii[<Py_ssize_t>ch * words + (pos >> 6)] |= (<uint64_t>1) << (pos & 63)
+                else:
+                    k = self._index(ch)
+                    self.masks[k * words + (pos >> 6)] |= (<uint64_t>1) << (pos & 63)
+
+    def __dealloc__(self):
+        PyMem_Free(self.ascii)
+        PyMem_Free(self.wild)
+        PyMem_Free(self.state)
+        PyMem_Free(self.chars)
+        PyMem_Free(self.masks)
+
+    cdef Py_ssize_t _index(self, Py_UCS4 ch):
+        cdef Py_ssize_t lo = 0, hi = self.count, mid
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if self.chars[mid] < ch:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < self.count and self.chars[lo] == ch:
+            return lo
+        return -1
+
+    cdef Py_ssize_t find(self, str v, Py_ssize_t start, Py_ssize_t stop) except -2:
+        """The leftmost start in [start, stop - length] where the group matches, or -1."""
+        cdef Py_ssize_t words = self.words, i, j, k, top = self.length - 1
+        cdef uint64_t carry, x
+        cdef uint64_t* mask
+        cdef uint64_t* state = self.state
+        cdef Py_UCS4 ch
+        cdef int kind = PyUnicode_KIND(v)
+        cdef void* data = PyUnicode_DATA(v)
+        for j in range(words):
+            state[j] = 0
+        for i in range(start, stop):
+            ch = PyUnicode_READ(kind, data, i)
+            if ch < 128:
+                mask = self.ascii + <Py_ssize_t>ch * words
+            else:
+                k = self._index(ch)
+                mask = self.wild if k < 0 else self.masks + k * words
+            carry = 1
+            for j in range(words):
+                x = state[j]
+                state[j] = ((x << 1) | carry) & mask[j]
+                carry = x >> 63
+            if (state[top >> 6] >> (top & 63)) & 1:
+                return i - top
+        return -1
+
+
+cdef class LikeMatcher:
+    """Twin of ``_evaluator_py._LikeMatcher``: first group at the start, last at the end, each middle
+    group at its leftmost place (``str.find`` for a plain literal, else a :class:`GroupScan`)."""
+    cdef tuple plan
+    cdef list scans            # per group: GroupScan, or None for a literal / empty group
+
+    def __cinit__(self, tuple plan):
+        self.plan = plan
+        self.scans = []
+        for group in plan:
+            self.scans.append(GroupScan(group) if _needs_scan(group) else None)
+
+    cdef Py_ssize_t find(self, Py_ssize_t k, str v, Py_ssize_t start, Py_ssize_t stop) except -2:
+        cdef tuple group = self.plan[k]
+        cdef Py_ssize_t length = group[0]
+        cdef tuple pieces = group[1]
+        if stop - start < length:
+            return -1
+        if not pieces:
+            return start
+        scan = self.scans[k]
+        if scan is None:
+            return v.find(<str>(<tuple>pieces[0])[1], start, stop)
+        return (<GroupScan>scan).find(v, start, stop)
+
+    cdef bint match(self, str v) except -1:
+        cdef tuple plan = self.plan
+        cdef Py_ssize_t n = len(v), tail, at, found, count = len(plan), k
+        cdef tuple first = plan[0], last
+        if count == 1:
+            return n == <Py_ssize_t>first[0] and _group_at(first, v, 0)
+        last = plan[count - 1]
+        tail = n - <Py_ssize_t>last[0]
+        if <Py_ssize_t>first[0] > tail or not _group_at(first, v, 0) or not _group_at(last, v, tail):
+            return False
+        at = first[0]
+        for k in range(1, count - 1):
+            found = self.find(k, v, at, tail)
+            if found < 0:
+                return False
+            at = found + <Py_ssize_t>(<tuple>plan[k])[0]
+        return True
+
+
+cdef bint _needs_scan(tuple group):
+    cdef Py_ssize_t length = group[0]
+    cdef tuple pieces = group[1]
+    return len(pieces) > 0 and not (len(pieces) == 1 and (<tuple>pieces[0])[0] == 0
+                                    and len((<tuple>pieces[0])[1]) == length)
 
 
 cdef class Like(Node):
     cdef Node inner
     cdef int shape
     cdef str text
-    cdef object fullmatch
+    cdef LikeMatcher matcher
 
     def __cinit__(self, Node inner, tuple segments):
         self.inner = inner
         self.text = ""
-        self.fullmatch = None
+        self.matcher = None
         kinds = tuple(s[0] for s in segments)
         lits = [s[1] for s in segments if s[0] == "lit"]
         if kinds == () or kinds == ("lit",):
@@ -521,8 +697,8 @@ cdef class Like(Node):
         elif kinds == ("any",):
             self.shape = LIKE_ANY
         else:
-            self.shape = LIKE_REGEX
-            self.fullmatch = like_regex(segments).fullmatch
+            self.shape = LIKE_PLAN
+            self.matcher = LikeMatcher(like_plan(segments))
 
     cdef object ev(self, object values):
         cdef object v = self.inner.ev(values)
@@ -538,7 +714,7 @@ cdef class Like(Node):
             return self.text in <str>v
         if self.shape == LIKE_ANY:
             return True
-        return self.fullmatch(v) is not None
+        return self.matcher.match(<str>v)
 
 
 cdef class IsNull(Node):
@@ -566,7 +742,11 @@ cdef class Contains(Node):
         return self.needle in <str>v
 
 
-cdef Node compile_node(tuple node):
+cdef Node compile_node(tuple node, int height=1):
+    if height > MAX_HEIGHT:
+        raise InvalidSelector(f"selector error at position 0: expected expressions nested at most "
+                              f"{MAX_HEIGHT} deep but found a deeper tree", position=0,
+                              expected=f"expressions nested at most {MAX_HEIGHT} deep")
     op = node[0]
     if op == "lit":
         return Lit(node[1])
@@ -575,39 +755,41 @@ cdef Node compile_node(tuple node):
     if op == "field":
         return Field(node[1], node[2])
     if op == "cond":
-        return Cond(compile_node(node[1]))
+        return Cond(compile_node(node[1], height + 1))
     if op == "not":
-        return Not(compile_node(node[1]))
+        return Not(compile_node(node[1], height + 1))
     if op == "and":
-        return And([compile_node(n) for n in node[1]])
+        return And([compile_node(n, height + 1) for n in node[1]])
     if op == "or":
-        return Or([compile_node(n) for n in node[1]])
+        return Or([compile_node(n, height + 1) for n in node[1]])
     if op == "cmp":
         if node[3][0] == "lit":
-            return CmpLit(_OPS[node[1]], compile_node(node[2]), node[3][1])
-        return Cmp(_OPS[node[1]], compile_node(node[2]), compile_node(node[3]))
+            return CmpLit(_OPS[node[1]], compile_node(node[2], height + 1), node[3][1])
+        return Cmp(_OPS[node[1]], compile_node(node[2], height + 1), compile_node(node[3], height + 1))
     if op == "arith":
-        return Arith(_OPS[node[1]], compile_node(node[2]), compile_node(node[3]))
+        return Arith(_OPS[node[1]], compile_node(node[2], height + 1), compile_node(node[3], height + 1))
     if op == "neg":
-        return Neg(compile_node(node[1]))
+        return Neg(compile_node(node[1], height + 1))
     if op == "pos":
-        return Pos(compile_node(node[1]))
+        return Pos(compile_node(node[1], height + 1))
     if op == "between":
-        return Between(compile_node(node[1]), compile_node(node[2]), compile_node(node[3]))
+        return Between(compile_node(node[1], height + 1), compile_node(node[2], height + 1),
+                       compile_node(node[3], height + 1))
     if op == "notbetween":
-        return NotBetween(compile_node(node[1]), compile_node(node[2]), compile_node(node[3]))
+        return NotBetween(compile_node(node[1], height + 1), compile_node(node[2], height + 1),
+                          compile_node(node[3], height + 1))
     if op == "in":
         items = node[3]
         if node[2] == "str":
-            return InStr(compile_node(node[1]), frozenset(items))
+            return InStr(compile_node(node[1], height + 1), frozenset(items))
         exact = frozenset(items) if all(type(i) is int for i in items) else None
-        return InNum(compile_node(node[1]), exact, frozenset(float(i) for i in items))
+        return InNum(compile_node(node[1], height + 1), exact, frozenset(float(i) for i in items))
     if op == "like":
-        return Like(compile_node(node[1]), node[2])
+        return Like(compile_node(node[1], height + 1), node[2])
     if op == "isnull":
-        return IsNull(compile_node(node[1]))
+        return IsNull(compile_node(node[1], height + 1))
     if op == "contains":
-        return Contains(compile_node(node[1]), node[2])
+        return Contains(compile_node(node[1], height + 1), node[2])
     raise ValueError(f"unknown selector node {op!r}")
 
 

@@ -127,6 +127,11 @@ class BrokerConfig:
     cluster: dict | None = None          # spec/cluster.md: store, secret, name, advertise, ...
     log_level: str = "INFO"
     log_format: str = "text"             # text | json (one JSON object per line, server/logs.py)
+    # what one selector may cost (spec/selector.md §7); over a limit the SUBSCRIBE gets invalid-selector
+    selector_max_length: int = 16_384    # characters
+    selector_max_depth: int = 64         # nesting (at most 64: the evaluators' stack is sized for it)
+    selector_max_terms: int = 2_048      # identifiers and literals
+    selector_max_like_length: int = 1_024  # characters of one LIKE pattern
 
     @classmethod
     def load(cls, path: str | os.PathLike | None = None, **overrides: Any) -> "BrokerConfig":
@@ -169,6 +174,14 @@ class BrokerConfig:
             raise ConfigError("heartbeat_grace must be at least 1.0")
         if self.log_format not in ("text", "json"):
             raise ConfigError(f"log_format must be text or json, not {self.log_format!r}")
+        self.selector_limits()        # raises ConfigError naming the bad limit
+
+    def selector_limits(self):
+        """The selector limits of this broker (a ``pymq.selector.SelectorLimits``)."""
+        from pymq.selector import SelectorLimits
+        return SelectorLimits(max_length=self.selector_max_length, max_depth=self.selector_max_depth,
+                              max_terms=self.selector_max_terms,
+                              max_like_length=self.selector_max_like_length)
 
 
 def queue_config(data: dict, where: str = "queue", base: QueueConfig | None = None) -> QueueConfig:

@@ -2,7 +2,8 @@
 
 Parsing (pure Python) happens once per subscription or rule; evaluation runs in the evaluator the
 picker chose (Cython unless disabled).  Compiled selectors are immutable and cached by text, so a
-thousand subscriptions with the same selector share one compiled program.
+thousand subscriptions with the same selector share one compiled program (selectors up to
+``CACHED_LENGTH`` characters: the cache must not become a way to hold memory).
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from types import ModuleType
 from typing import Mapping
 
 from . import _evaluator
-from ._parser import JMS, Dialect, parse
+from ._parser import DEFAULT_LIMITS, JMS, Dialect, SelectorLimits, parse
 from ._rules import STORAGE_RULES
 
 
@@ -23,8 +24,9 @@ class Selector:
     ``implementation`` which evaluator runs it (``"c"`` or ``"py"``).
     """
 
-    def __init__(self, text: str, dialect: Dialect = JMS, evaluator: ModuleType | None = None) -> None:
-        result = parse(text, dialect)
+    def __init__(self, text: str, dialect: Dialect = JMS, evaluator: ModuleType | None = None,
+                 limits: SelectorLimits = DEFAULT_LIMITS) -> None:
+        result = parse(text, dialect, limits)      # every limit is checked here, before building
         evaluator = evaluator or _evaluator.impl
         self.text = text
         self.identifiers: frozenset[str] = result.reads
@@ -54,28 +56,42 @@ class Selector:
         return f"<{type(self).__name__} {self.dialect} {self.text!r} [{self.implementation}]>"
 
 
+#: selectors up to this many characters are cached (almost all of them); longer ones are compiled each
+#: time, so the cache holds at most 4096 small programs, never 4096 selectors at the length limit
+CACHED_LENGTH = 1024
+
+
 @lru_cache(maxsize=4096)
-def _cached(text: str, dialect: Dialect) -> Selector:
-    return Selector(text, dialect)
+def _cached_small(text: str, dialect: Dialect, limits: SelectorLimits) -> Selector:
+    return Selector(text, dialect, limits=limits)
 
 
-def compile_selector(text: str, *, evaluator: ModuleType | None = None) -> Selector:
+def _cached(text: str, dialect: Dialect, limits: SelectorLimits) -> Selector:
+    if len(text) > CACHED_LENGTH:
+        return Selector(text, dialect, limits=limits)
+    return _cached_small(text, dialect, limits)
+
+
+def compile_selector(text: str, *, evaluator: ModuleType | None = None,
+                     limits: SelectorLimits = DEFAULT_LIMITS) -> Selector:
     """Compile a JMS message selector; an empty or blank one selects every message.
 
-    Raises :class:`pymq.errors.InvalidSelector` with ``position`` and ``expected``.  ``evaluator`` forces
+    Raises :class:`pymq.errors.InvalidSelector` with ``position`` and ``expected``, also for a selector
+    over ``limits`` (length, nesting depth, number of terms: spec/selector.md §7).  ``evaluator`` forces
     one implementation (a module from ``pymq.selector.IMPLEMENTATIONS``), for tests and benchmarks.
     """
     if evaluator is not None:
-        return Selector(text, JMS, evaluator)
+        return Selector(text, JMS, evaluator, limits)
     if not isinstance(text, str):
-        return Selector(text, JMS)          # raises the typed error
-    return _cached(text, JMS)
+        return Selector(text, JMS, limits=limits)          # raises the typed error
+    return _cached(text, JMS, limits)
 
 
-def compile_rule(text: str, *, evaluator: ModuleType | None = None) -> Selector:
+def compile_rule(text: str, *, evaluator: ModuleType | None = None,
+                 limits: SelectorLimits = DEFAULT_LIMITS) -> Selector:
     """Compile a storage-rule condition (seed 000 dialect); ``.matches(ctx)`` takes a rule context."""
     if evaluator is not None:
-        return Selector(text, STORAGE_RULES, evaluator)
+        return Selector(text, STORAGE_RULES, evaluator, limits)
     if not isinstance(text, str):
-        return Selector(text, STORAGE_RULES)
-    return _cached(text, STORAGE_RULES)
+        return Selector(text, STORAGE_RULES, limits=limits)
+    return _cached(text, STORAGE_RULES, limits)

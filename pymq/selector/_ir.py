@@ -21,17 +21,20 @@ Nodes (``e``, ``a``, ``b`` are nodes):
 ``("between", e, lo, hi)``             ``e >= lo AND e <= hi``, ``e`` evaluated once
 ``("notbetween", e, lo, hi)``          ``e < lo OR e > hi`` (JMS's definition; differs from NOT BETWEEN on NaN)
 ``("in", e, kind, (v, ...))``          kind ``"str"`` or ``"num"``; the literals of the list
-``("like", e, segments)``              segments: ``("lit", text)``, ``("one", "")``, ``("any", "")``
+``("like", e, segments)``              segments: ``("lit", text)``, ``("one", "")``, ``("any", "")``;
+                                       matched through :func:`like_plan`, never a regular expression
 ``("isnull", e)``                      True when ``e`` is NULL, else False (never unknown)
 ``("contains", e, text)``              True when ``e`` is a str containing ``text``, else False
 =====================================  =========================================================
 
 The semantics (type rules, NULL, overflow) are specified in spec/selector.md; this module only holds
-what both evaluators share and must not disagree on: the value classes and the LIKE translation.
+what both evaluators share and must not disagree on: the value classes and the LIKE plan.
 """
 from __future__ import annotations
 
-import re
+#: the highest tree either evaluator builds; both recurse once per level (the Cython one on the C
+#: stack), so this is what bounds their stack use.  SelectorLimits.max_depth may not exceed it.
+MAX_HEIGHT = 64
 
 LONG_MIN = -(2 ** 63)
 LONG_MAX = 2 ** 63 - 1
@@ -40,18 +43,33 @@ CMP_OPS = ("=", "<>", "<", ">", "<=", ">=")
 ARITH_OPS = ("+", "-", "*", "/")
 
 
-def like_regex(segments: tuple[tuple[str, str], ...]) -> re.Pattern[str]:
-    """The regular expression a LIKE pattern stands for (whole-string match, '_' is one code point)."""
-    out = []
+#: one fixed-length run of a LIKE pattern between two '%': (length in code points, the literal pieces as
+#: (offset, text)); the '_' positions are the gaps between pieces.
+LikeGroup = tuple[int, tuple[tuple[int, str], ...]]
+
+
+def like_plan(segments: tuple[tuple[str, str], ...]) -> tuple[LikeGroup, ...]:
+    """The groups a LIKE pattern matches, split at each '%': ``len(plan) == 1`` means no '%' at all.
+
+    Both evaluators match a plan the same way, without backtracking across '%' and without a regular
+    expression: the first group is anchored at the start, the last at the end, and each middle group
+    takes its leftmost place after the one before.  A group has a fixed length, so its leftmost place
+    ends earliest and leaves the most room for the rest: greedy is exact here, and every character of
+    the value is looked at by one group search only.
+    """
+    groups: list[LikeGroup] = []
+    length, pieces = 0, []
     for kind, text in segments:
-        if kind == "lit":
-            out.append(re.escape(text))
+        if kind == "any":
+            groups.append((length, tuple(pieces)))
+            length, pieces = 0, []
         elif kind == "one":
-            out.append(".")
+            length += 1
         else:
-            out.append(".*")
-    # DOTALL: '_' and '%' match line breaks too, as in SQL; fullmatch anchors both ends.
-    return re.compile("".join(out), re.DOTALL)
+            pieces.append((length, text))
+            length += len(text)
+    groups.append((length, tuple(pieces)))
+    return tuple(groups)
 
 
 def like_segments(pattern: str, escape: str | None) -> tuple[tuple[str, str], ...]:

@@ -15,6 +15,10 @@ from pymq.errors import InvalidSelector
 #: JMS 2.0 §3.8.1.1: these words can never be identifiers.
 RESERVED = frozenset({"NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "NULL", "TRUE", "FALSE", "ESCAPE"})
 
+#: the most digits an exact numeric can have (a long), and what the error says when it has more
+LONG_DIGITS = 19
+LONG_RANGE = "an integer between -9223372036854775808 and 9223372036854775807"
+
 _JMS_OPERATORS = ("<>", "<=", ">=", "=", "<", ">", "+", "-", "*", "/", "(", ")", ",")
 
 
@@ -26,7 +30,10 @@ class Token:
     text: str        # the source text, for error messages
 
     def describe(self) -> str:
-        return "end of input" if self.kind == "eof" else f"'{self.text}'"
+        if self.kind == "eof":
+            return "end of input"
+        # an error message never echoes a 30,000-character literal back whole
+        return f"'{self.text}'" if len(self.text) <= 40 else f"'{self.text[:37]}...'"
 
 
 def _is_ident_start(c: str) -> bool:
@@ -147,6 +154,10 @@ def _number(text: str, i: int, label: str) -> Token:
     if len(digits) > 1 and digits[0] == "0":
         raise _fail(label, start, "a decimal integer without leading zeros (octal is not supported)",
                     f"'{text[start:i]}'")
+    if len(digits) > LONG_DIGITS:
+        # int() of a 5,000-digit literal would raise ValueError (or be slow); no long has 20 digits
+        found = Token("int", 0, start, text[start:i]).describe()
+        raise _fail(label, start, LONG_RANGE, found)
     return Token("int", int(digits), start, text[start:i])
 
 

@@ -10,20 +10,60 @@ only, so every dialect gets the same three-valued logic and the same errors.
 
 Invariant: every node handed to an evaluator satisfies the static rules of spec/selector.md, and the
 set of names the selector reads is known after parsing (``ParseResult.reads``).
+
+Cost is bounded before anything is compiled (:class:`SelectorLimits`, spec/selector.md §7): the length
+is checked before lexing, the number of terms before parsing, and the nesting depth while parsing —
+both the parser's own recursion (parentheses, NOT, signs) and the height of the tree it builds, since
+both evaluators walk that tree recursively.  The depth limit is what bounds their stack use.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from pymq.errors import InvalidSelector
+from pymq.errors import ConfigError, InvalidSelector
 
-from ._ir import LONG_MAX, LONG_MIN, like_segments
-from ._lexer import Token, tokenize
+from ._ir import LONG_MAX, LONG_MIN, MAX_HEIGHT, like_segments
+from ._lexer import LONG_RANGE, Token, tokenize
 
 # static kinds: what the parser knows about a node's value before any message is seen
 BOOL, NUM, STR, ANY = "bool", "num", "str", "any"
 _KIND_NAMES = {BOOL: "a boolean expression", NUM: "a numeric expression", STR: "a string expression", ANY: "a value"}
+
+
+@dataclass(frozen=True, slots=True)
+class SelectorLimits:
+    """What one selector (or storage rule) may cost; over a limit it is an InvalidSelector.
+
+    The defaults are far above any selector written by hand or generated from a UI, and low enough
+    that compiling and evaluating stays cheap and the evaluators' recursion stays far from the stack's
+    end (spec/selector.md §7).
+    """
+
+    #: characters of selector text, checked before anything else
+    max_length: int = 16_384
+    #: nesting: parentheses, NOT and signs inside each other, and the height of the expression tree
+    #: (``a + b + c`` is two levels of ``+``; ``a AND b AND c`` is one)
+    max_depth: int = 64
+    #: identifiers and literals (IN list items included)
+    max_terms: int = 2_048
+    #: characters of one LIKE pattern: its matching tables grow with the square of its length
+    max_like_length: int = 1_024
+
+    def __post_init__(self) -> None:
+        for name in ("max_length", "max_depth", "max_terms", "max_like_length"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"selector {name} must be a positive integer, got {value!r}")
+        if self.max_depth > MAX_HEIGHT:
+            # the evaluators recurse once per level; MAX_HEIGHT is what their stacks are sized for
+            raise ConfigError(f"selector max_depth may not exceed {MAX_HEIGHT}, got {self.max_depth}")
+
+
+DEFAULT_LIMITS = SelectorLimits()
+
+#: token kinds that are terms (what max_terms counts)
+_TERMS = frozenset({"ident", "string", "int", "float"})
 
 
 @dataclass(slots=True)
@@ -35,6 +75,7 @@ class Node:
     pos: int
     ref: bool = False      # a value reference (identifier, dialect keyword): IS NULL / LIKE / IN take these
     cond: bool = False     # evaluates to a truth value already (comparison, logic, boolean literal)
+    height: int = 1        # of the IR tree: what the evaluators recurse over
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,13 +111,49 @@ JMS = Dialect()
 class Parser:
     text: str
     dialect: Dialect = JMS
+    limits: SelectorLimits = DEFAULT_LIMITS
     tokens: list[Token] = field(init=False)
     i: int = 0
     reads: set[str] = field(default_factory=set)
+    nesting: int = 0       # parentheses, NOT and signs open around the current position
 
     def __post_init__(self) -> None:
         d = self.dialect
+        limits = self.limits
+        if len(self.text) > limits.max_length:
+            raise self.error(limits.max_length, f"at most {limits.max_length} characters",
+                             f"{len(self.text)} characters")
         self.tokens = tokenize(self.text, label=d.label, double_quotes=d.double_quotes, aliases=d.aliases)
+        terms = 0
+        for tok in self.tokens:
+            if tok.kind in _TERMS:
+                terms += 1
+                if terms > limits.max_terms:
+                    raise self.error(tok.pos, f"at most {limits.max_terms} identifiers and literals",
+                                     f"{tok.describe()}, the {terms}th")
+
+    # -- cost ----------------------------------------------------------------------------------------
+
+    def node(self, ir: tuple, kind: str, pos: int, *children: Node, ref: bool = False,
+             cond: bool = False, at: int | None = None) -> Node:
+        """A node over ``children``; its tree may not grow higher than ``max_depth`` (an error points
+        at ``at``, the operator, or else at the node's start)."""
+        height = 1 + max([c.height for c in children], default=0)
+        if height > self.limits.max_depth:
+            raise self.error(pos if at is None else at,
+                             f"expressions nested at most {self.limits.max_depth} deep",
+                             f"an operator nesting them {height} deep")
+        return Node(ir, kind, pos, ref, cond, height)
+
+    def enter(self, tok: Token) -> None:
+        """One more parenthesis, NOT or sign open: the parser recurses, so this is bounded first."""
+        self.nesting += 1
+        if self.nesting > self.limits.max_depth:
+            raise self.error(tok.pos, f"expressions nested at most {self.limits.max_depth} deep",
+                             f"{tok.describe()} opening level {self.nesting}")
+
+    def leave(self) -> None:
+        self.nesting -= 1
 
     # -- token helpers --------------------------------------------------------------------------------
 
@@ -130,7 +207,7 @@ class Parser:
         if node.cond:
             return node
         if node.ref and node.kind in (BOOL, ANY):
-            return Node(("cond", node.ir), BOOL, node.pos, cond=True)
+            return self.node(("cond", node.ir), BOOL, node.pos, node, cond=True)
         raise self.error(node.pos, "a condition", _KIND_NAMES[node.kind])
 
     def or_expr(self) -> Node:
@@ -143,17 +220,20 @@ class Parser:
         first = operand()
         if not self.at_keyword(word):
             return first
-        items = [self.condition(first).ir]
+        operands = [self.condition(first)]
         while self.at_keyword(word):
             self.advance()
-            items.append(self.condition(operand()).ir)
-        return Node((word.lower(), tuple(items)), BOOL, first.pos, cond=True)
+            operands.append(self.condition(operand()))
+        return self.node((word.lower(), tuple(o.ir for o in operands)), BOOL, first.pos, *operands,
+                         cond=True)
 
     def not_expr(self) -> Node:
         if self.at_keyword("NOT"):
             tok = self.advance()
+            self.enter(tok)
             inner = self.condition(self.not_expr())
-            return Node(("not", inner.ir), BOOL, tok.pos, cond=True)
+            self.leave()
+            return self.node(("not", inner.ir), BOOL, tok.pos, inner, cond=True)
         return self.predicate()
 
     def predicate(self) -> Node:
@@ -163,7 +243,8 @@ class Parser:
             self.advance()
             right = self.additive()
             self._check_comparison(tok.value, left, right)
-            return Node(("cmp", tok.value, left.ir, right.ir), BOOL, left.pos, cond=True)
+            return self.node(("cmp", tok.value, left.ir, right.ir), BOOL, left.pos, left, right, cond=True,
+                             at=tok.pos)
         negate = False
         if self.at_keyword("NOT"):
             if self.peek_at(1).kind == "keyword" and self.peek_at(1).value in ("BETWEEN", "LIKE", "IN"):
@@ -183,7 +264,7 @@ class Parser:
         else:
             return left
         if negate:
-            node = Node(("not", node.ir), BOOL, node.pos, cond=True)
+            node = self.node(("not", node.ir), BOOL, node.pos, node, cond=True)
         return node
 
     def _check_comparison(self, op: str, left: Node, right: Node) -> None:
@@ -211,7 +292,7 @@ class Parser:
         self.advance()
         high = self._numeric(self.additive())
         op = "notbetween" if negate else "between"
-        return Node((op, left.ir, low.ir, high.ir), BOOL, left.pos, cond=True)
+        return self.node((op, left.ir, low.ir, high.ir), BOOL, left.pos, left, low, high, cond=True)
 
     def _reference(self, node: Node, what: str, kinds: tuple[str, ...]) -> Node:
         if not node.ref or node.kind not in kinds:
@@ -223,6 +304,9 @@ class Parser:
         self.advance()
         self._reference(left, "a string identifier before LIKE", (STR, ANY))
         pattern = self.expect_string("a string literal pattern")
+        if len(pattern.value) > self.limits.max_like_length:
+            raise self.error(pattern.pos, f"a LIKE pattern of at most {self.limits.max_like_length} "
+                                          f"characters", f"one of {len(pattern.value)}")
         escape = None
         if self.at_keyword("ESCAPE"):
             self.advance()
@@ -230,7 +314,8 @@ class Parser:
             if len(tok.value) != 1:
                 raise self.error(tok.pos, "a single-character string literal", tok.describe())
             escape = tok.value
-        return Node(("like", left.ir, like_segments(pattern.value, escape)), BOOL, left.pos, cond=True)
+        return self.node(("like", left.ir, like_segments(pattern.value, escape)), BOOL, left.pos, left,
+                         cond=True)
 
     def _in(self, left: Node) -> Node:
         self.advance()
@@ -249,7 +334,7 @@ class Parser:
                 self.advance()
                 break
             raise self.error(self.peek.pos, "',' or ')'", self.peek.describe())
-        return Node(("in", left.ir, kind, tuple(items)), BOOL, left.pos, cond=True)
+        return self.node(("in", left.ir, kind, tuple(items)), BOOL, left.pos, left, cond=True)
 
     def literal_item(self, kind: str | None) -> Node:
         """One element of an IN list: a string or (signed) number literal, or a dialect constant."""
@@ -281,25 +366,27 @@ class Parser:
             raise self.error(self.peek.pos, "NULL" if negate else "NULL or NOT NULL", self.peek.describe())
         self.advance()
         self._reference(left, "an identifier before IS NULL", (BOOL, NUM, STR, ANY))
-        node = Node(("isnull", left.ir), BOOL, left.pos, cond=True)
+        node = self.node(("isnull", left.ir), BOOL, left.pos, left, cond=True)
         if negate:
-            node = Node(("not", node.ir), BOOL, left.pos, cond=True)
+            node = self.node(("not", node.ir), BOOL, left.pos, node, cond=True)
         return node
 
     def additive(self) -> Node:
         node = self.multiplicative()
         while self.at_op("+", "-"):
-            op = self.advance().value
+            tok = self.advance()
             right = self._numeric(self.multiplicative())
-            node = Node(("arith", op, self._numeric(node).ir, right.ir), NUM, node.pos)
+            node = self.node(("arith", tok.value, self._numeric(node).ir, right.ir), NUM, node.pos, node,
+                             right, at=tok.pos)
         return node
 
     def multiplicative(self) -> Node:
         node = self.unary()
         while self.at_op("*", "/"):
-            op = self.advance().value
+            tok = self.advance()
             right = self._numeric(self.unary())
-            node = Node(("arith", op, self._numeric(node).ir, right.ir), NUM, node.pos)
+            node = self.node(("arith", tok.value, self._numeric(node).ir, right.ir), NUM, node.pos, node,
+                             right, at=tok.pos)
         return node
 
     def unary(self) -> Node:
@@ -311,23 +398,26 @@ class Parser:
                 self.advance()
                 value = -nxt.value if tok.value == "-" else nxt.value
                 return self.postfix(self._number(value, nxt, tok.pos))
+            self.enter(tok)
             operand = self._numeric(self.unary())
-            return Node(("neg" if tok.value == "-" else "pos", operand.ir), NUM, tok.pos)
+            self.leave()
+            return self.node(("neg" if tok.value == "-" else "pos", operand.ir), NUM, tok.pos, operand)
         return self.primary()
 
     def _number(self, value: int | float, tok: Token, pos: int) -> Node:
         if tok.kind == "int" and not LONG_MIN <= value <= LONG_MAX:
-            raise self.error(tok.pos, "an integer between -9223372036854775808 and 9223372036854775807",
-                             tok.describe())
+            raise self.error(tok.pos, LONG_RANGE, tok.describe())
         return Node(("lit", value), NUM, pos)
 
     def primary(self) -> Node:
         tok = self.peek
         if tok.kind == "op" and tok.value == "(":
             self.advance()
+            self.enter(tok)
             inner = self.or_expr()
             self.expect_op(")")
-            node = Node(inner.ir, inner.kind, tok.pos, ref=inner.ref, cond=inner.cond)
+            self.leave()
+            node = Node(inner.ir, inner.kind, tok.pos, ref=inner.ref, cond=inner.cond, height=inner.height)
         elif tok.kind == "string":
             self.advance()
             node = Node(("lit", tok.value), STR, tok.pos)
@@ -349,9 +439,9 @@ class Parser:
         return self.dialect.postfix(self, node)
 
 
-def parse(text: str, dialect: Dialect = JMS) -> ParseResult:
-    """Parse ``text`` in ``dialect``; raises :class:`pymq.errors.InvalidSelector`."""
+def parse(text: str, dialect: Dialect = JMS, limits: SelectorLimits = DEFAULT_LIMITS) -> ParseResult:
+    """Parse ``text`` in ``dialect`` within ``limits``; raises :class:`pymq.errors.InvalidSelector`."""
     if not isinstance(text, str):
         raise InvalidSelector(f"{dialect.label} error at position 0: expected a string but found "
                               f"{type(text).__name__}", position=0, expected="a string")
-    return Parser(text, dialect).parse()
+    return Parser(text, dialect, limits).parse()

@@ -62,7 +62,7 @@ def _value_keyword(parser: Parser, tok: Token) -> Node:
 
 def _size(parser: Parser, tok: Token) -> Node:
     parser.reads.add("size_bytes")
-    return Node(("arith", "/", ("prop", "size_bytes"), ("lit", 1024)), NUM, tok.pos, ref=True)
+    return Node(("arith", "/", ("prop", "size_bytes"), ("lit", 1024)), NUM, tok.pos, ref=True, height=2)
 
 
 def _header(parser: Parser, tok: Token) -> Node:
@@ -114,9 +114,10 @@ class StorageRuleDialect(Dialect):
                 raise parser.error(tok.pos, "isPresent (contains applies to string values)", tok.describe())
             needle = parser.expect_string("the text to look for in quotes")
             parser.expect_op(")")
-            return Node(("contains", node.ir, needle.value), BOOL, node.pos, cond=True)
+            return parser.node(("contains", node.ir, needle.value), BOOL, node.pos, node, cond=True)
         parser.expect_op(")")
-        return Node(("not", ("isnull", node.ir)), BOOL, node.pos, cond=True)
+        present = parser.node(("isnull", node.ir), BOOL, node.pos, node, cond=True)
+        return parser.node(("not", present.ir), BOOL, node.pos, present, cond=True)
 
 
 STORAGE_RULES = StorageRuleDialect()

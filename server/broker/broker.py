@@ -619,7 +619,8 @@ class Broker:
             except ImportError:
                 raise InvalidSelector("selectors are not available in this build", position=0,
                                       expected="no selector") from None
-            self.selector_compiler = compile_selector
+            limits = self.config.selector_limits()
+            self.selector_compiler = lambda text: compile_selector(text, limits=limits)
         return self.selector_compiler(text)
 
     def subscribe(self, session, sub_id: str, destination: str, ack: str, prefetch: int,
