@@ -28,6 +28,7 @@ HASH_SEED_2 = 0x9E3779B9
 COUNTER_MAX = 255
 MAX_K = 32
 MAX_M = 1 << 30
+MAX_COUNT = (1 << 63) - 1
 DIGEST_FORMAT = 1
 FILTER_FORMAT = 1
 FILTER_MAGIC = b"PMQC"
@@ -441,6 +442,9 @@ cdef class SubscriptionFilter:
             raise _corrupt("subscription filter", "unsupported-counter-width", {"width": width})
         if not (1 <= m <= MAX_M and 1 <= k <= MAX_K):
             raise _corrupt("subscription filter", "bad-parameters", {"m": m, "k": k})
+        if count > MAX_COUNT:
+            # the encoder never writes one (count is a signed 64-bit counter here)
+            raise _corrupt("subscription filter", "bad-count", {"count": count})
         cdef SubscriptionFilter flt = cls(m, k)
         pos = _FILTER_HEADER.size
         patterns = {}

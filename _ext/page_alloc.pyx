@@ -125,8 +125,10 @@ cdef class PageAllocator:
         if page < self.reserved:
             raise AllocatorError(f"page {page} is reserved")
         if page >= n:
-            grow = page + 1 - n
-            self._table.extend(bytes(grow))
+            # as Python ints: ``page + 1`` wraps for a page number near PY_SSIZE_T_MAX (read from a
+            # damaged file); the twin's arithmetic never wraps, so neither may this one
+            self._table.extend(bytes(<object>page - n + 1))
+            grow = page - n + 1                  # it fitted in memory, so it fits in Py_ssize_t
             self._counts[FREE] += grow
         elif self._table[page] != FREE:
             raise AllocatorError(f"page {page} is {KIND_NAMES[self._table[page]]}, not free")

@@ -28,6 +28,7 @@ HASH_SEED_2 = 0x9E3779B9
 COUNTER_MAX = 255  #: 8-bit counters; a counter that reaches this value is saturated for good
 MAX_K = 32
 MAX_M = 1 << 30
+MAX_COUNT = (1 << 63) - 1  #: topics held; a filter claiming more is malformed (the compiled twin stores an int64)
 
 DIGEST_FORMAT = 1
 FILTER_FORMAT = 1
@@ -403,6 +404,9 @@ class SubscriptionFilter:
             raise _corrupt("subscription filter", "unsupported-counter-width", width=width)
         if not (1 <= m <= MAX_M and 1 <= k <= MAX_K):
             raise _corrupt("subscription filter", "bad-parameters", m=m, k=k)
+        if count > MAX_COUNT:
+            # the encoder never writes one; the compiled twin keeps count in a signed 64-bit integer
+            raise _corrupt("subscription filter", "bad-count", count=count)
         self = cls(m, k)
         pos = _FILTER_HEADER.size
         patterns: dict[str, int] = {}
