@@ -188,8 +188,14 @@ def _health(c: AdminClient, a):
     status, raw = c.request("GET", "/readyz", auth=False)
     if status == 404:
         raise CliError(f"{c.url} has no /readyz: is it a pymq admin port?", UNREACHABLE)
-    answer = json.loads(raw)
-    if not answer.get("ready"):
+    try:
+        answer = json.loads(raw)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict) or "ready" not in answer:
+        raise CliError(f"{c.url}/readyz answered HTTP {status} without a readiness document: is it a pymq "
+                       f"admin port?", UNREACHABLE)
+    if not answer["ready"]:
         raise CliError("not ready: " + json.dumps(answer.get("checks")), FAILED, answer)
     return answer, lambda r: print("ready")
 

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 from prometheus_client.parser import text_string_to_metric_families
 
 import pymq
-from tests.admin.conftest import ADMIN, ADMIN_PW, APP, APP_PW, BrokerProcess, wait_until
+from tests.admin.conftest import ADMIN, ADMIN_PW, APP, APP_PW, BrokerProcess, cli_json, run_cli, wait_until
 from tests.storage.services import TcpProxy, redis_url  # noqa: F401 - fixture
 
 
@@ -126,8 +126,14 @@ def test_readyz_follows_a_storage_device_that_goes_away(tmp_path, redis_url):  #
         assert status == 503 and body["ready"] is False and body["checks"]["devices"]["grid"] is False
         assert body["checks"]["storage"] is False and body["checks"]["recovered"] is True
         assert broker.http("GET", "/healthz", user=None)[0] == 200        # alive, just not ready
+        health = run_cli(broker, "health", user=None, password=None)
+        assert health.returncode == 1 and '"grid": false' in health.stderr
+        status = cli_json(broker, "status", user=None, password=None)
+        assert status["ready"] is False and status["checks"]["devices"]["grid"] is False
+        assert "NOT READY: grid" in run_cli(broker, "status", user=None, password=None).stdout
         proxy.restore()
         assert wait_until(lambda: broker.http("GET", "/readyz", user=None)[0] == 200, timeout=20)
+        assert run_cli(broker, "health", user=None, password=None).returncode == 0
     finally:
         proxy.restore()
         assert broker.stop() == 0
