@@ -544,6 +544,21 @@ def _cluster_members(c: AdminClient, a):
     return c.call("cluster"), show
 
 
+@command("cluster", "outboxes")
+def _cluster_outboxes(c: AdminClient, a):
+    return c.call("list-outboxes"), lambda rows: table(
+        [{**r, "size": human_bytes(r["bytes"])} for r in rows],
+        [("PEER", "node"), ("STATE", "state"), ("HELD", "held"), ("MESSAGES", "messages"),
+         ("IN-FLIGHT", "in_flight"), ("BYTES", "size"), ("SUBSCRIPTIONS", "subscriptions")])
+
+
+@command("cluster", "purge-outbox")
+def _cluster_purge_outbox(c: AdminClient, a):
+    r = c.call("purge-outbox", node=a.node, forget=a.forget or None)
+    return r, lambda r: print(f"purged {r['purged_messages']} message(s) held for {r['node']}"
+                              + ("; its membership record is forgotten" if r["forgotten"] else ""))
+
+
 # -- argument parsing --------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
@@ -671,6 +686,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     cl = group("cluster", "cluster membership")
     cl.add_parser("members", help="nodes, links and outboxes")
+    cl.add_parser("outboxes", help="what this node holds for each peer (held: the peer is not alive)")
+    po = cl.add_parser("purge-outbox", help="drop what this node holds for a peer that is not alive")
+    po.add_argument("node")
+    po.add_argument("--forget", action="store_true", help="also delete the peer's membership record")
     return p
 
 

@@ -437,7 +437,7 @@ def test_storage_devices_and_scores(console, tmp_path):
 
 
 def test_cluster_nodes(console, tmp_path, redis_url):  # noqa: F811
-    from tests.admin.test_cluster_admin import AdminNode
+    from tests.admin.test_cluster_admin import AdminNode, hold_for_dead_peer
     cluster = {"store": redis_url, "secret": "s", "name": f"web{uuid.uuid4().hex[:8]}",
                "heartbeat_ms": 200, "dead_after_ms": 1200}
     nodes = [AdminNode(f"w{i}", str(tmp_path / f"w{i}"), cluster, {"admin_port": 0}).start() for i in range(2)]
@@ -453,7 +453,20 @@ def test_cluster_nodes(console, tmp_path, redis_url):  # noqa: F811
         c.go("cluster")
         expect(c.page.locator('tr[data-node="w1"] td[data-col="link"]')).to_have_text("up")
         expect(c.page.locator('tr[data-node="w0"] td[data-col="self"]')).to_have_text("yes")
+        expect(c.page.locator('tr[data-outbox="w1"] td[data-col="state"]')).to_have_text("alive")
+        assert c.page.locator("button.purge-outbox").count() == 0          # nothing to purge for a live peer
         c.shot("nodes")
+        hold_for_dead_peer(nodes[0], nodes[1], 2)
+        outbox = c.page.locator('tr[data-outbox="w1"]')
+        expect(outbox.locator('td[data-col="state"]')).to_have_text("dead")
+        expect(outbox.locator('td[data-col="messages"]')).to_have_text("2")
+        c.shot("held")
+        purge = outbox.locator("button.purge-outbox")
+        purge.click()
+        expect(purge).to_have_text("Drop 2 held for w1?")
+        purge.click()
+        expect(c.page.locator("#flash")).to_contain_text("purged 2 message(s) held for w1")
+        expect(outbox.locator('td[data-col="messages"]')).to_have_text("0")
         single = console("not-clustered")
         single.login()
         single.go("cluster")
@@ -461,4 +474,5 @@ def test_cluster_nodes(console, tmp_path, redis_url):  # noqa: F811
     finally:
         for node in nodes:
             node.stop()
+            node.kill()
 

@@ -427,12 +427,32 @@ pages.storage = () => listPage("storage", "Storage devices", "storage", s => {
 });
 
 pages.cluster = () => {
-  const page = listPage("cluster", "Cluster", "cluster", s => h("div", {},
-    table(s.members.map(m => ({ node: m, self: m === s.node, link: m === s.node ? null : (s.links[m] ? "up" : "down"),
-      outbox: m === s.node ? null : (s.outboxes[m] || 0) })),
-    [["Node", "node"], ["This node", "self"], ["Link", "link"], ["Outbox", "outbox"]], { rowAttrs: r => ({ "data-node": r.node }) }),
-    h("p", {}, `Forwarded ${fmt(s.forwarded)} · received ${fmt(s.received_forwarded)} · rerouted ${fmt(s.rerouted)} · redistributed ${fmt(s.redistributed)}`)));
-  return page;
+  const body = h("div", { id: "cluster-body" });
+  return {
+    el: h("section", { class: "page", id: "page-cluster" }, h("h2", {}, "Cluster"), body),
+    async update() {
+      let s, outboxes;
+      try {
+        [s, outboxes] = await Promise.all([api("cluster"), api("list-outboxes")]);
+      } catch (err) {
+        if (err.status !== 401) body.replaceChildren(h("p", { class: "error refused" }, refusal(err)));
+        return;
+      }
+      body.replaceChildren(
+        table(s.members.map(m => ({ node: m, self: m === s.node, link: m === s.node ? null : (s.links[m] ? "up" : "down"),
+          outbox: m === s.node ? null : (s.outboxes[m] || 0) })),
+        [["Node", "node"], ["This node", "self"], ["Link", "link"], ["Outbox", "outbox"]], { rowAttrs: r => ({ "data-node": r.node }) }),
+        h("p", {}, `Forwarded ${fmt(s.forwarded)} · received ${fmt(s.received_forwarded)} · rerouted ${fmt(s.rerouted)} · redistributed ${fmt(s.redistributed)}`),
+        h("h3", {}, "Outboxes (what this node holds for each peer)"),
+        table(outboxes, [
+          ["Peer", "node"], ["State", "state"], ["Held", "held"], ["Messages", "messages"], ["In flight", "in_flight"],
+          ["Bytes", o => bytes(o.bytes)], ["Durable subscriptions", "subscriptions"],
+          ["", o => (o.held ? confirmButton("Purge", `Drop ${o.messages} held for ${o.node}?`, () => act("purge-outbox",
+            { node: o.node }, r => `purged ${r.purged_messages} message(s) held for ${r.node}`),
+            { class: "purge-outbox", "data-node": o.node }) : null), { col: "actions" }],
+        ], { rowAttrs: o => ({ "data-outbox": o.node }), empty: "no outboxes" }));
+    },
+  };
 };
 
 // -- routing and refresh ---------------------------------------------------------------------------
