@@ -113,7 +113,7 @@ def table(rows: list[dict], columns: Sequence[tuple[str, str]], out=None) -> Non
 
     def line(values: list[str]) -> str:
         return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(values, widths, numeric)).rstrip()
+                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
     print(line([head for head, _ in columns]), file=out)
     for c in cells:
         print(line(c), file=out)

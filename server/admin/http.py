@@ -100,7 +100,7 @@ class AdminHttp:
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.host, self.port, ssl_context=self.ssl_context)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]
+        self.port = int(self.runner.addresses[0][1])
         return self.port
 
     async def stop(self) -> None:

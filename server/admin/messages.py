@@ -182,7 +182,7 @@ def retry_dead_letters(admin, user, args: dict) -> dict:
         origin = entry.message.headers.get("pymq-original-destination")
         if origin is not None and origin not in targets:
             targets[origin] = origin if origin.startswith("/queue/") and origin != queue.destination else None
-    for origin, target in targets.items():
+    for target in targets.values():
         if target is not None:
             broker.acl.check(user, target, "produce")     # every refusal before anything moves
 

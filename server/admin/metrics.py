@@ -117,7 +117,7 @@ class BrokerCollector:
         if store is not None:
             statuses = store.status()
             labels = ["device", "kind"]
-            fams = {
+            fams: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
                 "messages": GaugeMetricFamily("pymq_device_messages", "Messages held per holding device", labels=labels),
                 "bytes": GaugeMetricFamily("pymq_device_bytes", "Bytes held per holding device", labels=labels),
                 "free": GaugeMetricFamily("pymq_device_free_bytes", "Free bytes per bounded device", labels=labels),
@@ -125,13 +125,13 @@ class BrokerCollector:
                 "errors": CounterMetricFamily("pymq_device_errors", "Failed device operations", labels=labels),
             }
             for s in statuses:
-                key = [s.name, s.kind]
-                fams["messages"].add_metric(key, s.messages)
-                fams["bytes"].add_metric(key, s.bytes_used)
+                device = [s.name, s.kind]
+                fams["messages"].add_metric(device, s.messages)
+                fams["bytes"].add_metric(device, s.bytes_used)
                 if s.bytes_free is not None:
-                    fams["free"].add_metric(key, s.bytes_free)
-                fams["online"].add_metric(key, 1 if s.online else 0)
-                fams["errors"].add_metric(key, s.errors)
+                    fams["free"].add_metric(device, s.bytes_free)
+                fams["online"].add_metric(device, 1 if s.online else 0)
+                fams["errors"].add_metric(device, s.errors)
             yield from fams.values()
             selection = store.selection
             if selection is not None:

@@ -163,7 +163,7 @@ class Admin:
         server = self.server
         store = server.store
         devices = {s.name: s.online for s in store.status()} if store is not None else {}
-        checks = {
+        checks: dict[str, Any] = {
             "storage": bool(devices) and all(devices.values()),
             "devices": devices,
             "recovered": bool(getattr(server, "recovery_done", False)),
@@ -171,7 +171,7 @@ class Admin:
             "listening": server.port is not None,
             "stopping": bool(getattr(server, "stopping", False)),
         }
-        ready = checks["storage"] and checks["recovered"] and checks["listening"] and not checks["stopping"]
+        ready = bool(checks["storage"] and checks["recovered"] and checks["listening"] and not checks["stopping"])
         return ready, checks
 
 

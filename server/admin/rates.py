@@ -41,7 +41,7 @@ class RateSampler:
                 before = last.get(key)
                 if before is None:
                     continue
-                r = tuple(max(0, v - b) / elapsed for v, b in zip(values, before))
+                r = tuple(max(0, v - b) / elapsed for v, b in zip(values, before, strict=True))
                 rates[key] = r  # type: ignore[assignment]
                 for i in range(3):
                     totals[i] += r[i]

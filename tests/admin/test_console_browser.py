@@ -153,7 +153,7 @@ def test_login_overview_and_live_charts(console):
 def _charts_drawn(page):
     """Each of the four charts has ink on its canvas (they draw once two samples exist, one per 2 s)."""
     for chart in ("rates", "depth", "connections", "memory"):
-        assert wait_until(lambda: page.evaluate(
+        assert wait_until(lambda chart=chart: page.evaluate(
             """id => { const c = document.getElementById(id); if (!c || !c.width) return false;
                        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
                        let ink = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) ink++;

@@ -11,7 +11,7 @@ import pytest
 import stomp
 
 import pymq
-from tests.admin.conftest import ADMIN, ADMIN_PW, APP, APP_PW, wait_until
+from tests.admin.conftest import ADMIN, ADMIN_PW, APP, APP_PW
 
 
 def _login(b, user=ADMIN, password=ADMIN_PW):
