@@ -59,7 +59,11 @@ cdef class _Var:
         self.limit = limit
         self.offsets = <int32_t*>malloc((rows + 1) * sizeof(int32_t))
         self.valid = <uint8_t*>calloc(rows // 8 + 1, 1)
-        self.cap = guess if guess > 64 else 64
+        # a guess (first body size x rows) can be far over what the column may hold: never reserve more
+        # than the column limit up front; growth is by doubling, checked against the limit
+        self.cap = guess if guess < limit else limit
+        if self.cap < 64:
+            self.cap = 64
         self.data = <char*>malloc(self.cap)
         if self.offsets == NULL or self.valid == NULL or self.data == NULL:
             raise MemoryError()

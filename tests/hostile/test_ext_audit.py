@@ -43,3 +43,19 @@ def test_claim_of_an_absurd_page_fails_alike_and_changes_nothing(alloc_mod, page
         alloc.claim(page, alloc_mod.PERSISTENT)
     assert alloc.page_count == 8 and alloc.free_count == 5
     alloc.check()
+
+
+def test_arrow_decoder_does_not_reserve_first_body_times_rows():
+    """``arrow_decode.pyx`` sized a column's first allocation as (first body size x rows): a batch whose
+    first message is 8 MiB and whose 60,000 others are tiny asked malloc for ~480 GB and failed with
+    MemoryError.  The first reservation is now capped by the column limit (2 GiB)."""
+    pytest.importorskip("pyarrow")
+    from pymq._accel import NO_EXTENSIONS
+    if NO_EXTENSIONS:
+        pytest.skip("PYMQ_NO_EXTENSIONS=1: the compiled twin is disabled on purpose")
+    from pyspark_pymq import _decode_c as decode
+    frames = [({"pymq-seq": "1", "content-type": "application/octet-stream"}, b"\x01" * (8 << 20))]
+    frames += [({"pymq-seq": str(i), "content-type": "application/octet-stream"}, b"x")
+               for i in range(2, 60_002)]
+    batch = decode.frames_to_batch(frames, "/queue/q", "queue", False)
+    assert batch.num_rows == 60_001 and batch.column("value")[1].as_py() == b"x"
