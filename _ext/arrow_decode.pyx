@@ -6,7 +6,7 @@ building Python lists per column: fixed-width columns go straight into C arrays,
 copied once into a growing data buffer next to their int32 offsets and validity bits, and everything
 becomes ``pyarrow.Array.from_buffers`` at the end.  What is rare or subtle is delegated to the twin's own
 functions, so the semantics live in one place: content-type rules (cached per distinct header value),
-bodies without a content-type or in another charset, and every integer that is not plain short digits
+bodies without a content-type, and every integer that is not plain short digits
 (``parse_wire_int`` then raises exactly the twin's error, or accepts a 19-digit value).
 
 Invariants: every buffer size is checked before it grows (a column over 2 GiB is an error, raised after
@@ -30,7 +30,7 @@ MAX_COLUMN_BYTES = _py.MAX_COLUMN_BYTES
 MAX_MS = _py.MAX_MS
 NOT_PROPERTIES = _py.NOT_PROPERTIES
 content_kind = _py.content_kind
-body_value = _py.body_value
+body_kind = _py.body_kind
 
 cdef int64_t _MAX_MS = _py.MAX_MS
 cdef int64_t _MAX_INT32 = INT32_MAX
@@ -276,16 +276,11 @@ def frames_to_batch(frames, str destination, str kind, bint include_properties):
             ctype = _get(headers, "content-type")
             transformation = _get(headers, "transformation")
             cache_key = (ctype, transformation)
-            found = kinds.get(cache_key)
-            if found is None:
-                found = kinds[cache_key] = content_kind(ctype, transformation)
-            if found[0] is None or found[1] is not None:
-                body_type, value = body_value(body, found[0], found[1])
-                values.add_bytes(value)
-            else:
-                body_type = found[0]
-                values.add_bytes(body)
-            body_types.add_str(body_type)
+            body_type = kinds.get(cache_key, False)
+            if body_type is False:
+                body_type = kinds[cache_key] = content_kind(ctype, transformation)
+            values.add_bytes(body)
+            body_types.add_str(body_kind(body) if body_type is None else body_type)
             stamps.add(_wire_int(headers, "timestamp", 0, _MAX_MS) * 1000)
             expiry = _wire_int(headers, "expires", 0, _MAX_MS)
             if expiry:

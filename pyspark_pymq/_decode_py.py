@@ -10,8 +10,8 @@ Rules, column by column (the Spark types are those of ``pyspark_pymq._arrow.READ
 
 * ``offset`` is ``pymq-seq``, required; integers follow ``pymq.protocol.numbers`` (digits only, at most
   19, bounded), so a bad one is the same ``InvalidHeader`` whichever twin decodes it;
-* ``value`` is the body as sent, except a text body in a charset other than UTF-8, which is transcoded
-  to UTF-8 (undecodable bytes become U+FFFD); a map body keeps its JSON wire form;
+* ``value`` is the body as sent, whatever its kind and charset (a map body keeps its JSON wire form), so
+  the per-message path and the Arrow path (spec/spark.md §5) give the same bytes;
 * ``bodyType`` follows ``content-type`` as ``pymq.message.from_frame`` does (map, text, bytes; without a
   content-type, text when the body is valid UTF-8);
 * ``timestamp`` / ``expiration`` are ms on the wire, µs in Arrow; ``expires`` 0 is null;
@@ -20,7 +20,6 @@ Rules, column by column (the Spark types are those of ``pyspark_pymq._arrow.READ
 """
 from __future__ import annotations
 
-import codecs
 import struct
 from collections.abc import Sequence
 
@@ -44,42 +43,27 @@ _SCHEMAS = {False: arrow_schema(False), True: arrow_schema(True)}
 _END = struct.Struct("<i")            # a binary or string column's last int32 offset: its data size
 
 
-def content_kind(content_type: str | None, transformation: str | None) -> tuple[str | None, str | None]:
-    """(bodyType, charset) for a ``content-type`` header; bodyType None means "decide by the body"
-    (no content-type: text when valid UTF-8).  The charset is None for UTF-8, which needs no transcoding."""
+def content_kind(content_type: str | None, transformation: str | None) -> str | None:
+    """The ``bodyType`` a ``content-type`` header gives; None means "decide by the body" (no content-type:
+    text when the body is valid UTF-8)."""
     ctype = content_type or ""
     base = ctype.split(";", 1)[0].strip().lower()
     if base == MAP_TYPE or transformation == "jms-map-json":
-        return MAP, None
+        return MAP
     if base.startswith("text/") or base in ("application/json", "application/xml"):
-        charset = None
-        for part in ctype.split(";")[1:]:
-            k, _, v = part.strip().partition("=")
-            if k.lower() == "charset" and v:
-                charset = v.strip('"')
-        if charset is not None:
-            try:
-                if codecs.lookup(charset).name == "utf-8":
-                    charset = None
-            except LookupError:
-                charset = None           # an unknown charset: the bytes are kept as they are
-        return TEXT, charset
+        return TEXT
     if base:
-        return BYTES, None
-    return None, None
+        return BYTES
+    return None
 
 
-def body_value(body: bytes, kind: str | None, charset: str | None) -> tuple[str, bytes]:
-    """(bodyType, value) of one body (the part of the rules that looks at the bytes)."""
-    if kind is None:
-        try:
-            body.decode("utf-8")
-        except UnicodeDecodeError:
-            return BYTES, body
-        return TEXT, body
-    if charset is not None:
-        return kind, body.decode(charset, errors="replace").encode("utf-8")
-    return kind, body
+def body_kind(body: bytes) -> str:
+    """The ``bodyType`` of a body that came without a content-type."""
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return BYTES
+    return TEXT
 
 
 def _flag(value: str | None, word: str) -> bool:
@@ -114,7 +98,7 @@ def frames_to_batch(frames: Sequence[tuple[dict, bytes]], destination: str, kind
     seqs, ids, corrs, keys, values, body_types = [], [], [], [], [], []
     stamps, expires, prios, modes, redelivered, counts, reply_tos, types = [], [], [], [], [], [], [], []
     props = []
-    kinds: dict[tuple, tuple] = {}
+    kinds: dict[tuple, str | None] = {}
     total_value = 0
     for headers, body in frames:
         if type(headers) is not dict:
@@ -125,13 +109,13 @@ def frames_to_batch(frames: Sequence[tuple[dict, bytes]], destination: str, kind
         group = headers.get("JMSXGroupID")
         keys.append(None if group is None else group.encode("utf-8"))
         ctype, transformation = headers.get("content-type"), headers.get("transformation")
-        found = kinds.get((ctype, transformation))
-        if found is None:
-            found = kinds[(ctype, transformation)] = content_kind(ctype, transformation)
-        body_type, value = body_value(bytes(body), *found)
+        body_type = kinds.get((ctype, transformation), False)
+        if body_type is False:
+            body_type = kinds[(ctype, transformation)] = content_kind(ctype, transformation)
+        value = bytes(body)
         total_value += len(value)
         values.append(value)
-        body_types.append(body_type)
+        body_types.append(body_kind(value) if body_type is None else body_type)
         stamps.append(header_int(headers, "timestamp", 0, maximum=MAX_MS) * 1000)
         expiry = header_int(headers, "expires", 0, maximum=MAX_MS)
         expires.append(expiry * 1000 if expiry else None)

@@ -80,8 +80,10 @@ def test_body_types_and_charsets(decode):
         frame(8, b"raw", content_type="text/plain;charset=no-such-charset"),
     ]
     got = [(r["bodyType"], r["value"]) for r in rows(decode, frames)]
-    assert got == [("text", "ça".encode()), ("text", b"\xff\xfe"), ("text", "é".encode()), ("bytes", b"\xff"),
-                   ("map", b"{}"), ("text", b"{\"a\": 1}"), ("bytes", b"\x01"), ("text", b"raw")]
+    # the body as sent, whatever the charset: the Arrow path (which never looks at bodies) gives the same
+    assert got == [("text", "ça".encode("latin-1")), ("text", b"\xff\xfe"), ("text", "é".encode()),
+                   ("bytes", b"\xff"), ("map", b"{}"), ("text", b"{\"a\": 1}"), ("bytes", b"\x01"),
+                   ("text", b"raw")]
 
 
 def test_headers_defaults_and_flags(decode):
