@@ -7,7 +7,8 @@ package pymq_test
 //	PYMQ_SERVER       the command that runs the broker (default: pymq-server from PATH), for example
 //	                  "python3 -m pymq_server"; it gets --host 127.0.0.1 --port 0 --data-dir <tmp>
 //
-// Without either, the integration tests skip, except when CI is set, where they fail.
+// Tests that restart a broker or configure one (reconnect, heart-beats) start their own with the same
+// command.  Without a broker the integration tests skip, except when CI is set, where they fail.
 
 import (
 	"bufio"
@@ -15,8 +16,10 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,27 +32,59 @@ var (
 
 var listening = regexp.MustCompile(`pymq-server listening on (\S+:\d+)`)
 
-func startBroker() (addr string, stop func(), err error) {
+// testBroker is one pymq-server process over a data directory that outlives restarts.
+type testBroker struct {
+	command []string
+	dataDir string
+	extra   []string
+	addr    string
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	waited  chan struct{}
+}
+
+func serverCommand() ([]string, error) {
 	command := strings.Fields(os.Getenv("PYMQ_SERVER"))
 	if len(command) == 0 {
-		path, lookErr := exec.LookPath("pymq-server")
-		if lookErr != nil {
-			return "", nil, fmt.Errorf("no broker: set PYMQ_BROKER_ADDR or PYMQ_SERVER, or put pymq-server on PATH")
+		path, err := exec.LookPath("pymq-server")
+		if err != nil {
+			return nil, fmt.Errorf("no broker: set PYMQ_BROKER_ADDR or PYMQ_SERVER, or put pymq-server on PATH")
 		}
 		command = []string{path}
 	}
+	return command, nil
+}
+
+// newBroker starts a broker on a free port with a fresh data directory; extra arguments (a --config) are
+// passed on every start.
+func newBroker(extra ...string) (*testBroker, error) {
+	command, err := serverCommand()
+	if err != nil {
+		return nil, err
+	}
 	dataDir, err := os.MkdirTemp("", "pymq-go-test-")
 	if err != nil {
-		return "", nil, err
+		return nil, err
 	}
-	args := append(command[1:], "--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir)
-	cmd := exec.Command(command[0], args...)
+	b := &testBroker{command: command, dataDir: dataDir, extra: extra}
+	if err := b.start("0"); err != nil {
+		os.RemoveAll(dataDir)
+		return nil, err
+	}
+	return b, nil
+}
+
+// start runs the broker on port ("0": a free one) and waits for its listening line.
+func (b *testBroker) start(port string) error {
+	args := append(append([]string{}, b.command[1:]...), "--host", "127.0.0.1", "--port", port, "--data-dir", b.dataDir)
+	args = append(args, b.extra...)
+	cmd := exec.Command(b.command[0], args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return "", nil, err
+		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return "", nil, fmt.Errorf("cannot start %v: %w", command, err)
+		return fmt.Errorf("cannot start %v: %w", b.command, err)
 	}
 	found := make(chan string, 1)
 	var log strings.Builder
@@ -71,53 +106,108 @@ func startBroker() (addr string, stop func(), err error) {
 			}
 		}
 	}()
-	stop = func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		os.RemoveAll(dataDir)
-	}
+	waited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(waited) }()
+	b.mu.Lock()
+	b.cmd, b.waited = cmd, waited
+	b.mu.Unlock()
 	select {
 	case addr, ok := <-found:
 		if !ok {
-			stop()
-			return "", nil, fmt.Errorf("%v exited before listening:\n%s", command, log.String())
+			b.stop()
+			return fmt.Errorf("%v exited before listening:\n%s", b.command, log.String())
 		}
-		return addr, stop, nil
+		b.addr = addr
+		return nil
 	case <-time.After(60 * time.Second):
-		stop()
-		return "", nil, fmt.Errorf("%v did not report its port within 60 s", command)
+		b.stop()
+		return fmt.Errorf("%v did not report its port within 60 s", b.command)
 	}
+}
+
+// stop ends the broker with SIGTERM (a clean stop that keeps persistent messages), SIGKILL after 15 s.
+func (b *testBroker) stop() {
+	b.mu.Lock()
+	cmd, waited := b.cmd, b.waited
+	b.cmd = nil
+	b.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-waited:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-waited
+	}
+}
+
+// restart stops the broker and starts it again on the same port over the same data directory.
+func (b *testBroker) restart() error {
+	b.stop()
+	_, port, _ := strings.Cut(b.addr, ":")
+	return b.start(port)
+}
+
+func (b *testBroker) remove() {
+	b.stop()
+	os.RemoveAll(b.dataDir)
+}
+
+// config writes a broker YAML config into the data directory's parent and returns its --config arguments.
+func writeConfig(t *testing.T, yaml string) []string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "broker.yaml")
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return []string{"--config", path}
 }
 
 func TestMain(m *testing.M) {
 	stop := func() {}
 	if addr := os.Getenv("PYMQ_BROKER_ADDR"); addr != "" {
 		brokerAddr = addr
-	} else if addr, s, err := startBroker(); err != nil {
+	} else if b, err := newBroker(); err != nil {
 		brokerReason = err.Error()
 	} else {
-		brokerAddr, stop = addr, s
+		brokerAddr, stop = b.addr, b.remove
 	}
 	code := m.Run()
 	stop()
 	os.Exit(code)
 }
 
+func inCI() bool {
+	ci := strings.ToLower(os.Getenv("CI"))
+	return ci != "" && ci != "0" && ci != "false" && ci != "no"
+}
+
+func unavailable(t *testing.T, reason string) {
+	t.Helper()
+	if inCI() {
+		t.Fatalf("%s (CI is set: a missing broker is a failure)", reason)
+	}
+	t.Skip(reason)
+}
+
 // needBroker returns the broker address, or skips (fails when CI is set) the test without one.
 func needBroker(t *testing.T) string {
 	t.Helper()
 	if brokerAddr == "" {
-		if ci := strings.ToLower(os.Getenv("CI")); ci != "" && ci != "0" && ci != "false" && ci != "no" {
-			t.Fatalf("%s (CI is set: a missing broker is a failure)", brokerReason)
-		}
-		t.Skip(brokerReason)
+		unavailable(t, brokerReason)
 	}
 	return brokerAddr
+}
+
+// ownBroker starts a broker for this test alone (one it may restart or configure).
+func ownBroker(t *testing.T, extra ...string) *testBroker {
+	t.Helper()
+	b, err := newBroker(extra...)
+	if err != nil {
+		unavailable(t, err.Error())
+	}
+	t.Cleanup(b.remove)
+	return b
 }

@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
-	pymq "github.com/pymq/pymq-go"
+	pymq "github.com/pymq/pymq/bindings/go"
 )
+
+var bg = context.Background()
 
 func dial(t *testing.T, opts pymq.Options) *pymq.Conn {
 	t.Helper()
@@ -54,7 +56,7 @@ func expect(t *testing.T, s *pymq.Subscription) *pymq.Message {
 
 func subscribe(t *testing.T, c *pymq.Conn, dest string, opts pymq.SubscribeOptions) *pymq.Subscription {
 	t.Helper()
-	s, err := c.Subscribe(dest, opts)
+	s, err := c.Subscribe(context.Background(), dest, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +65,7 @@ func subscribe(t *testing.T, c *pymq.Conn, dest string, opts pymq.SubscribeOptio
 
 func send(t *testing.T, c *pymq.Conn, dest string, m *pymq.Message) {
 	t.Helper()
-	if err := c.Send(dest, m); err != nil {
+	if err := c.Send(context.Background(), dest, m); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -187,17 +189,17 @@ func TestClientIndividualAckNackAndRedelivery(t *testing.T) {
 			if m0.Text()+m1.Text()+m2.Text() != "m0m1m2" {
 				t.Fatalf("order: %s %s %s", m0.Text(), m1.Text(), m2.Text())
 			}
-			if err := m1.Ack(); err != nil {
+			if err := m1.Ack(bg); err != nil {
 				t.Fatal(err)
 			}
-			if err := m0.Nack(); err != nil {
+			if err := m0.Nack(bg); err != nil {
 				t.Fatal(err)
 			}
 			again := expect(t, s)
 			if again.Text() != "m0" || !again.Redelivered || again.DeliveryCount != 2 {
 				t.Fatalf("redelivery: %q redelivered=%v count=%d", again.Text(), again.Redelivered, again.DeliveryCount)
 			}
-			if err := again.Ack(); err != nil {
+			if err := again.Ack(bg); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.Close(); err != nil { // m2 was never acked: it goes back to the queue
@@ -220,7 +222,7 @@ func TestClientAckIsCumulative(t *testing.T) {
 	expect(t, s)
 	b := expect(t, s)
 	expect(t, s)
-	if err := b.Ack(); err != nil {
+	if err := b.Ack(bg); err != nil {
 		t.Fatal(err)
 	}
 	c.Close()
@@ -239,7 +241,7 @@ func TestPrefetchLimitsOutstandingMessages(t *testing.T) {
 	if m := receive(t, s, 500*time.Millisecond); m != nil {
 		t.Fatalf("prefetch 1 delivered a second message before the ack: %q", m.Text())
 	}
-	if err := first.Ack(); err != nil {
+	if err := first.Ack(bg); err != nil {
 		t.Fatal(err)
 	}
 	if m := expect(t, s); m.Text() != "two" {
@@ -251,40 +253,40 @@ func TestTransactions(t *testing.T) {
 	c := dial(t, pymq.Options{})
 	dest := queue(t)
 	s := subscribe(t, c, dest, pymq.SubscribeOptions{Ack: pymq.AckClientIndividual})
-	tx, err := c.Begin()
+	tx, err := c.Begin(bg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, text := range []string{"t1", "t2"} {
-		if err := tx.Send(dest, pymq.NewTextMessage(text)); err != nil {
+		if err := tx.Send(bg, dest, pymq.NewTextMessage(text)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if m := receive(t, s, 300*time.Millisecond); m != nil {
 		t.Fatalf("a transacted send was visible before commit: %q", m.Text())
 	}
-	if err := tx.Commit(); err != nil {
+	if err := tx.Commit(bg); err != nil {
 		t.Fatal(err)
 	}
 	t1, t2 := expect(t, s), expect(t, s)
 	if t1.Text() != "t1" || t2.Text() != "t2" {
 		t.Fatalf("got %q %q", t1.Text(), t2.Text())
 	}
-	aborted, _ := c.Begin()
-	if err := aborted.Send(dest, pymq.NewTextMessage("never")); err != nil {
+	aborted, _ := c.Begin(bg)
+	if err := aborted.Send(bg, dest, pymq.NewTextMessage("never")); err != nil {
 		t.Fatal(err)
 	}
-	if err := aborted.Ack(t1); err != nil { // discarded with the transaction: t1 stays outstanding
+	if err := aborted.Ack(bg, t1); err != nil { // discarded with the transaction: t1 stays outstanding
 		t.Fatal(err)
 	}
-	if err := aborted.Abort(); err != nil {
+	if err := aborted.Abort(bg); err != nil {
 		t.Fatal(err)
 	}
-	committed, _ := c.Begin()
-	if err := committed.Ack(t2); err != nil {
+	committed, _ := c.Begin(bg)
+	if err := committed.Ack(bg, t2); err != nil {
 		t.Fatal(err)
 	}
-	if err := committed.Commit(); err != nil {
+	if err := committed.Commit(bg); err != nil {
 		t.Fatal(err)
 	}
 	if m := receive(t, s, 300*time.Millisecond); m != nil {
@@ -319,16 +321,16 @@ func TestTopicsFanOutAndSelectorsSeeTypedProperties(t *testing.T) {
 
 func TestServerErrorsAreTypedAndEndTheConnection(t *testing.T) {
 	c := dial(t, pymq.Options{})
-	_, err := c.Subscribe(queue(t), pymq.SubscribeOptions{Selector: "qty >"})
+	_, err := c.Subscribe(bg, queue(t), pymq.SubscribeOptions{Selector: "qty >"})
 	var se *pymq.ServerError
 	if !errors.As(err, &se) || se.Code != "invalid-selector" {
 		t.Fatalf("want invalid-selector, got %v", err)
 	}
-	if err := c.Send(queue(t), pymq.NewTextMessage("x")); !errors.As(err, &se) {
+	if err := c.Send(bg, queue(t), pymq.NewTextMessage("x")); !errors.As(err, &se) {
 		t.Fatalf("the connection must stay failed, got %v", err)
 	}
 	c2 := dial(t, pymq.Options{})
-	err = c2.Send("/bad/x", pymq.NewTextMessage("x"))
+	err = c2.Send(bg, "/bad/x", pymq.NewTextMessage("x"))
 	if !errors.As(err, &se) || se.Code != "invalid-destination" || se.Fields["destination"] != "/bad/x" {
 		t.Fatalf("want invalid-destination with its field, got %#v", err)
 	}
@@ -352,7 +354,7 @@ func TestAutoAckAcknowledgesWhatReceiveReturnedOnly(t *testing.T) {
 	send(t, c, dest, pymq.NewTextMessage("taken"))
 	send(t, c, dest, pymq.NewTextMessage("delivered, not received"))
 	s := subscribe(t, c, dest, pymq.SubscribeOptions{})
-	if m := expect(t, s); m.Text() != "taken" || m.Ack() == nil {
+	if m := expect(t, s); m.Text() != "taken" || m.Ack(bg) == nil {
 		t.Fatalf("got %q; an auto message needs no Ack", m.Text())
 	}
 	c.Close()

@@ -1,3 +1,3 @@
-module github.com/pymq/pymq-go
+module github.com/pymq/pymq/bindings/go
 
 go 1.19

@@ -12,7 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/pymq/pymq-go/stomp"
+	"github.com/pymq/pymq/bindings/go/stomp"
 )
 
 // Body content types of spec/stomp.md §7.

@@ -7,9 +7,9 @@ import (
 	"reflect"
 	"testing"
 
-	pymq "github.com/pymq/pymq-go"
-	"github.com/pymq/pymq-go/internal/vectors"
-	"github.com/pymq/pymq-go/stomp"
+	pymq "github.com/pymq/pymq/bindings/go"
+	"github.com/pymq/pymq/bindings/go/internal/vectors"
+	"github.com/pymq/pymq/bindings/go/stomp"
 )
 
 type typedValue struct {

@@ -24,8 +24,14 @@ BINDING = pathlib.Path(__file__).parents[2] / "bindings" / "go"
 #: top-level Go tests that must have run and passed (the shared vectors and the client against a broker)
 REQUIRED = {
     "TestParseVectors", "TestEncodeVectors", "TestMurmur3Vectors", "TestSMHasherVerification",
-    "TestGroupRoutingVectors", "TestMessageVectors", "TestJMSHeadersAndTypedPropertiesCrossTheBroker",
-    "TestClientIndividualAckNackAndRedelivery", "TestTransactions", "TestServerErrorsAreTypedAndEndTheConnection",
+    "TestGroupRoutingVectors", "TestRoutingKeyVectors", "TestMessageVectors",
+    "TestJMSHeadersAndTypedPropertiesCrossTheBroker", "TestClientIndividualAckNackAndRedelivery", "TestTransactions",
+    "TestServerErrorsAreTypedAndEndTheConnection",
+    # hardening: broker restart and cut connections, heart-beats both ways, contexts, net.Conn, channels, TLS
+    "TestReconnectAfterBrokerRestart", "TestReconnectAfterTheConnectionIsCut", "TestTransactionsDoNotSurviveAReconnect",
+    "TestWithoutReconnectALostBrokerIsFinal", "TestHeartBeatsBothWaysWithTheBroker", "TestASilentBrokerIsDeclaredDead",
+    "TestContextCancelsAHandshakeWithASilentServer", "TestConnectOverYourOwnConn", "TestChannelAPI",
+    "TestTLSThroughATerminatingProxy", "TestTheModulePathResolves",
 }
 
 

@@ -169,3 +169,44 @@ func (r *GroupRouter) Ranking(key string) []string {
 	}
 	return out
 }
+
+// RoutingKey says which id a destination routes its messages on (spec/routing.md §2.3): RouteOnGroup (the
+// default), RouteOnCorrelationID or RouteOnMessageID.  A grouped message routes on its group whatever the
+// setting: group order is a contract, the other ids only an affinity.
+type RoutingKey string
+
+// The routing keys, spelled as the broker's configuration spells them.
+const (
+	RouteOnGroup         RoutingKey = "group"
+	RouteOnCorrelationID RoutingKey = "correlation-id"
+	RouteOnMessageID     RoutingKey = "message-id"
+)
+
+// ParseRoutingKey checks a setting; names are exact and lower case.
+func ParseRoutingKey(setting string) (RoutingKey, error) {
+	switch k := RoutingKey(setting); k {
+	case RouteOnGroup, RouteOnCorrelationID, RouteOnMessageID:
+		return k, nil
+	}
+	return "", fmt.Errorf("routing: unknown routing_key %q; expected group, correlation-id or message-id", setting)
+}
+
+// KeyOf returns the key a message with these STOMP headers routes on and where it came from ("group",
+// "correlation-id" or "message-id"); ok is false for an unkeyed message (not hash-routed).  "Present"
+// means the header exists, even with an empty value.
+func (k RoutingKey) KeyOf(headers map[string]string) (key, source string, ok bool) {
+	if g, has := headers["JMSXGroupID"]; has {
+		return g, "group", true
+	}
+	if k == RouteOnCorrelationID {
+		if v, has := headers["correlation-id"]; has {
+			return v, "correlation-id", true
+		}
+	}
+	if k == RouteOnMessageID {
+		if v, has := headers["message-id"]; has {
+			return v, "message-id", true
+		}
+	}
+	return "", "", false
+}

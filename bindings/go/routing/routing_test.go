@@ -7,7 +7,7 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/pymq/pymq-go/internal/vectors"
+	"github.com/pymq/pymq/bindings/go/internal/vectors"
 )
 
 type murmurVectors struct {
@@ -78,6 +78,58 @@ type routingVectors struct {
 		Destinations []string `json:"destinations"`
 		Error        string   `json:"error"`
 	} `json:"errors"`
+	KeyCases []struct {
+		Name         string            `json:"name"`
+		RoutingKey   string            `json:"routing_key"`
+		Headers      map[string]string `json:"headers"`
+		KeySource    *string           `json:"key_source"`
+		Key          *string           `json:"key"`
+		Destinations []string          `json:"destinations"`
+		Modulo       *string           `json:"modulo"`
+		Rendezvous   *string           `json:"rendezvous"`
+	} `json:"key_cases"`
+	KeyErrors []struct {
+		RoutingKey string `json:"routing_key"`
+		Error      string `json:"error"`
+	} `json:"key_errors"`
+}
+
+// TestRoutingKeyVectors: key_cases, which id a message routes on under a destination's routing_key.
+func TestRoutingKeyVectors(t *testing.T) {
+	var v routingVectors
+	if err := vectors.Load("group_routing.json", &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.KeyCases) < 10 {
+		t.Fatalf("only %d key cases", len(v.KeyCases))
+	}
+	for _, c := range v.KeyCases {
+		k, err := ParseRoutingKey(c.RoutingKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, source, ok := k.KeyOf(c.Headers)
+		if c.KeySource == nil {
+			if ok || c.Modulo != nil || c.Rendezvous != nil {
+				t.Errorf("%s: want unkeyed, got %q from %s", c.Name, key, source)
+			}
+			continue
+		}
+		if !ok || source != *c.KeySource || key != *c.Key {
+			t.Errorf("%s: got %q from %q, want %q from %q", c.Name, key, source, *c.Key, *c.KeySource)
+			continue
+		}
+		mod, _ := NewGroupRouter(c.Destinations, Modulo)
+		hrw, _ := NewGroupRouter(c.Destinations, Rendezvous)
+		if mod.Route(key) != *c.Modulo || hrw.Route(key) != *c.Rendezvous {
+			t.Errorf("%s: routes %q %q, want %q %q", c.Name, mod.Route(key), hrw.Route(key), *c.Modulo, *c.Rendezvous)
+		}
+	}
+	for _, e := range v.KeyErrors {
+		if _, err := ParseRoutingKey(e.RoutingKey); err == nil {
+			t.Errorf("routing_key %q must be refused", e.RoutingKey)
+		}
+	}
 }
 
 func TestGroupRoutingVectors(t *testing.T) {

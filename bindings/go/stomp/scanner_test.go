@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/pymq/pymq-go/internal/vectors"
+	"github.com/pymq/pymq/bindings/go/internal/vectors"
 )
 
 // classCodes maps the Python error classes named by the vectors to the wire codes this package uses.
