@@ -33,6 +33,7 @@ content_kind = _py.content_kind
 body_kind = _py.body_kind
 
 cdef int64_t _MAX_MS = _py.MAX_MS
+cdef int64_t _FIRST_RESERVATION = 16 * 1024 * 1024
 cdef int64_t _MAX_INT32 = INT32_MAX
 cdef int64_t _MAX_INT64 = 0x7FFFFFFFFFFFFFFF
 _STRING = pa.string()
@@ -62,6 +63,8 @@ cdef class _Var:
         # a guess (first body size x rows) can be far over what the column may hold: never reserve more
         # than the column limit up front; growth is by doubling, checked against the limit
         self.cap = guess if guess < limit else limit
+        if self.cap > _FIRST_RESERVATION:
+            self.cap = _FIRST_RESERVATION          # grown by doubling as rows really arrive
         if self.cap < 64:
             self.cap = 64
         self.data = <char*>malloc(self.cap)
