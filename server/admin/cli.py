@@ -337,10 +337,29 @@ def _check_stopped(r: dict) -> dict:
     return r
 
 
+def _in_batches(c: AdminClient, op: str, a, **args) -> dict:
+    """One request per batch (the broker moves at most 10,000 per request) until nothing more is
+    there; a single request when ids or --limit say what to take."""
+    total: dict[str, Any] = {"moved": 0, "by_destination": {}, "skipped": []}
+    repeat = not a.id and a.limit is None
+    for _ in range(100_000):
+        r = c.call(op, message_ids=a.id, limit=a.limit, **args)
+        total["moved"] += r["moved"]
+        for dest, n in r["by_destination"].items():
+            total["by_destination"][dest] = total["by_destination"].get(dest, 0) + n
+        total["skipped"] += r["skipped"]
+        total["more"] = r.get("more", False)
+        if r.get("stopped"):
+            total["stopped"] = r["stopped"]
+            break
+        if not (repeat and r.get("more") and r["moved"]):
+            break
+    return _check_stopped(total)
+
+
 @command("messages", "move")
 def _messages_move(c: AdminClient, a):
-    r = c.call("move-messages", **{"from": a.source, "to": a.target, "message_ids": a.id, "limit": a.limit})
-    return _check_stopped(r), _moved
+    return _in_batches(c, "move-messages", a, **{"from": a.source, "to": a.target}), _moved
 
 
 @command("messages", "drop")
@@ -358,14 +377,12 @@ def _dlq_list(c: AdminClient, a):
 
 @command("dlq", "retry")
 def _dlq_retry(c: AdminClient, a):
-    r = c.call("retry-dead-letters", name=a.dlq, message_ids=a.id, limit=a.limit)
-    return _check_stopped(r), _moved
+    return _in_batches(c, "retry-dead-letters", a, name=a.dlq), _moved
 
 
 @command("dlq", "move")
 def _dlq_move(c: AdminClient, a):
-    r = c.call("move-messages", **{"from": a.dlq, "to": a.target, "message_ids": a.id, "limit": a.limit})
-    return _check_stopped(r), _moved
+    return _in_batches(c, "move-messages", a, **{"from": a.dlq, "to": a.target}), _moved
 
 
 @command("dlq", "drop")

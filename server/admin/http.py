@@ -269,6 +269,8 @@ class AdminHttp:
         result = await answer
         if result["ok"]:
             return web.json_response(result, dumps=_dumps)
+        if result.get("internal"):
+            return web.json_response(result, dumps=_dumps, status=500)
         kind = ERROR_CODES.get(result["error"]["code"], PymqError)
         return web.json_response(result, dumps=_dumps, status=_status_for(kind))
 

@@ -26,6 +26,9 @@ MAX_PAGE = 500
 PAGE_BODY = 4096
 MAX_BODY = 4 * 1024 * 1024
 
+#: most messages one move or retry request moves when it names no ids (the answer says if there are more)
+MAX_BATCH = 10_000
+
 #: headers that describe a message's previous place; a moved copy starts without them
 _PLACE_HEADERS = frozenset({"pymq-dead-letter-reason", "pymq-expiry-reason", "JMSXDeliveryCount", "expires",
                             "pymq-dedup-id", "_AMQ_DUPL_ID", "AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_TIME",
@@ -96,12 +99,18 @@ def get_message(admin, user, args: dict) -> dict:
                          f"consumed, or be held by a consumer)")
 
 
-def _selected(queue, ids: list[str] | None, limit: int | None) -> list:
-    """The ready entries named by ``ids`` (all of them when None), at most ``limit``; an unknown id is
-    an error before anything moves."""
+def _batch_limit(args: dict) -> int:
+    """How many messages one move/retry without ids takes: ``limit``, at most MAX_BATCH (one request
+    never holds the event loop for long; ``more`` in the answer tells the caller to ask again)."""
+    return min(int_arg(args, "limit", MAX_BATCH, minimum=1, maximum=1 << 40), MAX_BATCH)
+
+
+def _selected(queue, ids: list[str] | None, limit: int, accept=None) -> list:
+    """The ready entries named by ``ids`` (else the first ``limit`` in delivery order that ``accept``
+    takes); an unknown id is an error before anything moves."""
     if ids is None:
-        entries = list(queue.ready) if limit is None else list(islice(queue.ready, limit))
-        return entries
+        candidates = queue.ready if accept is None else (e for e in queue.ready if accept(e))
+        return list(islice(candidates, limit))
     wanted = set(ids)
     found = {}
     for entry in queue.ready:
@@ -136,7 +145,14 @@ def _resend(broker, entry, destination: str, keep_origin: bool) -> None:
     entry.queue.remove_ready([entry])
 
 
-def _move_all(broker, entries: list, target_of) -> dict:
+def _move_all(broker, entries: list, target_of, batch: int | None) -> dict:
+    """Move ``entries``; ``more`` says a whole batch was taken, so asking again may find more."""
+    result = _move_entries(broker, entries, target_of)
+    result["more"] = batch is not None and "stopped" not in result and len(entries) == batch
+    return result
+
+
+def _move_entries(broker, entries: list, target_of) -> dict:
     moved = 0
     skipped: list[dict] = []
     by_destination: dict[str, int] = {}
@@ -166,9 +182,9 @@ def move_messages(admin, user, args: dict) -> dict:
     broker.acl.check(user, queue.destination, "consume")
     broker.acl.check(user, target, "produce")
     ids = ids_arg(args)
-    limit = int_arg(args, "limit", 0, maximum=1 << 40) or None
-    entries = _selected(queue, ids, limit)
-    return _move_all(broker, entries, lambda entry: (target, "move"))
+    batch = None if ids is not None else _batch_limit(args)
+    entries = _selected(queue, ids, batch or 0)
+    return _move_all(broker, entries, lambda entry: (target, "move"), batch)
 
 
 def retry_dead_letters(admin, user, args: dict) -> dict:
@@ -176,7 +192,14 @@ def retry_dead_letters(admin, user, args: dict) -> dict:
     broker = admin.broker
     queue = _queue(broker, queue_name(args))
     broker.acl.check(user, queue.destination, "consume")
-    entries = _selected(queue, ids_arg(args), int_arg(args, "limit", 0, maximum=1 << 40) or None)
+    ids = ids_arg(args)
+    batch = None if ids is not None else _batch_limit(args)
+
+    def retryable(entry) -> bool:
+        origin = entry.message.headers.get("pymq-original-destination")
+        return origin is not None and origin.startswith("/queue/") and origin != queue.destination
+    # without ids, only what can go back is taken: messages that cannot never block the ones behind them
+    entries = _selected(queue, ids, batch or 0, None if ids is not None else retryable)
     targets: dict[str, str | None] = {}
     for entry in entries:
         origin = entry.message.headers.get("pymq-original-destination")
@@ -194,7 +217,7 @@ def retry_dead_letters(admin, user, args: dict) -> dict:
             return None, (f"came from {origin}; only queue dead letters are retried "
                           f"(move a subscription's to a queue or topic)")
         return origin, "retry"
-    return _move_all(broker, entries, target_of)
+    return _move_all(broker, entries, target_of, batch)
 
 
 def drop_messages(admin, user, args: dict) -> dict:
@@ -204,7 +227,7 @@ def drop_messages(admin, user, args: dict) -> dict:
     ids = ids_arg(args)
     if not ids:
         raise ConfigError("drop-messages needs 'message_ids' (to empty the whole queue use purge-queue)")
-    entries = _selected(queue, ids, None)
+    entries = _selected(queue, ids, len(ids))
     queue.remove_ready(entries)
     return {"dropped": len(entries)}
 

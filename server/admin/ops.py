@@ -82,6 +82,10 @@ class Admin:
         except PymqError as exc:
             reply(_logged(op, user, error_result(exc)))
             return
+        except Exception:  # a bug in an operation: logged with its traceback, answered, never the caller's loss
+            log.exception("admin %s failed", op)
+            reply(_logged(op, user, internal_error(op)))
+            return
         if not isinstance(result, Offload):
             reply(_logged(op, user, {"ok": True, "result": result}))
             return
@@ -92,13 +96,16 @@ class Admin:
                     answer = {"ok": True, "result": result.finish(value)}
                 except PymqError as exc:
                     answer = error_result(exc)
+                except Exception:  # as above: logged and answered
+                    log.exception("admin %s failed", op)
+                    answer = internal_error(op)
             elif isinstance(error, PymqError):
                 answer = error_result(error)
             elif isinstance(error, OSError):
                 answer = error_result(ConfigError(f"{op}: {error.strerror or error}"))
             else:
                 log.error("admin %s failed", op, exc_info=error)
-                answer = error_result(PymqError(f"{op} failed: internal error ({type(error).__name__})"))
+                answer = internal_error(op)
             reply(_logged(op, user, answer))
         self.broker.run_in_thread(result.work, done)
 
@@ -471,6 +478,13 @@ READ_ONLY = frozenset({
     "list-outboxes",
     "browse-queue", "get-message", "list-dead-letter-queues", "list-users",
 })
+
+
+def internal_error(op: str) -> dict:
+    """The answer to an operation that failed for a reason of the broker's own (a bug): the log has the
+    traceback; HTTP answers 500."""
+    return {"ok": False, "internal": True,
+            "error": {"code": PymqError.code, "message": f"{op} failed: internal broker error (see the broker's log)"}}
 
 
 def error_result(exc: PymqError) -> dict:

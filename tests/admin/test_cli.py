@@ -446,3 +446,44 @@ def test_pymq_server_help_shows_its_subcommands_and_points_at_pymq_admin():
                          timeout=30)
     assert out.returncode == 0
     assert "pymq-server passwd USER" in out.stdout and "pymq-admin --help" in out.stdout
+
+
+def test_moves_run_in_bounded_batches(broker_process):
+    """The broker moves at most 10,000 messages per request; the CLI asks again while there are more."""
+    b = broker_process
+    with pymq.connect(b.url, username=ADMIN, password=ADMIN_PW) as conn:
+        producer = conn.create_session().create_producer(pymq.Queue("cli.bulk"))
+        for i in range(10_003):
+            producer.send(str(i), delivery_mode=pymq.NON_PERSISTENT)
+    assert wait_until(lambda: _depth(b, "cli.bulk") == 10_003)
+    one = b.op("move-messages", **{"from": "cli.bulk", "to": "cli.bulk.out", "limit": 2})
+    assert (one["moved"], one["more"]) == (2, True)
+    limited = cli_json(b, "messages", "move", "cli.bulk", "cli.bulk.out", "--limit", "1")
+    assert limited["moved"] == 1                                          # --limit: one request
+    everything = cli_json(b, "messages", "move", "cli.bulk", "cli.bulk.out", timeout=120)
+    assert everything["moved"] == 10_000 and everything["more"] is False
+    assert _depth(b, "cli.bulk") == 0 and _depth(b, "cli.bulk.out") == 10_003
+    first = b.op("browse-queue", name="cli.bulk.out", limit=3)["messages"]
+    assert [m["body"] for m in first] == ["0", "1", "2"]                  # delivery order kept
+    b.op("purge-queue", name="cli.bulk.out")
+
+
+def test_retry_takes_what_can_go_back_and_says_why_not_for_the_rest(broker_process):
+    b = broker_process
+    _send(b, "DLQ.cli.mixed", ["parked by hand"])                         # no origin: not a dead letter
+    b.op("create-queue", name="cli.mixed", config={"max_deliveries": 1})
+    _send(b, "cli.mixed", ["real"])
+    with pymq.connect(b.url, username=ADMIN, password=ADMIN_PW) as conn:
+        session = conn.create_session(ack_mode=pymq.CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(pymq.Queue("cli.mixed"))
+        assert consumer.receive(5) is not None
+        session.recover()
+        consumer.close()
+    assert wait_until(lambda: _depth(b, "DLQ.cli.mixed") == 2)
+    parked = cli_json(b, "messages", "browse", "DLQ.cli.mixed")["messages"][0]
+    assert parked["body"] == "parked by hand"                             # first in line
+    named = run_cli(b, "dlq", "retry", "DLQ.cli.mixed", "--id", parked["message_id"])
+    assert named.returncode == 0 and "not a dead letter (use move)" in named.stdout
+    everything = cli_json(b, "dlq", "retry", "DLQ.cli.mixed")
+    assert everything["moved"] == 1 and everything["by_destination"] == {"/queue/cli.mixed": 1}
+    assert _depth(b, "cli.mixed") == 1 and _depth(b, "DLQ.cli.mixed") == 1

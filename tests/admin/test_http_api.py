@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import queue as queue_mod
+import urllib.error
+import urllib.request
 
 import pytest
 import stomp
@@ -251,3 +253,41 @@ def test_deeply_nested_admin_bodies_are_answered_not_crashed(broker_process):
         assert json.loads(replies.get(timeout=10).body)["result"]["ready"] is True   # still connected
     finally:
         c.disconnect()
+
+
+def test_a_failing_operation_is_answered_and_logged_not_the_callers_loss(broker_factory, monkeypatch, caplog):
+    """A bug inside an operation (here: one that raises ZeroDivisionError) is an answer — HTTP 500, a STOMP
+    reply — with the traceback in the broker's log; the STOMP client keeps its connection."""
+    from pymq_server.admin import ops
+
+    def broken(admin, user, args):
+        return 1 // 0
+    monkeypatch.setitem(ops.OPERATIONS, "status", broken)
+    rb = broker_factory(admin_port=0)
+    req = urllib.request.Request(f"http://127.0.0.1:{rb.server.admin_port}/api/status",
+                                 headers={"Authorization": "Basic Z3Vlc3Q6Z3Vlc3Q="})
+    try:
+        urllib.request.urlopen(req, timeout=10)
+        raise AssertionError("expected HTTP 500")
+    except urllib.error.HTTPError as err:
+        assert err.code == 500
+        assert json.loads(err.read())["error"]["message"] == "status failed: internal broker error (see the broker's log)"
+    replies: queue_mod.Queue = queue_mod.Queue()
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame):
+            replies.put(frame)
+
+    c = stomp.Connection12([("127.0.0.1", rb.port)], heartbeats=(0, 0))
+    c.set_listener("l", Listener())
+    c.connect("guest", "guest", wait=True)
+    try:
+        c.subscribe("/temp-queue/r", id="r", ack="auto")
+        c.send("/pymq/admin", "{}", headers={"pymq-admin-op": "status", "reply-to": "/temp-queue/r"})
+        assert json.loads(replies.get(timeout=10).body)["ok"] is False
+        c.send("/pymq/admin", "{}", headers={"pymq-admin-op": "list-queues", "reply-to": "/temp-queue/r"})
+        assert json.loads(replies.get(timeout=10).body)["ok"] is True            # still connected
+    finally:
+        c.disconnect()
+    assert any("ZeroDivisionError" in (r.exc_text or "") or (r.exc_info and r.exc_info[0] is ZeroDivisionError)
+               for r in caplog.records if r.name == "pymq.admin")

@@ -401,7 +401,7 @@ pages.dlq = () => listPage("dlq", "Dead-letter queues", "list-dead-letter-queues
   ["Dead-letter queue", QUEUE_LINK], ["For", "source"], ["Depth", "depth"], ["Consumers", "consumers"], ["Reasons", "reasons"],
   ["", d => h("span", { class: "actions" },
     confirmButton("Retry all", `Retry all to ${d.source}?`, () => act("retry-dead-letters", { name: d.name },
-      r => `retried ${r.moved} message(s)${r.skipped.length ? `, skipped ${r.skipped.length}` : ""}`), { class: "retry-all", "data-queue": d.name }),
+      r => `retried ${r.moved} message(s)${r.more ? "; more are waiting: retry again" : ""}`), { class: "retry-all", "data-queue": d.name }),
     confirmButton("Delete all", `Delete all of ${d.name}?`, () => act("purge-queue", { name: d.name },
       r => `deleted ${r.purged_messages} dead letter(s)`), { class: "purge", "data-queue": d.name })), { col: "actions" }],
 ], { rowAttrs: d => ({ "data-queue": d.name }), empty: "no dead letters" }));
