@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import assume, given, settings, strategies as st
 
 from pymq.errors import ClusterError, ConfigError
 from tests.routing._vectors import both_implementations, load
@@ -180,8 +180,11 @@ def test_no_false_negatives_ever(params, ops):
 @settings(max_examples=150, deadline=None)
 @given(small_params, st.lists(topics, max_size=30), st.lists(topics, max_size=30))
 def test_add_remove_symmetry(params, kept, transient):
-    """Adding then removing topics restores the exact counters (no counter saturates at these sizes)."""
+    """Adding then removing topics restores the exact counters while no counter saturates: a counter takes
+    at most k per add, so fewer than 255 / k adds in all keep every counter below 255 (hypothesis found
+    m=1, k=10 with 30 adds, which saturates by design)."""
     from pymq.routing import bloom as chosen
+    assume((len(kept) + len(transient)) * params[1] < 255)
     for impl in chosen.IMPLEMENTATIONS.values():
         base = impl.SubscriptionFilter(*params)
         for t in kept:
