@@ -14,7 +14,7 @@ Sans-IO: the cluster layer feeds digests in and sends messages out.
 """
 from __future__ import annotations
 
-from typing import Iterable, Union
+from typing import Iterable, NamedTuple, Union
 
 from pymq.errors import ClusterError
 from pymq.routing import bloom as _chosen
@@ -23,13 +23,29 @@ Topic = Union[str, bytes]
 _UNDERSTOOD_FALLBACK = ("unsupported-hash-version", "unsupported-format")
 
 
+class FilterVersion(NamedTuple):
+    """Which announcement of a peer's filter a digest is (spec/cluster.md §2).
+
+    ``incarnation``: when the peer started (a restarted peer counts again from 1); ``serial``: increases with
+    every announcement of that incarnation; ``epoch``: increases when the peer regenerates its filter at a
+    new size.  Announcements are ordered by (incarnation, serial); within one incarnation and epoch the
+    filter's size (m, k) never changes.
+    """
+
+    incarnation: int
+    serial: int
+    epoch: int
+
+
 class PeerFilters:
     """This node's view of its peers' subscription digests."""
 
-    __slots__ = ("_digests", "_order", "_popular", "_hash_pair")
+    __slots__ = ("_digests", "_versions", "_order", "_popular", "_hash_pair", "stale")
 
     def __init__(self, *, popular: Iterable[str] = (), implementation=None) -> None:
         self._digests: dict[str, object | None] = {}
+        self._versions: dict[str, FilterVersion] = {}
+        self.stale = 0            # announcements ignored because a newer one was already applied
         self._order: tuple[str, ...] = ()  # peers in node-id order, rebuilt on membership change only
         self._popular: set[str] = set(popular)
         self._hash_pair = (implementation or _chosen.implementation).hash_pair
@@ -44,6 +60,7 @@ class PeerFilters:
         """A peer left.  Drop it only after the node taking over its subscribers has sent its new digest
         (spec/routing.md, hand-over), or messages for the handed-over subscribers are missed meanwhile."""
         self._digests.pop(node_id, None)
+        self._versions.pop(node_id, None)
         self._order = tuple(sorted(self._digests))
 
     @property
@@ -77,6 +94,38 @@ class PeerFilters:
             raise
         self._install(node_id, digest)
         return True
+
+    def version(self, node_id: str) -> FilterVersion | None:
+        """The version of the peer's digest in use (None before any versioned announcement)."""
+        return self._versions.get(node_id)
+
+    def announce(self, node_id: str, data: bytes, version: FilterVersion) -> str:
+        """Apply a versioned announcement of a peer's digest: ``"applied"``, ``"match-all"`` (format or hash
+        version not understood) or ``"stale"`` (an announcement at least as new was applied already: this
+        one is ignored, so a resized filter is never replaced by an older one of another size).  Raises
+        ``ClusterError`` for a malformed digest, or (reason ``filter-size-mismatch``) for one whose size
+        differs from the size already announced in the same incarnation and epoch."""
+        current = self._versions.get(node_id)
+        if current is not None and (version.incarnation, version.serial) <= (current.incarnation, current.serial):
+            self.stale += 1
+            return "stale"
+        try:
+            digest = _chosen.BloomDigest.from_bytes(data)
+        except ClusterError as exc:
+            if getattr(exc, "reason", None) in _UNDERSTOOD_FALLBACK:
+                self._install(node_id, None)
+                self._versions[node_id] = version
+                return "match-all"
+            raise
+        held = self._digests.get(node_id)
+        if current is not None and held is not None and version.incarnation == current.incarnation \
+                and version.epoch == current.epoch and (held.m, held.k) != (digest.m, digest.k):
+            raise ClusterError(f"peer {node_id} announced a filter of {digest.m} counters / {digest.k} hashes in "
+                               f"epoch {version.epoch}, which had {held.m} / {held.k}",
+                               reason="filter-size-mismatch", node=node_id)
+        self._install(node_id, digest)
+        self._versions[node_id] = version
+        return "applied"
 
     # -- popular sources ---------------------------------------------------------------------------
     def mark_popular(self, topic: str) -> None:

@@ -22,9 +22,11 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from pymq.errors import ConfigError, IllegalStateError, PymqError
-from pymq.routing import GroupRouter, SubscriptionFilter
+from pymq.protocol.numbers import header_int
+from pymq.routing import GroupRouter
+from pymq.routing.interest import InterestFilter
 from pymq.routing.groups import RoutingKey, parse_routing_key, routing_key_of
-from pymq.routing.forwarding import PeerFilters
+from pymq.routing.forwarding import FilterVersion, PeerFilters
 from pymq_server.broker import destination as dest
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.cluster.link import OutboxConsumer, PeerLink
@@ -146,8 +148,11 @@ class ClusterNode:
         self._connecting: set[str] = set()
         self.outboxes: dict[str, MessageQueue] = {}
         self._outbox_consumers: dict[str, OutboxConsumer] = {}
-        self.filter = SubscriptionFilter.for_capacity(config.filter_capacity, config.filter_fpr)
-        self._interest: set[str] = set()               # topics in our filter
+        # the topics local subscribers want; the filter is regenerated at a new size (a new epoch) when its
+        # measured false-positive rate misses filter_fpr (spec/routing.md §3.8)
+        self.filter = InterestFilter(config.filter_capacity, config.filter_fpr)
+        self._filter_serial = 0                        # announcements of this incarnation (spec/cluster.md §2)
+        self._announcement: tuple[dict, bytes] | None = None
         self.peer_filters = PeerFilters()
         self.remote_consumers: dict[str, dict[str, int]] = {}
         self._rr = itertools.count()
@@ -584,11 +589,9 @@ class ClusterNode:
         """A local subscription was added or removed: keep the filter to topics with subscriptions."""
         name = topic.name
         wanted = bool(topic.subscriptions)
-        if wanted and name not in self._interest:
-            self._interest.add(name)
+        if wanted and name not in self.filter:
             self.filter.add(name)
-        elif not wanted and name in self._interest:
-            self._interest.discard(name)
+        elif not wanted and name in self.filter:
             self.filter.remove(name)
         else:
             return
@@ -606,17 +609,35 @@ class ClusterNode:
             self.peer_filters.unmark_popular(topic)
 
     def _flush_digest(self) -> None:
+        """Announce the filter after changes (batched per loop iteration), regenerating it first when its
+        measured false-positive rate misses the target."""
         if not self._digest_dirty:
             return
         self._digest_dirty = False
+        before = self.filter.filter.m
+        if self.filter.check():
+            log.info("cluster: subscription filter regenerated for %d topics: %d -> %d counters (epoch %d)",
+                     len(self.filter), before, self.filter.filter.m, self.filter.epoch)
+        self._announcement = None
+        self._filter_serial += 1
         for link in list(self.links.values()):
             if link.ready:
                 self._send_digest(link)
 
+    def _current_announcement(self) -> tuple[dict, bytes]:
+        if self._announcement is None:
+            headers = {"destination": CONTROL_PREFIX + "filter", "pymq-node": self.node_id,
+                       "content-type": "application/octet-stream",
+                       "pymq-filter-incarnation": str(self.started),
+                       "pymq-filter-serial": str(self._filter_serial),
+                       "pymq-filter-epoch": str(self.filter.epoch)}
+            self._announcement = (headers, self.filter.digest().to_bytes())
+        return self._announcement
+
     def _send_digest(self, link: PeerLink) -> None:
+        headers, body = self._current_announcement()
         try:
-            link.send({"destination": CONTROL_PREFIX + "filter", "pymq-node": self.node_id,
-                       "content-type": "application/octet-stream"}, self.filter.digest().to_bytes())
+            link.send(headers, body)
         except PymqError:
             pass
 
@@ -641,7 +662,14 @@ class ClusterNode:
         kind = headers["destination"][len(CONTROL_PREFIX):]
         peer = headers.get("pymq-node") or session.user.name.split(":", 1)[-1]
         if kind == "filter":
-            self.peer_filters.update_from_bytes(peer, body)
+            if "pymq-filter-serial" in headers:
+                version = FilterVersion(header_int(headers, "pymq-filter-incarnation", 0),
+                                        header_int(headers, "pymq-filter-serial", 0),
+                                        header_int(headers, "pymq-filter-epoch", 0))
+                if self.peer_filters.announce(peer, body, version) == "stale":
+                    return
+            else:
+                self.peer_filters.update_from_bytes(peer, body)     # a node without versioned announcements
             for topic in list(self._recent_topics):
                 self._update_popularity(topic)
         elif kind == "drop-filter":
@@ -779,7 +807,12 @@ class ClusterNode:
         return {"node": self.node_id, "members": sorted(self.members),
                 "links": {p: l.ready for p, l in sorted(self.links.items())},
                 "outboxes": {p: q.depth for p, q in sorted(self.outboxes.items())},
-                "filter_topics": sorted(self._interest),
+                "filter_topics": sorted(self.filter.topics),
+                "filter": {"topics": len(self.filter), "m": self.filter.filter.m, "k": self.filter.filter.k,
+                           "capacity": self.filter.capacity, "epoch": self.filter.epoch,
+                           "serial": self._filter_serial, "fpr_target": self.filter.fpr_target,
+                           "measured_fpr": self.filter.measured_fpr(), "digest_bytes": 8 + (self.filter.filter.m + 7) // 8},
+                "peer_filters": {p: _peer_filter_status(self.peer_filters, p) for p in self.peer_filters.peers},
                 "popular": sorted(self.peer_filters.popular),
                 "remote_consumers": self.remote_consumers,
                 "assignments": dict(sorted(self.assignments.items())),
@@ -838,3 +871,12 @@ def _local_consumers(queue: MessageQueue) -> int:
 
 def _peer_of(queue: MessageQueue) -> str:
     return queue.name.split(OUTBOX_PREFIX, 1)[-1]
+
+
+def _peer_filter_status(filters: PeerFilters, peer: str) -> dict:
+    digest = filters.digest(peer)
+    version = filters.version(peer)
+    return {"match_all": digest is None or digest.match_all, "m": None if digest is None else digest.m,
+            "k": None if digest is None else digest.k,
+            "epoch": None if version is None else version.epoch,
+            "serial": None if version is None else version.serial}
