@@ -12,8 +12,9 @@
 #                     (~/.m2, resolved from Maven Central once; keep it between CI runs to skip the download)
 #
 # Stdout carries only `export NAME=value` lines, so `eval` is safe; progress and errors go to stderr.
-# Needs Node >= 18 with npm, Go >= 1.19, and Java 17 with Maven 3.8 (on Debian 12, as root, missing ones come
-# from apt: nodejs npm golang-go openjdk-17-jdk-headless maven).  Idempotent and quick the second time: each part is redone only when its inputs
+# Needs Node >= 18 with npm, Go >= 1.19, Java 17 with Maven 3.8, and Chromium for the TypeScript browser test
+# (on Debian 12, as root, missing ones come from apt: nodejs npm golang-go openjdk-17-jdk-headless maven
+# chromium).  Idempotent and quick the second time: each part is redone only when its inputs
 # change (lock file, go.sum, sources, toolchain version), recorded in a stamp.  A part that fails prints
 # nothing for its variable (the tests then fail under CI, skip otherwise) and the script exits 1 after
 # doing the other parts.  Environment knobs:
@@ -121,6 +122,10 @@ ts_binding() {
     local dir="$ROOT/bindings/typescript"
     [ -n "$NODE" ] && [ -n "$NPM" ] || { fail "node/npm not found: bindings/typescript cannot be tested"; return; }
     npm_ready "$dir" || { fail "npm ci in bindings/typescript failed"; return; }
+    # the browser test drives the system Chromium through playwright-core (never a downloaded browser)
+    if [ ! -x "${PYMQ_TEST_CHROMIUM:-/usr/bin/chromium}" ]; then
+        apt_install chromium || fail "chromium not found: the TypeScript browser test cannot run (apt-get install chromium)"
+    fi
     export_line PYMQ_NPM "$NPM"
 }
 

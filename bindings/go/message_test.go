@@ -188,3 +188,12 @@ func TestPropertyNamesValuesAndMapBodies(t *testing.T) {
 		t.Fatalf("map round trip: %v %v", got, err)
 	}
 }
+
+// TestTheDedupIdIsAHeaderNotAProperty: pymq-dedup-id is reserved as in the Python SDK's from_frame.
+func TestTheDedupIdIsAHeaderNotAProperty(t *testing.T) {
+	m := pymq.MessageFromFrame(&stomp.Frame{Command: "MESSAGE", Headers: []stomp.Header{
+		{Name: "pymq-dedup-id", Value: "d-1"}, {Name: "kept", Value: "yes"}}})
+	if _, ok := m.Properties["pymq-dedup-id"]; ok || m.Properties["kept"] != "yes" {
+		t.Fatalf("properties %v", m.Properties)
+	}
+}

@@ -24,7 +24,9 @@ BINDING = pathlib.Path(__file__).parents[2] / "bindings" / "typescript"
 #: suites that must appear in the run (the shared vectors and the client against a broker)
 REQUIRED = ["frames.json parse vectors", "frames.json encode vectors", "murmur3.json", "group_routing.json",
             "messages.json: MESSAGE frames decode as in the Python SDK",
-            "client against a real pymq-server"]
+            "client against a real pymq-server",
+            # hardening: broker restarts and cut connections, heart-beats, TLS, WebSocket in Node and Chromium
+            "reconnection", "heart-beats", "TLS", "STOMP over WebSocket", "subscriptions as async iterators"]
 
 
 def test_typescript_binding_suite(tmp_path):

@@ -1,21 +1,36 @@
 /**
- * A thin pymq client over one TCP connection (Node's net): connect, send with the JMS headers and typed
- * properties, subscribe with ack modes and prefetch, ack/nack, receipts, transactions.
+ * The pymq client, independent of the transport: it runs over TCP/TLS in Node (./node) and over WebSocket
+ * in browsers and Node (./websocket), through the Connector interface of ./transport.  No Node API is used
+ * here.
  *
- * The socket's 'data' events feed the sans-IO FrameScanner; RECEIPTs settle the promise of the frame that
+ * A Connection is a logical connection to a broker; underneath, one STOMP connection at a time (a link)
+ * carries it.  The link's bytes feed the sans-IO FrameScanner; RECEIPTs settle the promise of the frame that
  * asked for them, MESSAGEs go to their Subscription's queue.  Every subscription uses broker credit
  * (prefetch-count, 1000 by default), so its queue never holds more and a slow reader never stalls the
  * connection's receipts: 'auto' is JMS AUTO_ACKNOWLEDGE, a client-individual subscription acknowledged as
  * receive() returns each message (as the Python SDK does), not STOMP's ack:auto, which has no credit.
- * Should a broker ever overrun the credit, the socket is paused and TCP pushes back.
- * An ERROR frame ends the connection (the broker closes it after every ERROR):
- * every pending and later call rejects with that {@link ServerError}.  Every wait has a timeout.
- * Heart-beats are not negotiated (0,0).
+ * Every wait has a timeout.
+ *
+ * Heart-beats are negotiated as STOMP 1.2 says (`heartBeat`, 10 s both ways by default): an EOL goes out when
+ * nothing else was written for the negotiated interval, and the broker is declared dead after twice its
+ * interval without traffic.
+ *
+ * With `reconnect`, a lost link (transport error, close, missed heart-beats) is replaced with backoff, and
+ * every subscription is made again with the same id and headers before anything uses the new link.  What is
+ * lost and what is not: unacknowledged messages go back to their queue when the link dies and the broker
+ * redelivers them (redelivered, deliveryCount up), so delivery is at least once; messages buffered but not
+ * yet received are dropped here for the same reason, and ack()/nack() of a message from the old link throws
+ * StaleMessageError; a request in flight (a send waiting for its receipt) rejects with DisconnectedError and
+ * the message may or may not have arrived; open transactions are aborted by the broker
+ * (TransactionLostError); temporary queues die with the link; a non-durable topic subscription misses what
+ * was published while it was away (a durable one, with a clientId, does not).  Calls made while
+ * reconnecting wait for the new link (within timeoutMs).  An ERROR frame is final: the broker refused
+ * something and would refuse it again.
  */
-import * as net from 'node:net';
-
-import { encodeFrame, FrameScanner, header, type Frame, type Header } from './frame';
-import { Message } from './message';
+import { utf8Decode } from './bytes.js';
+import { encodeFrame, FrameScanner, header, type Frame, type Header } from './frame.js';
+import { Message } from './message.js';
+import type { Connector, Transport } from './transport.js';
 
 /** An ERROR frame from the broker (spec/stomp.md §6). */
 export class ServerError extends Error {
@@ -33,7 +48,7 @@ export class ServerError extends Error {
     this.code = code;
     this.fields = {};
     for (const [k, v] of frame.headers) if (k.startsWith('pymq-field-')) this.fields[k.slice(11)] = v;
-    this.body = Buffer.from(frame.body).toString('utf-8');
+    this.body = utf8Decode(frame.body);
   }
 }
 
@@ -45,19 +60,76 @@ export class ConnectionClosed extends Error {
   }
 }
 
-export interface ConnectOptions {
-  host?: string;
-  port: number;
+/**
+ * The link to the broker was lost: a request in flight when it happened (a send whose receipt never came:
+ * the message may or may not have reached the broker), or the final error without reconnection.
+ */
+export class DisconnectedError extends ConnectionClosed {
+  readonly reason: Error;
+
+  constructor(reason: Error) {
+    super(`disconnected from the broker: ${reason.message}`);
+    this.name = 'DisconnectedError';
+    this.reason = reason;
+  }
+}
+
+/** ack()/nack() of a message that came on a link since replaced: the broker already redelivers it. */
+export class StaleMessageError extends Error {
+  constructor() {
+    super('the message came on an earlier connection; the broker redelivers it');
+    this.name = 'StaleMessageError';
+  }
+}
+
+/** A transaction whose link was replaced: the broker aborted it when that link ended. */
+export class TransactionLostError extends Error {
+  constructor() {
+    super("the transaction's connection was lost; the broker aborted it");
+    this.name = 'TransactionLostError';
+  }
+}
+
+/** The broker went silent for longer than twice its negotiated heart-beat interval. */
+export class HeartBeatError extends Error {
+  constructor(silentMs: number, everyMs: number) {
+    super(`no heart-beat from the broker for ${silentMs} ms (one expected every ${everyMs} ms)`);
+    this.name = 'HeartBeatError';
+  }
+}
+
+export type Status = 'connecting' | 'open' | 'reconnecting' | 'closed';
+
+export interface ReconnectOptions {
+  /** first wait after a loss (ms); default 100 */
+  initialDelayMs?: number;
+  /** longest wait between attempts (ms); default 10000 */
+  maxDelayMs?: number;
+  /** growth of the wait per failed attempt; default 2 (±20 % jitter) */
+  multiplier?: number;
+  /** attempts per loss before giving up (the connection then ends); 0 or absent = forever */
+  maxAttempts?: number;
+}
+
+export interface ClientOptions {
+  /** how to reach the broker (./node: tcp(), ./websocket: webSocket()) */
+  connector: Connector;
   login?: string;
   passcode?: string;
   /** JMS client id: scopes durable subscriptions */
   clientId?: string;
   /** the one STOMP version to accept; default "1.1,1.2" */
   version?: string;
-  /** connect and receipt waits (ms); default 10000 */
+  /** connect, receipt and reconnection waits (ms); default 10000 */
   timeoutMs?: number;
   /** persistent sends resolve without waiting for the broker's receipt */
   asyncSend?: boolean;
+  /** heart-beats this side offers (ms; 0 = none); default 10000 both ways; false turns them off */
+  heartBeat?: { sendMs: number; receiveMs: number } | false;
+  /** replace a lost link with backoff and subscribe again; default off */
+  reconnect?: boolean | ReconnectOptions;
+  /** told of every change of status, with the cause for 'reconnecting' and 'closed' */
+  onStatus?: (status: Status, error?: Error) => void;
 }
 
 /** auto: receive() acknowledges each message it returns; client: ack() covers every earlier message of
@@ -65,6 +137,9 @@ export interface ConnectOptions {
 export type AckMode = 'auto' | 'client' | 'client-individual';
 
 export const DEFAULT_PREFETCH = 1000;
+export const DEFAULT_HEART_BEAT = { sendMs: 10000, receiveMs: 10000 };
+/** the broker is declared dead after this many of its intervals without traffic (as the broker does) */
+const HEART_BEAT_GRACE = 2;
 
 export interface SubscribeOptions {
   ack?: AckMode;
@@ -80,60 +155,241 @@ export interface SubscribeOptions {
 interface Waiter {
   resolve: (frame: Frame) => void;
   reject: (err: Error) => void;
-  timer: NodeJS.Timeout;
+  timer?: ReturnType<typeof setTimeout>;
+}
+
+function parseHeartBeat(value: string | undefined): [number, number] {
+  const m = /^\s*(\d+)\s*,\s*(\d+)\s*$/.exec(value ?? '');
+  return m ? [Math.min(Number(m[1]), 2 ** 31), Math.min(Number(m[2]), 2 ** 31)] : [0, 0];
+}
+
+/** One STOMP connection over one transport; fails exactly once. */
+class Link {
+  version = '1.0';
+  session = '';
+  sendEveryMs = 0;
+  expectEveryMs = 0;
+  transport?: Transport;
+  error?: Error;
+  lastRead = Date.now();
+  lastWrite = Date.now();
+  readonly receipts = new Map<string, Waiter>();
+  private readonly scanner = new FrameScanner({ version: '1.0', maxFrameSize: 64 * 1024 * 1024 });
+  private connected?: Waiter;
+  private beat?: ReturnType<typeof setInterval>;
+
+  constructor(private readonly conn: Connection, readonly gen: number) {}
+
+  /** Opens the transport, sends CONNECT and waits for CONNECTED (an ERROR answer rejects with it). */
+  async open(options: ClientOptions, timeoutMs: number): Promise<void> {
+    const connected = new Promise<Frame>((resolve, reject) => {
+      this.connected = { resolve, reject };
+    });
+    connected.catch(() => undefined); // observed below; avoids an unhandled rejection if open() throws first
+    const timer = setTimeout(() => this.fail(new ConnectionClosed(`no CONNECTED within ${timeoutMs} ms`)), timeoutMs);
+    try {
+      this.transport = await options.connector({
+        data: (chunk) => this.onData(chunk),
+        closed: (error) => this.fail(error ?? new ConnectionClosed('the broker closed the connection')),
+      });
+      if (this.error) throw this.error;
+      const hb = options.heartBeat === false ? { sendMs: 0, receiveMs: 0 } : options.heartBeat ?? DEFAULT_HEART_BEAT;
+      const headers: Header[] = [
+        ['accept-version', options.version ?? '1.1,1.2'], ['host', '/'],
+        ['login', options.login ?? 'guest'], ['passcode', options.passcode ?? 'guest'],
+        ['heart-beat', `${hb.sendMs},${hb.receiveMs}`],
+      ];
+      if (options.clientId) headers.push(['client-id', options.clientId]);
+      this.transport.write(encodeFrame('CONNECT', headers, undefined, '1.2'));
+      const frame = await connected;
+      this.version = header(frame, 'version') ?? '1.0';
+      this.session = header(frame, 'session') ?? '';
+      const [cx, cy] = parseHeartBeat(header(frame, 'heart-beat'));
+      this.sendEveryMs = hb.sendMs > 0 && cy > 0 ? Math.max(hb.sendMs, cy) : 0;
+      this.expectEveryMs = hb.receiveMs > 0 && cx > 0 ? Math.max(hb.receiveMs, cx) : 0;
+      this.scanner.version = this.version;
+    } catch (err) {
+      this.fail(err as Error);
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** Starts reading pipelined frames and the heart-beat timer (once the link is about to be used). */
+  start(): void {
+    this.onData(new Uint8Array(0)); // frames pipelined after CONNECTED
+    if (this.sendEveryMs > 0 || this.expectEveryMs > 0) {
+      const every = Math.min(this.sendEveryMs || Infinity, this.expectEveryMs || Infinity);
+      this.beat = setInterval(() => this.tick(), Math.max(10, Math.floor(every / 4)));
+    }
+  }
+
+  private tick(): void {
+    const now = Date.now();
+    if (this.expectEveryMs > 0 && now - this.lastRead > HEART_BEAT_GRACE * this.expectEveryMs) {
+      this.fail(new HeartBeatError(now - this.lastRead, this.expectEveryMs));
+      return;
+    }
+    if (this.sendEveryMs > 0 && now - this.lastWrite >= (this.sendEveryMs * 3) / 4) {
+      this.writeRaw(new Uint8Array([10]));
+      this.conn.stats.heartBeatsSent++;
+    }
+  }
+
+  private onData(chunk: Uint8Array): void {
+    if (this.error) return;
+    if (chunk.length > 0) {
+      this.lastRead = Date.now();
+      if (chunk.every((b) => b === 10 || b === 13)) this.conn.stats.heartBeatsReceived++;
+    }
+    let frames: Frame[];
+    try {
+      frames = this.scanner.feed(chunk);
+    } catch (err) {
+      this.fail(new ConnectionClosed(`the broker sent a malformed frame: ${(err as Error).message}`));
+      return;
+    }
+    for (const frame of frames) {
+      this.dispatch(frame);
+      if (this.error) return;
+    }
+  }
+
+  private dispatch(frame: Frame): void {
+    switch (frame.command) {
+      case 'CONNECTED': {
+        const w = this.connected;
+        this.connected = undefined;
+        w?.resolve(frame);
+        return;
+      }
+      case 'RECEIPT': {
+        const id = header(frame, 'receipt-id') ?? '';
+        const w = this.receipts.get(id);
+        if (w) {
+          this.receipts.delete(id);
+          if (w.timer) clearTimeout(w.timer);
+          w.resolve(frame);
+        }
+        return;
+      }
+      case 'MESSAGE':
+        this.conn._deliver(this, frame);
+        return;
+      case 'ERROR':
+        this.fail(new ServerError(frame));
+    }
+  }
+
+  /** The error a request waiting on this failed link gets. */
+  lostError(): Error {
+    const err = this.error ?? new ConnectionClosed('connection closed');
+    return err instanceof ServerError || err instanceof ConnectionClosed ? err : new DisconnectedError(err);
+  }
+
+  fail(err: Error): void {
+    if (this.error) return;
+    this.error = err;
+    if (this.beat) clearInterval(this.beat);
+    const lost = this.lostError();
+    for (const w of this.receipts.values()) {
+      if (w.timer) clearTimeout(w.timer);
+      w.reject(lost);
+    }
+    this.receipts.clear();
+    this.connected?.reject(err);
+    this.connected = undefined;
+    try {
+      this.transport?.close();
+    } catch {
+      // closing a transport that is already gone
+    }
+    this.conn._linkLost(this, err);
+  }
+
+  private writeRaw(data: Uint8Array): void {
+    try {
+      this.transport!.write(data);
+      this.lastWrite = Date.now();
+    } catch (err) {
+      this.fail(err as Error);
+      throw this.lostError();
+    }
+  }
+
+  write(command: string, headers: Header[], body?: Uint8Array): void {
+    if (this.error) throw this.lostError();
+    this.writeRaw(encodeFrame(command, headers, body, this.version));
+  }
+
+  request(id: string, command: string, headers: Header[], body: Uint8Array | undefined, timeoutMs: number): Promise<Frame> {
+    if (this.error) return Promise.reject(this.lostError());
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.receipts.delete(id);
+        reject(new Error(`no RECEIPT for ${command} within ${timeoutMs} ms`));
+      }, timeoutMs);
+      this.receipts.set(id, { resolve, reject, timer });
+      try {
+        this.write(command, [...headers, ['receipt', id]], body);
+      } catch (err) {
+        this.receipts.delete(id);
+        clearTimeout(timer);
+        reject(err as Error);
+      }
+    });
+  }
+
+  pause(paused: boolean): void {
+    if (paused) this.transport?.pause?.();
+    else this.transport?.resume?.();
+  }
 }
 
 /** Connect and complete the STOMP handshake. */
-export function connect(options: ConnectOptions): Promise<Connection> {
+export function connect(options: ClientOptions): Promise<Connection> {
   return Connection.open(options);
 }
 
 export class Connection {
-  /** the negotiated STOMP version */
-  version = '1.2';
-  /** the broker's id for this connection */
-  session = '';
-  /** why the connection ended; undefined while it is open */
+  /** where the connection is in its life */
+  status: Status = 'connecting';
+  /** why the connection ended for good; undefined while it is open or reconnecting */
   error?: Error;
+  /** what happened so far */
+  readonly stats = { reconnects: 0, heartBeatsSent: 0, heartBeatsReceived: 0 };
 
-  private readonly scanner = new FrameScanner({ version: '1.0', maxFrameSize: 64 * 1024 * 1024 });
-  private readonly receipts = new Map<string, Waiter>();
-  private readonly subscriptions = new Map<string, Subscription>();
+  private link?: Link;
   private nextId = 0;
-  private connected?: Waiter;
+  private closing = false;
+  private readonly subscriptions = new Map<string, Subscription>();
+  private readyWaiters: Array<() => void> = [];
 
-  private constructor(private readonly socket: net.Socket, readonly options: ConnectOptions) {}
+  private constructor(readonly options: ClientOptions) {}
 
   /** @internal */
-  static open(options: ConnectOptions): Promise<Connection> {
-    const timeoutMs = options.timeoutMs ?? 10000;
-    return new Promise((resolve, reject) => {
-      const socket = net.connect({ host: options.host ?? '127.0.0.1', port: options.port });
-      socket.setNoDelay(true);
-      const conn = new Connection(socket, options);
-      conn.connected = {
-        resolve: (frame) => {
-          conn.version = header(frame, 'version') ?? '1.0';
-          conn.session = header(frame, 'session') ?? '';
-          conn.scanner.version = conn.version;
-          resolve(conn);
-          conn.onData(new Uint8Array(0)); // frames pipelined after CONNECTED
-        },
-        reject,
-        timer: setTimeout(() => conn.fail(new ConnectionClosed(`no CONNECTED within ${timeoutMs} ms`)), timeoutMs),
-      };
-      socket.on('data', (chunk) => conn.onData(chunk));
-      socket.on('error', (err) => conn.fail(new ConnectionClosed(`connection lost: ${err.message}`)));
-      socket.on('close', () => conn.fail(new ConnectionClosed('the broker closed the connection')));
-      socket.once('connect', () => {
-        const headers: Header[] = [
-          ['accept-version', options.version ?? '1.1,1.2'], ['host', '/'],
-          ['login', options.login ?? 'guest'], ['passcode', options.passcode ?? 'guest'], ['heart-beat', '0,0'],
-        ];
-        if (options.clientId) headers.push(['client-id', options.clientId]);
-        socket.write(encodeFrame('CONNECT', headers, undefined, '1.2'));
-      });
-    });
+  static async open(options: ClientOptions): Promise<Connection> {
+    const conn = new Connection(options);
+    const link = new Link(conn, 1);
+    await link.open(options, conn.timeoutMs);
+    conn.publish(link);
+    return conn;
+  }
+
+  /** the negotiated STOMP version of the link in use */
+  get version(): string {
+    return this.link?.version ?? '';
+  }
+
+  /** the broker's id for the link in use */
+  get session(): string {
+    return this.link?.session ?? '';
+  }
+
+  /** the negotiated heart-beat intervals of the link in use (ms): this side sends every send, expects every receive */
+  get heartBeats(): { sendMs: number; receiveMs: number } {
+    return { sendMs: this.link?.sendEveryMs ?? 0, receiveMs: this.link?.expectEveryMs ?? 0 };
   }
 
   private get timeoutMs(): number {
@@ -144,102 +400,140 @@ export class Connection {
     return `${prefix}${++this.nextId}`;
   }
 
-  private onData(chunk: Uint8Array): void {
-    if (this.error) return;
-    let frames: Frame[];
-    try {
-      frames = this.scanner.feed(chunk);
-    } catch (err) {
-      this.fail(new ConnectionClosed(`the broker sent a malformed frame: ${(err as Error).message}`));
+  private setStatus(status: Status, error?: Error): void {
+    this.status = status;
+    this.options.onStatus?.(status, error);
+  }
+
+  private publish(link: Link): void {
+    this.link = link;
+    link.start();
+    this.setStatus('open');
+    const waiters = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const w of waiters) w();
+  }
+
+  /** The link in use, waiting for a new one while reconnecting (within timeoutMs). */
+  private async current(): Promise<Link> {
+    for (;;) {
+      if (this.error) throw this.error;
+      if (this.link && !this.link.error) return this.link;
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          this.readyWaiters = this.readyWaiters.filter((w) => w !== wake);
+          reject(new DisconnectedError(new Error(`no connection to the broker within ${this.timeoutMs} ms`)));
+        }, this.timeoutMs);
+        const wake = () => {
+          clearTimeout(timer);
+          resolve();
+        };
+        this.readyWaiters.push(wake);
+      });
+    }
+  }
+
+  /** @internal a link ended: reconnect, or end the connection */
+  _linkLost(link: Link, err: Error): void {
+    if (this.link !== link) return; // a link that never went into use
+    this.link = undefined;
+    for (const sub of this.subscriptions.values()) sub._linkLost();
+    const final = this.closing || !this.options.reconnect || err instanceof ServerError || this.error !== undefined;
+    if (final) {
+      this.end(this.closing ? new ConnectionClosed('connection closed') : err instanceof ServerError ? err : new DisconnectedError(err));
       return;
     }
-    for (const frame of frames) this.dispatch(frame);
+    this.setStatus('reconnecting', err);
+    void this.reconnect(link.gen + 1);
   }
 
-  private dispatch(frame: Frame): void {
-    switch (frame.command) {
-      case 'CONNECTED': {
-        const w = this.connected;
-        this.connected = undefined;
-        if (w) {
-          clearTimeout(w.timer);
-          w.resolve(frame);
-        }
-        return;
-      }
-      case 'RECEIPT': {
-        const id = header(frame, 'receipt-id') ?? '';
-        const w = this.receipts.get(id);
-        if (w) {
-          this.receipts.delete(id);
-          clearTimeout(w.timer);
-          w.resolve(frame);
-        }
-        return;
-      }
-      case 'MESSAGE': {
-        const sub = this.subscriptions.get(header(frame, 'subscription') ?? '');
-        if (sub) sub._deliver(frame);
-        return;
-      }
-      case 'ERROR':
-        this.fail(new ServerError(frame));
-    }
-  }
-
-  /** @internal end the connection: every waiter and later call gets `err` */
-  fail(err: Error): void {
+  /** Ends the connection for good. */
+  private end(err: Error): void {
     if (this.error) return;
     this.error = err;
-    const waiters = [...this.receipts.values()];
-    this.receipts.clear();
-    if (this.connected) waiters.push(this.connected);
-    this.connected = undefined;
-    for (const w of waiters) {
-      clearTimeout(w.timer);
-      w.reject(err);
-    }
+    const link = this.link;
+    this.link = undefined;
+    link?.fail(err);
     for (const sub of this.subscriptions.values()) sub._wake();
-    this.socket.destroy();
+    const waiters = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const w of waiters) w(); // they see the error
+    this.setStatus('closed', err);
   }
 
-  /** @internal */
-  _write(command: string, headers: Header[], body?: Uint8Array): void {
-    if (this.error) throw this.error;
-    this.socket.write(encodeFrame(command, headers, body, this.version));
+  private async reconnect(gen: number): Promise<void> {
+    const r: ReconnectOptions = typeof this.options.reconnect === 'object' ? this.options.reconnect : {};
+    let delay = r.initialDelayMs ?? 100;
+    const maxDelay = r.maxDelayMs ?? 10000;
+    const multiplier = r.multiplier && r.multiplier >= 1 ? r.multiplier : 2;
+    let last: Error = new Error('no attempt');
+    for (let attempt = 1; !r.maxAttempts || attempt <= r.maxAttempts; attempt++) {
+      await new Promise((resolve) => setTimeout(resolve, delay * (0.8 + Math.random() * 0.4)));
+      delay = Math.min(delay * multiplier, maxDelay);
+      if (this.error) return;
+      const link = new Link(this, gen);
+      try {
+        await link.open(this.options, this.timeoutMs);
+        link.start(); // reads the receipts of the subscriptions made again below
+        for (const sub of this.subscriptions.values()) {
+          await link.request(this.id('r-'), 'SUBSCRIBE', sub._headers, undefined, this.timeoutMs);
+        }
+      } catch (err) {
+        link.fail(err as Error);
+        last = err as Error;
+        if (err instanceof ServerError) { // refused, not unreachable: trying again meets the same answer
+          this.end(err);
+          return;
+        }
+        continue;
+      }
+      if (this.error) {
+        link.fail(this.error);
+        return;
+      }
+      this.stats.reconnects++;
+      this.link = link;
+      this.setStatus('open');
+      const waiters = this.readyWaiters;
+      this.readyWaiters = [];
+      for (const w of waiters) w();
+      return;
+    }
+    this.end(new DisconnectedError(new Error(`gave up after ${r.maxAttempts} attempts: ${last.message}`)));
+  }
+
+  /** @internal a MESSAGE frame for a subscription */
+  _deliver(link: Link, frame: Frame): void {
+    const sub = this.subscriptions.get(header(frame, 'subscription') ?? '');
+    if (sub) sub._deliver(link, frame);
+  }
+
+  /** @internal send a frame without a receipt on the link in use (waits while reconnecting) */
+  async _write(command: string, headers: Header[], body?: Uint8Array): Promise<void> {
+    (await this.current()).write(command, headers, body);
+  }
+
+  /** @internal a request on a given link (a transaction's) */
+  _requestOn(link: Link, command: string, headers: Header[]): Promise<Frame> {
+    return link.request(this.id('r-'), command, headers, undefined, this.timeoutMs);
   }
 
   /** @internal send a frame with a receipt and wait for the RECEIPT (it confirms every earlier frame) */
-  _request(command: string, headers: Header[], body?: Uint8Array): Promise<Frame> {
-    if (this.error) return Promise.reject(this.error);
-    const id = this.id('r-');
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.receipts.delete(id);
-        reject(new Error(`no RECEIPT for ${command} within ${this.timeoutMs} ms`));
-      }, this.timeoutMs);
-      this.receipts.set(id, { resolve, reject, timer });
-      try {
-        this._write(command, [...headers, ['receipt', id]], body);
-      } catch (err) {
-        this.receipts.delete(id);
-        clearTimeout(timer);
-        reject(err as Error);
-      }
-    });
+  async _request(command: string, headers: Header[], body?: Uint8Array): Promise<Frame> {
+    const link = await this.current();
+    return link.request(this.id('r-'), command, headers, body, this.timeoutMs);
   }
 
   /** @internal */
   _pause(paused: boolean): void {
-    if (paused) this.socket.pause();
-    else this.socket.resume();
+    this.link?.pause(paused);
   }
 
   /**
    * Send `message` to `destination` ("/queue/x", "/topic/x", "/temp-queue/x").  A persistent message
    * resolves once the broker's receipt says it is durable, and gets its id (unless asyncSend).
    */
-  async send(destination: string, message: Message, transaction?: string): Promise<void> {
+  async send(destination: string, message: Message, transaction?: Transaction): Promise<void> {
     if (!Number.isInteger(message.priority) || message.priority < 0 || message.priority > 9) {
       throw new RangeError(`priority must be an integer between 0 and 9, got ${message.priority}`);
     }
@@ -247,9 +541,9 @@ export class Connection {
     message.destination = destination;
     const headers: Header[] = [['destination', destination], ...message.sendHeaders()];
     if (transaction) {
-      this._write('SEND', [...headers, ['transaction', transaction]], message.body);
+      transaction._link().write('SEND', [...headers, ['transaction', transaction.id]], message.body);
     } else if (!message.persistent || this.options.asyncSend) {
-      this._write('SEND', headers, message.body);
+      await this._write('SEND', headers, message.body);
     } else {
       const receipt = await this._request('SEND', headers, message.body);
       message.id = header(receipt, 'message-id');
@@ -260,56 +554,63 @@ export class Connection {
   async subscribe(destination: string, options: SubscribeOptions = {}): Promise<Subscription> {
     const ack = options.ack ?? 'auto';
     const prefetch = options.prefetch || DEFAULT_PREFETCH;
-    const sub = new Subscription(this, this.id('sub-'), destination, ack, prefetch);
+    const id = this.id('sub-');
     // credit needs acks: an 'auto' subscription is client-individual on the wire, receive() acks
-    const headers: Header[] = [['destination', destination], ['id', sub.id],
+    const headers: Header[] = [['destination', destination], ['id', id],
       ['ack', ack === 'auto' ? 'client-individual' : ack], ['prefetch-count', String(prefetch)]];
     if (options.selector) headers.push(['selector', options.selector]);
     if (options.durableName) headers.push(['durable-subscription-name', options.durableName]);
     if (options.noLocal) headers.push(['no-local', 'true']);
     headers.push(...(options.headers ?? []));
-    this.subscriptions.set(sub.id, sub);
+    const sub = new Subscription(this, id, destination, ack, prefetch, headers);
+    this.subscriptions.set(id, sub);
     try {
       await this._request('SUBSCRIBE', headers);
     } catch (err) {
-      this.subscriptions.delete(sub.id);
+      this.subscriptions.delete(id);
+      sub._end();
       throw err;
     }
     return sub;
   }
 
   /** @internal */
-  _forget(sub: Subscription): void {
+  _forget(sub: Subscription): boolean {
     this.subscriptions.delete(sub.id);
+    return this.link !== undefined && !this.link.error;
   }
 
-  /** Start a transaction. */
-  begin(): Transaction {
-    const tx = new Transaction(this, this.id('tx-'));
-    this._write('BEGIN', [['transaction', tx.id]]);
+  /** Start a transaction (on the link in use; waits while reconnecting). */
+  async begin(): Promise<Transaction> {
+    const link = await this.current();
+    const tx = new Transaction(this, this.id('tx-'), link);
+    link.write('BEGIN', [['transaction', tx.id]]);
     return tx;
   }
 
-  /** DISCONNECT, wait for its receipt (every earlier frame is processed), close the socket. */
+  /** DISCONNECT, wait for its receipt (every earlier frame is processed), close the transport. */
   async close(): Promise<void> {
     if (this.error) return;
-    // a subscription nobody reads may have paused the socket: end them all so the RECEIPT gets through
+    this.closing = true;
+    // a subscription nobody reads may have paused the transport: end them all so the RECEIPT gets through
     // (unacknowledged messages go back to their queues on the broker anyway)
     for (const sub of this.subscriptions.values()) sub._end();
-    this.socket.resume();
+    const link = this.link;
+    this._pause(false);
     try {
-      await this._request('DISCONNECT', []);
+      if (link && !link.error) await link.request(this.id('r-'), 'DISCONNECT', [], undefined, this.timeoutMs);
     } finally {
-      this.fail(new ConnectionClosed('connection closed'));
+      this.end(new ConnectionClosed('connection closed'));
     }
   }
 }
 
-/** The messages of one SUBSCRIBE. */
+/** The messages of one SUBSCRIBE.  After a reconnect it is subscribed again with the same id and headers. */
 export class Subscription {
   private readonly queue: Message[] = [];
   /** the ACK an 'auto' subscription sends when receive() hands a message over */
   private readonly autoAcks = new WeakMap<Message, () => void>();
+  private readonly links = new WeakMap<Message, Link>();
   private waiters: Array<() => void> = [];
   private ended = false;
   private paused = false;
@@ -321,21 +622,26 @@ export class Subscription {
     readonly destination: string,
     readonly ack: AckMode,
     private readonly capacity: number,
+    /** @internal the SUBSCRIBE headers, for subscribing again after a reconnect */
+    readonly _headers: Header[],
   ) {}
 
   /** @internal */
-  _deliver(frame: Frame): void {
+  _deliver(link: Link, frame: Frame): void {
     if (this.ended) return;
     const m = Message.fromFrame(frame);
     const ackId = header(frame, 'ack');
     const messageId = header(frame, 'message-id') ?? '';
     const acknowledge = (command: 'ACK' | 'NACK', transaction?: string) => {
-      if (command === 'NACK' && this.conn.version === '1.0') throw new Error('STOMP 1.0 has no NACK');
-      const h: Header[] = this.conn.version === '1.2' && ackId !== undefined
+      if (this.conn.error) throw this.conn.error;
+      if (link.error) throw new StaleMessageError(); // its link died: the broker took it back
+      if (command === 'NACK' && link.version === '1.0') throw new Error('STOMP 1.0 has no NACK');
+      const h: Header[] = link.version === '1.2' && ackId !== undefined
         ? [['id', ackId]] : [['message-id', messageId], ['subscription', this.id]];
       if (transaction) h.push(['transaction', transaction]);
-      this.conn._write(command, h);
+      link.write(command, h);
     };
+    this.links.set(m, link);
     if (this.ack === 'auto') this.autoAcks.set(m, () => acknowledge('ACK'));
     else m._ack = acknowledge;
     this.queue.push(m);
@@ -344,6 +650,12 @@ export class Subscription {
       this.conn._pause(true);
     }
     this._wake();
+  }
+
+  /** @internal the link died: what it delivered and nobody received comes again from the broker */
+  _linkLost(): void {
+    this.queue.length = 0;
+    this.paused = false;
   }
 
   /** @internal */
@@ -355,7 +667,7 @@ export class Subscription {
 
   /**
    * The next message, or null when none arrives within `timeoutMs`.  Rejects with the connection's error
-   * once it has ended and every message that had arrived was received.
+   * once it has ended.  While the connection is reconnecting it waits.
    */
   async receive(timeoutMs = 10000): Promise<Message | null> {
     const deadline = Date.now() + timeoutMs;
@@ -366,7 +678,16 @@ export class Subscription {
           this.paused = false;
           this.conn._pause(false);
         }
-        this.autoAcks.get(m)?.();
+        if (this.links.get(m)?.error) continue; // its link died: the broker redelivers it
+        const autoAck = this.autoAcks.get(m);
+        if (autoAck) {
+          try {
+            autoAck();
+          } catch (err) {
+            if (err instanceof StaleMessageError) continue;
+            throw err;
+          }
+        }
         return m;
       }
       if (this.conn.error) throw this.conn.error;
@@ -387,7 +708,20 @@ export class Subscription {
     }
   }
 
-  /** @internal stop queueing: drop what was not received and release a paused socket */
+  /** The messages as an async iterator, until the subscription or the connection ends. */
+  async *[Symbol.asyncIterator](): AsyncGenerator<Message, void, undefined> {
+    for (;;) {
+      let m: Message | null;
+      try {
+        m = await this.receive(60_000);
+      } catch {
+        return;
+      }
+      if (m) yield m;
+    }
+  }
+
+  /** @internal stop queueing: drop what was not received and release a paused transport */
   _end(): void {
     this.ended = true;
     this.queue.length = 0;
@@ -401,40 +735,51 @@ export class Subscription {
   /** End the subscription; messages not yet received are dropped (unacknowledged ones go back to the queue). */
   async unsubscribe(): Promise<void> {
     this._end();
-    try {
-      await this.conn._request('UNSUBSCRIBE', [['id', this.id]]);
-    } finally {
-      this.conn._forget(this);
-    }
+    if (!this.conn._forget(this)) return; // reconnecting: it will not be subscribed again
+    await this.conn._request('UNSUBSCRIBE', [['id', this.id]]);
   }
 }
 
-/** A STOMP transaction: its sends, acks and nacks take effect together at commit, or not at all. */
+/** A STOMP transaction: its sends, acks and nacks take effect together at commit, or not at all.  It lives
+ *  on one link: if that link is lost the broker aborts it, and every later call throws TransactionLostError. */
 export class Transaction {
   /** @internal */
-  constructor(private readonly conn: Connection, readonly id: string) {}
+  constructor(private readonly conn: Connection, readonly id: string, private readonly link: Link) {}
+
+  /** @internal the transaction's link, or TransactionLostError once it died */
+  _link(): Link {
+    if (this.conn.error) throw this.conn.error;
+    if (this.link.error) throw new TransactionLostError();
+    return this.link;
+  }
 
   send(destination: string, message: Message): Promise<void> {
-    return this.conn.send(destination, message, this.id);
+    return this.conn.send(destination, message, this);
   }
 
   ack(message: Message): void {
     if (!message._ack) throw new Error('only a message of a client-ack subscription can be acknowledged');
+    this._link();
     message._ack('ACK', this.id);
   }
 
   nack(message: Message): void {
     if (!message._ack) throw new Error('only a message of a client-ack subscription can be acknowledged');
+    this._link();
     message._ack('NACK', this.id);
   }
 
   /** Apply the transaction; resolves once the broker confirms it. */
-  async commit(): Promise<void> {
-    await this.conn._request('COMMIT', [['transaction', this.id]]);
+  commit(): Promise<void> {
+    return this.finish('COMMIT');
   }
 
   /** Discard the sends; messages acked in it stay unacknowledged. */
-  async abort(): Promise<void> {
-    await this.conn._request('ABORT', [['transaction', this.id]]);
+  abort(): Promise<void> {
+    return this.finish('ABORT');
+  }
+
+  private async finish(command: string): Promise<void> {
+    await this.conn._requestOn(this._link(), command, [['transaction', this.id]]);
   }
 }

@@ -8,7 +8,8 @@
  * any other number → float) unless told, and received properties carry the sender's type.  Integers that
  * do not fit a double exactly come back as bigint.
  */
-import { type Frame, type Header } from './frame';
+import { base64Decode, base64Encode, latin1Decode, utf8Decode, utf8DecodeStrict, utf8Encode } from './bytes.js';
+import { type Frame, type Header } from './frame.js';
 
 export const TEXT_TYPE = 'text/plain;charset=utf-8';
 export const BYTES_TYPE = 'application/octet-stream';
@@ -24,21 +25,12 @@ export type MapValue = string | number | boolean | null | Uint8Array;
 const RESERVED = new Set([
   'destination', 'message-id', 'subscription', 'ack', 'receipt', 'transaction', 'content-length',
   'content-type', 'persistent', 'priority', 'expires', 'expiration', 'timestamp', 'correlation-id',
-  'reply-to', 'type', 'redelivered', 'pymq-types', 'pymq-seq', 'transformation', 'browser',
+  'reply-to', 'type', 'redelivered', 'pymq-types', 'pymq-seq', 'transformation', 'browser', 'pymq-dedup-id',
 ]);
 const TYPE_CODES: Record<PropertyType, string> = { string: '', int: 'i', float: 'f', bool: 'b' };
 
-const encoder = new TextEncoder();
-const utf8Strict = new TextDecoder('utf-8', { fatal: true });
-const utf8Lenient = new TextDecoder('utf-8');
-
 function isUtf8(data: Uint8Array): boolean {
-  try {
-    utf8Strict.decode(data);
-    return true;
-  } catch {
-    return false;
-  }
+  return utf8DecodeStrict(data) !== undefined;
 }
 
 /** Python's int(): optional sign and surrounding blanks, digits only. */
@@ -138,7 +130,7 @@ export class Message {
   }
 
   static text(text: string): Message {
-    return new Message(encoder.encode(text), TEXT_TYPE);
+    return new Message(utf8Encode(text), TEXT_TYPE);
   }
 
   static bytes(data: Uint8Array): Message {
@@ -149,11 +141,11 @@ export class Message {
   static map(values: Record<string, MapValue>): Message {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(values)) {
-      if (v instanceof Uint8Array) out[k] = { $bytes: Buffer.from(v).toString('base64') };
+      if (v instanceof Uint8Array) out[k] = { $bytes: base64Encode(v) };
       else if (v === null || ['string', 'number', 'boolean'].includes(typeof v)) out[k] = v;
       else throw new MessageFormatError(`map value '${k}' must be a string, number, boolean, null or bytes`);
     }
-    return new Message(encoder.encode(JSON.stringify(out)), MAP_TYPE);
+    return new Message(utf8Encode(JSON.stringify(out)), MAP_TYPE);
   }
 
   /** The body type by spec/stomp.md §7. */
@@ -169,9 +161,9 @@ export class Message {
   get text(): string {
     const cs = charsetOf(this.contentType);
     if (['iso-8859-1', 'latin-1', 'latin1', 'l1', 'iso8859-1', 'us-ascii', 'ascii'].includes(cs)) {
-      return Buffer.from(this.body).toString('latin1');
+      return latin1Decode(this.body);
     }
-    return utf8Lenient.decode(this.body);
+    return utf8Decode(this.body);
   }
 
   /** A MapMessage body: numbers, strings, booleans, null, and Uint8Array for {"$bytes": ...}. */
@@ -179,7 +171,9 @@ export class Message {
     if (this.body.length === 0) return {};
     let raw: unknown;
     try {
-      raw = JSON.parse(utf8Strict.decode(this.body));
+      const text = utf8DecodeStrict(this.body);
+      if (text === undefined) throw new Error('the body is not valid UTF-8');
+      raw = JSON.parse(text);
     } catch (err) {
       throw new MessageFormatError(`map message body is not valid JSON: ${(err as Error).message}`);
     }
@@ -191,7 +185,11 @@ export class Message {
       if (v !== null && typeof v === 'object') {
         const b64 = (v as Record<string, unknown>).$bytes;
         if (typeof b64 !== 'string') throw new MessageFormatError(`map value '${k}' is an object other than {"$bytes": ...}`);
-        out[k] = new Uint8Array(Buffer.from(b64, 'base64'));
+        try {
+          out[k] = base64Decode(b64);
+        } catch (err) {
+          throw new MessageFormatError(`map value '${k}': ${(err as Error).message}`);
+        }
       } else {
         out[k] = v as MapValue;
       }

@@ -143,3 +143,26 @@ export class GroupRouter {
     return new GroupRouter(destinations, this.strategy);
   }
 }
+
+/** Which id a destination routes its messages on (spec/routing.md §2.3); 'group' is the default. */
+export type RoutingKey = 'group' | 'correlation-id' | 'message-id';
+
+const ROUTING_KEYS: readonly string[] = ['group', 'correlation-id', 'message-id'];
+
+/**
+ * The key a message with these STOMP headers routes on under `routingKey`, and where it came from; null for
+ * an unkeyed message (not hash-routed).  A grouped message routes on its group whatever the setting (group
+ * order is a contract, the other ids only an affinity); "present" means the header exists, even empty.
+ * An unknown setting throws (names are exact and lower case).
+ */
+export function routingKeyOf(routingKey: string, headers: Record<string, string>):
+  { key: string; source: RoutingKey } | null {
+  if (!ROUTING_KEYS.includes(routingKey)) {
+    throw new RangeError(`unknown routing_key '${routingKey}'; expected group, correlation-id or message-id`);
+  }
+  const has = (name: string) => Object.prototype.hasOwnProperty.call(headers, name);
+  if (has('JMSXGroupID')) return { key: headers.JMSXGroupID, source: 'group' };
+  if (routingKey === 'correlation-id' && has('correlation-id')) return { key: headers['correlation-id'], source: 'correlation-id' };
+  if (routingKey === 'message-id' && has('message-id')) return { key: headers['message-id'], source: 'message-id' };
+  return null;
+}

@@ -6,7 +6,8 @@
  *   PYMQ_SERVER       the command that runs the broker (default: pymq-server from PATH), e.g.
  *                     "python3 -m pymq_server"; it gets --host 127.0.0.1 --port 0 --data-dir <tmp>
  *
- * Without either the tests skip, except when CI is set, where they fail.
+ * Tests that restart a broker (same port, same data directory) or configure one start their own with
+ * ownBroker().  Without a broker the tests skip, except when CI is set, where they fail.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
@@ -16,10 +17,15 @@ import * as path from 'node:path';
 export interface Broker {
   host: string;
   port: number;
+  /** stop with SIGTERM (a clean stop that keeps persistent messages) */
   stop(): Promise<void>;
+  /** start again on the same port over the same data directory */
+  start(): Promise<void>;
+  /** stop and remove the data directory */
+  remove(): Promise<void>;
 }
 
-function inCi(): boolean {
+export function inCi(): boolean {
   const ci = (process.env.CI ?? '').trim().toLowerCase();
   return ci !== '' && ci !== '0' && ci !== 'false' && ci !== 'no';
 }
@@ -37,13 +43,7 @@ function onPath(name: string): string | undefined {
   return undefined;
 }
 
-/** Start (or find) the broker; `undefined` with a reason to skip when there is none outside CI. */
-export async function startBroker(): Promise<Broker | string> {
-  const given = process.env.PYMQ_BROKER_ADDR;
-  if (given) {
-    const [host, port] = given.split(':');
-    return { host, port: Number(port), stop: async () => undefined };
-  }
+function serverCommand(): string[] | string {
   const command = (process.env.PYMQ_SERVER ?? '').split(/\s+/).filter(Boolean);
   if (command.length === 0) {
     const found = onPath('pymq-server');
@@ -54,12 +54,15 @@ export async function startBroker(): Promise<Broker | string> {
     if (inCi()) throw new Error(`${reason} (CI is set: a missing broker is a failure)`);
     return reason;
   }
-  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pymq-ts-test-'));
+  return command;
+}
+
+function run(command: string[], port: number, dataDir: string, extra: string[]): Promise<{ child: ChildProcess; port: number }> {
   const child: ChildProcess = spawn(command[0],
-    [...command.slice(1), '--host', '127.0.0.1', '--port', '0', '--data-dir', dataDir],
+    [...command.slice(1), '--host', '127.0.0.1', '--port', String(port), '--data-dir', dataDir, ...extra],
     { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
-  const port = await new Promise<number>((resolve, reject) => {
+  return new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${command.join(' ')} did not report its port within 60 s\n${log}`)), 60000);
     child.stderr!.setEncoding('utf-8');
     child.stderr!.on('data', (text: string) => {
@@ -67,7 +70,7 @@ export async function startBroker(): Promise<Broker | string> {
       const m = /pymq-server listening on [^\s:]+:(\d+)/.exec(log);
       if (m) {
         clearTimeout(timer);
-        resolve(Number(m[1]));
+        resolve({ child, port: Number(m[1]) });
       }
     });
     child.once('exit', (code) => {
@@ -79,17 +82,56 @@ export async function startBroker(): Promise<Broker | string> {
       reject(err);
     });
   });
-  return {
+}
+
+function stopChild(child: ChildProcess | undefined): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    const kill = setTimeout(() => child.kill('SIGKILL'), 15000);
+    child.once('exit', () => {
+      clearTimeout(kill);
+      resolve();
+    });
+    child.kill('SIGTERM');
+  });
+}
+
+/** A broker of its own (extra arguments: e.g. --config), or a reason to skip outside CI. */
+export async function ownBroker(extra: string[] = []): Promise<Broker | string> {
+  const command = serverCommand();
+  if (typeof command === 'string') return command;
+  const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pymq-ts-test-'));
+  let { child, port } = await run(command, 0, dataDir, extra);
+  const broker: Broker = {
     host: '127.0.0.1',
     port,
-    stop: () => new Promise<void>((resolve) => {
-      const kill = setTimeout(() => child.kill('SIGKILL'), 15000);
-      child.once('exit', () => {
-        clearTimeout(kill);
-        fs.rmSync(dataDir, { recursive: true, force: true });
-        resolve();
-      });
-      child.kill('SIGTERM');
-    }),
+    stop: () => stopChild(child),
+    start: async () => {
+      ({ child } = await run(command, port, dataDir, extra));
+    },
+    remove: async () => {
+      await stopChild(child);
+      fs.rmSync(dataDir, { recursive: true, force: true });
+    },
   };
+  return broker;
+}
+
+/** Start (or find) the shared broker; a reason to skip when there is none outside CI. */
+export async function startBroker(): Promise<Broker | string> {
+  const given = process.env.PYMQ_BROKER_ADDR;
+  if (given) {
+    const [host, port] = given.split(':');
+    const none = async () => undefined;
+    return { host, port: Number(port), stop: none, start: none, remove: none };
+  }
+  return ownBroker();
+}
+
+/** Writes a broker YAML config in a temporary directory; returns its --config arguments. */
+export function brokerConfig(yaml: string): string[] {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pymq-ts-config-'));
+  const file = path.join(dir, 'broker.yaml');
+  fs.writeFileSync(file, yaml);
+  return ['--config', file];
 }

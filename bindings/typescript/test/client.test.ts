@@ -2,9 +2,10 @@ import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { after, before, describe, it, type TestContext } from 'node:test';
 
-import { connect, ServerError, type Connection, type ConnectOptions, type Subscription } from '../src/client';
-import { Message } from '../src/message';
-import { startBroker, type Broker } from './broker';
+import { ServerError, type Connection, type Subscription } from '../src/client.js';
+import { connect, type NodeConnectOptions } from '../src/node.js';
+import { Message } from '../src/message.js';
+import { startBroker, type Broker } from './broker.js';
 
 let broker: Broker | string = 'the broker has not started';
 const open: Connection[] = [];
@@ -15,11 +16,11 @@ before(async () => {
 
 after(async () => {
   for (const c of open) await c.close().catch(() => undefined);
-  if (typeof broker !== 'string') await broker.stop();
+  if (typeof broker !== 'string') await broker.remove();
 });
 
 /** a connection to the test broker, or undefined after skipping the test when there is none */
-async function dial(t: TestContext, options: Partial<ConnectOptions> = {}): Promise<Connection | undefined> {
+async function dial(t: TestContext, options: Partial<NodeConnectOptions> = {}): Promise<Connection | undefined> {
   if (typeof broker === 'string') {
     t.skip(broker);
     return undefined;
@@ -185,18 +186,18 @@ describe('client against a real pymq-server', () => {
     if (!c) return;
     const dest = queue();
     const sub = await c.subscribe(dest, { ack: 'client-individual' });
-    const tx = c.begin();
+    const tx = await c.begin();
     await tx.send(dest, Message.text('t1'));
     await tx.send(dest, Message.text('t2'));
     assert.equal(await sub.receive(300), null);
     await tx.commit();
     const [t1, t2] = [await expect(sub), await expect(sub)];
     assert.deepEqual([t1.text, t2.text], ['t1', 't2']);
-    const aborted = c.begin();
+    const aborted = await c.begin();
     await aborted.send(dest, Message.text('never'));
     aborted.ack(t1); // discarded with the transaction: t1 stays outstanding
     await aborted.abort();
-    const committed = c.begin();
+    const committed = await c.begin();
     committed.ack(t2);
     await committed.commit();
     assert.equal(await sub.receive(300), null);

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { encodeFrame, FrameError, FrameScanner, type Frame } from '../src/frame';
-import { fromHex, loadVectors, toHex } from './vectors';
+import { encodeFrame, FrameError, FrameScanner, type Frame } from '../src/frame.js';
+import { fromHex, loadVectors, toHex } from './vectors.js';
 
 const VECTORS = loadVectors('frames.json');
 

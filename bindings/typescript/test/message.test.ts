@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { Message, MessageFormatError } from '../src/message';
-import { fromHex, loadVectors, toHex } from './vectors';
+import { Message, MessageFormatError } from '../src/message.js';
+import { fromHex, loadVectors, toHex } from './vectors.js';
 
 function jsonView(v: unknown): unknown {
   return v instanceof Uint8Array ? { $bytes: Buffer.from(v).toString('base64') } : v;
@@ -68,5 +68,13 @@ describe('Message', () => {
     assert.equal(back.propertyType('r'), 'float');
     assert.equal(back.correlationId, 'c');
     assert.equal(back.groupId, 'g');
+  });
+});
+
+describe('reserved headers', () => {
+  it('pymq-dedup-id is a header, not a property (as in the Python SDK)', () => {
+    const m = Message.fromFrame({ command: 'MESSAGE', headers: [['pymq-dedup-id', 'd-1'], ['kept', 'yes']], body: new Uint8Array(0) });
+    assert.equal(m.getProperty('pymq-dedup-id'), undefined);
+    assert.equal(m.getProperty('kept'), 'yes');
   });
 });

@@ -1,8 +1,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 
-import { GroupRouter, groupHash, murmur3, NoDestinationError } from '../src/routing';
-import { fromHex, loadVectors } from './vectors';
+import { GroupRouter, groupHash, murmur3, NoDestinationError, routingKeyOf } from '../src/routing.js';
+import { fromHex, loadVectors } from './vectors.js';
 
 describe('murmur3.json', () => {
   const v = loadVectors('murmur3.json');
@@ -44,6 +44,20 @@ describe('group_routing.json', () => {
   it('refuses the error vectors', () => {
     assert.ok(v.errors.length > 0);
     for (const e of v.errors) assert.throws(() => new GroupRouter(e.destinations), NoDestinationError);
+  });
+  it('key_cases: the id a message routes on under a routing_key', () => {
+    assert.ok(v.key_cases.length > 10);
+    for (const c of v.key_cases) {
+      const got = routingKeyOf(c.routing_key, c.headers);
+      if (c.key_source === null) {
+        assert.equal(got, null, c.name);
+        continue;
+      }
+      assert.deepEqual(got, { key: c.key, source: c.key_source }, c.name);
+      assert.equal(new GroupRouter(c.destinations, 'modulo').route(got!.key), c.modulo, c.name);
+      assert.equal(new GroupRouter(c.destinations).route(got!.key), c.rendezvous, c.name);
+    }
+    for (const e of v.key_errors) assert.throws(() => routingKeyOf(e.routing_key, {}), RangeError);
   });
   it('refuses keys with lone surrogates and unknown strategies', () => {
     assert.throws(() => groupHash('a\ud800b'), RangeError);
