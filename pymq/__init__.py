@@ -4,24 +4,29 @@
     with pymq.connect("stomp://127.0.0.1:61613") as conn:      # or "vm://default": in-process broker
         session = conn.create_session()
         session.create_producer(pymq.Queue("orders")).send("hello")
-        print(session.create_consumer(pymq.Queue("orders")).receive(timeout=5).body)
+        print(session.create_consumer(pymq.Queue("orders")).receive(timeout=5))
 
-Thread-safety follows JMS: ``Connection`` is thread-safe; a ``Session`` and its producers, consumers
-and browsers are used by one thread at a time (a second thread gets ``IllegalStateError``).
+URLs: ``stomp://user:pass@host:port``, ``stomps://host:port?ca_file=ca.pem`` (TLS), ``vm://name``
+(:mod:`pymq.client.url`).  Thread-safety follows JMS: ``Connection`` is thread-safe; a ``Session`` and
+its producers, consumers and browsers are used by one thread at a time (a second thread gets
+``IllegalStateError``).  The asyncio flavour of the same API is :mod:`pymq.aio`.
 """
-from pymq.client.blocking import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE,
-                                  SESSION_TRANSACTED, Connection, ConnectionFactory, MessageConsumer,
-                                  MessageProducer, QueueBrowser, RangeResult, Requestor, Session, connect, reply)
+from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED,
+                               AckMode, ConnectionStatus, RangeResult)
+from pymq.client.admin import QueueManager
+from pymq.client.blocking import (Connection, ConnectionFactory, MessageConsumer, MessageProducer, QueueBrowser,
+                                  Requestor, Session, connect, reply)
+from pymq.client.url import TlsOptions
 from pymq.destination import Destination, Queue, TemporaryQueue, Topic
 from pymq.errors import PymqError
-from pymq.message import (NON_PERSISTENT, PERSISTENT, BytesMessage, MapMessage, Message, TextMessage)
+from pymq.message import NON_PERSISTENT, PERSISTENT, BytesMessage, MapMessage, Message, TextMessage
 
 __version__ = "0.1.0"
 
 __all__ = [
     "connect", "ConnectionFactory", "Connection", "Session", "MessageProducer", "MessageConsumer",
-    "QueueBrowser", "Requestor", "reply",
-    "Destination", "Queue", "Topic", "TemporaryQueue",
+    "QueueBrowser", "Requestor", "reply", "RangeResult", "QueueManager", "TlsOptions", "ConnectionStatus",
+    "AckMode", "Destination", "Queue", "Topic", "TemporaryQueue",
     "Message", "TextMessage", "BytesMessage", "MapMessage",
     "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
     "PERSISTENT", "NON_PERSISTENT", "PymqError",

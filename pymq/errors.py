@@ -74,6 +74,15 @@ class ConnectFailed(PymqError):
     code = "connect-failed"
 
 
+class TlsError(ConnectFailed):
+    """The TLS handshake failed: the broker's certificate is not trusted or not for this host name, the
+    broker wants a client certificate, or the two ends share no protocol version or cipher.
+    ``reason`` is OpenSSL's short reason (``CERTIFICATE_VERIFY_FAILED``), ``verify_message`` the
+    certificate check's own words when that is what failed."""
+
+    code = "tls"
+
+
 class HeartbeatTimeout(ConnectionClosed):
     code = "heartbeat-timeout"
 

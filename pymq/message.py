@@ -15,10 +15,12 @@ import base64
 import json
 import math
 import time
-from typing import Any, Callable
+from collections.abc import Mapping
+from typing import Callable, TypeVar, Union, overload
 
 from pymq.destination import Destination, as_destination
-from pymq.errors import MessageFormatError
+from pymq.errors import InvalidHeader, MessageFormatError
+from pymq.protocol.numbers import INT64_MAX, parse_wire_int
 
 PERSISTENT = 2       # JMS DeliveryMode values
 NON_PERSISTENT = 1
@@ -37,8 +39,17 @@ _RESERVED = frozenset({
 })
 _TYPE_CODES = {bool: "b", int: "i", float: "f"}
 
+#: what a message property holds (JMS: boolean, numbers, strings)
+PropertyValue = Union[bool, int, float, str]
+#: what a MapMessage entry holds
+MapValue = Union[bool, int, float, str, bytes, None]
+#: what ``producer.send`` accepts: a Message, or a value made into one (see :func:`make_message`)
+MessageBody = Union["Message", str, bytes, bytearray, memoryview, Mapping[str, MapValue]]
 
-def _check_property(name: str, value: Any) -> None:
+_D = TypeVar("_D")
+
+
+def _check_property(name: str, value: object) -> None:
     if not isinstance(name, str) or not name:
         raise MessageFormatError(f"property names must be non-empty strings, got {name!r}")
     if name in _RESERVED:
@@ -57,8 +68,9 @@ class Message:
 
     content_type = BYTES_TYPE
 
-    def __init__(self, *, properties: dict | None = None, correlation_id: str | None = None,
-                 reply_to: Destination | str | None = None, type: str | None = None) -> None:
+    def __init__(self, *, properties: Mapping[str, PropertyValue] | None = None,
+                 correlation_id: str | None = None, reply_to: Destination | str | None = None,
+                 type: str | None = None) -> None:  # noqa: A002 - the JMS name
         self.message_id: str | None = None
         self.timestamp: int = 0                  # ms since the epoch, set at send
         self.correlation_id = correlation_id
@@ -72,22 +84,28 @@ class Message:
         self.priority = DEFAULT_PRIORITY
         self.sequence: int | None = None          # the broker's per-destination sequence (pymq-seq)
         self.dedup_id: str | None = None          # duplicate-detection id (spec/stomp.md §9)
-        self.properties: dict[str, Any] = {}
+        self.properties: dict[str, PropertyValue] = {}
         for name, value in (properties or {}).items():
             self.set_property(name, value)
         self._acknowledge: Callable[[], None] | None = None
 
     # -- properties ----------------------------------------------------------------------------
-    def set_property(self, name: str, value: Any) -> None:
+    def set_property(self, name: str, value: PropertyValue) -> None:
         _check_property(name, value)
         self.properties[name] = value
 
-    def get_property(self, name: str, default: Any = None) -> Any:
+    @overload
+    def get_property(self, name: str) -> PropertyValue | None: ...
+    @overload
+    def get_property(self, name: str, default: _D) -> PropertyValue | _D: ...
+
+    def get_property(self, name: str, default: object = None) -> object:
         return self.properties.get(name, default)
 
     @property
     def group_id(self) -> str | None:
-        return self.properties.get("JMSXGroupID")
+        value = self.properties.get("JMSXGroupID")
+        return None if value is None else str(value)
 
     @group_id.setter
     def group_id(self, value: str | None) -> None:
@@ -110,7 +128,7 @@ class Message:
     def persistent(self) -> bool:
         return self.delivery_mode == PERSISTENT
 
-    def to_headers(self) -> dict:
+    def to_headers(self) -> dict[str, str]:
         """The SEND headers for this message (destination excluded)."""
         h: dict[str, str] = {"content-type": self.content_type,
                              "persistent": "true" if self.delivery_mode == PERSISTENT else "false"}
@@ -132,7 +150,7 @@ class Message:
         for name, value in self.properties.items():
             code = _TYPE_CODES.get(type(value))
             if code is None:
-                h[name] = value
+                h[name] = str(value)
             else:
                 h[name] = ("true" if value else "false") if code == "b" else repr(value) if code == "f" \
                     else str(value)
@@ -149,8 +167,10 @@ class Message:
 class TextMessage(Message):
     content_type = TEXT_TYPE
 
-    def __init__(self, text: str = "", **kw: Any) -> None:
-        super().__init__(**kw)
+    def __init__(self, text: str = "", *, properties: Mapping[str, PropertyValue] | None = None,
+                 correlation_id: str | None = None, reply_to: Destination | str | None = None,
+                 type: str | None = None) -> None:  # noqa: A002
+        super().__init__(properties=properties, correlation_id=correlation_id, reply_to=reply_to, type=type)
         if not isinstance(text, str):
             raise MessageFormatError(f"TextMessage text must be str, not {type(text).__name__}")
         self.text = text
@@ -166,8 +186,10 @@ class TextMessage(Message):
 class BytesMessage(Message):
     content_type = BYTES_TYPE
 
-    def __init__(self, data: bytes = b"", **kw: Any) -> None:
-        super().__init__(**kw)
+    def __init__(self, data: bytes | bytearray | memoryview = b"", *,
+                 properties: Mapping[str, PropertyValue] | None = None, correlation_id: str | None = None,
+                 reply_to: Destination | str | None = None, type: str | None = None) -> None:  # noqa: A002
+        super().__init__(properties=properties, correlation_id=correlation_id, reply_to=reply_to, type=type)
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise MessageFormatError(f"BytesMessage data must be bytes, not {type(data).__name__}")
         self.data = bytes(data)
@@ -183,13 +205,15 @@ class BytesMessage(Message):
 class MapMessage(Message):
     content_type = MAP_TYPE
 
-    def __init__(self, map: dict | None = None, **kw: Any) -> None:  # noqa: A002 - JMS name
-        super().__init__(**kw)
-        self.map: dict[str, Any] = {}
+    def __init__(self, map: Mapping[str, MapValue] | None = None, *,  # noqa: A002 - JMS name
+                 properties: Mapping[str, PropertyValue] | None = None, correlation_id: str | None = None,
+                 reply_to: Destination | str | None = None, type: str | None = None) -> None:  # noqa: A002
+        super().__init__(properties=properties, correlation_id=correlation_id, reply_to=reply_to, type=type)
+        self.map: dict[str, MapValue] = {}
         for key, value in (map or {}).items():
             self[key] = value
 
-    def __setitem__(self, key: str, value: Any) -> None:
+    def __setitem__(self, key: str, value: MapValue) -> None:
         if not isinstance(key, str):
             raise MessageFormatError(f"MapMessage keys must be str, not {type(key).__name__}")
         if value is not None and type(value) not in (bool, int, float, str, bytes):
@@ -197,11 +221,11 @@ class MapMessage(Message):
                                      f"or None, not {type(value).__name__}")
         self.map[key] = value
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> MapValue:
         return self.map[key]
 
     @property
-    def body(self) -> dict:
+    def body(self) -> dict[str, MapValue]:
         return self.map
 
     def _body_bytes(self) -> bytes:
@@ -209,34 +233,36 @@ class MapMessage(Message):
                            for k, v in self.map.items()}, separators=(",", ":")).encode("utf-8")
 
 
-def make_message(body: Any) -> Message:
-    """str → TextMessage, bytes → BytesMessage, dict → MapMessage, a Message stays itself."""
+def make_message(body: MessageBody) -> Message:
+    """str → TextMessage, bytes → BytesMessage, dict (a mapping) → MapMessage, a Message stays itself."""
     if isinstance(body, Message):
         return body
     if isinstance(body, str):
         return TextMessage(body)
     if isinstance(body, (bytes, bytearray, memoryview)):
         return BytesMessage(bytes(body))
-    if isinstance(body, dict):
+    if isinstance(body, Mapping):
         return MapMessage(body)
     raise MessageFormatError(f"cannot make a message from {type(body).__name__}; "
                              f"use str, bytes, dict or a Message")
 
 
-def _typed(value: str, code: str) -> Any:
+def _typed(name: str, value: str, code: str) -> PropertyValue:
+    """A property's value as the type ``pymq-types`` names (its text when it does not parse)."""
     try:
         if code == "i":
-            return int(value)
+            # JMS properties are 64-bit at most: the one bounded parser, not int()
+            return parse_wire_int(name, value, minimum=-INT64_MAX - 1, maximum=INT64_MAX)
         if code == "f":
             return float(value)
         if code == "b":
             return value == "true"
-    except ValueError:
+    except (ValueError, InvalidHeader):
         pass
     return value
 
 
-def from_frame(headers: dict, body: bytes) -> Message:
+def from_frame(headers: Mapping[str, str], body: bytes) -> Message:
     """The Message a MESSAGE frame carries."""
     ctype = headers.get("content-type", "")
     base = ctype.split(";", 1)[0].strip().lower()
@@ -245,11 +271,14 @@ def from_frame(headers: dict, body: bytes) -> Message:
             raw = json.loads(body.decode("utf-8")) if body else {}
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise MessageFormatError(f"map message body is not valid JSON: {exc}") from None
-        msg: Message = MapMessage()
+        if not isinstance(raw, dict):
+            raise MessageFormatError(f"map message body must be a JSON object, not {type(raw).__name__}")
+        mapped = MapMessage()
         for k, v in raw.items():
             if isinstance(v, dict) and "$bytes" in v:
                 v = base64.b64decode(v["$bytes"])
-            msg.map[k] = v
+            mapped.map[k] = v
+        msg: Message = mapped
     elif base.startswith("text/") or base in ("application/json", "application/xml"):
         charset = "utf-8"
         for part in ctype.split(";")[1:]:
@@ -273,9 +302,9 @@ def from_frame(headers: dict, body: bytes) -> Message:
         except Exception:
             msg.destination = None
     msg.delivery_mode = NON_PERSISTENT if h.get("persistent", "true").lower() == "false" else PERSISTENT
-    msg.priority = _int(h.get("priority"), DEFAULT_PRIORITY)
-    msg.timestamp = _int(h.get("timestamp"), 0)
-    msg.expiration = _int(h.get("expires"), 0)
+    msg.priority = _int("priority", h.get("priority"), DEFAULT_PRIORITY)
+    msg.timestamp = _int("timestamp", h.get("timestamp"), 0)
+    msg.expiration = _int("expires", h.get("expires"), 0)
     msg.correlation_id = h.get("correlation-id")
     rt = h.get("reply-to")
     if rt:
@@ -287,8 +316,10 @@ def from_frame(headers: dict, body: bytes) -> Message:
     msg.dedup_id = h.get("pymq-dedup-id")
     msg.redelivered = h.get("redelivered", "false").lower() == "true"
     seq = h.get("pymq-seq")
-    msg.sequence = int(seq) if seq and seq.isdigit() else None
-    types = {}
+    msg.sequence = _int("pymq-seq", seq, -1) if seq else None
+    if msg.sequence == -1:
+        msg.sequence = None
+    types: dict[str, str] = {}
     spec = h.get("pymq-types")
     if spec:
         for item in spec.split(","):
@@ -299,22 +330,27 @@ def from_frame(headers: dict, body: bytes) -> Message:
         if name in _RESERVED:
             continue
         code = types.get(name)
-        props[name] = _typed(value, code) if code else value
+        props[name] = _typed(name, value, code) if code else value
     count = props.get("JMSXDeliveryCount")
-    msg.delivery_count = _int(count, 1) if count is not None else 1
+    msg.delivery_count = _int("JMSXDeliveryCount", count, 1) if count is not None else 1
     if "JMSXDeliveryCount" in props:
         props["JMSXDeliveryCount"] = msg.delivery_count
-    if "JMSXGroupSeq" in props and isinstance(props["JMSXGroupSeq"], str):
-        props["JMSXGroupSeq"] = _int(props["JMSXGroupSeq"], 0)
+    group_seq = props.get("JMSXGroupSeq")
+    if isinstance(group_seq, str):
+        props["JMSXGroupSeq"] = _int("JMSXGroupSeq", group_seq, 0)
     return msg
 
 
-def _int(value, default: int) -> int:
-    if value is None:
+def _int(name: str, value: PropertyValue | None, default: int) -> int:
+    """A JMS header's number through the one bounded wire parser; ``default`` when absent or bad (a
+    message is still delivered when a foreign client wrote nonsense there)."""
+    if value is None or isinstance(value, bool):
         return default
+    if isinstance(value, int):
+        return value
     try:
-        return int(value)
-    except (TypeError, ValueError):
+        return parse_wire_int(name, str(value))
+    except InvalidHeader:
         return default
 
 

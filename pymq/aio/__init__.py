@@ -13,11 +13,14 @@ the blocking SDK, over the same sans-IO STOMP core; ``stomp://`` runs on an ``as
 ``vm://name`` reaches the same in-process broker the blocking SDK uses.  Coroutines: connecting,
 ``start``/``stop``/``close`` of everything, creating consumers (they wait for the broker's receipt),
 ``send``, ``receive``, ``commit``/``rollback``/``recover``/``acknowledge``, ``unsubscribe``, browsing,
-range reads (``read_range``/``bounds``/``ack_upto``), ``request`` and ``reply``.  Plain calls:
-``create_session``, ``create_producer``, ``create_browser``, ``create_temporary_queue``,
-``set_message_listener`` and ``Message.acknowledge()`` (an ACK needs no answer).  Not here yet: the
-queue administration of ``Connection.queue_manager()`` and application (database) transactions
-(``send(..., transaction=...)`` raises IllegalStateError).
+range reads (``read_range``/``bounds``/``ack_upto``), ``request`` and ``reply``, every operation of
+``conn.queue_manager()`` (:class:`AsyncQueueManager`), and ``send(..., transaction=db)`` in the
+application's own database transaction (SQLAlchemy ``Connection``/``Session`` or their asyncio
+``AsyncConnection``/``AsyncSession``).  Plain calls: ``create_session``, ``create_producer``,
+``create_browser``, ``create_temporary_queue``, ``create_queue`` (a value; creating one with settings is
+``await conn.queue_manager().create(...)``), ``set_message_listener`` and ``Message.acknowledge()`` (an
+ACK needs no answer).  Both SDKs are shells over one client core (:mod:`pymq.client._core`), so their
+acknowledgement, transaction and redelivery-order rules are the same code.
 
 Thread and task safety:
 * Everything here belongs to the event loop that opened the connection and is not thread-safe; from
@@ -32,16 +35,18 @@ Thread and task safety:
   to the connection's timeout) and ends the dispatcher.
 * The exception listener (plain or async) is called once when the connection is lost, not on ``close()``.
 """
-from pymq.client.blocking import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE,
-                                  SESSION_TRANSACTED)
+from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED,
+                               AckMode, ConnectionStatus, RangeResult)
+from pymq.client.url import TlsOptions
 from pymq.aio.client import (AsyncConnection, AsyncConnectionFactory, AsyncMessageConsumer,
-                             AsyncMessageProducer, AsyncQueueBrowser, AsyncRequestor, AsyncSession,
-                             ConnectionStatus, connect, reply)
+                             AsyncMessageProducer, AsyncQueueBrowser, AsyncQueueManager, AsyncRequestor,
+                             AsyncSession, connect, reply)
 
 Requestor = AsyncRequestor
 
 __all__ = [
     "connect", "AsyncConnectionFactory", "AsyncConnection", "AsyncSession", "AsyncMessageProducer",
-    "AsyncMessageConsumer", "AsyncQueueBrowser", "AsyncRequestor", "Requestor", "reply", "ConnectionStatus",
+    "AsyncMessageConsumer", "AsyncQueueBrowser", "AsyncRequestor", "Requestor", "reply", "AsyncQueueManager",
+    "ConnectionStatus", "AckMode", "RangeResult", "TlsOptions",
     "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
 ]

@@ -1,8 +1,8 @@
 """The asyncio JMS-style API: AsyncConnectionFactory → AsyncConnection → AsyncSession → producers, consumers.
 
-It mirrors :mod:`pymq.client.blocking` object for object and rule for rule; what waits is a coroutine.
-The message model (:mod:`pymq.message`), destinations, errors and the STOMP state machine are the shared
-ones; only the waiting differs.
+A thin shell over the client core (:mod:`pymq.client._core`), the same one the blocking SDK uses: the
+state, the frames and the acknowledgement rules are written once there, and this module adds futures,
+tasks and ``await``.
 
 Invariants:
 * A connection's ``status`` moves CONNECTING → OPEN → CLOSING → CLOSED (or straight to CLOSED when the
@@ -22,23 +22,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import enum
 import functools
 import inspect
-import itertools
 import logging
-import uuid
-from typing import Any, AsyncIterator, Awaitable, Callable, Union
+import ssl
+from typing import (Any, AsyncIterator, Awaitable, Callable, Concatenate, Coroutine, Generator,
+                    ParamSpec, Protocol, TypeVar, Union)
 
-from pymq.client.frames import (SessionFactories, ack_upto_frame, range_headers, send_frame,
-                                subscribe_headers)
-from pymq.client.blocking import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE,
-                                  SESSION_TRANSACTED, _MODE_NAMES, RangeResult)
+from pymq.client._core import (SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore, ConnectionSettings,
+                               ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult, SessionCore,
+                               ack_mode_of, browse_queue, durable_headers, durable_topic, reply_message,
+                               request_message, shared_durable_headers, shared_headers, unsubscribe_frame)
+from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, create_call, destinations_call,
+                               drop_call, grant_call, info_call, list_call, metrics_call, purge_call)
+from pymq.client.frames import ack_upto_frame, range_headers
+from pymq.client.url import TlsOptions
 from pymq.destination import Destination, Queue, Topic, as_destination
-from pymq.errors import (ConnectionClosed, IllegalStateError, PymqError,
-                         error_from_headers)
+from pymq.errors import ConnectionClosed, IllegalStateError, PymqError
 from pymq.errors import TimeoutError as PymqTimeout
-from pymq.message import NON_PERSISTENT, PERSISTENT, Message, from_frame, make_message
+from pymq.message import NON_PERSISTENT, Message, MessageBody
 from pymq.protocol.frame import Frame
 from pymq.aio.transport import AsyncTransport, transport_for
 
@@ -46,25 +48,19 @@ log = logging.getLogger("pymq.aio")
 
 MessageListener = Callable[[Message], Union[None, Awaitable[None]]]
 ExceptionListener = Callable[[PymqError], Union[None, Awaitable[None]]]
-
-
-class ConnectionStatus(enum.Enum):
-    CONNECTING = "connecting"
-    OPEN = "open"
-    CLOSING = "closing"
-    CLOSED = "closed"
+_T = TypeVar("_T")
 
 
 class _Expired(Exception):
     """Set on one of our own futures when its wait ran out of time (never escapes _wait)."""
 
 
-def _expire(fut: asyncio.Future) -> None:
+def _expire(fut: asyncio.Future[Any]) -> None:
     if not fut.done():
         fut.set_exception(_Expired())
 
 
-async def _wait(fut: Awaitable, timeout: float | None) -> bool:
+async def _wait(fut: Awaitable[object], timeout: float | None) -> bool:
     """Await ``fut`` for at most ``timeout`` seconds (None: no limit); False if the time ran out.
 
     For a plain future of ours (receipts, arrivals) one timer handle does it: ``wait_for`` would add
@@ -90,52 +86,59 @@ async def _wait(fut: Awaitable, timeout: float | None) -> bool:
     return True
 
 
+class _Receipt:
+    """One receipt awaited by a task."""
+
+    __slots__ = ("future",)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.future: asyncio.Future[Headers] = loop.create_future()
+
+    def resolve(self, headers: Headers) -> None:
+        if not self.future.done():
+            self.future.set_result(headers)
+
+    def fail(self, error: PymqError) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+
+
 # -- factory and connect ---------------------------------------------------------------------------------
 
-class AsyncConnectionFactory:
-    """Connection settings; ``await create_connection()`` returns a stopped connection (JMS semantics)."""
+class AsyncConnectionFactory(ConnectionSettings):
+    """Connection settings; ``await create_connection()`` returns a stopped connection (JMS semantics).
 
-    def __init__(self, url: str = "vm://default", *, username: str | None = None,
-                 password: str | None = None, client_id: str | None = None, timeout: float = 10.0,
-                 heartbeat: tuple[int, int] = (10_000, 10_000), prefetch: int = 1000,
-                 sync_send: bool = True, host: str | None = None) -> None:
-        self.url = url
-        self.username = username
-        self.password = password
-        self.client_id = client_id
-        self.timeout = timeout
-        self.heartbeat = heartbeat
-        self.prefetch = prefetch
-        self.sync_send = sync_send
-        self.host = host
+    ``url`` follows :mod:`pymq.client.url`; explicit ``username``/``password``/``tls`` win over the URL."""
 
     async def create_connection(self, username: str | None = None,
-                                password: str | None = None) -> "AsyncConnection":
-        conn = AsyncConnection(self, transport_for(self.url, heartbeat=self.heartbeat))
-        await conn._open(username or self.username, password if password is not None else self.password)
+                                password: str | None = None) -> AsyncConnection:
+        transport = transport_for(self.address, heartbeat=self.heartbeat, ssl_context=self._ssl_context(),
+                                  server_hostname=self._server_hostname())
+        conn = AsyncConnection(self, transport)
+        await conn._open(*self._credentials(username, password))
         return conn
 
 
 class _Connecting:
     """What :func:`connect` returns: await it for the connection, or ``async with`` it to close on exit."""
 
-    __slots__ = ("_factory", "_username", "_password", "_start", "_conn")
+    __slots__ = ("_factory", "_start", "_conn")
 
-    def __init__(self, factory: AsyncConnectionFactory, username, password, start: bool) -> None:
-        self._factory, self._username, self._password, self._start = factory, username, password, start
+    def __init__(self, factory: AsyncConnectionFactory, start: bool) -> None:
+        self._factory, self._start = factory, start
         self._conn: AsyncConnection | None = None
 
-    async def _go(self) -> "AsyncConnection":
-        conn = await self._factory.create_connection(self._username, self._password)
+    async def _go(self) -> AsyncConnection:
+        conn = await self._factory.create_connection()
         if self._start:
             await conn.start()
         self._conn = conn
         return conn
 
-    def __await__(self):
+    def __await__(self) -> Generator[Any, None, AsyncConnection]:
         return self._go().__await__()
 
-    async def __aenter__(self) -> "AsyncConnection":
+    async def __aenter__(self) -> AsyncConnection:
         return await self._go()
 
     async def __aexit__(self, *exc: object) -> None:
@@ -146,61 +149,50 @@ class _Connecting:
 def connect(url: str = "vm://default", *, username: str | None = None, password: str | None = None,
             client_id: str | None = None, timeout: float = 10.0,
             heartbeat: tuple[int, int] = (10_000, 10_000), prefetch: int = 1000, sync_send: bool = True,
-            start: bool = True, host: str | None = None) -> _Connecting:
+            start: bool = True, host: str | None = None,
+            tls: TlsOptions | ssl.SSLContext | None = None) -> _Connecting:
     """Open a connection (started unless ``start=False``)::
 
         conn = await pymq.aio.connect("stomp://127.0.0.1:61613")
         async with pymq.aio.connect("vm://default") as conn: ...
+
+    Credentials come from ``username``/``password``, else from the URL (``stomp://user:pass@host``),
+    else none (the broker's guest).  TLS: a ``stomps://`` URL with its options, which ``tls=``
+    (:class:`~pymq.TlsOptions` or an ``ssl.SSLContext``) overrides.
     """
-    factory = AsyncConnectionFactory(url, client_id=client_id, timeout=timeout, heartbeat=heartbeat,
-                                     prefetch=prefetch, sync_send=sync_send, host=host)
-    return _Connecting(factory, username, password, start)
+    factory = AsyncConnectionFactory(url, username=username, password=password, client_id=client_id,
+                                     timeout=timeout, heartbeat=heartbeat, prefetch=prefetch, sync_send=sync_send,
+                                     host=host, tls=tls)
+    return _Connecting(factory, start)
 
 
 # -- connection --------------------------------------------------------------------------------------------
 
-class AsyncConnection:
+class AsyncConnection(ConnectionCore):
     """A connection to a broker, shared by any number of tasks of its event loop."""
 
+    factory: AsyncConnectionFactory
+    _sessions: list[AsyncSession]  # type: ignore[assignment]
+
     def __init__(self, factory: AsyncConnectionFactory, transport: AsyncTransport) -> None:
-        self.factory = factory
-        self.status = ConnectionStatus.CONNECTING
+        super().__init__(factory)
         self.exception_listener: ExceptionListener | None = None
-        self.version = "1.2"
-        self.server = ""
-        self.client_id = factory.client_id
-        self.user: str | None = None
         self._transport = transport
         self._loop = asyncio.get_running_loop()   # made by create_connection, inside its loop
-        self._receipts: dict[str, asyncio.Future] = {}
-        self._receipt_ids = itertools.count(1)
-        self._sub_ids = itertools.count(1)
-        self._subscriptions: dict[str, Any] = {}      # sub id -> consumer or browse receiver
-        self._sessions: list[AsyncSession] = []
         self._started = asyncio.Event()   # also set when the connection ends, to wake every waiter
-        self._error: PymqError | None = None
-        self._tasks: set[asyncio.Task] = set()
-        transport.on_frame = self._on_frame
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._queue_manager: AsyncQueueManager | None = None
+        transport.on_frame = self._frame_received
         transport.on_lost = self._on_lost
 
     async def _open(self, username: str | None, password: str | None) -> None:
-        headers = {"accept-version": "1.0,1.1,1.2", "host": self.factory.host or "/"}
-        if username is not None:
-            headers["login"] = username
-        if password is not None:
-            headers["passcode"] = password
-        if self.factory.client_id:
-            headers["client-id"] = self.factory.client_id
         try:
-            connected = await self._transport.connect(headers, self.factory.timeout)
+            connected = await self._transport.connect(self._connect_headers(username, password),
+                                                      self.factory.timeout)
         except BaseException:
             self.status = ConnectionStatus.CLOSED
             raise
-        self.version = self._transport.version
-        self.server = connected.headers.get("server", "")
-        self.user = connected.headers.get("user-name", username)
-        if self.status is ConnectionStatus.CONNECTING:   # not lost meanwhile
-            self.status = ConnectionStatus.OPEN
+        self._opened(connected, self._transport.version, username)
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -242,7 +234,7 @@ class AsyncConnection:
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def __aenter__(self) -> "AsyncConnection":
+    async def __aenter__(self) -> AsyncConnection:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -253,32 +245,32 @@ class AsyncConnection:
         return self.status is ConnectionStatus.CLOSED or self._transport.closed
 
     def _check_open(self) -> None:
-        """Frames may flow (also while CLOSING: sessions flush their acknowledgements)."""
-        if self._error is not None:
-            raise ConnectionClosed(f"the connection failed: {self._error}") from self._error
-        if self.status is ConnectionStatus.CLOSED or self._transport.closed:
+        super()._check_open()
+        if self._transport.closed:
             raise IllegalStateError("the connection is closed")
 
     def _check_usable(self) -> None:
-        """The application may start new work."""
-        self._check_open()
-        if self.status is not ConnectionStatus.OPEN:
-            raise IllegalStateError(f"the connection is {self.status.value}")
+        super()._check_usable()
         try:
-            loop = asyncio.get_running_loop()
+            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             loop = None
         if loop is not self._loop:
             raise IllegalStateError("this connection belongs to another event loop; pymq.aio objects "
                                     "are used from the loop that created them")
 
+    def queue_manager(self) -> AsyncQueueManager:
+        """Create, drop, purge and inspect queues; grant and revoke permissions (``await`` each)."""
+        self._check_open()
+        if self._queue_manager is None:
+            self._queue_manager = AsyncQueueManager(self)
+        return self._queue_manager
+
     # -- sessions ----------------------------------------------------------------------------------
-    def create_session(self, transacted: bool = False, ack_mode: int = AUTO_ACKNOWLEDGE) -> "AsyncSession":
+    def create_session(self, transacted: bool = False, ack_mode: int = AckMode.AUTO_ACKNOWLEDGE) -> AsyncSession:
+        """A session: ``transacted=True``, or one of the acknowledge modes (``pymq.CLIENT_ACKNOWLEDGE``...)."""
         self._check_usable()
-        mode = SESSION_TRANSACTED if transacted else ack_mode
-        if mode not in _MODE_NAMES:
-            raise IllegalStateError(f"unknown acknowledge mode {ack_mode!r}")
-        session = AsyncSession(self, mode)
+        session = AsyncSession(self, SESSION_TRANSACTED if transacted else ack_mode_of(ack_mode))
         self._sessions.append(session)
         return session
 
@@ -293,57 +285,26 @@ class AsyncConnection:
             await self._transport.writable(max(30.0, self.factory.timeout))
         self._send(frame)
 
-    async def _request(self, frame: Frame, timeout: float | None = None) -> dict:
+    async def _request(self, frame: Frame, timeout: float | None = None) -> Headers:
         """Send ``frame`` with a receipt and wait for it; an ERROR answering it raises here."""
-        rid = f"r{next(self._receipt_ids)}"
-        fut = self._loop.create_future()
-        self._receipts[rid] = fut
-        headers = dict(frame.headers)
-        headers["receipt"] = rid
+        waiter = _Receipt(self._loop)
+        rid, framed = self._expect(frame, waiter)
         try:
             if frame.command == "SEND" and self._transport.paused:
                 await self._transport.writable(max(30.0, self.factory.timeout))
-            self._send(Frame(frame.command, headers, frame.body))
+            self._send(framed)
             timeout = self.factory.timeout if timeout is None else timeout
-            if not await _wait(fut, timeout):
+            if not await _wait(waiter.future, timeout):
                 raise PymqTimeout(f"no receipt for {frame.command} within {timeout:g}s")
-            return fut.result()
+            return waiter.future.result()
         finally:
-            self._receipts.pop(rid, None)
-
-    def _on_frame(self, frame: Frame) -> None:
-        # the transport's callback: never waits
-        command = frame.command
-        if command == "MESSAGE":
-            receiver = self._subscriptions.get(frame.headers.get("subscription", ""))
-            if receiver is not None:
-                receiver._arrived(frame)
-        elif command == "RECEIPT":
-            fut = self._receipts.pop(frame.headers.get("receipt-id", ""), None)
-            if fut is not None and not fut.done():
-                fut.set_result(frame.headers)
-        elif command == "ERROR":
-            rid = frame.headers.get("receipt-id")
-            fut = self._receipts.pop(rid, None) if rid is not None else None
-            if fut is not None and not fut.done():
-                fut.set_exception(error_from_headers(frame.headers, frame.body.decode("utf-8", "replace")))
+            self._forget(rid)
 
     def _on_lost(self, error: PymqError) -> None:
-        expected = self.status in (ConnectionStatus.CLOSING, ConnectionStatus.CLOSED)
-        if not expected:
-            self._error = error
-            self.status = ConnectionStatus.CLOSED
-        receipts, self._receipts = self._receipts, {}
-        for fut in receipts.values():
-            if not fut.done():
-                fut.set_exception(error if not expected else ConnectionClosed("the connection was closed"))
+        unexpected = self._lost(error)
         self._started.set()
-        for receiver in list(self._subscriptions.values()):
-            receiver._wake()
-        for session in list(self._sessions):
-            session._wake()
         listener = self.exception_listener
-        if listener is not None and not expected:
+        if listener is not None and unexpected:
             try:
                 result = listener(error)
             except Exception:
@@ -352,37 +313,39 @@ class AsyncConnection:
             if inspect.isawaitable(result):
                 self._own(self._run_listener(result))
 
-    async def _run_listener(self, awaitable: Awaitable) -> None:
+    async def _run_listener(self, awaitable: Awaitable[None]) -> None:
         try:
             await awaitable
         except Exception:
             log.exception("exception listener failed")
 
-    def _own(self, coro) -> asyncio.Task:
+    def _own(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = self._loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
 
-    def _register(self, receiver) -> str:
-        sub_id = f"s{next(self._sub_ids)}"
-        self._subscriptions[sub_id] = receiver
-        return sub_id
 
-    def _unregister(self, sub_id: str) -> None:
-        self._subscriptions.pop(sub_id, None)
+# -- the one-task rule ------------------------------------------------------------------------------------
+
+class _OfSession(Protocol):
+    @property
+    def _session(self) -> AsyncSession: ...
 
 
-# -- session -------------------------------------------------------------------------------------------
+_S = TypeVar("_S", bound=_OfSession)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
-def _guarded(method):
+
+def _guarded(method: Callable[Concatenate[_S, _P], Awaitable[_R]]
+             ) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]:
     """Run a coroutine method with its session owned by the calling task (re-entrant for that task)."""
 
     @functools.wraps(method)
-    async def wrapper(self, *args, **kwargs):
+    async def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
         session = self._session
-        me = session._enter()
-        if me is None:                       # already ours: a listener using its own session
+        if not session._enter():             # already ours: a listener using its own session
             return await method(self, *args, **kwargs)
         try:
             return await method(self, *args, **kwargs)
@@ -391,41 +354,44 @@ def _guarded(method):
     return wrapper
 
 
-class AsyncSession(SessionFactories):
+# -- session -------------------------------------------------------------------------------------------
+
+class AsyncSession(SessionCore):
     """A single-task context for producing and consuming (see the module docstring)."""
 
+    connection: AsyncConnection
+    _consumers: list[AsyncMessageConsumer]  # type: ignore[assignment]
+
     def __init__(self, connection: AsyncConnection, ack_mode: int) -> None:
-        self.connection = connection
-        self.ack_mode = ack_mode
-        self.transacted = ack_mode == SESSION_TRANSACTED
-        self._session = self                 # what _guarded looks up on every guarded object
-        self._owner: asyncio.Task | None = None
-        self._released: asyncio.Future | None = None   # the dispatcher waiting for the owner to leave
-        self._closed = False
-        self._consumers: list[AsyncMessageConsumer] = []
+        super().__init__(connection, ack_mode)
+        self._owner: asyncio.Task[Any] | None = None
+        self._released: asyncio.Future[None] | None = None   # the dispatcher waiting for the owner to leave
         self._producers: list[AsyncMessageProducer] = []
-        self._consumed: list[tuple[AsyncMessageConsumer, dict]] = []   # unacked (client ack / transaction)
-        self._tx: str | None = None
-        self._listener_queue: collections.deque = collections.deque()
-        self._dispatch_wakeup: asyncio.Future | None = None
-        self._dispatcher: asyncio.Task | None = None
+        self._listener_queue: collections.deque[AsyncMessageConsumer] = collections.deque()
+        self._dispatch_wakeup: asyncio.Future[None] | None = None
+        self._dispatcher: asyncio.Task[None] | None = None
         self._in_listener = False
         if self.transacted:
             self._begin()
 
+    @property
+    def _session(self) -> AsyncSession:
+        return self
+
     # -- the one-task rule ---------------------------------------------------------------------------
-    def _enter(self) -> asyncio.Task | None:
+    def _enter(self) -> bool:
+        """Own the session for the calling task; False when it owns it already."""
         if self._closed:
             raise IllegalStateError("the session is closed")
         me = asyncio.current_task()
         owner = self._owner
         if owner is me:
-            return None
+            return False
         if owner is not None:
             raise IllegalStateError("the session is in use by another task; a session is used by one "
                                     "task at a time (create one session per task)")
         self._owner = me
-        return me
+        return True
 
     def _leave(self) -> None:
         self._owner = None
@@ -442,7 +408,8 @@ class AsyncSession(SessionFactories):
                                     "task at a time (create one session per task)")
 
     # -- factories -------------------------------------------------------------------------------------
-    def create_producer(self, destination: Destination | str | None = None) -> "AsyncMessageProducer":
+    def create_producer(self, destination: Destination | str | None = None) -> AsyncMessageProducer:
+        """A producer for ``destination`` (or for any, named at each ``send``)."""
         self._check()
         producer = AsyncMessageProducer(self, as_destination(destination) if destination is not None else None)
         self._producers.append(producer)
@@ -450,70 +417,66 @@ class AsyncSession(SessionFactories):
 
     @_guarded
     async def create_consumer(self, destination: Destination | str, selector: str | None = None, *,
-                              no_local: bool = False, prefetch: int | None = None) -> "AsyncMessageConsumer":
-        return await self._subscribe(as_destination(destination), selector=selector, no_local=no_local,
-                                     prefetch=prefetch)
+                              no_local: bool = False, prefetch: int | None = None) -> AsyncMessageConsumer:
+        """A consumer of ``destination``, optionally filtered by a JMS ``selector``."""
+        return await self._subscribe(as_destination(destination), selector, no_local=no_local, prefetch=prefetch)
 
     @_guarded
     async def create_durable_consumer(self, topic: Topic | str, name: str, selector: str | None = None, *,
                                       no_local: bool = False,
-                                      prefetch: int | None = None) -> "AsyncMessageConsumer":
+                                      prefetch: int | None = None) -> AsyncMessageConsumer:
         """A durable subscription ``name`` (scoped by the connection's client id, else its user)."""
-        target = as_destination(topic)
-        if not isinstance(target, Topic):
-            raise IllegalStateError("durable subscriptions are made on topics")
-        return await self._subscribe(target, selector=selector, no_local=no_local, prefetch=prefetch,
-                                     extra={"durable-subscription-name": name})
+        return await self._subscribe(durable_topic(topic), selector, no_local=no_local, prefetch=prefetch,
+                                     extra=durable_headers(name))
 
     create_durable_subscriber = create_durable_consumer
 
     @_guarded
     async def create_shared_consumer(self, topic: Topic | str, name: str, selector: str | None = None, *,
-                                     prefetch: int | None = None) -> "AsyncMessageConsumer":
+                                     prefetch: int | None = None) -> AsyncMessageConsumer:
         """JMS 2.0 shared non-durable subscription: consumers with the same name share the messages."""
-        return await self._subscribe(as_destination(topic), selector=selector, prefetch=prefetch,
-                                     extra={"shared-subscription-name": name})
+        return await self._subscribe(as_destination(topic), selector, prefetch=prefetch,
+                                     extra=shared_headers(name))
 
     @_guarded
     async def create_shared_durable_consumer(self, topic: Topic | str, name: str,
                                              selector: str | None = None, *,
-                                             prefetch: int | None = None) -> "AsyncMessageConsumer":
-        return await self._subscribe(as_destination(topic), selector=selector, prefetch=prefetch,
-                                     extra={"durable-subscription-name": name, "shared": "true"})
+                                             prefetch: int | None = None) -> AsyncMessageConsumer:
+        """JMS 2.0 shared durable subscription ``name`` (scoped globally)."""
+        return await self._subscribe(as_destination(topic), selector, prefetch=prefetch,
+                                     extra=shared_durable_headers(name))
 
     @_guarded
     async def unsubscribe(self, name: str, *, shared: bool = False) -> None:
         """Delete durable subscription ``name`` (it must have no active consumer)."""
-        headers = {"id": f"unsub-{uuid.uuid4().hex[:8]}", "pymq-durable-name": name}
-        if shared:
-            headers["shared"] = "true"
-        await self.connection._request(Frame("UNSUBSCRIBE", headers))
+        await self.connection._request(unsubscribe_frame(name, shared))
 
-    def create_browser(self, queue: Queue | str, selector: str | None = None) -> "AsyncQueueBrowser":
+    def create_browser(self, queue: Queue | str, selector: str | None = None) -> AsyncQueueBrowser:
+        """A browser of ``queue``'s waiting messages (``async for``; nothing is removed)."""
         self._check_owner()
-        return AsyncQueueBrowser(self, as_destination(queue), selector)
+        return AsyncQueueBrowser(self, browse_queue(queue), selector)
 
     @_guarded
     async def read_range(self, destination: Destination | str, *, from_seq: int | None = None,
                          to_seq: int | None = None, max_messages: int | None = None,
                          max_bytes: int | None = None, from_timestamp: int | None = None,
-                         selector: str | None = None, subscription: str | None = None, source: str | None = None,
-                         timeout: float | None = None) -> RangeResult:
+                         selector: str | None = None, subscription: str | None = None,
+                         source: str | None = None, timeout: float | None = None,
+                         frames: bool = False) -> RangeResult:
         """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
-        from a destination's retained log, a queue, or (``subscription``) a durable subscription."""
+        from a destination's retained log, a queue, or (``subscription``) a durable subscription.
+        ``frames=True``: each message's ``(headers, body)`` in ``RangeResult.frames`` instead."""
         extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
                               from_timestamp=from_timestamp, selector=selector, subscription=subscription,
                               source=source)
-        receiver = _BrowseReceiver(self.connection)
-        messages = [m async for m in _browse(self, as_destination(destination), extra, timeout, receiver)]
-        h = receiver.end or {}
-        return RangeResult(messages, int(h.get("pymq-earliest-seq", 0)), int(h.get("pymq-latest-seq", 0)),
-                           int(h.get("pymq-next-seq", 0)))
+        browse = _AsyncBrowse(self.connection, as_destination(destination), extra, raw=frames)
+        await _collect(self, browse, timeout)
+        return browse.result()
 
-    async def bounds(self, destination: Destination | str, *,
-                     subscription: str | None = None) -> tuple[int, int]:
+    async def bounds(self, destination: Destination | str, *, subscription: str | None = None,
+                     source: str | None = None) -> tuple[int, int]:
         """(earliest available, latest assigned) sequence numbers of a destination."""
-        result = await self.read_range(destination, max_messages=0, subscription=subscription)
+        result = await self.read_range(destination, max_messages=0, subscription=subscription, source=source)
         return result.earliest, result.latest
 
     @_guarded
@@ -524,80 +487,54 @@ class AsyncSession(SessionFactories):
         await self.connection._request(ack_upto_frame(destination, seq, subscription))
 
     def create_queue(self, name: str) -> Queue:
+        """A Queue value.  To create one on the broker with settings (the blocking SDK's
+        ``create_queue(name, **config)``): ``await conn.queue_manager().create(name, **config)``."""
         return Queue(name)
 
     # -- transactions and acknowledgement ----------------------------------------------------------------
-    def _begin(self) -> None:
-        self._tx = f"tx-{uuid.uuid4().hex[:12]}"
-        self.connection._send(Frame("BEGIN", {"transaction": self._tx}))
-
     @_guarded
     async def commit(self) -> None:
         """Make this transaction's sends visible and its receives acknowledged, atomically."""
-        if not self.transacted:
-            raise IllegalStateError("commit() needs a transacted session")
-        tx = self._tx
-        self._consumed.clear()
-        await self.connection._request(Frame("COMMIT", {"transaction": tx}))
+        await self.connection._request(self._commit_frame())
         self._begin()
 
     @_guarded
     async def rollback(self) -> None:
-        """Discard this transaction's sends; messages it received come back, marked redelivered."""
-        if not self.transacted:
-            raise IllegalStateError("rollback() needs a transacted session")
-        await self._rollback()
-
-    async def _rollback(self) -> None:
-        tx = self._tx
-        consumed, self._consumed = self._consumed, []
-        await self.connection._request(Frame("ABORT", {"transaction": tx}))
-        for consumer, ack in consumed:
-            consumer._nack(ack)
-        self._begin()
+        """Discard this transaction's sends; the messages it received come back first, in their
+        original order, marked redelivered."""
+        await self._recover(rollback=True)
 
     @_guarded
     async def recover(self) -> None:
-        """Redeliver every message consumed but not yet acknowledged (non-transacted sessions)."""
-        if self.transacted:
-            raise IllegalStateError("recover() is for non-transacted sessions; use rollback()")
-        consumed, self._consumed = self._consumed, []
-        for consumer, ack in consumed:
-            consumer._nack(ack)
+        """Redeliver every message consumed but not yet acknowledged, first and in their original
+        order (non-transacted sessions)."""
+        await self._recover(rollback=False)
+
+    async def _recover(self, rollback: bool) -> None:
+        frames = self._recovery_frames(rollback)
+        if not frames:
+            return
+        conn = self.connection
+        try:
+            for frame in frames[:-1]:
+                conn._send(frame)
+            await conn._request(frames[-1])    # the receipt: every NACK is applied, redeliveries sent
+        finally:
+            self._end_recovery()
 
     async def acknowledge(self) -> None:
         """CLIENT_ACKNOWLEDGE: acknowledge every message this session has consumed."""
         self._acknowledge_now()
 
-    def _acknowledge_now(self) -> None:
-        # also what Message.acknowledge() calls: ACKs need no answer, so this never waits
-        self._check()
-        if self.ack_mode != CLIENT_ACKNOWLEDGE:
-            return
-        consumed, self._consumed = self._consumed, []
-        last: dict[AsyncMessageConsumer, dict] = {}
-        for consumer, ack in consumed:
-            last[consumer] = ack          # client acks are cumulative per subscription
-        for consumer, ack in last.items():
-            consumer._ack(ack)
-
     # -- lifecycle -------------------------------------------------------------------------------------
-    def _check(self) -> None:
-        if self._closed:
-            raise IllegalStateError("the session is closed")
-        self.connection._check_open()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     async def close(self) -> None:
         """Roll back an open transaction, close the consumers (unsubscribing) and end the dispatcher."""
         if self._closed:
             return
         if self.transacted and self._tx is not None and not self.connection.closed:
             try:
-                await self._rollback()
+                # what the transaction received returns when the consumers unsubscribe below
+                self.connection._send(Frame("ABORT", {"transaction": self._tx}))
             except PymqError:
                 pass
         await self._close_local(unsubscribe=True)
@@ -623,7 +560,7 @@ class AsyncSession(SessionFactories):
         if self in self.connection._sessions:
             self.connection._sessions.remove(self)
 
-    async def __aenter__(self) -> "AsyncSession":
+    async def __aenter__(self) -> AsyncSession:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -637,44 +574,23 @@ class AsyncSession(SessionFactories):
             consumer._wake()
 
     # -- consumers -------------------------------------------------------------------------------------
-    async def _subscribe(self, destination: Destination, *, selector: str | None = None,
-                         no_local: bool = False, prefetch: int | None = None,
-                         extra: dict | None = None) -> "AsyncMessageConsumer":
+    async def _subscribe(self, destination: Destination, selector: str | None, *, no_local: bool = False,
+                         prefetch: int | None = None, extra: Headers | None = None) -> AsyncMessageConsumer:
         self._check()
         conn = self.connection
         consumer = AsyncMessageConsumer(self, destination, selector,
                                         prefetch if prefetch is not None else conn.factory.prefetch)
-        headers = subscribe_headers(destination, consumer._sub_id, self.ack_mode, consumer.prefetch,
-                                    selector=selector, no_local=no_local, extra=extra)
         try:
-            await conn._request(Frame("SUBSCRIBE", headers))
+            await conn._request(self._subscribe_frame(consumer, no_local=no_local, extra=extra))
         except BaseException:
             conn._unregister(consumer._sub_id)
             raise
         self._consumers.append(consumer)
         return consumer
 
-    def _consumed_one(self, consumer: "AsyncMessageConsumer", ack: dict) -> None:
-        """Acknowledgement bookkeeping when the application gets a message (never waits)."""
-        mode = self.ack_mode
-        if mode == AUTO_ACKNOWLEDGE:
-            consumer._ack(ack)
-        elif mode == DUPS_OK_ACKNOWLEDGE:
-            consumer._pending_ack = ack
-            consumer._pending_count += 1
-            if consumer._pending_count >= max(1, consumer.prefetch // 4):
-                consumer._flush_ack()
-        elif mode == CLIENT_ACKNOWLEDGE:
-            self._consumed.append((consumer, ack))
-        else:  # transacted: ack inside the transaction now; COMMIT applies it
-            headers = dict(ack)
-            headers["transaction"] = self._tx
-            self.connection._send(Frame("ACK", headers))
-            self._consumed.append((consumer, ack))
-
     # -- listeners ---------------------------------------------------------------------------------------
-    def _to_listener(self, consumer: "AsyncMessageConsumer", frame: Frame) -> None:
-        self._listener_queue.append((consumer, frame))
+    def _to_listener(self, consumer: AsyncMessageConsumer) -> None:
+        self._listener_queue.append(consumer)
         wakeup = self._dispatch_wakeup
         if wakeup is not None and not wakeup.done():
             wakeup.set_result(None)
@@ -698,40 +614,22 @@ class AsyncSession(SessionFactories):
             if not conn._started.is_set():
                 await conn._started.wait()
                 continue
-            consumer, frame = q.popleft()
-            if consumer._closed:
+            consumer = q.popleft()            # one entry per message that arrived for a listener
+            if consumer._closed or consumer._listener is None:
+                consumer._wake()              # the listener was removed: receive() takes it
                 continue
-            listener = consumer._listener
-            if listener is None:             # the listener was removed: back to receive()
-                consumer._inbox.append(frame)
-                consumer._wake()
-                continue
-            message, ack = consumer._to_message(frame)
             while self._owner is not None:   # the application is inside the session: wait its turn
                 self._released = loop.create_future()
                 await self._released
                 if self._closed:
                     return
+            listener = consumer._listener
+            if consumer._closed or listener is None or not consumer._buffer:
+                continue
             self._owner = asyncio.current_task()
             self._in_listener = True
             try:
-                try:
-                    result = listener(message)
-                    if inspect.isawaitable(result):
-                        await result
-                except Exception:
-                    log.exception("message listener of %s raised; the message will be redelivered",
-                                  consumer.destination)
-                    if self.ack_mode in (AUTO_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE):
-                        try:
-                            consumer._nack(ack)
-                        except PymqError as exc:
-                            log.warning("returning the message after the listener failed: %s", exc)
-                    continue
-                try:
-                    self._consumed_one(consumer, ack)
-                except PymqError as exc:
-                    log.warning("acknowledging after the listener returned: %s", exc)
+                await consumer._dispatch(consumer._buffer.popleft(), listener)
             finally:
                 self._in_listener = False
                 self._leave()
@@ -739,89 +637,80 @@ class AsyncSession(SessionFactories):
 
 # -- producer ---------------------------------------------------------------------------------------------
 
-class AsyncMessageProducer:
+class AsyncMessageProducer(ProducerCore):
     """Sends messages; created by a session and used from its task."""
 
-    def __init__(self, session: AsyncSession, destination: Destination | None) -> None:
-        self._session = session
-        self.destination = destination
-        self.delivery_mode = PERSISTENT
-        self.priority = 4
-        self.time_to_live = 0          # ms, 0 = forever
-        self.delivery_delay = 0        # ms (JMS 2.0)
-        self._closed = False
+    _session: AsyncSession
 
     @_guarded
-    async def send(self, message: Any, destination: Destination | str | None = None, *,
+    async def send(self, message: MessageBody, destination: Destination | str | None = None, *,
                    delivery_mode: int | None = None, priority: int | None = None,
                    time_to_live: int | None = None, delivery_delay: int | None = None,
-                   transaction: Any = None) -> Message:
+                   transaction: object = None) -> Message:
         """Send ``message`` (a Message, or str/bytes/dict made into one); returns the Message sent.
 
         Persistent messages outside a transaction wait for the broker's receipt, which comes once
-        the message is durable (disable with ``sync_send=False``).
+        the message is durable (disable with ``sync_send=False``).  ``transaction``: the application's
+        SQLAlchemy ``Connection``/``Session`` or ``AsyncConnection``/``AsyncSession``; the message is
+        written in that database transaction and seen only if it commits.
         """
-        if self._closed:
-            raise IllegalStateError("the producer is closed")
-        session = self._session
-        session._check()
         if transaction is not None:
-            raise IllegalStateError("application (database) transactions are not supported by pymq.aio; "
-                                    "use a transacted session")
-        msg, frame = send_frame(self, message, destination, delivery_mode=delivery_mode, priority=priority,
-                                time_to_live=time_to_live, delivery_delay=delivery_delay)
-        headers = frame.headers
-        mode = msg.delivery_mode
-        conn = session.connection
-        if session.transacted:
-            headers["transaction"] = session._tx
-            await conn._send_flowing(frame)
-        elif mode == PERSISTENT and conn.factory.sync_send:
-            receipt = await conn._request(frame)
-            msg.message_id = receipt.get("message-id")
+            self._check()
+            return await _send_in_transaction(self, message, destination, transaction, delivery_mode=delivery_mode,
+                                              priority=priority, time_to_live=time_to_live)
+        msg, frame, confirm = self._prepare(message, destination, delivery_mode=delivery_mode, priority=priority,
+                                            time_to_live=time_to_live, delivery_delay=delivery_delay)
+        conn = self._session.connection
+        if confirm:
+            msg.message_id = (await conn._request(frame)).get("message-id")
         else:
             await conn._send_flowing(frame)
         return msg
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     async def close(self) -> None:
         self._closed = True
 
-    async def __aenter__(self) -> "AsyncMessageProducer":
+    async def __aenter__(self) -> AsyncMessageProducer:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
 
+async def _send_in_transaction(producer: AsyncMessageProducer, message: MessageBody,
+                               destination: Destination | str | None, transaction: object, *,
+                               delivery_mode: int | None, priority: int | None,
+                               time_to_live: int | None) -> Message:
+    from pymq.client.apptx import insert_pending, pending_row
+    msg, target, data = pending_row(producer, message, destination, delivery_mode=delivery_mode,
+                                    priority=priority, time_to_live=time_to_live)
+    run_sync = getattr(transaction, "run_sync", None)
+    if run_sync is not None and inspect.iscoroutinefunction(run_sync):
+        # SQLAlchemy's AsyncConnection / AsyncSession: the insert runs on their synchronous side
+        await run_sync(lambda sync: insert_pending(sync, target, data, persistent=msg.persistent))
+    else:
+        insert_pending(transaction, target, data, persistent=msg.persistent)
+    return msg
+
+
 # -- consumer ---------------------------------------------------------------------------------------------
 
-class AsyncMessageConsumer:
+class AsyncMessageConsumer(ConsumerCore):
     """Receives from one destination; created by a session and used from its task."""
+
+    _session: AsyncSession
+    _listener: MessageListener | None  # type: ignore[assignment]
 
     def __init__(self, session: AsyncSession, destination: Destination, selector: str | None,
                  prefetch: int) -> None:
-        self._session = session
-        self.destination = destination
-        self.selector = selector
-        self.prefetch = prefetch
-        self._inbox: collections.deque = collections.deque()   # bounded by the broker's credit
-        self._waiter: asyncio.Future | None = None
-        self._listener: MessageListener | None = None
-        self._closed = False
-        self._pending_ack: dict | None = None
-        self._pending_count = 0
-        self._sub_id = session.connection._register(self)
+        super().__init__(session, destination, selector, prefetch)
+        self._waiter: asyncio.Future[None] | None = None
 
     # the transport's callback
-    def _arrived(self, frame: Frame) -> None:
+    def _notify(self) -> None:
         if self._listener is not None:
-            self._session._to_listener(self, frame)
+            self._session._to_listener(self)
             return
-        self._inbox.append(frame)
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -831,37 +720,6 @@ class AsyncMessageConsumer:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    @property
-    def buffered(self) -> int:
-        """Messages delivered by the broker and not yet handed to the application."""
-        return len(self._inbox) + sum(1 for c, _ in self._session._listener_queue if c is self)
-
-    def _to_message(self, frame: Frame) -> tuple[Message, dict]:
-        h = frame.headers
-        message = from_frame(h, frame.body)
-        session = self._session
-        if session.connection.version == "1.2":
-            ack = {"id": h.get("ack", "")}
-        else:
-            ack = {"message-id": h.get("message-id", ""), "subscription": self._sub_id}
-        if session.ack_mode == CLIENT_ACKNOWLEDGE:
-            message._acknowledge = session._acknowledge_now
-        return message, ack
-
-    def _ack(self, ack: dict) -> None:
-        self._session.connection._send(Frame("ACK", ack))
-
-    def _nack(self, ack: dict) -> None:
-        if self._session.connection.version == "1.0":
-            return  # 1.0 has no NACK: the message returns when the subscription ends
-        self._session.connection._send(Frame("NACK", ack))
-
-    def _flush_ack(self) -> None:
-        if self._pending_ack is not None:
-            ack, self._pending_ack = self._pending_ack, None
-            self._pending_count = 0
-            self._ack(ack)
-
     @_guarded
     async def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to ``timeout`` seconds (None: forever); None on timeout."""
@@ -870,7 +728,7 @@ class AsyncMessageConsumer:
         conn = self._session.connection
         loop = conn._loop
         deadline = None if timeout is None else loop.time() + timeout
-        inbox = self._inbox
+        buffer = self._buffer
         while True:
             if self._closed:
                 raise IllegalStateError("the consumer is closed")
@@ -880,12 +738,9 @@ class AsyncMessageConsumer:
                 if remaining == 0.0 or not await _wait(conn._started.wait(), remaining):
                     return None
                 continue
-            if inbox:
-                message, ack = self._to_message(inbox.popleft())
-                self._session._consumed_one(self, ack)
-                return message
-            # about to wait: let the broker refill credit held by batched (dups-ok) acks
-            self._flush_ack()
+            if buffer:
+                return self._take(buffer.popleft())
+            self._before_wait()
             if remaining == 0.0:
                 return None
             self._waiter = waiter = loop.create_future()
@@ -931,13 +786,27 @@ class AsyncMessageConsumer:
         self._listener = listener
         if listener is not None:
             session._start_dispatcher()
-            # messages that arrived before the listener was set go to it, in order
-            while self._inbox:
-                session._to_listener(self, self._inbox.popleft())
+            for _ in range(len(self._buffer)):   # messages that arrived before go to it, in order
+                session._to_listener(self)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    async def _dispatch(self, frame: Frame, listener: MessageListener) -> None:
+        """Run ``listener`` for ``frame`` (the dispatcher task, owning the session)."""
+        message, delivery = self._for_listener(frame)
+        try:
+            result = listener(message)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("message listener of %s raised; the message will be redelivered", self.destination)
+            try:
+                self._listener_done(delivery, failed=True)
+            except PymqError as exc:
+                log.warning("returning the message after the listener failed: %s", exc)
+            return
+        try:
+            self._listener_done(delivery, failed=False)
+        except PymqError as exc:
+            log.warning("acknowledging after the listener returned: %s", exc)
 
     async def close(self) -> None:
         await self._close(unsubscribe=True)
@@ -946,22 +815,15 @@ class AsyncMessageConsumer:
         if self._closed:
             return
         conn = self._session.connection
-        try:
-            self._flush_ack()
-        except PymqError:
-            pass
-        self._closed = True
-        self._wake()
+        self._closing()
         if unsubscribe and not conn.closed:
             try:
                 await conn._request(Frame("UNSUBSCRIBE", {"id": self._sub_id}))
             except PymqError:
                 pass
         conn._unregister(self._sub_id)
-        if self in self._session._consumers:
-            self._session._consumers.remove(self)
 
-    async def __aenter__(self) -> "AsyncMessageConsumer":
+    async def __aenter__(self) -> AsyncMessageConsumer:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -970,66 +832,69 @@ class AsyncMessageConsumer:
 
 # -- browser ------------------------------------------------------------------------------------------------
 
-class _BrowseReceiver:
-    """One browse subscription's frames (spec/stomp.md §4 ``browser:true``, §9 ranges); it unregisters
-    itself at the broker's ``browser:end``, so an abandoned iteration leaves nothing registered."""
+class _AsyncBrowse(BrowseCore):
+    def __init__(self, connection: AsyncConnection, destination: Destination,
+                 extra: dict[str, object], *, raw: bool = False) -> None:
+        super().__init__(connection, destination, extra, raw=raw)
+        self.waiter: asyncio.Future[None] | None = None
 
-    def __init__(self, connection: AsyncConnection) -> None:
-        self.connection = connection
-        self.frames: collections.deque = collections.deque()
-        self.end: dict | None = None          # the end marker's headers (range bounds)
-        self.waiter: asyncio.Future | None = None
-        self.sub_id = connection._register(self)
-
-    def _arrived(self, frame: Frame) -> None:
-        if frame.headers.get("browser") == "end":
-            self.end = frame.headers
-            self.connection._unregister(self.sub_id)
-        else:
-            self.frames.append(frame)
-        self._wake()
-
-    def _wake(self) -> None:
+    def _notify(self) -> None:
         waiter = self.waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
 
-async def _browse(session: AsyncSession, destination: Destination, extra: dict, timeout: float | None,
-                  receiver: _BrowseReceiver | None = None) -> AsyncIterator[Message]:
-    """Subscribe with ``browser:true`` (plus ``extra`` headers) and yield each message as it arrives,
-    until the broker's end marker (then ``receiver.end`` holds its headers)."""
+async def _browse(session: AsyncSession, browse: _AsyncBrowse, timeout: float | None) -> AsyncIterator[Message]:
+    """Subscribe with ``browser:true`` and yield each message as it arrives, until the broker's end
+    marker (then ``browse.end`` holds its headers)."""
     conn = session.connection
-    receiver = receiver or _BrowseReceiver(conn)
-    headers = {"destination": destination.stomp_name, "id": receiver.sub_id, "browser": "true", "ack": "auto"}
-    headers.update({k: str(v) for k, v in extra.items() if v is not None})
     loop = conn._loop
     try:
-        await conn._request(Frame("SUBSCRIBE", headers))
-        timeout = conn.factory.timeout if timeout is None else timeout
-        deadline = loop.time() + timeout
+        await conn._request(browse.subscribe)
+        limit = conn.factory.timeout if timeout is None else timeout
+        deadline = loop.time() + limit
         while True:
-            if receiver.frames:
-                frame = receiver.frames.popleft()
-                yield from_frame(frame.headers, frame.body)
+            message = browse._next()
+            if message is not None:
+                yield message
                 continue
-            if receiver.end is not None:
+            if browse.end is not None:
                 return
             conn._check_open()
             remaining = deadline - loop.time()
-            receiver.waiter = loop.create_future()
-            if remaining <= 0 or not await _wait(receiver.waiter, remaining):
-                raise PymqTimeout(f"the browse of {destination} did not finish within {timeout:g}s")
+            browse.waiter = loop.create_future()
+            if remaining <= 0 or not await _wait(browse.waiter, remaining):
+                raise PymqTimeout(f"the browse of {browse.destination} did not finish within {limit:g}s")
     finally:
-        conn._unregister(receiver.sub_id)
+        browse._close()
+
+
+async def _collect(session: AsyncSession, browse: _AsyncBrowse, timeout: float | None) -> None:
+    """A whole browse into ``browse`` (messages, or pairs when raw), until the broker's end marker."""
+    conn = session.connection
+    loop = conn._loop
+    try:
+        await conn._request(browse.subscribe)
+        limit = conn.factory.timeout if timeout is None else timeout
+        deadline = loop.time() + limit
+        while True:
+            if browse._collect():
+                continue
+            if browse.end is not None:
+                return
+            conn._check_open()
+            remaining = deadline - loop.time()
+            browse.waiter = loop.create_future()
+            if remaining <= 0 or not await _wait(browse.waiter, remaining):
+                raise PymqTimeout(f"the browse of {browse.destination} did not finish within {limit:g}s")
+    finally:
+        browse._close()
 
 
 class AsyncQueueBrowser:
     """Looks at a queue's messages in delivery order without removing them (``async for``)."""
 
     def __init__(self, session: AsyncSession, queue: Destination, selector: str | None) -> None:
-        if isinstance(queue, Topic):
-            raise IllegalStateError("browsers read queues, not topics")
         self._session = session
         self.queue = queue
         self.selector = selector
@@ -1041,7 +906,8 @@ class AsyncQueueBrowser:
         if self._closed:
             raise IllegalStateError("the browser is closed")
         self._session._check_owner()
-        return _browse(self._session, self.queue, {"selector": self.selector or None}, timeout)
+        browse = _AsyncBrowse(self._session.connection, self.queue, {"selector": self.selector or None})
+        return _browse(self._session, browse, timeout)
 
     def __aiter__(self) -> AsyncIterator[Message]:
         return self._browse(None)
@@ -1055,7 +921,7 @@ class AsyncQueueBrowser:
     async def close(self) -> None:
         self._closed = True
 
-    async def __aenter__(self) -> "AsyncQueueBrowser":
+    async def __aenter__(self) -> AsyncQueueBrowser:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -1078,12 +944,11 @@ class AsyncRequestor:
         self._producer = session.create_producer(self.destination)
         self._consumer: AsyncMessageConsumer | None = None
 
-    async def request(self, message: Any, timeout: float | None = 10.0) -> Message:
+    async def request(self, message: MessageBody, timeout: float | None = 10.0) -> Message:
+        """Send ``message`` and wait for its reply (raises pymq's TimeoutError when none comes)."""
         if self._consumer is None:     # subscribe before the first request can be answered
             self._consumer = await self.session.create_consumer(self.reply_queue)
-        msg = make_message(message)
-        msg.reply_to = self.reply_queue
-        msg.correlation_id = uuid.uuid4().hex
+        msg = request_message(message, self.reply_queue)
         await self._producer.send(msg, delivery_mode=NON_PERSISTENT)
         loop = self.session.connection._loop
         deadline = None if timeout is None else loop.time() + timeout
@@ -1091,30 +956,113 @@ class AsyncRequestor:
             remaining = None if deadline is None else deadline - loop.time()
             if remaining is not None and remaining <= 0:
                 raise PymqTimeout(f"no reply from {self.destination} within {timeout}s")
-            reply = await self._consumer.receive(remaining)
-            if reply is None:
-                continue
-            if reply.correlation_id == msg.correlation_id:
-                return reply
-            # a late reply to an earlier, timed-out request: drop it
+            answer = await self._consumer.receive(remaining)
+            if answer is not None and answer.correlation_id == msg.correlation_id:
+                return answer
+            # None, or a late reply to an earlier, timed-out request: drop it
 
     async def close(self) -> None:
         if self._consumer is not None:
             await self._consumer.close()
         await self._producer.close()
 
-    async def __aenter__(self) -> "AsyncRequestor":
+    async def __aenter__(self) -> AsyncRequestor:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
 
-async def reply(session: AsyncSession, request: Message, response: Any) -> Message:
+async def reply(session: AsyncSession, request: Message, response: MessageBody) -> Message:
     """Answer ``request`` on its reply-to destination, copying its correlation id."""
-    if request.reply_to is None:
-        raise IllegalStateError("the request has no reply-to destination")
-    msg = make_message(response)
-    msg.correlation_id = request.correlation_id or request.message_id
-    producer = session.create_producer(request.reply_to)
-    return await producer.send(msg, delivery_mode=NON_PERSISTENT)
+    msg, to = reply_message(request, response)
+    return await session.create_producer(to).send(msg, delivery_mode=NON_PERSISTENT)
+
+
+# -- queue administration --------------------------------------------------------------------------------------
+
+class _FutureInbox(AdminInbox):
+    def __init__(self) -> None:
+        super().__init__()
+        self.futures: dict[str, asyncio.Future[None]] = {}
+
+    def _answered(self, corr: str) -> None:
+        fut = self.futures.get(corr)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+    def _wake(self) -> None:
+        for fut in list(self.futures.values()):
+            if not fut.done():
+                fut.set_result(None)
+
+
+class AsyncQueueManager:
+    """Queue administration over an :class:`AsyncConnection` (the blocking ``QueueManager``'s operations)."""
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self.connection = connection
+        self._inbox: _FutureInbox | None = None
+        self._subscribing: asyncio.Lock = asyncio.Lock()
+
+    async def _ensure(self) -> _FutureInbox:
+        async with self._subscribing:
+            if self._inbox is None:
+                inbox = _FutureInbox()
+                sub_id = self.connection._register(inbox)
+                await self.connection._request(inbox.subscribe(sub_id))
+                self._inbox = inbox
+            return self._inbox
+
+    async def call(self, op: str, timeout: float | None = None, **args: object) -> Any:
+        """Run admin operation ``op`` (spec/admin.md) with ``args``; its JSON result, or the broker's
+        error raised here.  The methods below are the typed way to the common operations."""
+        return await self._run(AdminCall(op, dict(args), lambda value: value), timeout)
+
+    async def _run(self, call: AdminCall[_T], timeout: float | None = None) -> _T:
+        inbox = await self._ensure()
+        conn = self.connection
+        corr, frame = inbox.request(call)
+        fut = inbox.futures[corr] = conn._loop.create_future()
+        try:
+            conn._send(frame)
+            wait = conn.factory.timeout if timeout is None else timeout
+            if not await _wait(fut, wait):
+                raise PymqTimeout(f"no answer to admin operation {call.op!r} within {wait:g}s")
+            conn._check_open()
+            answer = inbox.answers.get(corr)
+        finally:
+            inbox.futures.pop(corr, None)
+            inbox.answers.pop(corr, None)
+        if answer is None:
+            raise PymqTimeout(f"no answer to admin operation {call.op!r}")
+        return admin_result(call, answer)
+
+    async def create(self, name: Queue | str, *, grants: dict[str, list[str]] | None = None,
+                     **config: object) -> Queue:
+        """Create queue ``name`` (see the blocking ``QueueManager.create`` for the settings)."""
+        return await self._run(create_call(name, grants, config))
+
+    async def drop(self, name: Queue | str, *, force: bool = False) -> int:
+        return await self._run(drop_call(name, force))
+
+    async def purge(self, name: Queue | str) -> int:
+        return await self._run(purge_call(name))
+
+    async def list(self) -> list[JsonObject]:
+        return await self._run(list_call())
+
+    async def info(self, name: Queue | str) -> JsonObject:
+        return await self._run(info_call(name))
+
+    async def metrics(self, name: Queue | str) -> JsonObject:
+        return await self._run(metrics_call(name))
+
+    async def destinations(self) -> JsonObject:
+        return await self._run(destinations_call())
+
+    async def grant(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        return await self._run(grant_call("grant", destination, principal, permissions))
+
+    async def revoke(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        return await self._run(grant_call("revoke", destination, principal, permissions))

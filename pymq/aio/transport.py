@@ -1,14 +1,14 @@
 """Async transports: how an :class:`~pymq.aio.AsyncConnection` exchanges frames with a broker, on one loop.
 
-* :class:`StompTransport` — an ``asyncio.Protocol`` around the sans-IO client state machine
+* :class:`StompTransport` — an ``asyncio.Protocol`` (over TLS for ``stomps://``) around the sans-IO client state machine
   (:class:`pymq.protocol.connection.StompConnection`), so framing, escaping and the transition table are
   the ones the broker and the blocking SDK use.  Outgoing frames are gathered per loop iteration into one
   ``transport.write`` (a burst of sends costs one syscall, as on the broker side).  A heart-beat task,
   owned by the transport, beats and watches the broker when heart-beats are negotiated.
-* :class:`VmTransport` — the embedded broker behind ``vm://name`` (the one the blocking SDK uses): frames
-  cross threads as objects, into the broker's loop through ``call_soon_threadsafe`` and back into ours
-  through a deque drained by one ``call_soon_threadsafe`` per batch.  The same client state machine
-  accounts for every frame (``send_frame``/``receive_frame``), so misuse fails the same way on both.
+* :class:`VmTransport` — the embedded broker behind ``vm://name`` (the one the blocking SDK uses, through
+  the same link and the same client end, :class:`pymq.client.vm.VmEndpoint`): frames cross threads as
+  objects, into the broker's loop in batches and back into ours through a deque drained by one
+  ``call_soon_threadsafe`` per batch.
 
 Contract with the connection (all on the client's event loop):
 ``on_frame(frame)`` for every frame after CONNECTED, in arrival order; ``on_lost(error)`` exactly once
@@ -22,12 +22,15 @@ from __future__ import annotations
 import asyncio
 import collections
 import socket
+import ssl
 import time
-from typing import Any, Callable
+from typing import Callable
 
-from pymq.client.transport import TCP_OPTIONS, parse_url
-from pymq.errors import (ConnectFailed, ConnectionClosed, HeartbeatTimeout, PymqError, ProtocolError,
-                         error_from_headers)
+from pymq.client.transport import tls_failure
+from pymq.client.url import StompAddress, VmAddress
+from pymq.client.vm import VmEndpoint, embedded
+from pymq.client._core import error_of
+from pymq.errors import ConnectFailed, ConnectionClosed, HeartbeatTimeout, ProtocolError, PymqError
 from pymq.errors import TimeoutError as PymqTimeout
 from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
 from pymq.protocol.frame import Frame
@@ -39,10 +42,6 @@ LostHandler = Callable[[PymqError], None]
 _FLUSH_AT = 64 * 1024
 
 
-def _error_of(frame: Frame) -> PymqError:
-    return error_from_headers(frame.headers, frame.body.decode("utf-8", "replace"))
-
-
 class AsyncTransport:
     """What an AsyncConnection needs from a transport (see the module docstring)."""
 
@@ -52,7 +51,7 @@ class AsyncTransport:
     session_id: str = ""
     paused: bool = False         # True while the broker holds back this connection's SENDs
 
-    async def connect(self, headers: dict, timeout: float) -> Frame:
+    async def connect(self, headers: dict[str, str], timeout: float) -> Frame:
         raise NotImplementedError
 
     def send(self, frame: Frame) -> None:
@@ -75,10 +74,10 @@ class _FlowGate:
     __slots__ = ("waiters",)
 
     def __init__(self) -> None:
-        self.waiters: list[asyncio.Future] = []
+        self.waiters: list[asyncio.Future[None]] = []
 
     async def wait(self, timeout: float, what: str) -> None:
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.waiters.append(fut)
         try:
             await asyncio.wait_for(fut, timeout)
@@ -102,21 +101,24 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
     """STOMP over TCP with asyncio; the reader is the Protocol itself (no reader task to leak)."""
 
     def __init__(self, host: str, port: int, *, max_frame_size: int = 64 * 1024 * 1024,
-                 heartbeat: tuple[int, int] = (10_000, 10_000), heartbeat_grace: float = 2.0) -> None:
+                 heartbeat: tuple[int, int] = (10_000, 10_000), heartbeat_grace: float = 2.0,
+                 ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None) -> None:
         self.host, self.port = host, port
         self.heartbeat = heartbeat
         self.grace = heartbeat_grace
+        self.ssl_context = ssl_context
+        self.server_hostname = server_hostname
         self.conn = StompConnection(Role.CLIENT, max_frame_size=max_frame_size)
-        self._loop: Any = None                             # the client's loop, from connect()
+        self._loop: asyncio.AbstractEventLoop | None = None      # the client's loop, from connect()
         self._transport: asyncio.Transport | None = None
-        self._connected: asyncio.Future | None = None     # CONNECTED (or the refusal) while connecting
-        self._gone: asyncio.Future | None = None          # resolved by connection_lost
+        self._connected: asyncio.Future[Frame] | None = None     # CONNECTED (or the refusal) while connecting
+        self._gone: asyncio.Future[None] | None = None           # resolved by connection_lost
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
         self._closed = False
         self._lost_reported = False
-        self._beater: asyncio.Task | None = None
+        self._beater: asyncio.Task[None] | None = None
         self._last_recv = self._last_send = time.monotonic()
         self._flow = _FlowGate()
         self._established = False          # on_lost is reported only for a connection that opened
@@ -127,16 +129,26 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
         return self._closed
 
     # -- connecting ------------------------------------------------------------------------------
-    async def connect(self, headers: dict, timeout: float) -> Frame:
+    async def connect(self, headers: dict[str, str], timeout: float) -> Frame:
         loop = self._loop = asyncio.get_running_loop()
-        self._connected = loop.create_future()
+        connected = self._connected = loop.create_future()
         self._gone = loop.create_future()
         where = f"{self.host}:{self.port}"
+        tls = self.ssl_context
         try:
-            await asyncio.wait_for(loop.create_connection(lambda: self, self.host, self.port), timeout)
+            if tls is None:
+                opening = loop.create_connection(lambda: self, self.host, self.port)
+            else:
+                opening = loop.create_connection(lambda: self, self.host, self.port, ssl=tls,
+                                                 server_hostname=self.server_hostname or self.host,
+                                                 ssl_handshake_timeout=timeout)
+            await asyncio.wait_for(opening, timeout)
         except asyncio.TimeoutError:
             raise ConnectFailed(f"cannot connect to {where}: no answer within {timeout:g} s",
                                 host=self.host, port=self.port) from None
+        except (ssl.SSLError, ssl.CertificateError) as exc:
+            assert tls is not None
+            raise tls_failure(where, exc, verifying=tls.verify_mode != ssl.CERT_NONE) from None
         except OSError as exc:
             raise ConnectFailed(f"cannot connect to {where}: {exc.strerror or exc}",
                                 host=self.host, port=self.port) from None
@@ -145,7 +157,7 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
         assert self._transport is not None      # connection_made ran inside create_connection
         self._transport.write(self.conn.send(Frame("CONNECT", headers)))
         try:
-            first = await asyncio.wait_for(asyncio.shield(self._connected), timeout)
+            first = await asyncio.wait_for(asyncio.shield(connected), timeout)
         except asyncio.TimeoutError:
             self._abort()
             raise PymqTimeout(f"no CONNECTED from {where} within {timeout:g} s") from None
@@ -185,7 +197,7 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
                 return
             first, frames = frames[0], frames[1:]
             if first.command == "ERROR":
-                connecting.set_exception(_error_of(first))
+                connecting.set_exception(error_of(first))
             else:
                 connecting.set_result(first)
             return   # the rest is parsed once the version is settled (see connect)
@@ -195,7 +207,7 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
         for frame in frames:
             self.on_frame(frame)
             if frame.command == "ERROR":
-                self._fail(_error_of(frame))
+                self._fail(error_of(frame))
                 return
 
     def eof_received(self) -> bool:
@@ -206,8 +218,12 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
             self._gone.set_result(None)
         connecting = self._connected
         if connecting is not None and not connecting.done():
-            connecting.set_exception(ConnectFailed(
-                f"{self.host}:{self.port} closed the connection during CONNECT"))
+            if isinstance(exc, (ssl.SSLError, ssl.CertificateError)):
+                # TLS 1.3: a refused client certificate shows only after the handshake
+                connecting.set_exception(tls_failure(f"{self.host}:{self.port}", exc, verifying=True))
+            else:
+                connecting.set_exception(ConnectFailed(
+                    f"{self.host}:{self.port} closed the connection during CONNECT"))
         reason = f"connection to the broker failed: {exc}" if exc else "the broker closed the connection"
         self._report_lost(ConnectionClosed(reason))
 
@@ -306,43 +322,37 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
         self._report_lost(ConnectionClosed("the connection was closed"))
 
 
-class VmTransport(AsyncTransport):
-    """An in-process connection to the embedded broker ``name`` (started on first use)."""
+class VmTransport(VmEndpoint, AsyncTransport):
+    """An in-process connection to the embedded broker ``name`` (started on first use).
 
-    def __init__(self, name: str, options: dict | None = None) -> None:
-        self.name = name
-        self.options = options or {}
-        self.conn = StompConnection(Role.CLIENT)
-        self.link: Any = None                              # an AsyncVmLink once connect() opened it
-        self._loop: Any = None                             # the client's loop, from connect()
-        self._connected: Any = None                        # CONNECTED (or the refusal) while connecting
-        self._inbound: collections.deque = collections.deque()   # (frame | None, error) from the broker
+    Frames cross threads as objects: into the broker's loop through the link (batched), and back into
+    ours through a deque drained by one ``call_soon_threadsafe`` per batch.  Flow control: ``paused``
+    while the link holds SENDs back (memory limit, or more than its window in flight), and
+    ``writable()`` waits for the broker's ``flow_changed``."""
+
+    def __init__(self, name: str, options: dict[str, str] | None = None) -> None:
+        super().__init__(name, options or {})
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._answer: asyncio.Future[Frame] | None = None     # CONNECTED (or the refusal)
+        self._inbound: collections.deque[tuple[Frame | None, PymqError | None]] = collections.deque()
         self._drain_scheduled = False
-        self._closed = False
-        self._lost_reported = False
-        self._established = False
         self._flow = _FlowGate()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
 
     @property
     def paused(self) -> bool:   # type: ignore[override]
         link = self.link
-        return link is not None and (link.paused or link.in_flight > link.window_high)
+        return link is not None and link.held_back
 
-    async def connect(self, headers: dict, timeout: float) -> Frame:
-        from pymq.aio._vm import open_async_link   # the broker lives in pymq_server: import on use
+    async def connect(self, headers: dict[str, str], timeout: float) -> Frame:
         loop = self._loop = asyncio.get_running_loop()
-        self._connected = loop.create_future()
-        self.conn.send_frame(Frame("CONNECT", headers))
-        self.link = await open_async_link(self.name, self.options, self, headers)
+        answer = self._answer = loop.create_future()
+        # the first use of a name starts a broker thread and waits for it: not on the event loop
+        broker = await loop.run_in_executor(None, embedded, self.name, self.options)
+        self._open(broker, headers)
         try:
-            first = await asyncio.wait_for(asyncio.shield(self._connected), timeout)
+            first = await asyncio.wait_for(asyncio.shield(answer), timeout)
         except asyncio.TimeoutError:
-            self._closed = True
-            self.link.disconnect()
+            self._disconnect()
             raise PymqTimeout(f"embedded broker {self.name!r} did not answer CONNECT in {timeout:g}s") from None
         self.version = self.conn.version
         self.session_id = first.headers.get("session", "")
@@ -355,84 +365,70 @@ class VmTransport(AsyncTransport):
             # the flag is cleared by the drain *before* it pops, so a frame appended after the clear
             # schedules its own drain and one appended before it is popped by the running drain
             self._drain_scheduled = True
-            try:
-                self._loop.call_soon_threadsafe(self._drain)
-            except RuntimeError:
-                # the client's loop is gone without closing: end this connection on the broker
-                self.link.abandon()
+            self._hop(self._drain)
 
     def flow_changed(self) -> None:
-        """Called (thread-safely) when the embedded broker resumes or catches up with our SENDs."""
+        self._hop(self._flow_changed)
+
+    def _hop(self, callback: Callable[[], None]) -> None:
+        loop = self._loop
+        try:
+            if loop is None:
+                raise RuntimeError("no event loop")
+            loop.call_soon_threadsafe(callback)
+        except RuntimeError:
+            # the client's loop is gone without closing: end this connection on the broker
+            if self.link is not None:
+                self.link.abandon()
+
+    # client loop
+    def _flow_changed(self) -> None:
         link = self.link
-        if not link.paused and link.in_flight <= link.window_low:
+        if link is not None and link.caught_up:
             self._flow.open()
 
     def _drain(self) -> None:
         self._drain_scheduled = False
         inbound = self._inbound
-        conn = self.conn
         while inbound:
             frame, error = inbound.popleft()
-            if frame is None:
-                self._lost(error or ConnectionClosed("the embedded broker closed the connection"))
-                return
-            try:
-                conn.receive_frame(frame)
-            except ProtocolError as exc:
-                self._lost(ConnectionClosed(f"the embedded broker sent an invalid frame: {exc}"))
-                self.link.disconnect()
-                return
-            connecting = self._connected
-            if not connecting.done():
-                if frame.command == "ERROR":
-                    self._closed = True
-                    connecting.set_exception(_error_of(frame))
-                    return
-                self._established = True
-                connecting.set_result(frame)
-                continue
-            if self._lost_reported:
-                return
-            self.on_frame(frame)
-            if frame.command == "ERROR":
-                self._lost(_error_of(frame))
+            if not self._handle(frame, error):
                 return
 
-    def _lost(self, error: PymqError) -> None:
-        self._closed = True
-        connecting = self._connected
-        if connecting is not None and not connecting.done():
-            connecting.set_exception(ConnectFailed(f"embedded broker {self.name!r} refused the connection"))
-            return
-        if self._lost_reported or not self._established:
-            return
-        self._lost_reported = True
+    def _connected(self, frame: Frame) -> None:
+        answer = self._answer
+        if answer is not None and not answer.done():
+            answer.set_result(frame)
+
+    def _refused(self, error: PymqError) -> None:
+        answer = self._answer
+        if answer is not None and not answer.done():
+            answer.set_exception(error)
+
+    def _report_lost(self, error: PymqError) -> None:
         self._flow.open(error)
         self.on_lost(error)
 
     def send(self, frame: Frame) -> None:
-        if self._closed:
-            raise ConnectionClosed("the connection is closed")
-        self.link.submit(self.conn.send_frame(frame))
+        self._submit(frame)
 
     async def writable(self, timeout: float) -> None:
         link = self.link
-        if self._closed or not self.paused:
+        if self._closed or link is None or not link.held_back:
             return
         link.want_wake = True          # then re-check: the broker may have caught up in between
-        if link.paused or link.in_flight > link.window_low:
+        if not link.caught_up:
             await self._flow.wait(timeout, f"the embedded broker {self.name!r}")
 
     async def close(self) -> None:
-        self._closed = True
-        if self.link is not None:
-            self.link.disconnect()
+        self._disconnect()
         self._lost(ConnectionClosed("the connection was closed"))
 
 
-def transport_for(url: str, **options) -> AsyncTransport:
-    """The transport for ``stomp://host:port`` (or ``tcp://``) or ``vm://name[?data_dir=..]``."""
-    kind, where = parse_url(url)
-    if kind == "stomp":
-        return StompTransport(*where, **{k: v for k, v in options.items() if k in TCP_OPTIONS})
-    return VmTransport(*where)
+def transport_for(address: StompAddress | VmAddress, *, heartbeat: tuple[int, int] = (10_000, 10_000),
+                  ssl_context: ssl.SSLContext | None = None, server_hostname: str | None = None) -> AsyncTransport:
+    """The transport for a parsed URL (``stomp://``, ``stomps://`` or ``vm://``)."""
+    if isinstance(address, StompAddress):
+        return StompTransport(address.host, address.port, heartbeat=heartbeat, ssl_context=ssl_context,
+                              server_hostname=server_hostname)
+    return VmTransport(address.name, address.options)

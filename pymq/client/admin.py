@@ -1,9 +1,10 @@
 """Managing queues from an application (seed 001): create, drop, purge, list, metrics, permissions.
 
-``conn.queue_manager()`` talks to the broker's admin destination (spec/admin.md) over the same
-connection: a private temporary reply queue and correlation ids, thread-safe like the Connection.
-Refusals come back as the same exception classes the broker would raise (``DestinationExists``,
-``AccessDenied``, ...), with the broker's message.
+``conn.queue_manager()`` (both SDKs) talks to the broker's admin destination (spec/admin.md) over the
+same connection: a private temporary reply queue and correlation ids.  Refusals come back as the same
+exception classes the broker would raise (``DestinationExists``, ``AccessDenied``, ...), with the
+broker's message.  The operations are described once here (:class:`AdminCall`: the request and how to
+read its answer); :class:`QueueManager` runs them blocking, ``pymq.aio.AsyncQueueManager`` with await.
 """
 from __future__ import annotations
 
@@ -11,132 +12,245 @@ import itertools
 import json
 import threading
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
 
-from pymq.destination import Queue, as_destination
-from pymq.errors import ERROR_CODES, PymqError, TimeoutError
+from pymq.destination import Destination, Queue, as_destination
+from pymq.errors import ERROR_CODES, MessageFormatError, PymqError, TimeoutError
 from pymq.protocol.frame import Frame
+
+if TYPE_CHECKING:
+    from pymq.client.blocking import Connection
 
 ADMIN_DESTINATION = "/pymq/admin"
 
+T = TypeVar("T")
+JsonObject = dict[str, object]
 
-class _ReplyInbox:
-    """Stands where a MessageConsumer would for the connection's frame routing."""
+
+class AdminCall(Generic[T]):
+    """One admin operation: its name and arguments, and how its result is read."""
+
+    __slots__ = ("op", "args", "extract")
+
+    def __init__(self, op: str, args: JsonObject, extract: Callable[[object], T]) -> None:
+        self.op = op
+        self.args = args
+        self.extract = extract
+
+
+def _object(value: object) -> JsonObject:
+    if not isinstance(value, dict):
+        raise MessageFormatError(f"the broker answered with {type(value).__name__}, expected an object")
+    return value
+
+
+def _objects(value: object) -> list[JsonObject]:
+    if not isinstance(value, list):
+        raise MessageFormatError(f"the broker answered with {type(value).__name__}, expected a list")
+    return [_object(v) for v in value]
+
+
+def _count(key: str) -> Callable[[object], int]:
+    def extract(value: object) -> int:
+        number = _object(value).get(key)
+        if not isinstance(number, int):
+            raise MessageFormatError(f"the broker's answer has no integer {key!r}")
+        return number
+    return extract
+
+
+def _queue_name(name: Queue | str) -> str:
+    if isinstance(name, Queue):
+        return name.name
+    return name[len("/queue/"):] if name.startswith("/queue/") else name
+
+
+def _destination_name(value: Destination | str) -> str:
+    if isinstance(value, str) and not value.startswith("/"):
+        value = "/queue/" + value
+    return as_destination(value).stomp_name
+
+
+# -- the operations (shared by both SDKs' queue managers) ------------------------------------------
+
+def create_call(name: Queue | str, grants: dict[str, list[str]] | None, config: JsonObject) -> AdminCall[Queue]:
+    queue = Queue(_queue_name(name))
+    return AdminCall("create-queue", {"name": queue.name, "config": config, "grants": grants},
+                     lambda _: queue)
+
+
+def drop_call(name: Queue | str, force: bool) -> AdminCall[int]:
+    return AdminCall("drop-queue", {"name": _queue_name(name), "force": force}, _count("dropped_messages"))
+
+
+def purge_call(name: Queue | str) -> AdminCall[int]:
+    return AdminCall("purge-queue", {"name": _queue_name(name)}, _count("purged_messages"))
+
+
+def list_call() -> AdminCall[list[JsonObject]]:
+    return AdminCall("list-queues", {}, _objects)
+
+
+def info_call(name: Queue | str) -> AdminCall[JsonObject]:
+    return AdminCall("queue-info", {"name": _queue_name(name)}, _object)
+
+
+def metrics_call(name: Queue | str) -> AdminCall[JsonObject]:
+    return AdminCall("queue-info", {"name": _queue_name(name)}, lambda v: _object(_object(v).get("metrics")))
+
+
+def destinations_call() -> AdminCall[JsonObject]:
+    return AdminCall("list-destinations", {}, _object)
+
+
+def grant_call(op: str, destination: Destination | str, principal: str,
+               permissions: tuple[str, ...]) -> AdminCall[JsonObject]:
+    return AdminCall(op, {"destination": _destination_name(destination), "principal": principal,
+                          "permissions": list(permissions)}, _object)
+
+
+# -- one request and its answer ------------------------------------------------------------------------
+
+class AdminInbox:
+    """The reply subscription: answers by correlation id (a shell adds how a caller waits)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.waiting: dict[str, list] = {}
+        self.reply_to = f"/temp-queue/admin-{uuid.uuid4().hex[:12]}"
+        self.answers: dict[str, Frame | None] = {}
+        self._ids = itertools.count(1)
+
+    def request(self, call: AdminCall[T]) -> tuple[str, Frame]:
+        corr = f"adm-{next(self._ids)}-{uuid.uuid4().hex[:6]}"
+        self.answers[corr] = None
+        return corr, Frame("SEND", {
+            "destination": ADMIN_DESTINATION, "pymq-admin-op": call.op, "reply-to": self.reply_to,
+            "correlation-id": corr, "content-type": "application/json"},
+            json.dumps(call.args).encode("utf-8"))
+
+    def subscribe(self, sub_id: str) -> Frame:
+        return Frame("SUBSCRIBE", {"destination": self.reply_to, "id": sub_id, "ack": "auto"})
 
     def _arrived(self, frame: Frame) -> None:
-        corr = frame.headers.get("correlation-id")
-        with self.lock:
-            slot = self.waiting.get(corr)
-        if slot is not None:
-            slot.append(frame)
-            slot[0].set()
+        corr = frame.headers.get("correlation-id", "")
+        if corr in self.answers:
+            self.answers[corr] = frame
+            self._answered(corr)
+
+    def _answered(self, corr: str) -> None:
+        raise NotImplementedError
 
     def _wake(self) -> None:
-        with self.lock:
-            for slot in self.waiting.values():
-                slot[0].set()
+        raise NotImplementedError
+
+
+def admin_result(call: AdminCall[T], frame: Frame) -> T:
+    """The result of ``call`` from the broker's answer, or the broker's refusal raised."""
+    try:
+        answer = json.loads(frame.body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise MessageFormatError(f"the broker's answer to {call.op!r} is not JSON: {exc}") from None
+    answer = _object(answer)
+    if answer.get("ok"):
+        return call.extract(answer.get("result"))
+    error = answer.get("error")
+    error = error if isinstance(error, dict) else {}
+    cls = ERROR_CODES.get(str(error.get("code", "")), PymqError)
+    exc = cls.__new__(cls)
+    PymqError.__init__(exc, str(error.get("message", "admin operation failed")))
+    for key, value in error.items():
+        if key not in ("code", "message"):
+            setattr(exc, key, value)
+    raise exc
+
+
+class _ThreadInbox(AdminInbox):
+    def __init__(self) -> None:
+        super().__init__()
+        self.events: dict[str, threading.Event] = {}
+
+    def _answered(self, corr: str) -> None:
+        event = self.events.get(corr)
+        if event is not None:
+            event.set()
+
+    def _wake(self) -> None:
+        for event in list(self.events.values()):
+            event.set()
 
 
 class QueueManager:
-    def __init__(self, connection) -> None:
+    """Queue administration over a blocking :class:`~pymq.Connection` (thread-safe like it)."""
+
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self._lock = threading.Lock()
-        self._inbox: _ReplyInbox | None = None
-        self._reply_to: str | None = None
-        self._ids = itertools.count(1)
+        self._inbox: _ThreadInbox | None = None
 
-    def _ensure(self) -> None:
+    def _ensure(self) -> _ThreadInbox:
         with self._lock:
-            if self._inbox is not None:
-                return
-            inbox = _ReplyInbox()
-            sub_id = self.connection._register(inbox)
-            reply_to = f"/temp-queue/admin-{uuid.uuid4().hex[:12]}"
-            self.connection._request(Frame("SUBSCRIBE", {"destination": reply_to, "id": sub_id,
-                                                         "ack": "auto"}))
-            self._inbox, self._reply_to = inbox, reply_to
+            if self._inbox is None:
+                inbox = _ThreadInbox()
+                sub_id = self.connection._register(inbox)
+                self.connection._request(inbox.subscribe(sub_id))
+                self._inbox = inbox
+            return self._inbox
 
-    def call(self, op: str, timeout: float | None = None, **args: Any) -> Any:
-        """Run admin operation ``op`` with ``args``; its result, or the broker's error raised here."""
-        self._ensure()
-        corr = f"adm-{next(self._ids)}-{uuid.uuid4().hex[:6]}"
-        slot: list = [threading.Event()]
-        inbox = self._inbox
-        with inbox.lock:
-            inbox.waiting[corr] = slot
+    def call(self, op: str, timeout: float | None = None, **args: object) -> Any:
+        """Run admin operation ``op`` (spec/admin.md) with ``args``; its JSON result, or the broker's
+        error raised here.  The methods below are the typed way to the common operations."""
+        return self._run(AdminCall(op, dict(args), lambda value: value), timeout)
+
+    def _run(self, call: AdminCall[T], timeout: float | None = None) -> T:
+        """Run ``call``; its result, or the broker's error raised here."""
+        inbox = self._ensure()
+        corr, frame = inbox.request(call)
+        event = inbox.events[corr] = threading.Event()
         try:
-            self.connection._send(Frame("SEND", {
-                "destination": ADMIN_DESTINATION, "pymq-admin-op": op, "reply-to": self._reply_to,
-                "correlation-id": corr, "content-type": "application/json"},
-                json.dumps(args).encode("utf-8")))
+            self.connection._send(frame)
             wait = self.connection.factory.timeout if timeout is None else timeout
-            if not slot[0].wait(wait):
-                raise TimeoutError(f"no answer to admin operation {op!r} within {wait}s")
+            if not event.wait(wait):
+                raise TimeoutError(f"no answer to admin operation {call.op!r} within {wait}s")
             self.connection._check_open()
-            answer = json.loads(slot[1].body.decode("utf-8"))
+            answer = inbox.answers.get(corr)
         finally:
-            with inbox.lock:
-                inbox.waiting.pop(corr, None)
-        if answer.get("ok"):
-            return answer.get("result")
-        error = answer.get("error") or {}
-        cls = ERROR_CODES.get(error.get("code", ""), PymqError)
-        exc = cls.__new__(cls)
-        PymqError.__init__(exc, error.get("message", "admin operation failed"))
-        for key, value in error.items():
-            if key not in ("code", "message"):
-                setattr(exc, key, value)
-        raise exc
+            inbox.events.pop(corr, None)
+            inbox.answers.pop(corr, None)
+        if answer is None:
+            raise TimeoutError(f"no answer to admin operation {call.op!r}")
+        return admin_result(call, answer)
 
     # -- the operations ------------------------------------------------------------------------
-    def create(self, name: str, *, grants: dict | None = None, **config: Any) -> Queue:
+    def create(self, name: Queue | str, *, grants: dict[str, list[str]] | None = None, **config: object) -> Queue:
         """Create queue ``name`` owned by this connection's user with ``config`` (QueueConfig fields:
         max_deliveries, dead_letter, dead_retention_ms, default_expiration_ms, default_priority,
         delivery_timeout_ms, max_depth, overflow, redelivery_delay_ms, redelivery_multiplier,
         redelivery_max_delay_ms, schema, routing_key).  The same config again is a no-op; a different one
         raises DestinationExists.  ``routing_key`` (group | correlation-id | message-id) says which id picks a
         message's node in a cluster (spec/routing.md §2.3)."""
-        self.call("create-queue", name=_queue_name(name), config=config, grants=grants)
-        return Queue(_queue_name(name))
+        return self._run(create_call(name, grants, config))
 
-    def drop(self, name: str, *, force: bool = False) -> int:
-        return self.call("drop-queue", name=_queue_name(name), force=force)["dropped_messages"]
+    def drop(self, name: Queue | str, *, force: bool = False) -> int:
+        """Delete queue ``name``; the number of messages it still held (``force`` drops a non-empty one)."""
+        return self._run(drop_call(name, force))
 
-    def purge(self, name: str) -> int:
-        return self.call("purge-queue", name=_queue_name(name))["purged_messages"]
+    def purge(self, name: Queue | str) -> int:
+        """Remove every waiting message; how many there were."""
+        return self._run(purge_call(name))
 
-    def list(self) -> list[dict]:
-        return self.call("list-queues")
+    def list(self) -> list[JsonObject]:
+        return self._run(list_call())
 
-    def info(self, name: str) -> dict:
-        return self.call("queue-info", name=_queue_name(name))
+    def info(self, name: Queue | str) -> JsonObject:
+        return self._run(info_call(name))
 
-    def metrics(self, name: str) -> dict:
-        return self.info(name)["metrics"]
+    def metrics(self, name: Queue | str) -> JsonObject:
+        return self._run(metrics_call(name))
 
-    def destinations(self) -> dict:
-        return self.call("list-destinations")
+    def destinations(self) -> JsonObject:
+        return self._run(destinations_call())
 
-    def grant(self, destination, principal: str, *permissions: str) -> dict:
-        return self.call("grant", destination=as_destination(_dest(destination)).stomp_name,
-                         principal=principal, permissions=list(permissions))
+    def grant(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        return self._run(grant_call("grant", destination, principal, permissions))
 
-    def revoke(self, destination, principal: str, *permissions: str) -> dict:
-        return self.call("revoke", destination=as_destination(_dest(destination)).stomp_name,
-                         principal=principal, permissions=list(permissions))
-
-
-def _queue_name(name) -> str:
-    if isinstance(name, Queue):
-        return name.name
-    return name[len("/queue/"):] if name.startswith("/queue/") else name
-
-
-def _dest(value):
-    if isinstance(value, str) and not value.startswith("/"):
-        return "/queue/" + value
-    return value
+    def revoke(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        return self._run(grant_call("revoke", destination, principal, permissions))

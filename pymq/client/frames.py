@@ -1,25 +1,29 @@
-"""What the SDKs put on the wire, built in one place: the blocking SDK (``pymq.client.blocking``),
-the asyncio SDK (``pymq.aio``) and the application-transaction send all call these, so a header rule
-(spec/stomp.md §4, §7, §9) is written once.
+"""What the SDKs put on the wire, built in one place: the client core (``pymq.client._core``) under both
+SDKs and the application-transaction send call these, so a header rule (spec/stomp.md §4, §7, §9) is
+written once.
 """
 from __future__ import annotations
 
-import uuid
-from typing import Any
+from typing import Protocol
 
-from pymq.destination import Destination, TemporaryQueue, Topic, as_destination
+from pymq.destination import Destination, as_destination
 from pymq.errors import IllegalStateError, MessageFormatError
-from pymq.message import (NON_PERSISTENT, PERSISTENT, BytesMessage, MapMessage, Message, TextMessage,
-                          make_message, now_ms)
+from pymq.message import NON_PERSISTENT, PERSISTENT, Message, MessageBody, make_message, now_ms
 from pymq.protocol.frame import Frame
 
-# acknowledge modes (JMS values), repeated here so this module needs nothing from either SDK
-_CLIENT_ACKNOWLEDGE = 2
-_DUPS_OK_ACKNOWLEDGE = 3
+
+class ProducerDefaults(Protocol):
+    """What a producer contributes to a SEND: its destination and defaults."""
+
+    destination: Destination | None
+    delivery_mode: int
+    priority: int
+    time_to_live: int
+    delivery_delay: int
 
 
-def send_frame(producer, message: Any, destination, *, delivery_mode: int | None = None,
-               priority: int | None = None, time_to_live: int | None = None,
+def send_frame(producer: ProducerDefaults, message: MessageBody, destination: Destination | str | None, *,
+               delivery_mode: int | None = None, priority: int | None = None, time_to_live: int | None = None,
                delivery_delay: int | None = None) -> tuple[Message, Frame]:
     """The Message and the SEND frame for ``producer.send(...)``: the producer's defaults, overridden
     by the call's arguments, validated before anything is written."""
@@ -34,7 +38,7 @@ def send_frame(producer, message: Any, destination, *, delivery_mode: int | None
     if not 0 <= prio <= 9:
         raise MessageFormatError(f"priority must be between 0 and 9, got {prio}")
     ttl = producer.time_to_live if time_to_live is None else time_to_live
-    delay = getattr(producer, "delivery_delay", 0) if delivery_delay is None else delivery_delay
+    delay = producer.delivery_delay if delivery_delay is None else delivery_delay
     msg.destination = target
     msg.delivery_mode = mode
     msg.priority = prio
@@ -47,13 +51,13 @@ def send_frame(producer, message: Any, destination, *, delivery_mode: int | None
     return msg, Frame("SEND", headers, msg._body_bytes())
 
 
-def subscribe_headers(destination: Destination, sub_id: str, ack_mode: int, prefetch: int, *,
-                      selector: str | None = None, no_local: bool = False, extra: dict | None = None) -> dict:
-    """SUBSCRIBE headers: always broker-side credit (client or client-individual acks and a prefetch),
-    so a consumer never holds more than ``prefetch`` messages."""
+def subscribe_headers(destination: Destination, sub_id: str, cumulative: bool, prefetch: int, *,
+                      selector: str | None = None, no_local: bool = False,
+                      extra: dict[str, str] | None = None) -> dict[str, str]:
+    """SUBSCRIBE headers: always broker-side credit (``client`` acks when ``cumulative``, else
+    ``client-individual``, and a prefetch), so a consumer never holds more than ``prefetch`` messages."""
     headers = {"destination": destination.stomp_name, "id": sub_id,
-               "ack": "client" if ack_mode in (_CLIENT_ACKNOWLEDGE, _DUPS_OK_ACKNOWLEDGE)
-               else "client-individual",
+               "ack": "client" if cumulative else "client-individual",
                "prefetch-count": str(prefetch)}
     if selector:
         headers["selector"] = selector
@@ -66,46 +70,19 @@ def subscribe_headers(destination: Destination, sub_id: str, ack_mode: int, pref
 
 def range_headers(*, from_seq: int | None = None, to_seq: int | None = None, max_messages: int | None = None,
                   max_bytes: int | None = None, from_timestamp: int | None = None, selector: str | None = None,
-                  subscription: str | None = None, source: str | None = None) -> dict:
+                  subscription: str | None = None, source: str | None = None) -> dict[str, object]:
     """The extra SUBSCRIBE headers of a range read (spec/stomp.md §9).  There is always a start (0 =
     the earliest): a range read is in sequence order, never delivery order.  ``source``: "log" or
-    "queue" (default: the destination's retained log when it has one)."""
+    "queue" (default: the destination's retained log when it has one).  None values are left out."""
     return {"pymq-from-seq": from_seq or 0, "pymq-to-seq": to_seq, "pymq-max-messages": max_messages,
             "pymq-max-bytes": max_bytes, "pymq-from-timestamp": from_timestamp,
             "selector": selector or None, "durable-subscription-name": subscription, "pymq-source": source}
 
 
-def ack_upto_frame(destination, seq: int, subscription: str | None = None) -> Frame:
+def ack_upto_frame(destination: Destination | str, seq: int, subscription: str | None = None) -> Frame:
     """Acknowledge every waiting message below ``seq`` (spec/stomp.md §9)."""
     headers = {"id": "pymq-upto", "pymq-ack-upto": str(int(seq)),
                "destination": as_destination(destination).stomp_name}
     if subscription:
         headers["durable-subscription-name"] = subscription
     return Frame("ACK", headers)
-
-
-class SessionFactories:
-    """The session methods that make values and touch no connection, shared by both SDKs' sessions
-    (``_check`` is each session's own "is it still open" test)."""
-
-    def _check(self) -> None:  # pragma: no cover - every session defines it
-        raise NotImplementedError
-
-    def create_topic(self, name: str) -> Topic:
-        return Topic(name)
-
-    def create_temporary_queue(self) -> TemporaryQueue:
-        self._check()
-        return TemporaryQueue(f"{uuid.uuid4().hex[:16]}")
-
-    def create_text_message(self, text: str = "", **kw: Any) -> TextMessage:
-        return TextMessage(text, **kw)
-
-    def create_bytes_message(self, data: bytes = b"", **kw: Any) -> BytesMessage:
-        return BytesMessage(data, **kw)
-
-    def create_map_message(self, map: dict | None = None, **kw: Any) -> MapMessage:  # noqa: A002
-        return MapMessage(map, **kw)
-
-    def create_message(self, **kw: Any) -> Message:
-        return Message(**kw)

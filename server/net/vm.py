@@ -1,52 +1,103 @@
 """The embedded broker behind ``vm://name`` URLs: a full broker on a background thread, no socket.
 
 ``embedded_broker(name)`` starts (once per process and name) a :class:`BrokerServer` on its own event
-loop thread.  Clients talk to it through :class:`VmLink`: frames go in as objects via
-``call_soon_threadsafe`` and come out as objects, through the same broker session code as TCP clients,
-so semantics are identical.  Options (from the URL query): ``data_dir`` (persistent storage there; by
-default the embedded broker keeps everything in memory), ``port`` (also listen on TCP, for tools).
+loop thread.  Each client connection is a :class:`VmLink`: frames go in as objects (batched: one
+``call_soon_threadsafe`` per burst) and come out as objects, through the same broker session code as
+TCP clients, so semantics are identical.  Options (from the URL query): ``data_dir`` (persistent
+storage there; by default the embedded broker keeps everything in memory), ``port`` (also listen on
+TCP, for tools).
+
+This is the only vm:// link; both SDKs reach it through one seam (``pymq.client.vm``), which imports
+this module only when a ``vm://`` URL is used.  The link never blocks: the client's transport decides
+how to wait (a thread on an Event, a task on a future) when :attr:`VmLink.held_back` says so.
 """
 from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import shutil
 import tempfile
 import threading
-from typing import Callable
+from collections import deque
+from typing import Any, Protocol
 
-from pymq.errors import ConnectionClosed, PymqError, TimeoutError
+from pymq.errors import ConnectionClosed, PymqError
+from pymq.protocol.connection import StompConnection
 from pymq.protocol.frame import Frame
 from pymq_server.app import BrokerServer
 from pymq_server.broker.session import BrokerSession
 from pymq_server.config import BrokerConfig
 
-_brokers: dict[str, "EmbeddedBroker"] = {}
+_brokers: dict[str, EmbeddedBroker] = {}
 _lock = threading.Lock()
+
+#: SEND bytes handed to the broker's loop and not yet taken by it: above HIGH the producer waits until
+#: the broker has caught up to LOW (the vm:// twin of a socket's write buffer; without it a send loop
+#: would pile SENDs into the broker loop's ready queue, where the broker's memory limit cannot see them)
+WINDOW_HIGH = 1024 * 1024
+WINDOW_LOW = 256 * 1024
+_FRAME_OVERHEAD = 64    # a SEND's headers, roughly: keeps a flood of empty bodies bounded too
+
+
+class VmClient(Protocol):
+    """The client end of a link.  Both are called on the broker's loop thread and must not block."""
+
+    def from_broker(self, frame: Frame | None, error: PymqError | None = None) -> None:
+        """A frame for the client (CONNECTED or ERROR first), or None when the connection ended."""
+
+    def flow_changed(self) -> None:
+        """The broker resumed reading, or caught up with the SENDs in flight: re-check ``held_back``."""
 
 
 class VmLink:
-    """Broker side of one in-process connection (the session's link)."""
+    """One in-process connection: the client's handle (``open``, ``submit``, ``held_back``,
+    ``disconnect``) and the broker session's link (``send_frame``, ``send_message``, ...).
 
-    def __init__(self, embedded: "EmbeddedBroker", deliver: Callable) -> None:
+    Flow control without locks across threads: ``submitted`` is written by the client only (its
+    transport serialises its senders), ``taken`` and ``paused`` by the broker's loop only.  A client
+    over the window sets ``want_wake`` and then re-checks; the broker checks ``want_wake`` after each
+    take, so a wake-up is never lost between the two threads.
+    """
+
+    window_high = WINDOW_HIGH
+    window_low = WINDOW_LOW
+
+    def __init__(self, embedded: EmbeddedBroker, client: VmClient) -> None:
         self.embedded = embedded
         self.loop = embedded.loop
-        self.deliver = deliver       # client callback(frame | None, error)
+        self.client = client
         self.session: BrokerSession | None = None
+        self.paused = False          # the broker holds back SENDs (memory limit)
+        self.submitted = 0
+        self.taken = 0
+        self.want_wake = False
         self._closed = False
-        self._reading = threading.Event()
-        self._reading.set()
-        self._outbound: collections.deque = collections.deque()
+        self._outbound: deque[Frame] = deque()
         self._take_scheduled = False
 
-    # client thread -> broker loop
+    # -- the client's side (its threads; never blocks) ---------------------------------------------
+    def open(self, headers: dict[str, str]) -> None:
+        """Send CONNECT: CONNECTED (or the refusal's ERROR) reaches ``client.from_broker`` first."""
+        self.loop.call_soon_threadsafe(self._start, dict(headers))
+
+    @property
+    def in_flight(self) -> int:
+        return self.submitted - self.taken
+
+    @property
+    def held_back(self) -> bool:
+        """The client should wait before its next SEND (see ``flow_changed``)."""
+        return self.paused or self.in_flight > self.window_high
+
+    @property
+    def caught_up(self) -> bool:
+        return not self.paused and self.in_flight <= self.window_low
+
     def submit(self, frame: Frame) -> None:
         if self._closed:
             raise ConnectionClosed("the connection is closed")
-        # producer flow control: block the producing thread while the broker is paused for it
-        if frame.command == "SEND" and not self._reading.wait(timeout=30):
-            raise TimeoutError("the embedded broker kept this producer paused for 30 s (memory limit)")
+        if frame.command == "SEND":
+            self.submitted += len(frame.body) + _FRAME_OVERHEAD
         self._outbound.append(frame)
         if not self._take_scheduled:
             # one wake-up of the broker's loop per burst, not per frame (each costs a syscall).  The
@@ -55,34 +106,57 @@ class VmLink:
             self._take_scheduled = True
             self.loop.call_soon_threadsafe(self._take_batch)
 
-    def _take_batch(self) -> None:
-        self._take_scheduled = False
-        outbound = self._outbound
-        while outbound:
-            self._receive(outbound.popleft())
-
-    def _receive(self, frame: Frame) -> None:
-        try:
-            self.session.frame_received(frame)
-        except Exception as exc:  # keep the broker alive; this connection fails
-            self.session.fail(PymqError(f"internal broker error: {exc!r}"))
-
     def disconnect(self) -> None:
         if not self._closed:
             self.loop.call_soon_threadsafe(self._close_from_client)
 
-    def _close_from_client(self) -> None:
-        if self.session is not None:
+    def abandon(self) -> None:
+        """The client went away without closing (its event loop is gone): end the connection."""
+        if not self._closed:
             self._closed = True
+            self.loop.call_soon_threadsafe(self._close_from_client)
+
+    # -- the broker's loop -------------------------------------------------------------------------
+    def _start(self, headers: dict[str, str]) -> None:
+        broker = self.embedded.server.broker
+        self.session = BrokerSession(broker, self, None, broker.new_connection_id())
+        # CONNECT goes through the session like any frame: a refusal (credentials, connection limit)
+        # comes back as its ERROR frame
+        self.session.frame_received(Frame("CONNECT", headers))
+
+    def _take_batch(self) -> None:
+        self._take_scheduled = False
+        outbound = self._outbound
+        while outbound:
+            frame = outbound.popleft()
+            if frame.command == "SEND":
+                self.taken += len(frame.body) + _FRAME_OVERHEAD
+                if self.want_wake and self.caught_up:
+                    self.want_wake = False
+                    self.client.flow_changed()
+            self._receive(frame)
+
+    def _receive(self, frame: Frame) -> None:
+        session = self.session
+        if session is None:
+            return
+        try:
+            session.frame_received(frame)
+        except Exception as exc:  # keep the broker alive; this connection fails
+            session.fail(PymqError(f"internal broker error: {exc!r}"))
+
+    def _close_from_client(self) -> None:
+        self._closed = True
+        if self.session is not None:
             self.session.connection_lost()
 
-    # broker loop -> client
-    def send_frame(self, conn, frame: Frame) -> None:
+    # -- the broker session's link ----------------------------------------------------------------
+    def send_frame(self, conn: StompConnection, frame: Frame) -> None:
         conn.send_frame(frame)
         if not self._closed:
-            self.deliver(frame)
+            self.client.from_broker(frame)
 
-    def send_message(self, conn, consumer, entry, ack: str | None) -> None:
+    def send_message(self, conn: StompConnection, consumer: Any, entry: Any, ack: str | None) -> None:
         message = entry.message
         headers = {"subscription": consumer.id}
         if ack is not None:
@@ -95,38 +169,39 @@ class VmLink:
         headers.update(message.frame_headers())
         frame = Frame("MESSAGE", headers, message.body)
         conn.send_frame(frame)
-        self.deliver(frame)
+        self.client.from_broker(frame)
 
-    def send_browse(self, conn, sub_id: str, entry) -> None:
+    def send_browse(self, conn: StompConnection, sub_id: str, entry: Any) -> None:
         headers = {"subscription": sub_id, "browser": "true"}
         headers.update(entry.message.frame_headers())
         frame = Frame("MESSAGE", headers, entry.message.body)
         conn.send_frame(frame)
-        self.deliver(frame)
+        self.client.from_broker(frame)
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.deliver(None, None)
+            self.client.from_broker(None, None)
 
-    def start_heartbeat(self, session, send_ms: int, recv_ms: int) -> None:
+    def start_heartbeat(self, session: BrokerSession, send_ms: int, recv_ms: int) -> None:
         pass  # in-process: a dead client is a closed link, no beats needed
 
     def pause_reading(self) -> None:
-        self._reading.clear()
+        self.paused = True
 
     def resume_reading(self) -> None:
-        self._reading.set()
+        self.paused = False
+        self.client.flow_changed()
 
 
 class EmbeddedBroker:
-    def __init__(self, name: str, options: dict) -> None:
+    def __init__(self, name: str, options: dict[str, str]) -> None:
         self.name = name
-        storage: dict = {"devices": {"memory": {"kind": "memory"}}, "persistent_device": "memory"}
+        storage: dict[str, object] = {"devices": {"memory": {"kind": "memory"}}, "persistent_device": "memory"}
         data_dir = options.get("data_dir")
         if data_dir:
             storage = {}
-        self._tmpdir = None
+        self._tmpdir: str | None = None
         if not data_dir:
             # memory only: nothing is kept, so nothing is written into the application's directory
             self._tmpdir = tempfile.mkdtemp(prefix=f"pymq-vm-{name}-")
@@ -161,36 +236,9 @@ class EmbeddedBroker:
         else:
             await self.server.start()
 
-    def open_link(self, deliver: Callable, headers: dict, timeout: float) -> tuple[VmLink, Frame]:
-        link = VmLink(self, deliver)
-        first: list[Frame] = []
-        got = threading.Event()
-
-        def capture(frame: Frame | None, error=None) -> None:
-            if frame is not None and not first:
-                first.append(frame)
-                got.set()
-                return
-            if frame is None and not first:
-                got.set()
-                return
-            deliver(frame, error)
-
-        link.deliver = capture
-
-        def start() -> None:
-            broker = self.server.broker
-            link.session = BrokerSession(broker, link, None, broker.new_connection_id())
-            # CONNECT goes through the session like any frame: a refusal (credentials, connection
-            # limit) comes back as its ERROR frame
-            link.session.frame_received(Frame("CONNECT", dict(headers, **{"accept-version": "1.2"})))
-
-        self.loop.call_soon_threadsafe(start)
-        if not got.wait(timeout):
-            raise TimeoutError(f"embedded broker {self.name!r} did not answer CONNECT in {timeout}s")
-        if not first:
-            raise ConnectionClosed(f"embedded broker {self.name!r} refused the connection")
-        return link, first[0]
+    def link(self, client: VmClient) -> VmLink:
+        """A new connection for ``client``; ``link.open(headers)`` sends its CONNECT."""
+        return VmLink(self, client)
 
     def stop(self, timeout: float = 10.0) -> None:
         if not self.loop.is_running():
@@ -205,7 +253,8 @@ class EmbeddedBroker:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)
 
 
-def embedded_broker(name: str, options: dict | None = None) -> EmbeddedBroker:
+def embedded_broker(name: str, options: dict[str, str] | None = None) -> EmbeddedBroker:
+    """The embedded broker ``name``, started on first use (this may take a moment: not on an event loop)."""
     with _lock:
         broker = _brokers.get(name)
         if broker is None:

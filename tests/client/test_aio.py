@@ -983,7 +983,7 @@ async def test_embedded_broker_flow_control_does_not_block_the_loop():
 
 @aio
 async def test_embedded_broker_in_flight_window_bounds_a_flood():
-    from pymq.aio._vm import WINDOW_HIGH
+    from pymq_server.net.vm import WINDOW_HIGH
     name = f"aio-{uuid.uuid4().hex[:8]}"
     embedded = await asyncio.to_thread(embedded_broker, name)
     body = b"x" * 10_000

@@ -1,0 +1,847 @@
+"""The client core under both SDKs: everything a connection, session, producer and consumer *know*,
+with no socket and no waiting (asyncpg's protocol core, h11's shape).
+
+The blocking SDK (:mod:`pymq.client.blocking`) and the asyncio SDK (:mod:`pymq.aio.client`) subclass
+these classes and add only how they wait: threads and ``threading.Event`` there, futures and tasks
+here.  What lives in the core, once:
+
+* the connection's status (:class:`ConnectionStatus`), its CONNECT headers, the receipt registry
+  (receipt id -> a shell's :class:`Waiter`), the subscription registry (subscription id -> consumer,
+  browse or admin inbox) and the routing of every frame that arrives;
+* per session the acknowledge mode's :class:`AckLedger` (what the session owes the broker for the
+  messages the application got), the transaction id, and the frames of ``acknowledge``, ``commit``,
+  ``rollback`` and ``recover``;
+* per consumer the buffer of delivered messages, MESSAGE -> :class:`~pymq.message.Message`, and the
+  SUBSCRIBE frame; per producer its defaults and the SEND frame (:mod:`pymq.client.frames`).
+
+The core may hand a frame to the shell's ``_send`` (which never waits) but never waits itself: a
+method that must wait for the broker returns the frames and the shell sends the last one with a
+receipt.
+
+Order after ``recover()``/``rollback()`` (JMS: redelivered messages come first, in their original
+order).  The session returns the messages the application got with NACKs and asks for a receipt.  The
+broker puts them back in front of its queue and redelivers them at once; until the receipt confirms
+the NACKs, their copies (known by message id) are held aside (:class:`_Recovery`), then put in front of
+what each consumer had already prefetched.  Prefetched messages the application never saw stay where
+they are and are not returned, so their delivery count does not grow.
+"""
+from __future__ import annotations
+
+import enum
+import itertools
+import ssl
+import uuid
+from collections import deque
+from typing import Callable, NamedTuple, Protocol
+
+from pymq.client.frames import send_frame, subscribe_headers
+from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress, parse_url
+from pymq.destination import Destination, Queue, TemporaryQueue, Topic, as_destination
+from pymq.errors import ConnectFailed, ConnectionClosed, IllegalStateError, PymqError, error_from_headers
+from pymq.message import (PERSISTENT, BytesMessage, MapMessage, MapValue, Message, MessageBody,
+                          PropertyValue, TextMessage, from_frame, make_message)
+from pymq.protocol.frame import Frame
+from pymq.protocol.numbers import header_int
+
+Headers = dict[str, str]
+
+
+def error_of(frame: Frame) -> PymqError:
+    """The exception an ERROR frame describes."""
+    return error_from_headers(frame.headers, frame.body.decode("utf-8", "replace"))
+
+
+class AckMode(enum.IntEnum):
+    """JMS acknowledge modes (the JMS constants' values)."""
+
+    SESSION_TRANSACTED = 0
+    AUTO_ACKNOWLEDGE = 1
+    CLIENT_ACKNOWLEDGE = 2
+    DUPS_OK_ACKNOWLEDGE = 3
+
+
+SESSION_TRANSACTED = AckMode.SESSION_TRANSACTED
+AUTO_ACKNOWLEDGE = AckMode.AUTO_ACKNOWLEDGE
+CLIENT_ACKNOWLEDGE = AckMode.CLIENT_ACKNOWLEDGE
+DUPS_OK_ACKNOWLEDGE = AckMode.DUPS_OK_ACKNOWLEDGE
+
+
+def ack_mode_of(value: int) -> AckMode:
+    """``value`` as an acknowledge mode, or IllegalStateError."""
+    try:
+        return AckMode(value)
+    except ValueError:
+        raise IllegalStateError(f"unknown acknowledge mode {value!r}") from None
+
+
+class ConnectionStatus(enum.Enum):
+    """CONNECTING -> OPEN -> CLOSING -> CLOSED, or straight to CLOSED when the broker is lost.
+    Only OPEN accepts new work; frames still flow while CLOSING (sessions flush their acks)."""
+
+    CONNECTING = "connecting"
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Waiter(Protocol):
+    """A shell's way to wait for one receipt (an Event for threads, a future for asyncio)."""
+
+    def resolve(self, headers: Headers) -> None: ...
+
+    def fail(self, error: PymqError) -> None: ...
+
+
+class Receiver(Protocol):
+    """What a subscription id routes MESSAGE frames to (consumer, browse, admin inbox)."""
+
+    def _arrived(self, frame: Frame) -> None: ...
+
+    def _wake(self) -> None: ...
+
+
+# -- connection settings ------------------------------------------------------------------------------
+
+class ConnectionSettings:
+    """What both SDKs' connection factories hold: the URL (read at once, so a bad one fails here) and
+    the connection's options.  Explicit ``username``/``password``/``tls`` win over the URL's."""
+
+    def __init__(self, url: str = "vm://default", *, username: str | None = None,
+                 password: str | None = None, client_id: str | None = None, timeout: float = 10.0,
+                 heartbeat: tuple[int, int] = (10_000, 10_000), prefetch: int = 1000,
+                 sync_send: bool = True, host: str | None = None,
+                 tls: TlsOptions | ssl.SSLContext | None = None) -> None:
+        self.url = url
+        self.address: Address = parse_url(url)
+        self.username = username if username is not None else self.address.username
+        self.password = password if password is not None else self.address.password
+        self.client_id = client_id
+        self.timeout = timeout
+        self.heartbeat = heartbeat
+        self.prefetch = prefetch
+        self.sync_send = sync_send
+        self.host = host
+        if tls is not None and not (isinstance(self.address, StompAddress) and self.address.tls is not None):
+            raise ConnectFailed(f"tls= was given for {url!r}, which is not a TLS URL; use stomps://host:port")
+        self.tls = tls
+
+    def _credentials(self, username: str | None, password: str | None) -> tuple[str | None, str | None]:
+        return (username if username is not None else self.username,
+                password if password is not None else self.password)
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        """The SSL context for a TLS URL (None for plain TCP and vm://)."""
+        address = self.address
+        if not isinstance(address, StompAddress) or address.tls is None:
+            return None
+        if isinstance(self.tls, ssl.SSLContext):
+            return self.tls
+        return address.tls.merged(self.tls).context()
+
+    def _server_hostname(self) -> str | None:
+        address = self.address
+        if not isinstance(address, StompAddress) or address.tls is None:
+            return None
+        explicit = self.tls.server_hostname if isinstance(self.tls, TlsOptions) else None
+        return explicit or address.tls.server_hostname or address.host
+
+    def _tls_verifying(self) -> bool:
+        address = self.address
+        if isinstance(self.tls, ssl.SSLContext):
+            return self.tls.verify_mode != ssl.CERT_NONE
+        if isinstance(address, StompAddress) and address.tls is not None:
+            return address.tls.merged(self.tls).verifying
+        return False
+
+    @property
+    def vm(self) -> VmAddress | None:
+        return self.address if isinstance(self.address, VmAddress) else None
+
+
+# -- connection ---------------------------------------------------------------------------------------
+
+class ConnectionCore:
+    """A connection's state and frame routing; the shell owns the transport and the waiting."""
+
+    def __init__(self, factory: ConnectionSettings) -> None:
+        self.factory = factory
+        self.status = ConnectionStatus.CONNECTING
+        self.version = "1.2"
+        self.server = ""
+        self.client_id = factory.client_id
+        self.user: str | None = None
+        self._error: PymqError | None = None
+        self._receipts: dict[str, Waiter] = {}
+        self._receipt_ids = itertools.count(1)
+        self._sub_ids = itertools.count(1)
+        self._subscriptions: dict[str, Receiver] = {}
+        self._sessions: list[SessionCore] = []
+
+    # -- what the shell provides -------------------------------------------------------------------
+    def _send(self, frame: Frame) -> None:
+        """Hand ``frame`` to the transport (never waits)."""
+        raise NotImplementedError
+
+    # -- status ------------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self.status is ConnectionStatus.CLOSED
+
+    @property
+    def error(self) -> PymqError | None:
+        """Why the connection failed (None while it is open, or after a deliberate close)."""
+        return self._error
+
+    def _check_open(self) -> None:
+        """Frames may flow (also while CLOSING)."""
+        if self._error is not None:
+            raise ConnectionClosed(f"the connection failed: {self._error}") from self._error
+        if self.status is ConnectionStatus.CLOSED:
+            raise IllegalStateError("the connection is closed")
+
+    def _check_usable(self) -> None:
+        """The application may start new work."""
+        self._check_open()
+        if self.status is not ConnectionStatus.OPEN:
+            raise IllegalStateError(f"the connection is {self.status.value}")
+
+    def _connect_headers(self, username: str | None, password: str | None) -> Headers:
+        headers = {"accept-version": "1.0,1.1,1.2", "host": self.factory.host or "/"}
+        if username is not None:
+            headers["login"] = username
+        if password is not None:
+            headers["passcode"] = password
+        if self.factory.client_id:
+            headers["client-id"] = self.factory.client_id
+        return headers
+
+    def _opened(self, connected: Frame, version: str, username: str | None) -> None:
+        self.version = version
+        self.server = connected.headers.get("server", "")
+        self.user = connected.headers.get("user-name", username)
+        if self.status is ConnectionStatus.CONNECTING:   # not lost meanwhile
+            self.status = ConnectionStatus.OPEN
+
+    def _lost(self, error: PymqError) -> bool:
+        """The transport ended: fail every receipt, wake every waiter.  True when it was not our own
+        close (then the exception listener hears of it)."""
+        expected = self.status in (ConnectionStatus.CLOSING, ConnectionStatus.CLOSED)
+        if not expected:
+            self._error = error
+        # the status changes before the receipts are taken: a receipt registered after the swap
+        # sees CLOSED when it sends (see _expect)
+        self.status = ConnectionStatus.CLOSED
+        receipts, self._receipts = self._receipts, {}
+        failure = error if not expected else ConnectionClosed("the connection was closed")
+        for waiter in receipts.values():
+            waiter.fail(failure)
+        for receiver in list(self._subscriptions.values()):
+            receiver._wake()
+        for session in list(self._sessions):
+            session._wake()
+        return not expected
+
+    # -- receipts and subscriptions ------------------------------------------------------------------
+    def _expect(self, frame: Frame, waiter: Waiter) -> tuple[str, Frame]:
+        """Register ``waiter`` for a receipt and return ``frame`` asking for it.  The shell must send
+        it through ``_send`` (which checks the status after the registration) or ``_forget`` it."""
+        rid = f"r{next(self._receipt_ids)}"
+        self._receipts[rid] = waiter
+        headers = dict(frame.headers)
+        headers["receipt"] = rid
+        return rid, Frame(frame.command, headers, frame.body)
+
+    def _forget(self, rid: str) -> None:
+        self._receipts.pop(rid, None)
+
+    def _register(self, receiver: Receiver) -> str:
+        sub_id = f"s{next(self._sub_ids)}"
+        self._subscriptions[sub_id] = receiver
+        return sub_id
+
+    def _unregister(self, sub_id: str) -> None:
+        self._subscriptions.pop(sub_id, None)
+
+    def _frame_received(self, frame: Frame) -> None:
+        """Route one frame from the transport (its thread or callback: never waits)."""
+        command = frame.command
+        if command == "MESSAGE":
+            receiver = self._subscriptions.get(frame.headers.get("subscription", ""))
+            if receiver is not None:
+                receiver._arrived(frame)
+        elif command == "RECEIPT":
+            waiter = self._receipts.pop(frame.headers.get("receipt-id", ""), None)
+            if waiter is not None:
+                waiter.resolve(frame.headers)
+        elif command == "ERROR":
+            rid = frame.headers.get("receipt-id")
+            if rid is not None:
+                waiter = self._receipts.pop(rid, None)
+                if waiter is not None:
+                    waiter.fail(error_of(frame))
+
+
+# -- acknowledgement ledgers ------------------------------------------------------------------------------
+
+class Delivery(NamedTuple):
+    """One message the application got: who delivered it and the headers that name it in ACK/NACK."""
+
+    consumer: ConsumerCore
+    ack: Headers
+    message_id: str
+
+
+class AckLedger:
+    """What a session owes the broker for delivered messages; one subclass per acknowledge mode."""
+
+    #: subscribe with ``ack:client`` (cumulative ACK/NACK) instead of ``client-individual``
+    cumulative = False
+    #: a message given to a listener is recorded before the listener runs, so ``acknowledge()``,
+    #: ``commit()``, ``recover()`` or ``rollback()`` called inside the listener include it
+    records_before_listener = False
+
+    def __init__(self) -> None:
+        self._unacked: list[Delivery] = []
+
+    def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
+        """The application got ``delivery``; the frame to send now, if any."""
+        raise NotImplementedError
+
+    def before_wait(self, consumer: ConsumerCore) -> Frame | None:
+        """The consumer is about to wait for more: an acknowledgement held back, if any."""
+        return None
+
+    def acknowledge(self) -> list[Frame]:
+        return []
+
+    def failed(self, delivery: Delivery) -> list[Frame]:
+        """A listener raised for ``delivery``."""
+        return []
+
+    def take_unacked(self) -> list[Delivery]:
+        unacked, self._unacked = self._unacked, []
+        return unacked
+
+    def drop(self, consumer: ConsumerCore) -> Frame | None:
+        """``consumer`` closes: the broker returns what it still holds, so forget its deliveries (an
+        ACK or NACK naming them would be an error); the acknowledgement it held back, if any."""
+        if self._unacked:
+            self._unacked = [d for d in self._unacked if d.consumer is not consumer]
+        return None
+
+
+class _AutoLedger(AckLedger):
+    """AUTO_ACKNOWLEDGE: each message is acknowledged when ``receive`` returns it (or its listener returns)."""
+
+    def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
+        return Frame("ACK", delivery.ack)
+
+    def failed(self, delivery: Delivery) -> list[Frame]:
+        return [Frame("NACK", delivery.ack)]
+
+
+class _DupsOkLedger(AckLedger):
+    """DUPS_OK_ACKNOWLEDGE: cumulative acks every ``prefetch // 4`` messages and before waiting."""
+
+    cumulative = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held: dict[ConsumerCore, tuple[Headers, int]] = {}
+
+    def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
+        consumer = delivery.consumer
+        held = self._held.get(consumer)
+        count = 1 if held is None else held[1] + 1
+        if count >= max(1, consumer.prefetch // 4):
+            self._held.pop(consumer, None)
+            return Frame("ACK", delivery.ack)
+        self._held[consumer] = (delivery.ack, count)
+        return None
+
+    def before_wait(self, consumer: ConsumerCore) -> Frame | None:
+        held = self._held.pop(consumer, None)
+        return None if held is None else Frame("ACK", held[0])
+
+    def failed(self, delivery: Delivery) -> list[Frame]:
+        # NACK is cumulative here: first acknowledge what the listener processed before this one,
+        # so only this message comes back
+        held = self.before_wait(delivery.consumer)
+        return ([held] if held is not None else []) + [Frame("NACK", delivery.ack)]
+
+    def drop(self, consumer: ConsumerCore) -> Frame | None:
+        return self.before_wait(consumer)
+
+
+class _ClientLedger(AckLedger):
+    """CLIENT_ACKNOWLEDGE: ``acknowledge()`` acknowledges everything the session consumed."""
+
+    cumulative = True
+    records_before_listener = True
+
+    def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
+        self._unacked.append(delivery)
+        return None
+
+    def acknowledge(self) -> list[Frame]:
+        last: dict[ConsumerCore, Delivery] = {}
+        for delivery in self.take_unacked():
+            last[delivery.consumer] = delivery       # client acks are cumulative per subscription
+        return [Frame("ACK", d.ack) for d in last.values()]
+
+
+class _TransactedLedger(AckLedger):
+    """SESSION_TRANSACTED: each message is acknowledged inside the transaction, which COMMIT applies."""
+
+    records_before_listener = True
+
+    def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
+        self._unacked.append(delivery)
+        headers = dict(delivery.ack)
+        headers["transaction"] = tx or ""
+        return Frame("ACK", headers)
+
+
+LEDGERS: dict[AckMode, type[AckLedger]] = {
+    AckMode.AUTO_ACKNOWLEDGE: _AutoLedger, AckMode.DUPS_OK_ACKNOWLEDGE: _DupsOkLedger,
+    AckMode.CLIENT_ACKNOWLEDGE: _ClientLedger, AckMode.SESSION_TRANSACTED: _TransactedLedger,
+}
+
+
+class _Recovery:
+    """Messages handed back by ``recover()``/``rollback()`` whose redelivered copies are held aside
+    until the broker confirmed the NACKs, then go in front of each consumer's buffer."""
+
+    __slots__ = ("returning", "held")
+
+    def __init__(self, returning: set[str]) -> None:
+        self.returning = returning
+        self.held: dict[ConsumerCore, list[Frame]] = {}
+
+    def holds(self, consumer: ConsumerCore, frame: Frame) -> bool:
+        if frame.headers.get("message-id") in self.returning:
+            self.held.setdefault(consumer, []).append(frame)
+            return True
+        return False
+
+
+# -- session --------------------------------------------------------------------------------------------
+
+class SessionCore:
+    """A session's acknowledgement and transaction state, and its value factories."""
+
+    def __init__(self, connection: ConnectionCore, ack_mode: int) -> None:
+        self.connection = connection
+        self.ack_mode = AckMode(ack_mode)
+        self.transacted = self.ack_mode is AckMode.SESSION_TRANSACTED
+        self._closed = False
+        self._consumers: list[ConsumerCore] = []
+        self._tx: str | None = None
+        self._ledger: AckLedger = LEDGERS[self.ack_mode]()
+        self._recovery: _Recovery | None = None
+
+    # -- what the shell provides -------------------------------------------------------------------
+    def _wake(self) -> None:
+        """The connection ended or the session closed: wake the listener dispatcher."""
+
+    # -- values (no connection needed) ----------------------------------------------------------------
+    def create_topic(self, name: str) -> Topic:
+        return Topic(name)
+
+    def create_temporary_queue(self) -> TemporaryQueue:
+        """A queue that lives as long as this connection; only this connection consumes from it."""
+        self._check()
+        return TemporaryQueue(f"{uuid.uuid4().hex[:16]}")
+
+    def create_text_message(self, text: str = "", *, properties: dict[str, PropertyValue] | None = None,
+                            correlation_id: str | None = None, reply_to: Destination | str | None = None,
+                            type: str | None = None) -> TextMessage:  # noqa: A002 - the JMS name
+        return TextMessage(text, properties=properties, correlation_id=correlation_id, reply_to=reply_to,
+                           type=type)
+
+    def create_bytes_message(self, data: bytes = b"", *, properties: dict[str, PropertyValue] | None = None,
+                             correlation_id: str | None = None, reply_to: Destination | str | None = None,
+                             type: str | None = None) -> BytesMessage:  # noqa: A002
+        return BytesMessage(data, properties=properties, correlation_id=correlation_id, reply_to=reply_to,
+                            type=type)
+
+    def create_map_message(self, map: dict[str, MapValue] | None = None, *,  # noqa: A002
+                           properties: dict[str, PropertyValue] | None = None,
+                           correlation_id: str | None = None, reply_to: Destination | str | None = None,
+                           type: str | None = None) -> MapMessage:  # noqa: A002
+        return MapMessage(map, properties=properties, correlation_id=correlation_id, reply_to=reply_to,
+                          type=type)
+
+    def create_message(self, *, properties: dict[str, PropertyValue] | None = None,
+                       correlation_id: str | None = None, reply_to: Destination | str | None = None,
+                       type: str | None = None) -> Message:  # noqa: A002
+        return Message(properties=properties, correlation_id=correlation_id, reply_to=reply_to, type=type)
+
+    # -- state -----------------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the session is closed")
+        self.connection._check_open()
+
+    def _begin(self) -> None:
+        """Start the next transaction (BEGIN needs no answer: a refusal closes the connection)."""
+        self._tx = f"tx-{uuid.uuid4().hex[:12]}"
+        self.connection._send(Frame("BEGIN", {"transaction": self._tx}))
+
+    def _commit_frame(self) -> Frame:
+        if not self.transacted:
+            raise IllegalStateError("commit() needs a transacted session")
+        self._ledger.take_unacked()
+        return Frame("COMMIT", {"transaction": self._tx or ""})
+
+    # -- acknowledgement -------------------------------------------------------------------------------
+    def _consumed(self, delivery: Delivery) -> None:
+        """The application got a message (from ``receive``, or its listener returned)."""
+        frame = self._ledger.consumed(delivery, self._tx)
+        if frame is not None:
+            self.connection._send(frame)
+
+    def _acknowledge_now(self) -> None:
+        """CLIENT_ACKNOWLEDGE: acknowledge everything consumed (what ``Message.acknowledge()`` calls;
+        ACKs need no answer, so this never waits)."""
+        self._check()
+        for frame in self._ledger.acknowledge():
+            self.connection._send(frame)
+
+    def _listener_failed(self, delivery: Delivery) -> None:
+        if self.connection.version == "1.0":
+            return        # 1.0 has no NACK: the message returns when the subscription ends
+        for frame in self._ledger.failed(delivery):
+            self.connection._send(frame)
+
+    def _recovery_frames(self, rollback: bool) -> list[Frame]:
+        """The frames of ``recover()`` (NACKs) or ``rollback()`` (ABORT, NACKs, the next BEGIN); the
+        shell sends the last one with a receipt and then calls :meth:`_end_recovery`."""
+        if rollback and not self.transacted:
+            raise IllegalStateError("rollback() needs a transacted session")
+        if not rollback and self.transacted:
+            raise IllegalStateError("recover() is for non-transacted sessions; use rollback()")
+        unacked = self._ledger.take_unacked()
+        frames: list[Frame] = []
+        if rollback:
+            frames.append(Frame("ABORT", {"transaction": self._tx or ""}))
+        if unacked and self.connection.version != "1.0":
+            if self._ledger.cumulative:
+                last: dict[ConsumerCore, Delivery] = {}
+                for delivery in unacked:
+                    last[delivery.consumer] = delivery   # one cumulative NACK per subscription
+                frames.extend(Frame("NACK", d.ack) for d in last.values())
+            else:
+                frames.extend(Frame("NACK", d.ack) for d in unacked)
+            self._recovery = _Recovery({d.message_id for d in unacked})
+        if rollback:
+            self._tx = f"tx-{uuid.uuid4().hex[:12]}"
+            frames.append(Frame("BEGIN", {"transaction": self._tx}))
+        return frames
+
+    def _end_recovery(self) -> None:
+        """The broker confirmed (or the wait ended): redelivered copies held aside go first."""
+        recovery, self._recovery = self._recovery, None
+        if recovery is None:
+            return
+        for consumer, frames in recovery.held.items():
+            consumer._buffer.extendleft(reversed(frames))
+            for _ in frames:
+                consumer._notify()
+
+    # -- consumers ---------------------------------------------------------------------------------------
+    def _subscribe_frame(self, consumer: ConsumerCore, *, no_local: bool = False,
+                         extra: Headers | None = None) -> Frame:
+        return Frame("SUBSCRIBE", subscribe_headers(
+            consumer.destination, consumer._sub_id, self._ledger.cumulative, consumer.prefetch,
+            selector=consumer.selector, no_local=no_local, extra=extra))
+
+    def _forget_consumer(self, consumer: ConsumerCore) -> None:
+        frame = self._ledger.drop(consumer)
+        if frame is not None and not self.connection.closed:
+            try:
+                self.connection._send(frame)
+            except PymqError:
+                pass
+        if consumer in self._consumers:
+            self._consumers.remove(consumer)
+
+
+def durable_headers(name: str) -> Headers:
+    return {"durable-subscription-name": name}
+
+
+def shared_headers(name: str) -> Headers:
+    return {"shared-subscription-name": name}
+
+
+def shared_durable_headers(name: str) -> Headers:
+    return {"durable-subscription-name": name, "shared": "true"}
+
+
+def unsubscribe_frame(name: str, shared: bool) -> Frame:
+    headers = {"id": f"unsub-{uuid.uuid4().hex[:8]}", "pymq-durable-name": name}
+    if shared:
+        headers["shared"] = "true"
+    return Frame("UNSUBSCRIBE", headers)
+
+
+def durable_topic(topic: Topic | str) -> Topic:
+    target = as_destination(topic)
+    if not isinstance(target, Topic):
+        raise IllegalStateError("durable subscriptions are made on topics")
+    return target
+
+
+# -- consumer -------------------------------------------------------------------------------------------
+
+class ConsumerCore:
+    """A subscription's buffer and MESSAGE -> Message; the shell adds ``receive`` and listeners."""
+
+    def __init__(self, session: SessionCore, destination: Destination, selector: str | None,
+                 prefetch: int) -> None:
+        self._session = session
+        self.destination = destination
+        self.selector = selector
+        self.prefetch = prefetch
+        #: delivered by the broker, not yet given to the application (bounded by the broker's credit)
+        self._buffer: deque[Frame] = deque()
+        self._listener: Callable[[Message], object] | None = None
+        self._closed = False
+        self._sub_id = session.connection._register(self)
+
+    # -- what the shell provides -------------------------------------------------------------------
+    def _notify(self) -> None:
+        """One more frame is in the buffer (transport thread or callback: never waits)."""
+        raise NotImplementedError
+
+    def _wake(self) -> None:
+        """The consumer or its connection closed: wake a waiting ``receive``."""
+        raise NotImplementedError
+
+    # -- arrivals ------------------------------------------------------------------------------------
+    def _arrived(self, frame: Frame) -> None:
+        recovery = self._session._recovery
+        if recovery is not None and recovery.holds(self, frame):
+            return
+        self._buffer.append(frame)
+        self._notify()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def buffered(self) -> int:
+        """Messages delivered by the broker and not yet given to the application."""
+        return len(self._buffer)
+
+    def _check_receive(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the consumer is closed")
+        if self._listener is not None:
+            raise IllegalStateError("receive() cannot be used on a consumer with a message listener")
+
+    def _open(self, frame: Frame) -> tuple[Message, Delivery]:
+        """MESSAGE -> the Message the application gets, and its delivery record."""
+        h = frame.headers
+        message = from_frame(h, frame.body)
+        session = self._session
+        if session.connection.version == "1.2":
+            ack = {"id": h.get("ack", "")}
+        else:
+            ack = {"message-id": h.get("message-id", ""), "subscription": self._sub_id}
+        if session.ack_mode is AckMode.CLIENT_ACKNOWLEDGE:
+            message._acknowledge = session._acknowledge_now
+        return message, Delivery(self, ack, h.get("message-id", ""))
+
+    def _take(self, frame: Frame) -> Message:
+        """``receive`` returns the message of ``frame``: acknowledge it as the session's mode says."""
+        message, delivery = self._open(frame)
+        self._session._consumed(delivery)
+        return message
+
+    def _for_listener(self, frame: Frame) -> tuple[Message, Delivery]:
+        """The message of ``frame`` for a listener; CLIENT and transacted sessions record it first,
+        so ``acknowledge()``/``commit()``/``recover()``/``rollback()`` inside the listener include it."""
+        message, delivery = self._open(frame)
+        if self._session._ledger.records_before_listener:
+            self._session._consumed(delivery)
+        return message, delivery
+
+    def _listener_done(self, delivery: Delivery, failed: bool) -> None:
+        """The listener returned (or raised).  AUTO/DUPS_OK: acknowledge, or return the message for
+        redelivery; CLIENT/transacted (JMS): the message stays with the session's acknowledgement or
+        transaction, and the next one is delivered."""
+        session = self._session
+        if session._ledger.records_before_listener:
+            return
+        if failed:
+            session._listener_failed(delivery)
+        else:
+            session._consumed(delivery)
+
+    def _before_wait(self) -> None:
+        """About to wait: let the broker refill credit held by batched (dups-ok) acks."""
+        frame = self._session._ledger.before_wait(self)
+        if frame is not None:
+            self._session.connection._send(frame)
+
+    def _closing(self) -> None:
+        """Local bookkeeping of ``close()`` (the shell sends UNSUBSCRIBE)."""
+        self._closed = True
+        self._session._forget_consumer(self)
+        self._wake()
+
+
+# -- producer -------------------------------------------------------------------------------------------
+
+class ProducerCore:
+    """A producer's defaults; the shell adds ``send``."""
+
+    def __init__(self, session: SessionCore, destination: Destination | None) -> None:
+        self._session = session
+        self.destination = destination
+        self.delivery_mode = PERSISTENT
+        self.priority = 4
+        self.time_to_live = 0          # ms, 0 = forever
+        self.delivery_delay = 0        # ms (JMS 2.0)
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check(self) -> None:
+        if self._closed:
+            raise IllegalStateError("the producer is closed")
+        self._session._check()
+
+    def _prepare(self, message: MessageBody, destination: Destination | str | None, *,
+                 delivery_mode: int | None, priority: int | None, time_to_live: int | None,
+                 delivery_delay: int | None) -> tuple[Message, Frame, bool]:
+        """The Message, its SEND frame, and whether to wait for the broker's receipt."""
+        self._check()
+        session = self._session
+        msg, frame = send_frame(self, message, destination, delivery_mode=delivery_mode, priority=priority,
+                                time_to_live=time_to_live, delivery_delay=delivery_delay)
+        if session.transacted:
+            frame.headers["transaction"] = session._tx or ""
+            return msg, frame, False
+        return msg, frame, msg.delivery_mode == PERSISTENT and session.connection.factory.sync_send
+
+
+# -- browsing and range reads -----------------------------------------------------------------------------
+
+class RangeResult:
+    """What a range read returned: the messages (with ``.sequence``) and the destination's bounds; with
+    ``read_range(frames=True)``, the messages' ``(headers, body)`` pairs in ``frames`` instead."""
+
+    __slots__ = ("messages", "earliest", "latest", "next_seq", "frames")
+
+    def __init__(self, messages: list[Message], earliest: int, latest: int, next_seq: int,
+                 frames: list[tuple[Headers, bytes]] | None = None) -> None:
+        self.messages = messages
+        self.earliest = earliest      # first sequence number still available
+        self.latest = latest          # last sequence number the destination assigned
+        self.next_seq = next_seq      # where the next read continues
+        self.frames: list[tuple[Headers, bytes]] = frames if frames is not None else []
+
+    def __repr__(self) -> str:
+        return (f"RangeResult({len(self.messages) or len(self.frames)} messages, earliest={self.earliest}, "
+                f"latest={self.latest}, next_seq={self.next_seq})")
+
+
+class BrowseCore:
+    """One browse subscription's frames (spec/stomp.md §4 ``browser:true``, §9 ranges).  It unregisters
+    itself at the broker's ``browser:end``, so an abandoned browse leaves nothing registered."""
+
+    def __init__(self, connection: ConnectionCore, destination: Destination,
+                 extra: dict[str, object] | None = None, *, raw: bool = False) -> None:
+        self.connection = connection
+        self.destination = destination
+        self.raw = raw                           # collect (headers, body) pairs, not Messages
+        self.messages: list[Message] = []
+        self.pairs: list[tuple[Headers, bytes]] = []
+        self.frames: deque[Frame] = deque()
+        self.end: Headers | None = None          # the end marker's headers (range bounds)
+        self.sub_id = connection._register(self)
+        headers = {"destination": destination.stomp_name, "id": self.sub_id, "browser": "true", "ack": "auto"}
+        headers.update({k: str(v) for k, v in (extra or {}).items() if v is not None})
+        self.subscribe = Frame("SUBSCRIBE", headers)
+
+    def _notify(self) -> None:
+        raise NotImplementedError
+
+    def _arrived(self, frame: Frame) -> None:
+        if frame.headers.get("browser") == "end":
+            self.end = frame.headers
+            self.connection._unregister(self.sub_id)
+        else:
+            self.frames.append(frame)
+        self._notify()
+
+    def _wake(self) -> None:
+        self._notify()
+
+    def _next(self) -> Message | None:
+        frame = self.frames.popleft() if self.frames else None
+        return None if frame is None else from_frame(frame.headers, frame.body)
+
+    def _collect(self) -> bool:
+        """Take every frame that arrived into the result; False when there was none."""
+        frames = self.frames
+        if not frames:
+            return False
+        while frames:
+            frame = frames.popleft()
+            if self.raw:
+                self.pairs.append((frame.headers, frame.body))
+            else:
+                self.messages.append(from_frame(frame.headers, frame.body))
+        return True
+
+    @property
+    def finished(self) -> bool:
+        return self.end is not None and not self.frames
+
+    def _close(self) -> None:
+        self.connection._unregister(self.sub_id)
+
+    def result(self) -> RangeResult:
+        h = self.end or {}
+        return RangeResult(self.messages, _seq(h, "pymq-earliest-seq"), _seq(h, "pymq-latest-seq"),
+                           _seq(h, "pymq-next-seq"), self.pairs if self.raw else None)
+
+
+def _seq(headers: Headers, name: str) -> int:
+    return header_int(headers, name, 0)
+
+
+def browse_queue(queue: Queue | str) -> Destination:
+    target = as_destination(queue)
+    if isinstance(target, Topic):
+        raise IllegalStateError("browsers read queues, not topics")
+    return target
+
+
+# -- request/reply -------------------------------------------------------------------------------------
+
+def request_message(message: MessageBody, reply_queue: Destination) -> Message:
+    msg = make_message(message)
+    msg.reply_to = reply_queue
+    msg.correlation_id = uuid.uuid4().hex
+    return msg
+
+
+def reply_message(request: Message, response: MessageBody) -> tuple[Message, Destination]:
+    """The reply to ``request`` (its correlation id copied) and where it goes."""
+    if request.reply_to is None:
+        raise IllegalStateError("the request has no reply-to destination")
+    msg = make_message(response)
+    msg.correlation_id = request.correlation_id or request.message_id
+    return msg, request.reply_to

@@ -1,0 +1,122 @@
+"""The one seam between the SDKs and the embedded broker of ``vm://`` URLs.
+
+Only this module reaches into the broker package (``pymq_server.net.vm``), and only when a ``vm://``
+URL is used: importing ``pymq`` or ``pymq.aio`` never imports the server.  :class:`VmEndpoint` is the
+client end both SDKs' vm:// transports share: the client's STOMP state machine (so misuse fails the
+same way as over TCP) and what to do with each frame the broker hands over.  The transports add only
+how they cross threads: the blocking one handles frames on the broker's thread (its callbacks never
+block), the asyncio one hops onto its event loop.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from pymq.client._core import error_of
+from pymq.errors import ConnectFailed, ConnectionClosed, ProtocolError, PymqError
+from pymq.protocol.connection import Role, StompConnection
+from pymq.protocol.frame import Frame
+
+if TYPE_CHECKING:
+    from pymq_server.net.vm import EmbeddedBroker, VmLink
+
+
+def embedded(name: str, options: dict[str, str]) -> EmbeddedBroker:
+    """The embedded broker ``name`` (started on first use: this may take a moment)."""
+    try:
+        from pymq_server.net.vm import embedded_broker
+    except ImportError as exc:   # an SDK-only install
+        raise ConnectFailed(f"vm://{name} needs the broker package (pymq_server), which cannot be "
+                            f"imported: {exc}") from None
+    return embedded_broker(name, options)
+
+
+class VmEndpoint:
+    """The client end of one vm:// link (see the module docstring)."""
+
+    on_frame: Callable[[Frame], None]
+
+    def __init__(self, name: str, options: dict[str, str]) -> None:
+        self.name = name
+        self.options = options
+        self.conn = StompConnection(Role.CLIENT)
+        self.link: VmLink | None = None
+        self._closed = False
+        self._established = False
+        self._lost_reported = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _open(self, broker: EmbeddedBroker, headers: dict[str, str]) -> None:
+        self.conn.send_frame(Frame("CONNECT", headers))
+        self.link = broker.link(self)
+        self.link.open(headers)
+
+    # -- what a transport provides ------------------------------------------------------------------
+    def _connected(self, frame: Frame) -> None:
+        """CONNECTED arrived."""
+        raise NotImplementedError
+
+    def _refused(self, error: PymqError) -> None:
+        """The broker refused CONNECT (or went away before answering)."""
+        raise NotImplementedError
+
+    def _report_lost(self, error: PymqError) -> None:
+        """The established connection ended (called once)."""
+        raise NotImplementedError
+
+    def from_broker(self, frame: Frame | None, error: PymqError | None = None) -> None:
+        raise NotImplementedError
+
+    def flow_changed(self) -> None:
+        raise NotImplementedError
+
+    # -- one inbound frame, on whichever thread the transport handles them --------------------------
+    def _handle(self, frame: Frame | None, error: PymqError | None) -> bool:
+        """Account for and pass on one frame from the broker; False once nothing more may follow."""
+        if frame is None:
+            self._lost(error or ConnectionClosed("the embedded broker closed the connection"))
+            return False
+        try:
+            self.conn.receive_frame(frame)
+        except ProtocolError as exc:
+            self._lost(ConnectionClosed(f"the embedded broker sent an invalid frame: {exc}"))
+            if self.link is not None:
+                self.link.disconnect()
+            return False
+        if not self._established:
+            if frame.command == "ERROR":
+                self._closed = True
+                self._refused(error_of(frame))
+                return False
+            self._established = True
+            self._connected(frame)
+            return True
+        if self._lost_reported:
+            return False
+        self.on_frame(frame)
+        if frame.command == "ERROR":
+            self._lost(error_of(frame))
+            return False
+        return True
+
+    def _lost(self, error: PymqError) -> None:
+        self._closed = True
+        if not self._established:
+            self._refused(ConnectFailed(f"embedded broker {self.name!r} closed the connection during CONNECT"))
+            return
+        if self._lost_reported:
+            return
+        self._lost_reported = True
+        self._report_lost(error)
+
+    def _submit(self, frame: Frame) -> None:
+        if self._closed or self.link is None:
+            raise ConnectionClosed("the connection is closed")
+        self.link.submit(self.conn.send_frame(frame))
+
+    def _disconnect(self) -> None:
+        self._closed = True
+        if self.link is not None:
+            self.link.disconnect()
