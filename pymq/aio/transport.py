@@ -26,7 +26,7 @@ import ssl
 import time
 from typing import Callable
 
-from pymq.client.transport import tls_failure
+from pymq.client.transport import closed_after_handshake, tls_failure
 from pymq.client.url import StompAddress, VmAddress
 from pymq.client.vm import VmEndpoint, embedded
 from pymq.client._core import error_of
@@ -218,9 +218,11 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
             self._gone.set_result(None)
         connecting = self._connected
         if connecting is not None and not connecting.done():
+            # TLS 1.3: a refused client certificate shows only after the handshake
             if isinstance(exc, (ssl.SSLError, ssl.CertificateError)):
-                # TLS 1.3: a refused client certificate shows only after the handshake
                 connecting.set_exception(tls_failure(f"{self.host}:{self.port}", exc, verifying=True))
+            elif self.ssl_context is not None:
+                connecting.set_exception(closed_after_handshake(f"{self.host}:{self.port}"))
             else:
                 connecting.set_exception(ConnectFailed(
                     f"{self.host}:{self.port} closed the connection during CONNECT"))

@@ -121,6 +121,8 @@ class ConnectionSettings:
         self.prefetch = prefetch
         self.sync_send = sync_send
         self.host = host
+        if tls is not None and not isinstance(tls, (TlsOptions, ssl.SSLContext)):
+            raise ConnectFailed(f"tls= must be a pymq.TlsOptions or an ssl.SSLContext, not {type(tls).__name__}")
         if tls is not None and not (isinstance(self.address, StompAddress) and self.address.tls is not None):
             raise ConnectFailed(f"tls= was given for {url!r}, which is not a TLS URL; use stomps://host:port")
         self.tls = tls

@@ -63,8 +63,19 @@ def tls_failure(where: str, exc: ssl.SSLError | ssl.CertificateError, *, verifyi
                         f"({detail}); pass ca_file= with the CA that signed it, or server_hostname= "
                         f"when it names another host", reason=str(reason), verify_message=detail or "",
                         verify_code=getattr(exc, "verify_code", 0) or 0)
+    if "CERTIFICATE_REQUIRED" in str(reason) or "BAD_CERTIFICATE" in str(reason):
+        return TlsError(f"TLS handshake with {where} failed: the broker wants a client certificate "
+                        f"(cert_file=, key_file=) or did not accept the one sent ({reason})", reason=str(reason))
     hint = "" if verifying else " (certificate checks were off)"
     return TlsError(f"TLS handshake with {where} failed: {reason}{hint}: {exc}", reason=str(reason))
+
+
+def closed_after_handshake(where: str) -> TlsError:
+    """A TLS broker closed the connection before answering CONNECT, without a TLS alert: what a server
+    that refuses the client's certificate (or the lack of one) does under TLS 1.3."""
+    return TlsError(f"{where} closed the connection right after the TLS handshake, before answering CONNECT: "
+                    f"it wants a client certificate (cert_file=, key_file=) or did not accept the one sent",
+                    reason="CLOSED_AFTER_HANDSHAKE")
 
 
 class _Plain:
@@ -216,6 +227,8 @@ class TcpTransport(Transport):
                 except socket.timeout:
                     continue
                 if not data:
+                    if self.ssl_context is not None:
+                        raise closed_after_handshake(self.where)
                     raise ConnectFailed(f"{self.where} closed the connection during CONNECT")
                 try:
                     frames = self.conn.receive_data(data)
