@@ -162,6 +162,13 @@ class ConfigError(PymqError):
     code = "config"
 
 
+class ListenError(PymqError):
+    """The broker cannot listen where it is configured to: ``listener`` names which (STOMP, STOMP over
+    TLS, WebSocket, admin), ``host`` and ``port`` where."""
+
+    code = "listen"
+
+
 class DataLoss(PymqError):
     """A replay asked for messages the broker no longer holds (retention dropped them, or others consumed
     them): the Spark connector's ``failOnDataLoss``."""

@@ -10,8 +10,9 @@ import asyncio
 import gc
 import logging
 import os
+import ssl
 
-from pymq.errors import ConfigError, StorageError
+from pymq.errors import ConfigError, ListenError, StorageError
 from pymq_server.admin.ops import Admin
 from pymq_server.broker.broker import Broker
 from pymq_server.config import BrokerConfig
@@ -27,20 +28,16 @@ HOUSEKEEPING_PERIOD_S = 1.0
 
 def build_devices(config: BrokerConfig) -> tuple[list, str | None]:
     """The holding devices named in ``config.storage`` (default: memory + the paged file store)."""
-    spec = config.storage.get("devices")
-    persistent = config.storage.get("persistent_device")
-    if spec is None:
-        spec = {"memory": {"kind": "memory"}, "file": {"kind": "file"}}
+    storage = config.storage
+    persistent = storage.persistent_device
+    if storage.devices is None:
+        specs = {"memory": ("memory", {}), "file": ("file", {})}
         persistent = persistent or "file"
-    devices = []
-    for name, options in spec.items():
-        options = dict(options or {})
-        kind = options.pop("kind", name)
-        devices.append(make_device(kind, name, options, config))
-    names = {d.name for d in devices}
-    if persistent is not None and persistent not in names:
-        raise ConfigError(f"storage.persistent_device {persistent!r} is not one of the devices "
-                          f"{sorted(names)}")
+    else:
+        # only the options the configuration sets: each device keeps its own defaults for the rest
+        specs = {name: (dev.kind, dev.model_dump(exclude={"kind"}, exclude_unset=True))
+                 for name, dev in storage.devices.items()}
+    devices = [make_device(kind, name, options, config) for name, (kind, options) in specs.items()]
     return devices, persistent
 
 
@@ -71,47 +68,174 @@ class BrokerServer:
         self.store: HoldingStore | None = None
         self.runtime: AsyncioRuntime | None = None
         self._server: asyncio.base_events.Server | None = None
+        self._tls_server: asyncio.base_events.Server | None = None
         self._housekeeping: asyncio.TimerHandle | None = None
         self._selection_timer: asyncio.TimerHandle | None = None
         self.claimers: list = []
         self.admin = None
         self.http = None
+        self.websocket = None
         self.cluster = None
+        self.ssl_context: ssl.SSLContext | None = None
         self.admin_port: int | None = None
         self.port: int | None = None
+        self.tls_port: int | None = None
+        self.websocket_port: int | None = None
         self.recovered = 0
         self.recovery_done = False     # /readyz: storage recovered
         self.stopping = False          # /readyz: a clean stop has begun
 
     async def start(self) -> "BrokerServer":
-        """Storage, recovery, broker core, then the STOMP listener."""
+        """TLS material, storage, recovery, broker core, then the listeners.
+
+        Each step fails with its own cause: a certificate that does not load is a ConfigError naming the
+        ``tls.*`` setting (before storage opens), a data directory that cannot be used is a StorageError
+        naming it, a port that cannot be bound is a ListenError naming the listener (STOMP, STOMP over
+        TLS, WebSocket, admin).  After a failure everything already started is stopped again."""
+        cfg = self.config
+        if cfg.tls is not None:
+            from pymq_server.net.tls import server_context
+            self.ssl_context = server_context(cfg.tls)
         await self.start_core()
+        try:
+            await self._start_listeners()
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def _start_listeners(self) -> None:
         loop = asyncio.get_running_loop()
         cfg = self.config
-        self._server = await loop.create_server(lambda: StompServerProtocol(self.broker, loop),
-                                                cfg.host, cfg.port, reuse_address=True, backlog=1024)
+
+        def stomp() -> StompServerProtocol:
+            return StompServerProtocol(self.broker, loop)
+
+        # bound first, accepting last: no client connects before every listener is in place
+        self._server = await _listen("STOMP port (port)", cfg.host, cfg.port, loop.create_server(
+            stomp, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False))
         self.port = self._server.sockets[0].getsockname()[1]
+        if cfg.tls_port is not None:
+            self._tls_server = await _listen("STOMP over TLS port (tls_port)", cfg.host, cfg.tls_port,
+                                             loop.create_server(stomp, cfg.host, cfg.tls_port,
+                                                                ssl=self.ssl_context, reuse_address=True,
+                                                                backlog=1024, start_serving=False))
+            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
+        if cfg.websocket is not None:
+            from pymq_server.net.websocket import WebSocketListener
+            ws = cfg.websocket
+            self.websocket = WebSocketListener(self.broker, cfg.host, ws.port, ws.path,
+                                               self.ssl_context if ws.tls else None)
+            self.websocket_port = await _listen("WebSocket port (websocket.port)", cfg.host, ws.port,
+                                                self.websocket.start())
+        self.admin.start()
+        if cfg.admin_port is not None:
+            from pymq_server.admin.http import AdminHttp
+            self.http = AdminHttp(self, cfg.host, cfg.admin_port,
+                                  ssl_context=self.ssl_context if cfg.admin_tls else None)
+            self.admin_port = await _listen("admin HTTP port (admin_port)", cfg.host, cfg.admin_port,
+                                            self.http.start())
+        await self._server.start_serving()
+        if self._tls_server is not None:
+            await self._tls_server.start_serving()
         log.info("pymq-server listening on %s:%d (data in %s)", cfg.host, self.port, cfg.data_dir)
+        if self.tls_port is not None:
+            log.info("STOMP over TLS on %s:%d", cfg.host, self.tls_port)
+        if self.websocket is not None:
+            scheme = "wss" if cfg.websocket.tls else "ws"
+            log.info("STOMP over WebSocket on %s://%s:%d%s", scheme, cfg.host, self.websocket_port,
+                     cfg.websocket.path)
+        if self.http is not None:
+            scheme = "https" if cfg.admin_tls else "http"
+            log.info("admin and metrics on %s://%s:%d/", scheme, cfg.host, self.admin_port)
         if cfg.cluster:
-            from pymq_server.cluster.node import ClusterConfig, ClusterNode
-            ccfg = ClusterConfig.from_dict(cfg.cluster)
+            from pymq_server.cluster.node import ClusterNode
+            ccfg = cfg.cluster
             self.broker.authenticator.cluster_secret = ccfg.secret
             self.cluster = ClusterNode(self.broker, ccfg, loop, cfg.node_id, f"{cfg.host}:{self.port}")
             self.broker.cluster = self.cluster
             await self.cluster.start()
-        self.admin.start()
-        if cfg.admin_port is not None:
-            from pymq_server.admin.http import AdminHttp
-            self.http = AdminHttp(self, cfg.host, cfg.admin_port)
-            self.admin_port = await self.http.start()
-            log.info("admin and metrics on http://%s:%d/", cfg.host, self.admin_port)
-        return self
+
+    # -- live changes (SIGHUP, the admin "reload" operation) ---------------------------------------
+    def reload(self) -> dict:
+        """Read the configuration file and the users file again and apply what can change while the
+        broker runs: users (and ``allow_anonymous``), ``default_permissions``, the storage-selection
+        rules, the TLS certificate and key, ``log_level``.  Open connections are kept (they keep the user
+        they logged in as).  Everything is read and checked before anything changes: an invalid file
+        raises ConfigError and the broker keeps what it had.  Settings that differ but need a restart
+        are listed under ``restart_needed``.  Runs on the broker's event loop."""
+        from pymq_server.broker.acl import AccessControl
+        from pymq_server.broker.auth import load_users
+        old = self.config
+        new = old.reread()
+        users = load_users(new.users_file) if new.users_file else None
+        defaults = AccessControl(new.default_permissions).defaults
+        layer = None
+        if new.storage.selection is not None:
+            from pymq_server.config import read_selection
+            from pymq_server.storage.selection import AdaptiveSelection
+            layer = AdaptiveSelection.from_yaml(read_selection(new.storage.selection),
+                                                list(self.store.devices.values()))
+        fresh_tls = None
+        if new.tls is not None and self.ssl_context is not None:
+            from pymq_server.net.tls import load_certificates, server_context
+            fresh_tls = new.tls
+            server_context(new.tls)                     # loads and checks every file; nothing live yet
+        # -- everything read and valid: apply --------------------------------------------------------
+        broker = self.broker
+        broker.authenticator.replace(new.users_file, users, new.allow_anonymous)
+        broker.acl.defaults = defaults
+        if layer is not None:
+            from pymq_server.broker.broker import rule_context_of
+            had = self.store.selection is not None
+            self.store.use_selection(layer, rule_context_of)
+            if not had:
+                self._refresh_selection()
+        if fresh_tls is not None:
+            load_certificates(self.ssl_context, fresh_tls)
+        logging.getLogger().setLevel(new.log_level)
+        applied = {"users_file", "allow_anonymous", "default_permissions", "log_level"}
+        for key in applied:
+            setattr(old, key, getattr(new, key))
+        if layer is not None:
+            old.storage = old.storage.model_copy(update={"selection": new.storage.selection})
+        restart = sorted(k for k in type(new).model_fields
+                         if k not in applied and k not in ("storage", "tls")
+                         and getattr(new, k) != getattr(old, k))
+        if new.storage.model_copy(update={"selection": None}) != old.storage.model_copy(
+                update={"selection": None}) or (layer is None and old.storage.selection is not None):
+            restart.append("storage")
+        if (new.tls is None) != (old.tls is None) or (
+                new.tls is not None and old.tls is not None
+                and new.tls.model_copy(update={"cert_file": "", "key_file": "", "key_password": None})
+                != old.tls.model_copy(update={"cert_file": "", "key_file": "", "key_password": None})):
+            restart.append("tls")
+        if fresh_tls is not None:
+            old.tls = new.tls
+        result = {"users": sorted(broker.authenticator.users),
+                  "default_permissions": broker.acl.defaults.to_dict()["grants"],
+                  "storage_rules": len(layer.rules) if layer is not None else None,
+                  "tls_reloaded": fresh_tls is not None,
+                  "restart_needed": restart}
+        log.info("configuration reloaded from %s: %d user(s), %s storage rule(s)%s",
+                 old.source or "the command line", len(result["users"]),
+                 result["storage_rules"] if layer is not None else "no",
+                 f"; changed but needing a restart: {', '.join(restart)}" if restart else "")
+        return result
 
     async def start_core(self) -> "BrokerServer":
         """Storage, recovery and the broker core, without a listener (the embedded vm:// broker)."""
         loop = asyncio.get_running_loop()
         cfg = self.config
-        os.makedirs(cfg.data_dir, exist_ok=True)
+        try:
+            os.makedirs(cfg.data_dir, exist_ok=True)
+            probe = os.path.join(cfg.data_dir, ".pymq-write-test")
+            with open(probe, "wb"):
+                pass
+            os.unlink(probe)
+        except OSError as exc:
+            raise StorageError(f"cannot use data directory {cfg.data_dir!r} (data_dir): "
+                               f"{exc.strerror or exc}", path=cfg.data_dir) from None
         self.runtime = AsyncioRuntime(loop)
         devices, persistent = build_devices(cfg)
         self.store = HoldingStore(devices, persistent_device=persistent, sync_policy=cfg.sync_policy,
@@ -124,7 +248,7 @@ class BrokerServer:
         self.broker = Broker(cfg, self.store, self.runtime)
         self.admin = Admin(self)
         self.broker.admin = self.admin
-        selection = cfg.storage.get("selection")
+        selection = cfg.storage.selection
         if selection is not None:
             self._setup_selection(selection)
         self.recovered = self.broker.recover()
@@ -149,19 +273,10 @@ class BrokerServer:
 
     def _setup_selection(self, selection) -> None:
         """The adaptive layer of seed 000: rules from YAML (inline mapping or a file path)."""
-        import yaml
         from pymq_server.broker.broker import rule_context_of
+        from pymq_server.config import read_selection
         from pymq_server.storage.selection import AdaptiveSelection
-        if isinstance(selection, str):
-            try:
-                with open(selection, encoding="utf-8") as fh:
-                    text = fh.read()
-            except OSError as exc:
-                raise ConfigError(f"cannot read storage selection file {selection}: {exc.strerror}") \
-                    from None
-        else:
-            text = yaml.safe_dump(selection)
-        layer = AdaptiveSelection.from_yaml(text, list(self.store.devices.values()))
+        layer = AdaptiveSelection.from_yaml(read_selection(selection), list(self.store.devices.values()))
         self.store.use_selection(layer, rule_context_of)
         self._refresh_selection()
 
@@ -195,8 +310,9 @@ class BrokerServer:
             self._housekeeping.cancel()
         if self._selection_timer is not None:
             self._selection_timer.cancel()
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                server.close()
         if self.http is not None:
             await self.http.stop()
         for claimer in self.claimers:
@@ -204,8 +320,11 @@ class BrokerServer:
         if self.broker is not None:
             for session in list(self.broker.sessions.values()):
                 session.close()
-        if self._server is not None:
-            await self._server.wait_closed()
+        if self.websocket is not None:
+            await self.websocket.stop()         # after the sessions: their last frames go out first
+        for server in (self._server, self._tls_server):
+            if server is not None:
+                await server.wait_closed()
         await asyncio.sleep(0)   # let transports flush their last frames
         if self.store is not None:
             self.store.flush_all()
@@ -213,6 +332,15 @@ class BrokerServer:
         if self.runtime is not None:
             self.runtime.shutdown()
         log.info("pymq-server stopped")
+
+
+async def _listen(what: str, host: str, port: int, starting):
+    """Await ``starting`` (a server start); a bind failure becomes a ListenError naming the listener."""
+    try:
+        return await starting
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {host}:{port} for the {what}: {exc.strerror or exc}",
+                          listener=what, host=host, port=port) from None
 
 
 def install_uvloop() -> bool:

@@ -1,26 +1,36 @@
 """``pymq-server``: run the broker, or manage the users file.
 
-    pymq-server [--host H] [--port P] [--data-dir D] [--config broker.yaml]
+    pymq-server [--host H] [--port P] [--data-dir D] [--config broker.yaml] [--check-config]
     pymq-server passwd USER --users-file users.yaml [--roles admin,app] [--password-stdin]
 
 A running broker is managed with ``pymq-admin`` (server/admin/cli.py) and the web console on the
 admin port.
 
+The configuration is checked completely before anything opens or listens; a bad one exits with status 2
+and a list of every problem (file, line, key, value, what was expected).  Start-up failures exit with
+status 1 and name their cause: the data directory, a certificate, or which listener could not bind.
 SIGTERM and SIGINT stop the broker cleanly: listeners close, clients get their connections closed,
-storage is flushed and synced.
+storage is flushed and synced.  SIGHUP reloads the users file, default permissions, storage-selection
+rules, TLS certificate and log level without dropping a connection (docs/operations.md); a reload that
+finds an invalid file keeps everything as it was and logs why.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import getpass
+import logging
 import signal
 import sys
 
-from pymq.errors import PymqError
-from pymq_server.app import BrokerServer, install_uvloop
+from pymq.errors import ConfigError, ListenError, PymqError, StorageError
 from pymq_server.config import BrokerConfig
 from pymq_server.logs import announce, configure_logging
+
+log = logging.getLogger("pymq.server")
+
+EXIT_CONFIG = 2        # the configuration (file, flags, certificates) is wrong: fix it, then start
+EXIT_STARTUP = 1       # a start-up step failed (data directory, a port in use, storage)
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -32,7 +42,10 @@ def _serve_parser() -> argparse.ArgumentParser:
                "                        add a user or change a password in a users file\n\n"
                "manage a running broker (queues, messages, dead letters, connections, users, ...):\n"
                "  pymq-admin --help     the admin command line (docs/cli.md); the web console is at\n"
-               "                        http://HOST:ADMIN_PORT/ when --admin-port is set")
+               "                        http://HOST:ADMIN_PORT/ when --admin-port is set\n\n"
+               "signals: SIGTERM/SIGINT stop cleanly; SIGHUP reloads the users file, permissions,\n"
+               "storage rules and the TLS certificate (docs/operations.md)\n"
+               "every setting of the --config file: docs/configuration.md")
     p.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, help="STOMP port (default 61613; 0 picks a free port)")
     p.add_argument("--data-dir", dest="data_dir", help="where persistent data lives (default ./pymq-data)")
@@ -43,6 +56,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", dest="log_level", help="DEBUG, INFO, WARNING, ERROR")
     p.add_argument("--log-format", dest="log_format", help="text (default) or json: one JSON object per line")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
+    p.add_argument("--check-config", action="store_true",
+                   help="check the configuration (and the users file) and exit: 0 when valid, 2 when not")
     return p
 
 
@@ -68,17 +83,49 @@ def _passwd(argv: list[str]) -> int:
 
 
 async def _run(config: BrokerConfig) -> None:
+    from pymq_server.app import BrokerServer
     server = BrokerServer(config)
     await server.start()
-    announce(f"pymq-server listening on {config.host}:{server.port}", config.log_format)
+    _announce(config, server)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGHUP, _reload, server)
     try:
         await stop.wait()
     finally:
+        loop.remove_signal_handler(signal.SIGHUP)
         await server.stop()
+
+
+def _announce(config: BrokerConfig, server) -> None:
+    """One line per listener on stderr, for operators and scripts (the first line's format is fixed)."""
+    lines = [f"pymq-server listening on {config.host}:{server.port}"]
+    if server.tls_port is not None:
+        lines.append(f"pymq-server tls listening on {config.host}:{server.tls_port}")
+    if server.websocket_port is not None:
+        scheme = "wss" if config.websocket.tls else "ws"
+        lines.append(f"pymq-server websocket listening on {scheme}://{config.host}:{server.websocket_port}"
+                     f"{config.websocket.path}")
+    if server.admin_port is not None:
+        scheme = "https" if config.admin_tls else "http"
+        lines.append(f"pymq-server admin listening on {scheme}://{config.host}:{server.admin_port}/")
+    for line in lines:
+        announce(line, config.log_format)
+
+
+def _reload(server) -> None:
+    try:
+        result = server.reload()
+    except PymqError as exc:
+        log.error("reload refused, the running configuration is kept: %s", exc.message)
+    except Exception:  # a bug in reload must not take the broker down with it
+        log.exception("reload failed, the running configuration is kept")
+    else:
+        announce(f"pymq-server reloaded: {len(result['users'])} user(s)"
+                 + (f", needing a restart: {', '.join(result['restart_needed'])}" if result["restart_needed"]
+                    else ""), server.config.log_format)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,20 +138,34 @@ def main(argv: list[str] | None = None) -> int:
                                    users_file=args.users_file, node_id=args.node_id,
                                    admin_port=args.admin_port, log_level=args.log_level,
                                    log_format=args.log_format)
+        if config.users_file:
+            from pymq_server.config import load_users_file
+            load_users_file(config.users_file)
     except PymqError as exc:
-        print(f"pymq-server: {exc}", file=sys.stderr)
-        return 2
+        print(f"pymq-server: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    if args.check_config:
+        print(f"pymq-server: configuration {args.config or '(defaults)'} is valid", file=sys.stderr)
+        return 0
     configure_logging(config.log_level, config.log_format)
     if not args.no_uvloop:
+        from pymq_server.app import install_uvloop
         install_uvloop()
     try:
         asyncio.run(_run(config))
+    except ConfigError as exc:
+        print(f"pymq-server: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIG
+    except (ListenError, StorageError) as exc:
+        print(f"pymq-server: {exc.message}", file=sys.stderr)
+        return EXIT_STARTUP
     except PymqError as exc:
-        print(f"pymq-server: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:
-        print(f"pymq-server: cannot listen on {config.host}:{config.port}: {exc.strerror}", file=sys.stderr)
-        return 1
+        print(f"pymq-server: {exc.message}", file=sys.stderr)
+        return EXIT_STARTUP
+    except OSError as exc:      # not a listener (those are ListenError): say what failed, not "listen"
+        where = f" ({exc.filename})" if exc.filename else ""
+        print(f"pymq-server: start-up failed{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_STARTUP
     return 0
 
 

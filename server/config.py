@@ -1,56 +1,153 @@
-"""Broker configuration: defaults, the YAML file, and command-line overrides.
+"""Broker configuration: one typed, range-checked schema for the YAML file, the command line and programs
+that embed the broker.
 
 Every setting has a default that makes ``pymq-server`` with no arguments a working broker on
-127.0.0.1:61613 keeping its data under ``./pymq-data``.  Unknown keys in the YAML file are an error
-naming the key (a typo must not silently fall back to a default).
+127.0.0.1:61613 keeping its data under ``./pymq-data``.  The schema is pydantic v2 models in strict
+mode, so the YAML file is checked before anything opens or listens:
+
+* an unknown key anywhere (top level, ``queues:``, ``storage:``, ``cluster:``, ``tls:``...) is an error
+  naming it, so a typo never falls back to a default silently;
+* types are not coerced: ``max_deliveries: "five"`` and ``port: "sixty"`` are errors, and so is
+  ``default_persistent: "no"`` — a quoted string is not a boolean; write ``false`` (YAML's unquoted
+  ``no``/``off`` are booleans already and are accepted);
+* numbers are range-checked, names of choices are checked (``log_level: LOUD``), and sizes take a
+  count of bytes or a string with a unit (``64MiB``, ``1GB``);
+* an error names the file, the line, the key path, the bad value and what was expected, all of them at
+  once (:class:`pymq.errors.ConfigError` with ``problems``).
+
+``docs/configuration.md`` is generated from these models (``python -m pymq_server.config --reference``;
+a test checks the committed file matches), so the descriptions below are the reference.
 """
 from __future__ import annotations
 
-import dataclasses
 import os
-from dataclasses import dataclass, field
-from typing import Any
+import re
+import sys
+from typing import Annotated, Any, Literal, Union
 
 import yaml
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError,
+                      ValidationInfo, field_validator, model_validator)
+from typing_extensions import TypedDict
 
-from pymq.errors import ConfigError
-
+from pymq.errors import ConfigError, PymqError
 
 OVERFLOW_POLICIES = ("block", "reject", "drop-oldest")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
-@dataclass(frozen=True)
-class QueueConfig:
-    """Per-queue settings (seed 001), kept across restarts in the catalog.
+# -- value types ------------------------------------------------------------------------------------
 
-    ``max_deliveries``: deliveries before dead-lettering (0 = unlimited).  ``dead_letter``: move a
-    message at the maximum to ``<prefix><queue>`` (True) or drop it, counted (False);
-    ``dead_retention_ms``: how long the dead-letter queue keeps it (0 = until consumed).
-    ``default_expiration_ms``/``default_priority``: applied when the producer sets none.
-    ``delivery_timeout_ms``: a message held by a consumer longer than this without an ack is assumed
-    lost and becomes ready again (0 = never).  ``max_depth`` + ``overflow``: what happens to a SEND when
-    the queue is full — ``block`` the producer, ``reject`` it with a queue-full error, or ``drop-oldest``.
-    ``redelivery_*``: delay before a failed message is ready again, with backoff and a cap.
-    ``schema``: declared properties, ``{name: {type: string|int|float|bool, required: bool}}``.
-    ``routing_key``: in a cluster, which id of a message picks its node (seed 003, spec/routing.md §2.3):
-    ``group`` (JMSXGroupID only), ``correlation-id`` or ``message-id``; a grouped message always routes on
-    its group.
-    """
+_SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_SIZE_RE = re.compile(r"\s*(\d+)\s*([A-Za-z]*)\s*\Z")
+_INT_MAX = 2**63 - 1        # every count and duration fits a signed 64-bit integer (stores, metrics)
 
-    max_deliveries: int = 10
-    dead_letter: bool = True
-    dead_letter_prefix: str = "DLQ."
-    dead_retention_ms: int = 0
-    default_expiration_ms: int = 0
-    default_priority: int = 4
-    delivery_timeout_ms: int = 0
-    max_depth: int = 0
-    overflow: str = "block"
-    redelivery_delay_ms: int = 0
-    redelivery_multiplier: float = 1.0
-    redelivery_max_delay_ms: int = 60_000
-    schema: dict | None = None
-    routing_key: str = "group"
+
+def parse_size(value: Any) -> Any:
+    """``65536``, ``"64KiB"``, ``"1 GB"`` -> a count of bytes; anything else is left for the int check
+    to refuse (with the size-specific message when it is a string)."""
+    if isinstance(value, str):
+        m = _SIZE_RE.match(value)
+        unit = _SIZE_UNITS.get((m[2] or "b").lower()) if m else None
+        if m is None or unit is None:
+            raise ValueError("expected a size: a number of bytes or a number with a unit "
+                             "(B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), e.g. 64MiB")
+        return int(m[1]) * unit
+    return value
+
+
+Size = Annotated[int, BeforeValidator(parse_size), Field(ge=0, le=_INT_MAX)]
+Count = Annotated[int, Field(ge=0, le=_INT_MAX)]
+Positive = Annotated[int, Field(ge=1, le=_INT_MAX)]
+Millis = Annotated[int, Field(ge=0, le=_INT_MAX)]
+Port = Annotated[int, Field(ge=0, le=65535)]
+_NAME_RE = re.compile(r"[A-Za-z0-9_.:-]{1,64}\Z")
+
+
+def _node_name(value: str) -> str:
+    if not _NAME_RE.match(value):
+        raise ValueError("expected 1-64 characters from A-Z a-z 0-9 _ . : -")
+    return value
+
+
+def _principal(value: str) -> str:
+    if value == "*" or (value.startswith(("user:", "role:")) and len(value.split(":", 1)[1]) > 0):
+        return value
+    raise ValueError("expected '*', 'user:<name>' or 'role:<name>'")
+
+
+def _upper_level(value: Any) -> Any:
+    return value.upper() if isinstance(value, str) else value
+
+
+Principal = Annotated[str, Field(min_length=1)]
+Permission = Literal["produce", "consume", "browse"]
+
+
+class _Section(BaseModel):
+    """Strict: no coercion between types, no unknown keys, no NaN or infinity."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+# -- queues -----------------------------------------------------------------------------------------
+
+import warnings  # noqa: E402
+
+# ``schema`` is the public name of a queue setting (SDK, admin API, catalog records); BaseModel's deprecated
+# ``schema()`` classmethod is the one shadowed, which pymq never calls.
+warnings.filterwarnings("ignore", message='Field name "schema" in "QueueConfig" shadows', category=UserWarning)
+
+
+class QueueConfig(_Section):
+    """Settings of one queue (seed 001), kept across restarts in the catalog.  ``queue_defaults:`` gives
+    every queue's; an entry under ``queues:`` overrides some of them for one queue; applications pass the
+    same names to ``QueueManager.create``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    max_deliveries: Count = Field(10, description="deliveries before the message is dead-lettered "
+                                                  "(0 = unlimited)")
+    dead_letter: bool = Field(True, description="move a message that reached `max_deliveries` to "
+                                                "`<dead_letter_prefix><queue>` (true) or drop it, counted "
+                                                "(false)")
+    dead_letter_prefix: str = Field("DLQ.", min_length=1, description="name prefix of dead-letter queues")
+    dead_retention_ms: Millis = Field(0, description="how long a dead-letter queue keeps a message "
+                                                     "(0 = until consumed)")
+    default_expiration_ms: Millis = Field(0, description="time to live of a message whose producer set "
+                                                         "none (0 = never expires)")
+    default_priority: int = Field(4, ge=0, le=9, description="priority of a message whose producer "
+                                                             "set none (0-9)")
+    delivery_timeout_ms: Millis = Field(0, description="a message held by a consumer this long without "
+                                                       "an ack is assumed lost and becomes ready again "
+                                                       "(0 = never)")
+    max_depth: Count = Field(0, description="messages the queue may hold (0 = unbounded); see `overflow`")
+    overflow: Literal["block", "reject", "drop-oldest"] = Field(
+        "block", description="what a SEND to a full queue does: `block` the producer, `reject` it with "
+                             "a queue-full error, or `drop-oldest`")
+    redelivery_delay_ms: Millis = Field(0, description="delay before a failed message is ready again")
+    redelivery_multiplier: float = Field(1.0, ge=1.0, le=1000.0, description="backoff factor applied to "
+                                         "the delay after each further failed delivery")
+    redelivery_max_delay_ms: Millis = Field(60_000, description="cap of the redelivery delay")
+    schema: dict[str, Any] | None = Field(None, description="declared message properties, "
+                                          "`{name: {type: string|int|float|bool, required: bool}}`")
+    routing_key: Annotated[Literal["group", "correlation-id", "message-id"],
+                           BeforeValidator(lambda v: getattr(v, "value", v))] = Field(
+        "group", description="in a cluster, which id of a message picks its node (seed 003, spec/routing.md "
+                             "§2.3): `group` (JMSXGroupID only), `correlation-id` or `message-id`; a grouped "
+                             "message always routes on its group")
+
+    @field_validator("schema")
+    @classmethod
+    def _schema_parses(cls, value: dict | None) -> dict | None:
+        if value is not None:
+            from pymq_server.broker.schema import MessageSchema
+            try:
+                MessageSchema.from_dict(value, "schema")
+            except PymqError as exc:
+                raise ValueError(exc.message.removeprefix("schema: ")) from None
+        return value
 
     def delay_for(self, deliveries: int) -> int:
         """Redelivery delay in ms after the ``deliveries``-th failed delivery (capped backoff)."""
@@ -60,121 +157,415 @@ class QueueConfig:
         return int(min(delay, self.redelivery_max_delay_ms))
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        return self.model_dump()
 
     def differences(self, other: "QueueConfig") -> list[str]:
         mine, theirs = self.to_dict(), other.to_dict()
         return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
 
-    def validate(self, where: str = "queue") -> None:
-        if self.overflow not in OVERFLOW_POLICIES:
-            raise ConfigError(f"{where}: overflow must be one of {', '.join(OVERFLOW_POLICIES)}, "
-                              f"got {self.overflow!r}")
-        if not 0 <= self.default_priority <= 9:
-            raise ConfigError(f"{where}: default_priority must be between 0 and 9")
-        for name in ("max_deliveries", "dead_retention_ms", "default_expiration_ms", "delivery_timeout_ms",
-                     "max_depth", "redelivery_delay_ms", "redelivery_max_delay_ms"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ConfigError(f"{where}: {name} must be a non-negative integer, got {value!r}")
-        if self.redelivery_multiplier < 1.0:
-            raise ConfigError(f"{where}: redelivery_multiplier must be at least 1.0")
-        from pymq.routing.groups import RoutingKey
-        if self.routing_key not in {k.value for k in RoutingKey}:
-            raise ConfigError(f"{where}: routing_key must be one of {', '.join(k.value for k in RoutingKey)}, "
-                              f"got {self.routing_key!r}")
-        if self.schema is not None:
-            from pymq_server.broker.schema import MessageSchema
-            MessageSchema.from_dict(self.schema, where)
+
+def queue_config(data: "dict | QueueConfig", where: str = "queue",
+                 base: QueueConfig | None = None) -> QueueConfig:
+    """A validated QueueConfig from a mapping of some of its settings over ``base`` (default: the
+    defaults).  A QueueConfig is returned as it is.  Errors name ``where`` and each bad key."""
+    if isinstance(data, QueueConfig):
+        return data
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of queue settings, got {data!r}")
+    merged = {**base.model_dump(), **data} if base is not None else data
+    try:
+        return QueueConfig.model_validate(merged)
+    except ValidationError as exc:
+        problems = describe_errors(exc, QueueConfig)
+        raise ConfigError(f"{where}: " + "; ".join(f"{p.key}: {p.reason}" for p in problems),
+                          problems=problems) from None
 
 
-@dataclass
-class BrokerConfig:
-    host: str = "127.0.0.1"
-    port: int = 61613
-    data_dir: str = "pymq-data"
-    node_id: str = "pymq"
-    users_file: str | None = None
-    allow_anonymous: bool = False        # with a users file: CONNECT without login is refused
-    max_frame_size: int = 4 * 1024 * 1024
-    max_headers: int = 1000
-    max_connections: int = 10_000
-    max_subscriptions_per_connection: int = 10_000
-    max_transactions_per_connection: int = 1_000
-    max_transaction_operations: int = 100_000
-    heartbeat_send_ms: int = 10_000      # what the broker offers to send (CONNECTED sx)
-    heartbeat_recv_ms: int = 10_000      # what the broker wants to receive (CONNECTED sy)
-    heartbeat_grace: float = 2.0         # a peer is dead after grace × its interval without traffic
-    connect_timeout_ms: int = 10_000     # a connection that has not sent CONNECT by then is closed
-    write_buffer_high: int = 1024 * 1024 # per-connection: pause deliveries above this many bytes
-    write_buffer_low: int = 256 * 1024
-    max_memory: int = 1024 * 1024 * 1024 # message bytes held before producers are paused
-    default_persistent: bool = True
-    auto_create: bool = True
-    default_prefetch: int = 1000         # client/client-individual acks without prefetch header
-    sync_policy: str = "always"          # always (sync before every receipt; concurrent commits share
-                                         # one fsync) | grouped (≤ 1 fsync per sync_window_ms) | never
-    sync_window_ms: float = 2.0
-    storage: dict = field(default_factory=dict)
-    queue_defaults: QueueConfig = field(default_factory=QueueConfig)
-    queues: dict = field(default_factory=dict)
-    retention: dict = field(default_factory=dict)  # destination or glob -> {ms, messages} (logs)
-    default_permissions: dict | None = None  # principal -> permissions for destinations without an ACL
-    expiry_queue: str | None = None      # expired messages are moved here (a queue name) instead of dropped
-    dedup_window_ms: int = 600_000       # duplicate detection window (pymq-dedup-id, _AMQ_DUPL_ID)
-    dedup_max_ids: int = 1_000_000       # ids remembered per destination
-    admin_port: int | None = None        # HTTP admin/metrics endpoint; None = off
-    cluster: dict | None = None          # spec/cluster.md: store, secret, name, advertise, ...
-    log_level: str = "INFO"
-    log_format: str = "text"             # text | json (one JSON object per line, server/logs.py)
+# -- storage ------------------------------------------------------------------------------------------
+
+class MemoryDeviceConfig(_Section):
+    """Messages in the broker's memory (lost on restart)."""
+
+    kind: Literal["memory"]
+    capacity: Size | None = Field(None, description="bytes it may hold (unbounded when unset); a full "
+                                                    "device scores 0 in storage selection")
+
+
+class FileDeviceConfig(_Section):
+    """The paged file store with a write-ahead log (spec/storage.md)."""
+
+    kind: Literal["file"]
+    directory: str | None = Field(None, min_length=1, description="where its files live "
+                                                                  "(default `<data_dir>/<device name>`)")
+    page_size: Size = Field(64 * 1024, description="page size of a new store, a power of two from 4KiB "
+                                                   "to 16MiB (an existing store keeps its own)")
+    checkpoint_bytes: Size = Field(32 * 1024 * 1024, description="write-ahead-log bytes between "
+                                                                 "checkpoints")
+    max_bytes: Size | None = Field(None, description="bound of the page file (unbounded when unset)")
+    fsync: bool = Field(True, description="false skips every fsync: fast, and loses data on a power "
+                                          "failure (tests, throwaway brokers)")
+
+    @field_validator("page_size")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value & (value - 1) or not 4096 <= value <= 16 << 20:
+            raise ValueError("expected a power of two from 4096 (4KiB) to 16777216 (16MiB)")
+        return value
+
+
+class SqlDeviceConfig(_Section):
+    """SQL through SQLAlchemy: SQLite embedded or a shared PostgreSQL (extra `sql`)."""
+
+    kind: Literal["sql"]
+    url: str | None = Field(None, min_length=1, description="SQLAlchemy URL (default "
+                                                            "`sqlite:///<data_dir>/<device name>.sqlite3`)")
+    broker_id: str | None = Field(None, description="this broker's rows in a shared database "
+                                                    "(default `node_id`)")
+    table_prefix: str = Field("pymq_", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,30}$",
+                              description="prefix of the device's table names")
+    synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = Field(
+        "FULL", description="SQLite's `synchronous` pragma (ignored by other databases)")
+    busy_timeout_s: float = Field(10.0, gt=0, le=3600, description="how long SQLite waits for a lock")
+    engine_options: dict[str, Any] | None = Field(None, description="extra `sqlalchemy.create_engine` "
+                                                                    "arguments")
+
+    @field_validator("broker_id")
+    @classmethod
+    def _broker_id(cls, value: str | None) -> str | None:
+        return value if value is None else _node_name(value)
+
+
+class GridDeviceConfig(_Section):
+    """A Redis server (extra `redis`), shared by a cluster's nodes."""
+
+    kind: Literal["grid"]
+    url: str = Field("redis://127.0.0.1:6379/0", min_length=1, description="Redis URL")
+    broker_id: str | None = Field(None, description="this broker's keys (default `node_id`)")
+    namespace: str = Field("pymq", pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="key prefix")
+    socket_timeout_s: float = Field(5.0, gt=0, le=3600, description="Redis socket timeout")
+    retries: int = Field(1, ge=0, le=100, description="retries of a failed Redis command")
+    waitaof_timeout_ms: Millis = Field(5000, description="how long a durable write waits for Redis's "
+                                                         "append-only file (WAITAOF)")
+
+    @field_validator("broker_id")
+    @classmethod
+    def _broker_id(cls, value: str | None) -> str | None:
+        return value if value is None else _node_name(value)
+
+
+DeviceConfig = Annotated[Union[MemoryDeviceConfig, FileDeviceConfig, SqlDeviceConfig, GridDeviceConfig],
+                         Field(discriminator="kind")]
+
+
+class StorageConfig(_Section):
+    """Holding devices and the rules that choose among them (spec/storage_rules.md §5)."""
+
+    devices: dict[str, DeviceConfig] | None = Field(
+        None, description="name -> device; `kind` is memory, file, sql or grid (default: the name). "
+                          "Default: `{memory: {kind: memory}, file: {kind: file}}`")
+    persistent_device: str | None = Field(None, description="the device that also holds the catalog "
+                                          "(queues, subscriptions, sequence reservations); default `file` "
+                                          "with the default devices")
+    selection: dict[str, Any] | str | None = Field(
+        None, description="storage-selection rules: the document of spec/storage_rules.md §5 inline, or "
+                          "the path of a YAML file holding it. Reloaded by SIGHUP")
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _kind_from_name(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {name: ({"kind": name, **opts} if isinstance(opts, dict) and "kind" not in opts
+                           else ({"kind": name} if opts is None else opts))
+                    for name, opts in value.items()}
+        return value
+
+    @field_validator("persistent_device")
+    @classmethod
+    def _known_device(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is not None and "devices" in info.data:  # (absent: devices failed)
+            names = _device_names(info.data.get("devices"))
+            if value not in names:
+                raise ValueError(f"expected one of the devices {names}")
+        return value
+
+    @field_validator("selection")
+    @classmethod
+    def _selection_parses(cls, value: "dict | str | None", info: ValidationInfo) -> "dict | str | None":
+        if value is not None and "devices" in info.data:  # (absent: devices failed)
+            check_selection(value, _device_names(info.data.get("devices")))
+        return value
+
+    def device_names(self) -> list[str]:
+        return _device_names(self.devices)
+
+
+def _device_names(devices: dict | None) -> list[str]:
+    return list(devices) if devices is not None else ["memory", "file"]
+
+
+def read_selection(selection: "dict | str") -> str:
+    """The storage-selection document as YAML text (read from its file when ``selection`` is a path)."""
+    if isinstance(selection, str):
+        try:
+            with open(selection, encoding="utf-8") as fh:
+                return fh.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read storage selection file {selection}: {exc.strerror}") from None
+    return yaml.safe_dump(selection)
+
+
+def check_selection(selection: "dict | str", device_names: list[str]) -> None:
+    """Parse the selection document (conditions compiled) and check it names only known devices."""
+    from pymq_server.storage.selection import SelectionConfig, rules_from_document
+    try:
+        doc = yaml.safe_load(read_selection(selection))
+        if doc is not None and not isinstance(doc, dict):
+            raise ConfigError("expected a mapping with a 'rules' list")
+        settings = SelectionConfig.from_document(doc)
+        rules = rules_from_document(doc)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{selection}: not valid YAML: {exc}") from None
+    except PymqError as exc:
+        where = f"{selection}: " if isinstance(selection, str) else ""
+        raise ValueError(where + exc.message) from None
+    used = {r.device for r in rules}
+    if settings.default_device is not None:
+        used.add(settings.default_device)
+    used |= set(settings.periods)
+    unknown = sorted(used - set(device_names))
+    if unknown:
+        raise ValueError(f"storage selection names unknown device(s) {unknown}; the devices are "
+                         f"{device_names}")
+
+
+# -- cluster ------------------------------------------------------------------------------------------
+
+class ClusterConfig(_Section):
+    """Membership and links of a cluster (spec/cluster.md)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    store: str = Field(min_length=1, description="membership store: `redis://...` or `postgresql://...`")
+    secret: str = Field(min_length=1, description="shared secret nodes authenticate each other with")
+    name: str = Field("pymq", min_length=1, description="cluster name (nodes of different clusters "
+                                                        "ignore each other in one store)")
+    advertise: str | None = Field(None, description="`host:port` other nodes connect to (default: the "
+                                                    "listening address)")
+    heartbeat_ms: Annotated[int, Field(ge=10, le=3_600_000)] = Field(500, description="membership "
+                                                                                      "heart-beat period")
+    dead_after_ms: Annotated[int, Field(ge=20, le=3_600_000)] = Field(3000, description="a node silent "
+                                                                      "this long is dead")
+    group_routing: Literal["rendezvous", "modulo"] = Field("rendezvous", description="how a message "
+                                                           "group picks its node (spec/routing.md)")
+    popular_fraction: float = Field(0.75, gt=0, le=1, description="share of the traffic the popular "
+                                    "topics of a node's filter must cover")
+    assignment: Literal["balance", "similar"] = Field("balance", description="hand-over policy for "
+                                                      "durable subscriptions of a leaving node")
+    filter_capacity: Positive = Field(10_000, description="topics a node's bloom filter is sized for")
+    filter_fpr: float = Field(0.01, gt=0, lt=1, description="bloom filter false-positive rate")
+    handover_timeout_s: float = Field(10.0, gt=0, le=3600, description="how long a hand-over waits for "
+                                                                       "the successor")
+    held_max_messages: Count = Field(1_000_000, description="per dead peer: messages held for its durable "
+                                     "subscribers (0: no cap)")
+    topic_filtering: bool = Field(True, description="false: forward every topic message to every peer "
+                                                    "(a baseline for measurements)")
+
+    @field_validator("dead_after_ms")
+    @classmethod
+    def _dead_after_heartbeat(cls, value: int, info: ValidationInfo) -> int:
+        beat = info.data.get("heartbeat_ms")
+        if beat is not None and value <= beat:
+            raise ValueError(f"expected more than heartbeat_ms ({beat})")
+        return value
+
+    @classmethod
+    def from_dict(cls, data: "dict | ClusterConfig") -> "ClusterConfig":
+        if isinstance(data, ClusterConfig):
+            return data
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = describe_errors(exc, cls, prefix=("cluster",))
+            raise ConfigError("; ".join(f"{p.key}: {p.reason}" for p in problems),
+                              problems=problems) from None
+
+
+# -- TLS and listeners --------------------------------------------------------------------------------
+
+class TlsConfig(_Section):
+    """Certificate and key of the broker, and how clients' certificates are checked (docs/tls.md)."""
+
+    cert_file: str = Field(min_length=1, description="PEM file with the broker's certificate (and its "
+                                                     "chain)")
+    key_file: str = Field(min_length=1, description="PEM file with its private key")
+    key_password: str | None = Field(None, description="password of an encrypted key")
+    ca_file: str | None = Field(None, min_length=1, description="PEM file with the CA certificates that "
+                                "sign client certificates (needed for `client_certificates`)")
+    client_certificates: Literal["none", "optional", "required"] = Field(
+        "none", description="ask clients for a certificate: `none`; `optional` (checked when sent); "
+                            "`required` (mutual TLS). A verified certificate whose subject a user "
+                            "lists as `certificate_subject` logs in as that user")
+    min_version: Literal["1.2", "1.3"] = Field("1.2", description="lowest TLS version accepted")
+    ciphers: str | None = Field(None, min_length=1, description="OpenSSL cipher list for TLS 1.2 "
+                                                               "(default: Python's)")
+
+    @field_validator("client_certificates")
+    @classmethod
+    def _ca_for_clients(cls, value: str, info: ValidationInfo) -> str:
+        if value != "none" and "ca_file" in info.data and info.data["ca_file"] is None:
+            raise ValueError(f"{value!r} needs ca_file (the CA certificates that sign client certificates)")
+        return value
+
+
+class WebSocketConfig(_Section):
+    """STOMP over WebSocket (RFC 6455, subprotocols v10.stomp, v11.stomp, v12.stomp)."""
+
+    port: Port = Field(15674, description="port of the WebSocket listener (0 picks a free one)")
+    path: str = Field("/stomp", pattern=r"^/[^\s?#]*$", description="URL path clients connect to")
+    tls: bool = Field(False, description="serve `wss://` with the `tls:` certificate")
+
+
+# -- the broker ---------------------------------------------------------------------------------------
+
+class RetentionRule(TypedDict, total=False):
+    """How long a destination's retained log keeps messages for replay (spec/stomp.md §9)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid", strict=True)  # type: ignore[misc]
+    ms: Millis
+    messages: Count
+
+
+class BrokerConfig(_Section):
+    """The broker's settings: the YAML file's top level."""
+
+    model_config = ConfigDict(validate_assignment=False)
+
+    host: str = Field("127.0.0.1", min_length=1, description="address every listener binds")
+    port: Port = Field(61613, description="STOMP port (0 picks a free port)")
+    data_dir: str = Field("pymq-data", min_length=1, description="where persistent data lives")
+    node_id: str = Field("pymq", min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f]+$", description="this broker's name (message ids, storage rows, clustering)")
+    users_file: str | None = Field(None, min_length=1, description="YAML users file with password hashes "
+                                   "(docs/users.md); none: only guest/guest, from loopback. Reloaded by "
+                                   "SIGHUP")
+    allow_anonymous: bool = Field(False, description="with a users file, accept CONNECT without a login "
+                                                     "(as user `anonymous`, no roles). Reloaded by SIGHUP")
+    max_frame_size: Size = Field(4 * 1024 * 1024, ge=1024, description="largest frame a client may send "
+                                                                       "(headers and body)")
+    max_headers: Annotated[int, Field(ge=1, le=100_000)] = Field(1000, description="headers per frame")
+    max_connections: Positive = Field(10_000, description="connections the broker accepts at once")
+    max_subscriptions_per_connection: Positive = Field(10_000, description="subscriptions per connection")
+    max_transactions_per_connection: Positive = Field(1_000, description="open transactions per "
+                                                                         "connection")
+    max_transaction_operations: Positive = Field(100_000, description="sends and acks in one transaction")
+    heartbeat_send_ms: Millis = Field(10_000, description="heart-beat interval the broker offers to send "
+                                                          "(CONNECTED sx; 0 = none)")
+    heartbeat_recv_ms: Millis = Field(10_000, description="heart-beat interval the broker wants to "
+                                                          "receive (CONNECTED sy; 0 = none)")
+    heartbeat_grace: float = Field(2.0, ge=1.0, le=100.0, description="a peer is dead after grace × its "
+                                                                      "interval without traffic")
+    connect_timeout_ms: Positive = Field(10_000, description="a connection that has not sent CONNECT by "
+                                                             "then is closed")
+    write_buffer_high: Size = Field(1024 * 1024, ge=1, description="per connection: pause deliveries "
+                                                                   "above this many queued bytes")
+    write_buffer_low: Size = Field(256 * 1024, description="per connection: resume deliveries below this")
+    max_memory: Size = Field(1024 * 1024 * 1024, ge=1, description="message bytes held before producers "
+                                                                   "are paused")
+    default_persistent: bool = Field(True, description="whether a SEND without a `persistent` header is "
+                                     "persistent. A boolean: `true`/`false` (a quoted \"no\" is refused)")
+    auto_create: bool = Field(True, description="create queues and topics on first use")
+    default_prefetch: Count = Field(1000, description="unacknowledged messages per client/client-"
+                                    "individual subscription without a prefetch header")
+    sync_policy: Literal["always", "grouped", "never"] = Field(
+        "always", description="`always`: sync before every receipt (concurrent commits share one fsync); "
+                              "`grouped`: at most one fsync per `sync_window_ms`; `never`")
+    sync_window_ms: float = Field(2.0, ge=0, le=60_000, description="the `grouped` sync window")
+    storage: StorageConfig = Field(default_factory=StorageConfig, description="holding devices and "
+                                   "storage-selection rules (see below)")
+    queue_defaults: QueueConfig = Field(default_factory=QueueConfig, description="settings of every queue "
+                                        "(see Queue settings)")
+    queues: dict[str, QueueConfig] = Field(default_factory=dict, description="queue name -> settings that "
+                                           "override `queue_defaults` for it (see Queue settings)")
+    retention: dict[str, RetentionRule] = Field(default_factory=dict, description="destination or glob "
+                                                "-> `{ms, messages}`: keep a log for replay")
+    default_permissions: dict[Principal, list[Permission]] | None = Field(
+        None, description="principal (`*`, `user:<name>`, `role:<name>`) -> permissions (produce, "
+                          "consume, browse) on destinations without an ACL of their own; default: everyone "
+                          "may do everything. Reloaded by SIGHUP")
+    expiry_queue: str | None = Field(None, min_length=1, description="expired messages are moved to this "
+                                     "queue instead of dropped")
+    dedup_window_ms: Millis = Field(600_000, description="duplicate detection window (`pymq-dedup-id`, "
+                                                         "`_AMQ_DUPL_ID`)")
+    dedup_max_ids: Count = Field(1_000_000, description="ids remembered per destination")
+    admin_port: Port | None = Field(None, description="HTTP admin, console and metrics port; unset = off")
+    admin_tls: bool = Field(False, description="serve the admin port over HTTPS with the `tls:` "
+                                               "certificate")
+    tls: TlsConfig | None = Field(None, description="certificate, key and client-certificate policy "
+                                  "(see TLS); needed by `tls_port`, `websocket.tls`, `admin_tls`")
+    tls_port: Port | None = Field(None, description="STOMP over TLS port (`stomp+ssl://`); unset = off")
+    websocket: WebSocketConfig | None = Field(None, description="STOMP over WebSocket listener (see "
+                                              "WebSocket); unset = off")
+    cluster: ClusterConfig | None = Field(None, description="join a cluster (see Cluster)")
+    log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                         BeforeValidator(_upper_level)] = Field("INFO", description="log level (any case)")
+    log_format: Literal["text", "json"] = Field("text", description="`text` lines, or `json`: one JSON "
+                                                "object per line for log collectors (server/logs.py)")
     # what one selector may cost (spec/selector.md §7); over a limit the SUBSCRIBE gets invalid-selector
-    selector_max_length: int = 16_384    # characters
-    selector_max_depth: int = 64         # nesting (at most 64: the evaluators' stack is sized for it)
-    selector_max_terms: int = 2_048      # identifiers and literals
-    selector_max_like_length: int = 1_024  # characters of one LIKE pattern
+    selector_max_length: Positive = Field(16_384, description="characters of one selector")
+    selector_max_depth: Annotated[int, Field(ge=1, le=64)] = Field(
+        64, description="nesting of one selector (at most 64: the evaluators' stack is sized for it)")
+    selector_max_terms: Positive = Field(2_048, description="identifiers and literals of one selector")
+    selector_max_like_length: Positive = Field(1_024, description="characters of one LIKE pattern")
 
-    @classmethod
-    def load(cls, path: str | os.PathLike | None = None, **overrides: Any) -> "BrokerConfig":
-        data: dict = {}
-        if path is not None:
-            try:
-                with open(path, encoding="utf-8") as fh:
-                    data = yaml.safe_load(fh) or {}
-            except OSError as exc:
-                raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-            except yaml.YAMLError as exc:
-                raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
-            if not isinstance(data, dict):
-                raise ConfigError(f"config file {path} must hold a mapping at the top level")
-        data.update({k: v for k, v in overrides.items() if v is not None})
-        return cls.from_dict(data)
+    # where the settings came from, so SIGHUP can read them again the same way
+    _source: str | None = PrivateAttr(None)
+    _overrides: dict = PrivateAttr(default_factory=dict)
 
+    @field_validator("default_permissions")
     @classmethod
-    def from_dict(cls, data: dict) -> "BrokerConfig":
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
-        if unknown:
-            raise ConfigError(f"unknown configuration key(s): {', '.join(unknown)}")
+    def _principals(cls, value: dict | None) -> dict | None:
+        if value is not None:
+            for principal in value:
+                try:
+                    _principal(principal)
+                except ValueError as exc:
+                    raise ValueError(f"principal {principal!r}: {exc}") from None
+        return value
+
+    @field_validator("write_buffer_low")
+    @classmethod
+    def _low_below_high(cls, value: int, info: ValidationInfo) -> int:
+        high = info.data.get("write_buffer_high")
+        if high is not None and value > high:
+            raise ValueError(f"expected at most write_buffer_high ({high})")
+        return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _queues_over_defaults(cls, data: Any) -> Any:
+        """An entry under ``queues:`` names only what differs from ``queue_defaults``."""
+        if not isinstance(data, dict) or not isinstance(data.get("queues"), dict):
+            return data
+        base = data.get("queue_defaults")
+        if isinstance(base, QueueConfig):
+            base = base.model_dump()
+        if not isinstance(base, dict):
+            base = {}
         data = dict(data)
-        qd = data.get("queue_defaults")
-        if isinstance(qd, dict):
-            data["queue_defaults"] = queue_config(qd, "queue_defaults")
-        cfg = cls(**data)
-        cfg.validate()
-        return cfg
+        data["queues"] = {name: ({**base, **entry} if isinstance(entry, dict) else
+                                 (dict(base) if entry is None else entry))
+                          for name, entry in data["queues"].items()}
+        return data
 
-    def validate(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ConfigError(f"port {self.port} is out of range")
-        if self.sync_policy not in ("always", "grouped", "never"):
-            raise ConfigError(f"sync_policy must be always, grouped or never, not {self.sync_policy!r}")
-        if self.write_buffer_low > self.write_buffer_high:
-            raise ConfigError("write_buffer_low must not exceed write_buffer_high")
-        if self.heartbeat_grace < 1.0:
-            raise ConfigError("heartbeat_grace must be at least 1.0")
-        if self.log_format not in ("text", "json"):
-            raise ConfigError(f"log_format must be text or json, not {self.log_format!r}")
-        self.selector_limits()        # raises ConfigError naming the bad limit
+    @model_validator(mode="after")
+    def _consistent(self) -> "BrokerConfig":
+        needs_tls = [name for name, on in (("tls_port", self.tls_port is not None),
+                                           ("websocket.tls", self.websocket is not None and self.websocket.tls),
+                                           ("admin_tls", self.admin_tls)) if on]
+        if needs_tls and self.tls is None:
+            raise ValueError(f"{', '.join(needs_tls)} need(s) a `tls:` section with cert_file and key_file")
+        if self.admin_tls and self.admin_port is None:
+            raise ValueError("admin_tls is set but admin_port is not")
+        return self
 
     def selector_limits(self):
         """The selector limits of this broker (a ``pymq.selector.SelectorLimits``)."""
@@ -183,14 +574,365 @@ class BrokerConfig:
                               max_terms=self.selector_max_terms,
                               max_like_length=self.selector_max_like_length)
 
+    # -- loading ---------------------------------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | os.PathLike | None = None, **overrides: Any) -> "BrokerConfig":
+        """The YAML file at ``path`` (if any) with ``overrides`` (command-line flags; None = not given)
+        on top, validated.  Raises ConfigError naming the file, each bad key, its value and what was
+        expected."""
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        data: dict = {}
+        node = None
+        source = os.fspath(path) if path is not None else None
+        if source is not None:
+            data, node = load_yaml_mapping(source, "config file")
+        merged = {**data, **overrides}
+        try:
+            cfg = cls.model_validate(merged)
+        except ValidationError as exc:
+            problems = describe_errors(exc, cls, node=node, command_line=set(overrides) - set(data))
+            raise ConfigError(format_problems(source or "the command line", problems),
+                              file=source, problems=problems) from None
+        cfg._source = source
+        cfg._overrides = overrides
+        return cfg
 
-def queue_config(data: dict, where: str = "queue", base: QueueConfig | None = None) -> QueueConfig:
-    """A validated QueueConfig from a mapping (unknown keys are an error naming them)."""
-    names = {f.name for f in dataclasses.fields(QueueConfig)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        raise ConfigError(f"unknown {where} setting(s): {', '.join(unknown)} "
-                          f"(known: {', '.join(sorted(names))})")
-    cfg = dataclasses.replace(base, **data) if base is not None else QueueConfig(**data)
-    cfg.validate(where)
-    return cfg
+    @classmethod
+    def from_dict(cls, data: dict) -> "BrokerConfig":
+        """Settings from a mapping (tests, embedding); the same checks as the YAML file."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"configuration must be a mapping, not {type(data).__name__}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            problems = describe_errors(exc, cls)
+            raise ConfigError(format_problems("configuration", problems), problems=problems) from None
+
+    def reread(self) -> "BrokerConfig":
+        """The same sources (file and command-line overrides) read again, validated (SIGHUP)."""
+        return type(self).load(self._source, **self._overrides)
+
+    @property
+    def source(self) -> str | None:
+        return self._source
+
+
+# -- the users file ------------------------------------------------------------------------------------
+
+_SCRYPT_RE = re.compile(r"scrypt\$\d+\$\d+\$\d+\$[A-Za-z0-9+/=]+\$[A-Za-z0-9+/=]+\Z")
+
+
+class UserEntry(_Section):
+    """One user of the users file (docs/users.md)."""
+
+    password: str | None = Field(None, description="salted scrypt hash written by `pymq-server passwd` "
+                                 "(plain-text passwords are refused)")
+    roles: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list, description="roles; "
+                                                             "`admin` may do everything")
+    loopback_only: bool = Field(False, description="accept this user only from a loopback address")
+    certificate_subject: str | None = Field(None, min_length=1, description="RFC 4514 subject of a client "
+                                            "certificate that logs in as this user without a password "
+                                            "(mutual TLS), e.g. `CN=alice,O=Example`")
+
+    @field_validator("password")
+    @classmethod
+    def _hashed(cls, value: str | None) -> str | None:
+        if value is not None and not _SCRYPT_RE.match(value):
+            raise ValueError("not a scrypt hash (plain-text passwords are refused; use "
+                             "`pymq-server passwd USER --users-file FILE`)")
+        return value
+
+    @model_validator(mode="after")
+    def _some_credential(self) -> "UserEntry":
+        if self.password is None and self.certificate_subject is None:
+            raise ValueError("needs a `password` hash or a `certificate_subject`")
+        return self
+
+
+class UsersFile(_Section):
+    """The users file: ``users: {name: {password: <scrypt hash>, roles: [...]}}``."""
+
+    users: dict[Annotated[str, Field(min_length=1)], UserEntry] = Field(
+        description="user name -> entry (an empty mapping: nobody may log in)")
+
+    @model_validator(mode="after")
+    def _unique_subjects(self) -> "UsersFile":
+        seen: dict[str, str] = {}
+        for name, entry in self.users.items():
+            subject = entry.certificate_subject
+            if subject is not None:
+                key = normalise_subject(subject)
+                if key in seen:
+                    raise ValueError(f"users {seen[key]!r} and {name!r} have the same certificate_subject")
+                seen[key] = name
+        return self
+
+
+def load_users_file(path: str) -> UsersFile:
+    data, node = load_yaml_mapping(path, "users file", empty_ok=True)
+    try:
+        return UsersFile.model_validate(data)
+    except ValidationError as exc:
+        problems = describe_errors(exc, UsersFile, node=node)
+        raise ConfigError(format_problems(path, problems, what="users file"), file=path,
+                          problems=problems) from None
+
+
+def normalise_subject(subject: str) -> str:
+    """An RFC 4514 subject compared without regard to spaces around separators or attribute-name case
+    (``cn=alice, o=Example`` == ``CN=alice,O=Example``)."""
+    parts = []
+    for rdn in re.split(r"(?<!\\),", subject):
+        name, _, value = rdn.partition("=")
+        parts.append(f"{name.strip().upper()}={value.strip()}")
+    return ",".join(parts)
+
+
+# -- YAML and error reports ----------------------------------------------------------------------------
+
+class Problem:
+    """One thing wrong in a configuration: where, the value found, and what was expected."""
+
+    __slots__ = ("key", "value", "reason", "line", "source")
+
+    def __init__(self, key: str, value: Any, reason: str, line: int | None = None,
+                 source: str | None = None) -> None:
+        self.key, self.value, self.reason, self.line, self.source = key, value, reason, line, source
+
+    def __repr__(self) -> str:
+        return f"Problem({self.key!r}, {self.value!r}, {self.reason!r}, line={self.line})"
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "value": self.value, "reason": self.reason, "line": self.line}
+
+
+def load_yaml_mapping(path: str, what: str, empty_ok: bool = False) -> tuple[dict, Any]:
+    """(mapping, YAML node tree for line numbers) of the file at ``path``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} {path}: {exc.strerror}", file=path) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text: {exc.reason} at byte {exc.start}",
+                          file=path) from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not valid YAML: {exc}", file=path) from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} {path}: expected a mapping of settings at the top level, got "
+                          f"{type(data).__name__}", file=path)
+    return data, node
+
+
+_EXPECTED = {
+    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
+    "float_type": "a number", "float_parsing": "a number", "finite_number": "a finite number",
+    "bool_type": "true or false (unquoted)", "bool_parsing": "true or false (unquoted)",
+    "string_type": "a string", "dict_type": "a mapping", "list_type": "a list",
+    "model_type": "a mapping", "model_attributes_type": "a mapping", "missing": "a value (required)",
+    "none_required": "null",
+}
+
+
+def describe_errors(exc: ValidationError, model: type, *, prefix: tuple = (), node: Any = None,
+                    command_line: set | None = None) -> list[Problem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        raw = tuple(str(p) if not isinstance(p, int) else p for p in err["loc"])
+        loc = _drop_tags(raw, model)
+        key = _key(prefix + loc)
+        value = err.get("input")
+        kind = err["type"]
+        ctx = err.get("ctx") or {}
+        if kind == "extra_forbidden":
+            reason = _unknown_key(str(loc[-1]) if loc else "", _known_keys(model, raw[:-1]), model, loc)
+        elif kind == "literal_error":
+            reason = f"expected {ctx.get('expected', 'one of the listed values')}"
+        elif kind == "union_tag_invalid":
+            reason = f"unknown {ctx.get('discriminator', 'kind')} {ctx.get('tag')!r}; expected " \
+                     f"{ctx.get('expected_tags')}"
+        elif kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+            op = {"greater_than_equal": ">=", "greater_than": ">", "less_than_equal": "<=",
+                  "less_than": "<"}[kind]
+            bound = next(iter(ctx.values())) if ctx else "?"
+            reason = f"expected a number {op} {bound}"
+        elif kind in ("string_too_short",):
+            reason = "expected a non-empty string"
+        elif kind == "string_pattern_mismatch":
+            reason = f"expected a string matching {ctx.get('pattern')}"
+        elif kind in ("value_error", "assertion_error"):
+            reason = str(ctx.get("error", err["msg"]))
+        elif kind in _EXPECTED:
+            reason = f"expected {_EXPECTED[kind]}"
+        else:
+            reason = err["msg"]
+        if kind == "missing":
+            value = None
+        line = _line_of(node, loc) if node is not None else None
+        source = "command line" if command_line and loc and loc[0] in command_line else None
+        problems.append(Problem(key, value, reason, line, source))
+    problems.sort(key=lambda p: p.line or 0)
+    return problems
+
+
+def _unknown_key(name: str, known: list[str], model: type, loc: tuple) -> str:
+    import difflib
+    what = "unknown queue setting" if _known_keys(model, loc[:-1]) == sorted(QueueConfig.model_fields) \
+        else "unknown setting"
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
+    if close:
+        return f"{what}; did you mean {close[0]!r}?"
+    if model is BrokerConfig and len(loc) == 1:
+        queue_setting = difflib.get_close_matches(name, list(QueueConfig.model_fields), n=1, cutoff=0.75)
+        if queue_setting:
+            return (f"unknown setting; the queue setting {queue_setting[0]!r} goes under `queue_defaults:` "
+                    f"or `queues: {{<name>: ...}}`")
+    if len(known) > 16:
+        return f"{what} (see docs/configuration.md for the list)"
+    return what + (f" (known: {', '.join(known)})" if known else "")
+
+
+def format_problems(source: str, problems: list[Problem], what: str = "configuration") -> str:
+    head = f"invalid {what} in {source}" if what != "configuration" or source != "configuration" \
+        else "invalid configuration"
+    lines = [head + ":"]
+    for p in problems:
+        where = f"line {p.line}: " if p.line else ""
+        if p.source:
+            where = f"({p.source}) "
+        shown = "" if p.value is None and p.reason.startswith("expected a value") else \
+            f" = {_show(p.value)}"
+        if isinstance(p.value, (dict, list)) and len(repr(p.value)) > 60:
+            shown = ""      # a whole section: its key path says where
+        lines.append(f"  {where}{p.key}{shown}: {p.reason}")
+    return "\n".join(lines)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _key(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif part == "[key]":
+            out += " (the key)"
+        else:
+            out += ("." if out else "") + part
+    return out or "(top level)"
+
+
+def _drop_tags(loc: tuple, model: type) -> tuple:
+    """Pydantic puts a discriminated union's tag (``file``) and function-validator names into the
+    location; the key path a user wrote has neither."""
+    out = []
+    current: Any = model
+    for part in loc:
+        if isinstance(part, str) and part.startswith("function-"):
+            continue
+        member = _union_member(current, part)
+        if member is not None:
+            current = member
+            continue
+        out.append(part)
+        current = _child(current, part)
+    return tuple(out)
+
+
+def _unwrap(tp: Any) -> Any:
+    import typing
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is Annotated:
+            tp = typing.get_args(tp)[0]
+            continue
+        if origin is Union or (sys.version_info >= (3, 10) and origin is __import__("types").UnionType):
+            args = [a for a in typing.get_args(tp) if a is not type(None)]
+            if len(args) == 1:
+                tp = args[0]
+                continue
+        return tp
+
+
+def _union_member(current: Any, part: Any) -> Any:
+    import typing
+    tp = _unwrap(current)
+    if typing.get_origin(tp) is Union:
+        for arg in typing.get_args(tp):
+            arg = _unwrap(arg)
+            if isinstance(arg, type) and issubclass(arg, BaseModel):
+                kind = arg.model_fields.get("kind")
+                if kind is not None and part in typing.get_args(_unwrap(kind.annotation)):
+                    return arg
+    return None
+
+
+def _child(current: Any, part: Any) -> Any:
+    import typing
+    tp = _unwrap(current)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        field = tp.model_fields.get(part) if isinstance(part, str) else None
+        return field.annotation if field is not None else None
+    origin = typing.get_origin(tp)
+    if origin is dict:
+        return typing.get_args(tp)[1]
+    if origin is list:
+        return typing.get_args(tp)[0]
+    return None
+
+
+def _known_keys(model: type, loc: tuple) -> list[str]:
+    current: Any = model
+    for part in loc:
+        member = _union_member(current, part)
+        current = member if member is not None else _child(current, part)
+    tp = _unwrap(current)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return sorted(tp.model_fields)
+    import typing
+    if isinstance(tp, type) and typing.is_typeddict(tp):
+        return sorted(tp.__annotations__)
+    return []
+
+
+def _line_of(node: Any, loc: tuple) -> int | None:
+    """Line (1-based) of the YAML node at ``loc``, or of its nearest ancestor."""
+    line = node.start_mark.line + 1 if node is not None else None
+    for depth, part in enumerate(loc):
+        child = None
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if key_node.value == str(part):
+                    child = value_node if depth < len(loc) - 1 else key_node
+                    break
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            child = node.value[part]
+        if child is None:
+            break
+        node = child
+        line = node.start_mark.line + 1
+    return line
+
+
+# -- the reference (docs/configuration.md) --------------------------------------------------------------
+
+def reference() -> str:
+    """The configuration reference in Markdown, generated from the models above."""
+    from pymq_server._config_reference import render
+    return render()
+
+
+if __name__ == "__main__":  # python -m pymq_server.config --reference
+    if sys.argv[1:] == ["--reference"]:
+        sys.stdout.write(reference())
+    else:
+        sys.stderr.write("usage: python -m pymq_server.config --reference\n")
+        sys.exit(2)

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import yaml
 
 from pymq.errors import AuthenticationFailed, ConfigError
+from pymq_server.config import load_users_file, normalise_subject
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1
 
@@ -65,6 +66,7 @@ class User:
     password_hash: str
     roles: frozenset = field(default_factory=frozenset)
     loopback_only: bool = False
+    certificate_subject: str | None = None
 
 
 class Authenticator:
@@ -72,10 +74,11 @@ class Authenticator:
         self.users_file = users_file
         self.allow_anonymous = allow_anonymous
         self.users: dict[str, User] = {}
+        self.by_subject: dict[str, User] = {}     # normalised certificate subject -> user (mutual TLS)
         self.cluster_secret: str | None = None
         self._verified: dict[tuple[str, bytes], bool] = {}
         if users_file:
-            self.users = load_users(users_file)
+            self.replace(users_file, load_users(users_file), allow_anonymous)
         else:
             self.users = {"guest": User("guest", _GUEST_HASH, frozenset({"admin"}), loopback_only=True)}
 
@@ -89,11 +92,23 @@ class Authenticator:
                               "start it with --users-file to manage users")
         users = load_users(self.users_file)
         old = self.users
-        self.users = users
-        self._verified.clear()
+        self.replace(self.users_file, users, self.allow_anonymous)
         return {"users": len(users), "added": sorted(set(users) - set(old)),
                 "removed": sorted(set(old) - set(users)),
                 "changed": sorted(n for n in set(users) & set(old) if users[n] != old[n])}
+
+    def replace(self, users_file: str | None, users: dict[str, "User"] | None, allow_anonymous: bool) -> None:
+        """Switch to another set of users at once (BrokerServer.reload, SIGHUP): connections already open
+        keep their user; remembered password checks are forgotten, so a changed or removed password takes
+        effect.  ``users`` None: no users file, only guest/guest from loopback."""
+        self.users_file = users_file
+        self.allow_anonymous = allow_anonymous
+        if users is None:
+            users = {"guest": User("guest", _GUEST_HASH, frozenset({"admin"}), loopback_only=True)}
+        self.users = users
+        self.by_subject = {normalise_subject(u.certificate_subject): u for u in users.values()
+                           if u.certificate_subject}
+        self._verified = {}
 
     def needs_slow_check(self, login: str | None, passcode: str | None) -> bool:
         if login is None or login.startswith("cluster:"):
@@ -101,9 +116,19 @@ class Authenticator:
         key = (login, hashlib.sha256((passcode or "").encode()).digest())
         return key not in self._verified
 
-    def authenticate(self, login: str | None, passcode: str | None, peer_host: str | None) -> User:
+    def authenticate(self, login: str | None, passcode: str | None, peer_host: str | None,
+                     certificate: str | None = None) -> User:
         """The user, or AuthenticationFailed with a message that does not reveal which part was wrong
-        (except the loopback rule, which is a configuration matter worth spelling out)."""
+        (except the loopback rule, which is a configuration matter worth spelling out).
+        ``certificate``: the RFC 4514 subject of the peer's verified TLS client certificate; when a user
+        lists it as ``certificate_subject`` and the CONNECT names no other login, that is the user."""
+        if certificate is not None and not (login or "").startswith("cluster:"):
+            user = self.by_subject.get(normalise_subject(certificate))
+            if user is not None and (not login or login == user.name):
+                if user.loopback_only and not is_loopback(peer_host):
+                    raise AuthenticationFailed(f"user '{user.name}' can only connect via localhost",
+                                               user=user.name)
+                return user
         if login is not None and login.startswith("cluster:"):
             # another node of the cluster (spec/cluster.md §2): the shared secret, compared in constant time
             secret = self.cluster_secret
@@ -134,22 +159,12 @@ class Authenticator:
 
 
 def load_users(path: str) -> dict[str, User]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh) or {}
-    except OSError as exc:
-        raise ConfigError(f"cannot read users file {path}: {exc.strerror}") from None
-    users = {}
-    for name, entry in (data.get("users") or {}).items():
-        if not isinstance(entry, dict) or "password" not in entry:
-            raise ConfigError(f"users file {path}: user {name!r} needs a 'password' hash")
-        stored = str(entry["password"])
-        if not stored.startswith("scrypt$") or stored.count("$") != 5:
-            raise ConfigError(f"users file {path}: user {name!r} has a password that is not a scrypt hash "
-                              f"(plain-text passwords are refused; use `pymq-server passwd`)")
-        users[str(name)] = User(str(name), stored, frozenset(entry.get("roles") or ()),
-                                bool(entry.get("loopback_only", False)))
-    return users
+    """The users of the users file at ``path`` (schema: pymq_server.config.UsersFile); ConfigError naming
+    the file, the key and the reason when it is not valid."""
+    document = load_users_file(path)
+    return {name: User(name, entry.password or "", frozenset(entry.roles), entry.loopback_only,
+                       entry.certificate_subject)
+            for name, entry in document.users.items()}
 
 
 # one writer of a users file at a time within this process (admin operations run in worker threads)

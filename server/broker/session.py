@@ -258,6 +258,8 @@ class BrokerSession:
         login, passcode = h.get("login"), h.get("passcode")
         self.client_id = h.get("client-id") or None
         auth = self.broker.authenticator
+        # the subject of a verified TLS client certificate, set by the transport adapter (mutual TLS)
+        certificate = getattr(self.link, "certificate_subject", None)
 
         def finish(user=None, error: PymqError | None = None) -> None:
             if self.closed:
@@ -290,7 +292,7 @@ class BrokerSession:
             self._held = []
 
             def work():
-                return auth.authenticate(login, passcode, self.peer_host)
+                return auth.authenticate(login, passcode, self.peer_host, certificate)
 
             def done(result, error):
                 if error is not None and not isinstance(error, PymqError):
@@ -301,7 +303,7 @@ class BrokerSession:
             self.broker.run_in_thread(work, done)
         else:
             try:
-                user = auth.authenticate(login, passcode, self.peer_host)
+                user = auth.authenticate(login, passcode, self.peer_host, certificate)
             except PymqError as exc:
                 finish(error=exc)
                 return

@@ -19,7 +19,6 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 
 from pymq.errors import ConfigError, IllegalStateError, PymqError
 from pymq.protocol.numbers import header_int
@@ -31,7 +30,7 @@ from pymq_server.broker import destination as dest
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.cluster.link import OutboxConsumer, PeerLink
 from pymq_server.cluster.registry import Hosted, Member, now_ms, open_registry
-from pymq_server.config import QueueConfig
+from pymq_server.config import ClusterConfig, QueueConfig  # noqa: F401  (ClusterConfig: re-exported)
 
 log = logging.getLogger("pymq.cluster")
 
@@ -39,46 +38,6 @@ OUTBOX_PREFIX = "$cluster.out."
 CONTROL_PREFIX = "/pymq/cluster/"
 _OUTBOX_CONFIG = QueueConfig(max_deliveries=0, dead_letter=False)
 RECENT_TOPICS = 10_000
-
-
-@dataclass(frozen=True)
-class ClusterConfig:
-    store: str
-    secret: str
-    name: str = "pymq"
-    advertise: str | None = None
-    heartbeat_ms: int = 500
-    dead_after_ms: int = 3000
-    group_routing: str = "rendezvous"
-    popular_fraction: float = 0.75
-    assignment: str = "balance"
-    filter_capacity: int = 10_000
-    filter_fpr: float = 0.01
-    handover_timeout_s: float = 10.0
-    held_max_messages: int = 1_000_000  # per dead peer: messages held for its durable subscribers (0: no cap)
-    topic_filtering: bool = True        # False: forward every topic message to every peer (baseline)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "ClusterConfig":
-        known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ConfigError(f"unknown cluster setting(s): {', '.join(unknown)}")
-        for required in ("store", "secret"):
-            if not data.get(required):
-                raise ConfigError(f"cluster.{required} is required")
-        cfg = cls(**data)
-        if cfg.group_routing not in ("rendezvous", "modulo"):
-            raise ConfigError("cluster.group_routing must be rendezvous or modulo")
-        if cfg.assignment not in ("balance", "similar"):
-            raise ConfigError("cluster.assignment must be balance or similar")
-        if not 0 < cfg.popular_fraction <= 1:
-            raise ConfigError("cluster.popular_fraction must be in (0, 1]")
-        if cfg.dead_after_ms <= cfg.heartbeat_ms:
-            raise ConfigError("cluster.dead_after_ms must exceed heartbeat_ms")
-        if not isinstance(cfg.held_max_messages, int) or cfg.held_max_messages < 0:
-            raise ConfigError("cluster.held_max_messages must be a non-negative integer")
-        return cfg
 
 
 class _Unkeyed:
@@ -182,8 +141,8 @@ class ClusterNode:
         declared = {name: q.config.routing_key for name, q in self.broker.queues.items()
                     if q.config.routing_key != RoutingKey.GROUP.value}
         for name, settings in (self.broker.config.queues or {}).items():
-            if isinstance(settings, dict) and "routing_key" in settings:
-                declared[name] = parse_routing_key(settings["routing_key"]).value
+            if settings.routing_key != RoutingKey.GROUP.value:     # validated QueueConfig (server/config.py)
+                declared[name] = parse_routing_key(settings.routing_key).value
         for name, key in declared.items():
             await self.loop.run_in_executor(None, self.registry.set_routing_key, name, key)
         await self._attach_recovered()

@@ -17,6 +17,7 @@ from pymq.protocol.frame import Frame
 from pymq.protocol.connection import State
 from pymq.protocol.scanner import escape
 from pymq_server.broker.session import BrokerSession
+from pymq_server.net.tls import peer_subject
 
 log = logging.getLogger("pymq.net")
 
@@ -26,6 +27,7 @@ class StompServerProtocol(asyncio.Protocol):
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.session: BrokerSession | None = None
+        self.certificate_subject: str | None = None
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
@@ -53,6 +55,7 @@ class StompServerProtocol(asyncio.Protocol):
                 pass
         peer = transport.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) else None
+        self.certificate_subject = peer_subject(transport)   # mutual TLS: read by CONNECT
         self.session = BrokerSession(self.broker, self, host, self.broker.new_connection_id())
         # a client that never sends CONNECT must not hold a connection forever
         self._hb_recv = self.loop.call_later(cfg.connect_timeout_ms / 1000, self._connect_deadline)
