@@ -92,7 +92,7 @@ def test_queue_lifecycle(broker_process):
     assert cli_json(b, "queues", "show", "cli.orders")["config"]["max_deliveries"] == 3
     # bad settings are the broker's precise refusal
     bad = run_cli(b, "queues", "create", "cli.bad", "--set", "max_delivries=2")
-    assert bad.returncode == 1 and "unknown queue cli.bad setting(s): max_delivries" in bad.stderr
+    assert bad.returncode == 1 and "queue cli.bad: max_delivries: unknown queue setting" in bad.stderr
     assert run_cli(b, "queues", "create", "cli.bad2", "--set", "novalue").returncode == 2
     purge = run_cli(b, "queues", "purge", "cli.orders")
     assert purge.returncode == 0 and purge.stdout.strip() == "purged 3 messages from cli.orders"
