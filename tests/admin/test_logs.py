@@ -76,4 +76,4 @@ def test_log_format_is_checked(tmp_path):
     out = subprocess.run([sys.executable, "-m", "pymq_server.cli", "--log-format", "loud", "--port", "0",
                           "--data-dir", str(tmp_path)], capture_output=True, text=True, timeout=30,
                          env={**os.environ})
-    assert out.returncode == 2 and "log_format must be text or json, not 'loud'" in out.stderr
+    assert out.returncode == 2 and "log_format = 'loud': expected 'text' or 'json'" in out.stderr
