@@ -5,7 +5,7 @@ Playwright never downloads a browser here (``playwright install`` is not used): 
 Without Chromium or Playwright the tests that need them are skipped with the command that provides them,
 except under CI, where that is a failure (the rule of tests/storage/services.py).
 
-    from tests.browser import chromium   # noqa: F401 - the session-scoped fixture
+    from tests.browser import chromium   # noqa: F401 - the module-scoped fixture
     def test_page(chromium): page = chromium.new_page(); ...
 
 Screenshots go to ``test-artifacts/<suite>/`` at the repository root (ignored by git; CI can keep it).
@@ -37,9 +37,12 @@ def chromium_path() -> str:
     return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium():
-    """A headless Chromium browser (Playwright ``Browser``) for the whole test session."""
+    """A headless Chromium browser (Playwright ``Browser``) for one test module.  Not for the session:
+    while sync Playwright is open it runs an asyncio loop on the main thread, and every later test that
+    calls ``asyncio.run()`` (tests/client/test_aio.py) would fail with "cannot be called from a running
+    event loop"."""
     executable = chromium_path()
     try:
         from playwright.sync_api import sync_playwright
