@@ -7,6 +7,7 @@
 #   PYMQ_NODE_STOMP   command line of the stompit driver (tests/interop/node: `npm ci`)
 #   PYMQ_GO_STOMP     the go-stomp driver binary (tests/interop/go: `go build` into the cache)
 #   PYMQ_NPM          npm, with bindings/typescript's dependencies installed (`npm ci`)
+#   PYMQ_STOMPJS      @stomp/stompjs's UMD bundle (tests/interop/browser: `npm ci`), for the Chromium test
 #   PYMQ_GO           go, with bindings/go's test binaries compiled once (Go's build cache)
 #   PYMQ_MVN          mvn, with bindings/java's dependencies and test plugins in the local Maven repository
 #                     (~/.m2, resolved from Maven Central once; keep it between CI runs to skip the download)
@@ -101,6 +102,18 @@ node_stompit() {
     export_line PYMQ_NODE_STOMP "$NODE $dir/driver.js"
 }
 
+# -- @stomp/stompjs in headless Chromium (STOMP over WebSocket) ----------------------------------------
+stompjs_browser() {
+    local dir="$ROOT/tests/interop/browser"
+    [ -n "$NODE" ] && [ -n "$NPM" ] || { fail "node/npm not found: the stompjs browser test cannot run"; return; }
+    npm_ready "$dir" || { fail "npm ci in ${dir#"$ROOT"/} failed"; return; }
+    if [ ! -x "${PYMQ_TEST_CHROMIUM:-/usr/bin/chromium}" ]; then
+        apt_install chromium || fail "chromium not found: the stompjs browser test cannot run (apt-get install chromium)"
+    fi
+    # the package's own UMD bundle is what the test page loads (served from 127.0.0.1, no CDN)
+    export_line PYMQ_STOMPJS "$dir/node_modules/@stomp/stompjs/bundles/stomp.umd.js"
+}
+
 # -- go-stomp (Go) ------------------------------------------------------------------------------------
 go_stomp() {
     local dir="$ROOT/tests/interop/go" out
@@ -159,6 +172,7 @@ java_binding() {
 }
 
 node_stompit
+stompjs_browser
 go_stomp
 ts_binding
 go_binding

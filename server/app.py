@@ -125,7 +125,7 @@ class BrokerServer:
             from pymq_server.net.websocket import WebSocketListener
             ws = cfg.websocket
             self.websocket = WebSocketListener(self.broker, cfg.host, ws.port, ws.path,
-                                               self.ssl_context if ws.tls else None)
+                                               self.ssl_context if ws.tls else None, ws.allowed_origins)
             self.websocket_port = await _listen("WebSocket port (websocket.port)", cfg.host, ws.port,
                                                 self.websocket.start())
         self.admin.start()

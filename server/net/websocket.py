@@ -181,8 +181,11 @@ class WebSocketTransport(asyncio.Transport):
 class WebSocketListener:
     """An aiohttp site that upgrades ``path`` to a WebSocket carrying STOMP."""
 
-    def __init__(self, broker, host: str, port: int, path: str, ssl_context=None) -> None:
+    def __init__(self, broker, host: str, port: int, path: str, ssl_context=None,
+                 allowed_origins: "list[str] | None" = None) -> None:
         self.broker = broker
+        self.allowed_origins = None if allowed_origins is None or "*" in allowed_origins \
+            else {o.rstrip("/").lower() for o in allowed_origins}
         self.host = host
         self.port = port
         self.path = path
@@ -215,6 +218,13 @@ class WebSocketListener:
             self.runner = None
 
     async def _upgrade(self, request: web.Request) -> web.StreamResponse:
+        origin = request.headers.get("Origin")
+        if origin is not None and self.allowed_origins is not None \
+                and origin.rstrip("/").lower() not in self.allowed_origins:
+            log.info("websocket from %s refused: origin %s is not in websocket.allowed_origins",
+                     request.remote, origin)
+            return web.Response(status=403, text=f"origin {origin} may not connect "
+                                                 f"(websocket.allowed_origins)\n")
         ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, autoping=True, compress=False,
                                    max_msg_size=self.broker.config.max_frame_size + _MESSAGE_SLACK)
         ready = ws.can_prepare(request)

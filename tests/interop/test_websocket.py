@@ -1,0 +1,332 @@
+"""STOMP over WebSocket (RFC 6455) with a Python WebSocket client (aiohttp's): subprotocols, messages
+exchanged with the SDK over TCP, frames split and batched across WebSocket messages, text and binary
+payloads, and the TCP limits — frame size, CONNECT deadline, heart-beats, authentication, write-buffer
+backpressure — applying unchanged (the WebSocket listener reuses the TCP adapter)."""
+from __future__ import annotations
+
+import asyncio
+import time
+
+import aiohttp
+import pytest
+from aiohttp import WSMsgType
+
+import pymq
+from pymq.protocol.scanner import FrameScanner, encode_frame
+
+WS = {"websocket": {"port": 0}}
+
+
+def ws_url(broker, path: str = "/stomp") -> str:
+    return f"http://127.0.0.1:{broker.server.websocket_port}{path}"
+
+
+class WsClosed(Exception):
+    def __init__(self, code) -> None:
+        super().__init__(f"websocket closed ({code})")
+        self.code = code
+
+
+class WsStomp:
+    """A STOMP client over one aiohttp WebSocket, reading frames with the project's scanner."""
+
+    def __init__(self, ws) -> None:
+        self.ws = ws
+        self.scanner = FrameScanner(max_frame_size=64 * 1024 * 1024, version="1.2")
+        self.frames: list = []
+        self.kinds: list = []         # the WebSocket message type of each message received
+        self.beats = 0
+
+    async def send_raw(self, data: bytes, binary: bool = False) -> None:
+        if binary:
+            await self.ws.send_bytes(data)
+        else:
+            await self.ws.send_str(data.decode("utf-8"))
+
+    async def send(self, command: str, headers: dict | None = None, body: bytes = b"",
+                   binary: bool = False) -> None:
+        await self.send_raw(encode_frame(command, headers or {}, body, "1.2"), binary)
+
+    async def connect(self, login: str = "guest", passcode: str = "guest", **headers):
+        await self.send("CONNECT", {"accept-version": "1.2", "host": "/", "login": login, "passcode": passcode,
+                                    **headers})
+        return await self.read()
+
+    async def read(self, timeout: float = 5.0):
+        deadline = time.monotonic() + timeout
+        while not self.frames:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError("no frame")
+            try:
+                msg = await asyncio.wait_for(self.ws.receive(), remaining)
+            except asyncio.TimeoutError:
+                raise TimeoutError("no frame") from None
+            if msg.type in (WSMsgType.TEXT, WSMsgType.BINARY):
+                data = msg.data.encode("utf-8") if msg.type is WSMsgType.TEXT else msg.data
+                self.kinds.append(msg.type)
+                if data == b"\n":
+                    self.beats += 1
+                self.frames.extend(self.scanner.feed(data))
+            else:
+                raise WsClosed(self.ws.close_code)
+        return self.frames.pop(0)
+
+    async def read_until_closed(self, timeout: float = 5.0) -> list:
+        out = []
+        try:
+            while True:
+                out.append(await self.read(timeout))
+        except WsClosed:
+            return out
+
+
+def no_sessions_left(broker, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if broker.call(lambda: len(broker.broker.sessions)) == 0:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+async def _open(url: str, protocols=("v12.stomp", "v11.stomp", "v10.stomp"), **kw):
+    session = aiohttp.ClientSession()
+    try:
+        ws = await session.ws_connect(url, protocols=protocols, autoping=True, **kw)
+    except BaseException:
+        await session.close()
+        raise
+    return session, ws
+
+
+@pytest.mark.parametrize("offered, chosen", [
+    (("v12.stomp",), "v12.stomp"), (("v11.stomp",), "v11.stomp"), (("v10.stomp",), "v10.stomp"),
+    (("v10.stomp", "v12.stomp"), "v10.stomp"),           # the client's preference order
+    ((), None),                                           # no subprotocol offered: still STOMP
+])
+def test_subprotocol_negotiation(broker_factory, offered, chosen):
+    broker = broker_factory(**WS)
+
+    async def go():
+        session, ws = await _open(ws_url(broker), offered)
+        async with session:
+            assert ws.protocol == chosen
+            client = WsStomp(ws)
+            connected = await client.connect()
+            assert connected.command == "CONNECTED" and connected.headers["version"] == "1.2"
+            await ws.close()
+    run(go())
+
+
+def test_websocket_and_sdk_exchange_messages(broker_factory):
+    broker = broker_factory(**WS)
+
+    async def go():
+        session, ws = await _open(ws_url(broker))
+        async with session:
+            client = WsStomp(ws)
+            assert (await client.connect()).command == "CONNECTED"
+            await client.send("SUBSCRIBE", {"id": "q", "destination": "/queue/from-sdk", "ack": "client-individual"})
+            await client.send("SUBSCRIBE", {"id": "t", "destination": "/topic/news", "receipt": "r-sub"})
+            assert (await client.read()).headers["receipt-id"] == "r-sub"
+            await asyncio.to_thread(sdk_side)
+            got = {}
+            for _ in range(2):
+                frame = await client.read()
+                got[frame.headers["subscription"]] = frame
+            assert got["q"].body == "héllo from the SDK".encode() and got["q"].headers["greeting"] == "yes"
+            assert got["t"].body == b"breaking"
+            await client.send("ACK", {"id": got["q"].headers["ack"]})
+            await client.send("SEND", {"destination": "/queue/from-ws", "content-type": "text/plain",
+                                       "receipt": "r-send", "color": "blue"}, "hi from a websocket".encode())
+            assert (await client.read()).headers["receipt-id"] == "r-send"
+            await client.send("DISCONNECT", {"receipt": "bye"})
+            assert (await client.read()).headers["receipt-id"] == "bye"
+        return client
+
+    def sdk_side():
+        with pymq.connect(broker.url) as conn:
+            s = conn.create_session()
+            s.create_producer(pymq.Queue("from-sdk")).send(pymq.TextMessage("héllo from the SDK",
+                                                                             properties={"greeting": "yes"}))
+            s.create_producer(pymq.Topic("news")).send("breaking")
+
+    run(go())
+    with pymq.connect(broker.url) as conn:
+        m = conn.create_session().create_consumer(pymq.Queue("from-ws")).receive(5)
+        assert m.text == "hi from a websocket" and m.properties["color"] == "blue"
+    q = broker.broker.queues["from-sdk"]
+    assert broker.call(lambda: (q.depth, q.acquired)) == (0, 0)      # the ACK over WebSocket counted
+
+
+def test_frames_split_across_and_batched_in_websocket_messages(broker_factory):
+    broker = broker_factory(**WS)
+
+    async def go():
+        session, ws = await _open(ws_url(broker))
+        async with session:
+            client = WsStomp(ws)
+            await client.connect()
+            two = (encode_frame("SEND", {"destination": "/queue/split", "n": "1"}, b"one", "1.2")
+                   + encode_frame("SEND", {"destination": "/queue/split", "n": "2", "receipt": "r2"}, b"two", "1.2"))
+            await client.send_raw(two)                                   # two frames, one message
+            assert (await client.read()).headers["receipt-id"] == "r2"
+            frame = encode_frame("SEND", {"destination": "/queue/split", "n": "3", "receipt": "r3"}, b"three",
+                                 "1.2")
+            for part in (frame[:5], frame[5:20], frame[20:]):           # one frame, three messages
+                await client.send_raw(part, binary=True)
+            assert (await client.read()).headers["receipt-id"] == "r3"
+            raw = bytes(range(256))                                      # not UTF-8: a binary message
+            await client.send("SEND", {"destination": "/queue/split", "n": "4", "receipt": "r4"}, raw, binary=True)
+            assert (await client.read()).headers["receipt-id"] == "r4"
+            await client.send("SUBSCRIBE", {"id": "s", "destination": "/queue/split"})
+            bodies = [(await client.read()).body for _ in range(4)]
+            assert bodies == [b"one", b"two", b"three", raw]
+            # text while the payload is UTF-8 (what browsers expect), binary for the raw body
+            assert WSMsgType.TEXT in client.kinds and client.kinds[-1] is WSMsgType.BINARY
+            await ws.close()
+    run(go())
+
+
+def test_frame_size_limit_is_the_tcp_one(broker_factory):
+    broker = broker_factory(max_frame_size=4096, **WS)
+
+    async def go():
+        session, ws = await _open(ws_url(broker))
+        async with session:
+            client = WsStomp(ws)
+            await client.connect()
+            await client.send("SEND", {"destination": "/queue/big"}, b"x" * 10_000)
+            frames = await client.read_until_closed()
+            assert frames[-1].command == "ERROR" and frames[-1].headers["pymq-code"] == "frame-too-large"
+        # a message far past the frame limit is not even buffered: close 1009 (message too big)
+        session, ws = await _open(ws_url(broker))
+        async with session:
+            client = WsStomp(ws)
+            await client.connect()
+            await ws.send_bytes(b"x" * (4096 + 200 * 1024))
+            msg = await ws.receive(timeout=5)
+            assert msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.CLOSING)
+            assert ws.close_code == 1009
+    run(go())
+    assert no_sessions_left(broker)
+    assert "big" not in broker.broker.queues or broker.broker.queues["big"].depth == 0
+
+
+def test_connect_deadline_and_heartbeats_apply(broker_factory):
+    broker = broker_factory(connect_timeout_ms=300, heartbeat_send_ms=100, heartbeat_recv_ms=100,
+                            heartbeat_grace=2.0, **WS)
+
+    async def go():
+        session, ws = await _open(ws_url(broker))
+        async with session:                                  # never sends CONNECT
+            frames = await WsStomp(ws).read_until_closed(5)
+            assert frames and frames[-1].command == "ERROR" and "CONNECT" in frames[-1].headers["message"]
+        session, ws = await _open(ws_url(broker))
+        async with session:
+            client = WsStomp(ws)
+            connected = await client.connect(**{"heart-beat": "100,100"})
+            assert connected.headers["heart-beat"] == "100,100"
+            started = time.monotonic()
+            frames = await client.read_until_closed(5)        # we never beat: the broker gives up
+            assert frames[-1].command == "ERROR" and frames[-1].headers["pymq-code"] == "heartbeat-timeout"
+            assert client.beats >= 1                          # and it did beat to us meanwhile
+            assert time.monotonic() - started < 5
+    run(go())
+
+
+def test_authentication_is_the_brokers(broker_factory, tmp_path):
+    from pymq_server.broker.auth import save_user
+    users = tmp_path / "users.yaml"
+    save_user(str(users), "webuser", "s3cret", ["app"])
+    broker = broker_factory(users_file=str(users), **WS)
+
+    async def go():
+        session, ws = await _open(ws_url(broker))
+        async with session:
+            client = WsStomp(ws)
+            refused = await client.connect("webuser", "wrong")
+            assert refused.command == "ERROR" and refused.headers["pymq-code"] == "authentication-failed"
+        session, ws = await _open(ws_url(broker))
+        async with session:
+            client = WsStomp(ws)
+            ok = await client.connect("webuser", "s3cret")
+            assert ok.command == "CONNECTED" and ok.headers["user-name"] == "webuser"
+            await ws.close()
+    run(go())
+
+
+def test_a_websocket_that_does_not_read_costs_bounded_broker_memory(broker_factory):
+    """Deliveries to a browser that stopped reading pause at the write-buffer high-water mark (the TCP
+    adapter's rule); the rest wait in their queue, counted, not in a buffer."""
+    high = 64 * 1024
+    broker = broker_factory(write_buffer_high=high, write_buffer_low=16 * 1024, **WS)
+    count, size = 3000, 4096
+
+    async def go():
+        session, ws = await _open(ws_url(broker))
+        async with session:
+            client = WsStomp(ws)
+            await client.connect()
+            await client.send("SUBSCRIBE", {"id": "s", "destination": "/queue/slow", "receipt": "r"})
+            assert (await client.read()).headers["receipt-id"] == "r"
+            await asyncio.to_thread(flood)
+            await asyncio.sleep(1.0)                          # let the broker push what it will
+            transports = list(broker.server.websocket._connections)
+            buffered = broker.call(lambda: [t.get_write_buffer_size() for t in transports])
+            queue = broker.broker.queues["slow"]
+            waiting = broker.call(lambda: queue.ready.count)
+            assert len(buffered) == 1 and buffered[0] <= high + 2 * (size + 512), buffered
+            assert waiting > 0                                # the rest waits in the queue
+            received = 0
+            while received < count:                           # reading again drains everything
+                frame = await client.read(10)
+                assert frame.command == "MESSAGE"
+                received += 1
+            await ws.close()
+
+    def flood():
+        with pymq.connect(broker.url) as conn:
+            p = conn.create_session().create_producer(pymq.Queue("slow"))
+            for _ in range(count):
+                p.send(b"m" * size, delivery_mode=pymq.NON_PERSISTENT)
+
+    run(go())
+
+
+def test_plain_http_and_other_paths(broker_factory):
+    broker = broker_factory(websocket={"port": 0, "path": "/ws/stomp"})
+
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            async with session.get(ws_url(broker, "/ws/stomp")) as resp:
+                assert resp.status == 426 and "STOMP over WebSocket" in await resp.text()
+            async with session.get(ws_url(broker, "/stomp")) as resp:
+                assert resp.status == 404
+            ws = await session.ws_connect(ws_url(broker, "/ws/stomp"), protocols=("v12.stomp",))
+            client = WsStomp(ws)
+            assert (await client.connect()).command == "CONNECTED"
+            await ws.close()
+    run(go())
+
+
+def test_allowed_origins(broker_factory):
+    broker = broker_factory(websocket={"port": 0, "allowed_origins": ["https://app.example.com"]})
+
+    async def go():
+        async with aiohttp.ClientSession() as session:
+            with pytest.raises(aiohttp.WSServerHandshakeError) as info:
+                await session.ws_connect(ws_url(broker), protocols=("v12.stomp",),
+                                         origin="https://evil.example.net")
+            assert info.value.status == 403
+            for origin in ("https://app.example.com", None):   # the listed page; a non-browser client
+                ws = await session.ws_connect(ws_url(broker), protocols=("v12.stomp",), origin=origin)
+                assert (await WsStomp(ws).connect()).command == "CONNECTED"
+                await ws.close()
+    run(go())
+    assert no_sessions_left(broker)
