@@ -359,8 +359,15 @@ class ClusterConfig(_Section):
                                                            "group picks its node (spec/routing.md)")
     popular_fraction: float = Field(0.75, gt=0, le=1, description="share of the traffic the popular "
                                     "topics of a node's filter must cover")
-    assignment: Literal["balance", "similar"] = Field("balance", description="hand-over policy for "
-                                                      "durable subscriptions of a leaving node")
+    assignment: Literal["balance", "hash", "similar"] = Field(
+        "balance", description="where durable subscriptions live (spec/cluster.md §6): `balance` (where "
+        "they were created; a leaving node's go to the least loaded peer), `hash` (rendezvous of the "
+        "owner), `similar` (owners with overlapping topics together)")
+    rebalance_interval_ms: Millis = Field(2000, description="hash / similar: how often the coordinator "
+                                          "places idle durable subscriptions (0: never)")
+    rebalance_max_moves: Count = Field(100, description="recipients moved per rebalancing round at most")
+    similar_slack: float = Field(0.1, ge=0, le=100, description="similar: a node holds at most (1 + slack) "
+                                 "x its share of recipients")
     filter_capacity: Positive = Field(10_000, description="topics a node's bloom filter is sized for")
     filter_fpr: float = Field(0.01, gt=0, lt=1, description="bloom filter false-positive rate")
     handover_timeout_s: float = Field(10.0, gt=0, le=3600, description="how long a hand-over waits for "

@@ -138,6 +138,23 @@ class PeerFilters:
     def popular(self) -> frozenset[str]:
         return frozenset(self._popular)
 
+    def classify(self, topic: str, popular_fraction: float) -> bool:
+        """Mark ``topic`` popular when at least ``popular_fraction`` of the peers may want it (their digest
+        may contain it, or they are match-all), unmark it otherwise; needs two peers or more.  Returns
+        whether it is popular now.  A popular topic is sent to every peer without probing (seed 004)."""
+        peers = self._order
+        if len(peers) < 2:
+            self._popular.discard(topic)
+            return False
+        h1, h2 = self._hash_pair(topic)
+        digests = self._digests
+        matching = sum(1 for node in peers if (d := digests[node]) is None or d.might_contain_pair(h1, h2))
+        if matching / len(peers) >= popular_fraction:
+            self._popular.add(topic)
+            return True
+        self._popular.discard(topic)
+        return False
+
     # -- the decision ------------------------------------------------------------------------------
     def targets(self, topic: Topic) -> list[str]:
         """Peers to forward a message on ``topic`` to, in node-id order."""

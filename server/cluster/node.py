@@ -23,6 +23,8 @@ from collections import OrderedDict
 from pymq.errors import ConfigError, IllegalStateError, PymqError
 from pymq.protocol.numbers import header_int
 from pymq.routing import GroupRouter
+from pymq.routing.assignment import (AssignmentPolicy, Placement, SimilarPolicy, make_policy, parse_policy,
+                                     recipient_of, reconsider)
 from pymq.routing.interest import InterestFilter
 from pymq.routing.groups import RoutingKey, parse_routing_key, routing_key_of
 from pymq.routing.forwarding import FilterVersion, PeerFilters
@@ -121,6 +123,10 @@ class ClusterNode:
         self._digest_dirty = False
         self._consumers_dirty = False
         self._tick: asyncio.TimerHandle | None = None
+        self._quiet: set[str] = set()                  # subscriptions being adopted at another node's request
+        self._ordered: dict[str, float] = {}           # coordinator: subscription -> when a move was ordered
+        self._last_rebalance = 0.0
+        self._transfers: set[str] = set()              # subscriptions this node is moving away now
         self._stopping = False
         # figures (admin "cluster" operation, tests, benchmarks)
         self.forwarded = 0
@@ -133,6 +139,9 @@ class ClusterNode:
         self.held_refused = 0                          # not held: the dead peer's outbox was at its cap
         self.held_transferred = 0                      # held messages sent on to a subscription's new host
         self.held_purged = 0
+        self.moves_ordered = 0                         # coordinator: moves of idle subscriptions it ordered
+        self.moved_out = 0                             # subscriptions this node moved to another by policy
+        self.moves_refused = 0                         # refused: a consumer was attached
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -207,6 +216,7 @@ class ClusterNode:
             for peer in sorted(self.dead & set(self.outboxes)):
                 self._reroute_outbox(peer)         # recovered outboxes of peers that died meanwhile
         self._apply_hosted(hosted)
+        self._maybe_rebalance()
         self._schedule()
 
     def _apply_membership(self, alive: dict[str, Member]) -> None:
@@ -558,14 +568,7 @@ class ClusterNode:
         self.loop.call_soon(self._flush_digest)
 
     def _update_popularity(self, topic: str) -> None:
-        peers = [p for p in self.members if p != self.node_id]
-        if not peers:
-            return
-        matching = sum(1 for p in peers if (d := self.peer_filters.digest(p)) is None or d.might_contain(topic))
-        if matching / len(peers) >= self.config.popular_fraction and len(peers) > 1:
-            self.peer_filters.mark_popular(topic)
-        else:
-            self.peer_filters.unmark_popular(topic)
+        self.peer_filters.classify(topic, self.config.popular_fraction)
 
     def _flush_digest(self) -> None:
         """Announce the filter after changes (batched per loop iteration), regenerating it first when its
@@ -646,9 +649,20 @@ class ClusterNode:
         elif kind == "move-subscription":
             self._move_subscription(headers["pymq-subscription"], peer)
         elif kind == "subscription":
+            # adopt at the sender's request: the sender records the new host once it has moved the messages
             record = json.loads(body.decode("utf-8"))
-            self.broker.adopt_durable(record)
-            self._flush_digest()       # our new digest leaves before the receipt the leaver waits for
+            self._quiet.add(record["key"])
+            try:
+                self.broker.adopt_durable(record)
+            finally:
+                self._quiet.discard(record["key"])
+            self._flush_digest()       # our new digest leaves before the receipt the sender waits for
+        elif kind == "drop-subscription":
+            self._drop_adopted(headers["pymq-subscription"])
+        elif kind == "move-to":
+            key, target = headers["pymq-subscription"], headers["pymq-target"]
+            if key not in self._transfers:
+                self.loop.create_task(self._transfer_subscription(key, target, drop=True))
         else:
             raise PymqError(f"unknown cluster control destination {headers['destination']!r}")
 
@@ -659,7 +673,10 @@ class ClusterNode:
     def durable_created(self, key: str) -> None:
         """A durable subscription now lives here.  If the map says another live node hosted it, that node
         is asked to move its pending messages here and drop its copy: the subscription follows its
-        consumer (spec/cluster.md §6)."""
+        consumer (spec/cluster.md §6).  A subscription adopted at its host's request is recorded by that
+        host, after it moved the messages."""
+        if key in self._quiet:
+            return
         self.assignments[key] = self.node_id
         sub = self.broker.find_subscription(key)
         record = self.broker.durable_record(sub) if sub is not None else None
@@ -709,57 +726,166 @@ class ClusterNode:
             self.assignments.pop(key, None)
             self.loop.run_in_executor(None, self.registry.assign, key, None)
 
-    def successor_for(self, topic: str) -> str | None:
+    def _drop_adopted(self, key: str) -> None:
+        """The host that asked us to adopt ``key`` kept it after all (a consumer attached meanwhile)."""
+        sub = self.broker.find_subscription(key)
+        if sub is None or sub.queue.consumers or self.assignments.get(key) == self.node_id:
+            return
+        self.broker._drop_subscription(sub.topic, sub)
+
+    def successor_for(self, key: str, topic: str) -> str | None:
+        """Where a durable subscription goes when this node leaves: the assignment policy's choice among
+        the live peers (balance: the peer hosting the fewest)."""
         peers = sorted(p for p in self.members if p != self.node_id and p in self.links and self.links[p].ready)
         if not peers:
             return None
-        load = {p: 0 for p in peers}
-        for node in self.assignments.values():
-            if node in load:
-                load[node] += 1
-        if self.config.assignment == "similar":
-            def similar(p):
-                digest = self.peer_filters.digest(p)
-                return 0 if digest is not None and digest.might_contain(topic) else 1
-            return min(peers, key=lambda p: (similar(p), load[p], p))
-        return min(peers, key=lambda p: (load[p], p))
+        policy = make_policy(self.config.assignment, **self._policy_options())
+        if policy is None:
+            load = {p: 0 for p in peers}
+            for node in self.assignments.values():
+                if node in load:
+                    load[node] += 1
+            return min(peers, key=lambda p: (load[p], p))
+        placement, _ = self._placement(peers, exclude=key)
+        recipient = recipient_of(key)
+        topics = set(placement.topics_of.get(recipient, ())) | {topic}
+        if recipient in placement.where:
+            placement.unassign(recipient)
+        return policy.choose(placement, recipient, sorted(topics))
 
-    async def _hand_over(self) -> None:
+    def _policy_options(self) -> dict:
+        if parse_policy(self.config.assignment) is AssignmentPolicy.SIMILAR:
+            return {"slack": float(self.config.similar_slack)}
+        return {}
+
+    def _placement(self, nodes: list[str], exclude: str | None = None) -> tuple[Placement, dict[str, dict]]:
+        """The recipients of the assignment map on ``nodes`` (each at the node hosting most of its
+        subscriptions), and recipient -> {subscription key: host}."""
+        keys: dict[str, dict[str, str]] = {}
+        topics: dict[str, set[str]] = {}
+        for key, hosted in sorted(self.hosted.items()):
+            if key == exclude or hosted.topic is None or hosted.node not in nodes:
+                continue
+            r = recipient_of(key)
+            keys.setdefault(r, {})[key] = hosted.node
+            topics.setdefault(r, set()).add(hosted.topic)
+        placement = Placement(nodes)
+        for r in sorted(keys):
+            hosts = list(keys[r].values())
+            home = max(sorted(set(hosts)), key=hosts.count)
+            placement.assign(r, sorted(topics[r]), home)
+        return placement, keys
+
+    def _maybe_rebalance(self) -> None:
+        """The coordinator (the first live node in name order) places idle durable subscriptions by the
+        assignment policy: every ``rebalance_interval_ms`` it reconsiders each recipient and orders the
+        host of each subscription that should live elsewhere to move it (spec/cluster.md §6)."""
+        cfg = self.config
+        if self._stopping or cfg.rebalance_interval_ms == 0 or len(self.members) < 2:
+            return
+        if min(self.members, key=lambda n: n.encode("utf-8")) != self.node_id:
+            return
+        policy = make_policy(cfg.assignment, **self._policy_options())
+        if policy is None:
+            return
+        now = time.monotonic()
+        if (now - self._last_rebalance) * 1000 < cfg.rebalance_interval_ms:
+            return
+        self._last_rebalance = now
+        quiet_for = 10 * cfg.rebalance_interval_ms / 1000
+        self._ordered = {k: t for k, t in self._ordered.items() if now - t < quiet_for}
+        nodes = sorted(p for p in self.members if p == self.node_id or (p in self.links and self.links[p].ready))
+        placement, keys = self._placement(nodes)
+        if isinstance(policy, SimilarPolicy):
+            policy.expected = len(placement)
+        ordered = self._ordered
+        moves = reconsider(placement, policy, sorted(keys),
+                           movable=lambda r: not any(k in ordered for k in keys[r]),
+                           max_moves=cfg.rebalance_max_moves)
+        for recipient, _, target in moves:
+            for key, host in sorted(keys[recipient].items()):
+                if host == target:
+                    continue
+                ordered[key] = now
+                self.moves_ordered += 1
+                if host == self.node_id:
+                    if key not in self._transfers:
+                        self.loop.create_task(self._transfer_subscription(key, target, drop=True))
+                    continue
+                link = self.links.get(host)
+                try:
+                    link.send({"destination": CONTROL_PREFIX + "move-to", "pymq-node": self.node_id,
+                               "pymq-subscription": key, "pymq-target": target})
+                except (PymqError, AttributeError) as exc:
+                    log.info("cluster: could not order %s to move %s: %s", host, key, exc)
+
+    async def _transfer_subscription(self, key: str, to: str, drop: bool) -> bool:
+        """Move durable subscription ``key`` from here to ``to``: ``to`` adopts it (and announces its filter)
+        before its receipt; then, in one step with no consumer able to attach in between, the pending
+        messages go to ``to`` through its outbox and (``drop``) the local copy goes; then the store names
+        ``to``.  Refused while a consumer is attached, before and after the adoption."""
         broker = self.broker
-        moved = []
-        for key, queue in list(broker.subscription_queues.items()):
-            sub = broker.find_subscription(key)
-            if sub is None:
-                continue
-            successor = self.successor_for(sub.topic.name)
-            if successor is None:
-                log.warning("no live peer to take durable subscription %s; it stays stored here", key)
-                continue
+        sub = broker.find_subscription(key)
+        link = self.links.get(to)
+        if sub is None or to == self.node_id or link is None or not link.ready:
+            return False
+        if drop and sub.queue.consumers:
+            self.moves_refused += 1
+            log.info("cluster: durable subscription %s has a consumer here; not moving it to %s", key, to)
+            return False
+        self._transfers.add(key)
+        try:
             record = broker.durable_record(sub)
             record["key"] = key
             done = self.loop.create_future()
             try:
-                self.links[successor].send({"destination": CONTROL_PREFIX + "subscription",
-                                            "pymq-node": self.node_id, "content-type": "application/json"},
-                                           json.dumps(record).encode(),
-                                           on_receipt=lambda f=done: f.done() or f.set_result(True))
+                link.send({"destination": CONTROL_PREFIX + "subscription", "pymq-node": self.node_id,
+                           "content-type": "application/json"}, json.dumps(record).encode(),
+                          on_receipt=lambda f=done: f.done() or f.set_result(True))
                 await asyncio.wait_for(done, self.config.handover_timeout_s)
             except (PymqError, asyncio.TimeoutError) as exc:
-                log.warning("hand-over of %s to %s failed: %s", key, successor, exc)
+                log.warning("moving durable subscription %s to %s failed: %s", key, to, exc)
+                return False
+            sub = broker.find_subscription(key)
+            if sub is None or (drop and sub.queue.consumers):
+                # a consumer attached while the new host adopted it: it stays here; the new host drops its copy
+                self.moves_refused += 1
+                try:
+                    link.send({"destination": CONTROL_PREFIX + "drop-subscription", "pymq-node": self.node_id,
+                               "pymq-subscription": key})
+                except PymqError:
+                    pass
+                return False
+            self.assignments[key] = to            # before the drop: it must not erase the new host's entry
+            for entry in list(sub.queue.ready):
+                self.move_to_outbox(broker.copy_for_subscription(entry.message, key), to)
+                sub.queue.remove_ready([entry])
+            if drop:
+                broker._drop_subscription(sub.topic, sub)
+                self.moved_out += 1
+            del record["key"]
+            await self.loop.run_in_executor(None, self.registry.assign, key, to, record)
+            log.info("cluster: durable subscription %s moved to %s (%s)", key, to,
+                     f"assignment: {self.config.assignment}" if drop else "hand-over")
+            return True
+        finally:
+            self._transfers.discard(key)
+
+    async def _hand_over(self) -> None:
+        broker = self.broker
+        for key in list(broker.subscription_queues):
+            sub = broker.find_subscription(key)
+            if sub is None:
                 continue
-            for entry in list(queue.ready):
-                copy = broker.copy_for_subscription(entry.message, key)
-                self.move_to_outbox(copy, successor)
-                queue.remove_ready([entry])
-            await self.loop.run_in_executor(None, self.registry.assign, key, successor,
-                                            {k: v for k, v in record.items() if k != "key"})
-            moved.append((key, successor))
+            successor = self.successor_for(key, sub.topic.name)
+            if successor is None:
+                log.warning("no live peer to take durable subscription %s; it stays stored here", key)
+                continue
+            await self._transfer_subscription(key, successor, drop=False)
         deadline = time.monotonic() + self.config.handover_timeout_s
         while time.monotonic() < deadline and any(q.depth for q in self.outboxes.values()
                                                    if self.links.get(_peer_of(q)) is not None):
             await asyncio.sleep(0.02)
-        for key, successor in moved:
-            log.info("cluster: durable subscription %s handed over to %s", key, successor)
 
     # -- status ----------------------------------------------------------------------------------
     def status(self) -> dict:
@@ -780,6 +906,8 @@ class ClusterNode:
                 "received_forwarded": self.received_forwarded,
                 "discarded_false_positive": self.discarded_false_positive,
                 "redistributed": self.redistributed, "rerouted": self.rerouted,
+                "assignment": self.config.assignment, "moves_ordered": self.moves_ordered,
+                "moved_out": self.moved_out, "moves_refused": self.moves_refused,
                 "dead": sorted(self.dead), "held": self.held, "held_refused": self.held_refused,
                 "held_transferred": self.held_transferred, "held_purged": self.held_purged}
 

@@ -25,7 +25,14 @@ def test_an_overfull_filter_is_regenerated_and_reannounced(tmp_path, redis_url):
         raw.send_raw(b"".join(raw.encode("SUBSCRIBE", {"id": str(i), "destination": f"/topic/{prefix}.s{i}"})
                               for i in range(TOPICS)))
         assert wait_for(lambda: len(status(b)["filter_topics"]) == TOPICS, timeout=20)
-        time.sleep(0.5)                                          # b's digest reaches a
+
+        def announced() -> bool:                                  # a holds b's latest announcement
+            mine, theirs = status(b), status(a)
+            if "filter" not in mine:
+                return True                                       # (a build without versioned announcements)
+            return theirs["peer_filters"]["n1"]["serial"] == mine["filter"]["serial"]
+        assert wait_for(announced, timeout=10)
+        time.sleep(0.2)
         before = status(b)["received_forwarded"]
         with pymq.connect(a.url) as pub:
             session = pub.create_session()
