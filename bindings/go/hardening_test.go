@@ -255,18 +255,18 @@ func TestWithoutReconnectALostBrokerIsFinal(t *testing.T) {
 	}
 }
 
-// TestHeartBeatsBothWaysWithTheBroker: a broker configured for 300 ms heart-beats; the intervals are the
+// TestHeartBeatsBothWaysWithTheBroker: a broker configured for 500 ms heart-beats; the intervals are the
 // larger of each pair, both sides beat while idle, and the idle connection stays up.
 func TestHeartBeatsBothWaysWithTheBroker(t *testing.T) {
-	b := ownBroker(t, writeConfig(t, "heartbeat_send_ms: 300\nheartbeat_recv_ms: 300\n")...)
-	c, err := pymq.Dial(b.addr, pymq.Options{HeartBeat: &pymq.HeartBeat{Send: 200 * time.Millisecond, Receive: 250 * time.Millisecond}})
+	b := ownBroker(t, writeConfig(t, "heartbeat_send_ms: 500\nheartbeat_recv_ms: 500\n")...)
+	c, err := pymq.Dial(b.addr, pymq.Options{HeartBeat: &pymq.HeartBeat{Send: 400 * time.Millisecond, Receive: 450 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	send, receive := c.HeartBeats()
-	if send != 300*time.Millisecond || receive != 300*time.Millisecond {
-		t.Fatalf("negotiated send %v receive %v, want max(200, 300) and max(250, 300)", send, receive)
+	if send != 500*time.Millisecond || receive != 500*time.Millisecond {
+		t.Fatalf("negotiated send %v receive %v, want max(400, 500) and max(450, 500)", send, receive)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for c.Stats().HeartBeatsSent < 3 || c.Stats().HeartBeatsReceived < 3 {
@@ -606,6 +606,53 @@ func main() {
 		cmd.Dir, cmd.Env = app, env
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go %v: %v\n%s", args, err, out)
+		}
+	}
+}
+
+// deadlineConn records a deadline moved into the past after the handshake cleared it.
+type deadlineConn struct {
+	net.Conn
+	mu       sync.Mutex
+	cleared  bool
+	cutAfter bool
+}
+
+func (d *deadlineConn) SetDeadline(t time.Time) error {
+	d.mu.Lock()
+	if t.IsZero() {
+		d.cleared = true
+	} else if d.cleared && t.Before(time.Now()) {
+		d.cutAfter = true
+	}
+	d.mu.Unlock()
+	return d.Conn.SetDeadline(t)
+}
+
+// TestAContextCancelledAfterConnectDoesNotCutTheConnection: the handshake's watcher must not move the
+// deadline of a finished handshake (it did when the caller cancelled its context right after Connect:
+// under load the link then died with an i/o timeout).  Twenty tries make a 50 % race show.
+func TestAContextCancelledAfterConnectDoesNotCutTheConnection(t *testing.T) {
+	addr := needBroker(t)
+	for i := 0; i < 20; i++ {
+		nc, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dc := &deadlineConn{Conn: nc}
+		ctx, cancel := context.WithCancel(bg)
+		c, err := pymq.Connect(ctx, dc, pymq.Options{})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		dc.mu.Lock()
+		cut := dc.cutAfter
+		dc.mu.Unlock()
+		c.Close()
+		if cut {
+			t.Fatalf("try %d: the deadline of an established connection was moved into the past", i)
 		}
 	}
 }

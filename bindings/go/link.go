@@ -102,12 +102,21 @@ func (c *Conn) handshake(ctx context.Context, nc net.Conn, gen uint64) (*link, e
 		nc.Close()
 		return nil, err
 	}
+	// a cancelled context must not leave the handshake blocked in Read or Write: a watcher cuts it short by
+	// moving the deadline into the past, unless the handshake has finished (under the same lock), since the
+	// context is typically cancelled right after a successful one and the link must not inherit the deadline
+	var cutMu sync.Mutex
+	finished := false
 	stop := make(chan struct{})
 	defer close(stop)
-	go func() { // a cancelled context must not leave the handshake blocked in Read or Write
+	go func() {
 		select {
 		case <-ctx.Done():
-			_ = nc.SetDeadline(time.Unix(1, 0))
+			cutMu.Lock()
+			if !finished {
+				_ = nc.SetDeadline(time.Unix(1, 0))
+			}
+			cutMu.Unlock()
 		case <-stop:
 		}
 	}()
@@ -146,12 +155,14 @@ func (c *Conn) handshake(ctx context.Context, nc net.Conn, gen uint64) (*link, e
 	if first.Command != "CONNECTED" {
 		return fail(fmt.Errorf("pymq: expected CONNECTED, got %s", first.Command))
 	}
-	select {
-	case <-ctx.Done():
-		return fail(ctx.Err())
-	default:
-	}
+	cutMu.Lock()
+	finished = true
+	cut := ctx.Err() != nil
 	_ = nc.SetDeadline(time.Time{})
+	cutMu.Unlock()
+	if cut { // the watcher may have moved the deadline before finished was set: start again cleanly
+		return fail(ctx.Err())
+	}
 	l := &link{c: c, nc: nc, gen: gen, version: first.Value("version"), session: first.Value("session"),
 		receipts: map[string]chan *stomp.Frame{}, done: make(chan struct{}), scanner: scanner}
 	if l.version == "" {

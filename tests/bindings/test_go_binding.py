@@ -31,7 +31,7 @@ REQUIRED = {
     "TestReconnectAfterBrokerRestart", "TestReconnectAfterTheConnectionIsCut", "TestTransactionsDoNotSurviveAReconnect",
     "TestWithoutReconnectALostBrokerIsFinal", "TestHeartBeatsBothWaysWithTheBroker", "TestASilentBrokerIsDeclaredDead",
     "TestContextCancelsAHandshakeWithASilentServer", "TestConnectOverYourOwnConn", "TestChannelAPI",
-    "TestTLSThroughATerminatingProxy", "TestTheModulePathResolves",
+    "TestTLSThroughATerminatingProxy", "TestTheModulePathResolves", "TestAContextCancelledAfterConnectDoesNotCutTheConnection",
 }
 
 

@@ -212,11 +212,11 @@ describe('reconnection', () => {
 });
 
 describe('heart-beats', () => {
-  it('are negotiated and flow both ways with a broker configured for 300 ms', async (t) => {
-    const b = await own(t, brokerConfig('heartbeat_send_ms: 300\nheartbeat_recv_ms: 300\n'));
+  it('are negotiated and flow both ways with a broker configured for 500 ms', async (t) => {
+    const b = await own(t, brokerConfig('heartbeat_send_ms: 500\nheartbeat_recv_ms: 500\n'));
     if (!b) return;
-    const c = await dial({ host: b.host, port: b.port, heartBeat: { sendMs: 200, receiveMs: 250 } });
-    assert.deepEqual(c.heartBeats, { sendMs: 300, receiveMs: 300 }, 'the larger of each pair');
+    const c = await dial({ host: b.host, port: b.port, heartBeat: { sendMs: 400, receiveMs: 450 } });
+    assert.deepEqual(c.heartBeats, { sendMs: 500, receiveMs: 500 }, 'the larger of each pair');
     const deadline = Date.now() + 20000;
     while (c.stats.heartBeatsSent < 3 || c.stats.heartBeatsReceived < 3) {
       assert.ok(Date.now() < deadline, JSON.stringify(c.stats));
