@@ -85,18 +85,30 @@ def _passwd(argv: list[str]) -> int:
 async def _run(config: BrokerConfig) -> None:
     from pymq_server.app import BrokerServer
     server = BrokerServer(config)
-    await server.start()
-    _announce(config, server)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    started = False
+
+    def hup() -> None:
+        if started:
+            _reload(server)
+        else:
+            log.warning("SIGHUP during start-up ignored: nothing to reload yet")
+
+    # before anything listens: a signal that arrives as soon as the first line is out must find its
+    # handler (the default action of SIGHUP is to end the process)
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_signal_handler(signal.SIGHUP, _reload, server)
+    loop.add_signal_handler(signal.SIGHUP, hup)
     try:
+        await server.start()
+        started = True
+        _announce(config, server)
         await stop.wait()
     finally:
         loop.remove_signal_handler(signal.SIGHUP)
-        await server.stop()
+        if started:
+            await server.stop()
 
 
 def _announce(config: BrokerConfig, server) -> None:
