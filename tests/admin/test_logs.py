@@ -18,6 +18,8 @@ from pymq_server.logs import JsonFormatter, configure_logging
 
 
 def test_json_formatter_keeps_each_record_on_one_line():
+    root = logging.getLogger()
+    saved = (list(root.handlers), root.level)          # pytest's capture handlers stay in place after
     stream = io.StringIO()
     configure_logging("DEBUG", "json", stream)
     try:
@@ -28,7 +30,11 @@ def test_json_formatter_keeps_each_record_on_one_line():
         except ValueError:
             log.exception("it failed")
     finally:
-        configure_logging("INFO", "text")
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        for handler in saved[0]:
+            root.addHandler(handler)
+        root.setLevel(saved[1])
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2
     first, second = (json.loads(line) for line in lines)
