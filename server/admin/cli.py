@@ -459,12 +459,16 @@ def _users_remove(c: AdminClient, a):
     return c.call("remove-user", name=a.name), lambda r: print(f"removed user {r['removed']}")
 
 
-@command("users", "reload")
-def _users_reload(c: AdminClient, a):
+@command("reload")
+def _reload(c: AdminClient, a):
     def show(r):
-        print(f"reloaded: {r['users']} user(s); added {', '.join(r['added']) or 'none'}; removed "
-              f"{', '.join(r['removed']) or 'none'}; changed {', '.join(r['changed']) or 'none'}")
-    return c.call("reload-users"), show
+        rules = r["storage_rules"]
+        print(f"reloaded: {len(r['users'])} user(s) ({', '.join(r['users'])}); "
+              f"{'no storage rules' if rules is None else f'{rules} storage rule(s)'}"
+              f"{'; TLS certificate reloaded' if r['tls_reloaded'] else ''}")
+        if r["restart_needed"]:
+            print(f"changed but applied only after a restart: {', '.join(r['restart_needed'])}")
+    return c.call("reload"), show
 
 
 def _roles(text: str | None) -> list[str] | None:
@@ -601,6 +605,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     groups.add_parser("status", help="the broker at a glance: readiness, counts, rates, memory")
     groups.add_parser("health", help="exit 0 when the broker is ready (/readyz), 1 when not")
+    groups.add_parser("reload", help="what SIGHUP does: read the config and users files again and apply "
+                                     "users, permissions, storage rules, TLS certificate, log level")
 
     q = group("queues", "list, show, create, drop and purge queues")
     q.add_parser("list", help="queues with depth, ready, in-flight, consumers and rates")
@@ -680,7 +686,6 @@ def build_parser() -> argparse.ArgumentParser:
     ur.add_argument("name")
     ur.add_argument("roles")
     u.add_parser("remove", help="remove a user").add_argument("name")
-    u.add_parser("reload", help="read the users file again (what SIGHUP does)")
 
     g = group("grants", "permissions on a destination")
     g.add_parser("show", help="owner and grants").add_argument("destination")
@@ -753,7 +758,7 @@ def _settings(a: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    key = (a.group,) if a.group in ("status", "health") else (a.group, a.action)
+    key = (a.group,) if a.group in ("status", "health", "reload") else (a.group, a.action)
     try:
         s = _settings(a)
         url = urllib.parse.urlsplit(s["url"])

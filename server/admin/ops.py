@@ -468,7 +468,7 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
     "set-password": users.set_password,
     "set-roles": users.set_roles,
     "remove-user": users.remove_user,
-    "reload-users": users.reload_users,
+    "reload": users.reload,
 }
 
 #: operations that change nothing (HTTP GET may call only these)

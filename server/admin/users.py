@@ -1,8 +1,9 @@
-"""Admin operations on users: list, add, remove, change a password or roles, reload the users file.
+"""Admin operations on users (list, add, remove, change a password or roles) and ``reload``.
 
 The users file stays the single record (what ``pymq-server passwd`` writes and an operator may edit);
-an operation edits it and then calls :meth:`Authenticator.reload` — the same function SIGHUP uses —
-so the change applies from the next login on, without a restart.  Connections already open keep the
+an operation edits it and then calls :meth:`Authenticator.reload`, which installs the users the way
+SIGHUP does (:meth:`Authenticator.replace`), so the change applies from the next login on, without a
+restart.  ``reload`` is SIGHUP itself: :meth:`BrokerServer.reload`, the one function for both.  Connections already open keep the
 user they logged in with.  Hashing (scrypt, tens of ms) and the file write run in a worker thread; the
 reload runs on the loop and reads whatever the file holds last, so concurrent changes cannot install
 an older file.  The last administrator cannot be removed or lose the admin role (nobody could manage
@@ -135,7 +136,8 @@ def remove_user(admin, user, args: dict) -> Offload:
     return _edit(admin, path, change, lambda s: {"removed": name, "users": s["users"]})
 
 
-def reload_users(admin, user, args: dict) -> dict:
-    require_admin(user, "reload the users file")
-    _users_file(admin)
-    return admin.broker.authenticator.reload()
+def reload(admin, user, args: dict) -> dict:
+    """What SIGHUP does (:meth:`BrokerServer.reload`, the one reload function): the configuration and
+    users files read again and what can change live applied; an invalid file changes nothing."""
+    require_admin(user, "reload the configuration")
+    return admin.server.reload()

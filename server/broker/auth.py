@@ -83,10 +83,11 @@ class Authenticator:
             self.users = {"guest": User("guest", _GUEST_HASH, frozenset({"admin"}), loopback_only=True)}
 
     def reload(self) -> dict:
-        """Read the users file again and use it from the next login on (the one reload function: the
-        admin operations and SIGHUP both call it).  Open connections keep their user.  An unreadable or
-        invalid file raises ConfigError and the users in use stay as they were.  Remembered logins are
-        forgotten, so a changed or removed password stops working at once."""
+        """Read the users file again and use it from the next login on (after the admin user operations
+        edit it); installed through :meth:`replace`, as SIGHUP's ``BrokerServer.reload`` installs it.
+        Open connections keep their user.  An unreadable or invalid file raises ConfigError and the users
+        in use stay as they were.  Remembered logins are forgotten, so a changed or removed password stops
+        working at once."""
         if not self.users_file:
             raise ConfigError("the broker runs without a users file (only guest/guest from localhost); "
                               "start it with --users-file to manage users")
