@@ -616,13 +616,19 @@ class BrokerConfig(_Section):
         if not isinstance(data, dict):
             raise ConfigError(f"configuration must be a mapping, not {type(data).__name__}")
         try:
-            return cls.model_validate(data)
+            cfg = cls.model_validate(data)
         except ValidationError as exc:
             problems = describe_errors(exc, cls)
             raise ConfigError(format_problems("configuration", problems), problems=problems) from None
+        cfg._overrides = dict(data)
+        return cfg
 
     def reread(self) -> "BrokerConfig":
-        """The same sources (file and command-line overrides) read again, validated (SIGHUP)."""
+        """The same sources (file and command-line overrides) read again, validated (SIGHUP).  A
+        configuration built in code (no file) gives its own settings again: a reload then re-reads only
+        the files they name (users file, storage rules, certificates)."""
+        if self._source is None and not self._overrides:
+            return type(self).load(None, **self.model_dump(include=self.model_fields_set))
         return type(self).load(self._source, **self._overrides)
 
     @property
