@@ -282,3 +282,18 @@ def test_busy_admin_port_is_named_as_the_admin_port(tmp_path):
     assert run.returncode == 1, run.stderr
     assert f"cannot listen on 127.0.0.1:{port} for the admin HTTP port (admin_port)" in run.stderr
     assert "STOMP port" not in run.stderr
+
+
+def test_reread_gives_the_same_settings_whatever_their_source(tmp_path):
+    """SIGHUP's reread: a file is read again; a configuration built in code (tests, embedding) gives its
+    own settings again, not the defaults (a reload must not quietly turn a broker into another)."""
+    built = BrokerConfig.from_dict({"port": 0, "max_memory": "8MiB", "queues": {"q": {"max_deliveries": 2}}})
+    assert built.reread().model_dump() == built.model_dump()
+    constructed = BrokerConfig(port=0, users_file=None, heartbeat_grace=3.0)
+    assert constructed.reread().model_dump() == constructed.model_dump()
+    path = tmp_path / "broker.yaml"
+    path.write_text("port: 0\nlog_level: warning\n")
+    loaded = BrokerConfig.load(str(path), data_dir=str(tmp_path / "d"))
+    path.write_text("port: 0\nlog_level: error\n")
+    again = loaded.reread()
+    assert again.log_level == "ERROR" and again.data_dir == str(tmp_path / "d")
