@@ -44,6 +44,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
         self.admin_port: int | None = None
+        self.scheme = "http"
 
     def start(self) -> "BrokerProcess":
         args = [sys.executable, "-m", "pymq_server.cli", "--port", "0", "--data-dir",
@@ -57,9 +58,9 @@ class BrokerProcess:
             if not line and self.proc.poll() is not None:
                 break
             self.log.append(line)
-            m = re.search(r"admin and metrics on http://127\.0\.0\.1:(\d+)/", line)
+            m = re.search(r"admin and metrics on (https?)://127\.0\.0\.1:(\d+)/", line)
             if m:
-                self.admin_port = int(m.group(1))
+                self.scheme, self.admin_port = m.group(1), int(m.group(2))
             m = re.search(r"^pymq-server listening on 127\.0\.0\.1:(\d+)$", line.strip())
             if m:
                 self.port = int(m.group(1))
@@ -79,7 +80,7 @@ class BrokerProcess:
 
     @property
     def admin_url(self) -> str:
-        return f"http://127.0.0.1:{self.admin_port}"
+        return f"{self.scheme}://127.0.0.1:{self.admin_port}"
 
     def stop(self) -> int | None:
         if self.proc and self.proc.poll() is None:

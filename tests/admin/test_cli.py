@@ -491,3 +491,34 @@ def test_retry_takes_what_can_go_back_and_says_why_not_for_the_rest(broker_proce
     everything = cli_json(b, "dlq", "retry", "DLQ.cli.mixed")
     assert everything["moved"] == 1 and everything["by_destination"] == {"/queue/cli.mixed": 1}
     assert _depth(b, "cli.mixed") == 1 and _depth(b, "DLQ.cli.mixed") == 1
+
+
+def test_cli_and_console_over_https(tmp_path):
+    """admin_tls: pymq-admin verifies the broker's certificate (--cafile), refuses an unknown one, and the
+    console's session cookie is Secure."""
+    import ssl
+    import urllib.request
+
+    from tests.client.tls import Authority
+    ca = Authority(tmp_path)
+    server = ca.issue("broker", dns=("localhost",), ips=("127.0.0.1",))
+    broker = BrokerProcess(tmp_path / "tls", users={ADMIN: (ADMIN_PW, ["admin"])}, config={
+        "admin_tls": True, "tls": {"cert_file": str(server.cert), "key_file": str(server.key)}})
+    broker.start()
+    try:
+        assert broker.admin_url.startswith("https://")
+        verified = run_cli(broker, "--cafile", str(ca.ca_file), "status")
+        assert verified.returncode == 0, verified.stderr
+        unknown = run_cli(broker, "status")
+        assert unknown.returncode == 3 and "CERTIFICATE_VERIFY_FAILED" in unknown.stderr
+        assert run_cli(broker, "--insecure", "queues", "list").returncode == 0
+        assert run_cli(broker, "--cafile", str(ca.ca_file), "health", user=None, password=None).returncode == 0
+        context = ssl.create_default_context(cafile=str(ca.ca_file))
+        req = urllib.request.Request(broker.admin_url + "/api/session", method="POST",
+                                     data=json.dumps({"user": ADMIN, "password": ADMIN_PW}).encode(),
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=15, context=context) as resp:
+            cookie = resp.headers["Set-Cookie"]
+        assert "Secure" in cookie and "HttpOnly" in cookie
+    finally:
+        assert broker.stop() == 0
