@@ -164,6 +164,23 @@ def _convert(option: str, kind: str, raw: str) -> Any:
                       f"cannot give")
 
 
+def _tls_option(key: str, raw: str) -> dict[str, Any]:
+    """``pymq.tls.<field>`` -> a field of ``pymq.TlsOptions`` (by the field's type), so TLS settings the
+    SDK gains later pass through as well."""
+    import dataclasses
+
+    import pymq
+    fields = {_squash(f.name): f for f in dataclasses.fields(pymq.TlsOptions)}
+    found = fields.get(_squash(key[len("pymq.tls."):]))
+    if found is None:
+        known = ", ".join(f"pymq.tls.{f.name}" for f in dataclasses.fields(pymq.TlsOptions))
+        raise ConfigError(f"unknown TLS option '{key}': the pymq.tls.* options are the fields of "
+                          f"pymq.TlsOptions: {known}")
+    annotation = str(found.type)
+    kind = "bool" if "bool" in annotation else "int" if "int" in annotation else "str"
+    return {found.name: _convert(key, kind, raw)}
+
+
 @dataclass(frozen=True)
 class ConnectionOptions:
     """How to reach the broker: the url and the ``pymq.*`` options as ``pymq.ConnectionFactory``
@@ -204,17 +221,31 @@ class ConnectionOptions:
         url = (opts.get("url") or "").strip()
         if not url:
             raise ConfigError("option 'url' is required: the broker to use, e.g. stomp://127.0.0.1:61613")
-        if not url.startswith("stomp://"):
+        from pymq.client.url import StompAddress, parse_url
+        from pymq.errors import ConnectFailed
+        try:
+            address = parse_url(url)
+        except ConnectFailed as exc:
+            raise ConfigError(f"option 'url': {exc}") from None
+        if not isinstance(address, StompAddress):
             # executors run in other processes: an in-process vm:// broker would be a different broker there
-            raise ConfigError(f"option 'url' must be a stomp:// address that every Spark executor can reach, "
-                              f"got {url!r}")
+            raise ConfigError("option 'url' must be a stomp:// or stomps:// address that every Spark executor "
+                              "can reach, not an in-process vm:// broker")
         params = _factory_parameters()
         by_squash = {_squash(name): name for name in params}
         settings: dict[str, Any] = {k: v for k, v in _CONNECTOR_DEFAULTS.items() if k in params}
+        tls: dict[str, Any] = {}
         for key, raw in opts.items():
             if not key.startswith("pymq.") or raw is None or raw == "":
                 continue
+            if key.startswith("pymq.tls."):
+                tls.update(_tls_option(key, raw))
+                continue
             keyword = by_squash.get(_squash(key[len("pymq."):]))
+            if keyword == "tls":
+                raise ConfigError(f"option '{key}': give TLS settings one by one (pymq.tls.caFile, "
+                                  f"pymq.tls.certFile, pymq.tls.keyFile, pymq.tls.verify, "
+                                  f"pymq.tls.serverHostname) or in the stomps:// URL's query")
             if keyword == "client_id":
                 raise ConfigError(
                     "option 'pymq.clientId' is not supported: the driver and every executor task open their "
@@ -227,11 +258,19 @@ class ConnectionOptions:
                 raise ConfigError(f"unknown connection option '{key}': {hint}the pymq.* options are the "
                                   f"keywords of pymq.ConnectionFactory: {', '.join(known)}")
             settings[keyword] = _convert(key, _setting_kind(params[keyword]), raw)
+        if tls:
+            if address.tls is None:
+                raise ConfigError(f"options {', '.join('pymq.tls.' + k for k in sorted(tls))} need a TLS URL "
+                                  f"(stomps://host:port), not {url.split('://', 1)[0]}://")
+            settings["tls"] = tuple(sorted(tls.items()))
         return cls(url, tuple(sorted(settings.items())))
 
     def connect(self) -> Connection:
         import pymq
-        return pymq.connect(self.url, **dict(self.settings))
+        kwargs = dict(self.settings)
+        if "tls" in kwargs:
+            kwargs["tls"] = pymq.TlsOptions(**dict(kwargs["tls"]))
+        return pymq.connect(self.url, **kwargs)
 
 
 def _name_list(raw: str, what: str) -> list[str]:

@@ -209,3 +209,33 @@ def test_timestamp_type_topic_column_and_latest_offset_in_progress(spark, spark_
     latest = seqs(url, pymq.Topic(name))[-1] + 1
     assert json.loads(source["latestOffset"]) == {f"/topic/{name}": {"0": latest}}
     assert from_offset(json.loads(source["endOffset"])) == {f"/topic/{name}": latest - 1}
+
+
+def test_tls_urls_and_tls_options_pass_through(spark_broker, tmp_path):
+    """A stomps:// broker (a TLS proxy with a CA made here) read from a task, the CA given as an option."""
+    from pymq.errors import ConfigError
+    from pyspark_pymq._options import ConnectionOptions
+    from tests.client.tls import Authority, TlsProxy
+    authority = Authority(tmp_path)
+    proxy = TlsProxy(authority.issue("server", dns=("localhost",)), spark_broker.port)
+    try:
+        url = f"stomps://localhost:{proxy.port}"
+        options = ConnectionOptions.parse({"url": url, "pymq.tls.caFile": str(authority.ca_file),
+                                           "pymq.tls.verify": "true"})
+        assert dict(options.get("tls")) == {"ca_file": str(authority.ca_file), "verify": True}
+        with pymq.connect(spark_broker.url) as conn:
+            conn.create_session().create_producer(pymq.Queue("log.tls-read")).send("secret")
+        opts = ReadOptions.parse({"url": url, "queue": "log.tls-read", "pymq.tls.ca_file": str(authority.ca_file)},
+                                 streaming=False)
+        assert values(BatchReader(opts).partitions()) == ["secret"]
+    finally:
+        proxy.close()
+    for bad, words in [({"pymq.tls.caFile": "x"}, "need a TLS URL"), ({"pymq.tls.cafle": "x"}, "unknown TLS option"),
+                       ({"pymq.tls": "x"}, "one by one"), ({"pymq.tls.verify": "maybe"}, "true or false")]:
+        with pytest.raises(ConfigError, match=words):
+            plain = "pymq.tls.caFile" in bad
+            ConnectionOptions.parse({"url": "stomp://h:1" if plain else "stomps://h:1", **bad})
+    with pytest.raises(ConfigError, match="vm://"):
+        ConnectionOptions.parse({"url": "vm://x"})
+    with pytest.raises(ConfigError, match="option 'url'"):
+        ConnectionOptions.parse({"url": "stomps://h:1?nope=1"})
