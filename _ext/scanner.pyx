@@ -26,7 +26,7 @@ cdef extern from *:
     int pymq_ssize_add_ovf(Py_ssize_t a, Py_ssize_t b, Py_ssize_t *r)
     unsigned long long PYMQ_INT64_MAX
 
-DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
+DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
 cdef Py_ssize_t _MAX_DIGITS = MAX_DIGITS
 DEFAULT_MAX_HEADERS = 1000
 

@@ -58,6 +58,13 @@ class InvalidHeader(ProtocolError):
     code = "invalid-header"
 
 
+class FrameTimeout(ProtocolError):
+    """A frame was not completed in time: ``frame_timeout_ms`` after its first byte, plus one second per
+    ``frame_min_rate`` bytes received of it (a peer trickling a frame cannot hold a connection open)."""
+
+    code = "frame-timeout"
+
+
 class UnsupportedVersion(ProtocolError):
     code = "unsupported-version"
 

@@ -462,8 +462,22 @@ class BrokerConfig(_Section):
                                    "SIGHUP")
     allow_anonymous: bool = Field(False, description="with a users file, accept CONNECT without a login "
                                                      "(as user `anonymous`, no roles). Reloaded by SIGHUP")
-    max_frame_size: Size = Field(4 * 1024 * 1024, ge=1024, description="largest frame a client may send "
-                                                                       "(headers and body)")
+    # what one client may cost (spec/stomp.md §10)
+    max_frame_size: Size = Field(64 * 1024 * 1024, ge=1024, description="largest frame a client may send "
+                                 "(headers and body); RabbitMQ and ActiveMQ take 16 MiB and more")
+    max_connect_frame_size: Size = Field(64 * 1024, ge=1024, description="largest frame before CONNECTED "
+                                         "(a CONNECT is a few hundred bytes; an unauthenticated peer must "
+                                         "not make the broker hold megabytes)")
+    max_unauthenticated_bytes: Size = Field(16 * 1024 * 1024, ge=1024, description="bytes held for all "
+                                            "connections that have not received CONNECTED, together; the "
+                                            "connection that would pass it gets `resource-limit`")
+    frame_timeout_ms: Positive = Field(30_000, description="a frame must be complete this long after its "
+                                       "first byte, plus one second per `frame_min_rate` bytes of it "
+                                       "(`frame-timeout` otherwise), heart-beats or not")
+    frame_min_rate: Positive = Field(8 * 1024, description="bytes per second a slow frame earns one more "
+                                     "second with (see `frame_timeout_ms`)")
+    read_budget: Size = Field(64 * 1024, ge=1024, description="input bytes handled per connection per "
+                              "event-loop turn: a pipelining client shares the loop with everyone else")
     max_headers: Annotated[int, Field(ge=1, le=100_000)] = Field(1000, description="headers per frame")
     max_connections: Positive = Field(10_000, description="connections the broker accepts at once")
     max_subscriptions_per_connection: Positive = Field(10_000, description="subscriptions per connection")
@@ -479,8 +493,9 @@ class BrokerConfig(_Section):
     connect_timeout_ms: Positive = Field(10_000, description="a connection that has not sent CONNECT by "
                                                              "then is closed")
     write_buffer_high: Size = Field(1024 * 1024, ge=1, description="per connection: pause deliveries "
-                                                                   "above this many queued bytes")
-    write_buffer_low: Size = Field(256 * 1024, description="per connection: resume deliveries below this")
+                                    "and reading above this many queued bytes (receipts and errors count)")
+    write_buffer_low: Size = Field(256 * 1024, description="per connection: resume deliveries and reading "
+                                                           "below this")
     max_memory: Size = Field(1024 * 1024 * 1024, ge=1, description="message bytes held before producers "
                                                                    "are paused")
     default_persistent: bool = Field(True, description="whether a SEND without a `persistent` header is "
@@ -542,6 +557,14 @@ class BrokerConfig(_Section):
                     _principal(principal)
                 except ValueError as exc:
                     raise ValueError(f"principal {principal!r}: {exc}") from None
+        return value
+
+    @field_validator("max_connect_frame_size")
+    @classmethod
+    def _connect_frame_at_most_frame(cls, value: int, info: ValidationInfo) -> int:
+        full = info.data.get("max_frame_size")
+        if full is not None and value > full:
+            raise ValueError(f"expected at most max_frame_size ({full})")
         return value
 
     @field_validator("write_buffer_low")

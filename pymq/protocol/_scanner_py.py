@@ -22,7 +22,7 @@ from pymq.errors import BadEscape, FrameTooLarge, InvalidHeader, MalformedFrame,
 from pymq.protocol.frame import UNESCAPED_COMMANDS, Frame
 from pymq.protocol.numbers import parse_wire_int
 
-DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024
+DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_HEADERS = 1000
 
 _NEGOTIATING = frozenset({"CONNECT", "STOMP", "CONNECTED"})

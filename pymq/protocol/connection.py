@@ -143,6 +143,8 @@ class StompConnection:
         self._scanner = FrameScanner(max_frame_size=max_frame_size, max_headers=max_headers)
         #: the ``receipt`` header of the DISCONNECT (sent by a client, received by a server)
         self._disconnect_receipt: str | None = None
+        #: the frame limit once CONNECTED settles the session (see limit_until_connected)
+        self._settled_frame_size: int | None = None
         self._transitions = TRANSITIONS
         self._peer_may_send_body = BODY_COMMANDS
 
@@ -241,6 +243,16 @@ class StompConnection:
             self._disconnect_receipt = frame.headers.get("receipt")
         self.state = nxt
 
+    def limit_until_connected(self, max_frame_size: int) -> None:
+        """Until CONNECTED is sent (or received), accept frames of at most ``max_frame_size`` bytes.
+
+        A broker gives a peer that has not logged in a small limit (spec/stomp.md §10): a CONNECT is a
+        few hundred bytes, and an unauthenticated peer must not make the broker hold megabytes.  The
+        full limit applies from the CONNECTED frame on."""
+        if self._settled_frame_size is None:
+            self._settled_frame_size = self._scanner.max_frame_size
+        self._scanner.max_frame_size = min(max_frame_size, self._settled_frame_size)
+
     def heartbeat_bytes(self) -> bytes:
         return b"\n"
 
@@ -250,6 +262,9 @@ class StompConnection:
             raise UnsupportedVersion(f"peer chose unsupported STOMP version {version!r}")
         self.version = version
         self._scanner.version = version
+        if self._settled_frame_size is not None:
+            self._scanner.max_frame_size = self._settled_frame_size
+            self._settled_frame_size = None
 
     def set_heartbeat(self, send_ms: int, expect_ms: int) -> None:
         self.heartbeat = (send_ms, expect_ms)

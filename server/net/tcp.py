@@ -1,25 +1,66 @@
 """STOMP over TCP: the asyncio adapter between sockets and broker sessions.
 
-One :class:`StompServerProtocol` per connection.  It owns the transport and the heart-beat timers and is
-the session's *link*.  Writes are gathered per loop iteration into one ``transport.write`` (a consumer
-fed by a burst of SENDs costs one syscall, not one per message).  Backpressure: once queued bytes pass
-the high-water mark the session stops receiving deliveries until the transport drains, so a slow
-consumer costs at most about ``write_buffer_high`` bytes of broker memory (its messages wait in their
-queue, where flow control and storage account for them).
+One :class:`StompServerProtocol` per connection.  It owns the transport and the receive watchdog and is
+the session's *link*.  What one connection may cost is bounded here, at the seam between the socket and
+the broker (spec/stomp.md §10):
+
+* **Input.**  At most ``read_budget`` bytes are handed to the session per event-loop turn; the rest of
+  a read waits (reading paused) for the next turn, so one pipelining client cannot hold the loop.
+  Until CONNECTED a frame may be at most ``max_connect_frame_size`` bytes, reading pauses while a
+  CONNECT is being checked (what follows it waits in the socket, not in the broker), and the bytes held
+  for all connections that have not logged in share one cap, ``max_unauthenticated_bytes``.
+* **Output.**  Frames are queued here as pieces: a MESSAGE's body is the message's own bytes object,
+  referenced — never copied per subscriber — and handed to the transport in slices only while the
+  transport's buffer is under its high-water mark.  While the bytes queued here and in the transport
+  pass ``write_buffer_high``, the session gets no deliveries *and reading pauses*: a client that does
+  not read cannot make the broker pile up receipts or errors for it either.
+* **Time.**  A peer that promised heart-beats is dead ``heartbeat_grace`` × its interval after the last
+  byte received (a deadline, not a sample); a frame must complete ``frame_timeout_ms`` after its first
+  byte plus one second per ``frame_min_rate`` bytes of it, heart-beats or not.  While reading is paused
+  by the broker the peer cannot be judged, and both clocks restart when it resumes.
+
+Writes are gathered per loop iteration (a consumer fed by a burst of SENDs costs one syscall, not one
+per message).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
+from collections import deque
 
-from pymq.errors import HeartbeatTimeout, PymqError, ResourceLimit
-from pymq.protocol.frame import Frame
+from pymq.errors import FrameTimeout, HeartbeatTimeout, PymqError, ResourceLimit
 from pymq.protocol.connection import State
+from pymq.protocol.frame import Frame
 from pymq.protocol.scanner import escape
 from pymq_server.broker.session import BrokerSession
 from pymq_server.net.tls import peer_subject
 
 log = logging.getLogger("pymq.net")
+
+#: a piece at least this long is handed to the transport alone, in slices of this size (smaller ones
+#: are joined into one write)
+SLICE = 256 * 1024
+
+
+class UnauthenticatedBytes:
+    """Bytes the broker holds for connections that have not received CONNECTED, broker-wide."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.held = 0
+
+
+_unauthenticated: "weakref.WeakKeyDictionary[object, UnauthenticatedBytes]" = weakref.WeakKeyDictionary()
+
+
+def unauthenticated_bytes(broker) -> UnauthenticatedBytes:
+    """The one account of ``broker`` (created on first use)."""
+    account = _unauthenticated.get(broker)
+    if account is None:
+        account = _unauthenticated[broker] = UnauthenticatedBytes(broker.config.max_unauthenticated_bytes)
+    return account
+
 
 class StompServerProtocol(asyncio.Protocol):
     def __init__(self, broker, loop: asyncio.AbstractEventLoop) -> None:
@@ -28,18 +69,37 @@ class StompServerProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.session: BrokerSession | None = None
         self.certificate_subject: str | None = None
-        self._out: list[bytes] = []
+        cfg = broker.config
+        self._high = cfg.write_buffer_high
+        self._low = cfg.write_buffer_low
+        self._grace = cfg.heartbeat_grace
+        self._budget = cfg.read_budget
+        self._frame_timeout = cfg.frame_timeout_ms / 1000.0
+        self._frame_rate = float(cfg.frame_min_rate)
+        # output: pieces (bytes or memoryview slices of message bodies) not yet given to the transport
+        self._out: deque = deque()
         self._out_bytes = 0
         self._flush_scheduled = False
         self._transport_paused = False
         self._closing = False
-        self._received = False       # traffic seen since the last heart-beat check
         self._sent = False
+        # input
+        self._pauses: set[str] = set()      # why reading is paused: session, connect, output, budget
+        self._turn_bytes = 0                # handed to the session during this loop turn
+        self._turn_scheduled = False
+        self._backlog: bytes | None = None  # read, over this turn's budget: handled next turn
+        self._connected = False             # CONNECTED sent
+        self._unauth = unauthenticated_bytes(broker)
+        self._unauth_held = 0               # this connection's share of the broker-wide account
+        # the receive watchdog
+        now = loop.time()
+        self._last_rx = now
+        self._recv_window = 0.0             # grace × the peer's promised interval; 0: none promised
+        self._partial_since: float | None = None
+        self._partial_bytes = 0
+        self._watchdog: asyncio.TimerHandle | None = None
         self._hb_send: asyncio.TimerHandle | None = None
-        self._hb_recv: asyncio.TimerHandle | None = None
-        cfg = broker.config
-        self._high = cfg.write_buffer_high
-        self._grace = cfg.heartbeat_grace
+        self._connect_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:
@@ -57,39 +117,144 @@ class StompServerProtocol(asyncio.Protocol):
         host = peer[0] if isinstance(peer, tuple) else None
         self.certificate_subject = peer_subject(transport)   # mutual TLS: read by CONNECT
         self.session = BrokerSession(self.broker, self, host, self.broker.new_connection_id())
+        self.session.conn.limit_until_connected(cfg.max_connect_frame_size)
         # a client that never sends CONNECT must not hold a connection forever
-        self._hb_recv = self.loop.call_later(cfg.connect_timeout_ms / 1000, self._connect_deadline)
+        self._connect_timer = self.loop.call_later(cfg.connect_timeout_ms / 1000, self._connect_deadline)
 
     def data_received(self, data: bytes) -> None:
-        self._received = True
-        try:
-            self.session.data_received(data)
-        except Exception:  # a broker bug must cost one connection, never the broker
-            log.exception("internal error on connection %s", self.session.id)
-            self.session.fail(PymqError("internal broker error; the connection is closed"))
+        self._last_rx = self.loop.time()
+        if self._closing:
+            return
+        if self._backlog is not None:       # already over budget this turn (reading is paused)
+            self._backlog += data
+            return
+        self._take(data)
 
     def eof_received(self) -> bool:
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._closing = True
         self._cancel_timers()
         self._out.clear()
+        self._out_bytes = 0
+        self._backlog = None
+        self._release_unauthenticated()
         if self.session is not None:
             self.session.connection_lost()
 
     def pause_writing(self) -> None:
         self._transport_paused = True
-        if self.session is not None:
-            self.session.set_writable(False)
+        self._output_changed()
 
     def resume_writing(self) -> None:
         self._transport_paused = False
-        if self.session is not None and self._out_bytes < self._high:
-            self.session.set_writable(True)
+        self._flush()
+
+    # -- input -----------------------------------------------------------------------------------
+    def _take(self, data: bytes) -> None:
+        """Hand ``data`` to the session within this turn's read budget; keep the rest for later turns."""
+        room = self._budget - self._turn_bytes
+        if len(data) > room:
+            if room <= 0:
+                self._backlog = data
+                self._pause("budget")
+                self._schedule_turn()
+                return
+            self._backlog = data[room:]
+            data = data[:room]
+            self._pause("budget")
+        self._turn_bytes += len(data)
+        self._schedule_turn()
+        try:
+            self.session.data_received(data)
+        except Exception:  # a broker bug must cost one connection, never the broker
+            log.exception("internal error on connection %s", self.session.id)
+            self.session.fail(PymqError("internal broker error; the connection is closed"))
+        if not self._closing and not self.session.closed:
+            self._after_input()
+
+    def _schedule_turn(self) -> None:
+        if not self._turn_scheduled:
+            self._turn_scheduled = True
+            self.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        """A new loop turn: a fresh budget, and what was held back from the last one."""
+        self._turn_scheduled = False
+        self._turn_bytes = 0
+        if self._closing:
+            return
+        data, self._backlog = self._backlog, None
+        if data is not None:
+            self._take(data)
+        if self._backlog is None:
+            self._resume("budget")
+
+    def _after_input(self) -> None:
+        conn = self.session.conn
+        if not self._connected:
+            if conn.state is State.CONNECTING:
+                # the CONNECT is being checked (a slow hash in a worker thread): what follows it waits
+                # in the socket until CONNECTED, not in the broker's memory
+                self._pause("connect")
+            self._account_unauthenticated()
+        buffered = conn.buffered
+        if buffered:
+            if self._partial_since is None:
+                self._partial_since = self.loop.time()
+                self._arm_watchdog()
+            self._partial_bytes = buffered
+        else:
+            self._partial_since = None
+
+    def _account_unauthenticated(self) -> None:
+        held = self.session.conn.buffered + sum(len(b) for b in (self.session._held or ()))
+        account = self._unauth
+        account.held += held - self._unauth_held
+        self._unauth_held = held
+        if account.held > account.limit:
+            self.session.fail(ResourceLimit(
+                f"the broker already holds {account.held} bytes for connections that have not logged in "
+                f"(limit {account.limit}); try again", limit=account.limit))
+
+    def _release_unauthenticated(self) -> None:
+        self._unauth.held -= self._unauth_held
+        self._unauth_held = 0
+
+    def _pause(self, reason: str) -> None:
+        if not self._pauses and self.transport is not None and not self._closing:
+            self.transport.pause_reading()
+        self._pauses.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        if reason not in self._pauses:
+            return
+        self._pauses.discard(reason)
+        if not self._pauses and self.transport is not None and not self._closing:
+            # the peer could not be heard while we did not read: both clocks start again
+            now = self.loop.time()
+            self._last_rx = now
+            if self._partial_since is not None:
+                self._partial_since = now
+            self.transport.resume_reading()
 
     # -- the session's link ----------------------------------------------------------------------
+    def pause_reading(self) -> None:
+        self._pause("session")
+
+    def resume_reading(self) -> None:
+        self._resume("session")
+
     def send_frame(self, conn, frame: Frame) -> None:
-        self._write(conn.send(frame))
+        self._write((conn.send(frame),))
+        if frame.command == "CONNECTED":
+            self._connected = True
+            self._release_unauthenticated()
+            if self._connect_timer is not None:
+                self._connect_timer.cancel()
+                self._connect_timer = None
+            self._resume("connect")
 
     def send_message(self, conn, consumer, entry, ack: str | None) -> None:
         conn._on_send(_MESSAGE)
@@ -105,69 +270,111 @@ class StompServerProtocol(asyncio.Protocol):
             if entry.first_in_group:
                 extra += "JMSXGroupFirstForConsumer:true\n"
             head = head + extra.encode()
-        body = message.body
-        self._write(b"".join((head, message.header_block(conn.version), b"\n", body, b"\x00")))
+        self._write_message(head, message, conn.version)
 
     def send_browse(self, conn, sub_id: str, entry) -> None:
         conn._on_send(_MESSAGE)
-        message = entry.message
         sub = sub_id if conn.version == "1.0" else escape(sub_id, conn.version != "1.1")
         head = f"MESSAGE\nsubscription:{sub}\nbrowser:true\n".encode("utf-8")
-        self._write(b"".join((head, message.header_block(conn.version), b"\n", message.body,
-                              b"\x00")))
+        self._write_message(head, entry.message, conn.version)
 
-    def _write(self, data: bytes) -> None:
+    def _write_message(self, head: bytes, message, version: str) -> None:
+        body = message.body
+        if len(body) < SLICE:
+            self._write((b"".join((head, message.header_block(version), b"\n", body, b"\x00")),))
+        else:
+            # the body itself, referenced: a large message is held once, whatever the subscribers
+            self._write((head + message.header_block(version) + b"\n", body, b"\x00"))
+
+    # -- output ----------------------------------------------------------------------------------
+    def _write(self, pieces: tuple) -> None:
         if self._closing:
             return
-        self._out.append(data)
-        self._out_bytes += len(data)
+        out = self._out
+        for piece in pieces:
+            out.append(piece)
+            self._out_bytes += len(piece)
         self._sent = True
         if not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
-        if self._out_bytes >= self._high and self.session.writable:
-            self.session.writable = False   # stop dispatch now; _flush decides when to resume
+        if self._out_bytes > self._high:
+            self._output_changed()
 
-    def _flush(self) -> None:
+    def _flush(self, force: bool = False) -> None:
+        """Hand queued pieces to the transport while its buffer is under the high-water mark (all of
+        them when ``force``): small pieces joined into one write, large ones in slices."""
         self._flush_scheduled = False
-        if not self._out or self.transport is None:
+        transport = self.transport
+        if transport is None or (self._closing and not force):
             return
-        out, self._out = self._out, []
-        self._out_bytes = 0
-        self.transport.write(b"".join(out) if len(out) > 1 else out[0])
-        if not self._transport_paused and not self.session.writable and not self.session.closed:
-            self.session.set_writable(True)
+        out = self._out
+        small: list = []
+        while out and (force or not self._transport_paused):
+            piece = out[0]
+            size = len(piece)
+            if size < SLICE:
+                small.append(piece)
+                out.popleft()
+                self._out_bytes -= size
+                continue
+            if small:
+                transport.write(b"".join(small))
+                small = []
+                if self._transport_paused and not force:
+                    break
+            view = piece if isinstance(piece, memoryview) else memoryview(piece)
+            transport.write(view[:SLICE])
+            self._out_bytes -= min(size, SLICE)
+            if size > SLICE:
+                out[0] = view[SLICE:]
+            else:
+                out.popleft()
+        if small:
+            transport.write(b"".join(small))
+        self._output_changed()
+
+    def _output_changed(self) -> None:
+        """Backpressure: while the transport's buffer is over ``write_buffer_high`` (it says so with
+        pause_writing, and resume_writing once under ``write_buffer_low``) or the pieces queued here
+        pass the mark, no deliveries and no reading; both resume together."""
+        session = self.session
+        if session is None or self._closing:
+            return
+        if self._transport_paused or self._out_bytes > self._high:
+            if session.writable:
+                session.writable = False     # stop dispatch now; set_writable(True) resumes it
+            self._pause("output")
+        elif self._out_bytes <= self._low:
+            self._resume("output")
+            if not session.writable and not session.closed:
+                session.set_writable(True)
 
     def close(self) -> None:
-        """Flush what is queued (an ERROR or the last RECEIPT), then close."""
+        """Write what is queued (an ERROR or the last RECEIPT), then close."""
         if self._closing:
             return
-        self._flush()
+        self._flush(force=True)
         self._closing = True
         self._cancel_timers()
+        self._release_unauthenticated()
         if self.transport is not None:
             self.transport.close()
 
-    def pause_reading(self) -> None:
-        if self.transport is not None and not self._closing:
-            self.transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        if self.transport is not None and not self._closing:
-            self.transport.resume_reading()
-
-    # -- heart-beats -----------------------------------------------------------------------------
+    # -- heart-beats and the receive watchdog -----------------------------------------------------
     def start_heartbeat(self, session, send_ms: int, recv_ms: int) -> None:
         """``send_ms``: we must send at least this often; ``recv_ms``: the peer promised this."""
-        self._cancel_timers()
+        if self._hb_send is not None:
+            self._hb_send.cancel()
+            self._hb_send = None
         if send_ms:
-            # check every half interval: a beat never arrives more than one interval after the last data
+            # check every half interval: a beat never leaves more than one interval after the last data
             half = send_ms / 2000.0
             self._hb_send = self.loop.call_later(half, self._beat, half)
-        if recv_ms:
-            window = recv_ms / 1000.0 * self._grace
-            self._received = False
-            self._hb_recv = self.loop.call_later(window, self._check_peer, window)
+        self._recv_window = recv_ms / 1000.0 * self._grace if recv_ms else 0.0
+        if self._recv_window:
+            self._last_rx = self.loop.time()
+            self._arm_watchdog()
 
     def _beat(self, half: float) -> None:
         if self._closing:
@@ -177,26 +384,64 @@ class StompServerProtocol(asyncio.Protocol):
         self._sent = False
         self._hb_send = self.loop.call_later(half, self._beat, half)
 
-    def _check_peer(self, window: float) -> None:
-        if self._closing:
+    def _deadline(self) -> float | None:
+        """When the peer is next due to be judged: the heart-beat deadline or the frame's, whichever first."""
+        deadlines = []
+        if self._recv_window:
+            deadlines.append(self._last_rx + self._recv_window)
+        if self._partial_since is not None:
+            deadlines.append(self._partial_since + self._frame_timeout + self._partial_bytes / self._frame_rate)
+        return min(deadlines) if deadlines else None
+
+    def _arm_watchdog(self) -> None:
+        deadline = self._deadline()
+        if deadline is None or self._closing:
             return
-        if not self._received:
-            log.info("connection %s: no traffic for %.1fs, closing", self.session.id, window)
-            self.session.fail(HeartbeatTimeout(f"no heart-beat or frame received for {window:.1f}s"))
+        current = self._watchdog
+        if current is not None:
+            if current.when() <= deadline:
+                return                      # it fires first and re-arms from what it sees then
+            current.cancel()
+        self._watchdog = self.loop.call_at(deadline, self._watch)
+
+    def _watch(self) -> None:
+        self._watchdog = None
+        if self._closing or self.session is None or self.session.closed:
             return
-        self._received = False
-        self._hb_recv = self.loop.call_later(window, self._check_peer, window)
+        now = self.loop.time()
+        if self._pauses - {"budget"}:
+            # not reading (flow control, a CONNECT being checked, a full outgoing buffer): the peer
+            # cannot be judged; look again later (the clocks restart when reading resumes)
+            self._watchdog = self.loop.call_at(now + max(self._recv_window, self._frame_timeout),
+                                               self._watch)
+            return
+        if self._recv_window and now >= self._last_rx + self._recv_window:
+            log.info("connection %s: no traffic for %.1fs, closing", self.session.id, now - self._last_rx)
+            self.session.fail(HeartbeatTimeout(
+                f"no heart-beat or frame received for {now - self._last_rx:.1f}s (the heart-beat "
+                f"interval times heartbeat_grace is {self._recv_window:.1f}s)"))
+            return
+        if self._partial_since is not None:
+            allowed = self._frame_timeout + self._partial_bytes / self._frame_rate
+            if now >= self._partial_since + allowed:
+                log.info("connection %s: frame incomplete after %.1fs, closing", self.session.id,
+                         now - self._partial_since)
+                self.session.fail(FrameTimeout(
+                    f"a frame was not completed within {allowed:.1f}s of its first byte "
+                    f"({self._partial_bytes} bytes received)", received=self._partial_bytes))
+                return
+        self._arm_watchdog()
 
     def _connect_deadline(self) -> None:
-        self._hb_recv = None
+        self._connect_timer = None
         if self.session.conn.state in (State.IDLE, State.CONNECTING) and self.session._held is None:
             self.session.fail(HeartbeatTimeout("no CONNECT frame received in time"))
 
     def _cancel_timers(self) -> None:
-        for handle in (self._hb_send, self._hb_recv):
+        for handle in (self._hb_send, self._watchdog, self._connect_timer):
             if handle is not None:
                 handle.cancel()
-        self._hb_send = self._hb_recv = None
+        self._hb_send = self._watchdog = self._connect_timer = None
 
 
 _MESSAGE = Frame("MESSAGE", {}, b"")
