@@ -1,8 +1,10 @@
 """Build the Cython hot paths in _ext/ into the packages that hold their pure-Python twins.
 
-PYMQ_NO_EXTENSIONS=1 skips them; a missing compiler or Cython also skips them (with a warning), so the
-install always succeeds and the twins carry the same semantics.  PYMQ_DEBUG_BUILD=1 turns on bounds
-checks and line tracing for debugging.
+PYMQ_NO_EXTENSIONS=1 skips them.  A missing compiler or Cython also skips them, with a banner on stderr
+that names each module and says what to install, so the install still succeeds and the twins carry the
+same semantics (``pymq-server`` warns again at start-up).  PYMQ_REQUIRE_EXTENSIONS=1 turns every such
+skip into a failed build (CI, release wheels).  PYMQ_DEBUG_BUILD=1 turns on bounds checks and line
+tracing for debugging.
 """
 import os
 import sys
@@ -20,6 +22,21 @@ EXTENSIONS = [
 ]
 
 DEBUG = os.environ.get("PYMQ_DEBUG_BUILD") == "1"
+REQUIRE = os.environ.get("PYMQ_REQUIRE_EXTENSIONS") == "1"
+
+
+def skipped(what: str, reason: object) -> None:
+    """A compiled module cannot be built: fail the build (PYMQ_REQUIRE_EXTENSIONS=1) or say so loudly."""
+    if REQUIRE:
+        raise SystemExit(f"pymq: cannot build {what}: {reason}\n"
+                         f"pymq: PYMQ_REQUIRE_EXTENSIONS=1 makes this an error; install a C compiler and the "
+                         f"Python headers (Debian: apt-get install gcc python3-dev) and Cython >= 3")
+    bar = "pymq: " + "*" * 72
+    sys.stderr.write(f"{bar}\npymq: WARNING: not building {what} ({reason})\n"
+                     f"pymq: this installation runs the pure-Python twin instead: same behaviour, several "
+                     f"times slower.\npymq: install gcc and python3-dev (Debian) to compile it, or set "
+                     f"PYMQ_REQUIRE_EXTENSIONS=1 to make this an error\n{bar}\n")
+
 DIRECTIVES = {
     "language_level": "3",
     "boundscheck": DEBUG,
@@ -72,23 +89,20 @@ if _editable_wheel is not None:
 
 
 class OptionalBuildExt(build_ext):
-    """A failing compile is not a failed install: the pure-Python twins take over."""
+    """A failing compile is not a failed install (the pure-Python twins take over) unless
+    PYMQ_REQUIRE_EXTENSIONS=1; either way it is never silent."""
 
     def run(self):
         try:
             super().run()
         except Exception as exc:  # compiler missing, Cython missing: both are legitimate here
-            self._warn(exc)
+            skipped("the compiled core", exc)
 
     def build_extension(self, ext):
         try:
             super().build_extension(ext)
         except Exception as exc:
-            self._warn(exc, ext.name)
-
-    @staticmethod
-    def _warn(exc, name="extensions"):
-        sys.stderr.write(f"pymq: not building {name} ({exc}); using the pure-Python twins\n")
+            skipped(ext.name, exc)
 
 
 def extensions():
@@ -98,8 +112,8 @@ def extensions():
     try:
         from Cython.Build import cythonize
         from setuptools import Extension
-    except ImportError:
-        sys.stderr.write("pymq: Cython not available; using the pure-Python twins\n")
+    except ImportError as exc:
+        skipped("the compiled core", f"Cython is not available: {exc}")
         return []
     exts = [Extension(name, [src], extra_compile_args=["-O2"] if not DEBUG else ["-O0", "-g"])
             for name, src in present]
@@ -109,12 +123,13 @@ def extensions():
         try:
             built += cythonize([ext], compiler_directives=DIRECTIVES, quiet=True)
         except Exception as exc:
-            sys.stderr.write(f"pymq: cannot cythonize {ext.name} ({exc}); using its pure-Python twin\n")
+            skipped(ext.name, f"Cython cannot translate it: {exc}")
     return built
 
 
 packages = find_packages(include=["pymq", "pymq.*"])
 packages += ["pymq_server"] + ["pymq_server." + p for p in find_packages("server")]
+packages += ["pymq_server.admin.console"]     # the web console's files: a data-only package
 packages += ["pyspark_pymq"]
 
 setup(

@@ -12,6 +12,10 @@ from types import ModuleType
 
 NO_EXTENSIONS = os.environ.get("PYMQ_NO_EXTENSIONS", "") not in ("", "0")
 
+#: compiled modules that were asked for but are not installed (a build without a C compiler):
+#: ``pymq-server`` names them in a warning at start-up
+MISSING: list[str] = []
+
 
 def load(py_name: str, c_name: str) -> tuple[ModuleType, ModuleType | None]:
     """Return (twin, compiled-or-None); the compiled one is None when disabled or not built."""
@@ -22,4 +26,5 @@ def load(py_name: str, c_name: str) -> tuple[ModuleType, ModuleType | None]:
         c_mod = importlib.import_module(c_name)
     except ImportError:
         c_mod = None
+        MISSING.append(c_name)
     return py_mod, c_mod

@@ -104,6 +104,11 @@ async def _run(config: BrokerConfig) -> None:
         await server.start()
         started = True
         _announce(config, server)
+        from pymq._accel import MISSING
+        if MISSING:
+            log.warning("the compiled core is not installed (%s): the pure-Python twins run instead, several "
+                        "times slower on the hot paths; reinstall with a C compiler (Debian: gcc python3-dev), "
+                        "or set PYMQ_NO_EXTENSIONS=1 to choose the twins deliberately", ", ".join(MISSING))
         await stop.wait()
     finally:
         loop.remove_signal_handler(signal.SIGHUP)
