@@ -19,6 +19,7 @@ from typing import Any
 
 from pymq.errors import ConfigError, DestinationError, PymqError, UnknownDestination, UnknownMessage
 from pymq_server.admin.checks import bool_arg, ids_arg, int_arg, queue_name, text_arg
+from pymq_server.broker.requests import parse_send
 
 #: most messages one browse page returns
 MAX_PAGE = 500
@@ -141,7 +142,7 @@ def _resend(broker, entry, destination: str, keep_origin: bool) -> None:
     headers = {k: v for k, v in message.headers.items()
                if k not in _PLACE_HEADERS and (keep_origin or k not in _ORIGIN_HEADERS)}
     headers["destination"] = destination
-    broker.send(None, headers, message.body)   # None: the broker itself (checked by the caller)
+    broker.send(None, parse_send(headers, message.body))   # None: the broker itself (checked by the caller)
     entry.queue.remove_ready([entry])
 
 

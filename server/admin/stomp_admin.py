@@ -12,6 +12,7 @@ import json
 import logging
 
 from pymq.errors import InvalidHeader, MissingHeader, PymqError
+from pymq_server.broker.requests import parse_send
 
 ADMIN_DESTINATION = "/pymq/admin"
 log = logging.getLogger("pymq.admin")
@@ -37,12 +38,12 @@ def handle(session, headers: dict, body: bytes) -> None:
     def answer(result: dict) -> None:
         body = json.dumps(result, default=str).encode("utf-8")
         if immediate:
-            broker.send(session, reply, body)     # an error here is the SEND's own (e.g. no reply-to queue)
+            broker.send(session, parse_send(reply, body))     # an error here is the SEND's own (e.g. no reply-to queue)
             return
         if session.closed:
             return                                # the asker left while the slow part ran
         try:
-            broker.send(session, reply, body)
+            broker.send(session, parse_send(reply, body))
         except PymqError as exc:
             log.info("admin %s: the answer could not be delivered: %s", op, exc.message)
 

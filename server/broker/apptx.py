@@ -16,6 +16,7 @@ import logging
 from pymq.errors import PymqError
 from pymq.protocol.scanner import FrameScanner
 from pymq_server.broker import destination as dest
+from pymq_server.broker.requests import parse_send
 from pymq_server.storage.device import StoredMessage
 
 log = logging.getLogger("pymq.apptx")
@@ -87,7 +88,7 @@ class PendingClaimer:
             kind, name = broker.resolve(pending.destination)
             if kind is dest.Kind.TEMP_QUEUE:
                 raise PymqError("temporary queues cannot receive messages from database transactions")
-            message = broker._new_message(None, headers, frames[0].body, pending.destination)
+            message = broker._new_message(None, parse_send(headers, frames[0].body), pending.destination)
         except PymqError as exc:
             log.error("discarding pending message %d for %s: %s", pending.id, pending.destination, exc)
             self.discarded += 1

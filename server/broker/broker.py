@@ -26,9 +26,11 @@ from pymq_server.broker import destination as dest
 from pymq_server.broker.acl import AccessControl, DestinationAcl, is_admin
 from pymq_server.broker.auth import Authenticator
 from pymq_server.broker.schema import MessageSchema
-from pymq_server.broker.consumer import Consumer
+from pymq_server.broker.consumer import AUTO, Consumer
 from pymq_server.broker.log import RetainedLog
-from pymq_server.broker.message import BrokerMessage, message_from_send, now_ms
+from pymq_server.broker.message import BrokerMessage, message_from_request, now_ms
+from pymq_server.broker.requests import (AckUptoRequest, RangeRequest, SendRequest, SendResult,
+                                       SubscribeRequest, first_alias)
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.topic import Topic, TopicSubscription
 from pymq_server.config import BrokerConfig, QueueConfig, queue_config
@@ -126,6 +128,13 @@ class Broker:
     def schedule_at_ms(self, when_ms: int, fn: Callable, *args) -> None:
         delay = max(0.0, (when_ms - self.now_ms()) / 1000.0)
         self.runtime.call_later(delay, fn, *args)
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        self.runtime.call_later(0, fn)
+
+    def barrier(self, done: Callable[[], None]) -> None:
+        """``done()`` once everything written so far is durable under the sync policy."""
+        self.store.barrier(done)
 
     def new_connection_id(self) -> str:
         return f"c{next(self._conn_ids)}"
@@ -328,11 +337,12 @@ class Broker:
         return session.temp_queue(name)
 
     # -- sending -------------------------------------------------------------------------------
-    def send(self, session, headers: dict, body: bytes) -> bool:
-        """Route one SEND; True when it wrote data a receipt must wait for."""
-        destination = headers["destination"]
+    def send(self, session, request: SendRequest) -> SendResult:
+        """Route one SEND; the result says the id the message got (None for a dropped duplicate) and
+        whether it wrote data a receipt must wait for."""
+        # one unpacking instead of a descriptor lookup per field: this runs once per SEND
+        (destination, properties, _, _, _, _, _, _, _, _, _, _, dedup_id, forwarded, subscription) = request
         kind, name = self.resolve(destination)
-        forwarded = headers.get("pymq-forwarded")
         if forwarded is not None:
             if session is not None and not session.is_cluster:
                 raise AccessDenied("only cluster nodes may send forwarded messages",
@@ -340,37 +350,36 @@ class Broker:
                                    permission="forward")
             if self.cluster is not None:
                 self.cluster.on_forwarded()
-        dedup_id = headers.get("pymq-dedup-id") or headers.get("_AMQ_DUPL_ID")
         if dedup_id is not None and self._is_duplicate(destination, dedup_id):
             self.duplicates += 1
-            if session is not None:
-                session.last_message_id = None
-            return False
-        reply_to = headers.get("reply-to")
+            return (None, False)
+        reply_to = properties.get("reply-to")
         if reply_to is not None and reply_to.startswith("/temp-queue/"):
             local = reply_to[len("/temp-queue/"):]
             if not local.startswith("tmp."):
-                headers = dict(headers)
-                headers["reply-to"] = session.temp_queue(local).destination
-        if kind is dest.Kind.TOPIC and forwarded is not None and "pymq-subscription" in headers:
+                properties = dict(properties)
+                properties["reply-to"] = session.temp_queue(local).destination
+                request = request._replace(properties=properties)
+        if kind is dest.Kind.TOPIC and forwarded is not None and subscription is not None:
             # a handed-over durable subscription's message: straight into that subscription
-            sub = self.find_subscription(headers["pymq-subscription"])
+            sub = self.find_subscription(subscription)
             if sub is None:
-                raise UnknownDestination(f"no durable subscription {headers['pymq-subscription']!r} here")
-            message = self._new_message(session, headers, body, sub.topic.destination)
-            return self._enqueue(sub.queue, message)
+                raise UnknownDestination(f"no durable subscription {subscription!r} here")
+            message = self._new_message(session, request, sub.topic.destination)
+            return (message.message_id, self._enqueue(sub.queue, message))
         if kind is dest.Kind.QUEUE:
             queue = self.queues.get(name) or self.get_queue(name)
             self.authorize(session, queue.destination, "produce")
             if self.cluster is not None and forwarded is None:
-                target = self.cluster.route_queue(queue, headers)
+                target = self.cluster.route_queue(queue, properties)
                 if target is not None:
                     if queue.schema is not None:
-                        queue.schema.check(headers, queue.destination)
-                    message = self._new_message(session, headers, body, queue.destination, queue.config)
-                    return self.cluster.move_to_outbox(message, target) and message.persistent
+                        queue.schema.check(properties, queue.destination)
+                    message = self._new_message(session, request, queue.destination, queue.config)
+                    stored = self.cluster.move_to_outbox(message, target) and message.persistent
+                    return (message.message_id, stored)
             if queue.schema is not None:
-                queue.schema.check(headers, queue.destination)
+                queue.schema.check(properties, queue.destination)
             cfg = queue.config
             if cfg.max_depth and queue.depth >= cfg.max_depth:
                 if cfg.overflow == "reject":
@@ -378,20 +387,21 @@ class Broker:
                                     f"the message was refused", destination=queue.destination)
                 if cfg.overflow == "drop-oldest":
                     queue.drop_oldest()
-            message = self._new_message(session, headers, body, queue.destination, cfg)
+            message = self._new_message(session, request, queue.destination, cfg)
             stored = self._enqueue(queue, message)
             if cfg.max_depth and cfg.overflow == "block" and queue.depth >= cfg.max_depth \
                     and session is not None:
                 queue.block_producer(session)
-            return stored
+            return (message.message_id, stored)
         if kind is dest.Kind.TOPIC:
             topic = self.topics.get(name) or self.get_topic(name)
             self.authorize(session, topic.destination, "produce")
-            message = self._new_message(session, headers, body, topic.destination)
-            return self.publish(topic, message, forwarded=forwarded is not None)
+            message = self._new_message(session, request, topic.destination)
+            stored = self.publish(topic, message, forwarded=forwarded is not None)
+            return (message.message_id, stored)
         queue = self._temp_target(session, name)
-        message = self._new_message(session, headers, body, queue.destination)
-        return self._enqueue(queue, message)
+        message = self._new_message(session, request, queue.destination)
+        return (message.message_id, self._enqueue(queue, message))
 
     def _message_id(self, key: int) -> str:
         return f"ID:{self.node_id}-{key}"
@@ -401,18 +411,17 @@ class Broker:
         picks the node before the message is built: spec/routing.md §2.3)."""
         return self._message_id(self.seqs.peek(""))
 
-    def _new_message(self, session, headers: dict, body: bytes, destination: str,
+    def _new_message(self, session, request: SendRequest, destination: str,
                      config: QueueConfig | None = None) -> BrokerMessage:
         key = self.seqs.next("")
         message_id = self._message_id(key)
         extra = {} if config is None else {"default_priority": config.default_priority,
                                            "default_ttl": config.default_expiration_ms}
-        message = message_from_send(headers, body, key=key, message_id=message_id,
-                                    seq=self.seqs.next(destination), destination=destination,
-                                    default_persistent=self.config.default_persistent,
-                                    producer=session.id if session is not None else "", **extra)
+        message = message_from_request(request, key=key, message_id=message_id,
+                                       seq=self.seqs.next(destination), destination=destination,
+                                       default_persistent=self.config.default_persistent,
+                                       producer=session.id if session is not None else "", **extra)
         if session is not None:
-            session.last_message_id = message_id
             message.client_id = session.client_id
             message.user = session.user.name if session.user is not None else None
         return message
@@ -499,33 +508,25 @@ class Broker:
                 return min(seqs), latest
         return latest + 1, latest
 
-    def ack_upto(self, session, headers: dict) -> None:
-        """Complete every ready message below ``pymq-ack-upto`` in a queue or durable subscription."""
-        try:
-            upto = int(headers["pymq-ack-upto"])
-        except (KeyError, ValueError):
-            raise InvalidHeader("pymq-ack-upto must be a sequence number", header="pymq-ack-upto") from None
-        queue = self._range_queue(session, headers)
+    def ack_upto(self, session, request: AckUptoRequest) -> None:
+        """Complete every ready message below ``request.upto`` in a queue or durable subscription."""
+        queue = self._range_queue(session, request.destination, request.durable_name, request.shared)
         if queue is None:
-            raise UnknownDestination(f"nothing to acknowledge on {headers.get('destination')!r}: "
+            raise UnknownDestination(f"nothing to acknowledge on {request.destination!r}: "
                                      f"give a queue, or a topic with durable-subscription-name")
         self.authorize(session, queue.destination, "consume")
-        done = [e for e in queue.ready if e.message.seq < upto]
+        done = [e for e in queue.ready if e.message.seq < request.upto]
         queue.remove_ready(done)
 
-    def _range_queue(self, session, headers: dict) -> MessageQueue | None:
-        destination = headers.get("destination")
-        if destination is None:
-            raise MissingHeader("a range request needs a 'destination' header", header="destination")
+    def _range_queue(self, session, destination: str, durable_name: str | None,
+                     shared: bool) -> MessageQueue | None:
         kind, name = self.resolve(destination)
         if kind is dest.Kind.QUEUE:
             return self.get_queue(name)
         if kind is dest.Kind.TOPIC:
-            durable_name = headers.get("durable-subscription-name") or headers.get("activemq.subscriptionName")
             if not durable_name:
                 return None
             owner = session.client_id or (session.user.name if session.user else "anonymous")
-            shared = (headers.get("shared") or "").lower() == "true"
             key = f"sub:{'shared' if shared else owner}:{durable_name}"
             topic = self.get_topic(name)
             sub = topic.subscriptions.get(key)
@@ -623,13 +624,18 @@ class Broker:
             self.selector_compiler = lambda text: compile_selector(text, limits=limits)
         return self.selector_compiler(text)
 
-    def subscribe(self, session, sub_id: str, destination: str, ack: str, prefetch: int,
-                  h: dict) -> Consumer | None:
+    def subscribe(self, session, request: SubscribeRequest) -> Consumer | None:
+        destination = request.destination
+        sub_id = request.id
         kind, name = self.resolve(destination)
-        selector = self.compile_selector(h.get("selector"))
-        if h.get("browser") == "true":
-            self._browse(session, sub_id, destination, h, selector)
+        selector = self.compile_selector(request.selector)
+        if request.browse is not None:
+            self._browse(session, request.browse, selector)
             return None
+        ack = request.ack
+        prefetch = request.prefetch
+        if prefetch is None:
+            prefetch = self.config.default_prefetch if ack != AUTO else 0
         if kind is dest.Kind.QUEUE or kind is dest.Kind.TEMP_QUEUE:
             if kind is dest.Kind.QUEUE:
                 queue = self.get_queue(name)
@@ -646,14 +652,12 @@ class Broker:
             return Consumer(session, sub_id, queue, ack, prefetch, selector, destination=destination)
         topic = self.get_topic(name)
         self.authorize(session, topic.destination, "consume")
-        no_local = (h.get("no-local") or h.get("activemq.noLocal") or "").lower() == "true"
-        durable_name = (h.get("durable-subscription-name") or h.get("durable-subscriber-name")
-                        or h.get("activemq.subscriptionName")
-                        or (h.get("x-queue-name") if (h.get("durable") or "").lower() == "true" else None))
-        shared_name = h.get("shared-subscription-name")
+        no_local = request.no_local
+        durable_name = request.durable_name
+        shared_name = request.shared_name
         if durable_name:
             owner = session.client_id or (session.user.name if session.user else "anonymous")
-            shared = (h.get("shared") or "").lower() == "true"
+            shared = request.shared
             key = f"sub:{'shared' if shared else owner}:{durable_name}"
             sub = topic.subscriptions.get(key)
             if sub is not None and (_selector_text(sub.selector) != _selector_text(selector)
@@ -769,7 +773,7 @@ class Broker:
             # a non-durable subscription ends with its last consumer
             self._drop_subscription(sub.topic, sub)
 
-    def unsubscribe_durable(self, session, consumer: Consumer, h: dict) -> None:
+    def unsubscribe_durable(self, session, consumer: Consumer) -> None:
         sub = consumer.subscription
         if sub is None or not sub.durable:
             return
@@ -791,18 +795,16 @@ class Broker:
                 return
         raise UnknownDestination(f"no durable subscription named {durable_name!r}")
 
-    def _browse(self, session, sub_id: str, destination: str, h: dict, selector) -> None:
+    def _browse(self, session, request: RangeRequest, selector) -> None:
         """Browse without removing (spec/stomp.md §9): ActiveMQ-style whole-queue browsing, or a
         range of sequence numbers from a retained log, a queue or a durable subscription.  Each
         message once with ``browser:true``, then a ``browser:end`` marker with the bounds."""
+        destination = request.destination
+        sub_id = request.id
         kind, name = self.resolve(destination)
-        source = h.get("pymq-source")
-        if source not in (None, "log", "queue"):
-            raise InvalidHeader(f"header 'pymq-source' must be log or queue, got {source!r}", header="pymq-source")
         # a durable subscription, or source:queue, reads the live queue even when a log exists (a
         # consuming reader acknowledges the queue: its ranges must come from the same place)
-        use_log = source != "queue" and not (h.get("durable-subscription-name")
-                                             or h.get("activemq.subscriptionName"))
+        use_log = request.source != "queue" and not request.durable_name
         log = self.log_for(destination) if use_log else None
         queue = None
         if log is None:
@@ -814,14 +816,14 @@ class Broker:
                     raise AccessDenied(f"only the connection that created temporary queue "
                                        f"'{destination}' may browse it", destination=destination)
             else:
-                queue = self._range_queue(session, h)
+                queue = self._range_queue(session, destination, request.durable_name, request.shared)
         self.authorize(session, destination, "browse")
-        from_seq = _int_opt(h, "pymq-from-seq")
-        to_seq = _int_opt(h, "pymq-to-seq")
-        max_messages = _int_opt(h, "pymq-max-messages")
-        max_bytes = _int_opt(h, "pymq-max-bytes")
-        from_ts = _int_opt(h, "pymq-from-timestamp")
-        ranged = any(v is not None for v in (from_seq, to_seq, max_messages, max_bytes, from_ts))
+        from_seq = request.from_seq
+        to_seq = request.to_seq
+        max_messages = request.max_messages
+        max_bytes = request.max_bytes
+        from_ts = request.from_timestamp
+        ranged = request.ranged
         if log is not None:
             candidates = log.range(from_seq or 0, to_seq)
         elif queue is None:
@@ -839,7 +841,6 @@ class Broker:
         count = sent_bytes = 0
         next_seq = None
         exhausted = True
-        link = session.link
         for message in candidates:
             if max_messages is not None and count >= max_messages:
                 exhausted = False
@@ -852,7 +853,7 @@ class Broker:
                 continue
             if selector is not None and not selector.matches(message.selector_values()):
                 continue
-            link.send_browse(session.conn, sub_id, _BrowseEntry(message))
+            session.send_browse(sub_id, message)
             count += 1
             sent_bytes += message.size
         if exhausted:
@@ -906,16 +907,16 @@ class Broker:
             self.seqs.observe("", stored.key)
             self.seqs.observe(stored.destination, stored.seq)
             self.held_bytes += message.size
-            dedup_id = message.headers.get("pymq-dedup-id") or message.headers.get("_AMQ_DUPL_ID")
+            dedup_id = first_alias(message.headers, "dedup-id")
             if dedup_id is not None:
                 self._is_duplicate(message.destination, dedup_id)
             for ref in refs:
                 if ref.startswith("log:"):
-                    log = self.log_for(ref[4:])
-                    if log is None:
-                        log = self.logs[ref[4:]] = RetainedLog(self, ref[4:])
-                        self._log_checked[ref[4:]] = log
-                    log.append(message, True)
+                    retained = self.log_for(ref[4:])
+                    if retained is None:
+                        retained = self.logs[ref[4:]] = RetainedLog(self, ref[4:])
+                        self._log_checked[ref[4:]] = retained
+                    retained.append(message, True)
                     continue
                 queue = self._queue_for_ref(ref)
                 if queue is None:
@@ -955,28 +956,6 @@ class Broker:
             for sub in topic.subscriptions.values():
                 yield sub.queue
         yield from self.temp_queues.values()
-
-
-class _BrowseEntry:
-    """What the links' ``send_browse`` reads: a message that is not a queue entry (log, range)."""
-
-    __slots__ = ("message",)
-
-    def __init__(self, message) -> None:
-        self.message = message
-
-
-def _int_opt(headers: dict, name: str) -> int | None:
-    value = headers.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        n = int(value)
-    except ValueError:
-        raise InvalidHeader(f"header {name!r} must be an integer, got {value!r}", header=name) from None
-    if n < 0:
-        raise InvalidHeader(f"header {name!r} must not be negative", header=name)
-    return n
 
 
 def _selector_text(selector) -> str | None:

@@ -13,8 +13,13 @@ from __future__ import annotations
 
 import time
 
-from pymq.errors import InvalidHeader
+from typing import TYPE_CHECKING
+
+from pymq.protocol.numbers import INT64_MAX
 from pymq.protocol.scanner import encode_headers
+
+if TYPE_CHECKING:
+    from pymq_server.broker.requests import SendRequest
 
 #: transport headers of a SEND that are not part of the message
 TRANSPORT_HEADERS = frozenset({"destination", "receipt", "transaction", "content-length"})
@@ -22,31 +27,11 @@ TRANSPORT_HEADERS = frozenset({"destination", "receipt", "transaction", "content
 BROKER_HEADERS = frozenset({"message-id", "subscription", "ack", "redelivered", "JMSXDeliveryCount",
                             "pymq-seq", "JMSXGroupFirstForConsumer"})
 DEFAULT_PRIORITY = 4
+_DIGITS = tuple(str(p) for p in range(10))
 
 
 def now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def _int_header(headers: dict, name: str) -> int | None:
-    value = headers.get(name)
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except ValueError:
-        raise InvalidHeader(f"header {name!r} must be an integer, got {value!r}", header=name) from None
-
-
-def _bool_header(value: str | None, default: bool, name: str) -> bool:
-    if value is None or value == "":
-        return default
-    low = value.lower()
-    if low == "true":
-        return True
-    if low == "false":
-        return False
-    raise InvalidHeader(f"header {name!r} must be true or false, got {value!r}", header=name)
 
 
 class BrokerMessage:
@@ -162,68 +147,31 @@ def _apply_types(values: dict, spec: str | None) -> None:
             pass
 
 
-_SKIP = TRANSPORT_HEADERS | BROKER_HEADERS
-_MAPPED = frozenset({"persistent", "priority", "expires", "expiration", "AMQ_SCHEDULED_DELAY",
-                     "AMQ_SCHEDULED_TIME", "timestamp"})
+def message_from_request(request: "SendRequest", *, key: int, message_id: str, seq: int, destination: str,
+                         default_persistent: bool = True, producer: str = "", now: int | None = None,
+                         default_priority: int = DEFAULT_PRIORITY, default_ttl: int = 0) -> BrokerMessage:
+    """The broker message for a parsed SEND (spec/stomp.md §4), with the destination's defaults.
 
-
-def message_from_send(headers: dict, body: bytes, *, key: int, message_id: str, seq: int,
-                      destination: str, default_persistent: bool = True, producer: str = "",
-                      now: int | None = None, default_priority: int = DEFAULT_PRIORITY,
-                      default_ttl: int = 0) -> BrokerMessage:
-    """Build the broker message for a SEND frame, applying the header mapping of spec/stomp.md §4."""
+    The message takes ``request.properties`` as its headers (a request is placed once) and writes the
+    mapped fields back in canonical form, so every MESSAGE frame shows what the broker applied."""
     now = now_ms() if now is None else now
-    kept = {}
-    mapped = None
-    for name, value in headers.items():
-        if name in _SKIP:
-            continue
-        if name in _MAPPED:
-            if mapped is None:
-                mapped = {}
-            mapped[name] = value
-            continue
-        kept[name] = value
-    persistent = default_persistent
-    priority = default_priority
-    expires = now + default_ttl if default_ttl else 0
-    deliver_at = 0
-    timestamp = now
-    if mapped:
-        ttl = None
-        for name, value in mapped.items():
-            if name == "persistent":
-                persistent = _bool_header(value, default_persistent, "persistent")
-            elif name == "priority":
-                p = _int_header(mapped, "priority")
-                if p is not None:
-                    if not 0 <= p <= 9:
-                        raise InvalidHeader(f"header 'priority' must be between 0 and 9, got {p}",
-                                            header="priority")
-                    priority = p
-            elif name == "expires":
-                e = _int_header(mapped, "expires")
-                if e is not None and e < 0:
-                    raise InvalidHeader(f"header 'expires' must not be negative, got {e}", header="expires")
-                if e:
-                    expires = e
-            elif name == "expiration":
-                ttl = _int_header(mapped, "expiration")
-            elif name == "timestamp":
-                timestamp = _int_header(mapped, "timestamp") or now
-            else:  # AMQ_SCHEDULED_*: kept visible, and applied below
-                kept[name] = value
-        if ttl and "expires" not in mapped:
-            expires = now + ttl
-        delay = _int_header(mapped, "AMQ_SCHEDULED_DELAY")
-        if delay:
-            deliver_at = now + delay
-        at = _int_header(mapped, "AMQ_SCHEDULED_TIME")
-        if at:
-            deliver_at = at
-    kept["persistent"] = "true" if persistent else "false"
-    kept["priority"] = str(priority)
-    kept["timestamp"] = str(timestamp)
-    kept["expires"] = str(expires)
-    return BrokerMessage(key, message_id, destination, seq, kept, body, persistent, priority, timestamp,
-                         expires, deliver_at, producer)
+    # one unpacking instead of a descriptor lookup per field: this runs once per SEND
+    (_, headers, body, _, _, persistent, priority, expires, ttl, delay, deliver_at, timestamp, _, _,
+     _) = request
+    if persistent is None:
+        persistent = default_persistent
+    if priority is None:
+        priority = default_priority
+    if not expires:
+        # ``expires`` wins over ``expiration`` even when it is 0; without either, the queue's TTL
+        expires = min(now + ttl, INT64_MAX) if ttl and expires is None else (now + default_ttl if default_ttl else 0)
+    if not deliver_at:
+        deliver_at = min(now + delay, INT64_MAX) if delay else 0
+    if not timestamp:
+        timestamp = now
+    headers["persistent"] = "true" if persistent else "false"
+    headers["priority"] = _DIGITS[priority]
+    headers["timestamp"] = str(timestamp)
+    headers["expires"] = str(expires) if expires else "0"
+    return BrokerMessage(key, message_id, destination, seq, headers, body, persistent, priority,
+                         timestamp, expires, deliver_at, producer)

@@ -61,12 +61,16 @@ class ReadyIndex:
     consumers is then linear, not quadratic.
     """
 
-    __slots__ = ("_fifo", "_head", "_heap", "count", "epoch")
+    __slots__ = ("_fifo", "_head", "_heap", "_tail", "count", "epoch")
 
     def __init__(self) -> None:
         self._fifo: list[list | None] = [None] * 10
         self._head = [0] * 10
         self._heap: list[list | None] = [None] * 10
+        # per priority, the highest sequence number its list ever held: a consumer's cursor may have
+        # passed anything below it, so an entry coming back below it must go to the heap (always
+        # scanned), even when the list is empty at that moment
+        self._tail = [-1] * 10
         self.count = 0
         self.epoch = 0
 
@@ -79,8 +83,9 @@ class ReadyIndex:
         if fifo is None:
             fifo = self._fifo[p] = []
         seq = entry.message.seq
-        if len(fifo) == self._head[p] or fifo[-1].message.seq < seq:
+        if seq > self._tail[p]:
             fifo.append(entry)
+            self._tail[p] = seq
         else:
             heap = self._heap[p]
             if heap is None:
@@ -445,8 +450,12 @@ class MessageQueue:
         if self._blocked:
             self._maybe_unblock()
 
-    def release(self, entry: Entry, *, failed: bool = True, requeue: bool = True) -> None:
-        """Back to ready after a NACK or a lost consumer, or to the dead-letter queue at the maximum."""
+    def release(self, entry: Entry, *, failed: bool = True, requeue: bool = True, dispatch: bool = True) -> None:
+        """Back to ready after a NACK or a lost consumer, or to the dead-letter queue at the maximum.
+
+        Releasing several entries at once (a cumulative NACK, a consumer that left) passes
+        ``dispatch=False`` and dispatches once after the last: every released entry is back in the
+        ready index before any is handed out again, so they go out first and in their original order."""
         self.acquired -= 1
         entry.consumer = None
         entry.token = None
@@ -477,7 +486,8 @@ class MessageQueue:
             self.broker.schedule_at_ms(self.broker.now_ms() + delay, self._make_due, entry)
             return
         self._push_ready(entry)
-        self.dispatch()
+        if dispatch:
+            self.dispatch()
 
     def _expire(self, entry: Entry) -> None:
         entry.state = _T[(entry.state, "expire")]
@@ -557,8 +567,10 @@ class MessageQueue:
             consumer = entry.consumer
             if consumer is not None:
                 consumer.session.forget_delivery(consumer, entry)
-            self.release(entry, failed=True)
+            self.release(entry, failed=True, dispatch=False)
             reclaimed += 1
+        if reclaimed:
+            self.dispatch()
         return reclaimed
 
     def drop_oldest(self) -> None:

@@ -15,24 +15,28 @@ Rules kept here (spec/stomp.md §5, §6):
 from __future__ import annotations
 
 import logging
-from collections import deque
-from typing import Callable
+from typing import Callable, Union
 
 from pymq import errors
-from pymq.errors import (AccessDenied, IllegalStateError, InvalidHeader, MissingHeader, PymqError,
-                         ProtocolError, ResourceLimit, TransactionError, UnknownMessage,
-                         UnknownSubscription)
-from pymq.protocol.connection import (Role, State, StompConnection, negotiate_heartbeat, negotiate_version,
+from pymq.errors import (InvalidHeader, PymqError, ProtocolError, ResourceLimit, TransactionError,
+                         UnknownMessage, UnknownSubscription)
+from pymq.protocol.connection import (Role, StompConnection, negotiate_heartbeat, negotiate_version,
                                       parse_heartbeat)
 from pymq.protocol.frame import Frame
 from pymq_server.admin import stomp_admin
 from pymq_server.admin.stomp_admin import ADMIN_DESTINATION
-from pymq_server.broker.consumer import ACK_MODES, AUTO, CLIENT, Consumer
+from pymq_server.broker.acks import DeliveryLedger
+from pymq_server.broker.consumer import AUTO, Consumer
+from pymq_server.broker.receipts import ReceiptQueue
+from pymq_server.broker.requests import (AckRequest, SendRequest, parse_ack, parse_ack_upto, parse_send,
+                                         parse_subscribe, parse_unsubscribe)
 
 log = logging.getLogger("pymq.session")
 
 SERVER_NAME = "pymq/0.1"
-_ACK_MODES = {mode: mode for mode in ACK_MODES}
+
+#: what a transaction holds until COMMIT: its SENDs and its ACK/NACKs, in arrival order
+TransactionOp = Union[SendRequest, AckRequest]
 
 
 class BrokerSession:
@@ -48,27 +52,21 @@ class BrokerSession:
         self.client_id: str | None = None
         self.version = "1.0"
         self.consumers: dict[str, Consumer] = {}
-        self.transactions: dict[str, list] = {}
+        self.transactions: dict[str, list[TransactionOp]] = {}
         self.temp_queues: dict[str, object] = {}     # local name -> MessageQueue
         self.writable = True
         self.closed = False
-        self._acks: dict[str, Consumer] = {}         # 1.2 ack token -> consumer
-        self._next_token = 0
+        self.deliveries = DeliveryLedger()
+        self.receipts = ReceiptQueue(self)
         self._held: list[bytes] | None = None        # bytes that arrived while input was held
         self._deferred: list[Frame] = []             # parsed frames waiting for input to resume
         self._browsed: set[str] = set()              # finished browse subscription ids
         self._pauses: set[str] = set()               # why input is paused (memory, full queues)
-        self._stale: set[str] = set()                # ack tokens the broker took back (timeouts)
-        self._unsynced = False                      # wrote data a receipt must wait for
-        self._barrier_seq = 0
-        self._barrier_done = 0
-        self._barrier_scheduled = False
-        self._receipts: deque = deque()             # (barrier id, receipt id) waiting for durability
+        self._redispatch: set = set()                # queues that got credit or messages back this batch
         self._closing_after_receipts = False
         self.sent = 0
         self.received = 0
-        self.last_message_id: str | None = None
-        self._handlers: dict[str, Callable[[Frame], None]] = {
+        self._handlers: dict[str, Callable[[Frame], dict[str, str] | None]] = {
             "CONNECT": self._on_connect, "STOMP": self._on_connect, "SEND": self._on_send,
             "SUBSCRIBE": self._on_subscribe, "UNSUBSCRIBE": self._on_unsubscribe, "ACK": self._on_ack,
             "NACK": self._on_nack, "BEGIN": self._on_begin, "COMMIT": self._on_commit,
@@ -106,6 +104,17 @@ class BrokerSession:
                     break  # the scanner only pauses after CONNECT; nothing else is buffered complete
         except PymqError as exc:
             self.fail(exc, frame)
+        finally:
+            if self._redispatch:
+                self._dispatch_released()
+
+    def _dispatch_released(self) -> None:
+        """Dispatch the queues this batch of frames gave credit or messages back, once each, after the
+        whole batch: messages NACKed by several frames of one read are all back in their queue before
+        any is redelivered, so they go out first and in their original order (JMS)."""
+        queues, self._redispatch = self._redispatch, set()
+        for queue in queues:
+            queue.dispatch()
 
     def pause_input(self, reason: str) -> None:
         """Stop taking frames from this connection (producer flow control: memory, a full queue)."""
@@ -124,29 +133,28 @@ class BrokerSession:
 
     def forget_delivery(self, consumer: Consumer, entry) -> None:
         """The broker took back a delivery (delivery timeout): a late ACK for it is ignored."""
-        token = entry.token
-        if token is None or consumer.unacked.pop(token, None) is None:
-            return
-        consumer.in_flight -= 1
-        self._acks.pop(token, None)
-        self._stale.add(token)
+        self.deliveries.forget(consumer, entry)
 
     def _resume(self) -> None:
         """Handle what waited while input was held: deferred frames first, then the held bytes."""
         held, self._held = self._held, None
-        while self._deferred:
-            frame = self._deferred.pop(0)
-            try:
-                self.conn.receive_frame(frame)
-                self._handle(frame)
-            except PymqError as exc:
-                self.fail(exc, frame)
-                return
-            if self.closed:
-                return
-            if self._held is not None:       # paused again
-                self._held[:0] = held or []
-                return
+        try:
+            while self._deferred:
+                frame = self._deferred.pop(0)
+                try:
+                    self.conn.receive_frame(frame)
+                    self._handle(frame)
+                except PymqError as exc:
+                    self.fail(exc, frame)
+                    return
+                if self.closed:
+                    return
+                if self._held is not None:       # paused again
+                    self._held[:0] = held or []
+                    return
+        finally:
+            if self._redispatch:
+                self._dispatch_released()
         self._consume(b"".join(held) if held else b"")
 
     def frame_received(self, frame: Frame) -> None:
@@ -158,17 +166,16 @@ class BrokerSession:
             self._handle(frame)
         except PymqError as exc:
             self.fail(exc, frame)
+        finally:
+            if self._redispatch:
+                self._dispatch_released()
 
     def _handle(self, frame: Frame) -> None:
         self.received += 1
-        self._handlers[frame.command](frame)
+        extra = self._handlers[frame.command](frame)
         receipt = frame.headers.get("receipt")
         if receipt is not None and frame.command not in ("CONNECT", "STOMP", "DISCONNECT"):
-            if frame.command == "SEND" and self.last_message_id is not None:
-                # the id the broker gave the message, so a producer can set JMSMessageID
-                self._receipt(receipt, {"message-id": self.last_message_id})
-            else:
-                self._receipt(receipt)
+            self.receipts.receipt(receipt, extra)
 
     # -- output ----------------------------------------------------------------------------------
     def send_frame(self, command: str, headers: dict, body: bytes = b"") -> None:
@@ -178,16 +185,16 @@ class BrokerSession:
 
     def deliver(self, consumer: Consumer, entry) -> None:
         """Write one MESSAGE for ``entry`` to ``consumer`` (called by the queue's dispatcher)."""
-        message = entry.message
         if consumer.ack_mode is AUTO:
             token = None
         else:
+            ledger = self.deliveries
             if self.version == "1.2":
-                self._next_token += 1
-                token = str(self._next_token)
-                self._acks[token] = consumer
+                ledger.next_token += 1
+                token = str(ledger.next_token)
+                ledger.tokens[token] = consumer
             else:
-                token = message.message_id
+                token = entry.message.message_id
             consumer.unacked[token] = entry
             consumer.in_flight += 1
         entry.token = token
@@ -195,6 +202,10 @@ class BrokerSession:
         self.link.send_message(self.conn, consumer, entry, token if self.version == "1.2" else None)
         if token is None:
             entry.queue.complete(entry)
+
+    def send_browse(self, sub_id: str, message) -> None:
+        """One message of a browse (``browser:true``)."""
+        self.link.send_browse(self.conn, sub_id, _BrowseEntry(message))
 
     def set_writable(self, writable: bool) -> None:
         """Backpressure from the transport: stop dispatching to this connection while its buffer is full."""
@@ -204,6 +215,23 @@ class BrokerSession:
         if writable:
             for consumer in list(self.consumers.values()):
                 consumer.queue.dispatch()
+
+    # -- what the receipt queue needs --------------------------------------------------------------
+    def write_receipt(self, receipt_id: str, extra: dict[str, str] | None) -> None:
+        if self.closed:
+            return
+        headers = {"receipt-id": receipt_id}
+        if extra:
+            headers.update(extra)
+        self.send_frame("RECEIPT", headers)
+        if self._closing_after_receipts and not self.receipts.waiting:
+            self.close()
+
+    def call_soon(self, fn: Callable[[], None]) -> None:
+        self.broker.call_soon(fn)
+
+    def barrier(self, done: Callable[[], None]) -> None:
+        self.broker.barrier(done)
 
     # -- errors and closing ------------------------------------------------------------------------
     def fail(self, exc: PymqError, frame: Frame | None = None) -> None:
@@ -240,11 +268,11 @@ class BrokerSession:
         for consumer in list(self.consumers.values()):
             self._remove_consumer(consumer, reason="connection closed")
         self.consumers.clear()
-        self._acks.clear()
+        self.deliveries.clear()
         for queue in list(self.temp_queues.values()):
             self.broker.delete_temp_queue(queue)
         self.temp_queues.clear()
-        self._receipts.clear()
+        self.receipts.clear()
         self.broker.session_closed(self)
 
     # -- CONNECT ---------------------------------------------------------------------------------
@@ -278,6 +306,7 @@ class BrokerSession:
             server_hb = (cfg.heartbeat_send_ms, cfg.heartbeat_recv_ms) if client_hb != (0, 0) else (0, 0)
             to_server, to_client = negotiate_heartbeat(client_hb, server_hb)
             self.version = version
+            self.deliveries.version = version
             headers = {"version": version, "server": SERVER_NAME,
                        "heart-beat": f"{server_hb[0]},{server_hb[1]}", "session": self.id,
                        "user-name": user.name}
@@ -310,41 +339,45 @@ class BrokerSession:
             finish(user)
 
     # -- SEND --------------------------------------------------------------------------------------
-    def _on_send(self, frame: Frame) -> None:
-        destination = frame.headers["destination"]
+    def _on_send(self, frame: Frame) -> dict[str, str] | None:
+        headers = frame.headers
+        destination = headers["destination"]
         if destination.startswith("/pymq/"):
             if destination == ADMIN_DESTINATION:
-                stomp_admin.handle(self, frame.headers, frame.body)
-                return
+                stomp_admin.handle(self, headers, frame.body)
+                return None
             if destination.startswith("/pymq/cluster/") and self.is_cluster and self.broker.cluster is not None:
-                self.broker.cluster.on_control(self, frame.headers, frame.body)
-                return
-        tx = frame.headers.get("transaction")
-        if tx is not None:
-            self._tx_ops(tx).append(("send", frame))
-            return
-        if self.broker.send(self, frame.headers, frame.body):
-            self._unsynced = True
+                self.broker.cluster.on_control(self, headers, frame.body)
+                return None
+        request = parse_send(headers, frame.body)
+        if request.transaction is not None:
+            self._tx_ops(request.transaction).append(request)
+            return None
+        message_id = self._send(request)
+        if request.receipt is None or message_id is None:
+            return None
+        return {"message-id": message_id}      # so a producer can set JMSMessageID
+
+    def _send(self, request: SendRequest) -> str | None:
+        """The id the message got (None: dropped as a duplicate)."""
+        message_id, stored = self.broker.send(self, request)
+        if stored:
+            self.receipts.unsynced = True
         if self.broker.memory_high:
             self.broker.block_producer(self)
+        return message_id
 
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
     def _on_subscribe(self, frame: Frame) -> None:
-        h = frame.headers
-        destination = h["destination"]
-        sub_id = h.get("id", destination)   # 1.0 allows no id: the destination identifies it
+        request = parse_subscribe(frame.headers)
+        sub_id = request.id
         if sub_id in self.consumers:
             raise InvalidHeader(f"subscription id {sub_id!r} is already in use on this connection",
                                 header="id")
         if len(self.consumers) >= self.broker.config.max_subscriptions_per_connection:
             raise ResourceLimit(f"more than {self.broker.config.max_subscriptions_per_connection} "
                                 f"subscriptions on one connection")
-        ack = _ACK_MODES.get(h.get("ack", AUTO))   # the module's constants, so `is` compares work
-        if ack is None:
-            raise InvalidHeader(f"ack mode {h['ack']!r} is not one of auto, client, client-individual",
-                                header="ack")
-        prefetch = _prefetch(h, self.broker.config.default_prefetch if ack != AUTO else 0)
-        consumer = self.broker.subscribe(self, sub_id, destination, ack, prefetch, h)
+        consumer = self.broker.subscribe(self, request)
         if consumer is not None:
             self.consumers[sub_id] = consumer
             consumer.queue.add_consumer(consumer)
@@ -355,13 +388,12 @@ class BrokerSession:
             self._browsed.add(sub_id)
 
     def _on_unsubscribe(self, frame: Frame) -> None:
-        h = frame.headers
-        durable_name = h.get("pymq-durable-name")
-        if durable_name is not None:
+        request = parse_unsubscribe(frame.headers)
+        if request.remove_durable is not None:
             # JMS Session.unsubscribe(name): delete a durable subscription that has no consumer here
-            self.broker.remove_durable(self, durable_name, (h.get("shared") or "").lower() == "true")
+            self.broker.remove_durable(self, request.remove_durable, request.shared)
             return
-        sub_id = h.get("id") or h.get("destination")
+        sub_id = request.id
         consumer = self.consumers.pop(sub_id, None)
         if consumer is None and sub_id in self._browsed:
             self._browsed.discard(sub_id)
@@ -370,113 +402,63 @@ class BrokerSession:
             raise UnknownSubscription(f"UNSUBSCRIBE of unknown subscription id {sub_id!r}",
                                       subscription=sub_id)
         self._remove_consumer(consumer, reason="unsubscribed")
-        if h.get("durable-subscription-name") or h.get("activemq.subscriptionName") or \
-                h.get("pymq-unsubscribe-durable") == "true":
-            self.broker.unsubscribe_durable(self, consumer, h)
+        if request.drop_durable:
+            self.broker.unsubscribe_durable(self, consumer)
 
     def _remove_consumer(self, consumer: Consumer, reason: str) -> None:
         consumer.active = False
         queue = consumer.queue
         queue.remove_consumer(consumer)
-        pending = list(consumer.unacked.values())
-        consumer.unacked.clear()
-        consumer.in_flight = 0
-        for token in [t for t, c in self._acks.items() if c is consumer]:
-            del self._acks[token]
+        pending = self.deliveries.drop_consumer(consumer)
         for entry in pending:
-            queue.release(entry, failed=True)
+            queue.release(entry, failed=True, dispatch=False)
+        if pending:
+            queue.dispatch()
         self.broker.consumer_removed(self, consumer)
 
     # -- ACK / NACK --------------------------------------------------------------------------------
-    def _resolve(self, frame: Frame) -> tuple[Consumer, str]:
-        h = frame.headers
-        if self.version == "1.2":
-            token = h["id"]
-            consumer = self._acks.get(token)
-            if consumer is None or token not in consumer.unacked:
-                raise UnknownMessage(f"{frame.command} of unknown or already acknowledged message "
-                                     f"(id {token!r})", id=token)
-            return consumer, token
-        token = h.get("message-id")
-        if token is None:
-            raise MissingHeader(f"{frame.command} frame is missing the required 'message-id' header")
-        sub = h.get("subscription")
-        if sub is not None:
-            consumer = self.consumers.get(sub)
-            if consumer is None:
-                raise UnknownSubscription(f"{frame.command} names unknown subscription {sub!r}",
-                                          subscription=sub)
-            if token not in consumer.unacked:
-                raise UnknownMessage(f"{frame.command} of unknown or already acknowledged message "
-                                     f"{token!r} on subscription {sub!r}", id=token)
-            return consumer, token
-        for consumer in self.consumers.values():
-            if token in consumer.unacked:
-                return consumer, token
-        raise UnknownMessage(f"{frame.command} of unknown or already acknowledged message {token!r}",
-                             id=token)
-
-    def _is_stale(self, frame: Frame) -> bool:
-        """An ACK/NACK for a delivery the broker took back after its delivery timeout: ignored (the
-        message is already back in its queue), once."""
-        token = frame.headers.get("id") if self.version == "1.2" else frame.headers.get("message-id")
-        if token in self._stale:
-            self._stale.discard(token)
-            log.info("connection %s acknowledged message %s after its delivery timeout; ignored",
-                     self.id, token)
-            return True
-        return False
-
-    def _take(self, consumer: Consumer, token: str) -> list:
-        """Entries this ack/nack covers: cumulative in client mode, just the one otherwise."""
-        unacked = consumer.unacked
-        if consumer.ack_mode == CLIENT:
-            taken = []
-            for t in list(unacked):
-                taken.append(unacked.pop(t))
-                if self.version == "1.2":
-                    self._acks.pop(t, None)
-                if t == token:
-                    break
-        else:
-            taken = [unacked.pop(token)]
-            if self.version == "1.2":
-                self._acks.pop(token, None)
-        consumer.in_flight -= len(taken)
-        return taken
-
     def _on_ack(self, frame: Frame) -> None:
-        if "pymq-ack-upto" in frame.headers:
-            self.broker.ack_upto(self, frame.headers)
+        headers = frame.headers
+        if "pymq-ack-upto" in headers:
+            self.broker.ack_upto(self, parse_ack_upto(headers))
             return
-        if self._stale and self._is_stale(frame):
+        request = parse_ack(headers, self.version)
+        ledger = self.deliveries
+        if ledger.stale and ledger.is_stale(request.token, self.id):
             return
-        consumer, token = self._resolve(frame)
-        tx = frame.headers.get("transaction")
-        if tx is not None:
-            self._tx_ops(tx).append(("ack", frame))
+        consumer = ledger.resolve(request, self.consumers)
+        if request.transaction is not None:
+            self._tx_ops(request.transaction).append(request)
             return
-        for entry in self._take(consumer, token):
+        for entry in ledger.take(consumer, request.token):
             entry.queue.complete(entry)
-        consumer.queue.dispatch()
+        self._redispatch.add(consumer.queue)
 
     def _on_nack(self, frame: Frame) -> None:
-        if self._stale and self._is_stale(frame):
+        request = parse_ack(frame.headers, self.version, nack=True)
+        ledger = self.deliveries
+        if ledger.stale and ledger.is_stale(request.token, self.id):
             return
-        consumer, token = self._resolve(frame)
-        tx = frame.headers.get("transaction")
-        if tx is not None:
-            self._tx_ops(tx).append(("nack", frame))
+        consumer = ledger.resolve(request, self.consumers)
+        if request.transaction is not None:
+            self._tx_ops(request.transaction).append(request)
             return
-        self._nack(consumer, token, frame.headers.get("requeue", "true").lower() != "false")
+        self._settle(consumer, request)
 
-    def _nack(self, consumer: Consumer, token: str, requeue: bool) -> None:
-        for entry in self._take(consumer, token):
-            entry.queue.release(entry, failed=True, requeue=requeue)
-        consumer.queue.dispatch()
+    def _settle(self, consumer: Consumer, request: AckRequest) -> None:
+        """Complete (ACK) or release (NACK) what ``request`` covers; dispatch waits for the end of the
+        batch, so released messages are all back before any goes out again."""
+        entries = self.deliveries.take(consumer, request.token)
+        if request.nack:
+            for entry in entries:
+                entry.queue.release(entry, failed=True, requeue=request.requeue, dispatch=False)
+        else:
+            for entry in entries:
+                entry.queue.complete(entry)
+        self._redispatch.add(consumer.queue)
 
     # -- transactions ------------------------------------------------------------------------------
-    def _tx_ops(self, tx: str) -> list:
+    def _tx_ops(self, tx: str) -> list[TransactionOp]:
         ops = self.transactions.get(tx)
         if ops is None:
             raise TransactionError(f"transaction {tx!r} was not begun on this connection", transaction=tx)
@@ -499,33 +481,22 @@ class BrokerSession:
         ops = self.transactions.pop(tx, None)
         if ops is None:
             raise TransactionError(f"COMMIT of unknown transaction {tx!r}", transaction=tx)
-        touched = set()
-        for kind, op in ops:
-            if kind == "send":
-                if self.broker.send(self, op.headers, op.body):
-                    self._unsynced = True
+        for op in ops:
+            if isinstance(op, SendRequest):
+                self._send(op)
                 continue
             try:
-                consumer, token = self._resolve(op)
-            except UnknownMessage:
+                consumer = self.deliveries.resolve(op, self.consumers)
+            except (UnknownMessage, UnknownSubscription):
                 continue  # released meanwhile (consumer gone) and already back in its queue
-            if kind == "ack":
-                for entry in self._take(consumer, token):
-                    entry.queue.complete(entry)
-            else:
-                for entry in self._take(consumer, token):
-                    entry.queue.release(entry, failed=True,
-                                        requeue=op.headers.get("requeue", "true").lower() != "false")
-            touched.add(consumer.queue)
-        for queue in touched:
-            queue.dispatch()
+            self._settle(consumer, op)
 
     def _on_abort(self, frame: Frame) -> None:
         tx = frame.headers["transaction"]
         if self.transactions.pop(tx, None) is None:
             raise TransactionError(f"ABORT of unknown transaction {tx!r}", transaction=tx)
 
-    # -- DISCONNECT and receipts -------------------------------------------------------------------
+    # -- DISCONNECT --------------------------------------------------------------------------------
     def _on_disconnect(self, frame: Frame) -> None:
         for consumer in self.consumers.values():
             consumer.active = False     # nothing more is dispatched: it would only come back at close
@@ -534,46 +505,7 @@ class BrokerSession:
             self.close()
             return
         self._closing_after_receipts = True
-        self._receipt(receipt)
-
-    def _receipt(self, receipt_id: str, extra: dict | None = None) -> None:
-        if self._unsynced:
-            # one barrier per loop iteration covers every receipt of the batch of frames just read:
-            # a pipelining producer costs one flush and one commit wait per read, not per message
-            self._unsynced = False
-            self._barrier_seq += 1
-            if not self._barrier_scheduled:
-                self._barrier_scheduled = True
-                self.broker.runtime.call_later(0, self._issue_barrier)
-        if not self._receipts and self._barrier_done >= self._barrier_seq:
-            self._send_receipt(receipt_id, extra)
-        else:
-            self._receipts.append((self._barrier_seq, receipt_id, extra))
-
-    def _issue_barrier(self) -> None:
-        self._barrier_scheduled = False
-        if self.closed:
-            return
-        barrier = self._barrier_seq
-        self.broker.store.barrier(lambda: self._barrier_complete(barrier))
-
-    def _barrier_complete(self, barrier: int) -> None:
-        if barrier > self._barrier_done:
-            self._barrier_done = barrier
-        receipts = self._receipts
-        while receipts and receipts[0][0] <= self._barrier_done and not self.closed:
-            _, receipt_id, extra = receipts.popleft()
-            self._send_receipt(receipt_id, extra)
-
-    def _send_receipt(self, receipt_id: str, extra: dict | None = None) -> None:
-        if self.closed:
-            return
-        headers = {"receipt-id": receipt_id}
-        if extra:
-            headers.update(extra)
-        self.send_frame("RECEIPT", headers)
-        if self._closing_after_receipts and not self._receipts:
-            self.close()
+        self.receipts.receipt(receipt)
 
     # -- temporary queues --------------------------------------------------------------------------
     def temp_queue(self, local: str, create: bool = True):
@@ -592,16 +524,10 @@ class BrokerSession:
         return f"<BrokerSession {self.id} user={getattr(self.user, 'name', None)} {self.peer_host}>"
 
 
-def _prefetch(headers: dict, default: int) -> int:
-    for name in ("prefetch-count", "activemq.prefetchSize", "pymq-prefetch"):
-        value = headers.get(name)
-        if value is not None:
-            try:
-                n = int(value)
-            except ValueError:
-                raise InvalidHeader(f"header {name!r} must be an integer, got {value!r}", header=name) \
-                    from None
-            if n < 0:
-                raise InvalidHeader(f"header {name!r} must not be negative", header=name)
-            return n
-    return default
+class _BrowseEntry:
+    """What the links' ``send_browse`` reads: a message that is not a queue entry (log, range)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message) -> None:
+        self.message = message

@@ -99,3 +99,18 @@ class ReadyIndexMachine(RuleBasedStateMachine):
 
 TestReadyIndex = ReadyIndexMachine.TestCase
 TestReadyIndex.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+
+
+def test_an_entry_back_below_a_consumers_cursor_is_still_found():
+    """A redelivered entry whose sequence number is below where a selective consumer's scan resumes is
+    not skipped, even when it arrives while the level's list is empty."""
+    index = ReadyIndex()
+    a, b = _entry(1001, 0, 0), _entry(1002, 0, 1)
+    index.push(a)
+    index.push(b)
+    assert index.pop() is a
+    cursor = [0, [-1] * 10]
+    assert index.take_first(lambda e: e.message.tag == 0, cursor) is None     # b rejected: the scan moves on
+    assert index.pop() is b
+    index.push(a)                                                             # a comes back (NACK)
+    assert index.take_first(lambda e: e.message.tag == 0, cursor) is a

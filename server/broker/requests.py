@@ -1,0 +1,283 @@
+"""What a client asks of the broker, parsed once from STOMP headers into frozen requests.
+
+The session turns every SEND, SUBSCRIBE (to consume or to browse a range), UNSUBSCRIBE, ACK and NACK
+into one of the requests below as the frame arrives; nothing under the session reads a header mapping
+again. Two rules hold for every call site because they live only here:
+
+* **one alias table** (:data:`ALIASES`): each concept lists every spelling other brokers use for it
+  (spec/stomp.md §4), tried in the table's order; a frame that carries two spellings gets the first;
+* **one integer parser** (:mod:`pymq.protocol.numbers`): every number — priority, times, delays,
+  prefetch, sequence numbers, limits — is ASCII digits with a bound, or an ``invalid-header`` ERROR that
+  names the header.
+
+Requests are ``NamedTuple`` s: immutable and typed like frozen dataclasses, and built in a fifth of the
+time (a SEND builds one per message on the hot path).
+"""
+from __future__ import annotations
+
+import functools
+from typing import Final, Mapping, NamedTuple, Optional
+
+from pymq.errors import InvalidHeader, MissingHeader
+from pymq.protocol.numbers import INT32_MAX, INT64_MAX, parse_wire_int
+from pymq_server.broker.consumer import ACK_MODES, AUTO
+from pymq_server.broker.message import BROKER_HEADERS, TRANSPORT_HEADERS
+
+#: concept -> the header names that carry it, in the order they are tried (spec/stomp.md §4).
+ALIASES: Final[Mapping[str, tuple[str, ...]]] = {
+    "durable-name": ("durable-subscription-name", "durable-subscriber-name", "activemq.subscriptionName"),
+    "prefetch": ("prefetch-count", "activemq.prefetchSize", "pymq-prefetch"),
+    "no-local": ("no-local", "activemq.noLocal"),
+    "dedup-id": ("pymq-dedup-id", "_AMQ_DUPL_ID"),
+}
+#: RabbitMQ names a durable subscription with ``x-queue-name``, but only together with ``durable:true``.
+RABBITMQ_DURABLE_NAME: Final = "x-queue-name"
+
+#: SEND headers mapped to message fields (the broker writes them back in canonical form)
+_MAPPED: Final = frozenset({"persistent", "priority", "expires", "expiration", "timestamp"})
+_DROPPED: Final = TRANSPORT_HEADERS | BROKER_HEADERS
+_SOURCES: Final = (None, "log", "queue")
+#: the SEND properties that also mean something to the broker (delays, duplicates, cluster forwarding)
+_SPECIAL: Final = frozenset({"AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_TIME", "pymq-forwarded", "pymq-subscription",
+                             *ALIASES["dedup-id"]})
+
+
+def first_alias(headers: Mapping[str, str], concept: str) -> str | None:
+    """The value of the first spelling of ``concept`` present and non-empty in ``headers``."""
+    for name in ALIASES[concept]:
+        value = headers.get(name)
+        if value:
+            return value
+    return None
+
+
+def durable_name(headers: Mapping[str, str]) -> str | None:
+    """The durable subscription a frame names, in any spelling (the same on every frame)."""
+    name = first_alias(headers, "durable-name")
+    if name is None and _flag(headers, "durable"):
+        name = headers.get(RABBITMQ_DURABLE_NAME) or None
+    return name
+
+
+def _flag(headers: Mapping[str, str], name: str) -> bool:
+    value = headers.get(name)
+    return value is not None and value.lower() == "true"
+
+
+def _bool(headers: Mapping[str, str], name: str) -> bool | None:
+    value = headers.get(name)
+    if not value:
+        return None
+    if value == "true" or value == "false":
+        return value == "true"
+    low = value.lower()
+    if low == "true" or low == "false":
+        return low == "true"
+    raise InvalidHeader(f"header {name!r} must be true or false, got {value[:32]!r}", header=name)
+
+
+def _int(headers: Mapping[str, str], name: str, maximum: int = INT64_MAX) -> int | None:
+    value = headers.get(name)
+    if value is None or value == "":
+        return None
+    return parse_wire_int(name, value, maximum=maximum)
+
+
+# -- SEND -----------------------------------------------------------------------------------------------
+
+class SendRequest(NamedTuple):
+    """One SEND. ``properties`` are the message's own headers as MESSAGE frames repeat them (the mapped
+    JMS fields, transport headers and broker-owned headers taken out); the mapped fields are parsed."""
+
+    destination: str
+    properties: dict[str, str]
+    body: bytes
+    transaction: str | None = None
+    receipt: str | None = None
+    persistent: bool | None = None       # None: the broker's default
+    priority: int | None = None          # None: the queue's default
+    expires: int | None = None           # absolute ms; 0 = never
+    ttl: int | None = None               # ``expiration``: ms relative to arrival (``expires`` wins)
+    delay: int | None = None             # AMQ_SCHEDULED_DELAY
+    deliver_at: int | None = None        # AMQ_SCHEDULED_TIME (wins over the delay)
+    timestamp: int | None = None
+    dedup_id: str | None = None
+    forwarded: str | None = None         # pymq-forwarded: the node this came from (cluster inbound)
+    subscription: str | None = None      # pymq-subscription: a handed-over durable subscription's key
+
+    @property
+    def group_id(self) -> str | None:
+        return self.properties.get("JMSXGroupID")
+
+    @property
+    def reply_to(self) -> str | None:
+        return self.properties.get("reply-to")
+
+
+def parse_send(headers: Mapping[str, str], body: bytes) -> SendRequest:
+    """A SEND frame's headers and body as a :class:`SendRequest` (spec/stomp.md §4)."""
+    properties: dict[str, str] = {}
+    persistent = priority = expires = ttl = timestamp = None
+    for name, value in headers.items():
+        if name in _DROPPED:
+            continue
+        if name not in _MAPPED:
+            properties[name] = value
+        elif name == "persistent":
+            persistent = _bool(headers, name)
+        elif name == "priority":
+            priority = _int(headers, name, 9)
+        elif name == "expires":
+            expires = _int(headers, name)
+        elif name == "expiration":
+            ttl = _int(headers, name)
+        else:
+            timestamp = _int(headers, name)
+    if _SPECIAL.isdisjoint(properties):        # the common case: none of the rarer headers
+        return _new_send((headers["destination"], properties, body, headers.get("transaction"),
+                          headers.get("receipt"), persistent, priority, expires, ttl, None, None, timestamp,
+                          None, None, None))
+    return SendRequest(headers["destination"], properties, body, headers.get("transaction"),
+                       headers.get("receipt"), persistent, priority, expires, ttl,
+                       _int(properties, "AMQ_SCHEDULED_DELAY"), _int(properties, "AMQ_SCHEDULED_TIME"),
+                       timestamp, first_alias(properties, "dedup-id"), properties.get("pymq-forwarded"),
+                       properties.get("pymq-subscription"))
+
+
+#: builds a SendRequest from a tuple of all its fields in C: a SEND makes one per message
+_new_send = functools.partial(tuple.__new__, SendRequest)
+
+
+# -- SUBSCRIBE: ranges (browse) and consumers -----------------------------------------------------------
+
+class RangeRequest(NamedTuple):
+    """A browse: the waiting messages of a queue, or a range of sequence numbers (spec/stomp.md §9)."""
+
+    destination: str
+    id: str
+    selector: str | None = None
+    source: str | None = None            # "log" | "queue" | None (the log when there is one)
+    durable_name: str | None = None
+    shared: bool = False
+    from_seq: int | None = None
+    to_seq: int | None = None
+    max_messages: int | None = None
+    max_bytes: int | None = None
+    from_timestamp: int | None = None
+
+    @property
+    def ranged(self) -> bool:
+        """Follows sequence numbers (else: the whole queue in delivery order)."""
+        return (self.from_seq is not None or self.to_seq is not None or self.max_messages is not None
+                or self.max_bytes is not None or self.from_timestamp is not None)
+
+
+class SubscribeRequest(NamedTuple):
+    destination: str
+    id: str
+    ack: str = AUTO
+    prefetch: int | None = None          # None: the broker's default for the ack mode
+    selector: str | None = None
+    no_local: bool = False
+    durable_name: str | None = None
+    shared: bool = False                 # with durable_name: a JMS 2.0 shared durable subscription
+    shared_name: str | None = None       # shared-subscription-name: shared, not durable
+    browse: RangeRequest | None = None   # browser:true
+
+
+def parse_subscribe(headers: Mapping[str, str]) -> SubscribeRequest:
+    destination = headers["destination"]
+    sub_id = headers.get("id", destination)     # 1.0 allows no id: the destination identifies it
+    selector = headers.get("selector")
+    if selector is not None and not selector.strip():
+        selector = None
+    name = durable_name(headers)
+    shared = _flag(headers, "shared")
+    if _flag(headers, "browser"):
+        source = headers.get("pymq-source")
+        if source not in _SOURCES:
+            raise InvalidHeader(f"header 'pymq-source' must be log or queue, got {source[:32]!r}",
+                                header="pymq-source")
+        return SubscribeRequest(destination, sub_id, selector=selector, durable_name=name, shared=shared,
+                                browse=RangeRequest(destination, sub_id, selector, source, name, shared,
+                                                    _int(headers, "pymq-from-seq"), _int(headers, "pymq-to-seq"),
+                                                    _int(headers, "pymq-max-messages"),
+                                                    _int(headers, "pymq-max-bytes"),
+                                                    _int(headers, "pymq-from-timestamp")))
+    ack = headers.get("ack", AUTO)
+    if ack not in ACK_MODES:
+        raise InvalidHeader(f"ack mode {ack[:32]!r} is not one of auto, client, client-individual",
+                            header="ack")
+    ack = ACK_MODES[ACK_MODES.index(ack)]       # the module's constants, so `is` compares work
+    prefetch = None
+    for spelling in ALIASES["prefetch"]:
+        if spelling in headers:
+            prefetch = parse_wire_int(spelling, headers[spelling], maximum=INT32_MAX)
+            break
+    no_local = any(_flag(headers, spelling) for spelling in ALIASES["no-local"])
+    return SubscribeRequest(destination, sub_id, ack, prefetch, selector, no_local, name, shared,
+                            headers.get("shared-subscription-name") or None)
+
+
+# -- UNSUBSCRIBE ------------------------------------------------------------------------------------------
+
+class UnsubscribeRequest(NamedTuple):
+    id: str | None                      # the subscription id (1.0: or the destination)
+    remove_durable: str | None = None    # pymq-durable-name: delete this durable subscription (no consumer)
+    shared: bool = False
+    drop_durable: bool = False           # also delete the durable subscription the consumer reads
+
+
+def parse_unsubscribe(headers: Mapping[str, str]) -> UnsubscribeRequest:
+    return UnsubscribeRequest(headers.get("id") or headers.get("destination"), headers.get("pymq-durable-name"),
+                              _flag(headers, "shared"),
+                              durable_name(headers) is not None or _flag(headers, "pymq-unsubscribe-durable"))
+
+
+# -- ACK / NACK -----------------------------------------------------------------------------------------
+
+class AckRequest(NamedTuple):
+    """An ACK or NACK of one delivery (cumulative in ``client`` mode)."""
+
+    token: str                           # 1.2: the MESSAGE's ``ack`` value; 1.0/1.1: its message-id
+    subscription: str | None = None      # 1.1: which subscription delivered it
+    transaction: str | None = None
+    nack: bool = False
+    requeue: bool = True                 # NACK requeue:false dead-letters at once (RabbitMQ)
+
+
+class AckUptoRequest(NamedTuple):
+    """ACK with ``pymq-ack-upto``: complete every ready message below ``upto`` (spec/stomp.md §9)."""
+
+    destination: str
+    upto: int
+    durable_name: str | None = None
+    shared: bool = False
+
+
+def parse_ack(headers: Mapping[str, str], version: str, nack: bool = False) -> AckRequest:
+    token = headers["id"] if version == "1.2" else headers["message-id"]
+    requeue = True
+    if nack:
+        value = headers.get("requeue")
+        requeue = value is None or value.lower() != "false"
+    return _new_ack((token, headers.get("subscription"), headers.get("transaction"), nack, requeue))
+
+
+_new_ack = functools.partial(tuple.__new__, AckRequest)
+
+
+def parse_ack_upto(headers: Mapping[str, str]) -> AckUptoRequest:
+    destination = headers.get("destination")
+    if destination is None:
+        raise MissingHeader("a range acknowledgement needs a 'destination' header", header="destination")
+    return AckUptoRequest(destination, parse_wire_int("pymq-ack-upto", headers["pymq-ack-upto"]),
+                          durable_name(headers), _flag(headers, "shared"))
+
+
+# -- results ---------------------------------------------------------------------------------------------
+
+#: What a SEND did: (the id the message got, or None when it was dropped as a duplicate; whether it
+#: wrote data that a receipt must wait for, spec/stomp.md §5). A plain pair, not a NamedTuple: one is
+#: made per SEND and a tuple display costs a third of a NamedTuple's construction.
+SendResult = tuple[Optional[str], bool]
