@@ -74,7 +74,7 @@ class BrokerServer:
         self.claimers: list = []
         self.admin = None
         self.http = None
-        self.websocket = None
+        self.websocket: asyncio.base_events.Server | None = None
         self.cluster = None
         self.ssl_context: ssl.SSLContext | None = None
         self.admin_port: int | None = None
@@ -122,12 +122,19 @@ class BrokerServer:
                                                                 backlog=1024, start_serving=False))
             self.tls_port = self._tls_server.sockets[0].getsockname()[1]
         if cfg.websocket is not None:
-            from pymq_server.net.websocket import WebSocketListener
+            from pymq_server.net.websocket import WebSocketConnection, origins
             ws = cfg.websocket
-            self.websocket = WebSocketListener(self.broker, cfg.host, ws.port, ws.path,
-                                               self.ssl_context if ws.tls else None, ws.allowed_origins)
-            self.websocket_port = await _listen("WebSocket port (websocket.port)", cfg.host, ws.port,
-                                                self.websocket.start())
+            allowed = origins(ws.allowed_origins)
+
+            def websocket() -> WebSocketConnection:
+                return WebSocketConnection(self.broker, loop, ws.path, allowed)
+
+            self.websocket = await _listen("WebSocket port (websocket.port)", cfg.host, ws.port,
+                                           loop.create_server(websocket, cfg.host, ws.port,
+                                                              ssl=self.ssl_context if ws.tls else None,
+                                                              reuse_address=True, backlog=1024,
+                                                              start_serving=False))
+            self.websocket_port = self.websocket.sockets[0].getsockname()[1]
         self.admin.start()
         if cfg.admin_port is not None:
             from pymq_server.admin.http import AdminHttp
@@ -135,9 +142,9 @@ class BrokerServer:
                                   ssl_context=self.ssl_context if cfg.admin_tls else None)
             self.admin_port = await _listen("admin HTTP port (admin_port)", cfg.host, cfg.admin_port,
                                             self.http.start())
-        await self._server.start_serving()
-        if self._tls_server is not None:
-            await self._tls_server.start_serving()
+        for server in (self._server, self._tls_server, self.websocket):
+            if server is not None:
+                await server.start_serving()
         log.info("pymq-server listening on %s:%d (data in %s)", cfg.host, self.port, cfg.data_dir)
         if self.tls_port is not None:
             log.info("STOMP over TLS on %s:%d", cfg.host, self.tls_port)
@@ -310,7 +317,7 @@ class BrokerServer:
             self._housekeeping.cancel()
         if self._selection_timer is not None:
             self._selection_timer.cancel()
-        for server in (self._server, self._tls_server):
+        for server in (self._server, self._tls_server, self.websocket):
             if server is not None:
                 server.close()
         if self.http is not None:
@@ -320,9 +327,7 @@ class BrokerServer:
         if self.broker is not None:
             for session in list(self.broker.sessions.values()):
                 session.close()
-        if self.websocket is not None:
-            await self.websocket.stop()         # after the sessions: their last frames go out first
-        for server in (self._server, self._tls_server):
+        for server in (self._server, self._tls_server, self.websocket):
             if server is not None:
                 await server.wait_closed()
         await asyncio.sleep(0)   # let transports flush their last frames

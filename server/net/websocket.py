@@ -1,110 +1,85 @@
 """STOMP over WebSocket (RFC 6455; subprotocols ``v12.stomp``, ``v11.stomp``, ``v10.stomp``).
 
-aiohttp does the HTTP upgrade and the WebSocket framing; everything STOMP is the TCP adapter's.  Each
-WebSocket connection gets the same :class:`~pymq_server.net.tcp.StompServerProtocol` a TCP connection
-gets, in front of a :class:`WebSocketTransport` — an ``asyncio.Transport`` whose bytes travel as
-WebSocket messages.  So sessions, authentication, heart-beats, the CONNECT deadline, frame and header
-limits, write-buffer backpressure and memory flow control are one implementation for both; this module
-only moves bytes.
+A WebSocket listener is an asyncio server like the STOMP ones (plain or TLS) whose connections speak HTTP
+until the upgrade, then WebSocket framing.  wsproto (python-hyper's sans-IO WebSocket and handshake
+state machine, on h11) does both; everything STOMP is the TCP adapter's: each accepted WebSocket gets the
+same :class:`~pymq_server.net.tcp.StompServerProtocol` a TCP connection gets, in front of a
+:class:`WebSocketTransport` that turns its writes into WebSocket messages.  So authentication, the CONNECT
+deadline, heart-beats, frame/header limits, the bounds on unauthenticated input, read budgets,
+write-buffer backpressure and memory flow control are one implementation for both transports.
 
-Bytes in: the payloads of text and binary messages, concatenated, are the STOMP byte stream (a client
-may put one frame per message, several, or split one).  A message larger than ``max_frame_size`` plus
-64 KiB closes the WebSocket with 1009 (message too big) before it is buffered whole; a frame over
-``max_frame_size`` inside a smaller message gets the same STOMP ERROR as over TCP.  While the broker
-pauses reading (memory high, a full queue), the next message is not read, and aiohttp stops reading the
-socket once its own small buffer is full: a producer cannot push the broker past its limits this way.
+Bytes in are *streamed*: wsproto hands over each piece of a text or binary message as it arrives, and
+the piece goes straight to the STOMP session, which applies its limits to it exactly as to TCP bytes — a
+WebSocket message is never buffered whole, so its size is no limit of its own (a client may put one
+frame per message, several, or split one).  Text messages are valid UTF-8 by RFC 6455 (wsproto closes
+with 1007 otherwise) and their bytes are the UTF-8 encoding.  While the broker pauses reading, the socket
+is not read.  Permessage-deflate is not offered (a compressed message could expand past every limit).
 
-Bytes out: each write (the TCP adapter already gathers a loop iteration's frames into one) becomes one
-message — a text message when it is valid UTF-8, which is what browser clients expect, and a binary one
-otherwise (a binary body).  Queued bytes above the write-buffer high-water mark pause the protocol,
-exactly as a TCP transport does, so a slow browser costs at most about ``write_buffer_high`` bytes.
+Bytes out: each write (the TCP adapter gathers a loop turn's frames, or writes one slice of a large body)
+becomes one message: a text message when it is valid UTF-8, which browser clients expect, and a binary one
+otherwise.  Writes go to the socket's own transport, so its write-buffer limits and pause/resume are the
+TCP ones.
+
+Before the upgrade: the request must complete within ``connect_timeout_ms`` and its head is bounded by
+h11 (16 KiB); a path other than ``websocket.path`` gets 404, an ``Origin`` outside
+``websocket.allowed_origins`` 403, a request that is not a WebSocket upgrade 426 (400 when malformed).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections import deque
 from typing import Any
 
-from aiohttp import WSCloseCode, WSMsgType, web
+from wsproto import ConnectionType, WSConnection
+from wsproto.connection import ConnectionState
+from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, RejectData,
+                            Request, TextMessage)
+from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
 from pymq_server.net.tcp import StompServerProtocol
 
 log = logging.getLogger("pymq.net.websocket")
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
-_MESSAGE_SLACK = 64 * 1024
+_NORMAL_CLOSURE = 1000
 
 
 class WebSocketTransport(asyncio.Transport):
-    """The transport a :class:`StompServerProtocol` writes to and pauses, over one WebSocket."""
+    """What a :class:`StompServerProtocol` writes to, closes and pauses: the socket's transport, with each
+    write sent as one WebSocket message."""
 
-    def __init__(self, ws: web.WebSocketResponse, request: web.BaseRequest,
-                 loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, connection: "WebSocketConnection") -> None:
         super().__init__()
-        self._ws = ws
-        self._request = request
-        self._loop = loop
-        self._protocol: asyncio.BaseProtocol | None = None
-        self._out: deque[bytes] = deque()
-        self._out_bytes = 0
-        self._high = 64 * 1024
-        self._low = 16 * 1024
-        self._protocol_paused = False
+        self._connection = connection
+        self._socket: asyncio.Transport = connection.transport  # type: ignore[assignment]
         self._closing = False
-        self._lost = False
-        self._wake = asyncio.Event()
-        self.reading = asyncio.Event()       # the reader loop waits on it: pause_reading clears it
-        self.reading.set()
-        self._writer = loop.create_task(self._write_loop())
 
-    # -- asyncio.BaseTransport -------------------------------------------------------------------
+    # -- the STOMP adapter's calls, forwarded to the socket ----------------------------------------
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "websocket":
-            return self._ws
-        transport = self._request.transport
-        return transport.get_extra_info(name, default) if transport is not None else default
+            return self._connection
+        return self._socket.get_extra_info(name, default)
 
     def is_closing(self) -> bool:
-        return self._closing or self._lost
+        return self._closing or self._socket.is_closing()
 
-    def close(self) -> None:
-        """Send what is queued, then a close message (the writer does both, in order)."""
-        if self._closing:
-            return
-        self._closing = True
-        self.reading.set()
-        self._wake.set()
-
-    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
-        self._protocol = protocol
-
-    def get_protocol(self) -> asyncio.BaseProtocol:
-        return self._protocol  # type: ignore[return-value]
-
-    # -- reading ---------------------------------------------------------------------------------
     def pause_reading(self) -> None:
-        self.reading.clear()
+        self._socket.pause_reading()
 
     def resume_reading(self) -> None:
-        self.reading.set()
+        self._socket.resume_reading()
 
     def is_reading(self) -> bool:
-        return self.reading.is_set()
+        return self._socket.is_reading()
 
-    # -- writing ---------------------------------------------------------------------------------
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        if self._closing or self._lost or not data:
-            return
-        self._out.append(bytes(data))
-        self._out_bytes += len(data)
-        self._wake.set()
-        if self._out_bytes > self._high and not self._protocol_paused and self._protocol is not None:
-            self._protocol_paused = True
-            self._protocol.pause_writing()  # type: ignore[attr-defined]
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        self._socket.set_write_buffer_limits(high, low)
 
-    def writelines(self, list_of_data) -> None:
-        self.write(b"".join(list_of_data))
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return self._socket.get_write_buffer_limits()
+
+    def get_write_buffer_size(self) -> int:
+        return self._socket.get_write_buffer_size()
 
     def can_write_eof(self) -> bool:
         return False
@@ -112,160 +87,173 @@ class WebSocketTransport(asyncio.Transport):
     def write_eof(self) -> None:
         raise NotImplementedError("a WebSocket has no half-close; use close()")
 
+    # -- writing -----------------------------------------------------------------------------------
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if self._closing or not data:
+            return
+        data = bytes(data)
+        if data.isascii():
+            message: TextMessage | BytesMessage = TextMessage(data=data.decode("ascii"))
+        else:
+            try:
+                message = TextMessage(data=data.decode("utf-8"))
+            except UnicodeDecodeError:          # a binary body, or a slice that cuts a character
+                message = BytesMessage(data=data)
+        self._connection.send(message)
+
+    def writelines(self, list_of_data) -> None:
+        self.write(b"".join(list_of_data))
+
+    def close(self) -> None:
+        """A close message after what is queued, then the socket (asyncio sends its buffer first)."""
+        if self._closing:
+            return
+        self._closing = True
+        self._connection.close(_NORMAL_CLOSURE)
+
     def abort(self) -> None:
         self._closing = True
-        self._out.clear()
-        self._out_bytes = 0
-        self._writer.cancel()
-        self.reading.set()
-        if self._request.transport is not None:
-            self._request.transport.abort()
-
-    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
-        if high is None:
-            high = 64 * 1024 if low is None else 4 * low
-        if low is None:
-            low = high // 4
-        self._high, self._low = high, low
-
-    def get_write_buffer_limits(self) -> tuple[int, int]:
-        return self._low, self._high
-
-    def get_write_buffer_size(self) -> int:
-        return self._out_bytes
-
-    async def _write_loop(self) -> None:
-        ws = self._ws
-        try:
-            while True:
-                if not self._out:
-                    if self._closing:
-                        break
-                    self._wake.clear()
-                    await self._wake.wait()
-                    continue
-                data = self._out.popleft()
-                try:
-                    if data.isascii():
-                        await ws.send_str(data.decode("ascii"))
-                    else:
-                        try:
-                            text = data.decode("utf-8")
-                        except UnicodeDecodeError:
-                            await ws.send_bytes(data)
-                        else:
-                            await ws.send_str(text)
-                except (ConnectionError, RuntimeError):     # the peer went away mid-write
-                    self._out.clear()
-                    self._out_bytes = 0
-                    break
-                self._out_bytes -= len(data)
-                if self._protocol_paused and self._out_bytes <= self._low and not self._lost:
-                    self._protocol_paused = False
-                    self._protocol.resume_writing()  # type: ignore[union-attr]
-            if not ws.closed:
-                await ws.close()
-        except asyncio.CancelledError:
-            pass
-
-    def connection_lost(self) -> None:
-        """The reader saw the WebSocket end; nothing more is written."""
-        self._lost = True
-        self._closing = True
-        self._out.clear()
-        self._out_bytes = 0
-        self._wake.set()
-        self.reading.set()
+        self._socket.abort()
 
 
-class WebSocketListener:
-    """An aiohttp site that upgrades ``path`` to a WebSocket carrying STOMP."""
+class WebSocketConnection(asyncio.Protocol):
+    """One socket of the WebSocket listener: the HTTP upgrade, then STOMP over WebSocket messages."""
 
-    def __init__(self, broker, host: str, port: int, path: str, ssl_context=None,
-                 allowed_origins: "list[str] | None" = None) -> None:
+    def __init__(self, broker, loop: asyncio.AbstractEventLoop, path: str,
+                 allowed_origins: frozenset[str] | None) -> None:
         self.broker = broker
-        self.allowed_origins = None if allowed_origins is None or "*" in allowed_origins \
-            else {o.rstrip("/").lower() for o in allowed_origins}
-        self.host = host
-        self.port = port
+        self.loop = loop
         self.path = path
-        self.ssl_context = ssl_context
-        self.runner: web.AppRunner | None = None
-        self._connections: set[WebSocketTransport] = set()
+        self.allowed_origins = allowed_origins
+        self.ws = WSConnection(ConnectionType.SERVER)
+        self.transport: asyncio.Transport | None = None
+        self.stomp: StompServerProtocol | None = None
+        self.subprotocol: str | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+        self._closed = False
 
-    async def start(self) -> int:
-        app = web.Application()
-        app.router.add_get(self.path, self._upgrade)
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, self.host, self.port, ssl_context=self.ssl_context,
-                           reuse_address=True, backlog=1024)
+    # -- asyncio.Protocol --------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        # the upgrade must come in time: a socket that never sends a request holds nothing for long
+        self._deadline = self.loop.call_later(self.broker.config.connect_timeout_ms / 1000, self._too_slow)
+
+    def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return
         try:
-            await site.start()
-        except BaseException:
-            await self.runner.cleanup()
-            self.runner = None
-            raise
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        return self.port
+            self.ws.receive_data(data)
+        except RemoteProtocolError as exc:     # not a WebSocket upgrade, or a malformed one
+            self._reject(exc.event_hint, str(exc))
+            return
+        except LocalProtocolError:             # bytes after the connection closed
+            return
+        for event in self.ws.events():
+            if isinstance(event, (TextMessage, BytesMessage)):
+                chunk = event.data.encode("utf-8") if isinstance(event, TextMessage) else bytes(event.data)
+                if chunk and self.stomp is not None:
+                    self.stomp.data_received(chunk)
+            elif isinstance(event, Request):
+                self._upgrade(event)
+            elif isinstance(event, Ping):
+                self.send(event.response())
+            elif isinstance(event, CloseConnection):
+                if self.ws.state is ConnectionState.REMOTE_CLOSING:
+                    self.send(event.response())
+                self._close_socket()
+            if self._closed:
+                return
 
-    async def stop(self) -> None:
-        """Stop accepting; connections still open are closed by their sessions (BrokerServer.stop)."""
-        for transport in list(self._connections):
-            transport.close()
-        if self.runner is not None:
-            await self.runner.cleanup()
-            self.runner = None
+    def eof_received(self) -> bool:
+        return False
 
-    async def _upgrade(self, request: web.Request) -> web.StreamResponse:
-        origin = request.headers.get("Origin")
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        if self._deadline is not None:
+            self._deadline.cancel()
+        if self.stomp is not None:
+            self.stomp.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        if self.stomp is not None:
+            self.stomp.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self.stomp is not None:
+            self.stomp.resume_writing()
+
+    # -- the upgrade -------------------------------------------------------------------------------
+    def _upgrade(self, request: Request) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        if request.target.split("?", 1)[0] != self.path:
+            self._reject(RejectConnection(status_code=404), f"no WebSocket endpoint at {request.target}")
+            return
+        origin = next((value.decode("latin-1") for name, value in request.extra_headers
+                       if name.lower() == b"origin"), None)
         if origin is not None and self.allowed_origins is not None \
                 and origin.rstrip("/").lower() not in self.allowed_origins:
             log.info("websocket from %s refused: origin %s is not in websocket.allowed_origins",
-                     request.remote, origin)
-            return web.Response(status=403, text=f"origin {origin} may not connect "
-                                                 f"(websocket.allowed_origins)\n")
-        ws = web.WebSocketResponse(protocols=SUBPROTOCOLS, autoping=True, compress=False,
-                                   max_msg_size=self.broker.config.max_frame_size + _MESSAGE_SLACK)
-        ready = ws.can_prepare(request)
-        if not ready.ok:
-            return web.Response(status=426, text="this path speaks STOMP over WebSocket "
-                                                 f"(subprotocols {', '.join(SUBPROTOCOLS)})\n",
-                                headers={"Upgrade": "websocket"})
-        await ws.prepare(request)
-        loop = asyncio.get_running_loop()
-        transport = WebSocketTransport(ws, request, loop)
-        protocol = StompServerProtocol(self.broker, loop)
-        transport.set_protocol(protocol)
-        self._connections.add(transport)
-        error: BaseException | None = None
-        peer_gone = False
+                     self._peer(), origin)
+            self._reject(RejectConnection(status_code=403),
+                         f"origin {origin} may not connect (websocket.allowed_origins)")
+            return
+        # the client's preference order; none offered (or none of ours) is still STOMP
+        self.subprotocol = next((p for p in request.subprotocols if p in SUBPROTOCOLS), None)
+        self.send(AcceptConnection(subprotocol=self.subprotocol))
+        self.stomp = StompServerProtocol(self.broker, self.loop)
+        self.stomp.connection_made(WebSocketTransport(self))
+
+    def _reject(self, hint: RejectConnection | None, reason: str) -> None:
+        status = hint.status_code if hint is not None else 400
+        headers = list(hint.headers) if hint is not None else []
+        if "Connection: Upgrade" in reason or "'Upgrade: websocket'" in reason:
+            status, reason = 426, f"this endpoint speaks STOMP over WebSocket (subprotocols " \
+                                  f"{', '.join(SUBPROTOCOLS)})"
+            headers.append((b"Upgrade", b"websocket"))
+        body = (reason + "\n").encode("utf-8")
+        headers += [(b"Content-Type", b"text/plain; charset=utf-8"), (b"Content-Length", str(len(body)).encode())]
         try:
-            protocol.connection_made(transport)
-            while not transport.is_closing():
-                if not transport.reading.is_set():
-                    await transport.reading.wait()
-                    continue
-                msg = await ws.receive()
-                if msg.type is WSMsgType.TEXT:
-                    protocol.data_received(msg.data.encode("utf-8"))
-                elif msg.type is WSMsgType.BINARY:
-                    protocol.data_received(msg.data)
-                else:                                       # CLOSE, CLOSING, CLOSED, ERROR
-                    if msg.type is WSMsgType.ERROR:
-                        error = ws.exception()
-                        log.info("websocket from %s: %s", request.remote, error)
-                    peer_gone = True
-                    break
-            if peer_gone:
-                transport.connection_lost()
-            else:
-                transport.close()                           # our side: the ERROR or RECEIPT, then close
-            await asyncio.wait({transport._writer})
-        finally:
-            self._connections.discard(transport)
-            transport.connection_lost()
-            protocol.connection_lost(error if isinstance(error, Exception) else None)
-            if not ws.closed:
-                await ws.close()
-        return ws
+            self.send(RejectConnection(status_code=status, headers=headers, has_body=True))
+            self.send(RejectData(data=body, body_finished=True))
+        except LocalProtocolError:
+            pass
+        self._close_socket()
+
+    def _too_slow(self) -> None:
+        self._deadline = None
+        if self.stomp is None and not self._closed:
+            log.info("websocket from %s: no upgrade request in time, closing", self._peer())
+            self._close_socket()
+
+    # -- for the transport ---------------------------------------------------------------------------
+    def send(self, event) -> None:
+        if self._closed or self.transport is None or self.transport.is_closing():
+            return
+        try:
+            data = self.ws.send(event)
+        except LocalProtocolError:       # the WebSocket is already closing: nothing more may go out
+            return
+        if data:
+            self.transport.write(data)
+
+    def close(self, code: int) -> None:
+        if self.ws.state is ConnectionState.OPEN:
+            self.send(CloseConnection(code=code))
+        self._close_socket()
+
+    def _close_socket(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+    def _peer(self) -> str:
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        return peer[0] if isinstance(peer, tuple) else "?"
+
+
+def origins(allowed: "list[str] | None") -> frozenset[str] | None:
+    """The ``websocket.allowed_origins`` setting as the listener compares it (None: any origin)."""
+    if allowed is None or "*" in allowed:
+        return None
+    return frozenset(o.rstrip("/").lower() for o in allowed)

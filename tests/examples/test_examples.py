@@ -103,7 +103,7 @@ class _Serve:
 
 
 def test_browser_page_over_websocket(chromium):  # noqa: F811
-    bundle = service_url("PYMQ_STOMPJS", "the @stomp/stompjs bundle", ".ci/interop-clients.sh")
+    bundle = service_url("PYMQ_STOMPJS", "@stomp/stompjs bundle", ".ci/interop-clients.sh")
     serve = _Serve(bundle)
     page = None
     try:

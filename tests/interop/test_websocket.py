@@ -204,18 +204,52 @@ def test_frame_size_limit_is_the_tcp_one(broker_factory):
             await client.send("SEND", {"destination": "/queue/big"}, b"x" * 10_000)
             frames = await client.read_until_closed()
             assert frames[-1].command == "ERROR" and frames[-1].headers["pymq-code"] == "frame-too-large"
-        # a message far past the frame limit is not even buffered: close 1009 (message too big)
-        session, ws = await _open(ws_url(broker))
-        async with session:
-            client = WsStomp(ws)
-            await client.connect()
-            await ws.send_bytes(b"x" * (4096 + 200 * 1024))
-            msg = await ws.receive(timeout=5)
-            assert msg.type in (WSMsgType.CLOSE, WSMsgType.CLOSED, WSMsgType.CLOSING)
-            assert ws.close_code == 1009
     run(go())
     assert no_sessions_left(broker)
     assert "big" not in broker.broker.queues or broker.broker.queues["big"].depth == 0
+
+
+def _ws_frame_head(opcode: int, length: int, mask: bytes = b"\x00\x00\x00\x00") -> bytes:
+    """A client's (masked) WebSocket frame header announcing ``length`` payload bytes (RFC 6455 §5.2)."""
+    import struct
+    if length < 126:
+        return bytes([0x80 | opcode, 0x80 | length]) + mask
+    if length < 65536:
+        return bytes([0x80 | opcode, 0x80 | 126]) + struct.pack("!H", length) + mask
+    return bytes([0x80 | opcode, 0x80 | 127]) + struct.pack("!Q", length) + mask
+
+
+def test_a_partial_websocket_message_is_checked_as_it_arrives(broker_factory):
+    """The STOMP limits see WebSocket bytes as they come, not once a message is whole: a message that
+    announces 1 GiB and starts with a CONNECT larger than max_connect_frame_size gets the TCP answer
+    (ERROR frame-too-large) after the first few KiB, and nothing waits for the rest."""
+    import base64
+    import os
+    import socket
+    broker = broker_factory(**WS)
+    with socket.create_connection(("127.0.0.1", broker.server.websocket_port), timeout=10) as sock:
+        key = base64.b64encode(os.urandom(16)).decode()
+        sock.sendall(f"GET /stomp HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                     f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                     f"Sec-WebSocket-Protocol: v12.stomp\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += sock.recv(4096)
+        assert head.startswith(b"HTTP/1.1 101") and b"v12.stomp" in head
+        # 1 GiB announced (zero mask: the payload goes as it is); 100 KiB of one CONNECT header sent
+        sock.sendall(_ws_frame_head(0x2, 1 << 30) + b"CONNECT\nx:" + b"y" * 100_000)
+        answer = b""
+        deadline = time.monotonic() + 10
+        while b"frame-too-large" not in answer and time.monotonic() < deadline:
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                break
+            if not chunk:
+                break
+            answer += chunk
+        assert b"ERROR" in answer and b"frame-too-large" in answer, answer[:500]
+    assert no_sessions_left(broker)
 
 
 def test_connect_deadline_and_heartbeats_apply(broker_factory):
@@ -277,11 +311,12 @@ def test_a_websocket_that_does_not_read_costs_bounded_broker_memory(broker_facto
             assert (await client.read()).headers["receipt-id"] == "r"
             await asyncio.to_thread(flood)
             await asyncio.sleep(1.0)                          # let the broker push what it will
-            transports = list(broker.server.websocket._connections)
-            buffered = broker.call(lambda: [t.get_write_buffer_size() for t in transports])
+            buffered = broker.call(lambda: [s.link.transport.get_write_buffer_size()
+                                            for s in broker.broker.sessions.values()])
             queue = broker.broker.queues["slow"]
             waiting = broker.call(lambda: queue.ready.count)
-            assert len(buffered) == 1 and buffered[0] <= high + 2 * (size + 512), buffered
+            # spec/stomp.md §10, as for TCP: write_buffer_high plus one loop turn's gathered output
+            assert len(buffered) == 1 and buffered[0] <= 2 * high + 2 * (size + 512), buffered
             assert waiting > 0                                # the rest waits in the queue
             received = 0
             while received < count:                           # reading again drains everything
@@ -304,15 +339,27 @@ def test_plain_http_and_other_paths(broker_factory):
 
     async def go():
         async with aiohttp.ClientSession() as session:
-            async with session.get(ws_url(broker, "/ws/stomp")) as resp:
+            async with session.get(ws_url(broker, "/ws/stomp")) as resp:     # not an upgrade
                 assert resp.status == 426 and "STOMP over WebSocket" in await resp.text()
-            async with session.get(ws_url(broker, "/stomp")) as resp:
-                assert resp.status == 404
-            ws = await session.ws_connect(ws_url(broker, "/ws/stomp"), protocols=("v12.stomp",))
+                assert resp.headers["Upgrade"] == "websocket"
+            with pytest.raises(aiohttp.WSServerHandshakeError) as info:      # an upgrade, elsewhere
+                await session.ws_connect(ws_url(broker, "/stomp"), protocols=("v12.stomp",))
+            assert info.value.status == 404
+            ws = await session.ws_connect(ws_url(broker, "/ws/stomp?client=1"), protocols=("v12.stomp",))
             client = WsStomp(ws)
             assert (await client.connect()).command == "CONNECTED"
             await ws.close()
     run(go())
+
+
+def test_a_socket_that_never_upgrades_is_closed(broker_factory):
+    import socket
+    broker = broker_factory(connect_timeout_ms=300, **WS)
+    with socket.create_connection(("127.0.0.1", broker.server.websocket_port), timeout=5) as sock:
+        sock.sendall(b"GET /stomp HTTP/1.1\r\nHost: x\r\n")              # and never the rest
+        started = time.monotonic()
+        assert sock.recv(1024) == b""                                        # closed by the broker
+        assert time.monotonic() - started < 5
 
 
 def test_allowed_origins(broker_factory):

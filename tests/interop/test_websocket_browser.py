@@ -65,7 +65,7 @@ PAGE = """<!doctype html>
 
 @pytest.fixture
 def stompjs_bundle():
-    path = service_url("PYMQ_STOMPJS", "the @stomp/stompjs bundle", ".ci/interop-clients.sh")
+    path = service_url("PYMQ_STOMPJS", "@stomp/stompjs bundle", ".ci/interop-clients.sh")
     if not os.path.exists(path):
         pytest.fail(f"PYMQ_STOMPJS={path} does not exist: run .ci/interop-clients.sh again")
     return path
