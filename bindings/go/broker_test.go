@@ -30,7 +30,11 @@ var (
 	brokerReason string // why there is no broker
 )
 
-var listening = regexp.MustCompile(`pymq-server listening on (\S+:\d+)`)
+var (
+	listening = regexp.MustCompile(`pymq-server listening on (\S+:\d+)`)
+	// the broker's other listeners, announced after the first line: tls (host:port), websocket (a URL)
+	otherListener = regexp.MustCompile(`pymq-server (tls|websocket) listening on (\S+)`)
+)
 
 // testBroker is one pymq-server process over a data directory that outlives restarts.
 type testBroker struct {
@@ -41,6 +45,8 @@ type testBroker struct {
 	mu      sync.Mutex
 	cmd     *exec.Cmd
 	waited  chan struct{}
+	others  map[string]string // "tls" -> host:port, "websocket" -> ws://host:port/path
+	changed chan struct{}
 }
 
 func serverCommand() ([]string, error) {
@@ -66,7 +72,8 @@ func newBroker(extra ...string) (*testBroker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &testBroker{command: command, dataDir: dataDir, extra: extra}
+	b := &testBroker{command: command, dataDir: dataDir, extra: extra, others: map[string]string{},
+		changed: make(chan struct{}, 1)}
 	if err := b.start("0"); err != nil {
 		os.RemoveAll(dataDir)
 		return nil, err
@@ -94,6 +101,14 @@ func (b *testBroker) start(port string) error {
 			line, err := r.ReadString('\n')
 			if m := listening.FindStringSubmatch(line); m != nil {
 				found <- m[1]
+			} else if m := otherListener.FindStringSubmatch(line); m != nil {
+				b.mu.Lock()
+				b.others[m[1]] = m[2]
+				b.mu.Unlock()
+				select {
+				case b.changed <- struct{}{}:
+				default:
+				}
 			} else if len(line) > 0 && log.Len() < 8192 {
 				log.WriteString(line)
 			}
@@ -140,6 +155,25 @@ func (b *testBroker) stop() {
 	case <-time.After(15 * time.Second):
 		_ = cmd.Process.Kill()
 		<-waited
+	}
+}
+
+// listener returns the address of another listener ("tls" or "websocket") once the broker announced it.
+func (b *testBroker) listener(t *testing.T, kind string) string {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		b.mu.Lock()
+		v := b.others[kind]
+		b.mu.Unlock()
+		if v != "" {
+			return v
+		}
+		select {
+		case <-b.changed:
+		case <-deadline:
+			t.Fatalf("the broker never announced its %s listener", kind)
+		}
 	}
 }
 

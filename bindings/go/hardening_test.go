@@ -9,7 +9,9 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -461,8 +463,8 @@ func TestChannelAPI(t *testing.T) {
 	}
 }
 
-// tlsProxy terminates TLS with a certificate signed by a CA made here, and forwards to the broker.
-func tlsProxy(t *testing.T, broker string) (addr string, roots *x509.CertPool) {
+// testCertificates makes a CA and a certificate for 127.0.0.1 and localhost signed by it.
+func testCertificates(t *testing.T) (leafDER []byte, key *ecdsa.PrivateKey, caCert *x509.Certificate) {
 	t.Helper()
 	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	ca := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "pymq test CA"},
@@ -472,16 +474,23 @@ func tlsProxy(t *testing.T, broker string) (addr string, roots *x509.CertPool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caCert, _ = x509.ParseCertificate(caDER)
+	key, _ = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "127.0.0.1"},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"localhost"},
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
+	leafDER, err = x509.CreateCertificate(rand.Reader, leaf, caCert, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return leafDER, key, caCert
+}
+
+// tlsProxy terminates TLS with a certificate signed by a CA made here, and forwards to the broker.
+func tlsProxy(t *testing.T, broker string) (addr string, roots *x509.CertPool) {
+	t.Helper()
+	leafDER, key, caCert := testCertificates(t)
 	cfg := &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{leafDER}, PrivateKey: key}}}
 	ln, err := tls.Listen("tcp", "127.0.0.1:0", cfg)
 	if err != nil {
@@ -655,4 +664,51 @@ func TestAContextCancelledAfterConnectDoesNotCutTheConnection(t *testing.T) {
 			t.Fatalf("try %d: the deadline of an established connection was moved into the past", i)
 		}
 	}
+}
+
+// TestTLSToTheBrokersOwnPort: the broker serving stomp+ssl:// itself (its tls_port, with a certificate
+// made here), as well as through the proxy above.
+func TestTLSToTheBrokersOwnPort(t *testing.T) {
+	leafDER, key, caCert := testCertificates(t)
+	dir := t.TempDir()
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile := filepath.Join(dir, "broker.pem"), filepath.Join(dir, "broker.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leafDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// a fixed TLS port (one free now), so that the restarted broker listens where the client reconnects
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsPort := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	b := ownBroker(t, writeConfig(t, fmt.Sprintf("tls_port: %d\ntls:\n  cert_file: %s\n  key_file: %s\n",
+		tlsPort, certFile, keyFile))...)
+	addr := b.listener(t, "tls")
+	roots := x509.NewCertPool()
+	roots.AddCert(caCert)
+	log := newStatusLog()
+	c, err := pymq.Dial("stomp+ssl://"+addr, pymq.Options{TLS: &tls.Config{RootCAs: roots}, OnStatus: log.record,
+		Reconnect: &pymq.Reconnect{InitialDelay: 50 * time.Millisecond, MaxDelay: 500 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	send2(t, c, queue(t))
+	if _, err := pymq.Dial("stomp+ssl://"+addr, pymq.Options{TLS: &tls.Config{RootCAs: x509.NewCertPool()}}); err == nil {
+		t.Fatal("an unknown CA must be refused")
+	}
+	// reconnection goes through the TLS handshake again
+	if err := b.restart(); err != nil {
+		t.Fatal(err)
+	}
+	log.await(t, pymq.StatusOpen, 2, 20*time.Second)
+	send2(t, c, queue(t))
 }

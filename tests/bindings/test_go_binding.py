@@ -32,6 +32,7 @@ REQUIRED = {
     "TestWithoutReconnectALostBrokerIsFinal", "TestHeartBeatsBothWaysWithTheBroker", "TestASilentBrokerIsDeclaredDead",
     "TestContextCancelsAHandshakeWithASilentServer", "TestConnectOverYourOwnConn", "TestChannelAPI",
     "TestTLSThroughATerminatingProxy", "TestTheModulePathResolves", "TestAContextCancelledAfterConnectDoesNotCutTheConnection",
+    "TestTLSToTheBrokersOwnPort",
 }
 
 

@@ -28,7 +28,7 @@ BINDING = pathlib.Path(__file__).parents[2] / "bindings" / "java"
 REQUIRED = {
     "io.pymq.stomp.FrameVectorsTest", "io.pymq.routing.RoutingVectorsTest", "io.pymq.jms.MessageVectorsTest",
     "io.pymq.jms.SelectorVectorsTest", "io.pymq.jms.ProviderTest", "io.pymq.jms.InteropTest",
-    "io.pymq.jms.HeartBeatTest", "io.pymq.jms.examples.SpringJmsExampleTest",
+    "io.pymq.jms.HeartBeatTest", "io.pymq.jms.TlsTest", "io.pymq.jms.examples.SpringJmsExampleTest",
 }
 
 

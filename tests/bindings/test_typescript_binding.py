@@ -26,7 +26,8 @@ REQUIRED = ["frames.json parse vectors", "frames.json encode vectors", "murmur3.
             "messages.json: MESSAGE frames decode as in the Python SDK",
             "client against a real pymq-server",
             # hardening: broker restarts and cut connections, heart-beats, TLS, WebSocket in Node and Chromium
-            "reconnection", "heart-beats", "TLS", "STOMP over WebSocket", "subscriptions as async iterators"]
+            "reconnection", "heart-beats", "TLS", "STOMP over WebSocket", "subscriptions as async iterators",
+            "the broker's own TLS and WebSocket listeners"]
 
 
 def test_typescript_binding_suite(tmp_path):

@@ -11,12 +11,15 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
 
 export interface Broker {
   host: string;
   port: number;
+  /** the broker's other listeners as it announced them: tls (host:port), websocket (a ws:// or wss:// URL) */
+  listeners: Record<string, string>;
   /** stop with SIGTERM (a clean stop that keeps persistent messages) */
   stop(): Promise<void>;
   /** start again on the same port over the same data directory */
@@ -57,7 +60,8 @@ function serverCommand(): string[] | string {
   return command;
 }
 
-function run(command: string[], port: number, dataDir: string, extra: string[]): Promise<{ child: ChildProcess; port: number }> {
+function run(command: string[], port: number, dataDir: string, extra: string[],
+  listeners: Record<string, string> = {}): Promise<{ child: ChildProcess; port: number }> {
   const child: ChildProcess = spawn(command[0],
     [...command.slice(1), '--host', '127.0.0.1', '--port', String(port), '--data-dir', dataDir, ...extra],
     { stdio: ['ignore', 'ignore', 'pipe'] });
@@ -67,6 +71,7 @@ function run(command: string[], port: number, dataDir: string, extra: string[]):
     child.stderr!.setEncoding('utf-8');
     child.stderr!.on('data', (text: string) => {
       log += text;
+      for (const other of log.matchAll(/pymq-server (tls|websocket) listening on (\S+)/g)) listeners[other[1]] = other[2];
       const m = /pymq-server listening on [^\s:]+:(\d+)/.exec(log);
       if (m) {
         clearTimeout(timer);
@@ -101,13 +106,15 @@ export async function ownBroker(extra: string[] = []): Promise<Broker | string> 
   const command = serverCommand();
   if (typeof command === 'string') return command;
   const dataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'pymq-ts-test-'));
-  let { child, port } = await run(command, 0, dataDir, extra);
+  const listeners: Record<string, string> = {};
+  let { child, port } = await run(command, 0, dataDir, extra, listeners);
   const broker: Broker = {
     host: '127.0.0.1',
     port,
+    listeners,
     stop: () => stopChild(child),
     start: async () => {
-      ({ child } = await run(command, port, dataDir, extra));
+      ({ child } = await run(command, port, dataDir, extra, listeners));
     },
     remove: async () => {
       await stopChild(child);
@@ -123,9 +130,21 @@ export async function startBroker(): Promise<Broker | string> {
   if (given) {
     const [host, port] = given.split(':');
     const none = async () => undefined;
-    return { host, port: Number(port), stop: none, start: none, remove: none };
+    return { host, port: Number(port), listeners: {}, stop: none, start: none, remove: none };
   }
   return ownBroker();
+}
+
+/** A TCP port that is free now (for listeners that must keep their port across a restart). */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address() as net.AddressInfo;
+      server.close(() => resolve(port));
+    });
+  });
 }
 
 /** Writes a broker YAML config in a temporary directory; returns its --config arguments. */

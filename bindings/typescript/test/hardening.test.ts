@@ -22,7 +22,7 @@ import {
   connect, DisconnectedError, HeartBeatError, Message, StaleMessageError, TransactionLostError,
   type Connection, type NodeConnectOptions, type Status, type Subscription, type WebSocketConstructor,
 } from '../src/node.js';
-import { brokerConfig, inCi, ownBroker, startBroker, type Broker } from './broker.js';
+import { brokerConfig, freePort, inCi, ownBroker, startBroker, type Broker } from './broker.js';
 
 let shared: Broker | string = 'the broker has not started';
 const cleanups: Array<() => Promise<void> | void> = [];
@@ -254,7 +254,7 @@ describe('heart-beats', () => {
 });
 
 /** A CA and a certificate for 127.0.0.1 signed by it, made with openssl; undefined without openssl. */
-function certificates(): { ca: string; key: string; cert: string } | undefined {
+function certificates(): { ca: string; key: string; cert: string; keyFile: string; certFile: string } | undefined {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pymq-ts-tls-'));
   cleanups.push(() => fs.rmSync(dir, { recursive: true, force: true }));
   const f = (name: string) => path.join(dir, name);
@@ -271,7 +271,7 @@ function certificates(): { ca: string; key: string; cert: string } | undefined {
     return undefined;
   }
   return { ca: fs.readFileSync(f('ca.pem'), 'utf-8'), key: fs.readFileSync(f('server.key'), 'utf-8'),
-    cert: fs.readFileSync(f('server.pem'), 'utf-8') };
+    cert: fs.readFileSync(f('server.pem'), 'utf-8'), keyFile: f('server.key'), certFile: f('server.pem') };
 }
 
 describe('TLS', () => {
@@ -328,6 +328,73 @@ async function webSocketBridge(target: { host: string; port: number }): Promise<
   };
 }
 
+/**
+ * In headless Chromium (the system's, through playwright-core): the ES-module build served over HTTP, the
+ * browser's own WebSocket to wsUrl; the page and Node (over TCP to broker b) exchange messages both ways.
+ */
+async function inChromium(t: TestContext, b: Broker, wsUrl: string): Promise<void> {
+  const executablePath = process.env.PYMQ_TEST_CHROMIUM ?? '/usr/bin/chromium';
+  if (!fs.existsSync(executablePath)) return void unavailable(t, `no Chromium at ${executablePath} (apt-get install chromium)`);
+  const esm = path.join(__dirname, '..', '..', 'dist', 'esm');
+  if (!fs.existsSync(path.join(esm, 'index.js'))) throw new Error(`no browser build in ${esm}: npm run build`);
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url ?? '/', 'http://localhost');
+    if (url.pathname === '/') {
+      res.writeHead(200, { 'content-type': 'text/html' })
+        .end('<!doctype html><title>pymq</title><link rel="icon" href="data:,">');
+      return;
+    }
+    const file = path.join(esm, path.normalize(url.pathname.replace(/^\/esm\//, '')));
+    if (!url.pathname.startsWith('/esm/') || !file.startsWith(esm) || !fs.existsSync(file)) {
+      res.writeHead(404).end();
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'text/javascript' }).end(fs.readFileSync(file));
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  const { chromium } = await import('playwright-core');
+  const browser = await chromium.launch({ executablePath, args: ['--headless', '--no-sandbox', '--disable-gpu',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'] });
+  cleanups.push(() => browser.close());
+  const page = await browser.newPage();
+  const errors: string[] = [];
+  page.on('pageerror', (err) => errors.push(String(err)));
+  page.on('console', (msg) => {
+    if (msg.type() === 'error') errors.push(msg.text());
+  });
+  await page.goto(`http://127.0.0.1:${(server.address() as net.AddressInfo).port}/`);
+  const dest = queue();
+  // Node publishes what the browser reads (a queue keeps it until the browser subscribes), and reads
+  // what the browser publishes
+  const node = await dial({ host: b.host, port: b.port });
+  const fromBrowser = await node.subscribe(`${dest}-back`);
+  await node.send(`${dest}-node`, Message.text('from node'));
+  // plain JavaScript as text: a function would be compiled to CommonJS (require) by this test's build
+  const script = `(async ({ url, dest }) => {
+    const pymq = await import('/esm/index.js');
+    const c = await pymq.connect({ connector: pymq.webSocket(url), heartBeat: { sendMs: 1000, receiveMs: 1000 } });
+    const sub = await c.subscribe(dest);
+    await c.send(dest, pymq.Message.text('from the browser').setProperty('n', 7).setProperty('ratio', 0.5));
+    const got = await sub.receive(10000);
+    const fromNode = await (await c.subscribe(dest + '-node')).receive(10000);
+    await c.send(dest + '-back', pymq.Message.map({ ok: true, blob: new Uint8Array([1, 2, 255]) }));
+    const out = { text: got && got.text, n: got && got.getProperty('n'), ratio: got && got.getProperty('ratio'),
+      nodeText: fromNode && fromNode.text, version: c.version, heartBeats: c.heartBeats,
+      hasBuffer: 'Buffer' in globalThis };
+    await c.close();
+    return out;
+  })(${JSON.stringify({ url: wsUrl, dest })})`;
+  const result = await page.evaluate(script);
+  assert.deepEqual(result, {
+    text: 'from the browser', n: 7, ratio: 0.5, nodeText: 'from node', version: '1.2',
+    heartBeats: { sendMs: 10000, receiveMs: 10000 }, hasBuffer: false,
+  });
+  const back = await expect(fromBrowser);
+  assert.deepEqual(back.map, { ok: true, blob: new Uint8Array([1, 2, 255]) });
+  assert.deepEqual(errors, []);
+}
+
 describe('STOMP over WebSocket', () => {
   it('works from Node through a WebSocket bridge, and reconnects', async (t) => {
     const b = sharedBroker(t);
@@ -349,67 +416,7 @@ describe('STOMP over WebSocket', () => {
   it('runs in headless Chromium (the browser build, the browser WebSocket)', async (t) => {
     const b = sharedBroker(t);
     if (!b) return;
-    const executablePath = process.env.PYMQ_TEST_CHROMIUM ?? '/usr/bin/chromium';
-    if (!fs.existsSync(executablePath)) return unavailable(t, `no Chromium at ${executablePath} (apt-get install chromium)`);
-    const esm = path.join(__dirname, '..', '..', 'dist', 'esm');
-    if (!fs.existsSync(path.join(esm, 'index.js'))) throw new Error(`no browser build in ${esm}: npm run build`);
-    const bridge = await webSocketBridge(b);
-    const server = http.createServer((req, res) => {
-      const url = new URL(req.url ?? '/', 'http://localhost');
-      if (url.pathname === '/') {
-        res.writeHead(200, { 'content-type': 'text/html' })
-          .end('<!doctype html><title>pymq</title><link rel="icon" href="data:,">');
-        return;
-      }
-      const file = path.join(esm, path.normalize(url.pathname.replace(/^\/esm\//, '')));
-      if (!url.pathname.startsWith('/esm/') || !file.startsWith(esm) || !fs.existsSync(file)) {
-        res.writeHead(404).end();
-        return;
-      }
-      res.writeHead(200, { 'content-type': 'text/javascript' }).end(fs.readFileSync(file));
-    });
-    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-    cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
-    const { chromium } = await import('playwright-core');
-    const browser = await chromium.launch({ executablePath, args: ['--headless', '--no-sandbox', '--disable-gpu',
-      '--disable-background-networking', '--disable-component-update', '--disable-sync', '--disable-dev-shm-usage'] });
-    cleanups.push(() => browser.close());
-    const page = await browser.newPage();
-    const errors: string[] = [];
-    page.on('pageerror', (err) => errors.push(String(err)));
-    page.on('console', (msg) => {
-      if (msg.type() === 'error') errors.push(msg.text());
-    });
-    await page.goto(`http://127.0.0.1:${(server.address() as net.AddressInfo).port}/`);
-    const dest = queue();
-    // Node publishes what the browser reads (a queue keeps it until the browser subscribes), and reads
-    // what the browser publishes
-    const node = await dial({ host: b.host, port: b.port });
-    const fromBrowser = await node.subscribe(`${dest}-back`);
-    await node.send(`${dest}-node`, Message.text('from node'));
-    // plain JavaScript as text: a function would be compiled to CommonJS (require) by this test's build
-    const script = `(async ({ url, dest }) => {
-      const pymq = await import('/esm/index.js');
-      const c = await pymq.connect({ connector: pymq.webSocket(url), heartBeat: { sendMs: 1000, receiveMs: 1000 } });
-      const sub = await c.subscribe(dest);
-      await c.send(dest, pymq.Message.text('from the browser').setProperty('n', 7).setProperty('ratio', 0.5));
-      const got = await sub.receive(10000);
-      const fromNode = await (await c.subscribe(dest + '-node')).receive(10000);
-      await c.send(dest + '-back', pymq.Message.map({ ok: true, blob: new Uint8Array([1, 2, 255]) }));
-      const out = { text: got && got.text, n: got && got.getProperty('n'), ratio: got && got.getProperty('ratio'),
-        nodeText: fromNode && fromNode.text, version: c.version, heartBeats: c.heartBeats,
-        hasBuffer: 'Buffer' in globalThis };
-      await c.close();
-      return out;
-    })(${JSON.stringify({ url: bridge.url, dest })})`;
-    const result = await page.evaluate(script);
-    assert.deepEqual(result, {
-      text: 'from the browser', n: 7, ratio: 0.5, nodeText: 'from node', version: '1.2',
-      heartBeats: { sendMs: 10000, receiveMs: 10000 }, hasBuffer: false,
-    });
-    const back = await expect(fromBrowser);
-    assert.deepEqual(back.map, { ok: true, blob: new Uint8Array([1, 2, 255]) });
-    assert.deepEqual(errors, []);
+    await inChromium(t, b, (await webSocketBridge(b)).url);
   });
 });
 
@@ -427,5 +434,43 @@ describe('subscriptions as async iterators', () => {
       if (got.length === 3) await sub.unsubscribe();
     }
     assert.deepEqual(got, ['i1', 'i2', 'i3']);
+  });
+});
+
+/** The broker's announced listener of a kind ("tls", "websocket"), waited for (it follows the first line). */
+async function listener(b: Broker, kind: string): Promise<string> {
+  const deadline = Date.now() + 10000;
+  while (!b.listeners[kind]) {
+    if (Date.now() > deadline) throw new Error(`the broker never announced its ${kind} listener`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+  return b.listeners[kind];
+}
+
+describe("the broker's own TLS and WebSocket listeners", () => {
+  it('serve this client over stomp+ssl:// and ws://, from Node and from Chromium', async (t) => {
+    const certs = certificates();
+    if (!certs) return unavailable(t, 'openssl is needed to make the test certificates');
+    const tlsPort = await freePort(); // fixed, so that the restarted broker listens where the client reconnects
+    const b = await own(t, brokerConfig(`tls_port: ${tlsPort}\ntls:\n  cert_file: ${certs.certFile}\n` +
+      `  key_file: ${certs.keyFile}\nwebsocket:\n  port: 0\n  path: /stomp\n`));
+    if (!b) return;
+    const tlsAddr = await listener(b, 'tls');
+    const log = statusLog();
+    const overTls = await dial({ url: `stomp+ssl://${tlsAddr}`, tls: { ca: certs.ca }, onStatus: log.record,
+      reconnect: { initialDelayMs: 50, maxDelayMs: 500 } });
+    await roundTrip(overTls, 'over the broker TLS port');
+    await assert.rejects(connect({ url: `stomp+ssl://${tlsAddr}`, timeoutMs: 3000 }), /certificate|self.signed|unable to verify/i);
+    const wsUrl = await listener(b, 'websocket');
+    assert.match(wsUrl, /^ws:\/\/.+\/stomp$/);
+    const overWs = await dial({ url: wsUrl, WebSocket: NodeWebSocket as unknown as WebSocketConstructor });
+    assert.equal(overWs.version, '1.2');
+    await roundTrip(overWs, 'over the broker WebSocket');
+    await inChromium(t, b, wsUrl);
+    // reconnection goes through the TLS handshake again
+    await b.stop();
+    await b.start();
+    await log.until('open', 2);
+    await roundTrip(overTls, 'over TLS after a restart');
   });
 });

@@ -79,11 +79,38 @@ public final class Broker {
         return url() + "?" + query;
     }
 
+    /** A broker of its own, with a YAML config; its listeners as announced ("stomp", "tls", "websocket"). */
+    public static synchronized java.util.Map<String, String> startOwn(String yaml) {
+        if (System.getenv("PYMQ_SERVER") == null && !inCi()) {
+            address();   // skips with the reason when there is no broker command at all
+        }
+        try {
+            Path config = Files.createTempFile("pymq-java-broker-", ".yaml");
+            Files.writeString(config, yaml);
+            java.util.Map<String, String> listeners = new java.util.concurrent.ConcurrentHashMap<>();
+            listeners.put("stomp", start(List.of("--config", config.toString()), listeners));
+            return listeners;
+        } catch (Exception e) {
+            if (inCi()) {
+                Assertions.fail("cannot start a broker: " + e.getMessage());
+            }
+            Assumptions.assumeTrue(false, "cannot start a broker: " + e.getMessage());
+            return null;
+        }
+    }
+
+    private static final Pattern OTHER = Pattern.compile("pymq-server (tls|websocket) listening on (\\S+)");
+
     private static String start() throws IOException, InterruptedException {
+        return start(List.of(), new java.util.HashMap<>());
+    }
+
+    private static String start(List<String> extra, java.util.Map<String, String> listeners) throws IOException, InterruptedException {
         String cmd = System.getenv("PYMQ_SERVER");
         List<String> command = new ArrayList<>(List.of((cmd == null || cmd.isBlank() ? "pymq-server" : cmd).strip().split("\\s+")));
         Path dataDir = Files.createTempDirectory("pymq-java-test-");
         command.addAll(List.of("--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir.toString()));
+        command.addAll(extra);
         Process process = new ProcessBuilder(command).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
         CompletableFuture<String> found = new CompletableFuture<>();
         StringBuilder log = new StringBuilder();
@@ -92,8 +119,11 @@ public final class Broker {
                 String line;
                 while ((line = r.readLine()) != null) {
                     Matcher m = LISTENING.matcher(line);
+                    Matcher other = OTHER.matcher(line);
                     if (m.find()) {
                         found.complete(m.group(1));
+                    } else if (other.find()) {
+                        listeners.put(other.group(1), other.group(2));
                     } else if (log.length() < 8192) {
                         log.append(line).append('\n');
                     }
