@@ -307,6 +307,12 @@ cdef class FrameScanner:
         cdef bint escaped
         if memchr(head, 0, length) != NULL:
             raise MalformedFrame("NUL inside the header block")
+        # the whole block must be UTF-8 before any line is judged (the twin decodes it at once, so a
+        # bad byte on a later line is reported before a missing colon on an earlier one)
+        for i in range(length):
+            if <unsigned char>head[i] >= 0x80:
+                self._decode(head, length)
+                break
         # command line
         hit = <char*>memchr(head, 10, length)
         line_end = (hit - head) if hit != NULL else length

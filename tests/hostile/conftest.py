@@ -6,6 +6,7 @@ gone (``returncode`` is the signal) or a deadline pass, and the fixture kills wh
 """
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -28,6 +29,15 @@ class BrokerProcess:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:      # a frozen loop cannot run its SIGTERM handler
+                self.proc.kill()
+                self.proc.wait(10)
+
     def describe(self) -> str:
         code = self.proc.poll()
         if code is None:
@@ -37,11 +47,11 @@ class BrokerProcess:
         return f"the broker exited with {code}"
 
 
-def start_broker(tmp_path, *args: str) -> BrokerProcess:
+def start_broker(tmp_path, *args: str, env: dict[str, str] | None = None) -> BrokerProcess:
     log = open(tmp_path / "broker.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "pymq_server.cli", "--port", "0", "--data-dir",
                              str(tmp_path / "data"), *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
-                            stderr=log, text=True)
+                            stderr=log, text=True, env={**os.environ, **(env or {})})
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         log.seek(0)
@@ -67,10 +77,4 @@ def broker_process(tmp_path):
 
     yield make
     for bp in started:
-        if bp.proc.poll() is None:
-            bp.proc.send_signal(signal.SIGTERM)
-            try:
-                bp.proc.wait(15)
-            except subprocess.TimeoutExpired:      # a frozen loop cannot run its SIGTERM handler
-                bp.proc.kill()
-                bp.proc.wait(10)
+        bp.stop()

@@ -164,6 +164,19 @@ def test_twins_agree_on_long_runs(run, char, where):
     assert _run(c, stream) == _run(py, stream)
 
 
+@pytest.mark.parametrize("data", [
+    b"SEND\nd\x02SENND\nDepti\xe8\n\n",         # found by bench/fuzz_targets.py (atheris)
+    b"SEND\nnocolon\nk:\xff\n\n\x00",
+    b"\xffSEND\n\n\x00",
+])
+def test_an_invalid_utf8_header_block_is_reported_first_by_both_twins(data):
+    """The compiled scanner judged header lines one by one and reported a missing colon on a line
+    before a bad UTF-8 byte on a later one; the twin decodes the block first.  Same error from both."""
+    c, py = _both()
+    assert _run(c, (data, [], 4096, "1.1")) == _run(py, (data, [], 4096, "1.1"))
+    assert _run(py, (data, [], 4096, "1.1"))[2] == "frame header is not valid UTF-8"
+
+
 # -- heart-beat ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value, expected", [("0,0", (0, 0)), ("10000,5000", (10000, 5000)),

@@ -1,0 +1,151 @@
+"""The long fuzzing run: generated traffic against real brokers, and coverage-guided fuzzing of the codecs.
+
+    python -m bench.fuzz --minutes 10             # from the repository root
+    python -m bench.fuzz --minutes 2 --json /tmp/fuzz.json
+    python -m bench.fuzz --minutes 5 --only broker     # or: --only atheris
+
+Half the time goes to the broker state machine of tests/hostile/fuzzing.py (the same rules the test suite
+checks in a short run: the broker stays up, a refused stream gets ERROR then close, a normal client is
+still served), split between a ``pymq-server`` with the compiled core and one with
+``PYMQ_NO_EXTENSIONS=1``; it runs in batches with fresh seeds and restarts a broker that died (and counts
+that as a failure).  The other half goes to the atheris targets of ``bench/fuzz_targets.py`` — the
+compiled scanner against its twin, and the selector front end with both evaluators — each in its own
+process with a corpus kept under ``--corpus`` (default ``.fuzz-corpus/``, ignored by git) so later runs
+start where earlier ones stopped.  Without atheris (``pip install atheris``) that half is skipped and
+said so.  Exit status 1 if anything failed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def run_broker_fuzz(twin: str, seconds: float, steps: int) -> dict:
+    from hypothesis import HealthCheck, Phase, settings
+    from hypothesis.stateful import run_state_machine_as_test
+
+    from tests.hostile.conftest import start_broker
+    from tests.hostile.fuzzing import BrokerFuzz
+
+    env = {"PYMQ_NO_EXTENSIONS": "1" if twin == "py" else "0"}
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"pymq-fuzz-{twin}-"))
+    result = {"twin": twin, "batches": 0, "failures": [], "broker_restarts": 0}
+    BrokerFuzz.stats = {"steps": 0, "connections": 0, "refused_streams": 0, "errors_seen": 0, "bytes": 0}
+    deadline = time.monotonic() + seconds
+    def fresh_broker(n: int):
+        where = tmp / f"broker-{n}"
+        where.mkdir()
+        return start_broker(where, env=env)
+
+    broker = fresh_broker(0)
+    started = time.monotonic()
+    try:
+        while time.monotonic() < deadline:
+            if not broker.alive():
+                result["failures"].append(f"broker died: {broker.describe()}")
+                result["broker_restarts"] += 1
+                broker = fresh_broker(result["broker_restarts"])
+            BrokerFuzz.broker = broker
+            result["batches"] += 1
+            try:
+                run_state_machine_as_test(BrokerFuzz, settings=settings(
+                    max_examples=20, stateful_step_count=steps, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck), print_blob=True,
+                    phases=[Phase.generate]))            # no shrinking here: report and go on
+            except Exception as exc:  # one finding must not end the run: record it with its example
+                result["failures"].append(f"{type(exc).__name__}: {str(exc)[:2000]}")
+    finally:
+        broker.stop()
+    result.update(BrokerFuzz.stats)
+    result["seconds"] = round(time.monotonic() - started, 1)
+    return result
+
+
+STAT = re.compile(r"stat::(\w+):\s+(\d+)")
+
+
+def run_atheris(target: str, seconds: float, corpus: pathlib.Path) -> dict:
+    directory = corpus / target
+    directory.mkdir(parents=True, exist_ok=True)
+    before = len(list(directory.iterdir()))
+    artifacts = pathlib.Path(tempfile.mkdtemp(prefix=f"pymq-atheris-{target}-"))
+    cmd = [sys.executable, str(ROOT / "bench" / "fuzz_targets.py"), target, f"-max_total_time={int(seconds)}",
+           "-print_final_stats=1", f"-artifact_prefix={artifacts}/", "-timeout=10", "-rss_limit_mb=2048",
+           str(directory)]
+    started = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=seconds + 300)
+    stats = {k: int(v) for k, v in STAT.findall(proc.stderr)}
+    cov = re.findall(r"cov: (\d+) ft: (\d+)", proc.stderr)
+    found = sorted(str(p) for p in artifacts.iterdir())
+    failure = None
+    if proc.returncode != 0 or found:
+        m = re.search(r"=== Uncaught Python exception: ===\n(.*?)\nTraceback", proc.stderr, re.S)
+        failure = (m.group(1) if m else proc.stderr[-2000:]).strip()
+    return {"target": target, "seconds": round(time.monotonic() - started, 1),
+            "executions": stats.get("number_of_executed_units"),
+            "exec_per_s": stats.get("average_exec_per_sec"),
+            "coverage": int(cov[-1][0]) if cov else None, "features": int(cov[-1][1]) if cov else None,
+            "corpus_before": before, "corpus_after": len(list(directory.iterdir())),
+            "artifacts": found, "failure": failure}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--minutes", type=float, default=10.0)
+    p.add_argument("--only", choices=["broker", "atheris"])
+    p.add_argument("--steps", type=int, default=40, help="steps per generated broker session")
+    p.add_argument("--corpus", default=str(ROOT / ".fuzz-corpus"))
+    p.add_argument("--json", help="write the figures here too")
+    args = p.parse_args(argv)
+    total = args.minutes * 60
+    try:
+        import atheris  # noqa: F401
+        have_atheris = True
+    except ImportError:
+        have_atheris = False
+    parts = []
+    if args.only != "atheris":
+        parts += [("broker", "c"), ("broker", "py")]
+    if args.only != "broker" and have_atheris:
+        parts += [("atheris", "scanner"), ("atheris", "selector")]
+    share = total / max(1, len(parts))
+    report: dict = {"minutes": args.minutes, "broker": [], "atheris": [],
+                    "atheris_available": have_atheris}
+    for kind, what in parts:
+        if kind == "broker":
+            r = run_broker_fuzz(what, share, args.steps)
+            report["broker"].append(r)
+            print(f"broker [{what}]: {r['batches']} batches, {r['steps']} steps, {r['connections']} connections, "
+                  f"{r['refused_streams']} refused streams answered with ERROR + close, {r['errors_seen']} "
+                  f"ERRORs seen, {r['bytes']} bytes sent in {r['seconds']} s; "
+                  f"{len(r['failures'])} failure(s), {r['broker_restarts']} broker restart(s)", flush=True)
+            for failure in r["failures"]:
+                print("   FAILURE:", failure, flush=True)
+        else:
+            r = run_atheris(what, share, pathlib.Path(args.corpus))
+            report["atheris"].append(r)
+            print(f"atheris [{what}]: {r['executions']} executions ({r['exec_per_s']}/s) in {r['seconds']} s, "
+                  f"coverage {r['coverage']} edges / {r['features']} features, corpus {r['corpus_before']} -> "
+                  f"{r['corpus_after']}; {'FAILURE: ' + r['failure'] if r['failure'] else 'no failure'}",
+                  flush=True)
+    if not have_atheris and args.only != "broker":
+        print("atheris: not installed (pip install atheris), coverage-guided part skipped", flush=True)
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(report, fh, indent=2)
+    failed = any(r["failures"] for r in report["broker"]) or any(r["failure"] for r in report["atheris"])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

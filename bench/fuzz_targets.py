@@ -1,0 +1,107 @@
+"""Coverage-guided (atheris / libFuzzer) targets for the compiled scanner and the selector front end.
+
+    python bench/fuzz_targets.py scanner -max_total_time=60 -print_final_stats=1 [corpus_dir]
+    python bench/fuzz_targets.py selector -max_total_time=60 -print_final_stats=1 [corpus_dir]
+
+Run by ``python -m bench.fuzz`` (which sets the time and collects the figures).  Each target is
+*differential*: the same input goes to the compiled module and to its pure-Python twin, and any
+difference in outcome — frames, buffered bytes, error class and message; selector position, expected
+text and three-valued result — is a crash, as is any exception outside the error tree or a crash of the
+process itself.  Coverage: atheris instruments the Python twins and the parser (``instrument_imports``),
+so the mutation is guided by the reference implementation's branches; the compiled modules are not
+instrumented (that needs clang's ``-fsanitize=fuzzer-no-link``, and this machine has only gcc), they are
+exercised on every input the twin's coverage finds interesting.
+"""
+from __future__ import annotations
+
+import sys
+
+import atheris
+
+with atheris.instrument_imports():
+    from pymq import errors
+    from pymq.protocol import _scanner_py
+    from pymq.selector import IMPLEMENTATIONS, SelectorLimits, compile_selector
+    from pymq.selector import _lexer, _parser  # noqa: F401  (instrumented for coverage)
+
+from pymq.protocol import _scanner_c
+
+LIMITS = SelectorLimits(max_length=4096, max_terms=512)
+VALUES = [{}, {"x": 3, "p": "aab%_", "b": True, "s": "red", "n": None},
+          {"x": 2 ** 63 - 1, "p": "", "b": False, "s": 1.5, "y": float("nan")}]
+
+
+def _scan(module, data: bytes, cut: int, limit: int, version: str):
+    scanner = module.FrameScanner(max_frame_size=limit, version=version)
+    frames = []
+    try:
+        frames += scanner.feed(data[:cut])
+        frames += scanner.feed(data[cut:])
+        while True:
+            more = scanner.feed(b"")
+            if not more:
+                break
+            frames += more
+        return ("ok", [tuple(f) for f in frames], scanner.buffered)
+    except errors.ProtocolError as exc:
+        return ("error", type(exc).__name__, str(exc), [tuple(f) for f in frames])
+
+
+def scanner_target(data: bytes) -> None:
+    if len(data) < 3:
+        return
+    cut = data[0] * 4
+    limit = (64, 300, 4096, 1 << 20, (1 << 63) - 1)[data[1] % 5]
+    version = ("1.0", "1.1", "1.2")[data[2] % 3]
+    body = data[3:]
+    c = _scan(_scanner_c, body, cut, limit, version)
+    py = _scan(_scanner_py, body, cut, limit, version)
+    if c != py:
+        raise AssertionError(f"scanner twins disagree on {body!r} (cut {cut}, limit {limit}, {version}):\n"
+                             f"  c:  {c!r}\n  py: {py!r}")
+
+
+def _selector(module, text: str):
+    try:
+        s = compile_selector(text, evaluator=module, limits=LIMITS)
+    except errors.InvalidSelector as exc:
+        return ("invalid", exc.position, exc.expected)
+    return ("ok",) + tuple(s.evaluate(v) for v in VALUES)
+
+
+def selector_target(data: bytes) -> None:
+    text = atheris.FuzzedDataProvider(data).ConsumeUnicodeNoSurrogates(len(data))
+    results = {name: _selector(module, text) for name, module in IMPLEMENTATIONS.items() if module is not None}
+    if len(set(map(repr, results.values()))) != 1:
+        raise AssertionError(f"selector twins disagree on {text!r}: {results!r}")
+
+
+TARGETS = {"scanner": scanner_target, "selector": selector_target}
+
+SEEDS = {
+    "scanner": [b"\x05\x02\x02SEND\ndestination:/q\ncontent-length:3\n\nabc\x00",
+                b"\x00\x04\x02CONNECT\ncontent-length:9223372036854775807\n\nabc",
+                b"\x01\x03\x01SUBSCRIBE\nid:1\ndestination:/q\nk:a\\cb\n\n\x00\n\n"],
+    "selector": [b"color = 'red' AND weight > 2500", b"p LIKE '%a_b%' ESCAPE '!'", b"x + 1 * 2 BETWEEN 1 AND 9",
+                 b"NOT (a IN ('x', 'y') OR b IS NULL)", b"x = 9223372036854775807"],
+}
+
+
+def main() -> None:
+    name = sys.argv[1]
+    argv = [sys.argv[0]] + sys.argv[2:]
+    corpus = [a for a in argv[1:] if not a.startswith("-")]
+    for directory in corpus:
+        import os
+        os.makedirs(directory, exist_ok=True)
+        for i, seed in enumerate(SEEDS[name]):
+            path = os.path.join(directory, f"seed-{i}")
+            if not os.path.exists(path):
+                with open(path, "wb") as fh:
+                    fh.write(seed)
+    atheris.Setup(argv, TARGETS[name])
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()
