@@ -837,11 +837,33 @@ class Broker:
                            and (to_seq is None or m.seq < to_seq)]
             candidates = iter(entries)
         earliest, latest = self.bounds(destination, queue, use_log=log is not None)
-        now = self.now_ms()
+        session.run_browse(self._browse_cursor(session, sub_id, destination, request, selector, log,
+                                               candidates, earliest, latest))
+
+    def _browse_cursor(self, session, sub_id: str, destination: str, request: RangeRequest, selector, log,
+                       candidates, earliest: int, latest: int):
+        """The messages of one browse, written while the connection's outgoing buffer has room: the
+        generator yields when the transport says the buffer is full and the session resumes it when it
+        drains (a browse of a whole queue never holds more than ``write_buffer_high`` in the broker).
+        A log is read again from the next sequence number after each pause: it may have been trimmed
+        meanwhile, and a range of it is only valid until the loop runs something else."""
+        from_seq, to_seq = request.from_seq, request.to_seq
+        max_messages, max_bytes, from_ts = request.max_messages, request.max_bytes, request.from_timestamp
         count = sent_bytes = 0
         next_seq = None
         exhausted = True
-        for message in candidates:
+        candidates = iter(candidates)
+        while True:
+            if not session.writable:
+                yield
+                if session.closed:
+                    return
+                if log is not None and next_seq is not None:
+                    candidates = log.range(next_seq, to_seq)
+                continue
+            message = next(candidates, None)
+            if message is None:
+                break
             if max_messages is not None and count >= max_messages:
                 exhausted = False
                 break
@@ -849,7 +871,7 @@ class Broker:
                 exhausted = False
                 break
             next_seq = message.seq + 1
-            if message.expired(now) or (from_ts is not None and message.timestamp < from_ts):
+            if message.expired(self.now_ms()) or (from_ts is not None and message.timestamp < from_ts):
                 continue
             if selector is not None and not selector.matches(message.selector_values()):
                 continue

@@ -15,6 +15,7 @@ Rules kept here (spec/stomp.md §5, §6):
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Callable, Union
 
 from pymq import errors
@@ -61,6 +62,7 @@ class BrokerSession:
         self._held: list[bytes] | None = None        # bytes that arrived while input was held
         self._deferred: list[Frame] = []             # parsed frames waiting for input to resume
         self._browsed: set[str] = set()              # finished browse subscription ids
+        self._browses: deque = deque()               # browses waiting for the outgoing buffer to drain
         self._pauses: set[str] = set()               # why input is paused (memory, full queues)
         self._redispatch: set = set()                # queues that got credit or messages back this batch
         self._closing_after_receipts = False
@@ -213,8 +215,24 @@ class BrokerSession:
             return
         self.writable = writable
         if writable:
+            self._run_browses()
             for consumer in list(self.consumers.values()):
                 consumer.queue.dispatch()
+
+    def run_browse(self, cursor) -> None:
+        """Run a browse (a generator that yields when the outgoing buffer is full) now, or after the
+        browses already waiting; ``set_writable(True)`` resumes them in order."""
+        self._browses.append(cursor)
+        if len(self._browses) == 1:
+            self._run_browses()
+
+    def _run_browses(self) -> None:
+        browses = self._browses
+        while browses and self.writable and not self.closed:
+            try:
+                next(browses[0])
+            except StopIteration:
+                browses.popleft()
 
     # -- what the receipt queue needs --------------------------------------------------------------
     def write_receipt(self, receipt_id: str, extra: dict[str, str] | None) -> None:
@@ -273,6 +291,7 @@ class BrokerSession:
             self.broker.delete_temp_queue(queue)
         self.temp_queues.clear()
         self.receipts.clear()
+        self._browses.clear()
         self.broker.session_closed(self)
 
     # -- CONNECT ---------------------------------------------------------------------------------

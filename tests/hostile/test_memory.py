@@ -210,3 +210,36 @@ def test_large_messages_are_accepted_and_delivered_whole(broker, size):
         session.create_producer(queue).send(pymq.BytesMessage(body))
         message = consumers[0].receive(timeout=60)
         assert message is not None and message.body == body
+
+
+def test_browsing_a_queue_respects_the_outgoing_buffer(broker_factory):
+    """Landed main: ``browser:true`` wrote the whole queue to the connection at once, whatever the
+    write buffer (10 browse SUBSCRIBEs, ~600 bytes in: +415 MiB).  Now a browse pauses while the
+    connection's outgoing buffer is over the mark and resumes as the client reads."""
+    import pymq
+    rb = broker_factory(write_buffer_high=64 * KiB, write_buffer_low=16 * KiB)
+    body = b"m" * (8 * KiB)
+    with pymq.connect(rb.url) as conn:
+        producer = conn.create_session().create_producer(pymq.Queue("browsed"))
+        for _ in range(1000):                                   # 8 MiB held by the queue
+            producer.send(pymq.BytesMessage(body), delivery_mode=pymq.NON_PERSISTENT)
+    client = RawStomp(rb.port, rcvbuf=4096)
+    try:
+        assert client.connect().command == "CONNECTED"
+        for i in range(10):
+            client.send("SUBSCRIBE", {"destination": "/queue/browsed", "id": f"b{i}", "browser": "true"})
+        time.sleep(1.0)
+        held = _all_protocols_held(rb)
+        assert held <= 64 * KiB + 512 * KiB, f"{held} bytes queued for a client that does not read"
+        # the client reads everything in the end: 10 x 1000 messages, then 10 end markers
+        seen, ends = 0, 0
+        while ends < 10:
+            frame = client.read(30)
+            if frame.headers.get("browser") == "end":
+                ends += 1
+                assert frame.headers["pymq-count"] == "1000"
+            else:
+                seen += 1
+        assert seen == 10_000
+    finally:
+        client.close()
