@@ -169,6 +169,7 @@ class WebSocketConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        self.transport = None
         if self._deadline is not None:
             self._deadline.cancel()
         if self.stomp is not None:
@@ -244,6 +245,7 @@ class WebSocketConnection(asyncio.Protocol):
         self._close_socket()
 
     def _close_socket(self) -> None:
+        self._closed = True                 # nothing read after this reaches the session
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
 
