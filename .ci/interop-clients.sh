@@ -121,11 +121,14 @@ go_stomp() {
     out="$CACHE/go-stomp-driver-$(stamp "$dir/go.mod" "$dir/go.sum" "$dir/main.go" "$("$GO" version)")"
     if [ -x "$out" ]; then
         log "tests/interop/go: driver up to date"
+        touch "$out"     # in use: keeps it from the clean-up below in another checkout
     else
         log "tests/interop/go: go build (module download on first run)"
         (cd "$dir" && "$GO" build -o "$out.tmp" .) >&2 || { fail "go build in tests/interop/go failed"; return; }
         mv -f "$out.tmp" "$out"
-        find "$CACHE" -maxdepth 1 -name 'go-stomp-driver-*' ! -path "$out" -delete
+        # other checkouts (worktrees) share this cache and may use another driver version: only drivers
+        # nobody used for a week go
+        find "$CACHE" -maxdepth 1 -name 'go-stomp-driver-*' ! -path "$out" -mtime +7 -delete
     fi
     export_line PYMQ_GO_STOMP "$out"
 }
