@@ -7,6 +7,7 @@ accepts, so no client ever sees a half-recovered broker.
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import os
@@ -24,6 +25,8 @@ from pymq_server.storage.store import HoldingStore
 log = logging.getLogger("pymq.server")
 
 HOUSEKEEPING_PERIOD_S = 1.0
+#: how often the store is asked to bring back devices out of service (each has its own back-off)
+STORAGE_MAINTENANCE_PERIOD_S = 0.25
 
 
 def build_devices(config: BrokerConfig) -> tuple[list, str | None]:
@@ -70,6 +73,7 @@ class BrokerServer:
         self._server: asyncio.base_events.Server | None = None
         self._tls_server: asyncio.base_events.Server | None = None
         self._housekeeping: asyncio.TimerHandle | None = None
+        self._maintenance: asyncio.TimerHandle | None = None
         self._selection_timer: asyncio.TimerHandle | None = None
         self.claimers: list = []
         self.admin = None
@@ -241,8 +245,13 @@ class BrokerServer:
                 pass
             os.unlink(probe)
         except OSError as exc:
-            raise StorageError(f"cannot use data directory {cfg.data_dir!r} (data_dir): "
-                               f"{exc.strerror or exc}", path=cfg.data_dir) from None
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise StorageError(f"cannot use data directory {cfg.data_dir!r} (data_dir): "
+                                   f"{exc.strerror or exc}", path=cfg.data_dir) from None
+            # a full disk is no reason not to start: the devices recover what they hold read-only
+            log.warning("the data directory %s is on a full disk (%s): starting anyway; devices that "
+                        "cannot write serve what they hold and refuse new messages until space returns",
+                        cfg.data_dir, exc.strerror)
         self.runtime = AsyncioRuntime(loop)
         devices, persistent = build_devices(cfg)
         self.store = HoldingStore(devices, persistent_device=persistent, sync_policy=cfg.sync_policy,
@@ -253,6 +262,7 @@ class BrokerServer:
         except OSError as exc:
             raise StorageError(f"cannot open storage under {cfg.data_dir}: {exc}") from exc
         self.broker = Broker(cfg, self.store, self.runtime)
+        self.store.on_device_opened = self.broker.recover_device
         self.admin = Admin(self)
         self.broker.admin = self.admin
         selection = cfg.storage.selection
@@ -267,6 +277,7 @@ class BrokerServer:
             gc.freeze()
         self._start_claimers(loop)
         self._schedule_housekeeping()
+        self._schedule_maintenance()
         return self
 
     def _start_claimers(self, loop) -> None:
@@ -307,6 +318,20 @@ class BrokerServer:
         finally:
             self._schedule_housekeeping()
 
+    def _schedule_maintenance(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._maintenance = loop.call_later(STORAGE_MAINTENANCE_PERIOD_S, self._run_maintenance)
+
+    def _run_maintenance(self) -> None:
+        """Devices in fault are repaired, devices that did not open at start-up opened (spec/storage.md
+        §8), each with its own back-off; the work runs in worker threads."""
+        try:
+            self.store.maintain(self.runtime.time())
+        except Exception:  # a bug here must not stop the broker; the next round retries
+            log.exception("storage maintenance failed")
+        finally:
+            self._schedule_maintenance()
+
     async def stop(self) -> None:
         self.stopping = True
         if self.admin is not None:
@@ -315,6 +340,8 @@ class BrokerServer:
             await self.cluster.stop()          # hand-over needs the links and the loop still running
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        if self._maintenance is not None:
+            self._maintenance.cancel()
         if self._selection_timer is not None:
             self._selection_timer.cancel()
         for server in (self._server, self._tls_server, self.websocket):
@@ -332,8 +359,14 @@ class BrokerServer:
                 await server.wait_closed()
         await asyncio.sleep(0)   # let transports flush their last frames
         if self.store is not None:
-            self.store.flush_all()
-            self.store.close()
+            # A device in fault cannot save what changed since the fault; that is said, and the stop
+            # goes on: everything acknowledged is durable already (spec/storage.md §8).
+            for problem in self.store.flush_all():
+                log.error("storage at shutdown: %s", problem)
+            try:
+                self.store.close()
+            except StorageError as exc:
+                log.error("storage at shutdown: %s", exc.message)
         if self.runtime is not None:
             self.runtime.shutdown()
         log.info("pymq-server stopped")

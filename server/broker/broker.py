@@ -82,8 +82,15 @@ class SequenceBook:
         self.store.put_meta("seq:" + name, str(upto).encode())
         # a reservation must be durable before any number from it is used
         catalog = self.store.catalog
-        catalog.flush()
-        catalog.sync()
+        try:
+            catalog.flush()
+            catalog.sync()
+        except StorageError as exc:
+            # The catalog device is in fault (a full or failing disk).  Messages keep flowing with the
+            # numbers reserved in memory: the device's repair writes the reservation with its checkpoint;
+            # only a crash before that repair could hand out these numbers again (spec/storage.md §8).
+            log.warning("sequence reservation for %r is not durable yet (%s); numbering continues",
+                        name or "message keys", exc.message)
 
 
 class Broker:
@@ -132,8 +139,9 @@ class Broker:
     def call_soon(self, fn: Callable[[], None]) -> None:
         self.runtime.call_later(0, fn)
 
-    def barrier(self, done: Callable[[], None]) -> None:
-        """``done()`` once everything written so far is durable under the sync policy."""
+    def barrier(self, done: Callable[[BaseException | None], None]) -> None:
+        """``done(None)`` once everything written so far is durable under the sync policy, ``done(error)``
+        when storage could not make it durable."""
         self.store.barrier(done)
 
     def new_connection_id(self) -> str:
@@ -922,8 +930,18 @@ class Broker:
             selector = self.compile_selector(record.get("selector"))
             self._create_durable(topic, key, selector, record.get("no_local", False), record["owner"],
                                  record.get("shared", False), record["name"], persist=False)
+        return self.recover_messages(self.store.recover())
+
+    def recover_device(self, device) -> int:
+        """A device that could not be opened at start-up is open now: its messages join their queues."""
+        count = self.recover_messages((device, stored, refs) for stored, refs in device.recover())
+        log.warning("recovered %d persistent messages from holding device %s", count, device.name)
+        return count
+
+    def recover_messages(self, records) -> int:
+        """Put recovered (device, StoredMessage, queues) back in their queues; returns how many."""
         count = 0
-        for device, stored, refs in self.store.recover():
+        for device, stored, refs in records:
             message = decode_stored(stored)
             message.device = device
             self.seqs.observe("", stored.key)

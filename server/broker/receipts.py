@@ -5,6 +5,8 @@ durable under the sync policy (spec/stomp.md §5). A SEND that wrote data marks 
 *unsynced*; the next receipt then asks the store for a barrier. One barrier per loop iteration covers
 every receipt of the batch of frames just read: a pipelining producer costs one flush and one commit
 wait per read, not one per message. Receipts wait in a FIFO behind their barrier, so they leave in order.
+A barrier that fails (the data could not be made durable: a full or failing disk) answers the first
+receipt still waiting with an ERROR instead (``receipt_failed``): never a receipt that lies, never silence.
 """
 from __future__ import annotations
 
@@ -21,7 +23,9 @@ class ReceiptOwner(Protocol):
 
     def call_soon(self, fn: Callable[[], None]) -> None: ...
 
-    def barrier(self, done: Callable[[], None]) -> None: ...
+    def barrier(self, done: Callable[[BaseException | None], None]) -> None: ...
+
+    def receipt_failed(self, receipt_id: str, error: BaseException) -> None: ...
 
 
 class ReceiptQueue:
@@ -56,9 +60,16 @@ class ReceiptQueue:
         if self.owner.closed:
             return
         barrier = self._barrier_seq
-        self.owner.barrier(lambda: self._barrier_complete(barrier))
+        self.owner.barrier(lambda error=None: self._barrier_complete(barrier, error))
 
-    def _barrier_complete(self, barrier: int) -> None:
+    def _barrier_complete(self, barrier: int, error: BaseException | None = None) -> None:
+        if error is not None:
+            if self._waiting and not self.owner.closed:
+                # the first receipt not yet given depends on writes that are not durable
+                _, receipt_id, _ = self._waiting.popleft()
+                self._waiting.clear()
+                self.owner.receipt_failed(receipt_id, error)
+            return
         if barrier > self._barrier_done:
             self._barrier_done = barrier
         waiting = self._waiting

@@ -248,20 +248,32 @@ class BrokerSession:
     def call_soon(self, fn: Callable[[], None]) -> None:
         self.broker.call_soon(fn)
 
-    def barrier(self, done: Callable[[], None]) -> None:
+    def barrier(self, done: Callable[[BaseException | None], None]) -> None:
         self.broker.barrier(done)
 
+    def receipt_failed(self, receipt_id: str, error: BaseException) -> None:
+        """The data a receipt would confirm could not be made durable: ERROR naming that receipt."""
+        if not isinstance(error, PymqError):
+            error = errors.StorageError(f"storage failed: {type(error).__name__}: {error}")
+        self.fail(error, receipt_id=receipt_id,
+                  note="The messages sent since the last RECEIPT are not confirmed durable.")
+
     # -- errors and closing ------------------------------------------------------------------------
-    def fail(self, exc: PymqError, frame: Frame | None = None) -> None:
+    def fail(self, exc: PymqError, frame: Frame | None = None, *, receipt_id: str | None = None,
+             note: str = "") -> None:
         """Send ERROR for ``exc`` and close; the broker goes on serving everyone else."""
         if self.closed:
             return
         headers = errors.error_headers(exc)
         if frame is not None and frame.headers.get("receipt") is not None:
             headers["receipt-id"] = frame.headers["receipt"]
+        elif receipt_id is not None:
+            headers["receipt-id"] = receipt_id
         body = exc.message
         if frame is not None:
             body += f"\n\nThe failing frame was {frame.command}."
+        if note:
+            body += f"\n\n{note}"
         log.info("connection %s (%s): %s: %s", self.id, self.peer_host, exc.code, exc.message)
         try:
             self.link.send_frame(self.conn, Frame("ERROR", headers, body.encode("utf-8")))

@@ -18,6 +18,9 @@ backend as one transaction (:meth:`BufferedDevice._commit`).  Invariants:
   readable at every instant between ``write`` and the removal of its last reference.
 * Commits are serialised (``_sync_lock``): batch N is committed before batch N+1 starts.  A failed
   commit puts its batch back in front of the writes made meanwhile, so the next ``sync`` retries it.
+* While the server is unreachable (a failed commit or probe, until one succeeds) new messages are
+  refused (a refusal the store can fall over from), and :meth:`repair` — which the store calls with a
+  back-off — probes the server and commits what waits; removals keep being buffered meanwhile.
   A commit whose reply was lost may have happened all the same, so backends apply batches
   idempotently, and the messages of a failed batch become *uncertain*: they may exist on the server,
   so changes to them are recorded as reference operations too, and freeing one deletes it there.
@@ -164,6 +167,27 @@ class BufferedDevice(HoldingDevice):
         if not self._opened:
             raise StorageError(f"{self._describe()} is not open", device=self.name)
 
+    @property
+    def needs_repair(self) -> bool:
+        return self._opened and not self._online
+
+    def repair(self) -> bool:
+        """Probe the server and commit what waits; True when it answers again."""
+        if not self._opened:
+            return False
+        self._status_extra()            # the probe flips _online either way
+        if not self._online:
+            return False
+        try:
+            self.sync()
+        except StorageError:
+            return False
+        return self._online
+
+    def holds(self, key: int) -> bool:
+        with self._lock:
+            return key in self._held
+
     def _hold(self, items: Iterable[tuple[int, int, Sequence[str]]]) -> None:
         """Record committed messages (loaded at open, claimed, taken over): (key, size, queues)."""
         with self._lock:
@@ -186,6 +210,11 @@ class BufferedDevice(HoldingDevice):
         refs = tuple(sorted(set(queues)))
         if not refs:
             return      # nobody owes it to anyone: nothing to hold
+        if not self._online:
+            with self._lock:
+                self._errors += 1
+            raise StorageError(f"{self._describe()} refuses new messages while its server does not answer "
+                               f"({self._last_error or 'offline'}); it is retried", device=self.name)
         with self._lock:
             if message.key in self._held:
                 raise StorageError(f"{self._describe()}: key {message.key} is already held "

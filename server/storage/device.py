@@ -75,6 +75,9 @@ class HoldingDevice(abc.ABC):
     name: str
     #: the device family: "memory" | "file" | "sql" | "grid"
     kind: str
+    #: what it holds survives a crash of the broker process (spec/storage_rules.md §6.4): a persistent
+    #: message goes to a device that is not durable only when a rule says ``downgrade_durability``
+    durable: bool = True
 
     def open(self) -> None:
         """Open or create the device's backing store; called once before anything else."""
@@ -108,6 +111,24 @@ class HoldingDevice(abc.ABC):
 
     def sync(self) -> None:
         """Make everything flushed so far durable (may run in a worker thread)."""
+
+    # -- faults (spec/storage.md §8): a device that failed refuses new messages until it is repaired
+    @property
+    def needs_repair(self) -> bool:
+        """True while the device is out of service and :meth:`repair` should be tried."""
+        return False
+
+    def repair(self) -> bool:
+        """Try to return to service (may run in a worker thread); True when back in service."""
+        return True
+
+    def holds(self, key: int) -> bool:
+        """Whether the device still holds message ``key`` (any reference left)."""
+        try:
+            self.read(key)
+        except KeyError:
+            return False
+        return True
 
     @abc.abstractmethod
     def recover(self) -> Iterator[tuple[StoredMessage, list[str]]]:

@@ -15,6 +15,7 @@ from pymq_server.storage.device import Allocation, DeviceStatus, HoldingDevice, 
 
 class MemoryDevice(HoldingDevice):
     kind = "memory"
+    durable = False
 
     def __init__(self, name: str = "memory", capacity: int | None = None) -> None:
         self.name = name
@@ -51,6 +52,9 @@ class MemoryDevice(HoldingDevice):
 
     def read(self, key: int) -> StoredMessage:
         return self._messages[key]
+
+    def holds(self, key: int) -> bool:
+        return key in self._refs
 
     def recover(self) -> Iterator[tuple[StoredMessage, list[str]]]:
         for msg in sorted(self._messages.values(), key=lambda m: (m.seq, m.key)):

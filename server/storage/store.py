@@ -10,12 +10,23 @@ Group commit: writes are flushed at once and synced under a per-device :class:`G
 share the next one, so a busy broker still batches), ``grouped`` (additionally at most one sync per
 ``window_ms``) or ``never`` (durable = handed to the OS).  Syncs run in a worker thread through the injected
 ``run_in_thread`` so the broker's loop keeps serving; this module imports no event loop.
+
+Faults (spec/storage.md §8) are answered, never silent, and survived:
+
+* a device that refuses a message (full, in fault, offline) makes ``hold`` ask the rules again without it
+  (seed 000: the next device the adjusted rules rank); only when no device can take it does ``hold``
+  raise :class:`StorageError`, which the broker turns into an ERROR for the frame that sent it;
+* a flush or sync that fails completes the barrier with the error, so the receipts waiting on it become
+  an ERROR instead of waiting forever;
+* ``maintain`` (the broker's timer) repairs devices in fault and opens devices that could not be opened
+  at start-up, each with a back-off, in a worker thread; a device opened late hands its messages to
+  ``on_device_opened`` (the broker recovers them).
 """
 from __future__ import annotations
 
 import logging
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from pymq.errors import StorageError
 from pymq_server.storage.commit import GroupCommit
@@ -25,6 +36,13 @@ from pymq_server.storage.memory import MemoryDevice
 log = logging.getLogger("pymq.storage")
 
 SYNC_POLICIES = ("always", "grouped", "never")
+
+#: back-off between attempts to repair or open a device: from the first to the last, doubling
+REPAIR_BACKOFF_S = (0.25, 5.0)
+
+#: what the broker hands to ``barrier``: called once, with None (durable) or the StorageError that
+#: kept the writes from becoming durable
+BarrierCallback = Callable[["StorageError | None"], None]
 
 
 class HoldingStore:
@@ -49,10 +67,16 @@ class HoldingStore:
         self.sync_window_ms = sync_window_ms
         self._call_later = call_later
         self._run_in_thread = run_in_thread
-        #: message -> device; replaced by the adaptive layer's decision function
+        #: (message, devices to leave out) -> (device, deciding rule); the adaptive layer's when configured
         self.choose: Callable = self._default_choice
         self.selection = None          # the adaptive layer (seed 000) when configured
         self._placed: dict[tuple[str, str | None], list[int]] = {}
+        #: devices that could not be opened at start-up (name -> why); ``maintain`` keeps trying
+        self.unopened: dict[str, str] = {}
+        #: called on the broker thread with a device opened late (its messages must be recovered)
+        self.on_device_opened: Callable[[HoldingDevice], None] | None = None
+        self._repairing: set[str] = set()
+        self._next_attempt: dict[str, tuple[float, float]] = {}   # name -> (when, current back-off)
         self._dirty: set[HoldingDevice] = set()
         self._commits: dict[str, GroupCommit] = {}
         self._timers: set[str] = set()
@@ -63,8 +87,19 @@ class HoldingStore:
 
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> None:
+        """Open every device.  The catalog device must open (the broker cannot know its queues and
+        numbering without it); any other one that cannot is left out of service, refusing messages, and
+        ``maintain`` opens it later."""
         for device in self.devices.values():
-            device.open()
+            try:
+                device.open()
+            except (StorageError, OSError) as exc:
+                if device is self.catalog or device is self.memory:
+                    raise
+                reason = exc.message if isinstance(exc, StorageError) else str(exc)
+                self.unopened[device.name] = reason
+                log.error("holding device %s could not be opened, it is out of service and retried: %s",
+                          device.name, reason)
 
     def close(self) -> None:
         errors = []
@@ -77,8 +112,12 @@ class HoldingStore:
             raise StorageError("closing devices failed: " + "; ".join(errors))
 
     # -- placement ------------------------------------------------------------------------------
-    def _default_choice(self, message):
-        return (self.persistent_device if message.persistent else self.memory), None
+    def _default_choice(self, message, exclude: frozenset[str] = frozenset()):
+        device = self.persistent_device if message.persistent else self.memory
+        if device.name in exclude:
+            raise StorageError(f"no other holding device is configured for "
+                               f"{'persistent' if message.persistent else 'non-persistent'} messages")
+        return device, None
 
     def use_selection(self, layer, context: Callable) -> None:
         """Let the adaptive layer of seed 000 choose each message's device.
@@ -87,8 +126,8 @@ class HoldingStore:
         self.selection = layer
         devices = self.devices
 
-        def choose(message):
-            decision = layer.select(context(message))
+        def choose(message, exclude: frozenset[str] = frozenset()):
+            decision = layer.select(context(message), exclude=exclude, size=message.size)
             return devices[decision.device], decision.rule_id or decision.fallback
 
         self.choose = choose
@@ -99,37 +138,63 @@ class HoldingStore:
                 for (device, rule), (n, size) in sorted(self._placed.items(), key=lambda kv: str(kv[0]))
                 if n]
 
-    def hold(self, message, queues: list[str]) -> bool:
+    def hold(self, message, queues: Sequence[str]) -> bool:
         """Place ``message`` with references for ``queues``; True when a device stores it (so the
         entries must release their references later).  ``queues`` are the queues whose references
-        must survive a restart (empty for a topic message with no durable subscriber)."""
-        device, rule = self.choose(message)
+        must survive a restart (empty for a topic message with no durable subscriber).
+
+        A device that refuses the message is left out and the choice made again (seed 000: the next
+        device the adjusted rules rank); StorageError, naming every refusal, when none can take it.
+        Nothing is counted or changed for a message that was refused."""
+        refused: list[str] = []
+        exclude: frozenset[str] = frozenset()
+        stored = None
+        while True:
+            try:
+                device, rule = self.choose(message, exclude)
+            except StorageError as exc:
+                if not refused:
+                    raise
+                raise StorageError(f"no holding device could take message {message.message_id}: "
+                                   f"{'; '.join(refused)}; {exc.message}") from None
+            if device is self.memory or not queues or (not message.persistent and device.kind != "file"):
+                # the heap holds it: the memory device itself, a message no durable queue needs, or a
+                # non-persistent message for a device that keeps only persistent ones (only the paged
+                # store has non-logged pages for them)
+                self._count(message, device, rule)
+                message.device = self.memory
+                self.memory.account(message.size, 1)
+                return False
+            if stored is None:
+                stored = StoredMessage(message.key, message.destination, message.seq, message.persistent,
+                                       self.encode(message))
+            try:
+                device.write(stored, queues)
+            except StorageError as exc:
+                refused.append(f"{device.name}: {exc.message}")
+            except Exception as exc:     # a device bug or an unexpected client error: still a refusal
+                log.exception("holding device %s failed to write message %s", device.name, message.message_id)
+                refused.append(f"{device.name}: {type(exc).__name__}: {exc}")
+            else:
+                self._count(message, device, rule)
+                message.device = device
+                self._dirty.add(device)
+                if self.selection is not None:
+                    self.selection.consumed(device.name, stored.size)
+                return True
+            if self.selection is not None:
+                self.selection.refused(device.name, stored.size)
+            exclude = exclude | {device.name}
+
+    def _count(self, message, device: HoldingDevice, rule) -> None:
+        """The admin placement figures: only messages a device took."""
         message.rule = rule
+        message.chosen = device.name
         placed = self._placed.get((device.name, rule))
         if placed is None:
             placed = self._placed[(device.name, rule)] = [0, 0]
         placed[0] += 1
         placed[1] += message.size
-        message.chosen = device.name
-        if device is self.memory or not queues or (not message.persistent and device.kind != "file"):
-            # the heap holds it: the memory device itself, a message no durable queue needs, or a
-            # non-persistent message for a device that keeps only persistent ones (only the paged
-            # store has non-logged pages for them)
-            message.device = self.memory
-            self.memory.account(message.size, 1)
-            return False
-        stored = StoredMessage(message.key, message.destination, message.seq, message.persistent,
-                               self.encode(message))
-        try:
-            device.write(stored, queues)
-        except StorageError:
-            raise
-        except Exception as exc:
-            raise StorageError(f"device {device.name!r} failed to write message "
-                               f"{message.message_id}: {exc}") from exc
-        message.device = device
-        self._dirty.add(device)
-        return True
 
     def adopt(self, message) -> None:
         """Account for a message a device wrote by itself (claimed from an application's transaction)."""
@@ -184,42 +249,47 @@ class HoldingStore:
             gc = self._commits[device.name] = GroupCommit(self.sync_policy, self.sync_window_ms)
         return gc
 
-    def barrier(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once everything written so far is durable under the sync policy.
+    def barrier(self, callback: BarrierCallback) -> None:
+        """Call ``callback(None)`` once everything written so far is durable under the sync policy,
+        or ``callback(error)`` when a device could not make it durable (a failed flush or sync: the
+        receipts waiting on it become an ERROR, never a wait without end).
 
         Each dirty device gets the commit through its own :class:`GroupCommit`; ``callback`` runs
-        when the last of them is durable.  A failed sync is retried (receipts must never claim a
-        durability that did not happen); the storage monitor sees the device's errors meanwhile.
+        once, when the last of them has answered, with the first error any of them met.
         """
         devices = list(self._dirty)
         self._dirty.clear()
         if not devices:
             if not self._in_flight_devices():
-                callback()
-            else:
-                # writes made before this barrier may be covered by a sync still running
-                devices = [d for d in self.devices.values() if self._commit_for(d).pending]
-        remaining = [len(devices)]
+                callback(None)
+                return
+            # writes made before this barrier may be covered by a sync still running
+            devices = [d for d in self.devices.values() if self._commit_for(d).pending]
+        state: list = [len(devices), None]     # devices still to answer, first error
 
-        def one_done(error: BaseException | None, device=None) -> None:
-            remaining[0] -= 1
-            if remaining[0] == 0:
-                callback()
+        def one_done(error: BaseException | None) -> None:
+            if error is not None and state[1] is None:
+                state[1] = error if isinstance(error, StorageError) else \
+                    StorageError(f"storage failed: {type(error).__name__}: {error}")
+            state[0] -= 1
+            if state[0] == 0:
+                callback(state[1])
 
         for device in devices:
-            device.flush()
+            try:
+                device.flush()
+            except StorageError as exc:
+                log.error("flush of device %s failed: %s", device.name, exc.message)
+                one_done(exc)
+                continue
             gc = self._commit_for(device)
             gc.on_commit(lambda error, d=device: self._committed(d, error, one_done))
             self._drive(device)
 
     def _committed(self, device: HoldingDevice, error: BaseException | None, done: Callable) -> None:
-        if error is None:
-            done(None)
-            return
-        log.error("sync of device %s failed (%s); retrying", device.name, error)
-        gc = self._commit_for(device)
-        gc.on_commit(lambda err: self._committed(device, err, done))
-        self._call_later(0.05, self._drive, device)
+        if error is not None:
+            log.error("sync of device %s failed: %s", device.name, getattr(error, "message", error))
+        done(error)
 
     def _in_flight_devices(self) -> bool:
         return any(gc.pending for gc in self._commits.values())
@@ -277,17 +347,75 @@ class HoldingStore:
 
         self._run_in_thread(device.checkpoint, done)
 
-    def flush_all(self) -> None:
+    def flush_all(self) -> list[str]:
+        """Flush and sync every device (a clean stop); returns what failed, per device, instead of
+        stopping at the first (a device in fault cannot sync; the others still must)."""
+        failed = []
         for device in self.devices.values():
-            device.flush()
-            device.sync()
+            if device.name in self.unopened:
+                continue
+            try:
+                device.flush()
+                device.sync()
+            except Exception as exc:      # keep going: every other device must still be synced
+                failed.append(f"{device.name}: {getattr(exc, 'message', exc)}")
         self._dirty.clear()
+        return failed
+
+    # -- repairs -----------------------------------------------------------------------------------
+    def maintain(self, now: float | None = None) -> None:
+        """Try to bring back devices out of service: repair those in fault, open those that could not
+        be opened; each in a worker thread, with a back-off per device (broker thread)."""
+        now = self._clock() if now is None else now
+        for device in self.devices.values():
+            name = device.name
+            if name in self._repairing:
+                continue
+            late = name in self.unopened
+            if not late and not device.needs_repair:
+                self._next_attempt.pop(name, None)
+                continue
+            when, backoff = self._next_attempt.get(name, (now, REPAIR_BACKOFF_S[0]))
+            if when > now:
+                continue
+            self._next_attempt[name] = (now + backoff, min(backoff * 2, REPAIR_BACKOFF_S[1]))
+            self._repairing.add(name)
+            work = (lambda d=device: self._open_late(d)) if late else device.repair
+            self._run(work, lambda ok, error, d=device, late=late: self._repaired(d, late, ok, error))
+
+    def _open_late(self, device: HoldingDevice) -> bool:
+        device.open()
+        return True
+
+    def _repaired(self, device: HoldingDevice, late: bool, ok, error: BaseException | None) -> None:
+        self._repairing.discard(device.name)
+        if error is not None or not ok:
+            if late and error is not None:
+                self.unopened[device.name] = getattr(error, "message", str(error))
+            return
+        self._next_attempt.pop(device.name, None)
+        if late:
+            del self.unopened[device.name]
+            log.warning("holding device %s is open now and back in service", device.name)
+            if self.on_device_opened is not None:
+                self.on_device_opened(device)
+
+    def _run(self, work: Callable, done: Callable) -> None:
+        if self._run_in_thread is not None:
+            self._run_in_thread(work, done)
+            return
+        try:
+            result = work()
+        except Exception as exc:
+            done(None, exc)
+            return
+        done(result, None)
 
     # -- recovery and catalog -------------------------------------------------------------------
     def recover(self):
         """(device, StoredMessage, queues) for every persistent message still referenced."""
         for device in self.devices.values():
-            if device is self.memory:
+            if device is self.memory or device.name in self.unopened:
                 continue
             for stored, queues in device.recover():
                 yield device, stored, queues

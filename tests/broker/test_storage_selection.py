@@ -22,8 +22,9 @@ def _config(tmp_path):
                 {"id": "big-to-db", "device": "db", "weight": 80, "condition": "SIZE > 2"},
                 {"id": "audit-to-file", "device": "file", "weight": 70,
                  "condition": "HEADER('audit').isPresent()"},
+                # persistent messages go to memory only because the rule says so explicitly
                 {"id": "chatty-to-memory", "device": "memory", "weight": 60,
-                 "condition": "DESTINATION_NAME = '/queue/chatty'"},
+                 "condition": "DESTINATION_NAME = '/queue/chatty'", "downgrade_durability": True},
             ],
         },
     }
@@ -66,7 +67,7 @@ def test_rules_change_at_run_time_through_the_admin_interface(broker_factory, tm
         qm.call("add-rule", id="rt-to-db", device="db", weight=95, condition="DESTINATION_NAME = '/queue/rt'")
         p.send("while the rule exists")                               # → db
         qm.call("replace-rule", id="rt-to-db", device="memory", weight=95,
-                condition="DESTINATION_NAME = '/queue/rt'")
+                condition="DESTINATION_NAME = '/queue/rt'", downgrade_durability=True)
         p.send("after the change")                                    # → memory
         qm.call("remove-rule", id="rt-to-db")
         p.send("after removal")                                       # → file again

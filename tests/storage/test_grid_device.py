@@ -206,6 +206,9 @@ def test_retried_batch_does_not_double_anything(redis_url, namespace, raw, monke
         with pytest.raises(StorageError):
             device.sync()
         monkeypatch.setattr(device, "_commit", real_commit)
+        with pytest.raises(StorageError, match="refuses new messages"):
+            device.write(msg(4), ["q1", "q2"])      # offline until a probe or commit succeeds
+        assert device.repair()                      # probes, then commits the batch again
         device.write(msg(4), ["q1", "q2"])
         device.remove(3, "q1")          # message 3 reached Redis although the commit "failed"
         device.remove(4, "q2")

@@ -68,6 +68,11 @@ class FakeDevice(BufferedDevice):
     def _stored_meta(self) -> dict[str, bytes]:
         return dict(self.catalog)
 
+    def _status_extra(self) -> dict:
+        with self._lock:
+            self._online = True          # the fake server always answers a probe
+        return {}
+
     def recover(self):
         return iter(())
 
@@ -85,6 +90,11 @@ class BufferedDeviceModel(RuleBasedStateMachine):
         key = self.next_key
         self.next_key += 1
         message = StoredMessage(key, "/queue/a", key, True, bytes([key % 251]) * size)
+        if not self.device._online:
+            # after a failed commit, new messages are refused until a probe or a commit succeeds
+            with pytest.raises(StorageError, match="refuses new messages"):
+                self.device.write(message, queues)
+            return
         self.device.write(message, queues)
         self.model[key] = (message, set(queues))
 
@@ -120,6 +130,11 @@ class BufferedDeviceModel(RuleBasedStateMachine):
             return
         with pytest.raises(KeyError):
             self.device.remove(key, queue)
+
+    @rule()
+    def repair(self):
+        assert self.device.repair()
+        assert self.device._online
 
     @rule(name=st.sampled_from(["a", "b", "c"]), value=st.none() | st.binary(max_size=4))
     def put_meta(self, name, value):

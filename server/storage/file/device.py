@@ -17,6 +17,13 @@ Job: hold persistent and non-persistent messages on local disk; keep persistent 
   non-persistent page becomes free unread; then it replays the log's committed prefix.
 * Messages larger than a quarter page that do not fit the current page are *large*: their bytes go to
   continuation pages of the same kind and the slot's record lists those pages.
+* Faults (spec/storage.md §8): disk space is reserved when a message is accepted, so a full disk refuses
+  the message at ``write`` (a refusal: nothing changed, the device stays in service).  Any other failed
+  write or fsync puts the device in *fault*: it refuses new messages, stops logging (the log's tail can no
+  longer be trusted), keeps serving reads, and applies removals in memory only, so consumers can drain
+  what it holds.  ``repair`` (the store calls it with a back-off) leaves the fault by writing a checkpoint
+  that starts a new log chain: the checkpoint alone holds the whole state, so nothing the untrusted tail
+  held is needed.  A checkpoint that fails otherwise changes nothing durable and is simply retried.
 
 Threading (see ``device.py``): the broker thread calls everything but ``sync``/``checkpoint``, which
 may run in one worker thread.  ``_lock`` guards the in-memory state (held briefly by both threads);
@@ -24,9 +31,11 @@ may run in one worker thread.  ``_lock`` guards the in-memory state (held briefl
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import gc
 import heapq
+import logging
 import os
 import struct
 import threading
@@ -40,15 +49,33 @@ from ..page_alloc import NON_PERSISTENT, PERSISTENT, SYSTEM, PageAllocator
 from . import checkpoint as ckpt
 from . import format as fmt
 from .crc import crc32c
+from .fileio import OS_IO, FileIO, is_no_space
 from .pagefile import Meta, PageFile
 from .wal import Segment, list_segments, new_salt, read_frames, segment_path
+
+log = logging.getLogger("pymq.storage")
 
 DEFAULT_PAGE_SIZE = 64 * 1024
 DEFAULT_CHECKPOINT_BYTES = 32 * 1024 * 1024
 _AUTO_FLUSH_BYTES = 1 << 20
+#: log space a message's write reserves beyond its own frames, for the removals and catalog records that
+#: follow it (they are never refused: a consumer must always be able to acknowledge)
+_LOG_HEADROOM = 64 * 1024
+#: log bytes a PUT frame adds besides the message bytes (frame header, slot, NAME/REFSET frames) at most
+_PUT_OVERHEAD = 4096
 _HDR = fmt.PAGE_HEADER_SIZE
 _SLOT = fmt.SLOT_SIZE
 _KIND_INDEX = {PERSISTENT: 0, NON_PERSISTENT: 1}
+
+
+def _describe(exc: BaseException) -> str:
+    """An OS error as an operator reads it: ``No space left on device (ENOSPC)``."""
+    if isinstance(exc, OSError) and exc.errno is not None:
+        name = errno.errorcode.get(exc.errno, str(exc.errno))
+        return f"{exc.strerror or os.strerror(exc.errno)} ({name})"
+    if isinstance(exc, StorageError):
+        return exc.message
+    return f"{type(exc).__name__}: {exc}"
 
 
 class _Page:
@@ -131,12 +158,14 @@ class FileDevice(HoldingDevice):
 
     def __init__(self, name: str, directory: str | os.PathLike, page_size: int = DEFAULT_PAGE_SIZE, *,
                  checkpoint_bytes: int = DEFAULT_CHECKPOINT_BYTES, max_bytes: int | None = None,
-                 fsync: bool = True, read_only: bool = False, checkpoint_in_sync: bool = True) -> None:
+                 fsync: bool = True, read_only: bool = False, checkpoint_in_sync: bool = True,
+                 io: FileIO | None = None) -> None:
         """``fsync=False`` skips every fsync (tests, throwaway stores); ``read_only`` opens without
         changing a byte (inspection); ``max_bytes`` bounds the page file (``allocate`` raises when full);
         ``checkpoint_in_sync=False`` leaves due checkpoints to the caller (``checkpoint_due`` /
-        ``checkpoint()``, as the commit driver does) so a sync never waits for one.  An existing store
-        keeps the page size it was created with."""
+        ``checkpoint()``, as the commit driver does) so a sync never waits for one; ``io`` replaces the
+        system calls (tests inject faults with it).  An existing store keeps the page size it was
+        created with."""
         if page_size & (page_size - 1) or not fmt.MIN_PAGE_SIZE <= page_size <= fmt.MAX_PAGE_SIZE:
             raise StorageError(f"page size {page_size} is not a power of two in "
                                f"[{fmt.MIN_PAGE_SIZE}, {fmt.MAX_PAGE_SIZE}]")
@@ -148,10 +177,14 @@ class FileDevice(HoldingDevice):
         self.read_only = read_only
         self.checkpoint_in_sync = checkpoint_in_sync
         self._fsync = fsync
+        self.io: FileIO = io or OS_IO
         self._lock = threading.Lock()
         self._sync_lock = threading.Lock()
         self._open = False
-        self._failed: BaseException | None = None
+        #: why the device is in fault (refusing writes, not logging), or None while in service
+        self._fault: str | None = None
+        #: log frames are written (False in fault: the log's tail is not trusted until a checkpoint)
+        self._logging = True
         #: test hook, called with a phase name inside checkpoints ("switched", "before-meta", "after-meta")
         self.checkpoint_hook: Callable[[str], None] | None = None
         self._reset_state()
@@ -181,10 +214,13 @@ class FileDevice(HoldingDevice):
         self._np_unwritten: dict[int, _Page] = {}
         self._generation = 0
         self._ckpt_pages: list[int] = []
+        self._ckpt_freed = False               # _ckpt_pages already freed by a checkpoint that failed
         self._log_bytes = 0                    # bytes logged since the last checkpoint snapshot
         self._bytes_used = 0
         self._messages = 0
         self._errors = 0
+        self._refusals = 0
+        self._checkpoint_error = ""
         self._latency = 0.0
         self._syncs = 0
         self._checkpoints = 0
@@ -223,15 +259,35 @@ class FileDevice(HoldingDevice):
         self._last_recovery["open_s"] = time.perf_counter() - started
 
     def close(self) -> None:
+        """Checkpoint and release the files.  A device in fault tries one repair (its removals since
+        the fault are otherwise lost, so those messages would come back after the restart); if that
+        fails too the files are released anyway and StorageError says what was not saved."""
         if not self._open:
             return
         try:
-            if self._failed is None and not self.read_only:
-                self.flush()
-                self.checkpoint()
+            if self.read_only:
+                return
+            if self._fault is not None:
+                if not self.repair():
+                    raise StorageError(f"file device {self.name!r} closed in fault ({self._fault}): changes "
+                                       f"since the fault were not saved; everything acknowledged was",
+                                       device=self.name)
+                return
+            self.flush()
+            self.checkpoint()
         finally:
             self._release_files()
             self._open = False
+
+    def set_io(self, io: FileIO) -> None:
+        """Route every later system call through ``io`` (tests: inject faults into an open device)."""
+        with self._lock:
+            self.io = io
+            if self._pf is not None:
+                self._pf.io = io
+            for seg in [*self._old_segments, self._wal]:
+                if seg is not None:
+                    seg.io = io
 
     def _release_files(self) -> None:
         for seg in self._old_segments:
@@ -250,7 +306,7 @@ class FileDevice(HoldingDevice):
         self._open = False
 
     def _create(self, path: str) -> None:
-        self._pf = PageFile(path, self.page_size, fsync=self._fsync)
+        self._pf = PageFile(path, self.page_size, fsync=self._fsync, io=self.io)
         self._pf.create()
         self._alloc = PageAllocator(fmt.RESERVED_PAGES)
         self._wal = self._new_segment(0, 0)
@@ -260,18 +316,64 @@ class FileDevice(HoldingDevice):
     def _check_open(self) -> None:
         if not self._open:
             raise StorageError(f"file device {self.name!r} is not open")
-        if self._failed is not None:
-            raise StorageError(f"file device {self.name!r} failed earlier ({self._failed}); reopen it")
 
     def _check_writable(self) -> None:
+        """Changes to what the device holds (removals, references, catalog) are allowed in fault too."""
         self._check_open()
         if self.read_only:
             raise StorageError(f"file device {self.name!r} is open read-only")
 
-    def _fail(self, exc: BaseException) -> StorageError:
+    def _check_accepting(self) -> None:
+        """New messages: refused in fault (a refusal counts as a device error)."""
+        self._check_writable()
+        if self._fault is not None:
+            self._refused()
+            raise StorageError(f"file device {self.name!r} refuses new messages: {self._fault}; it is "
+                               f"retried and takes messages again once it recovers", device=self.name)
+
+    def _refused(self) -> None:
         self._errors += 1
-        self._failed = exc
-        return StorageError(f"file device {self.name!r}: {exc}", device=self.name)
+        self._refusals += 1
+
+    def _fail(self, exc: BaseException, during: str = "writing") -> StorageError:
+        """A write or fsync failed: enter fault (see the module docstring) and say why."""
+        self._errors += 1
+        reason = f"{during} failed: {_describe(exc)}"
+        if self._fault is None:
+            log.error("file device %r in fault, refusing new messages until it recovers: %s", self.name, reason)
+        self._fault = reason
+        self._logging = False
+        if self._wal is not None:
+            self._wal.discard()
+        return StorageError(f"file device {self.name!r}: {reason}", device=self.name)
+
+    @property
+    def fault(self) -> str | None:
+        """Why the device refuses new messages (None: in service)."""
+        return self._fault
+
+    @property
+    def needs_repair(self) -> bool:
+        return self._open and self._fault is not None and not self.read_only
+
+    def repair(self) -> bool:
+        """Leave fault by writing a checkpoint that starts a new log chain; True when back in service.
+        May run in a worker thread (the store calls it with a back-off)."""
+        with self._sync_lock:
+            with self._lock:
+                if not self._open or self.read_only:
+                    return False
+                if self._fault is None:
+                    return True
+            try:
+                self._checkpoint_locked(new_chain=True)
+            except StorageError as exc:
+                log.info("file device %r still in fault: %s", self.name, exc.message)
+                return False
+            with self._lock:
+                reason, self._fault = self._fault, None
+            log.warning("file device %r is back in service (it was in fault: %s)", self.name, reason)
+            return True
 
     # =====================================================================================================
     # names and refsets (interned; durable through NAME/REFSET frames or the checkpoint)
@@ -283,7 +385,7 @@ class FileDevice(HoldingDevice):
             self._next_name += 1
             self._name_ids[name] = name_id
             self._names[name_id] = name
-        if log and name_id not in self._durable_names:
+        if log and self._logging and name_id not in self._durable_names:
             self._log(fmt.F_NAME, fmt.encode_name(name_id, name), commit=False)
             self._durable_names.add(name_id)
         return name_id
@@ -297,13 +399,15 @@ class FileDevice(HoldingDevice):
             self._next_refset += 1
             self._refset_ids[refs] = refset_id
             self._refsets[refset_id] = refs
-        if log and refset_id not in self._durable_refsets:
+        if log and self._logging and refset_id not in self._durable_refsets:
             ids = tuple(self._name_id(q, True) for q in refs)
             self._log(fmt.F_REFSET, fmt.encode_refset(refset_id, ids), commit=False)
             self._durable_refsets.add(refset_id)
         return refset_id
 
     def _log(self, ftype: int, payload: bytes, commit: bool) -> None:
+        if not self._logging:
+            return          # in fault: the next checkpoint records the state instead
         end_before = self._wal.size
         self._wal.append(ftype, payload, commit)
         self._log_bytes += self._wal.size - end_before
@@ -347,13 +451,28 @@ class FileDevice(HoldingDevice):
         if self._tail.get(page.kind) is page:
             self._tail[page.kind] = None
 
-    def _ensure_room(self, pages: int) -> None:
-        if self.max_bytes is None:
-            return
-        used = self._alloc.page_count - self._alloc.free_count
-        if (used + pages) * self.page_size > self.max_bytes:
-            raise StorageError(f"file device {self.name!r} is full ({self.max_bytes} bytes)",
-                               device=self.name, limit=self.max_bytes)
+    def _ensure_room(self, pages: int, log_bytes: int = 0) -> None:
+        """Refuse (StorageError, a device error) unless ``pages`` more pages fit ``max_bytes`` and the
+        disk holds them and ``log_bytes`` more log: the space is reserved now, so writing it later
+        cannot fail for lack of space."""
+        alloc = self._alloc
+        if self.max_bytes is not None:
+            used = alloc.page_count - alloc.free_count
+            if (used + pages) * self.page_size > self.max_bytes:
+                self._refused()
+                raise StorageError(f"file device {self.name!r} is full ({self.max_bytes} bytes)",
+                                   device=self.name, limit=self.max_bytes)
+        try:
+            if pages > alloc.free_count:
+                self._pf.reserve(alloc.page_count + pages - alloc.free_count)
+            if log_bytes:
+                self._wal.reserve(log_bytes + _LOG_HEADROOM)
+        except OSError as exc:
+            self._refused()
+            if is_no_space(exc):
+                raise StorageError(f"file device {self.name!r} is full: the disk under {self.directory} has "
+                                   f"no room ({_describe(exc)})", device=self.name) from None
+            raise self._fail(exc, "reserving disk space") from exc
 
     def _inline_max(self) -> int:
         return (self.page_size - _HDR - _SLOT) // 4
@@ -366,7 +485,7 @@ class FileDevice(HoldingDevice):
     # =====================================================================================================
     def allocate(self, size: int, persistent: bool) -> Allocation:
         with self._lock:
-            self._check_writable()
+            self._check_accepting()
             pages = 1 + (self._continuation_count(size) if size > self._inline_max() else 0)
             self._ensure_room(pages)
         return Allocation(self.name, size, persistent)
@@ -374,7 +493,7 @@ class FileDevice(HoldingDevice):
     def write(self, message: StoredMessage, queues: Sequence[str],
               allocation: Allocation | None = None) -> None:
         with self._lock:
-            self._check_writable()
+            self._check_accepting()
             key = message.key
             if key in self._index:
                 raise StorageError(f"message {key} is already held", key=key)
@@ -385,23 +504,24 @@ class FileDevice(HoldingDevice):
             data = message.data
             length = len(data)
             refs = tuple(queues)
+            # room first (pages, disk space, log space), so a refusal changes nothing
+            tail = self._tail[kind]
+            large = length > self._inline_max() and (tail is None or tail.room() < length)
+            cont_pages: list[_Page] = []
+            if large:
+                count = self._continuation_count(length)
+                if 4 * count > self.page_size - _HDR - _SLOT:
+                    raise StorageError(f"message {key} of {length} bytes exceeds the largest message "
+                                       f"pages of {self.page_size} bytes can hold", key=key)
+                record = struct.pack(f"<{count}I", *range(count))   # sized now, filled below
+            else:
+                record = data
+            needs_page = tail is None or tail.room() < len(record)
+            self._ensure_room((count if large else 0) + (1 if needs_page else 0),
+                              length + _PUT_OVERHEAD if persistent else 0)
             try:
                 dest_id = self._name_id(message.destination, persistent)
                 refset_id = self._refset_id(refs, persistent)
-                tail = self._tail[kind]
-                large = length > self._inline_max() and (tail is None or tail.room() < length)
-                cont_pages: list[_Page] = []
-                if large:
-                    count = self._continuation_count(length)
-                    if 4 * count > self.page_size - _HDR - _SLOT:
-                        raise StorageError(f"message {key} of {length} bytes exceeds the largest message "
-                                           f"pages of {self.page_size} bytes can hold", key=key)
-                    record = struct.pack(f"<{count}I", *range(count))   # sized now, filled below
-                else:
-                    record = data
-                needs_page = tail is None or tail.room() < len(record)
-                self._ensure_room(len(cont_pages) + (self._continuation_count(length) if large else 0)
-                                  + (1 if needs_page else 0))
                 if large:
                     ps = self.page_size
                     for i in range(count):
@@ -431,7 +551,10 @@ class FileDevice(HoldingDevice):
             self._add_entry(key, entry)
             self._bytes_used += length
             if self._wal.buffered > _AUTO_FLUSH_BYTES:
-                self._flush_locked()
+                try:
+                    self._flush_locked()
+                except StorageError:
+                    pass     # the message is held; the device is in fault now and its barrier says so
 
     def _put_record(self, page: _Page, key: int, seq: int, record: bytes, length: int, dest_id: int,
                     refset_id: int, flags: int, data_crc: int) -> tuple[int, bytes]:
@@ -612,6 +735,9 @@ class FileDevice(HoldingDevice):
         with self._lock:
             return list(self._index[key].refs)
 
+    def holds(self, key: int) -> bool:
+        return key in self._index
+
     def __contains__(self, key: int) -> bool:
         return key in self._index
 
@@ -643,15 +769,19 @@ class FileDevice(HoldingDevice):
     # durability: flush (broker thread), sync and checkpoint (worker thread allowed)
     # =====================================================================================================
     def flush(self) -> None:
+        """Hand buffered log frames and sealed non-persistent pages to the OS.  In fault: nothing (the
+        repair's checkpoint records the state); a failure here puts the device in fault and raises."""
         with self._lock:
             self._check_open()
-            if self.read_only:
+            if self.read_only or self._fault is not None:
                 return
             self._flush_locked()
         if self._log_bytes > 4 * self.checkpoint_bytes and self._sync_lock.acquire(blocking=False):
             # nobody syncs (policy "never"): bound the log here rather than let it grow forever
             try:
                 self._checkpoint_locked()
+            except StorageError as exc:
+                log.error("checkpoint of file device %r failed, retried later: %s", self.name, exc.message)
             finally:
                 self._sync_lock.release()
 
@@ -660,75 +790,115 @@ class FileDevice(HoldingDevice):
             self._wal.flush()
             if self._np_unwritten:
                 ps = self.page_size
-                for page in self._np_unwritten.values():
+                for number, page in list(self._np_unwritten.items()):
                     if not page.cont and not page.on_disk:
                         self._write_page_header(page)
-                    self._pf.write_at(page.number * ps, page.buf)
+                    self._pf.write_at(number * ps, page.buf)
                     page.on_disk = True
                     page.buf = None
-                self._np_unwritten.clear()
+                    del self._np_unwritten[number]
         except OSError as exc:
-            raise self._fail(exc) from exc
+            raise self._fail(exc, "writing to disk") from exc
 
     def _write_page_header(self, page: _Page) -> None:
         page.buf[:_HDR] = fmt.encode_page_header(page.kind, page.number, page.generation)
 
     @property
     def checkpoint_due(self) -> bool:
-        return self._log_bytes >= self.checkpoint_bytes
+        return self._log_bytes >= self.checkpoint_bytes and self._fault is None
 
     def sync(self) -> None:
+        """Make everything flushed durable; in fault StorageError (nothing since the fault is durable,
+        and nothing will be until the repair's checkpoint)."""
         with self._sync_lock:
             with self._lock:
                 self._check_open()
                 if self.read_only:
                     return
+                if self._fault is not None:
+                    raise StorageError(f"file device {self.name!r} cannot make writes durable: {self._fault}",
+                                       device=self.name)
                 segments = [*self._old_segments, self._wal]
             started = time.perf_counter()
             try:
                 for seg in segments:
                     seg.sync()
             except OSError as exc:
+                # after a failed fsync the kernel may have dropped the dirty pages: never trust this log
+                # again (retrying the fsync could "succeed" without the data); the repair rewrites it all
                 with self._lock:
-                    raise self._fail(exc) from exc
+                    raise self._fail(exc, "fsync of the log") from exc
             elapsed = time.perf_counter() - started
             with self._lock:
                 self._syncs += 1
                 self._latency = elapsed if self._syncs == 1 else 0.9 * self._latency + 0.1 * elapsed
             if self.checkpoint_in_sync and self.checkpoint_due:
-                self._checkpoint_locked()
+                try:
+                    self._checkpoint_locked()
+                except StorageError as exc:
+                    log.error("checkpoint of file device %r failed, retried later: %s", self.name, exc.message)
 
     def checkpoint(self) -> None:
-        """Write a checkpoint now (the log restarts empty); may run in the worker thread."""
+        """Write a checkpoint now (the log restarts empty); may run in the worker thread.  StorageError
+        when it fails; a failed checkpoint changes nothing durable (unless it met a failing log, which
+        puts the device in fault)."""
         with self._sync_lock:
             with self._lock:
                 self._check_writable()
+                if self._fault is not None:
+                    raise StorageError(f"file device {self.name!r} is in fault ({self._fault}); its repair "
+                                       f"writes the next checkpoint", device=self.name)
             self._checkpoint_locked()
 
-    def _checkpoint_locked(self) -> None:
-        """Snapshot under ``_lock``, write without it, publish under it.  Caller holds ``_sync_lock``."""
+    def _checkpoint_locked(self, new_chain: bool = False) -> None:
+        """Snapshot under ``_lock``, write without it, publish under it.  Caller holds ``_sync_lock``.
+
+        ``new_chain`` (the repair of a fault): the current segment is abandoned unflushed and the new one
+        starts a new chain, so a crash before this checkpoint is durable replays the old log only up to
+        what it validly holds, and never continues into frames written after the fault.  A failure
+        before the meta page is written changes nothing durable; every in-memory mark made for the
+        checkpoint is undone and the next one retries."""
         hook = self.checkpoint_hook
         ps = self.page_size
         with self._lock:
+            if new_chain:
+                if self._wal is not None:
+                    self._wal.discard()
+            else:
+                self._flush_locked()          # raises (and enters fault) when the log cannot be written
+            old = self._wal
             try:
-                self._flush_locked()
-                old = self._wal
-                seg = self._new_segment(old.salt, old.checksum)
+                if new_chain or old is None:
+                    seg = self._new_segment(0, 0)
+                else:
+                    seg = self._new_segment(old.salt, old.checksum)
+            except OSError as exc:
+                self._errors += 1
+                self._checkpoint_error = _describe(exc)
+                raise StorageError(f"file device {self.name!r}: checkpoint could not start a log segment: "
+                                   f"{_describe(exc)}", device=self.name) from exc
+            if old is not None:
                 self._old_segments.append(old)
-                generation = self._generation + 1
-                writes = self._dirty_regions()
+            generation = self._generation + 1
+            marks = [(page, page.on_disk, page.disk_slots, page.disk_data_start)
+                     for page in (self._pages[n] for n in self._dirty)]
+            writes = self._dirty_regions()
+            if not self._ckpt_freed:
                 for number in self._ckpt_pages:
                     self._alloc.free(number)
-                self._alloc.begin_checkpoint()
-                payload, pages = self._encode_checkpoint(generation)
-            except OSError as exc:
-                raise self._fail(exc) from exc
+                self._ckpt_freed = True
+            self._alloc.begin_checkpoint()
+            payload, pages = self._encode_checkpoint(generation)
             # names and refsets in the payload count as durable only once the checkpoint is
             snapshot_names, snapshot_refsets = set(self._names), set(self._refsets)
-            self._log_bytes = 0
+            log_bytes, self._log_bytes = self._log_bytes, 0
+            if new_chain:
+                self._logging = True          # later changes go to the new chain, after the snapshot
             meta = Meta(generation, seg.number, seg.salt, self._alloc.page_count, pages[0], len(pages),
                         len(payload), crc32c(payload))
         try:
+            with self._lock:
+                self._pf.reserve(meta.page_count)
             if hook:
                 hook("switched")
             self._sync_dir()
@@ -745,20 +915,38 @@ class FileDevice(HoldingDevice):
         except BaseException as exc:
             with self._lock:
                 self._alloc.end_checkpoint(durable=False)
-                raise self._fail(exc) from exc
+                for number in pages:
+                    self._alloc.free(number)
+                for page, on_disk, disk_slots, disk_data_start in marks:
+                    if self._pages.get(page.number) is page:     # not freed meanwhile
+                        page.on_disk, page.disk_slots, page.disk_data_start = on_disk, disk_slots, disk_data_start
+                        self._dirty.add(page.number)
+                self._log_bytes += log_bytes
+                self._errors += 1
+                self._checkpoint_error = _describe(exc)
+                if new_chain:
+                    self._logging = False
+                    seg.discard()
+            if not isinstance(exc, Exception):
+                raise
+            raise StorageError(f"file device {self.name!r}: checkpoint failed: {_describe(exc)}",
+                               device=self.name) from exc
         with self._lock:
             self._alloc.end_checkpoint(durable=True)
             self._durable_names |= snapshot_names
             self._durable_refsets |= snapshot_refsets
             self._generation = generation
             self._ckpt_pages = pages
+            self._ckpt_freed = False
             self._checkpoints += 1
+            self._checkpoint_error = ""
             try:
                 end = self._alloc.trim()
                 if self._pf.size() > end * ps:
                     self._pf.truncate(end)
             except OSError as exc:
-                raise self._fail(exc) from exc
+                self._errors += 1      # a longer file than needed: the next checkpoint trims again
+                log.warning("file device %r could not trim its page file: %s", self.name, _describe(exc))
             stale, self._old_segments = self._old_segments, []
             for page in self._pages.values():   # checkpointed pages need not stay in memory
                 if page.kind == PERSISTENT and page.number not in self._dirty \
@@ -778,21 +966,31 @@ class FileDevice(HoldingDevice):
                     pass
 
     def _new_segment(self, prev_salt: int, prev_checksum: int) -> Segment:
+        """Open the next log segment with its header on disk; nothing changes if that fails."""
         seg = Segment(self.directory, self._next_segment, self.page_size, self._pf.file_id,
-                      new_salt(prev_salt), prev_checksum, fsync=self._fsync)
+                      new_salt(prev_salt), prev_checksum, fsync=self._fsync, io=self.io)
+        try:
+            seg.flush()
+        except OSError:
+            seg.close()
+            try:
+                os.unlink(seg.path)
+            except OSError:
+                pass
+            raise
         self._next_segment += 1
-        seg.flush()
         self._wal = seg
         return seg
 
     def _sync_dir(self) -> None:
         if not self._fsync:
             return
-        fd = os.open(self.directory, os.O_RDONLY)
+        io = self.io
+        fd = io.open(self.directory, os.O_RDONLY)
         try:
-            os.fsync(fd)
+            io.fsync(fd)
         finally:
-            os.close(fd)
+            io.close(fd)
 
     def _dirty_regions(self) -> list[tuple[int, bytes]]:
         """Copies of every persistent byte range the page file lacks; marks them written."""
@@ -862,7 +1060,7 @@ class FileDevice(HoldingDevice):
 
     def _recover_from_disk_inner(self, path: str) -> None:
         t0 = time.perf_counter()
-        self._pf = PageFile(path, self.page_size, fsync=self._fsync, read_only=self.read_only)
+        self._pf = PageFile(path, self.page_size, fsync=self._fsync, read_only=self.read_only, io=self.io)
         self._pf.open()
         self.page_size = ps = self._pf.page_size
         meta = self._pf.read_meta()
@@ -901,9 +1099,17 @@ class FileDevice(HoldingDevice):
         existing = list_segments(self.directory)
         self._next_segment = max([meta.wal_segment, *existing]) + 1
         if not self.read_only:
-            self._wal = self._new_segment(0, 0)
-            self._sync_dir()
-            self._checkpoint_locked()   # the log restarts clean; freed non-persistent pages are durable
+            try:
+                self._new_segment(0, 0)
+                self._sync_dir()
+                self._checkpoint_locked()   # the log restarts clean; freed non-persistent pages are durable
+            except (OSError, StorageError) as exc:
+                # a full (or failing) disk: what was recovered is served, nothing new is taken until a
+                # repair's checkpoint succeeds (the store retries it)
+                self._fail(exc, "writing after recovery")
+                log.warning("file device %r recovered %d messages READ-ONLY: %s; it serves them and refuses "
+                            "new messages until the disk can be written again", self.name, len(self._index),
+                            self._fault)
         self._last_recovery["total_s"] = time.perf_counter() - t0
         del ps
 
@@ -1082,25 +1288,44 @@ class FileDevice(HoldingDevice):
     # status
     # =====================================================================================================
     def status(self) -> DeviceStatus:
+        """Figures for the storage monitor.  ``bytes_free`` is what a message may still use: free pages
+        inside the file plus what the disk still has (and, with ``max_bytes``, never more than the
+        bound leaves); the monitor makes the device unavailable for messages larger than that."""
+        disk = self.io.free_space(self.directory) if self._open else None
         with self._lock:
             alloc = self._alloc
             ps = self.page_size
             file_bytes = alloc.page_count * ps
+            in_file = alloc.free_count * ps
+            tail = self._tail.get(PERSISTENT)
+            if tail is not None and tail.buf is not None:
+                in_file += max(0, tail.room())
+            free = None
+            if disk is not None:
+                reserved = self._pf.reserved if self._pf is not None else None
+                if reserved is not None:
+                    disk += max(0, reserved - file_bytes)     # held for the file already
+                free = in_file + disk
             if self.max_bytes is not None:
-                free = max(0, self.max_bytes - (alloc.page_count - alloc.free_count) * ps)
-            else:
-                free = None
+                bounded = max(0, self.max_bytes - (alloc.page_count - alloc.free_count) * ps)
+                free = bounded if free is None else min(free, bounded)
             seg = self._wal
+            extra = {
+                "page_size": ps, "pages": alloc.page_count, "file_bytes": file_bytes,
+                "pages_persistent": alloc.count(PERSISTENT),
+                "pages_non_persistent": alloc.count(NON_PERSISTENT),
+                "pages_free": alloc.free_count, "pages_system": alloc.count(SYSTEM),
+                "log_bytes": self._log_bytes, "log_segment": seg.number if seg else 0,
+                "generation": self._generation, "checkpoints": self._checkpoints,
+                "syncs": self._syncs, "recovery": dict(self._last_recovery),
+                "disk_free": disk, "refusals": self._refusals,
+            }
+            if self._fault is not None:
+                extra["fault"] = self._fault
+            if self._checkpoint_error:
+                extra["checkpoint_error"] = self._checkpoint_error
             return DeviceStatus(
                 name=self.name, kind=self.kind, messages=self._messages, bytes_used=self._bytes_used,
                 bytes_free=free, capacity=self.max_bytes, errors=self._errors,
-                write_latency_s=self._latency, online=self._open and self._failed is None,
-                extra={
-                    "page_size": ps, "pages": alloc.page_count, "file_bytes": file_bytes,
-                    "pages_persistent": alloc.count(PERSISTENT),
-                    "pages_non_persistent": alloc.count(NON_PERSISTENT),
-                    "pages_free": alloc.free_count, "pages_system": alloc.count(SYSTEM),
-                    "log_bytes": self._log_bytes, "log_segment": seg.number if seg else 0,
-                    "generation": self._generation, "checkpoints": self._checkpoints,
-                    "syncs": self._syncs, "recovery": dict(self._last_recovery),
-                })
+                write_latency_s=self._latency, online=self._open and self._fault is None,
+                extra=extra)

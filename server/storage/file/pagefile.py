@@ -15,9 +15,10 @@ from pymq.errors import StorageError
 
 from . import format as fmt
 from .crc import crc32c
+from .fileio import OS_IO, FileIO
 
-#: fdatasync where the OS has it (Linux), else fsync (macOS)
-_datasync = getattr(os, "fdatasync", os.fsync)
+#: pages reserved ahead of the end of the page file at a time (see fileio.py)
+RESERVE_PAGES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,24 +36,28 @@ class Meta:
 class PageFile:
     """The ``pages`` file: fixed-size pages addressed by number."""
 
-    def __init__(self, path: str, page_size: int, fsync: bool = True, read_only: bool = False) -> None:
+    def __init__(self, path: str, page_size: int, fsync: bool = True, read_only: bool = False,
+                 io: FileIO = OS_IO) -> None:
         self.path = path
         self.page_size = page_size
         self._fsync = fsync
         self.read_only = read_only
+        self.io = io
         self.file_id = b""
         self.fd = -1
+        #: bytes from the start of the file held for it (None: the platform cannot reserve)
+        self.reserved: int | None = 0
 
     # -- lifecycle ----------------------------------------------------------------------------------------
     def create(self) -> None:
         self.file_id = secrets.token_bytes(16)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        self.fd = self.io.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         header = fmt.encode_file_header(self.page_size, self.file_id)
         self.write_at(0, header + bytes(self.page_size * fmt.RESERVED_PAGES - len(header)))
 
     def open(self) -> None:
-        self.fd = os.open(self.path, os.O_RDONLY if self.read_only else os.O_RDWR)
-        raw = os.pread(self.fd, 64, 0)
+        self.fd = self.io.open(self.path, os.O_RDONLY if self.read_only else os.O_RDWR)
+        raw = self.io.pread(self.fd, 64, 0)
         body = fmt.check_sealed(raw, fmt.FILE_HEADER.size)
         if body is None:
             raise StorageError(f"{self.path}: file header is missing or corrupt", path=self.path)
@@ -66,12 +71,25 @@ class PageFile:
 
     def close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            self.io.close(self.fd)
             self.fd = -1
+
+    def reserve(self, pages: int) -> None:
+        """Make sure the first ``pages`` pages can be written without needing new disk space;
+        raises OSError (ENOSPC) when the disk cannot give it."""
+        end = pages * self.page_size
+        if self.reserved is None or end <= self.reserved:
+            return
+        start = max(self.reserved, 0)
+        length = max(end - start, RESERVE_PAGES * self.page_size)
+        if self.io.reserve(self.fd, start, length):
+            self.reserved = start + length
+        else:
+            self.reserved = None
 
     # -- raw I/O ----------------------------------------------------------------------------------------------
     def read_at(self, offset: int, size: int) -> bytes:
-        data = os.pread(self.fd, size, offset)
+        data = self.io.pread(self.fd, size, offset)
         if len(data) < size:   # beyond the end of file reads as zeros (pages never written)
             data += bytes(size - len(data))
         return data
@@ -79,7 +97,7 @@ class PageFile:
     def write_at(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:
-            done = os.pwrite(self.fd, view, offset)
+            done = self.io.pwrite(self.fd, view, offset)
             view, offset = view[done:], offset + done
 
     def read_page(self, page: int) -> bytearray:
@@ -87,10 +105,13 @@ class PageFile:
 
     def sync(self) -> None:
         if self._fsync:
-            _datasync(self.fd)
+            self.io.datasync(self.fd)
 
     def truncate(self, pages: int) -> None:
-        os.ftruncate(self.fd, pages * self.page_size)
+        self.io.truncate(self.fd, pages * self.page_size)
+        if self.reserved is not None:
+            # the blocks past the new end went with the truncation
+            self.reserved = min(self.reserved, pages * self.page_size)
 
     def size(self) -> int:
         return os.fstat(self.fd).st_size

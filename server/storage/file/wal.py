@@ -15,9 +15,10 @@ from typing import Iterator
 
 from . import format as fmt
 from .crc import crc32c
+from .fileio import OS_IO, FileIO
 
-#: fdatasync where the OS has it (Linux), else fsync (macOS)
-_datasync = getattr(os, "fdatasync", os.fsync)
+#: space reserved ahead of a segment's end at a time (see fileio.py: appends into it cannot hit ENOSPC)
+RESERVE_CHUNK = 1 << 20
 
 
 def segment_path(directory: str, number: int) -> str:
@@ -46,13 +47,16 @@ class Segment:
     """One log segment open for appending."""
 
     def __init__(self, directory: str, number: int, page_size: int, file_id: bytes, salt: int,
-                 prev_checksum: int, fsync: bool = True) -> None:
+                 prev_checksum: int, fsync: bool = True, io: FileIO = OS_IO) -> None:
         self.number = number
         self.salt = salt
         self.path = segment_path(directory, number)
         self._fsync = fsync
+        self.io = io
         header = fmt.encode_wal_header(page_size, file_id, number, salt, prev_checksum)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        self.fd = io.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
+        #: bytes from the start of the file held for it (None: the platform cannot reserve)
+        self.reserved: int | None = 0
         self._buffer: list[bytes] = [header]
         self._buffered = len(header)
         self._checksum = fmt.CRC.unpack_from(header, fmt.WAL_HEADER.size)[0]
@@ -74,6 +78,23 @@ class Segment:
     def buffered(self) -> int:
         return self._buffered
 
+    def reserve(self, extra: int) -> None:
+        """Make sure ``extra`` more bytes past everything appended so far can be written without
+        needing new disk space; raises OSError (ENOSPC) when the disk cannot give it."""
+        if self.reserved is None or self.size + extra <= self.reserved:
+            return
+        length = max(RESERVE_CHUNK, self.size + extra - self.reserved)
+        if self.io.reserve(self.fd, self.reserved, length):
+            self.reserved += length
+        else:
+            self.reserved = None            # not supported here: a full disk shows at write time
+
+    def discard(self) -> None:
+        """Forget what was appended but not yet handed to the OS (the device stopped trusting this
+        segment after a failure; a checkpoint will cover it)."""
+        self._buffer.clear()
+        self._buffered = 0
+
     @property
     def checksum(self) -> int:
         """Checksum of the last frame appended (the header's crc before the first frame)."""
@@ -87,17 +108,17 @@ class Segment:
         self._buffered = 0
         view = memoryview(data)
         while view:
-            done = os.write(self.fd, view)
+            done = self.io.write(self.fd, view)
             view = view[done:]
-        self.written += len(data)
+            self.written += done
 
     def sync(self) -> None:
         if self._fsync:
-            _datasync(self.fd)
+            self.io.datasync(self.fd)
 
     def close(self) -> None:
         if self.fd >= 0:
-            os.close(self.fd)
+            self.io.close(self.fd)
             self.fd = -1
 
 

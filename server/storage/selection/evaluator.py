@@ -13,12 +13,17 @@ rebuilt only when the rule book's version or the health's version changes, never
 
 No match: the configured default device if it is available, otherwise the best-scored available device.
 Every answer is a :class:`StorageDecision` that records the device and why, for the message's record.
+
+Per message, on top of the plan (spec/storage_rules.md §6.4): a persistent message uses only rules of
+durable devices, or rules that say ``downgrade_durability``; devices the health source says lack room
+for the message's size, and devices the caller excludes (they refused this very message), drop out.
+These filtered plans are derived from the sorted one and cached with it, so they never re-sort either.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from pymq.errors import ConfigError, StorageError
 from pymq.selector import _evaluator as _picker
@@ -87,6 +92,7 @@ class _Plan:
     devices: list[str]
     adjusted: list[float]
     health: Mapping[str, DeviceHealth]
+    derived: dict = field(default_factory=dict, compare=False)   # filtered plans, by filter
 
 
 class RuleEvaluator:
@@ -171,20 +177,55 @@ class RuleEvaluator:
         """The usable rules by adjusted weight, highest first (the seed's sorted list)."""
         return self.plan().ranked
 
+    def _derive(self, plan: _Plan, key: object, keep: Callable[[RankedRule], bool]) -> _Plan:
+        """``plan`` without the rules ``keep`` rejects (cached on ``plan``: built once per filter)."""
+        sub = plan.derived.get(key)
+        if sub is None:
+            chosen = [i for i, r in enumerate(plan.ranked) if keep(r)]
+            ranked = tuple(plan.ranked[i] for i in chosen)
+            sub = _Plan(plan.key, ranked, [plan.programs[i] for i in chosen],
+                        {r.id: j for j, r in enumerate(ranked)}, [r.rule.id for r in ranked],
+                        [r.rule.device for r in ranked], [r.adjusted for r in ranked], plan.health)
+            plan.derived[key] = sub
+        return sub
+
+    def plan_for(self, persistent: bool = False, skip: frozenset[str] = frozenset()) -> _Plan:
+        """The plan a message sees: durable rules only for a persistent one, ``skip``ped devices out."""
+        plan = self.plan()
+        if persistent:
+            health = plan.health
+            plan = self._derive(plan, "durable", lambda r: health[r.device].durable
+                                or r.rule.downgrade_durability)
+        if skip:
+            plan = self._derive(plan, skip, lambda r: r.rule.device not in skip)
+        return plan
+
     # -- per message -------------------------------------------------------------------------------
 
-    def select(self, ctx: Mapping[str, object]) -> StorageDecision:
-        """The device for a message with rule context ``ctx`` (see :func:`pymq.selector.rule_context`)."""
-        plan = self.plan()
+    def select(self, ctx: Mapping[str, object], *, exclude: frozenset[str] = frozenset(),
+               size: int | None = None) -> StorageDecision:
+        """The device for a message with rule context ``ctx`` (see :func:`pymq.selector.rule_context`).
+
+        ``size``: the message's bytes, checked against the room the health source knows of;
+        ``exclude``: devices that must not be chosen (they refused this message)."""
+        persistent = ctx.get("persistent") is True
+        skip = exclude
+        if size is not None:
+            lacking = getattr(self.health, "lacking_room", None)
+            if lacking is not None:
+                short = lacking(size)
+                if short:
+                    skip = skip | short
+        plan = self.plan_for(persistent, skip) if persistent or skip else self.plan()
         if self._strategy == "first-match":
             i = self._first_match(plan.programs, ctx)
             if i < 0:
-                return self._fallback(plan)
+                return self._fallback(plan, persistent, skip)
             r = plan.ranked[i]
             return StorageDecision(r.rule.device, "first-match", r.rule.id, r.adjusted, (r.rule.id,))
         hits = self._all_matches(plan.programs, ctx)
         if not hits:
-            return self._fallback(plan)
+            return self._fallback(plan, persistent, skip)
         return self._aggregate(plan, hits)
 
     def aggregate(self, matched: Iterable[str]) -> StorageDecision:
@@ -231,16 +272,31 @@ class RuleEvaluator:
         return StorageDecision(best, strategy, ids[strongest[best]], aggregates[best],
                                tuple([ids[i] for i in hits]), aggregates)
 
-    def _fallback(self, plan: _Plan) -> StorageDecision:
+    def _fallback(self, plan: _Plan, persistent: bool = False,
+                  skip: frozenset[str] = frozenset()) -> StorageDecision:
+        """No rule matched: the default device, else the best-scored one; for a persistent message
+        only a durable one (no rule allowed less), never one in ``skip``."""
         health = plan.health
+
+        def usable(h: DeviceHealth) -> bool:
+            return h.available and h.name not in skip and (h.durable or not persistent)
+
         default = self.default_device
         if default is not None:
             h = health.get(default)
-            if h is not None and h.available:
+            if h is not None and usable(h):
                 return StorageDecision(default, self._strategy, fallback="default")
-        usable = [h for h in health.values() if h.available]
-        if not usable:
-            reasons = "; ".join(f"{h.name}: {h.reason}" for h in health.values()) or "no devices"
-            raise StorageError(f"no holding device is available ({reasons})")
-        best = min(usable, key=lambda h: (-h.score, h.name))
+        candidates = [h for h in health.values() if usable(h)]
+        if not candidates:
+            reasons = []
+            for h in health.values():
+                if not h.available:
+                    reasons.append(f"{h.name}: {h.reason}")
+                elif h.name in skip:
+                    reasons.append(f"{h.name}: no room for it or refused it")
+                elif persistent and not h.durable:
+                    reasons.append(f"{h.name}: not durable, and no rule allows a persistent message there")
+            what = " for a persistent message" if persistent else ""
+            raise StorageError(f"no holding device is available{what} ({'; '.join(reasons) or 'no devices'})")
+        best = min(candidates, key=lambda h: (-h.score, h.name))
         return StorageDecision(best.name, self._strategy, fallback="best-available")

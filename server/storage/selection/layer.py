@@ -106,8 +106,17 @@ class AdaptiveSelection:
 
     # -- per message -------------------------------------------------------------------------------
 
-    def select(self, ctx: Mapping[str, object]) -> StorageDecision:
-        return self.evaluator.select(ctx)
+    def select(self, ctx: Mapping[str, object], *, exclude: frozenset[str] = frozenset(),
+               size: int | None = None) -> StorageDecision:
+        return self.evaluator.select(ctx, exclude=exclude, size=size)
+
+    def consumed(self, device: str, size: int) -> None:
+        """A message of ``size`` bytes went to ``device`` (its room shrinks until the next check)."""
+        self.monitor.consumed(device, size)
+
+    def refused(self, device: str, size: int) -> None:
+        """``device`` refused a message of ``size`` bytes (see :meth:`StorageMonitor.refused`)."""
+        self.monitor.refused(device, size)
 
     def health(self) -> Mapping[str, DeviceHealth]:
         return self.monitor.health()
@@ -134,8 +143,10 @@ class AdaptiveSelection:
             "strategy": ev.strategy, "default_device": ev.default_device, "match_bonus": ev.match_bonus,
             "rules_version": self.rules.version, "health_version": self.monitor.version, "sorts": ev.sorts,
             "devices": {name: {"score": h.score, "available": h.available, "reason": h.reason,
-                               "pinned": h.pinned, "checked_at": h.checked_at}
+                               "pinned": h.pinned, "checked_at": h.checked_at, "durable": h.durable,
+                               "bytes_free": self.monitor.free(name)}
                         for name, h in self.monitor.health().items()},
             "ranking": [{"id": r.id, "device": r.device, "weight": r.rule.weight, "adjusted": r.adjusted,
-                         "condition": r.rule.condition} for r in ev.ranking()],
+                         "condition": r.rule.condition,
+                         "downgrade_durability": r.rule.downgrade_durability} for r in ev.ranking()],
         }

@@ -9,6 +9,11 @@ Invariants: ``version`` changes exactly when some device's (score, available) pa
 is added, removed or pinned, so the rule evaluator re-sorts only then; scores are quantised
 (``ScoringPolicy.quantum``) so latency jitter does not re-sort the rules every period.  A device that is
 full, offline, failing, or whose ``status()`` raises is *unavailable*: it is never selected.
+
+Room per message: besides the verdict, the monitor keeps each device's free bytes (``status.bytes_free``)
+and lowers it as the store places messages between two checks (:meth:`consumed`) or as a device refuses
+one (:meth:`refused`); :meth:`lacking_room` names the devices a message of a given size does not fit.
+That check is per message and never re-sorts the rules.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ class DeviceHealth:
     reason: str = ""                   # why unavailable, or what costs it points
     checked_at: float | None = None    # monitor time of the status it is based on (None: not yet)
     pinned: bool = False               # set by an operator, not measured
+    durable: bool = True               # what it holds survives a crash of the broker (memory: False)
 
 
 class HealthSource(Protocol):
@@ -43,6 +49,8 @@ class HealthSource(Protocol):
     version: int
 
     def health(self) -> Mapping[str, DeviceHealth]: ...
+
+    def lacking_room(self, size: int) -> frozenset[str]: ...
 
 
 @dataclass(frozen=True)
@@ -145,6 +153,7 @@ class _Tracked:
     measured: DeviceHealth = field(default=None)  # type: ignore[assignment]  # last measurement
     health: DeviceHealth = field(default=None)    # type: ignore[assignment]  # measured, pin applied
     pin: tuple[float | None, bool | None, str] | None = None
+    free: int | None = None                       # bytes a message may still use (None: unbounded)
 
 
 class StorageMonitor:
@@ -168,6 +177,7 @@ class StorageMonitor:
         self.version = 0
         self.refreshes = 0          # status() calls made, for tests and metrics
         self._health_view: Mapping[str, DeviceHealth] = MappingProxyType({})
+        self._bounded: dict[str, _Tracked] = {}     # devices whose free space is known
         items = devices.values() if isinstance(devices, Mapping) else devices
         for device in items:
             self.add_device(device)
@@ -179,13 +189,15 @@ class StorageMonitor:
         if name in self._tracked:
             raise ConfigError(f"the storage monitor already watches a device named {name!r}")
         tracked = _Tracked(device, self.periods.get(name, self.period))
-        tracked.measured = tracked.health = DeviceHealth(name, 0.0, True, "not checked yet")
+        tracked.measured = tracked.health = DeviceHealth(name, 0.0, True, "not checked yet",
+                                                         durable=_durable(device))
         self._tracked[name] = tracked
         self._changed()
 
     def remove_device(self, name: str) -> None:
         if self._tracked.pop(name, None) is None:
             raise ConfigError(f"the storage monitor watches no device named {name!r}")
+        self._bounded.pop(name, None)
         self._changed()
 
     def pin(self, name: str, *, score: float | None = None, available: bool | None = None,
@@ -222,6 +234,34 @@ class StorageMonitor:
         """Device name -> :class:`DeviceHealth` (a read-only view, replaced when anything changes)."""
         return self._health_view
 
+    # -- room per message (no re-sort) ------------------------------------------------------------
+
+    def lacking_room(self, size: int) -> frozenset[str]:
+        """Devices a message of ``size`` bytes does not fit, as far as the monitor knows."""
+        if not self._bounded:
+            return frozenset()
+        return frozenset(name for name, t in self._bounded.items() if t.free is not None and t.free < size)
+
+    def free(self, name: str) -> int | None:
+        tracked = self._tracked.get(name)
+        return tracked.free if tracked is not None else None
+
+    def consumed(self, name: str, size: int) -> None:
+        """The store placed ``size`` bytes on ``name``: less room until the next check measures it."""
+        tracked = self._bounded.get(name)
+        if tracked is not None and tracked.free is not None:
+            tracked.free = max(0, tracked.free - size)
+
+    def refused(self, name: str, size: int) -> None:
+        """``name`` refused a message of ``size`` bytes: no message that large goes there again until
+        the next check (the device counts the refusal among its errors, which lowers its score)."""
+        tracked = self._tracked.get(name)
+        if tracked is None:
+            return
+        room = max(0, size - 1)
+        tracked.free = room if tracked.free is None else min(tracked.free, room)
+        self._bounded[name] = tracked
+
     # -- internals ---------------------------------------------------------------------------------
 
     def _get(self, name: str) -> _Tracked:
@@ -237,14 +277,21 @@ class StorageMonitor:
         except Exception as exc:  # noqa: BLE001 - any failure of a device is a verdict on that device
             tracked.status, tracked.status_at = None, now
             tracked.measured = DeviceHealth(tracked.device.name, tracked.measured.score, False,
-                                            f"status() failed: {type(exc).__name__}: {exc}", now)
+                                            f"status() failed: {type(exc).__name__}: {exc}", now,
+                                            durable=_durable(tracked.device))
             self._update(tracked)
             return
         previous, previous_at = tracked.status, tracked.status_at
         elapsed = now - previous_at if previous_at is not None else 0.0
         score, available, reason = self._assess(status, previous, elapsed)
         tracked.status, tracked.status_at = _copy_status(status), now
-        tracked.measured = DeviceHealth(tracked.device.name, float(score), bool(available), reason, now)
+        tracked.free = status.bytes_free
+        if status.bytes_free is None:
+            self._bounded.pop(tracked.device.name, None)
+        else:
+            self._bounded[tracked.device.name] = tracked
+        tracked.measured = DeviceHealth(tracked.device.name, float(score), bool(available), reason, now,
+                                        durable=_durable(tracked.device))
         self._update(tracked)
 
     def _update(self, tracked: _Tracked) -> None:
@@ -273,22 +320,34 @@ class StorageMonitor:
 class StaticHealth:
     """Fixed device scores (the seed's example, tests, or a broker with monitoring switched off)."""
 
-    def __init__(self, scores: Mapping[str, float], unavailable: Mapping[str, str] | None = None) -> None:
+    def __init__(self, scores: Mapping[str, float], unavailable: Mapping[str, str] | None = None,
+                 *, non_durable: Iterable[str] = (), free: Mapping[str, int] | None = None) -> None:
         self.version = 0
         self._health: dict[str, DeviceHealth] = {}
+        self._free = dict(free or {})
+        gone = frozenset(non_durable)
         for name, score in scores.items():
-            self._health[name] = DeviceHealth(name, float(score), True, "static")
+            self._health[name] = DeviceHealth(name, float(score), True, "static", durable=name not in gone)
         for name, reason in (unavailable or {}).items():
             self.set(name, self._health[name].score if name in self._health else 0.0, available=False,
                      reason=reason)
         self.version = 0
 
     def set(self, name: str, score: float, *, available: bool = True, reason: str = "static") -> None:
-        self._health[name] = DeviceHealth(name, float(score), available, reason)
+        old = self._health.get(name)
+        self._health[name] = DeviceHealth(name, float(score), available, reason,
+                                          durable=old.durable if old is not None else True)
         self.version += 1
 
     def health(self) -> Mapping[str, DeviceHealth]:
         return MappingProxyType(dict(self._health))
+
+    def lacking_room(self, size: int) -> frozenset[str]:
+        return frozenset(name for name, free in self._free.items() if free < size)
+
+
+def _durable(device: HoldingDevice) -> bool:
+    return bool(getattr(device, "durable", True))
 
 
 def _check_period(value: float, what: str) -> float:

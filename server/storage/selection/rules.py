@@ -24,6 +24,8 @@ from pymq.errors import ConfigError, InvalidSelector
 from pymq.selector import Selector, compile_rule
 
 _RULE_KEYS = {"id", "device", "weight", "condition"}
+#: keys a rule may have besides the required ones
+_OPTIONAL_KEYS = {"downgrade_durability"}
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,9 @@ class SelectionRule:
     device: str
     weight: float
     condition: str
+    #: persistent messages this rule matches may be held on a device that does not survive a crash
+    #: (spec/storage_rules.md §6.4); without it such a rule only takes non-persistent messages
+    downgrade_durability: bool = False
     compiled: Selector = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -46,6 +51,9 @@ class SelectionRule:
             raise ConfigError(f"rule {self.id}: weight must be a finite number, got {self.weight!r}")
         if not isinstance(self.condition, str):
             raise ConfigError(f"rule {self.id}: condition must be a string, got {type(self.condition).__name__}")
+        if not isinstance(self.downgrade_durability, bool):
+            raise ConfigError(f"rule {self.id}: downgrade_durability must be true or false, "
+                              f"got {self.downgrade_durability!r}")
         try:
             compiled = compile_rule(self.condition)
         except InvalidSelector as err:
@@ -59,19 +67,24 @@ class SelectionRule:
         """Build a rule from ``{id, device, weight, condition}`` (YAML / JSON / admin request body)."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"a storage rule must be a mapping with {sorted(_RULE_KEYS)}, got {data!r}")
-        unknown = set(data) - _RULE_KEYS
+        unknown = set(data) - _RULE_KEYS - _OPTIONAL_KEYS
         missing = _RULE_KEYS - set(data)
         where = f"rule {data.get('id', '?')}"
         if unknown:
-            raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (expected {sorted(_RULE_KEYS)})")
+            raise ConfigError(f"{where}: unknown keys {sorted(unknown)} (expected {sorted(_RULE_KEYS)}, "
+                              f"optionally {sorted(_OPTIONAL_KEYS)})")
         if missing:
             raise ConfigError(f"{where}: missing keys {sorted(missing)}")
         condition = data["condition"]
         return cls(id=data["id"], device=data["device"], weight=data["weight"],
-                   condition="" if condition is None else condition)
+                   condition="" if condition is None else condition,
+                   downgrade_durability=data.get("downgrade_durability", False))
 
     def to_mapping(self) -> dict[str, Any]:
-        return {"id": self.id, "device": self.device, "weight": self.weight, "condition": self.condition}
+        mapping = {"id": self.id, "device": self.device, "weight": self.weight, "condition": self.condition}
+        if self.downgrade_durability:
+            mapping["downgrade_durability"] = True
+        return mapping
 
 
 class RuleBook:

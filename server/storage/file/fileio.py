@@ -1,0 +1,101 @@
+"""Every system call the file device makes that can fail because of the disk, in one place.
+
+Why a seam: a full disk (ENOSPC) or a failing one (EIO) must be answered and survived (spec/storage.md
+§8), and the only way to test every path that meets one is to make the calls fail on demand.  The
+device, its log segments and its page file call this object instead of ``os``; tests hand the device a
+subclass that raises (``tests/storage/faults.py``), the broker uses :data:`OS_IO`.
+
+Space is *reserved* before it is needed (``reserve``: Linux ``fallocate`` with ``FALLOC_FL_KEEP_SIZE``,
+which allocates blocks past the end of a file without changing its size), so a write that the disk cannot
+hold is refused when the device accepts the message — before any receipt or queue depends on it — and
+appends into reserved blocks cannot fail for lack of space.  Where ``fallocate`` is missing (macOS, some
+file systems) ``reserve`` returns False and a full disk is met at ``write``/``fsync`` instead, which the
+device survives too, only later.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import sys
+
+#: fdatasync where the OS has it (Linux), else fsync (macOS)
+_datasync = getattr(os, "fdatasync", os.fsync)
+_FALLOC_FL_KEEP_SIZE = 1
+
+
+def _load_fallocate():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        fallocate = libc.fallocate
+    except (OSError, AttributeError):
+        return None
+    fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+    fallocate.restype = ctypes.c_int
+    return fallocate
+
+
+_fallocate = _load_fallocate()
+
+
+class FileIO:
+    """The operating system, as the file device uses it."""
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        return os.open(path, flags, mode)
+
+    def close(self, fd: int) -> None:
+        os.close(fd)
+
+    def write(self, fd: int, data: memoryview) -> int:
+        return os.write(fd, data)
+
+    def pwrite(self, fd: int, data: memoryview, offset: int) -> int:
+        return os.pwrite(fd, data, offset)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        return os.pread(fd, size, offset)
+
+    def datasync(self, fd: int) -> None:
+        _datasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        os.fsync(fd)
+
+    def truncate(self, fd: int, length: int) -> None:
+        os.ftruncate(fd, length)
+
+    def reserve(self, fd: int, offset: int, length: int) -> bool:
+        """Allocate ``length`` bytes from ``offset`` without changing the file's size.  True when the
+        space is now held for the file, False when the platform cannot reserve (nothing promised);
+        raises OSError (ENOSPC) when the disk cannot give it."""
+        if _fallocate is None or length <= 0:
+            return False
+        if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return False
+        raise OSError(err, os.strerror(err))
+
+    def free_space(self, path: str) -> int | None:
+        """Bytes an unprivileged writer may still use on the file system holding ``path``."""
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            return None
+        return st.f_bavail * st.f_frsize
+
+
+#: the real thing
+OS_IO = FileIO()
+
+#: errors that mean "the disk cannot hold more" rather than "the disk is failing"
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def is_no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in NO_SPACE
