@@ -225,3 +225,72 @@ def test_adaptive_selection_config_errors(text, match):
 def test_selection_config_defaults():
     cfg = SelectionConfig.from_document({})
     assert (cfg.strategy, cfg.default_device, cfg.match_bonus, cfg.period) == ("first-match", None, 0.0, 1.0)
+
+
+# -- per message: durability, room, refusals (spec/storage_rules.md §6.4) ---------------------------
+
+def _durability_evaluator(impl, *, downgrade: bool = False, **kwargs) -> RuleEvaluator:
+    rules = RuleBook([SelectionRule("mem", "MEMORY", 90, "SIZE < 20", downgrade_durability=downgrade),
+                      SelectionRule("hdd", "HDD", 50, "")])
+    health = StaticHealth({"MEMORY": 0, "HDD": 0}, non_durable=["MEMORY"], **kwargs)
+    return RuleEvaluator(rules, health, implementation=impl)
+
+
+def test_a_persistent_message_skips_rules_of_devices_that_are_not_durable(impl):
+    ev = _durability_evaluator(impl)
+    assert ev.select(small(10, persistent=False)).device == "MEMORY"
+    decision = ev.select(small(10, persistent=True))
+    assert (decision.device, decision.rule_id) == ("HDD", "hdd")
+    assert ev.sorts == 1, "the durable plan is derived from the sorted one, not sorted again"
+
+
+def test_a_rule_may_downgrade_durability_explicitly(impl):
+    ev = _durability_evaluator(impl, downgrade=True)
+    assert ev.select(small(10, persistent=True)).device == "MEMORY"
+
+
+def test_the_fallback_for_a_persistent_message_is_durable(impl):
+    rules = RuleBook([SelectionRule("big", "HDD", 50, "SIZE > 1000")])
+    health = StaticHealth({"MEMORY": 0, "HDD": -30}, non_durable=["MEMORY"])
+    ev = RuleEvaluator(rules, health, default_device="MEMORY", implementation=impl)
+    assert ev.select(small(10, persistent=False)).device == "MEMORY"
+    decision = ev.select(small(10, persistent=True))
+    assert (decision.device, decision.fallback) == ("HDD", "best-available")
+    only_memory = RuleEvaluator(RuleBook(), StaticHealth({"MEMORY": 0}, non_durable=["MEMORY"]),
+                                implementation=impl)
+    with pytest.raises(StorageError, match="for a persistent message .*MEMORY: not durable"):
+        only_memory.select(small(10, persistent=True))
+
+
+def test_a_device_without_room_for_the_message_is_left_out_for_it_only(impl):
+    rules = RuleBook([SelectionRule("hdd", "HDD", 90, ""), SelectionRule("db", "DB1", 50, "")])
+    health = StaticHealth({"HDD": 0, "DB1": 0}, free={"HDD": 60_000})
+    ev = RuleEvaluator(rules, health, implementation=impl)
+    assert ev.select(small(10), size=10_000).device == "HDD"
+    assert ev.select(small(100), size=100_000).device == "DB1"
+    assert ev.select(small(1), size=1_000).device == "HDD"
+    assert ev.sorts == 1
+
+
+def test_excluded_devices_are_left_out_and_the_next_rule_decides(impl):
+    ev = seed_evaluator(impl)
+    first = ev.select(small(15))
+    assert first.device == "MEMORY"
+    again = ev.select(small(15), exclude=frozenset({"MEMORY"}))
+    assert (again.device, again.rule_id) == ("HDD", "W001")
+    with pytest.raises(StorageError):
+        RuleEvaluator(RuleBook(), StaticHealth({"A": 0}), implementation=impl).select(
+            small(), exclude=frozenset({"A"}))
+
+
+def test_the_monitor_knows_room_and_lowers_it_between_checks():
+    device = FakeDevice("d", bytes_free=100_000)
+    monitor = StorageMonitor([device])
+    monitor.refresh(0.0)
+    assert monitor.lacking_room(50_000) == frozenset()
+    monitor.consumed("d", 60_000)
+    assert monitor.lacking_room(50_000) == {"d"}
+    monitor.refresh(10.0)                    # measured again
+    assert monitor.lacking_room(50_000) == frozenset()
+    monitor.refused("d", 30_000)
+    assert monitor.lacking_room(30_000) == {"d"} and monitor.lacking_room(1_000) == frozenset()
