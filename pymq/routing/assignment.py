@@ -12,12 +12,13 @@ Policies:
   subscribers are spread over every node, so each of its messages is stored N times.
 - ``similar`` (the seed's "assigning similar recipients to the same message server"): a recipient goes to
   the node whose stored topics overlap its own the most — the intersection ``|T(r) ∩ T(node)|``, the
-  numerator of their Jaccard index; its denominator only rewards nodes holding few topics, which the
-  capacity bound below already does — among the nodes below a capacity of ``(1 + slack) × recipients / N``
-  (so consolidation never piles everyone on one node); ties go to the current node, then the least loaded,
-  then the recipient's rendezvous order.  This is greedy streaming hypergraph partitioning (Alistarh et al.,
-  "Streaming Min-max Hypergraph Partitioning", NeurIPS 2015), the seed's "identifying patterns of similar
-  subscriptions" done one recipient at a time, so it scales to millions of recipients.
+  numerator of their Jaccard index — weighted by the room the node has left, ``overlap × (capacity -
+  load)``, among the nodes below a capacity of ``(1 + slack) × recipients / N`` (so consolidation never
+  piles everyone on a few nodes); ties go to the current node, then the least loaded; a recipient sharing
+  nothing goes to the least loaded node.  This is greedy streaming partitioning — linear deterministic
+  greedy (Stanton & Kliot, KDD 2012) on the recipients' topic sets, the min-max hypergraph setting of
+  Alistarh et al. (NeurIPS 2015) — the seed's "identifying patterns of similar subscriptions" done one
+  recipient at a time, so it scales to millions of recipients.
 - ``balance`` (the cluster's earlier behaviour): recipients stay where they subscribed; a leaving node's
   go to the least loaded peer.  It places nothing by itself.
 
@@ -164,12 +165,13 @@ class Placement:
     def overlap(self, topics: Iterable[str]) -> dict[str, int]:
         """For each node storing any of ``topics``: how many of them it stores."""
         scores: dict[str, int] = {}
+        get = scores.get
         holders = self.holders
         for t in topics:
             h = holders.get(t)
             if h:
                 for node in h:
-                    scores[node] = scores.get(node, 0) + 1
+                    scores[node] = get(node, 0) + 1
         return scores
 
 
@@ -218,30 +220,45 @@ class SimilarPolicy:
     def choose(self, placement: Placement, recipient: str, topics: Sequence[str],
                current: str | None = None, *, cap: int | None = None, exclude: str | None = None) -> str:
         """The recipient must be unassigned; ``current`` is where it was (it stays there on a tie).
-        ``cap`` overrides the capacity bound; ``exclude`` is a node it must leave (shedding)."""
+        ``cap`` overrides the capacity bound; ``exclude`` is a node it must leave (shedding).
+
+        A new recipient (no ``current``): each node below the bound weighs ``(overlap + 1) × (cap - load)``
+        — the overlap, plus one so that an empty node competes, times the room left (linear deterministic
+        greedy); without the room factor the first nodes fill to the bound with everyone sharing a popular
+        topic and the last ones stay empty.  A placed recipient being reconsidered moves only for strictly
+        more overlap (moves cost messages), or, sharing nothing where it is, to a node emptier than its own.
+        Ties: the current node, then the least loaded, then the recipient's own rendezvous order (so
+        recipients sharing nothing spread evenly)."""
         if cap is None:
             cap = self.capacity(placement)
         load = placement.load
+        scores = placement.overlap(topics)
+        candidates = set(scores)
+        if current is not None and current in load:
+            candidates.add(current)
+        empty = placement.least_loaded(below=cap)
+        if empty is not None:
+            candidates.add(empty)
+            hashed = self._tiebreak.choose(placement, recipient, topics)
+            if load[hashed] == load[empty]:
+                candidates.add(hashed)
+        else:
+            hashed = None
+        stay = current is not None and current in load and current != exclude and load[current] < cap and (
+            scores.get(current, 0) > 0 or empty is None or load[empty] >= load[current])
         best, best_key = None, None
-        for node, score in placement.overlap(topics).items():
-            if load[node] >= cap or node == exclude:
+        for node in candidates:
+            n_load = load[node]
+            if n_load >= cap or node == exclude:
                 continue                                  # full: a node at the bound takes no one
-            key = (score, node == current, -load[node])
+            score = scores.get(node, 0)
+            weight = (score + 1) * (cap - n_load) if current is None else score
+            key = (weight, stay and node == current, -n_load, node == hashed)
             if best_key is None or key > best_key:
                 best, best_key = node, key
-        if best is not None:
-            return best
-        node = placement.least_loaded(below=cap)
-        if current is not None and current in load and load[current] < cap and current != exclude:
-            # nothing shared with any node that has room: stay, unless a node is emptier than this one
-            # would be without it (a free move that makes room where other recipients want to go)
-            if node is None or node == current or load[node] >= load[current]:
-                return current
-        if node is None or node == exclude:              # every node at the bound (slack 0)
-            node = min((n for n in placement.nodes if n != exclude), key=lambda n: (load[n], n), default=node)
-        # among equally loaded nodes, spread recipients without overlap by their own hash
-        fallback = self._tiebreak.choose(placement, recipient, topics)
-        return fallback if load[fallback] == load[node] and fallback != exclude else node
+        if best is None:                                  # every node at the bound (slack 0)
+            best = min((n for n in placement.nodes if n != exclude), key=lambda n: (load[n], n))
+        return best
 
 
 def make_policy(policy: AssignmentPolicy | str, **options) -> Policy | None:
@@ -284,39 +301,58 @@ def reconsider(placement: Placement, policy: Policy, recipients: Iterable[str],
 
 def shed(placement: Placement, policy: Policy, movable=None,
          max_moves: int | None = None) -> list[tuple[str, str, str]]:
-    """After a node joins: recipients on nodes above their fair share (recipients / nodes: the newcomer
-    joined to take load, so the slack does not excuse keeping it) move until none is, the least attached
-    first (those sharing the fewest topics with other recipients of their node), each to where the policy
-    places it.  For ``hash`` every recipient whose rendezvous winner changed moves.  Returns the moves."""
+    """After a node joins, give it its share.  ``hash``: every recipient whose rendezvous winner changed
+    moves (about 1/N, all to the newcomer).  ``similar``: about as few — recipients leave the most loaded
+    nodes (above the fair share, recipients / nodes), the least attached first (those sharing the fewest
+    topics with other recipients of their node), until as many have moved as a fair share holds; each goes
+    where the policy places it among the nodes below the fair share (mostly the newcomer).  Returns the
+    moves (recipient, from, to)."""
     if isinstance(policy, HashPolicy):
-        return reconsider(placement, policy, list(placement.where), movable, max_moves)
+        router = policy._for(placement.nodes)
+        moves = []
+        for r, node in list(placement.where.items()):
+            target = router.route(r)
+            if target != node and (movable is None or movable(r)):
+                if max_moves is not None and len(moves) >= max_moves:
+                    break
+                placement.assign(r, placement.topics_of[r], target)
+                moves.append((r, node, target))
+        return moves
     if not isinstance(policy, SimilarPolicy):
         return []
-    cap = max(1, math.ceil(len(placement) / len(placement.nodes)))
-    moves: list[tuple[str, str, str]] = []
-    by_node: dict[str, list[str]] = {}
+    fair = max(1, math.ceil(len(placement) / len(placement.nodes)))
+    budget = min(fair, max_moves) if max_moves is not None else fair
+    members: dict[str, list[str]] = {}
     for r, node in placement.where.items():
-        if placement.load[node] > cap:
-            by_node.setdefault(node, []).append(r)
-    for node, rs in sorted(by_node.items()):
-        excess = placement.load[node] - cap
-        if excess <= 0:
-            continue
-        holders = placement.holders
-
-        def attachment(r: str) -> int:
-            return sum(1 for t in placement.topics_of[r] if holders[t].get(node, 0) > 1)
-        for r in sorted(rs, key=lambda r: (attachment(r), r))[:excess]:
-            if max_moves is not None and len(moves) >= max_moves:
-                return moves
-            if movable is not None and not movable(r):
+        members.setdefault(node, []).append(r)
+    holders = placement.holders
+    order: dict[str, list[str]] = {}          # per node: its recipients, most attached first (popped from the end)
+    moves: list[tuple[str, str, str]] = []
+    while len(moves) < budget:
+        node = max(placement.nodes, key=lambda n: (placement.load[n], n))
+        if placement.load[node] <= fair:
+            break
+        queue = order.get(node)
+        if queue is None:
+            # attachment: the topics a recipient shares with other recipients of its node, measured once
+            # per node (the ranking barely changes as a few recipients leave)
+            queue = order[node] = sorted(
+                (r for r in members.get(node, ()) if movable is None or movable(r)),
+                key=lambda r: (-sum(1 for t in placement.topics_of[r] if holders[t].get(node, 0) > 1), r))
+        moved_one = False
+        while queue:
+            r = queue.pop()
+            if placement.where.get(r) != node:
                 continue
             topics = placement.topics_of[r]
             placement.unassign(r)
-            target = policy.choose(placement, r, topics, cap=cap, exclude=node)
+            target = policy.choose(placement, r, topics, cap=fair, exclude=node)
             placement.assign(r, topics, target)
-            if target != node:
-                moves.append((r, node, target))
+            moves.append((r, node, target))
+            moved_one = True
+            break
+        if not moved_one:
+            break
     return moves
 
 
