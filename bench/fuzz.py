@@ -12,7 +12,12 @@ that as a failure).  The other half goes to the atheris targets of ``bench/fuzz_
 compiled scanner against its twin, and the selector front end with both evaluators — each in its own
 process with a corpus kept under ``--corpus`` (default ``.fuzz-corpus/``, ignored by git) so later runs
 start where earlier ones stopped.  Without atheris (``pip install atheris``) that half is skipped and
-said so.  Exit status 1 if anything failed.
+said so.  ``--asan`` builds AddressSanitizer copies of the compiled scanner and evaluator with gcc from
+the C files ``pip install -e .`` left in ``_ext/``, runs the twin tests of tests/protocol and
+tests/selector (hypothesis on hostile input included) against them, then the atheris targets (the ASan
+runtime is preloaded): an out-of-bounds read or write is reported even where it would not crash.  Under
+gcc's ASan runtime atheris loses its coverage hooks, so those atheris runs mutate the corpus the guided
+runs built without guidance of their own (clang would keep both).  Exit status 1 if anything failed.
 """
 from __future__ import annotations
 
@@ -74,7 +79,31 @@ def run_broker_fuzz(twin: str, seconds: float, steps: int) -> dict:
 STAT = re.compile(r"stat::(\w+):\s+(\d+)")
 
 
-def run_atheris(target: str, seconds: float, corpus: pathlib.Path) -> dict:
+def asan_tree() -> tuple[pathlib.Path, dict[str, str]]:
+    """A copy of the pymq package whose compiled scanner and evaluator are built with AddressSanitizer,
+    and the environment that loads them (ASan runtime preloaded, the copy first on the path)."""
+    import shutil
+    import sysconfig
+    tree = pathlib.Path(tempfile.mkdtemp(prefix="pymq-asan-"))
+    for part in ("pymq", "tests", "spec"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    include = sysconfig.get_paths()["include"]
+    suffix = sysconfig.get_config_var("EXT_SUFFIX")
+    for source, target in (("scanner", "protocol/_scanner_c"), ("selector", "selector/_evaluator_c")):
+        c_file = ROOT / "_ext" / f"{source}.c"
+        if not c_file.exists():
+            raise SystemExit(f"{c_file} is missing: run `pip install -e .` first (it writes the C files)")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-g", "-fsanitize=address", "-fno-omit-frame-pointer",
+                        "-w", f"-I{include}", str(c_file), "-o", str(tree / "pymq" / f"{target}{suffix}")],
+                       check=True)
+    runtime = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
+                             check=True).stdout.strip()
+    env = {"LD_PRELOAD": runtime, "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1",
+           "PYTHONPATH": str(tree)}
+    return tree, env
+
+
+def run_atheris(target: str, seconds: float, corpus: pathlib.Path, asan: tuple | None = None) -> dict:
     directory = corpus / target
     directory.mkdir(parents=True, exist_ok=True)
     before = len(list(directory.iterdir()))
@@ -83,15 +112,20 @@ def run_atheris(target: str, seconds: float, corpus: pathlib.Path) -> dict:
            "-print_final_stats=1", f"-artifact_prefix={artifacts}/", "-timeout=10", "-rss_limit_mb=2048",
            str(directory)]
     started = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=seconds + 300)
+    env, cwd = None, ROOT
+    if asan is not None:
+        tree, extra = asan
+        env, cwd = {**os.environ, **extra}, tree          # not the repository root: its pymq would win
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=seconds + 300)
     stats = {k: int(v) for k, v in STAT.findall(proc.stderr)}
     cov = re.findall(r"cov: (\d+) ft: (\d+)", proc.stderr)
     found = sorted(str(p) for p in artifacts.iterdir())
     failure = None
     if proc.returncode != 0 or found:
         m = re.search(r"=== Uncaught Python exception: ===\n(.*?)\nTraceback", proc.stderr, re.S)
-        failure = (m.group(1) if m else proc.stderr[-2000:]).strip()
-    return {"target": target, "seconds": round(time.monotonic() - started, 1),
+        sanitizer = re.search(r"(ERROR: AddressSanitizer.*?)(?:\n\n|$)", proc.stderr, re.S)
+        failure = (m.group(1) if m else sanitizer.group(1) if sanitizer else proc.stderr[-2000:]).strip()
+    return {"target": target, "asan": asan is not None, "seconds": round(time.monotonic() - started, 1),
             "executions": stats.get("number_of_executed_units"),
             "exec_per_s": stats.get("average_exec_per_sec"),
             "coverage": int(cov[-1][0]) if cov else None, "features": int(cov[-1][1]) if cov else None,
@@ -105,6 +139,7 @@ def main(argv=None) -> int:
     p.add_argument("--only", choices=["broker", "atheris"])
     p.add_argument("--steps", type=int, default=40, help="steps per generated broker session")
     p.add_argument("--corpus", default=str(ROOT / ".fuzz-corpus"))
+    p.add_argument("--asan", action="store_true", help="atheris targets against AddressSanitizer builds")
     p.add_argument("--json", help="write the figures here too")
     args = p.parse_args(argv)
     total = args.minutes * 60
@@ -120,7 +155,20 @@ def main(argv=None) -> int:
         parts += [("atheris", "scanner"), ("atheris", "selector")]
     share = total / max(1, len(parts))
     report: dict = {"minutes": args.minutes, "broker": [], "atheris": [],
-                    "atheris_available": have_atheris}
+                    "atheris_available": have_atheris, "asan": args.asan}
+    asan = asan_tree() if args.asan else None
+    if asan is not None:
+        tree, extra = asan
+        started = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/protocol",
+                               "tests/selector"], cwd=tree, env={**os.environ, **extra}, capture_output=True,
+                              text=True, timeout=3600)
+        tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
+        report["asan_tests"] = {"returncode": proc.returncode, "summary": tail,
+                                "seconds": round(time.monotonic() - started, 1)}
+        print(f"ASan: tests/protocol and tests/selector against the ASan builds: {tail}", flush=True)
+        if proc.returncode != 0:
+            print(proc.stdout[-3000:], proc.stderr[-3000:], flush=True)
     for kind, what in parts:
         if kind == "broker":
             r = run_broker_fuzz(what, share, args.steps)
@@ -132,9 +180,9 @@ def main(argv=None) -> int:
             for failure in r["failures"]:
                 print("   FAILURE:", failure, flush=True)
         else:
-            r = run_atheris(what, share, pathlib.Path(args.corpus))
+            r = run_atheris(what, share, pathlib.Path(args.corpus), asan)
             report["atheris"].append(r)
-            print(f"atheris [{what}]: {r['executions']} executions ({r['exec_per_s']}/s) in {r['seconds']} s, "
+            print(f"atheris [{what}{', ASan' if asan else ''}]: {r['executions']} executions ({r['exec_per_s']}/s) in {r['seconds']} s, "
                   f"coverage {r['coverage']} edges / {r['features']} features, corpus {r['corpus_before']} -> "
                   f"{r['corpus_after']}; {'FAILURE: ' + r['failure'] if r['failure'] else 'no failure'}",
                   flush=True)
@@ -143,7 +191,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=2)
-    failed = any(r["failures"] for r in report["broker"]) or any(r["failure"] for r in report["atheris"])
+    failed = any(r["failures"] for r in report["broker"]) or any(r["failure"] for r in report["atheris"]) \
+        or report.get("asan_tests", {}).get("returncode", 0) != 0
     return 1 if failed else 0
 
 

@@ -167,3 +167,47 @@ def test_half_open_socket_garbage_does_not_kill_the_broker(broker_process):
         s.close()
     assert bp.alive(), bp.describe()
     assert _serves(bp)
+
+
+def _rss(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_large_message_to_many_subscribers_is_held_once(broker_process, tmp_path):
+    """Landed main joined each subscriber's MESSAGE into one bytes object (a copy of the body per
+    subscriber, then another in the socket buffer): 30 topic subscribers that do not read made the
+    broker hold 30 copies of a 3.5 MiB body.  Now the body is queued by reference and written in
+    slices while the socket's buffer has room: about one copy, plus the write buffers."""
+    config = tmp_path / "broker.yaml"
+    config.write_text("write_buffer_high: 65536\nwrite_buffer_low: 16384\n")
+    bp = broker_process("--config", str(config))
+    subscribers = []
+    try:
+        for i in range(30):
+            client = RawStomp(bp.port, rcvbuf=4096)
+            subscribers.append(client)
+            assert client.connect().command == "CONNECTED"
+            client.send("SUBSCRIBE", {"destination": "/topic/large", "id": "s", "receipt": "r"})
+            assert client.read(10).command == "RECEIPT"
+        time.sleep(0.5)
+        before = _rss(bp.proc.pid)
+        body = b"L" * (3 * 1024 * 1024 + 512 * 1024)
+        producer = RawStomp(bp.port)
+        subscribers.append(producer)
+        assert producer.connect().command == "CONNECTED"
+        producer.send("SEND", {"destination": "/topic/large", "persistent": "false", "receipt": "sent"}, body)
+        assert producer.read(30).command == "RECEIPT"
+        del body
+        time.sleep(1.5)
+        grown = _rss(bp.proc.pid) - before
+        assert bp.alive(), bp.describe()
+        # one body (3.5 MiB) in the broker, at most ~320 KiB queued per subscriber's socket, and slack
+        # for the parse (the frame's bytes and the body are both alive for a moment)
+        assert grown < 30 * 1024 * 1024, f"the broker grew by {grown / 1048576:.1f} MiB"
+    finally:
+        for client in subscribers:
+            client.close()
