@@ -20,7 +20,7 @@ import logging
 import time
 from collections import OrderedDict
 
-from pymq.errors import ConfigError, IllegalStateError, PymqError
+from pymq.errors import IllegalStateError, PymqError
 from pymq.protocol.numbers import header_int
 from pymq.routing import GroupRouter
 from pymq.routing.assignment import (AssignmentPolicy, Placement, SimilarPolicy, make_policy, parse_policy,
