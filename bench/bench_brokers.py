@@ -1,18 +1,24 @@
 """pymq against RabbitMQ (STOMP plugin) and ActiveMQ Classic on the same workloads, in the same run.
 
-    python bench/bench_brokers.py [--quick] [--brokers pymq,rabbitmq,activemq] [--workloads a,b,c,d,e,sdk]
+    python bench/bench_brokers.py [--quick] [--brokers pymq,rabbitmq,activemq] [--workloads a,b,c,d,i,e,k,sdk]
+                                  [--headers N] [--seconds S] [--pin-broker CPUS] [--pin-client CPUS]
                                   [--json out.json] [--rounds N] [--window N] [--self-check]
 
 The brokers are started by this script (bench/peers.py: own temp data dirs, free ports, 127.0.0.1 only) and
 warmed up; then each workload runs against each broker in turn, driven by the bench's own load client
 (bench/loadclient.py). Only one broker is under load at a time, and because the order is workload by
-workload, other load on this shared machine falls on all brokers alike. Workloads:
-    a  1 producer -> 1 consumer, queue, non-persistent, 128 B and 1 KiB, ack:auto
-    b  the same, persistent, a RECEIPT every 100 messages and at most 1,000 unconfirmed, client-individual acks
-    c  1 producer -> 4 topic subscribers, 128 B (deliveries/s over all subscribers)
-    d  4 producers + 4 consumers on one queue, 128 B
-    e  latency at a fixed 2,000 msg/s, 128 B (p50/p99/p99.9)
-    sdk (pymq only) the SDK's send and receive loops over stomp:// and vm://, beside (a) of the same run
+workload, other load on this shared machine falls on all brokers alike. Every SEND carries --headers
+application headers (default 4: an id, the producer index, a sequence number, a timestamp), 128 B bodies.
+Rows (groups chosen with --workloads):
+    a  q   1 -> 1 queue, SEND without `persistent` (durable in pymq, non-persistent in the peers)
+       qn  the same with persistent:false (pymq only; the peers' figure is their q row)
+    b  qp  1 -> 1 queue, persistent:true, a RECEIPT every 100 messages, at most 1,000 unconfirmed
+    c  c / cn   1 -> 4 topic subscribers (deliveries/s over all subscribers); cn persistent:false, pymq only
+    d  d / dn   4 producers + 4 consumers on one queue; dn persistent:false, pymq only
+    i  i / in   1 -> 1 queue, client-individual ACK per message, prefetch 1000; in persistent:false, pymq only
+    e  e / ep / en   latency at a steady 2,000 msg/s (p50/p99/p99.9): no header, persistent:true, false
+    k  k / kp   1 KiB bodies, persistent:false and persistent:true with receipts (not in the default set)
+    sdk (pymq only) the SDK's send and receive loops over stomp:// and vm://, beside qn/qp of the same run
 Every message is checked (no loss, no duplicate). Exit status: 1 on loss, duplication or a harness error,
 never because of speed; a peer that cannot be installed or started is reported and skipped.
 """
@@ -32,14 +38,14 @@ from dataclasses import dataclass, field
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from loadclient import Endpoint, LoadSpec, RunResult, run_load, uvloop  # noqa: E402
-from peers import BROKERS, Broker, PeerUnavailable, machine_busy_seconds  # noqa: E402
+from peers import BROKERS, Broker, PeerUnavailable, PymqBroker, machine_busy_seconds  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 @dataclass
 class Workload:
-    key: str              # row name, e.g. a128
+    key: str              # row name, e.g. q
     group: str            # the letter chosen with --workloads
     title: str
     spec: dict            # LoadSpec fields besides destination/limits
@@ -48,28 +54,50 @@ class Workload:
     seconds: float = 15.0
     quick_seconds: float = 3.0
     note: str = ""
+    # pymq only: the peers' figure for the same stream is their row `peer_row` (the frames mean the same
+    # to them: RabbitMQ and ActiveMQ treat a SEND without `persistent` as non-persistent), so running
+    # them again would only spend the time of the run.
+    peer_row: str = ""
 
 
 RECEIPT_EVERY, MAX_UNCONFIRMED = 100, 1000
 WINDOW = 1000
+APP_HEADERS = 4
 
+# persistent: None = no `persistent` header (frames exactly as a plain STOMP client sends them: durable in
+# pymq, the JMS default; non-persistent in RabbitMQ and ActiveMQ), True = `persistent:true`, False =
+# `persistent:false`. Rows ending in `n` run on pymq only and are compared with the peers' plain row.
+_CAREFUL = dict(receipt_every=RECEIPT_EVERY, max_unconfirmed=MAX_UNCONFIRMED)
 WORKLOADS = [
-    Workload("a128", "a", "1->1 queue 128 B non-persistent", dict(size=128), 200_000, 20_000),
-    Workload("a1k", "a", "1->1 queue 1 KiB non-persistent", dict(size=1024), 150_000, 15_000),
-    Workload("b128", "b", "1->1 queue 128 B persistent", dict(
-        size=128, persistent=True, receipt_every=RECEIPT_EVERY, max_unconfirmed=MAX_UNCONFIRMED,
-        ack="client-individual"), 50_000, 5_000),
-    Workload("b1k", "b", "1->1 queue 1 KiB persistent", dict(
-        size=1024, persistent=True, receipt_every=RECEIPT_EVERY, max_unconfirmed=MAX_UNCONFIRMED,
-        ack="client-individual"), 50_000, 5_000),
-    Workload("c", "c", "1->4 topic 128 B", dict(size=128, topic=True, consumers=4), 100_000, 10_000,
-             note="deliveries/s over 4 subscribers"),
-    Workload("d", "d", "4->4 queue 128 B", dict(size=128, producers=4, consumers=4), 50_000, 5_000,
-             note="count is per producer"),
-    Workload("e", "e", "1->1 queue 128 B at 2,000 msg/s", dict(size=128, rate=2000.0), 20_000, 4_000,
-             seconds=10.0, quick_seconds=2.0),
+    Workload("q", "a", "1->1 queue, SEND without persistent", dict(size=128, persistent=None), 200_000, 20_000),
+    Workload("qn", "a", "1->1 queue, persistent:false", dict(size=128, persistent=False), 200_000, 20_000,
+             peer_row="q"),
+    Workload("qp", "b", "1->1 queue, persistent:true, RECEIPT every 100", dict(
+        size=128, persistent=True, **_CAREFUL), 100_000, 10_000),
+    Workload("c", "c", "1->4 topic, SEND without persistent", dict(size=128, topic=True, consumers=4, persistent=None),
+             100_000, 10_000, note="deliveries/s over 4 subscribers"),
+    Workload("cn", "c", "1->4 topic, persistent:false", dict(size=128, topic=True, consumers=4, persistent=False),
+             100_000, 10_000, peer_row="c"),
+    Workload("d", "d", "4->4 queue, SEND without persistent", dict(size=128, producers=4, consumers=4, persistent=None),
+             50_000, 5_000, note="count is per producer"),
+    Workload("dn", "d", "4->4 queue, persistent:false", dict(size=128, producers=4, consumers=4, persistent=False),
+             50_000, 5_000, peer_row="d"),
+    Workload("i", "i", "1->1 queue, client-individual, prefetch 1000, no persistent", dict(
+        size=128, ack="client-individual", persistent=None), 200_000, 20_000),
+    Workload("in", "i", "1->1 queue, client-individual, prefetch 1000, persistent:false", dict(
+        size=128, ack="client-individual", persistent=False), 200_000, 20_000, peer_row="i"),
+    Workload("e", "e", "2,000 msg/s, SEND without persistent", dict(size=128, rate=2000.0, persistent=None),
+             20_000, 4_000, seconds=10.0, quick_seconds=2.0),
+    Workload("ep", "e", "2,000 msg/s, persistent:true", dict(size=128, rate=2000.0, persistent=True),
+             20_000, 4_000, seconds=10.0, quick_seconds=2.0),
+    Workload("en", "e", "2,000 msg/s, persistent:false", dict(size=128, rate=2000.0, persistent=False),
+             20_000, 4_000, seconds=10.0, quick_seconds=2.0, peer_row="e"),
+    Workload("k", "k", "1->1 queue 1 KiB, persistent:false", dict(size=1024, persistent=False), 150_000, 15_000),
+    Workload("kp", "k", "1->1 queue 1 KiB, persistent:true, RECEIPT every 100", dict(
+        size=1024, persistent=True, **_CAREFUL), 50_000, 5_000),
 ]
 WARMUP = dict(size=128)
+DEFAULT_GROUPS = "a,b,c,d,i,e"
 
 
 @dataclass
@@ -99,10 +127,12 @@ def endpoint(b: Broker) -> Endpoint:
                     explicit_non_persistent=b.dialect.explicit_non_persistent)
 
 
-def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_brokers: list[Broker]) -> Row:
+def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_brokers: list[Broker],
+            app_headers: int = APP_HEADERS, seconds: float = 0.0) -> Row:
     prefix = b.dialect.topic_prefix if w.spec.get("topic") else b.dialect.queue_prefix
+    duration = w.quick_seconds if quick else (min(seconds, w.seconds) if seconds else w.seconds)
     spec = LoadSpec(destination=f"{prefix}bench.{run_id}.{w.key}", count=w.quick_count if quick else w.count,
-                    duration=w.quick_seconds if quick else w.seconds, max_in_flight=window, **w.spec)
+                    duration=duration, max_in_flight=window, app_headers=app_headers, **w.spec)
     if spec.rate:
         spec.count = int(spec.rate * spec.duration)
 
@@ -212,6 +242,24 @@ def print_table(rows: list[Row]) -> None:
               f"{r.lost:5} {r.duplicated:4}" + (f"  ERROR {'; '.join(r.errors)[:200]}" if r.errors else ""))
 
 
+def parse_cpus(spec: str) -> set[int]:
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.strip().partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def pin_tree(b: Broker, cpus: str) -> None:
+    """Every thread of the broker's process tree onto `cpus` (taskset -a: the JVM's and Erlang's threads)."""
+    from peers import process_tree
+
+    roots = ([b.proc.pid] if b.proc else []) + list(b.extra_pids)
+    for root in roots:
+        for pid in process_tree(root):
+            subprocess.run(["taskset", "-a", "-p", "-c", cpus, str(pid)], capture_output=True, check=False)
+
+
 def order(key: str) -> tuple:
     keys = [w.key for w in WORKLOADS]
     return (keys.index(key) if key in keys else len(keys), key)
@@ -228,15 +276,16 @@ def ratios(rows: list[Row]) -> dict:
         if wl.startswith("sdk"):
             # The SDK's loops beside the load client against the same broker in this run: a128 for the
             # non-persistent loops, b128 for the persistent ones.
-            base_key = "b128" if wl.endswith("-p") else "a128"
+            base_key = "qp" if wl.endswith("-p") else "qn"
             base = by.get(("pymq", base_key))
             if base and base.result.rate:
                 out.setdefault(wl, {})["sdk_over_loadclient"] = {
                     "baseline": base_key, "send": row.result.send_rate / base.result.rate,
                     "receive": row.result.rate / base.result.rate}
             continue
-        for peer in ("rabbitmq", "activemq"):
-            p = by.get((peer, wl))
+        peer_wl = next((w.peer_row for w in WORKLOADS if w.key == wl and w.peer_row), wl)
+        for peer in ("rabbitmq", "activemq", "pymq-base"):
+            p = by.get((peer, wl if peer == "pymq-base" else peer_wl))
             if p is None:
                 continue
             d = {}
@@ -244,9 +293,17 @@ def ratios(rows: list[Row]) -> dict:
                 d["throughput"] = row.result.rate / p.result.rate
             if p.broker_cpu_us_per_msg:
                 d["cpu_per_msg"] = row.broker_cpu_us_per_msg / p.broker_cpu_us_per_msg
-            if wl == "e" and p.result.lat_p99_us:
+            if wl.startswith("e") and p.result.lat_p99_us:
                 d["p99_latency"] = row.result.lat_p99_us / p.result.lat_p99_us
             out.setdefault(wl, {})[peer] = d
+    # What durability costs pymq: broker CPU per message of the durable rows over the same stream with
+    # persistent:false (the issue's goal: at most 1.3).
+    for durable, plain in (("q", "qn"), ("qp", "qn"), ("c", "cn"), ("d", "dn"), ("i", "in"), ("kp", "k")):
+        for who, key in (("pymq", "durable_cpu_over_nondurable"), ("pymq-base", "base_durable_cpu_over_nondurable")):
+            a_, b_ = by.get((who, durable)), by.get((who, plain))
+            if a_ and b_ and b_.broker_cpu_us_per_msg:
+                out.setdefault(durable, {})[key] = {
+                    "baseline": plain, "ratio": a_.broker_cpu_us_per_msg / b_.broker_cpu_us_per_msg}
     return out
 
 
@@ -258,6 +315,10 @@ def print_ratios(rat: dict) -> None:
     for wl in sorted(rat, key=order):
         parts = []
         for peer, d in rat[wl].items():
+            if peer.endswith("durable_cpu_over_nondurable"):
+                who = "pymq-base" if peer.startswith("base") else "pymq"
+                parts.append(f"{who} broker CPU/msg over its {d['baseline']} {d['ratio']:.2f}")
+                continue
             if peer == "sdk_over_loadclient":
                 parts.append(f"SDK / load client {d['baseline']} (pymq): send loop {d['send']:.2f}, "
                              f"receive loop {d['receive']:.2f}")
@@ -303,7 +364,8 @@ def self_check() -> int:
         try:
             wait_for_port(port, 10, None)
             spec = LoadSpec(destination=f"/{'topic' if topic else 'queue'}/selfcheck", topic=topic,
-                            producers=1 if topic else 2, consumers=2, count=2_000, duration=5, idle_timeout=1.0)
+                            producers=1 if topic else 2, consumers=2, count=2_000, duration=5, idle_timeout=1.0,
+                            app_headers=APP_HEADERS)
             r = run_load(Endpoint("127.0.0.1", port), spec)
         finally:
             proc.kill()
@@ -325,7 +387,20 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description="pymq vs RabbitMQ vs ActiveMQ over STOMP, same workloads, same run")
     ap.add_argument("--quick", action="store_true", help="a few seconds per workload (CI smoke run)")
     ap.add_argument("--brokers", default="pymq,rabbitmq,activemq")
-    ap.add_argument("--workloads", default="a,b,c,d,e,sdk")
+    ap.add_argument("--workloads", default=DEFAULT_GROUPS,
+                    help=f"groups of rows (default {DEFAULT_GROUPS}; also k: 1 KiB rows, sdk: the SDK's loops)")
+    ap.add_argument("--headers", type=int, default=APP_HEADERS,
+                    help=f"application headers on every SEND (default {APP_HEADERS}: an id, the producer index, a "
+                         "sequence number, a timestamp; more add 16-byte attributes)")
+    ap.add_argument("--seconds", type=float, default=0.0,
+                    help="cap every full-run row at this many seconds (default: each row's own, 10-15 s)")
+    ap.add_argument("--pymq-base", default="",
+                    help="the pymq-server of another build (e.g. a worktree of main with its own venv), run as "
+                         "broker pymq-base beside pymq: old and new in the same run")
+    ap.add_argument("--pin-broker", default="",
+                    help="CPU list (taskset -c syntax, e.g. 0) for every broker's threads")
+    ap.add_argument("--pin-client", default="",
+                    help="CPU list for the load client's processes (and this script)")
     ap.add_argument("--json", help="write all figures to this file")
     ap.add_argument("--self-check", action="store_true", help="check the harness against a toy broker and exit")
     ap.add_argument("--no-warmup", action="store_true")
@@ -338,8 +413,10 @@ def main(argv=None) -> int:
     if a.self_check:
         return self_check()
     brokers = [s.strip() for s in a.brokers.split(",") if s.strip()]
+    if a.pymq_base and "pymq-base" not in brokers:
+        brokers.insert(1 if "pymq" in brokers else 0, "pymq-base")
     groups = {s.strip() for s in a.workloads.split(",") if s.strip()}
-    unknown = [b for b in brokers if b not in BROKERS] + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"})
+    unknown = [b for b in brokers if b not in BROKERS and b != "pymq-base"] + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"})
     if unknown:
         ap.error(f"unknown broker or workload: {', '.join(unknown)}")
     # A SIGTERM (CI's timeout, kill) must still stop the brokers: they run in sessions of their own and
@@ -357,7 +434,7 @@ def main(argv=None) -> int:
             # against each in turn: other people's load on this shared machine then hits all brokers alike
             # instead of whichever one happened to run during it.
             for name in brokers:
-                b = BROKERS[name](log=log)
+                b = PymqBroker(name=name, exe=a.pymq_base, log=log) if name == "pymq-base" else BROKERS[name](log=log)
                 try:
                     b.start(tmp)
                     versions[name] = b.version
@@ -372,6 +449,9 @@ def main(argv=None) -> int:
                     if b in up:
                         up.remove(b)
                     b.stop()
+            if a.pin_client:
+                # The load client's processes fork from this one and inherit its CPUs.
+                os.sched_setaffinity(0, parse_cpus(a.pin_client))
             for rnd in range(a.rounds):
                 for w in WORKLOADS:
                     if w.group not in groups:
@@ -380,8 +460,12 @@ def main(argv=None) -> int:
                     # garbage collector has been fed).
                     order_ = up[rnd % len(up):] + up[: rnd % len(up)] if up else []
                     for b in order_:
+                        if w.peer_row and not b.name.startswith("pymq"):
+                            continue
                         time.sleep(0.3)  # let the previous broker's after-work (acks, GC) settle
-                        row = run_one(b, w, a.quick, f"{run_id}r{rnd}", a.window, up)
+                        if a.pin_broker:
+                            pin_tree(b, a.pin_broker)  # threads started since the last row too
+                        row = run_one(b, w, a.quick, f"{run_id}r{rnd}", a.window, up, a.headers, a.seconds)
                         row.round = rnd
                         r = row.result
                         log(f"  r{rnd} {w.key:5} {b.name:9} {r.rate:10,.0f} msg/s  p50 {r.lat_p50_us / 1000:7.2f} ms"
@@ -407,7 +491,10 @@ def main(argv=None) -> int:
           f"{a.window or 'unbounded'} messages in flight per producer. prod/cons cpu: % of one core used by the "
           "load client's producer / consumer process while busy; others: % of one core used by everything else "
           f"on the machine during the row (load average at start {load_at_start:.1f})"
-          + (f"; median of {a.rounds} rounds by msg/s" if a.rounds > 1 else "") + "\n")
+          + (f"; median of {a.rounds} rounds by msg/s" if a.rounds > 1 else "")
+          + f". {a.headers} application headers per SEND"
+          + (f"; brokers pinned to CPU {a.pin_broker}" if a.pin_broker else "")
+          + (f", load client to CPU {a.pin_client}" if a.pin_client else "") + "\n")
     print_table(median_rows(rows, a.rounds))
     rat = ratios(median_rows(rows, a.rounds))
     print_ratios(rat)
@@ -422,7 +509,8 @@ def main(argv=None) -> int:
         doc = {
             "quick": a.quick, "cores": os.cpu_count(), "python": platform.python_version(),
             "loop": "uvloop" if uvloop else "asyncio", "versions": versions, "unavailable": unavailable,
-            "receipt_every": RECEIPT_EVERY, "max_unconfirmed": MAX_UNCONFIRMED,
+            "receipt_every": RECEIPT_EVERY, "max_unconfirmed": MAX_UNCONFIRMED, "app_headers": a.headers,
+            "pin_broker": a.pin_broker, "pin_client": a.pin_client,
             "results": [dict(broker=r.broker, workload=r.workload, title=r.title, broker_cpu_s=r.broker_cpu_s,
                              broker_cpu_us_per_msg=r.broker_cpu_us_per_msg, other_cpu_pct=r.other_cpu_pct,
                              round=r.round,

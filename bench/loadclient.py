@@ -5,6 +5,12 @@ count every MESSAGE. Producers and consumers run in separate OS processes (multi
 asyncio loop (uvloop when installed) holding one or more connections, so one Python interpreter is not the
 bottleneck of both sides.
 
+Application headers (`LoadSpec.app_headers`, N of them; bench_brokers.py sends 4 by default): what real
+producers put on a message, with values of realistic size that change with every message:
+    app-id:<36-char UUID-shaped id>  app-producer:<index>  app-seq:<sequence>  app-ts:<epoch ms>
+and from the fifth on `app-attr-<k>:<16 chars>`. Consumers check that `app-seq` came back equal to the
+sequence in the body (a mismatch counts as malformed), so a broker that loses or mangles them is caught.
+
 Message body (ASCII, fixed layout, padded with 'x' to the workload's size):
     bytes 0..3    producer id, decimal, zero-padded
     bytes 4..15   sequence number within that producer, from 0
@@ -136,7 +142,10 @@ class LoadSpec:
     producers: int = 1
     consumers: int = 1
     size: int = 128
-    persistent: bool = False
+    # True: `persistent:true`; False: `persistent:false` (or no header, for a broker whose dialect says
+    # so); None: no `persistent` header at all (each broker's own default: durable in pymq, not in peers).
+    persistent: bool | None = False
+    app_headers: int = 0             # application headers per SEND (see the module docstring)
     count: int = 100_000             # messages per producer (upper bound)
     duration: float = 10.0           # seconds per producer (upper bound)
     rate: float = 0.0                # messages/s per producer; 0 = as fast as the broker takes them
@@ -300,22 +309,42 @@ def _body_maker(size: int):
     return make
 
 
+def _app_header_maker(n: int):
+    """The `n` application headers of message (pid, seq), as header lines: what a real producer adds
+    (an id, its own index, a sequence number, a wall-clock timestamp), then filler attributes."""
+    if n <= 0:
+        return None
+    fmt = b"app-id:%08x-4b1d-4c3e-8f00-%012x\napp-producer:%d\napp-seq:%d\napp-ts:%d\n"
+    lines = fmt.split(b"\n")[:min(n, 4)]
+    fmt = b"".join(line + b"\n" for line in lines)
+    extra = b"".join(b"app-attr-%d:%s\n" % (k, (b"v%d" % k).ljust(16, b"a")) for k in range(4, n))
+    nargs = {1: 2, 2: 3, 3: 4}.get(len(lines), 5)
+    time_ns = time.time_ns
+
+    def make(pid: int, seq: int) -> bytes:
+        args = (pid, seq, pid, seq, time_ns() // 1_000_000)[:nargs]
+        return fmt % args + extra
+
+    return make
+
+
 async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result: dict, shared) -> None:
     conn = await open_connection(ep)
     make = _body_maker(spec.size)
     headers = {"destination": spec.destination}
-    if spec.persistent or ep.explicit_non_persistent:
+    if spec.persistent or (spec.persistent is not None and ep.explicit_non_persistent):
         headers["persistent"] = "true" if spec.persistent else "false"
     headers.update(spec.extra_send_headers)
+    app = _app_header_maker(spec.app_headers)
+    tail = b"content-length:%d\n\n" % spec.size
 
     def frame_head(extra: dict) -> bytes:
-        head = encode_frame("SEND", {**headers, **extra})[:-2]  # without the blank line and NUL
-        return head + b"content-length:%d\n\n" % spec.size
+        return encode_frame("SEND", {**headers, **extra})[:-2]  # without the blank line and NUL
 
     head = frame_head({})
-    receipt_head = head[:-1]  # the receipt header is slotted in before the blank line
     rotation = [frame_head(extra) for extra in spec.rotate_send_headers]
     n_rot = len(rotation)
+    head_tail = head + tail
     deadline = start_ns + int(spec.duration * NS)
     interval = NS / spec.rate if spec.rate else 0.0
     # Pace from when this connection is ready, not from the common start: the CONNECT round trip would
@@ -329,8 +358,9 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
     def receipt_frame(seq: int, ts: int) -> bytes:
         rid = b"r%d" % seq
         pending.append(conn.expect_receipt(rid.decode()))
-        base = rotation[seq % n_rot][:-1] if n_rot else receipt_head
-        return base + b"receipt:" + rid + b"\n\n" + make(pid, seq, ts) + b"\0"
+        base = rotation[seq % n_rot] if n_rot else head
+        return (base + (app(pid, seq) if app else b"") + b"receipt:" + rid + b"\n" + tail
+                + make(pid, seq, ts) + b"\0")
 
     confirm_wait = 0.0
     seq = 0
@@ -372,10 +402,13 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
             ts = monotonic_ns()
             if every and ((seq + 1) % every == 0 or seq + 1 == count):
                 frames.append(receipt_frame(seq, ts))
+            elif app:
+                frames.append((rotation[seq % n_rot] if n_rot else head) + app(pid, seq) + tail
+                              + make(pid, seq, ts) + b"\0")
             elif n_rot:
-                frames.append(rotation[seq % n_rot] + make(pid, seq, ts) + b"\0")
+                frames.append(rotation[seq % n_rot] + tail + make(pid, seq, ts) + b"\0")
             else:
-                frames.append(head + make(pid, seq, ts) + b"\0")
+                frames.append(head_tail + make(pid, seq, ts) + b"\0")
             seq += 1
         last = ts
         write(b"".join(frames))
@@ -429,8 +462,10 @@ def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], shared, out_q,
 class _Tally:
     """Counts, checks and times the MESSAGE frames of one consumer connection."""
 
-    def __init__(self, n_producers: int, capacity: int, ack: str, cidx: int, shared_received) -> None:
+    def __init__(self, n_producers: int, capacity: int, ack: str, cidx: int, shared_received,
+                 check_app: bool = False) -> None:
         self.cidx, self.shared_received = cidx, shared_received
+        self.check_app = check_app  # application headers were sent: app-seq must come back intact
         self.seen = [bytearray(capacity) for _ in range(n_producers)]
         self.received = 0
         self.dups = 0
@@ -447,6 +482,8 @@ class _Tally:
             seq = int(body[4:16])
             ts = int(body[16:36])
             mark = self.seen[pid]
+            if self.check_app and headers.get(b"app-seq") != b"%d" % seq:
+                raise ValueError("app-seq header lost or changed")
             if mark[seq]:
                 self.dups += 1
             else:
@@ -472,7 +509,7 @@ class _Tally:
 
 
 async def _consume(ep: Endpoint, spec: LoadSpec, cidx: int, tallies: list, subscribed: list, shared):
-    tally = _Tally(spec.producers, spec.count + 1, spec.ack, cidx, shared.received)
+    tally = _Tally(spec.producers, spec.count + 1, spec.ack, cidx, shared.received, spec.app_headers >= 3)
     tallies.append(tally)
     conn = await open_connection(ep, on_message=tally)
     sub = {"id": str(cidx), "destination": spec.destination, "ack": spec.ack, "receipt": "sub"}

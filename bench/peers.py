@@ -216,26 +216,28 @@ def _signal(pid: int, sig: int) -> None:
 class PymqBroker(Broker):
     name: str = "pymq"
     start_timeout: float = 30.0
+    # Another build of pymq (e.g. pymq-base: the main branch in a scratch worktree with its own venv) is
+    # the same broker started from its own `pymq-server`, so old and new are measured in one run.
+    exe: str = ""
 
     def ensure_installed(self) -> None:
-        exe = shutil.which("pymq-server")
-        if exe is None:
-            raise PeerUnavailable("pymq-server is not on PATH (pip install -e . in the repo)")
+        exe = self.exe or shutil.which("pymq-server")
+        if exe is None or not os.path.exists(exe):
+            raise PeerUnavailable(f"{exe or 'pymq-server'} not found (pip install -e . in the repo)")
+        self.exe = exe
         r = subprocess.run([exe, "--help"], capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:]
             raise PeerUnavailable(f"pymq-server --help exited {r.returncode}: {' '.join(tail)}")
-        try:
-            import pymq
-
-            self.version = getattr(pymq, "__version__", "?")
-        except ImportError:
-            pass
+        r = subprocess.run([os.path.join(os.path.dirname(exe), "python"), "-c",
+                            "import pymq, os; print(getattr(pymq, '__version__', '?'), os.path.dirname(pymq.__file__))"],
+                           capture_output=True, text=True, timeout=60)
+        self.version = r.stdout.strip() or "?"
 
     def _launch(self) -> subprocess.Popen:
         data = os.path.join(self.workdir, "data")
         os.makedirs(data, exist_ok=True)
-        argv = [shutil.which("pymq-server"), "--host", LOOPBACK, "--port", str(self.stomp_port), "--data-dir", data]
+        argv = [self.exe, "--host", LOOPBACK, "--port", str(self.stomp_port), "--data-dir", data]
         return self.popen(argv)
 
 

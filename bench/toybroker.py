@@ -20,7 +20,7 @@ class ToyBroker:
         self.drop, self.dup = set(drop), set(dup)
         self.msg_ids = itertools.count()
 
-    def deliver(self, dest: bytes, body: bytes) -> None:
+    def deliver(self, dest: bytes, body: bytes, app: bytes = b"") -> None:
         key = (int(body[0:4]), int(body[4:16])) if len(body) >= 16 and body[:16].isdigit() else None
         if key in self.drop:
             return
@@ -32,7 +32,7 @@ class ToyBroker:
         for transport, sid in targets:
             mid = b"%d" % next(self.msg_ids)
             frame = (b"MESSAGE\ndestination:" + dest + b"\nmessage-id:" + mid + b"\nsubscription:" + sid
-                     + b"\nack:" + mid + b"\ncontent-length:%d\n\n" % len(body) + body + b"\0")
+                     + b"\nack:" + mid + b"\n" + app + b"content-length:%d\n\n" % len(body) + body + b"\0")
             for _ in range(times):
                 transport.write(frame)
 
@@ -58,7 +58,9 @@ class ToyBroker:
                         broker.rr.setdefault(dest, itertools.count())
                         self.mine.append((dest, sid))
                     elif command == b"SEND":
-                        broker.deliver(headers[b"destination"], body)
+                        # Application headers go back out as they came (the load client checks app-seq).
+                        app = b"".join(k + b":" + v + b"\n" for k, v in headers.items() if k.startswith(b"app-"))
+                        broker.deliver(headers[b"destination"], body, app)
                     if b"receipt" in headers:
                         self.transport.write(b"RECEIPT\nreceipt-id:" + headers[b"receipt"] + b"\n\n\0")
                     if command == b"DISCONNECT":
