@@ -196,3 +196,37 @@ def test_stomp_py_durable_subscription(broker, stomppy):
     c2, listener2 = stomppy()
     c2.subscribe(f"/topic/{topic}", id="d", ack="auto", headers={"activemq.subscriptionName": "keep"})
     assert [listener2.next().body, listener2.next().body] == ["while away 1", "while away 2"]
+
+
+@pytest.mark.parametrize("cls", [stomp.Connection11, stomp.Connection12], ids=["1.1", "1.2"])
+def test_context_manager_returns_with_receipts_pending(broker, cls):
+    """stomp.py's `with stomp.Connection(...)` block: a persistent SEND with a receipt just before the block
+    ends, then the DISCONNECT the block sends with its own receipt. The broker answers the SEND's receipt, then
+    the DISCONNECT's, then closes, so __exit__ returns (on the landed main it waited forever: the first RECEIPT
+    moved the connection to closed and the DISCONNECT's receipt was never sent)."""
+    import threading
+
+    dest = f"/queue/{_name('ctx')}"
+    done = threading.Event()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            with cls([("127.0.0.1", broker.port)], heartbeats=(0, 0)) as c:
+                c.connect("guest", "guest", wait=True)
+                for i in range(20):
+                    c.send(dest, f"m{i}", headers={"persistent": "true", "receipt": f"r{i}"})
+            done.set()
+        except BaseException as exc:  # reported below, on the test's thread
+            failure.append(exc)
+            done.set()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    assert done.wait(15), "the with-block did not return: DISCONNECT's receipt or the close never came"
+    assert not failure, failure
+    with pymq.connect(f"stomp://127.0.0.1:{broker.port}") as conn:
+        session = conn.create_session()
+        consumer = session.create_consumer(pymq.Queue(dest[len("/queue/"):]))
+        got = [consumer.receive(timeout=5).text for _ in range(20)]
+    assert got == [f"m{i}" for i in range(20)]
