@@ -112,6 +112,16 @@ class HoldingDevice(abc.ABC):
     def sync(self) -> None:
         """Make everything flushed so far durable (may run in a worker thread)."""
 
+    # -- delivery state (spec/storage.md, frame DELIVERED): what survives a restart besides the message
+    def record_delivery(self, key: int, queue: str, count: int) -> None:
+        """Message ``key`` was delivered from ``queue`` for the ``count``-th time to a consumer that must
+        acknowledge it.  Devices that keep it make it durable with their next flush; the default keeps
+        nothing (after a restart such a message counts as never delivered)."""
+
+    def deliveries(self, key: int) -> dict[str, int]:
+        """Queue -> delivery count recorded for a recovered message (empty: none recorded)."""
+        return {}
+
     # -- faults (spec/storage.md §8): a device that failed refuses new messages until it is repaired
     @property
     def needs_repair(self) -> bool:

@@ -40,6 +40,9 @@ SYNC_POLICIES = ("always", "grouped", "never")
 #: back-off between attempts to repair or open a device: from the first to the last, doubling
 REPAIR_BACKOFF_S = (0.25, 5.0)
 
+#: delivery records reach the OS with the next write of the device's log, or after this long at most
+DELIVERY_FLUSH_S = 0.010
+
 #: what the broker hands to ``barrier``: called once, with None (durable) or the StorageError that
 #: kept the writes from becoming durable
 BarrierCallback = Callable[["StorageError | None"], None]
@@ -76,6 +79,7 @@ class HoldingStore:
         #: called on the broker thread with a device opened late (its messages must be recovered)
         self.on_device_opened: Callable[[HoldingDevice], None] | None = None
         self._repairing: set[str] = set()
+        self._delivery_flush: set[HoldingDevice] = set()   # devices with delivery records to hand out
         self._next_attempt: dict[str, tuple[float, float]] = {}   # name -> (when, current back-off)
         self._dirty: set[HoldingDevice] = set()
         self._commits: dict[str, GroupCommit] = {}
@@ -230,6 +234,29 @@ class HoldingStore:
         device.add_reference(message.key, queue)
         self._dirty.add(device)
         return True
+
+    def delivered(self, message, queue: str, count: int) -> None:
+        """A stored persistent message went to a consumer that must acknowledge it, for the ``count``-th
+        time: the device records it (issue 11: a poison message keeps its count across restarts).  The
+        record rides with the device's next log write, which a busy broker makes anyway (every receipt's
+        barrier flushes); an idle one flushes it at most ``DELIVERY_FLUSH_S`` later.  No fsync: a crash
+        of the broker keeps it once flushed, a power cut may not (counts are at-least-once bookkeeping)."""
+        device = message.device
+        if device is None or device is self.memory or not message.persistent:
+            return
+        device.record_delivery(message.key, queue, count)
+        if device not in self._delivery_flush:
+            self._delivery_flush.add(device)
+            if len(self._delivery_flush) == 1 and self._call_later is not None:
+                self._call_later(DELIVERY_FLUSH_S, self._flush_deliveries)
+
+    def _flush_deliveries(self) -> None:
+        devices, self._delivery_flush = self._delivery_flush, set()
+        for device in devices:
+            try:
+                device.flush()
+            except StorageError as exc:     # the device is in fault now; its repair records the counts
+                log.error("flush of device %s failed: %s", device.name, exc.message)
 
     def release(self, message, queue: str) -> None:
         device = message.device

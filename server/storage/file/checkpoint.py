@@ -2,7 +2,8 @@
 
 A checkpoint is everything recovery needs besides the page directories and the log: the page table,
 each persistent page's slot count and live bitmap, the interned names and refsets, references that
-changed since their message was written, the catalog, and the persistent tail page.
+changed since their message was written, the catalog, the persistent tail page, and the delivery
+counts of messages handed to consumers.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class CheckpointState:
     tail: int = 0
     next_name: int = 1
     next_refset: int = 1
+    deliveries: dict[tuple[int, int], int] = field(default_factory=dict)     # (key, name id) -> count
 
 
 def _section(tag: int, body: bytes) -> bytes:
@@ -58,6 +60,10 @@ def encode_body(state: CheckpointState) -> bytes:
         parts.append(struct.pack("<H", len(raw)) + raw + fmt.U32.pack(len(value)) + value)
     out.append(_section(fmt.SEC_CATALOG, b"".join(parts)))
     out.append(_section(fmt.SEC_STATE, fmt.STATE.pack(state.tail, state.next_name, state.next_refset)))
+    if state.deliveries:
+        pack = fmt.DELIVERED.pack
+        out.append(_section(fmt.SEC_DELIVERIES, b"".join(pack(key, name_id, count) for (key, name_id), count
+                                                         in state.deliveries.items())))
     return b"".join(out)
 
 
@@ -118,6 +124,9 @@ def decode(payload: bytes) -> CheckpointState:
                     at += 4 + vlen
             elif tag == fmt.SEC_STATE:
                 state.tail, state.next_name, state.next_refset = fmt.STATE.unpack_from(body, 0)
+            elif tag == fmt.SEC_DELIVERIES:
+                for key, name_id, count in fmt.DELIVERED.iter_unpack(body):
+                    state.deliveries[(key, name_id)] = count
             # unknown tags: a newer minor format; skipped on purpose
     except (struct.error, UnicodeDecodeError) as exc:
         raise StorageError(f"checkpoint payload is malformed: {exc}") from exc

@@ -209,6 +209,10 @@ class FileDevice(HoldingDevice):
         self._durable_refsets: set[int] = set()
         self._changed_refs: set[int] = set()   # persistent keys whose refs differ from their refset
         self._catalog: dict[str, bytes] = {}
+        #: delivery counts of live persistent messages: key -> queue -> count (frame DELIVERED)
+        self._deliveries: dict[int, dict[str, int]] = {}
+        #: counts recorded since the last flush, logged by it in one DELIVERED frame: (key, queue) -> count
+        self._unlogged_deliveries: dict[tuple[int, str], int] = {}
         self._tail: dict[int, _Page | None] = {PERSISTENT: None, NON_PERSISTENT: None}
         self._dirty: set[int] = set()          # persistent pages with regions the page file lacks
         self._np_unwritten: dict[int, _Page] = {}
@@ -608,6 +612,12 @@ class FileDevice(HoldingDevice):
                 lists.lists[0 if entry.persistent else 1].pop(key, None)
                 if not len(lists):
                     del self._queues[queue]
+            counts = self._deliveries.get(key)
+            if counts is not None:
+                counts.pop(queue, None)
+                if not counts:
+                    del self._deliveries[key]
+                self._unlogged_deliveries.pop((key, queue), None)
         if refs:
             if entry.persistent:
                 if refs == self._refsets[entry.refset]:
@@ -656,6 +666,34 @@ class FileDevice(HoldingDevice):
             if lists is None:
                 lists = self._queues[queue] = _QueueLists()
             lists.add(0 if entry.persistent else 1, key, entry.seq)
+
+    def record_delivery(self, key: int, queue: str, count: int) -> None:
+        """Message ``key`` went to a consumer of ``queue`` for the ``count``-th time (persistent ones
+        only).  Kept in memory and logged by the next flush, in one DELIVERED frame for every count
+        recorded since the previous one; a message acknowledged before that flush costs no log bytes."""
+        with self._lock:
+            entry = self._index.get(key)
+            if entry is None or not entry.persistent or queue not in entry.refs or not self._open:
+                return
+            counts = self._deliveries.get(key)
+            if counts is None:
+                counts = self._deliveries[key] = {}
+            counts[queue] = count
+            if self._logging and not self.read_only:
+                self._unlogged_deliveries[(key, queue)] = count
+
+    def _log_deliveries(self) -> None:
+        pending, self._unlogged_deliveries = self._unlogged_deliveries, {}
+        if not self._logging:
+            return
+        pack, ids = fmt.DELIVERED.pack, self._name_ids
+        self._log(fmt.F_DELIVERED, b"".join([pack(key, ids[queue], count)
+                                             for (key, queue), count in pending.items()]), True)
+
+    def deliveries(self, key: int) -> dict[str, int]:
+        """Queue -> how many times message ``key`` was delivered from it (recorded ones only)."""
+        with self._lock:
+            return dict(self._deliveries.get(key, ()))
 
     def put_meta(self, key: str, value: bytes | None) -> None:
         with self._lock:
@@ -786,6 +824,8 @@ class FileDevice(HoldingDevice):
                 self._sync_lock.release()
 
     def _flush_locked(self) -> None:
+        if self._unlogged_deliveries:
+            self._log_deliveries()
         try:
             self._wal.flush()
             if self._np_unwritten:
@@ -1030,6 +1070,8 @@ class FileDevice(HoldingDevice):
         index = self._index
         state.refs = {key: tuple(ids[q] for q in index[key].refs) for key in self._changed_refs}
         state.catalog = dict(self._catalog)
+        state.deliveries = {(key, ids[queue]): count for key, counts in self._deliveries.items()
+                            for queue, count in counts.items()}
         tail = self._tail[PERSISTENT]
         state.tail = tail.number if tail is not None else 0
         state.next_name, state.next_refset = self._next_name, self._next_refset
@@ -1086,6 +1128,8 @@ class FileDevice(HoldingDevice):
         self._refset_ids = {refs: rid for rid, refs in self._refsets.items()}
         self._durable_names, self._durable_refsets = set(self._names), set(self._refsets)
         self._catalog = dict(state.catalog)
+        for (key, name_id), count in state.deliveries.items():
+            self._deliveries.setdefault(key, {})[names[name_id]] = count
         changed = {key: tuple(names[i] for i in ids) for key, ids in state.refs.items()}
         t1 = time.perf_counter()
         self._load_directories(state, changed)
@@ -1200,6 +1244,12 @@ class FileDevice(HoldingDevice):
             self._refset_ids[refs] = refset_id
             self._durable_refsets.add(refset_id)
             self._next_refset = max(self._next_refset, refset_id + 1)
+        elif ftype == fmt.F_DELIVERED:
+            for key, qid, count in fmt.DELIVERED.iter_unpack(payload):
+                entry = self._index.get(key)
+                queue = self._names.get(qid)
+                if entry is not None and queue is not None and queue in entry.refs:
+                    self._deliveries.setdefault(key, {})[queue] = count
         elif ftype == fmt.F_META:
             key, value = fmt.decode_meta_record(payload)
             if value is None:

@@ -64,6 +64,8 @@ Checkpoint payload: a sequence of sections ``tag u32, length u32, body``; unknow
   differ from their slot's refset (partly consumed, or given an extra reference).
 * 6 CATALOG     ``key length u16, key utf-8, value length u32, value``.
 * 7 STATE       ``persistent tail page u32`` (0: none), ``next name id u32``, ``next refset id u32``.
+* 8 DELIVERIES  ``key u64, queue name id u32, count u32``: delivery counts of live persistent messages
+  (frame type 7 below); absent for a message never delivered.
 
 Slotted page (a PERSISTENT or NON_PERSISTENT page holding messages; 32-byte header, slots growing up
 from byte 32, records growing down from the end of the page)::
@@ -133,6 +135,13 @@ applies only frames up to the last valid COMMIT frame.  Payloads by type:
 * 4 REMOVE  ``key u64, queue name id u32``
 * 5 ADDREF  ``key u64, queue name id u32``
 * 6 META    ``key length u16``, key utf-8, ``present u8``, value (the rest; absent: delete)
+* 7 DELIVERED one or more ``key u64, queue name id u32, count u32``: each message was handed to
+            consumers of that queue ``count`` times so far (a value, not an increment; a later entry
+            wins).  Persistent messages delivered to a consumer that must acknowledge them, logged by
+            the flush after the deliveries (those acknowledged by then are left out), so delivery
+            counts and the redelivered flag survive a restart.  An entry for a message or reference
+            that no longer exists is ignored.  An older pymq stops at this type: open such a store with
+            it only after a clean shutdown, which leaves the log empty
 
 Only persistent messages and catalog records are logged; non-persistent pages are never logged.
 """
@@ -179,6 +188,7 @@ SEC_REFSETS = 4
 SEC_REFS = 5
 SEC_CATALOG = 6
 SEC_STATE = 7
+SEC_DELIVERIES = 8
 SECTION = struct.Struct("<II")
 PAGE_ENTRY = struct.Struct("<III")
 NAME_ENTRY = struct.Struct("<IH")
@@ -198,10 +208,12 @@ F_PUT = 3
 F_REMOVE = 4
 F_ADDREF = 5
 F_META = 6
+F_DELIVERED = 7
 FRAME_COMMIT = 1
 
 PUT_HEAD = struct.Struct("<II")
 KEY_NAME = struct.Struct("<QI")
+DELIVERED = struct.Struct("<QII")          # key, queue name id, count (frame 7, section 8 entries)
 
 
 def sealed(body: bytes, seed: int = 0) -> bytes:
