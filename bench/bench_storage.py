@@ -5,7 +5,7 @@ Run by hand: ``python bench/bench_storage.py [--quick] [--dir PATH] [--messages 
 Sections (figures, and ratios against a baseline measured in the same run):
 1. page allocator: allocate+free pairs per second, compiled vs twin;
 2. write throughput of 1 KiB persistent messages: ``never`` (flush only), ``always`` done naively (one
-   fsync per message, one producer), and through the group-commit driver with 64 concurrent producers
+   fsync per message, one producer), and through the holding store's group commit (the broker's path) with 64 concurrent producers
    under ``always`` and ``grouped`` (5 ms); receipts are counted only once durable under the policy;
 3. recovery of N persistent messages (1,000,000; 100,000 with --quick): open after a clean close (index
    from page directories), open after a crash (plus log replay since the last checkpoint), and a full
@@ -27,8 +27,8 @@ import tracemalloc
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from pymq_server.storage.commit import GroupCommit            # noqa: E402
-from pymq_server.storage.commit_aio import CommitDriver        # noqa: E402
+from pymq_server.net.runtime import AsyncioRuntime             # noqa: E402
+from pymq_server.storage.store import HoldingStore             # noqa: E402
 from pymq_server.storage.device import StoredMessage           # noqa: E402
 from pymq_server.storage.file import FileDevice                # noqa: E402
 from pymq_server.storage.file.crc import IMPLEMENTATION as CRC_IMPL  # noqa: E402
@@ -91,35 +91,42 @@ def bench_writes(root: str, quick: bool) -> None:
     results["always, 1 producer"] = (n / (time.perf_counter() - start), n)
     device.close()
 
-    async def driven(policy: GroupCommit, count: int, producers: int) -> float:
-        device = fresh(policy.policy.value)
-        driver = CommitDriver(device, policy)
+    async def driven(policy: str, window_ms: float, count: int, producers: int) -> tuple[float, int]:
+        device = fresh(policy)
+        runtime = AsyncioRuntime(asyncio.get_running_loop())
+        store = HoldingStore([device], persistent_device=device.name, sync_policy=policy,
+                             sync_window_ms=window_ms, call_later=runtime.call_later,
+                             run_in_thread=runtime.run_in_thread)
         keys = iter(range(1, count + 1))
+        loop = asyncio.get_running_loop()
 
         async def producer() -> None:
             for key in keys:
                 device.write(StoredMessage(key, "/queue/b", key, True, BODY), ["/queue/b"])
-                await driver.commit()          # the receipt: durable under the policy
+                store._dirty.add(device)       # what HoldingStore.hold records for the broker
+                durable = loop.create_future()
+                store.barrier(durable.set_result)
+                await durable                  # the receipt: durable under the policy
 
         start = time.perf_counter()
         await asyncio.gather(*(producer() for _ in range(producers)))
         elapsed = time.perf_counter() - start
-        await driver.close()
+        runtime.shutdown()
+        syncs = store.syncs
         device.close()
-        return count / elapsed
+        return count / elapsed, syncs
 
     n = 5_000 if quick else 50_000
-    for label, policy in (("always, 64 producers", GroupCommit("always")),
-                          ("grouped 5 ms, 64 producers", GroupCommit("grouped", interval_ms=5))):
-        rate = asyncio.run(driven(policy, n, 64))
-        results[label] = (rate, policy.syncs)
+    for label, policy, window in (("always, 64 producers", "always", 2.0),
+                                  ("grouped 5 ms, 64 producers", "grouped", 5.0)):
+        results[label] = asyncio.run(driven(policy, window, n, 64))
     for label, (rate, syncs) in results.items():
         extra = f"  fsyncs {syncs:6d} ({1000 * syncs / (n if 'producers' in label else 300 if quick else 2000):.0f} per 1000 msg)" if syncs else ""
         print(f"   {label:28}: {rate:10.0f} msg/s{extra}")
     base = results["always, 1 producer"][0]
     print(f"   grouped / always (1 producer, fsync per message): "
           f"{results['grouped 5 ms, 64 producers'][0] / base:.1f}x")
-    print(f"   grouped / always (64 producers, driver):          "
+    print(f"   grouped / always (64 producers, store) :          "
           f"{results['grouped 5 ms, 64 producers'][0] / results['always, 64 producers'][0]:.2f}x")
     print(f"   never / grouped:                                  "
           f"{results['never'][0] / results['grouped 5 ms, 64 producers'][0]:.1f}x")

@@ -1,6 +1,6 @@
 """The pymq data source: ``spark.read``/``readStream``/``write``/``writeStream`` ``.format("pymq")``.
 
-Where each piece runs (measured, /work/shared/research/spark.md):
+Where each piece runs (measured; the contract is spec/spark.md):
 
 * ``schema``, ``reader``, ``partitions`` of a batch read, and ``initialOffset``, ``latestOffset``,
   ``partitions``, ``commit`` of a stream run on the driver, in a Python planner process that may hold a

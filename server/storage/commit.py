@@ -2,8 +2,8 @@
 
 A commit (a persistent SEND, an ACK, a catalog change) is written and flushed to a device, then
 registers a waiter with :meth:`GroupCommit.on_commit`; its receipt goes out when the waiter fires.
-The driver (an event loop, see ``commit_aio.py``, or a test) asks :meth:`next_sync_at` when to start a
-sync, calls :meth:`sync_started` just before calling ``device.sync()`` and :meth:`sync_done` (or
+The driver (the holding store, ``store.py``, on the broker's runtime; or a test) asks
+:meth:`next_sync_at` when to start a sync, calls :meth:`sync_started` just before calling ``device.sync()`` and :meth:`sync_done` (or
 :meth:`sync_failed`) after.  Invariants:
 
 * a waiter fires only after a sync that *started after it registered* finished (its writes were

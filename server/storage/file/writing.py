@@ -1,0 +1,238 @@
+"""The file device's write path: messages, references, delivery counts and catalog records in, and
+``flush`` handing them to the OS (spec/storage.md §3).
+
+A write reserves everything it needs first (pages inside ``max_bytes``, disk space for pages and log),
+so a refusal changes nothing and the device stays in service; only a failing system call after that puts
+the device in fault.  Persistent changes are logged (PUT, REMOVE, ADDREF, META, DELIVERED frames);
+non-persistent messages only fill non-persistent pages, which ``flush`` writes out once sealed.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+from typing import Callable, Iterable, Sequence
+
+from pymq.errors import StorageError
+
+from ..device import Allocation, StoredMessage
+from ..page_alloc import NON_PERSISTENT, PERSISTENT
+from . import format as fmt
+from .crc import crc32c
+from .fileio import is_no_space
+from .state import _HDR, _SLOT, DeviceState, _describe, _Entry, _Page, log
+
+_AUTO_FLUSH_BYTES = 1 << 20
+#: log space a message's write reserves beyond its own frames, for the removals and catalog records that
+#: follow it (they are never refused: a consumer must always be able to acknowledge)
+_LOG_HEADROOM = 64 * 1024
+#: log bytes a PUT frame adds besides the message bytes (frame header, slot, NAME/REFSET frames) at most
+_PUT_OVERHEAD = 4096
+
+
+class WritePath(DeviceState):
+    """Writes, removals, references, delivery counts, catalog records and ``flush``."""
+
+    checkpoint_bytes: int
+    max_bytes: int | None
+    _sync_lock: threading.Lock
+    _checkpoint_locked: Callable[..., None]
+
+    def _ensure_room(self, pages: int, log_bytes: int = 0) -> None:
+        """Refuse (StorageError, a device error) unless ``pages`` more pages fit ``max_bytes`` and the
+        disk holds them and ``log_bytes`` more log: the space is reserved now, so writing it later
+        cannot fail for lack of space."""
+        alloc = self._alloc
+        if self.max_bytes is not None:
+            used = alloc.page_count - alloc.free_count
+            if (used + pages) * self.page_size > self.max_bytes:
+                self._refused()
+                raise StorageError(f"file device {self.name!r} is full ({self.max_bytes} bytes)",
+                                   device=self.name, limit=self.max_bytes)
+        try:
+            if pages > alloc.free_count:
+                self._pf.reserve(alloc.page_count + pages - alloc.free_count)
+            if log_bytes:
+                self._wal.reserve(log_bytes + _LOG_HEADROOM)
+        except OSError as exc:
+            self._refused()
+            if is_no_space(exc):
+                raise StorageError(f"file device {self.name!r} is full: the disk under {self.directory} has "
+                                   f"no room ({_describe(exc)})", device=self.name) from None
+            raise self._fail(exc, "reserving disk space") from exc
+
+    def allocate(self, size: int, persistent: bool) -> Allocation:
+        with self._lock:
+            self._check_accepting()
+            pages = 1 + (self._continuation_count(size) if size > self._inline_max() else 0)
+            self._ensure_room(pages)
+        return Allocation(self.name, size, persistent)
+
+    def write(self, message: StoredMessage, queues: Sequence[str],
+              allocation: Allocation | None = None) -> None:
+        with self._lock:
+            self._check_accepting()
+            key = message.key
+            if key in self._index:
+                raise StorageError(f"message {key} is already held", key=key)
+            if not queues:
+                raise StorageError(f"message {key} written without a queue", key=key)
+            persistent = bool(message.persistent)
+            kind = PERSISTENT if persistent else NON_PERSISTENT
+            data = message.data
+            length = len(data)
+            refs = tuple(queues)
+            # room first (pages, disk space, log space), so a refusal changes nothing
+            tail = self._tail[kind]
+            large = length > self._inline_max() and (tail is None or tail.room() < length)
+            cont_pages: list[_Page] = []
+            if large:
+                count = self._continuation_count(length)
+                if 4 * count > self.page_size - _HDR - _SLOT:
+                    raise StorageError(f"message {key} of {length} bytes exceeds the largest message "
+                                       f"pages of {self.page_size} bytes can hold", key=key)
+                record = struct.pack(f"<{count}I", *range(count))   # sized now, filled below
+            else:
+                record = data
+            needs_page = tail is None or tail.room() < len(record)
+            self._ensure_room((count if large else 0) + (1 if needs_page else 0),
+                              length + _PUT_OVERHEAD if persistent else 0)
+            try:
+                dest_id = self._name_id(message.destination, persistent)
+                refset_id = self._refset_id(refs, persistent)
+                if large:
+                    ps = self.page_size
+                    for i in range(count):
+                        page = self._new_page(kind, cont=True)
+                        chunk = data[i * ps:(i + 1) * ps]
+                        page.buf[:len(chunk)] = chunk
+                        cont_pages.append(page)
+                        if kind == NON_PERSISTENT:
+                            self._np_unwritten[page.number] = page
+                    record = struct.pack(f"<{count}I", *(p.number for p in cont_pages))
+                if needs_page:
+                    if tail is not None:
+                        self._tail[kind] = None
+                        self._seal(tail)
+                    tail = self._new_page(kind)
+                    self._tail[kind] = tail
+                flags = (fmt.FLAG_PERSISTENT if persistent else 0) | (fmt.FLAG_LARGE if large else 0)
+                slot_index, slot_body = self._put_record(tail, key, message.seq, record, length, dest_id,
+                                                         refset_id, flags, crc32c(data))
+                if persistent:
+                    self._dirty.add(tail.number)
+                    self._log(fmt.F_PUT, fmt.encode_put(tail.number, slot_index, slot_body,
+                                                        tuple(p.number for p in cont_pages), data), True)
+            except OSError as exc:
+                raise self._fail(exc) from exc
+            entry = _Entry(message.seq, tail.number, slot_index, refs, refset_id, persistent)
+            self._add_entry(key, entry)
+            self._bytes_used += length
+            if self._wal.buffered > _AUTO_FLUSH_BYTES:
+                try:
+                    self._flush_locked()
+                except StorageError:
+                    pass     # the message is held; the device is in fault now and its barrier says so
+
+    def remove(self, key: int, queue: str) -> None:
+        with self._lock:
+            self._check_writable()
+            entry = self._index.get(key)
+            if entry is None:
+                raise KeyError(key)
+            refs = list(entry.refs)
+            try:
+                refs.remove(queue)
+            except ValueError:
+                raise KeyError(f"message {key} has no reference for {queue!r}") from None
+            if entry.persistent:
+                self._log(fmt.F_REMOVE, fmt.KEY_NAME.pack(key, self._name_ids[queue]), True)
+            self._drop_reference(key, entry, tuple(refs), queue)
+
+    def add_reference(self, key: int, queue: str) -> None:
+        with self._lock:
+            self._check_writable()
+            entry = self._index.get(key)
+            if entry is None:
+                raise KeyError(key)
+            if entry.persistent:
+                qid = self._name_id(queue, True)
+                self._log(fmt.F_ADDREF, fmt.KEY_NAME.pack(key, qid), True)
+            else:
+                self._name_id(queue, False)
+            self._add_reference(key, entry, queue)
+
+    def record_delivery(self, key: int, queue: str, count: int) -> None:
+        """Message ``key`` went to a consumer of ``queue`` for the ``count``-th time (persistent ones
+        only).  Kept in memory and logged by the next flush, in one DELIVERED frame for every count
+        recorded since the previous one; a message acknowledged before that flush costs no log bytes."""
+        with self._lock:
+            entry = self._index.get(key)
+            if entry is None or not entry.persistent or queue not in entry.refs or not self._open:
+                return
+            counts = self._deliveries.get(key)
+            if counts is None:
+                counts = self._deliveries[key] = {}
+            counts[queue] = count
+            if self._logging and not self.read_only:
+                self._unlogged_deliveries[(key, queue)] = count
+
+    def _log_deliveries(self) -> None:
+        pending, self._unlogged_deliveries = self._unlogged_deliveries, {}
+        if not self._logging:
+            return
+        pack, ids = fmt.DELIVERED.pack, self._name_ids
+        self._log(fmt.F_DELIVERED, b"".join([pack(key, ids[queue], count)
+                                             for (key, queue), count in pending.items()]), True)
+
+    def deliveries(self, key: int) -> dict[str, int]:
+        """Queue -> how many times message ``key`` was delivered from it (recorded ones only)."""
+        with self._lock:
+            return dict(self._deliveries.get(key, ()))
+
+    def put_meta(self, key: str, value: bytes | None) -> None:
+        with self._lock:
+            self._check_writable()
+            self._log(fmt.F_META, fmt.encode_meta_record(key, value), True)
+            if value is None:
+                self._catalog.pop(key, None)
+            else:
+                self._catalog[key] = bytes(value)
+
+    def iter_meta(self) -> Iterable[tuple[str, bytes]]:
+        with self._lock:
+            self._check_open()
+            return sorted(self._catalog.items())
+
+    def flush(self) -> None:
+        """Hand buffered log frames and sealed non-persistent pages to the OS.  In fault: nothing (the
+        repair's checkpoint records the state); a failure here puts the device in fault and raises."""
+        with self._lock:
+            self._check_open()
+            if self.read_only or self._fault is not None:
+                return
+            self._flush_locked()
+        if self._log_bytes > 4 * self.checkpoint_bytes and self._sync_lock.acquire(blocking=False):
+            # nobody syncs (policy "never"): bound the log here rather than let it grow forever
+            try:
+                self._checkpoint_locked()
+            except StorageError as exc:
+                log.error("checkpoint of file device %r failed, retried later: %s", self.name, exc.message)
+            finally:
+                self._sync_lock.release()
+
+    def _flush_locked(self) -> None:
+        if self._unlogged_deliveries:
+            self._log_deliveries()
+        try:
+            self._wal.flush()
+            if self._np_unwritten:
+                ps = self.page_size
+                for number, page in list(self._np_unwritten.items()):
+                    if not page.cont and not page.on_disk:
+                        self._write_page_header(page)
+                    self._pf.write_at(number * ps, page.buf)
+                    page.on_disk = True
+                    page.buf = None
+                    del self._np_unwritten[number]
+        except OSError as exc:
+            raise self._fail(exc, "writing to disk") from exc
