@@ -13,7 +13,6 @@ import logging
 import os
 import ssl
 
-from pymq.errors import ConfigError, ListenError, StorageError
 from pymq_server.admin.ops import Admin
 from pymq_server.broker.broker import Broker
 from pymq_server.config import BrokerConfig
@@ -21,6 +20,8 @@ from pymq_server.net.runtime import AsyncioRuntime
 from pymq_server.net.tcp import StompServerProtocol
 from pymq_server.storage.memory import MemoryDevice
 from pymq_server.storage.store import HoldingStore
+
+from pymq.errors import ConfigError, ListenError, StorageError
 
 log = logging.getLogger("pymq.server")
 
@@ -164,7 +165,7 @@ class BrokerServer:
             ccfg = cfg.cluster
             self.broker.authenticator.cluster_secret = ccfg.secret
             self.cluster = ClusterNode(self.broker, ccfg, loop, cfg.node_id, f"{cfg.host}:{self.port}")
-            self.broker.cluster = self.cluster
+            self.broker.attach_cluster(self.cluster)      # after recovery: the node learns what it made
             await self.cluster.start()
 
     # -- live changes (SIGHUP, the admin "reload" operation) ---------------------------------------
@@ -197,7 +198,7 @@ class BrokerServer:
         broker.authenticator.replace(new.users_file, users, new.allow_anonymous)
         broker.acl.defaults = defaults
         if layer is not None:
-            from pymq_server.broker.broker import rule_context_of
+            from pymq_server.broker.stored_form import rule_context_of
             had = self.store.selection is not None
             self.store.use_selection(layer, rule_context_of)
             if not had:
@@ -285,13 +286,13 @@ class BrokerServer:
         from pymq_server.broker.apptx import PendingClaimer
         for device in self.store.devices.values():
             if device.kind == "sql" and hasattr(device, "pending_listener"):
-                claimer = PendingClaimer(self.broker, device, loop)
+                claimer = PendingClaimer(self.broker.router, self.broker.seqs, device, loop)
                 claimer.start()
                 self.claimers.append(claimer)
 
     def _setup_selection(self, selection) -> None:
         """The adaptive layer of seed 000: rules from YAML (inline mapping or a file path)."""
-        from pymq_server.broker.broker import rule_context_of
+        from pymq_server.broker.stored_form import rule_context_of
         from pymq_server.config import read_selection
         from pymq_server.storage.selection import AdaptiveSelection
         layer = AdaptiveSelection.from_yaml(read_selection(selection), list(self.store.devices.values()))

@@ -142,7 +142,7 @@ class BrokerCollector:
                 yield score
 
         cluster = broker.cluster
-        if cluster is not None:
+        if cluster.active:
             status = cluster.status()
             yield GaugeMetricFamily("pymq_cluster_members", "Nodes in the cluster (this one included)",
                                     value=len(status["members"]))

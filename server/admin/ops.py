@@ -207,7 +207,7 @@ def status(admin: Admin, user, args: dict) -> dict:
         "rates": {k: latest.get(k, 0.0) for k in ("rate_in", "rate_out", "rate_ack")},
         "memory": {"held_bytes": b.held_bytes, "max_memory": b.config.max_memory,
                    "memory_high": b.memory_high, "rss_bytes": process_rss()},
-        "cluster": None if b.cluster is None else {"members": b.cluster.status()["members"]},
+        "cluster": {"members": b.cluster.status()["members"]} if b.cluster.active else None,
     }
 
 
@@ -363,7 +363,7 @@ def list_rules(admin: Admin, user, args: dict) -> Any:
 
 def _cluster_node(admin: Admin):
     node = admin.broker.cluster
-    if node is None:
+    if not node.active:
         raise ConfigError("this broker is not part of a cluster")
     return node
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from pymq.errors import UnknownMessage, UnknownSubscription
 from pymq_server.broker.consumer import CLIENT, Consumer
 from pymq_server.broker.requests import AckRequest
 
+from pymq.errors import UnknownMessage, UnknownSubscription
+
 if TYPE_CHECKING:
-    from pymq_server.broker.queue import Entry
+    from pymq_server.broker.queue import Entry, MessageQueue
 
 log = logging.getLogger("pymq.session")
 
@@ -73,6 +74,18 @@ class DeliveryLedger:
                 tokens.pop(token, None)
         consumer.in_flight -= len(taken)
         return taken
+
+    def settle(self, consumer: Consumer, request: AckRequest) -> MessageQueue:
+        """Complete (ACK) or release (NACK) what ``request`` covers; the queue to dispatch once the
+        batch of frames is handled (several releases go back before anything goes out again)."""
+        entries = self.take(consumer, request.token)
+        if request.nack:
+            for entry in entries:
+                entry.queue.release(entry, failed=True, requeue=request.requeue, dispatch=False)
+        else:
+            for entry in entries:
+                entry.queue.complete(entry)
+        return consumer.queue
 
     def is_stale(self, token: str, conn_id: str) -> bool:
         """An ACK/NACK for a delivery the broker took back after its delivery timeout: ignored (the

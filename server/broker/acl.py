@@ -10,8 +10,12 @@ authorization plugin does).  A refusal names the user, the destination and the m
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterator
 
 from pymq.errors import AccessDenied, ConfigError
+
+if TYPE_CHECKING:
+    from pymq_server.broker.auth import User
 
 PERMISSIONS = ("produce", "consume", "browse")
 ADMIN_ROLE = "admin"
@@ -36,8 +40,8 @@ class DestinationAcl:
     owner: str | None = None
     grants: dict[str, set[str]] = field(default_factory=dict)
 
-    def allows(self, user, permission: str) -> bool:
-        if user is not None and self.owner is not None and user.name == self.owner:
+    def allows(self, user: User, permission: str) -> bool:
+        if self.owner is not None and user.name == self.owner:
             return True
         for principal in _principals(user):
             if permission in self.grants.get(principal, ()):
@@ -52,17 +56,15 @@ class DestinationAcl:
         return cls(data.get("owner"), {p: set(v) for p, v in (data.get("grants") or {}).items()})
 
 
-def _principals(user):
+def _principals(user: User) -> Iterator[str]:
     yield "*"
-    if user is None:
-        return
     yield "user:" + user.name
     for role in user.roles:
         yield "role:" + role
 
 
-def is_admin(user) -> bool:
-    return user is not None and ADMIN_ROLE in user.roles
+def is_admin(user: User) -> bool:
+    return ADMIN_ROLE in user.roles
 
 
 class AccessControl:
@@ -72,14 +74,21 @@ class AccessControl:
                                               for p, v in defaults.items()})
         self.acls: dict[str, DestinationAcl] = {}
 
-    def check(self, user, destination: str, permission: str) -> None:
+    def authorize(self, user: User, destination: str, permission: str) -> None:
+        """AccessDenied unless ``user`` holds ``permission`` on ``destination``.  A temporary queue is
+        open to every sender (replies); only the connection that made it may consume or browse, which
+        the broker checks where it hands one out."""
+        if destination.startswith("/temp-queue/"):
+            return
+        self.check(user, destination, permission)
+
+    def check(self, user: User, destination: str, permission: str) -> None:
         if is_admin(user):
             return
         acl = self.acls.get(destination, self.defaults)
         if not acl.allows(user, permission):
-            name = user.name if user is not None else "anonymous"
-            raise AccessDenied(f"user '{name}' may not {permission} on {destination}: missing permission "
-                               f"'{permission}'", user=name, destination=destination, permission=permission)
+            raise AccessDenied(f"user '{user.name}' may not {permission} on {destination}: missing permission "
+                               f"'{permission}'", user=user.name, destination=destination, permission=permission)
 
     def own(self, destination: str, owner: str | None, grants: dict | None = None) -> DestinationAcl:
         acl = DestinationAcl(owner, {_check_principal(p): _check_permissions(v)
@@ -87,28 +96,28 @@ class AccessControl:
         self.acls[destination] = acl
         return acl
 
-    def _manageable(self, actor, destination: str) -> DestinationAcl:
+    def _manageable(self, actor: User, destination: str) -> DestinationAcl:
         acl = self.acls.get(destination)
         if acl is None:
             if not is_admin(actor):
                 raise AccessDenied(f"{destination} has no owner; only an administrator may set its "
-                                   f"permissions", user=getattr(actor, "name", "anonymous"),
+                                   f"permissions", user=actor.name,
                                    destination=destination, permission="manage")
             acl = self.acls[destination] = DestinationAcl(None, {p: set(v) for p, v in self.defaults.grants.items()})
             return acl
-        if not is_admin(actor) and (actor is None or actor.name != acl.owner):
-            raise AccessDenied(f"user '{getattr(actor, 'name', 'anonymous')}' may not change permissions on "
+        if not is_admin(actor) and actor.name != acl.owner:
+            raise AccessDenied(f"user '{actor.name}' may not change permissions on "
                                f"{destination}: only its owner '{acl.owner}' or an administrator may",
-                               user=getattr(actor, "name", "anonymous"), destination=destination,
+                               user=actor.name, destination=destination,
                                permission="manage")
         return acl
 
-    def grant(self, actor, destination: str, principal: str, permissions) -> DestinationAcl:
+    def grant(self, actor: User, destination: str, principal: str, permissions) -> DestinationAcl:
         acl = self._manageable(actor, destination)
         acl.grants.setdefault(_check_principal(principal), set()).update(_check_permissions(permissions))
         return acl
 
-    def revoke(self, actor, destination: str, principal: str, permissions) -> DestinationAcl:
+    def revoke(self, actor: User, destination: str, principal: str, permissions) -> DestinationAcl:
         acl = self._manageable(actor, destination)
         have = acl.grants.get(_check_principal(principal))
         if have is not None:

@@ -24,9 +24,9 @@ import threading
 from dataclasses import dataclass, field
 
 import yaml
+from pymq_server.config import load_users_file, normalise_subject
 
 from pymq.errors import AuthenticationFailed, ConfigError
-from pymq_server.config import load_users_file, normalise_subject
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1
 
@@ -67,6 +67,11 @@ class User:
     roles: frozenset = field(default_factory=frozenset)
     loopback_only: bool = False
     certificate_subject: str | None = None
+
+
+#: the principal of a connection before it has authenticated, and of an anonymous login
+#: (``allow_anonymous``): every check reads a user's name and roles, never ``None``
+ANONYMOUS = User("anonymous", "", frozenset())
 
 
 class Authenticator:
@@ -140,7 +145,7 @@ class Authenticator:
             if not self.users_file:
                 login, passcode = "guest", passcode if passcode is not None else "guest"
             elif self.allow_anonymous:
-                return User("anonymous", "", frozenset())
+                return ANONYMOUS
             else:
                 raise AuthenticationFailed("login required: CONNECT has no 'login' header")
         user = self.users.get(login)

@@ -8,11 +8,17 @@ messages keep a storage reference named ``log:<destination>`` so the log survive
 from __future__ import annotations
 
 import bisect
+import fnmatch
+from typing import TYPE_CHECKING, Iterator
+
+if TYPE_CHECKING:
+    from pymq_server.broker.message import BrokerMessage
+    from pymq_server.broker.queue import QueueHost
 
 
 class RetainedLog:
-    def __init__(self, broker, destination: str, retention_ms: int = 0, retention_messages: int = 0) -> None:
-        self.broker = broker
+    def __init__(self, host: QueueHost, destination: str, retention_ms: int = 0, retention_messages: int = 0) -> None:
+        self.host = host
         self.destination = destination
         self.name = "log:" + destination
         self.retention_ms = retention_ms
@@ -27,7 +33,7 @@ class RetainedLog:
     def __len__(self) -> int:
         return len(self._items) - self._head
 
-    def append(self, message, stored: bool) -> None:
+    def append(self, message: BrokerMessage, stored: bool) -> None:
         items = self._items
         message.refs += 1
         if len(items) > self._head and items[-1].seq > message.seq:
@@ -65,9 +71,9 @@ class RetainedLog:
     def _drop(self, message) -> None:
         message.refs -= 1
         if self._stored.pop(message.key, False):
-            self.broker.store.release(message, self.name)
+            self.host.release_reference(message, self.name)
         if not message.refs:
-            self.broker.message_gone(message)
+            self.host.message_gone(message)
 
     def range(self, from_seq: int, to_seq: int | None):
         """Messages with from_seq <= seq < to_seq, in order, lazily: a reader that stops after a few
@@ -93,3 +99,50 @@ class RetainedLog:
 
 def _seq(message) -> int:
     return message.seq
+
+
+class RetainedLogs:
+    """Which destinations keep a log (the broker's ``retention`` setting: names or glob patterns, the first
+    match wins), and their logs. A destination is matched once; the answer is remembered."""
+
+    def __init__(self, retention: dict, host: QueueHost) -> None:
+        self.retention = retention
+        self.host = host
+        self.logs: dict[str, RetainedLog] = {}
+        self._checked: dict[str, RetainedLog | None] = {}
+
+    def get(self, destination: str) -> RetainedLog | None:
+        """The log ``destination`` keeps, or None (created on first use when retention names it)."""
+        try:
+            return self._checked[destination]
+        except KeyError:
+            pass
+        found = None
+        for pattern, settings in self.retention.items():
+            if pattern == destination or fnmatch.fnmatchcase(destination, pattern):
+                settings = settings or {}
+                found = RetainedLog(self.host, destination, int(settings.get("ms", 0) or 0),
+                                    int(settings.get("messages", 0) or 0))
+                self.logs[destination] = found
+                break
+        self._checked[destination] = found
+        return found
+
+    def restore(self, destination: str) -> RetainedLog:
+        """The log a recovered reference ``log:<destination>`` names, even if retention no longer does
+        (what was kept stays readable until trimmed)."""
+        found = self.get(destination)
+        if found is None:
+            found = self.logs[destination] = self._checked[destination] = RetainedLog(self.host, destination)
+        return found
+
+    def trim(self, now_ms: int) -> None:
+        for retained in list(self.logs.values()):
+            retained.trim(now_ms)
+
+    def __iter__(self) -> Iterator[str]:
+        """The destinations that keep a log."""
+        return iter(self.logs)
+
+    def __len__(self) -> int:
+        return len(self.logs)

@@ -12,8 +12,7 @@ they are and are properties to selectors.  Headers only the broker may set are d
 from __future__ import annotations
 
 import time
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pymq.protocol.numbers import INT64_MAX
 from pymq.protocol.scanner import encode_headers
@@ -58,15 +57,15 @@ class BrokerMessage:
         self.group_id = headers.get("JMSXGroupID")
         self.producer = producer        # connection id of the sender (no-local)
         self.size = len(body)
-        self.device = None              # the holding device that stores it (None: memory only)
-        self.rule = None                # the storage rule that chose the device
-        self.chosen = None              # the device the rule chose (even when the heap holds it)
-        self.client_id = None           # the producing connection's client id and user (storage rules)
-        self.user = None
+        self.device: Any = None         # the holding device that stores it (None: not placed yet)
+        self.rule: str | None = None    # the storage rule that chose the device
+        self.chosen: str | None = None  # the device the rule chose (even when the heap holds it)
+        self.client_id: str | None = None   # the producing connection's client id and user (storage rules)
+        self.user: str | None = None
         self.refs = 0                   # queue entries still pointing at it (storage frees at 0)
-        self._block = None
-        self._block_raw = None
-        self._values = None
+        self._block: bytes | None = None
+        self._block_raw: dict[str, bytes] | None = None
+        self._values: dict[str, Any] | None = None
 
     def expired(self, now: int) -> bool:
         return 0 < self.expires <= now

@@ -18,10 +18,11 @@ from __future__ import annotations
 import functools
 from typing import Final, Mapping, NamedTuple, Optional
 
-from pymq.errors import InvalidHeader, MissingHeader
-from pymq.protocol.numbers import INT32_MAX, INT64_MAX, parse_wire_int
 from pymq_server.broker.consumer import ACK_MODES, AUTO
 from pymq_server.broker.message import BROKER_HEADERS, TRANSPORT_HEADERS
+
+from pymq.errors import InvalidHeader, MissingHeader
+from pymq.protocol.numbers import INT32_MAX, INT64_MAX, parse_wire_int
 
 #: concept -> the header names that carry it, in the order they are tried (spec/stomp.md §4).
 ALIASES: Final[Mapping[str, tuple[str, ...]]] = {
@@ -222,14 +223,15 @@ def parse_subscribe(headers: Mapping[str, str]) -> SubscribeRequest:
 # -- UNSUBSCRIBE ------------------------------------------------------------------------------------------
 
 class UnsubscribeRequest(NamedTuple):
-    id: str | None                      # the subscription id (1.0: or the destination)
+    id: str                             # the subscription id (1.0: or the destination)
     remove_durable: str | None = None    # pymq-durable-name: delete this durable subscription (no consumer)
     shared: bool = False
     drop_durable: bool = False           # also delete the durable subscription the consumer reads
 
 
 def parse_unsubscribe(headers: Mapping[str, str]) -> UnsubscribeRequest:
-    return UnsubscribeRequest(headers.get("id") or headers.get("destination"), headers.get("pymq-durable-name"),
+    # the connection's state table made sure one of the two is there (spec/stomp.md §3)
+    return UnsubscribeRequest(headers.get("id") or headers.get("destination") or "", headers.get("pymq-durable-name"),
                               _flag(headers, "shared"),
                               durable_name(headers) is not None or _flag(headers, "pymq-unsubscribe-durable"))
 

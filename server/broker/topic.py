@@ -36,13 +36,11 @@ class TopicSubscription:
 
 
 class Topic:
-    def __init__(self, broker, name: str) -> None:
-        self.broker = broker
+    def __init__(self, name: str) -> None:
         self.name = name
         self.destination = "/topic/" + name
         self.subscriptions: dict[str, TopicSubscription] = {}
         self.published = 0
-        self.delivered = 0
 
     def targets(self, message) -> list[TopicSubscription]:
         return [sub for sub in self.subscriptions.values() if sub.wants(message)]

@@ -20,19 +20,27 @@ import logging
 import time
 from collections import OrderedDict
 
-from pymq.errors import IllegalStateError, PymqError
-from pymq.protocol.numbers import header_int
-from pymq.routing import GroupRouter
-from pymq.routing.assignment import (AssignmentPolicy, Placement, SimilarPolicy, make_policy, parse_policy,
-                                     recipient_of, reconsider)
-from pymq.routing.interest import InterestFilter
-from pymq.routing.groups import RoutingKey, parse_routing_key, routing_key_of
-from pymq.routing.forwarding import FilterVersion, PeerFilters
 from pymq_server.broker import destination as dest
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.cluster.link import OutboxConsumer, PeerLink
 from pymq_server.cluster.registry import Hosted, Member, now_ms, open_registry
 from pymq_server.config import ClusterConfig, QueueConfig  # noqa: F401  (ClusterConfig: re-exported)
+
+from pymq.errors import IllegalStateError, PymqError
+from pymq.protocol.numbers import header_int
+from pymq.routing import GroupRouter
+from pymq.routing.assignment import (
+    AssignmentPolicy,
+    Placement,
+    SimilarPolicy,
+    make_policy,
+    parse_policy,
+    recipient_of,
+    reconsider,
+)
+from pymq.routing.forwarding import FilterVersion, PeerFilters
+from pymq.routing.groups import RoutingKey, parse_routing_key, routing_key_of
+from pymq.routing.interest import InterestFilter
 
 log = logging.getLogger("pymq.cluster")
 
@@ -80,7 +88,7 @@ class Redistributor:
 
     def deliver(self, entry) -> None:
         peer = self.node.consumer_peer(self.queue.name)
-        self.node.move_to_outbox(entry.message, peer)
+        self.node.broker.redistribute(entry.message, peer)
         self.node.redistributed += 1
         self.queue.complete(entry)
 
@@ -90,6 +98,10 @@ class Redistributor:
 
 
 class ClusterNode:
+    """The broker's ClusterMembership (server/broker/membership.py) when it is part of a cluster."""
+
+    active = True
+
     def __init__(self, broker, config: ClusterConfig, loop: asyncio.AbstractEventLoop, node_id: str,
                  advertise: str) -> None:
         self.broker = broker
@@ -171,10 +183,8 @@ class ClusterNode:
             if topic.subscriptions:
                 self.topic_changed(topic)
         hosted = await self.loop.run_in_executor(None, self.registry.subscriptions)
-        for key in list(broker.subscription_queues):
-            sub = broker.find_subscription(key)
-            if sub is None:
-                continue
+        for sub in broker.durable_subscriptions():
+            key = sub.name
             record = broker.durable_record(sub)
             host = hosted.get(key)
             if host is None or host.node == self.node_id:
@@ -242,7 +252,7 @@ class ClusterNode:
         self.hosted = hosted
         assignments = {key: h.node for key, h in hosted.items()}
         for key, node in self.assignments.items():
-            if node == self.node_id and key not in assignments and key in self.broker.subscription_queues:
+            if node == self.node_id and key not in assignments and self.broker.find_subscription(key) is not None:
                 assignments[key] = node            # claimed here; the store write is still on its way
         self.assignments = assignments
         by_topic: dict[str, set[str]] = {}
@@ -280,13 +290,8 @@ class ClusterNode:
             if message.destination != topic_dest or "pymq-subscription" in message.headers:
                 continue
             if selector is None or selector.matches(message.selector_values()):
-                copy = broker.copy_for_subscription(message, key)
-                if local is not None:
-                    stored = broker.store.hold(copy, [local.queue.name])
-                    broker._held(copy)
-                    local.queue.enqueue(copy, stored=stored)
-                elif to != self.node_id:
-                    self.move_to_outbox(copy, to)
+                if local is not None or to != self.node_id:
+                    broker.hand_over(message, key, to)      # a copy addressed to the subscription
                 moved += 1
             if hosted.topic not in still_wanted:
                 outbox.remove_ready([entry])       # its copy (if any) holds its own reference
@@ -387,11 +392,7 @@ class ClusterNode:
             key = self.message_key(name, message.group_id, message.headers.get("correlation-id"),
                                    message.message_id)
             target = self.router.route(key) if key is not None else self.node_id
-            if target == self.node_id:
-                queue = broker.get_queue(name)
-                queue.enqueue(message, stored=broker.store.add_reference(message, queue.name))
-            else:
-                self.move_to_outbox(message, target)
+            broker.reroute(message, None if target == self.node_id else target)
             outbox.remove_ready([entry])        # its new reference was added first: nothing to lose
             self.rerouted += 1
 
@@ -402,19 +403,6 @@ class ClusterNode:
             queue = self.broker.internal_queue(OUTBOX_PREFIX + peer, _OUTBOX_CONFIG)
             self.outboxes[peer] = queue
         return queue
-
-    def move_to_outbox(self, message, peer: str) -> bool:
-        """Add ``message`` to ``peer``'s outbox with its own storage reference (a message no device
-        holds yet is placed now).  True when that reference is stored."""
-        outbox = self.outbox(peer)
-        broker = self.broker
-        if message.device is None:
-            stored = broker.store.hold(message, [outbox.name])
-            broker._held(message)
-        else:
-            stored = broker.store.add_reference(message, outbox.name)
-        outbox.enqueue(message, stored=stored)
-        return stored
 
     # -- queue routing (spec/cluster.md §4) ------------------------------------------------------
     def routing_key_for(self, queue: MessageQueue | str) -> RoutingKey:
@@ -666,6 +654,10 @@ class ClusterNode:
         else:
             raise PymqError(f"unknown cluster control destination {headers['destination']!r}")
 
+    def discarded_forwarded(self) -> None:
+        """A forwarded topic message found no subscriber here: the peer's filter matched wrongly."""
+        self.discarded_false_positive += 1
+
     def on_forwarded(self) -> None:
         self.received_forwarded += 1
 
@@ -716,9 +708,9 @@ class ClusterNode:
             return
         self.assignments[key] = to            # before the drop: it must not erase the new host's entry
         for entry in list(sub.queue.ready):
-            self.move_to_outbox(broker.copy_for_subscription(entry.message, key), to)
+            broker.hand_over(entry.message, key, to)
             sub.queue.remove_ready([entry])
-        broker._drop_subscription(sub.topic, sub)
+        broker.drop_subscription(sub)
         log.info("cluster: durable subscription %s moved to %s, where its consumer is", key, to)
 
     def durable_removed(self, key: str) -> None:
@@ -731,7 +723,7 @@ class ClusterNode:
         sub = self.broker.find_subscription(key)
         if sub is None or sub.queue.consumers or self.assignments.get(key) == self.node_id:
             return
-        self.broker._drop_subscription(sub.topic, sub)
+        self.broker.drop_subscription(sub)
 
     def successor_for(self, key: str, topic: str) -> str | None:
         """Where a durable subscription goes when this node leaves: the assignment policy's choice among
@@ -858,10 +850,10 @@ class ClusterNode:
                 return False
             self.assignments[key] = to            # before the drop: it must not erase the new host's entry
             for entry in list(sub.queue.ready):
-                self.move_to_outbox(broker.copy_for_subscription(entry.message, key), to)
+                broker.hand_over(entry.message, key, to)
                 sub.queue.remove_ready([entry])
             if drop:
-                broker._drop_subscription(sub.topic, sub)
+                broker.drop_subscription(sub)
                 self.moved_out += 1
             del record["key"]
             await self.loop.run_in_executor(None, self.registry.assign, key, to, record)
@@ -873,10 +865,8 @@ class ClusterNode:
 
     async def _hand_over(self) -> None:
         broker = self.broker
-        for key in list(broker.subscription_queues):
-            sub = broker.find_subscription(key)
-            if sub is None:
-                continue
+        for sub in broker.durable_subscriptions():
+            key = sub.name
             successor = self.successor_for(key, sub.topic.name)
             if successor is None:
                 log.warning("no live peer to take durable subscription %s; it stays stored here", key)

@@ -5,11 +5,18 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from pymq_server.broker.consumer import CLIENT
+from pymq_server.broker.requests import (
+    ALIASES,
+    durable_name,
+    parse_ack,
+    parse_ack_upto,
+    parse_send,
+    parse_subscribe,
+    parse_unsubscribe,
+)
 
 from pymq.errors import InvalidHeader
-from pymq_server.broker.consumer import CLIENT
-from pymq_server.broker.requests import (ALIASES, durable_name, parse_ack, parse_ack_upto, parse_send,
-                                         parse_subscribe, parse_unsubscribe)
 
 SPELLINGS = ALIASES["durable-name"]
 

@@ -1,0 +1,46 @@
+"""A client connection as the broker core sees it: what the layers below the session may ask of one.
+
+The session (session.py) is the only implementation; the core names this protocol instead, so a layer
+never reaches into a session's private state and tests can drive the core with a small fake.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from pymq_server.broker.auth import User
+    from pymq_server.broker.consumer import Consumer
+    from pymq_server.broker.queue import Entry, MessageQueue
+
+
+class Client(Protocol):
+    id: str                          # the connection id ("c12"): no-local and temporary queue names use it
+    client_id: str | None            # JMS client id: scopes durable subscriptions
+    user: User                       # the authenticated principal (auth.ANONYMOUS before CONNECT)
+    closed: bool
+
+    @property
+    def is_cluster(self) -> bool:
+        """Another node of the cluster (its messages may carry ``pymq-forwarded``)."""
+        ...
+
+    def temp_queue(self, local: str, create: bool = True) -> MessageQueue | None:
+        """This connection's temporary queue ``/temp-queue/<local>``."""
+        ...
+
+    def pause_input(self, reason: str) -> None: ...
+
+    def resume_input(self, reason: str) -> None: ...
+
+    def deliver(self, consumer: Consumer, entry: Entry) -> None:
+        """Write one MESSAGE for ``entry`` to ``consumer``."""
+        ...
+
+    def forget_delivery(self, consumer: Consumer, entry: Entry) -> None:
+        """The broker took a delivery back (delivery timeout): a late ACK for it is ignored."""
+        ...
+
+
+def durable_owner(client: Client) -> str:
+    """Who owns a client's durable subscriptions: its client id, else its user (spec/stomp.md §4)."""
+    return client.client_id or client.user.name

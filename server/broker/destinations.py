@@ -1,0 +1,256 @@
+"""Layer 1, destinations: names to queues and topics, and the queues' life — declare, drop, purge.
+
+Owns every queue the broker has: point-to-point queues (created on first use when ``auto_create``, or
+declared with settings and an owner), topics, temporary queues (``tmp.<connection>.<name>``, gone with
+their connection) and internal queues no client can name (cluster outboxes, ``$``-names). Subscription
+queues live in their topic; this layer makes them. Declared queues and ACLs are kept in the catalog
+(``queue:<name>``, ``acl:<destination>``) and come back at recovery.
+
+Depends on: the building blocks (names, queues, topics, ACLs) and the store's catalog. Nothing here
+knows about subscriptions, routing or the cluster.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+from pymq_server.broker import destination as names
+from pymq_server.broker.acl import AccessControl, DestinationAcl, is_admin
+from pymq_server.broker.auth import User
+from pymq_server.broker.clients import Client
+from pymq_server.broker.queue import MessageQueue, QueueHost
+from pymq_server.broker.schema import MessageSchema
+from pymq_server.broker.topic import Topic
+from pymq_server.config import BrokerConfig, QueueConfig, queue_config
+from pymq_server.storage.store import HoldingStore
+
+from pymq.errors import AccessDenied, DestinationError, DestinationExists, IllegalStateError, UnknownDestination
+
+Kind = names.Kind
+_CACHE_LIMIT = 100_000
+
+
+class Destinations:
+    def __init__(self, config: BrokerConfig, store: HoldingStore, host: QueueHost, acl: AccessControl) -> None:
+        self.config = config
+        self.store = store
+        self.host = host
+        self.acl = acl
+        self.queues: dict[str, MessageQueue] = {}          # "orders" -> queue
+        self.topics: dict[str, Topic] = {}
+        self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1.x" -> queue
+        self.internal: dict[str, MessageQueue] = {}        # queues clients cannot address ($cluster.out.*)
+        self.declared: dict[str, dict] = {}                # explicitly created queues: name -> catalog record
+        self._resolved: dict[str, tuple[names.Kind, str]] = {}
+
+    # -- names ------------------------------------------------------------------------------------
+    def resolve(self, destination: str) -> tuple[names.Kind, str]:
+        """``"/queue/orders"`` -> (Kind.QUEUE, "orders"), or DestinationError naming what is wrong."""
+        resolved = self._resolved.get(destination)
+        if resolved is None:
+            resolved = names.parse(destination)
+            if resolved[1].startswith("$"):
+                raise DestinationError(f"destination {destination!r}: names starting with '$' are reserved "
+                                       f"for the broker", destination=destination)
+            if len(self._resolved) < _CACHE_LIMIT:
+                self._resolved[destination] = resolved
+        return resolved
+
+    # -- queues ----------------------------------------------------------------------------------
+    def queue(self, name: str, create: bool | None = None) -> MessageQueue:
+        """Queue ``name``, created on first use unless auto-creation is off (or ``create`` says)."""
+        queue = self.queues.get(name)
+        if queue is None:
+            if not (self.config.auto_create if create is None else create):
+                raise UnknownDestination(f"queue '/queue/{name}' does not exist (auto-creation is off)",
+                                         destination="/queue/" + name)
+            queue = self.create_queue(name)
+        return queue
+
+    def create_queue(self, name: str, config: QueueConfig | None = None) -> MessageQueue:
+        names.check_name(name, "/queue/" + name)
+        if config is None:
+            config = self._configured(name)
+        queue = MessageQueue(self.host, "/queue/" + name, "/queue/" + name, kind="queue", config=config)
+        if config.schema:
+            queue.schema = MessageSchema.from_dict(config.schema, f"queue {name}")
+        self.queues[name] = queue
+        prefix = self.config.queue_defaults.dead_letter_prefix
+        if name.startswith(prefix):
+            origin = self.acl.acls.get("/queue/" + name[len(prefix):])
+            if origin is not None and queue.destination not in self.acl.acls:
+                # a dead-letter queue belongs to whoever owns the queue it serves
+                self.acl.own(queue.destination, origin.owner, {p: set(v) for p, v in origin.grants.items()})
+        return queue
+
+    def _configured(self, name: str) -> QueueConfig:
+        settings = self.config.queues.get(name)
+        if settings:
+            return queue_config(settings, f"queue {name}", base=self.config.queue_defaults)
+        if name.startswith(self.config.queue_defaults.dead_letter_prefix):
+            # a dead-letter queue never dead-letters again
+            return QueueConfig(max_deliveries=0, dead_letter=False)
+        return self.config.queue_defaults
+
+    def declare_queue(self, name: str, settings: dict | None, user: User | None, grants: dict | None = None,
+                      persist: bool = True) -> tuple[MessageQueue, bool]:
+        """Create queue ``name`` owned by ``user`` (None: no owner) with ``settings`` (QueueConfig fields).
+
+        Returns (queue, created).  Declaring an existing queue with the same settings is a no-op;
+        with different ones it is a DestinationExists error listing the differences.  A queue that
+        was only auto-created by use takes the declared settings and owner."""
+        names.check_name(name, "/queue/" + name)
+        config = queue_config(settings or {}, f"queue {name}", base=self.config.queue_defaults)
+        existing = self.queues.get(name)
+        record = self.declared.get(name)
+        if existing is not None and record is not None:
+            if settings is not None and existing.config != config:
+                diff = "; ".join(existing.config.differences(config))
+                raise DestinationExists(f"queue '/queue/{name}' already exists with a different "
+                                        f"configuration ({diff})", destination="/queue/" + name)
+            return existing, False
+        if existing is None:
+            existing = self.create_queue(name, config)
+        else:
+            existing.config = config
+            existing.schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
+        self.acl.own(existing.destination, user.name if user is not None else None, grants)
+        record = {"config": config.to_dict(), "acl": self.acl.acls[existing.destination].to_dict()}
+        self.declared[name] = record
+        if persist:
+            self.store.put_meta("queue:" + name, json.dumps(record).encode())
+        return existing, True
+
+    def restore_queue(self, name: str, record: dict) -> None:
+        """A declared queue found in the catalog at start: its settings and its ACL as they were."""
+        queue, _ = self.declare_queue(name, record["config"], None, persist=False)
+        self.acl.acls[queue.destination] = DestinationAcl.from_dict(record.get("acl") or {})
+        self.declared[name] = record
+
+    def drop_queue(self, name: str, user: User, *, force: bool = False) -> int:
+        """Delete a queue and its messages (owner or administrator); refuses while consumers are
+        attached unless ``force``.  Returns the number of messages dropped."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
+        self._check_owner(user, queue.destination, "drop")
+        if queue.consumers and not force:
+            raise IllegalStateError(f"queue '/queue/{name}' has {len(queue.consumers)} consumer(s); "
+                                    f"close them or drop with force", destination=queue.destination)
+        for consumer in list(queue.consumers):
+            consumer.active = False
+            queue.remove_consumer(consumer)
+        dropped = queue.purge()
+        del self.queues[name]
+        self.declared.pop(name, None)
+        self.acl.forget(queue.destination)
+        self.store.put_meta("queue:" + name, None)
+        return dropped
+
+    def purge_queue(self, name: str, user: User) -> int:
+        queue = self.queues.get(name)
+        if queue is None:
+            raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
+        self.acl.check(user, queue.destination, "consume")
+        return queue.purge()
+
+    def internal_queue(self, name: str, config: QueueConfig | None = None) -> MessageQueue:
+        """A queue only the broker uses (a cluster outbox): stored and recovered like any other, but no
+        client can name it."""
+        queue = self.internal.get(name)
+        if queue is None:
+            config = config or QueueConfig(max_deliveries=0, dead_letter=False)
+            queue = MessageQueue(self.host, "/queue/" + name, "/queue/" + name, kind="internal", config=config)
+            self.internal[name] = queue
+        return queue
+
+    # -- permissions -------------------------------------------------------------------------------
+    def grant(self, user: User, destination: str, principal: str, permissions: list[str]) -> dict:
+        self.resolve(destination)
+        acl = self.acl.grant(user, destination, principal, permissions)
+        self._persist_acl(destination)
+        return acl.to_dict()
+
+    def revoke(self, user: User, destination: str, principal: str, permissions: list[str]) -> dict:
+        self.resolve(destination)
+        acl = self.acl.revoke(user, destination, principal, permissions)
+        self._persist_acl(destination)
+        return acl.to_dict()
+
+    def _persist_acl(self, destination: str) -> None:
+        kind, name = self.resolve(destination)
+        acl = self.acl.acls.get(destination)
+        if kind is Kind.QUEUE and name in self.declared and acl is not None:
+            self.declared[name]["acl"] = acl.to_dict()
+            self.store.put_meta("queue:" + name, json.dumps(self.declared[name]).encode())
+        else:
+            self.store.put_meta("acl:" + destination, json.dumps(acl.to_dict()).encode() if acl else None)
+
+    def _check_owner(self, user: User, destination: str, what: str) -> None:
+        if is_admin(user):
+            return
+        acl = self.acl.acls.get(destination)
+        owner = acl.owner if acl is not None else None
+        if owner is None or owner != user.name:
+            raise AccessDenied(f"user '{user.name}' may not {what} {destination}: only its owner"
+                               f"{' ' + repr(owner) if owner else ''} or an administrator may",
+                               user=user.name, destination=destination, permission=what)
+
+    # -- topics and subscription queues ------------------------------------------------------------
+    def topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            names.check_name(name, "/topic/" + name)
+            topic = self.topics[name] = Topic(name)
+        return topic
+
+    def subscription_queue(self, key: str, topic: Topic, durable: bool) -> MessageQueue:
+        """The queue behind a topic subscription (durable ones keep storage references)."""
+        return MessageQueue(self.host, key, topic.destination, kind="subscription",
+                            config=self.config.queue_defaults, durable=durable)
+
+    # -- temporary queues --------------------------------------------------------------------------
+    def create_temp_queue(self, owner: Client, local: str) -> MessageQueue:
+        global_name = f"tmp.{owner.id}.{local}"
+        queue = MessageQueue(self.host, "/temp-queue/" + global_name, "/temp-queue/" + global_name,
+                             kind="temp", config=self.config.queue_defaults, durable=False)
+        queue.owner = owner
+        self.temp_queues[global_name] = queue
+        return queue
+
+    def delete_temp_queue(self, queue: MessageQueue) -> None:
+        self.temp_queues.pop(queue.name[len("/temp-queue/"):], None)
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+        queue.purge()
+
+    def temp_target(self, client: Client, name: str) -> MessageQueue:
+        """The temporary queue a SEND names: global names (``tmp.…``) while their connection lives, a
+        connection's own local names always."""
+        if name.startswith("tmp."):
+            queue = self.temp_queues.get(name)
+            if queue is None:
+                raise UnknownDestination(f"temporary queue '/temp-queue/{name}' does not exist "
+                                         f"(its connection has closed)", destination="/temp-queue/" + name)
+            return queue
+        own = client.temp_queue(name)
+        assert own is not None
+        return own
+
+    def owned_temp_queue(self, client: Client, destination: str, name: str, what: str) -> MessageQueue:
+        """A temporary queue ``client`` may consume from or browse: only the connection that made it."""
+        queue = self.temp_queues.get(name) if name.startswith("tmp.") else client.temp_queue(name)
+        if queue is None or queue.owner is not client:
+            raise AccessDenied(f"only the connection that created temporary queue '{destination}' may "
+                               f"{what} it", destination=destination)
+        return queue
+
+    # -- everything --------------------------------------------------------------------------------
+    def all_queues(self) -> Iterator[MessageQueue]:
+        """Every queue the broker holds: queues, internal queues, subscriptions, temporary queues."""
+        yield from self.queues.values()
+        yield from self.internal.values()
+        for topic in self.topics.values():
+            for sub in topic.subscriptions.values():
+                yield sub.queue
+        yield from self.temp_queues.values()

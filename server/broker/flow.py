@@ -1,0 +1,73 @@
+"""Producer flow control by message memory (spec/stomp.md §8).
+
+Every message the broker places counts its body bytes until its last queue entry (or retained-log
+reference) is gone. Above ``max_memory`` the broker stops reading from connections that SEND; below 80 %
+of it they resume. Only producers are paused, so consumers keep acknowledging and memory drains.
+"""
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Callable, Protocol
+
+if TYPE_CHECKING:
+    from pymq_server.broker.message import BrokerMessage
+    from pymq_server.config import BrokerConfig
+    from pymq_server.storage.store import HoldingStore
+
+log = logging.getLogger("pymq.broker")
+
+
+class Producer(Protocol):
+    """A connection whose input flow control can pause (a broker session)."""
+
+    def pause_input(self, reason: str) -> None: ...
+
+    def resume_input(self, reason: str) -> None: ...
+
+
+class MemoryFlow:
+    __slots__ = ("config", "store", "call_soon", "held_bytes", "high", "_blocked")
+
+    def __init__(self, config: BrokerConfig, store: HoldingStore,
+                 call_soon: Callable[[Callable[[], None]], None]) -> None:
+        self.config = config              # max_memory is read live: it may change while the broker runs
+        self.store = store
+        self.call_soon = call_soon
+        self.held_bytes = 0
+        self.high = False
+        self._blocked: set[Producer] = set()
+
+    def held(self, message: BrokerMessage) -> None:
+        """A message was placed: its bytes count until :meth:`message_gone`."""
+        self.held_bytes += message.size
+        if not self.high and self.held_bytes > self.config.max_memory:
+            self.high = True
+            log.warning("message memory above %d bytes: pausing producers", self.config.max_memory)
+
+    def message_gone(self, message: BrokerMessage) -> None:
+        """The last entry of ``message`` finished (acked, expired, dead-lettered or purged)."""
+        self.store.forget(message)
+        self.held_bytes -= message.size
+        if self.high and self.held_bytes < self.config.max_memory * 0.8:
+            self.high = False
+            log.info("message memory back under %d bytes: resuming producers", self.config.max_memory)
+            # resume from the loop, not from inside the dispatch/ack that freed the memory
+            self.call_soon(self._resume_producers)
+
+    def block(self, producer: Producer) -> None:
+        """Stop taking frames from a producer while message memory is high."""
+        if producer not in self._blocked:
+            self._blocked.add(producer)
+            producer.pause_input("memory")
+
+    def forget(self, producer: Producer) -> None:
+        """The producer's connection closed."""
+        self._blocked.discard(producer)
+
+    def _resume_producers(self) -> None:
+        blocked, self._blocked = self._blocked, set()
+        for producer in blocked:
+            if self.high:
+                self._blocked.add(producer)
+            else:
+                producer.resume_input("memory")

@@ -1,0 +1,110 @@
+"""Frames out of a connection: MESSAGEs for consumers and browses, written while the transport has room.
+
+The output half of a broker session (session.BrokerSession): each MESSAGE goes through the session's
+*link* (the TCP, WebSocket or vm:// adapter); in client acknowledgement modes the ack ledger records its
+token first. The link says when its outgoing buffer is full (``writable`` false): queues stop
+dispatching to the connection, and browses pause, until it drains (``set_writable(True)``).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING, Any, Iterator
+
+from pymq.protocol.connection import StompConnection
+from pymq.protocol.frame import Frame
+from pymq_server.broker.acks import DeliveryLedger
+from pymq_server.broker.consumer import AUTO, Consumer
+from pymq_server.broker.message import BrokerMessage
+
+if TYPE_CHECKING:
+    from pymq_server.broker.broker import Browse
+    from pymq_server.broker.queue import Entry
+
+
+class FrameOutlet:
+    conn: StompConnection
+    link: Any
+    closed: bool
+    version: str
+    deliveries: DeliveryLedger
+    consumers: dict[str, Consumer]
+
+    def __init__(self) -> None:
+        self.writable = True
+        self.sent = 0
+        self._browses: deque[Iterator[None]] = deque()   # browses waiting for the outgoing buffer to drain
+
+    def send_frame(self, command: str, headers: dict, body: bytes = b"") -> None:
+        if self.closed:
+            return
+        self.link.send_frame(self.conn, Frame(command, headers, body))
+
+    def deliver(self, consumer: Consumer, entry: Entry) -> None:
+        """Write one MESSAGE for ``entry`` to ``consumer`` (called by the queue's dispatcher)."""
+        if consumer.ack_mode is AUTO:
+            token = None
+        else:
+            ledger = self.deliveries
+            if self.version == "1.2":
+                ledger.next_token += 1
+                token = str(ledger.next_token)
+                ledger.tokens[token] = consumer
+            else:
+                token = entry.message.message_id
+            consumer.unacked[token] = entry
+            consumer.in_flight += 1
+        entry.token = token
+        self.sent += 1
+        self.link.send_message(self.conn, consumer, entry, token if self.version == "1.2" else None)
+        if token is None:
+            entry.queue.complete(entry)
+
+    def set_writable(self, writable: bool) -> None:
+        """Backpressure from the transport: stop dispatching to this connection while its buffer is full."""
+        if writable == self.writable:
+            return
+        self.writable = writable
+        if writable:
+            self._run_browses()
+            for consumer in list(self.consumers.values()):
+                consumer.queue.dispatch()
+
+    # -- browses -----------------------------------------------------------------------------------
+    def start_browse(self, browse: Browse) -> None:
+        """Write a browse's messages and its end marker now, or after the browses already waiting."""
+        self._browses.append(self._browse_cursor(browse))
+        if len(self._browses) == 1:
+            self._run_browses()
+
+    def _browse_cursor(self, browse: Browse) -> Iterator[None]:
+        """Writes ``browse``; yields when the transport says the outgoing buffer is full."""
+        link, conn, sub_id = self.link, self.conn, browse.request.id
+        while True:
+            if not self.writable:
+                yield
+                if self.closed:
+                    return
+                browse.resume()
+                continue
+            message = browse.next()
+            if message is None:
+                break
+            link.send_browse(conn, sub_id, _BrowseEntry(message))
+        self.send_frame("MESSAGE", browse.end_marker())
+
+    def _run_browses(self) -> None:
+        browses = self._browses
+        while browses and self.writable and not self.closed:
+            try:
+                next(browses[0])
+            except StopIteration:
+                browses.popleft()
+
+
+class _BrowseEntry:
+    """What the links' ``send_browse`` reads: a message that is not a queue entry (log, range)."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: BrokerMessage) -> None:
+        self.message = message

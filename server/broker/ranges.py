@@ -1,0 +1,162 @@
+"""Layer 3, the range reader: sequence-number ranges of a destination, read without removing anything.
+
+What a browse (SUBSCRIBE ``browser:true``, spec/stomp.md §9) reads: a destination's retained log when it
+has one, else the live queue — a queue, a temporary queue, or a topic's durable subscription (which a
+reader that owns it may create by reading it first). The reader hands back a :class:`Browse`; the
+session writes its messages and then the ``browser:end`` marker with the bounds. ``ack_upto`` completes
+the ready messages below a sequence number (a range reader that consumes, spec/stomp.md §9).
+
+Depends on: destinations (layer 1), subscriptions (layer 2), the retained logs and the sequence book.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from pymq_server.broker.clients import Client
+from pymq_server.broker.destinations import Destinations, Kind
+from pymq_server.broker.log import RetainedLog, RetainedLogs
+from pymq_server.broker.message import BrokerMessage
+from pymq_server.broker.queue import MessageQueue
+from pymq_server.broker.requests import AckUptoRequest, RangeRequest
+from pymq_server.broker.sequences import SequenceBook
+from pymq_server.broker.subscriptions import Subscriptions
+
+from pymq.errors import UnknownDestination
+
+
+class Browse:
+    """One browse as a cursor: :meth:`next` gives the messages in order, then None; :meth:`end_marker`
+    the closing frame's headers. The session writes while its connection's outgoing buffer has room and
+    calls :meth:`resume` after a pause (a browse of a whole queue never holds more than
+    ``write_buffer_high`` in the broker)."""
+
+    def __init__(self, request: RangeRequest, candidates: Iterable[BrokerMessage], retained: RetainedLog | None,
+                 selector: object, earliest: int, latest: int, now_ms: Callable[[], int]) -> None:
+        self.request = request
+        self._candidates = iter(candidates)
+        self._retained = retained
+        self._selector = selector
+        self.earliest = earliest
+        self.latest = latest
+        self._now_ms = now_ms
+        self.count = 0
+        self._sent_bytes = 0
+        self._next_seq: int | None = None
+        self._exhausted = True
+
+    def resume(self) -> None:
+        """After a pause: a log is read again from the next sequence number (it may have been trimmed
+        meanwhile, and a range of it is only valid until the loop runs something else)."""
+        if self._retained is not None and self._next_seq is not None:
+            self._candidates = self._retained.range(self._next_seq, self.request.to_seq)
+
+    def next(self) -> BrokerMessage | None:
+        """The next message to send, or None when the browse is complete."""
+        request = self.request
+        max_messages, max_bytes, from_ts = request.max_messages, request.max_bytes, request.from_timestamp
+        selector = self._selector
+        for message in self._candidates:
+            if (max_messages is not None and self.count >= max_messages) or \
+                    (max_bytes is not None and self.count and self._sent_bytes >= max_bytes):
+                self._exhausted = False
+                return None
+            self._next_seq = message.seq + 1
+            if message.expired(self._now_ms()) or (from_ts is not None and message.timestamp < from_ts):
+                continue
+            if selector is not None and not selector.matches(message.selector_values()):  # type: ignore[attr-defined]
+                continue
+            self.count += 1
+            self._sent_bytes += message.size
+            return message
+        return None
+
+    def end_marker(self) -> dict[str, str]:
+        """The headers of the closing ``browser:end`` MESSAGE (after the messages were read)."""
+        request = self.request
+        next_seq = self._next_seq
+        if self._exhausted:
+            # the whole range was read: continue after it, but never past what exists yet
+            end = self.latest + 1 if request.to_seq is None else min(request.to_seq, self.latest + 1)
+            next_seq = max(next_seq or 0, end, request.from_seq or 0)
+        elif next_seq is None:
+            next_seq = request.from_seq if request.from_seq is not None else self.earliest
+        return {"subscription": request.id, "destination": request.destination, "message-id": "browser-end",
+                "browser": "end", "pymq-earliest-seq": str(self.earliest), "pymq-latest-seq": str(self.latest),
+                "pymq-next-seq": str(next_seq), "pymq-count": str(self.count)}
+
+
+class RangeReader:
+    def __init__(self, destinations: Destinations, subscriptions: Subscriptions, logs: RetainedLogs,
+                 seqs: SequenceBook, now_ms: Callable[[], int]) -> None:
+        self.destinations = destinations
+        self.subscriptions = subscriptions
+        self.logs = logs
+        self.seqs = seqs
+        self.now_ms = now_ms
+
+    def browse(self, client: Client, request: RangeRequest) -> Browse:
+        destinations = self.destinations
+        destination = request.destination
+        kind, name = destinations.resolve(destination)
+        selector = self.subscriptions.compile_selector(request.selector)
+        # a durable subscription, or source:queue, reads the live queue even when a log exists (a
+        # consuming reader acknowledges the queue: its ranges must come from the same place)
+        use_log = request.source != "queue" and not request.durable_name
+        retained = self.logs.get(destination) if use_log else None
+        queue = None
+        if retained is None:
+            if kind is Kind.TEMP_QUEUE:
+                queue = destinations.owned_temp_queue(client, destination, name, "browse")
+            else:
+                queue = self._queue_for(client, destination, request.durable_name, request.shared)
+        destinations.acl.authorize(client.user, destination, "browse")
+        from_seq, to_seq = request.from_seq, request.to_seq
+        candidates: Iterable[BrokerMessage]
+        if retained is not None:
+            candidates = retained.range(from_seq or 0, to_seq)
+        elif queue is None:
+            candidates = ()
+        else:
+            messages = [e.message for e in queue.ready]
+            if request.ranged:
+                # ranges follow sequence numbers; whole-queue browsing follows delivery order
+                messages.sort(key=_seq)
+                messages = [m for m in messages if (from_seq is None or m.seq >= from_seq)
+                            and (to_seq is None or m.seq < to_seq)]
+            candidates = messages
+        earliest, latest = self.bounds(destination, queue, use_log=retained is not None)
+        return Browse(request, candidates, retained, selector, earliest, latest, self.now_ms)
+
+    def bounds(self, destination: str, queue: MessageQueue | None, use_log: bool = True) -> tuple[int, int]:
+        """(earliest available sequence, latest assigned sequence) of a destination's log or queue."""
+        latest = self.seqs.peek(destination) - 1
+        retained = self.logs.logs.get(destination) if use_log else None
+        if retained is not None and len(retained):
+            return retained.earliest, latest          # type: ignore[return-value]
+        if retained is None and queue is not None:
+            seqs = [e.message.seq for e in queue.ready]
+            if seqs:
+                return min(seqs), latest
+        return latest + 1, latest
+
+    def ack_upto(self, client: Client, request: AckUptoRequest) -> None:
+        """Complete every ready message below ``request.upto`` in a queue or durable subscription."""
+        queue = self._queue_for(client, request.destination, request.durable_name, request.shared)
+        if queue is None:
+            raise UnknownDestination(f"nothing to acknowledge on {request.destination!r}: give a queue, or a "
+                                     f"topic with durable-subscription-name")
+        self.destinations.acl.authorize(client.user, queue.destination, "consume")
+        queue.remove_ready([e for e in queue.ready if e.message.seq < request.upto])
+
+    def _queue_for(self, client: Client, destination: str, durable_name: str | None,
+                   shared: bool) -> MessageQueue | None:
+        kind, name = self.destinations.resolve(destination)
+        if kind is Kind.QUEUE:
+            return self.destinations.queue(name)
+        if kind is Kind.TOPIC and durable_name:
+            return self.subscriptions.for_reader(client, name, durable_name, shared)
+        return None
+
+
+def _seq(message: BrokerMessage) -> int:
+    return message.seq

@@ -1,0 +1,173 @@
+"""The ready index: a queue's waiting entries in delivery order — priority (9 first), then sequence number.
+
+Per priority, fresh entries append to a list read from a moving head (O(1) at both ends, and sorted by
+sequence, so a position is a binary search away); an entry that comes back out of sequence order
+(redelivered, delayed) goes to a small heap beside it, which every scan reads whole.
+
+Selective takes (selectors, groups) resume where the consumer's last scan stopped: an entry a consumer
+rejected stays rejected — selectors and messages do not change — unless a group is released, which bumps
+``epoch`` and resets every cursor. Draining a backlog with selective consumers is then linear, not
+quadratic. What makes that safe: an entry below the highest sequence number a level's list ever held
+goes to the heap, never to the list (a cursor may already be past it).
+"""
+from __future__ import annotations
+
+import bisect
+import heapq
+from typing import TYPE_CHECKING, Callable, Iterator
+
+if TYPE_CHECKING:
+    from pymq_server.broker.queue import Entry
+
+
+class ReadyIndex:
+    """Entries by priority (9 first), then sequence number (see the module's docstring)."""
+
+    __slots__ = ("_fifo", "_head", "_heap", "_tail", "count", "epoch")
+
+    def __init__(self) -> None:
+        self._fifo: list[list | None] = [None] * 10
+        self._head = [0] * 10
+        self._heap: list[list | None] = [None] * 10
+        # per priority, the highest sequence number its list ever held: a consumer's cursor may have
+        # passed anything below it, so an entry coming back below it must go to the heap (always
+        # scanned), even when the list is empty at that moment
+        self._tail = [-1] * 10
+        self.count = 0
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return self.count
+
+    def push(self, entry: Entry) -> None:
+        p = entry.message.priority
+        fifo = self._fifo[p]
+        if fifo is None:
+            fifo = self._fifo[p] = []
+        seq = entry.message.seq
+        if seq > self._tail[p]:
+            fifo.append(entry)
+            self._tail[p] = seq
+        else:
+            heap = self._heap[p]
+            if heap is None:
+                heap = self._heap[p] = []
+            heapq.heappush(heap, (seq, entry.message.key, entry))
+        self.count += 1
+
+    def _pop_fifo(self, p: int) -> Entry:
+        fifo = self._fifo[p]
+        head = self._head[p]
+        entry = fifo[head]
+        fifo[head] = None
+        head += 1
+        if head == len(fifo):
+            fifo.clear()
+            head = 0
+        elif head > 4096 and head * 2 > len(fifo):
+            del fifo[:head]
+            head = 0
+        self._head[p] = head
+        return entry
+
+    def pop(self) -> Entry | None:
+        if not self.count:
+            return None
+        for p in range(9, -1, -1):
+            fifo = self._fifo[p]
+            heap = self._heap[p]
+            has_fifo = fifo is not None and len(fifo) > self._head[p]
+            if heap:
+                self.count -= 1
+                if has_fifo and fifo[self._head[p]].message.seq < heap[0][0]:
+                    return self._pop_fifo(p)
+                return heapq.heappop(heap)[2]
+            if has_fifo:
+                self.count -= 1
+                return self._pop_fifo(p)
+        return None
+
+    def _level(self, p: int, start: int):
+        """Level ``p`` in sequence order, the list part from index ``start``: (entry, list index or -1)."""
+        fifo = self._fifo[p] or ()
+        heap = self._heap[p]
+        n = len(fifo)
+        i = start
+        if heap:
+            for _, _, h in sorted(heap, key=lambda item: (item[0], item[1])):
+                while i < n and fifo[i].message.seq < h.message.seq:
+                    yield fifo[i], i
+                    i += 1
+                yield h, -1
+        while i < n:
+            yield fifo[i], i
+            i += 1
+
+    def __iter__(self) -> Iterator[Entry]:
+        """Ready entries in delivery order, without removing them (browsing)."""
+        for p in range(9, -1, -1):
+            if self._fifo[p] or self._heap[p]:
+                for entry, _ in list(self._level(p, self._head[p])):
+                    yield entry
+
+    def _index(self, p: int, entry: Entry) -> int:
+        fifo = self._fifo[p]
+        if fifo is None:
+            return -1
+        i = bisect.bisect_left(fifo, entry.message.seq, lo=self._head[p], key=_entry_seq)
+        return i if i < len(fifo) and fifo[i] is entry else -1
+
+    def remove(self, entry: Entry) -> None:
+        p = entry.message.priority
+        i = self._index(p, entry)
+        if i >= 0:
+            if i == self._head[p]:
+                self._pop_fifo(p)
+            else:
+                del self._fifo[p][i]
+            self.count -= 1
+            return
+        heap = self._heap[p]
+        if heap:
+            for j, item in enumerate(heap):
+                if item[2] is entry:
+                    heap[j] = heap[-1]
+                    heap.pop()
+                    heapq.heapify(heap)
+                    self.count -= 1
+                    return
+        raise KeyError(entry)
+
+    def take_first(self, accept: Callable[[Entry], bool], cursor: list | None = None) -> Entry | None:
+        """The first entry in delivery order that ``accept`` takes.  ``cursor`` ([epoch, seq per
+        priority]) belongs to one consumer: its scan resumes after the entries it rejected before."""
+        if cursor is not None and cursor[0] != self.epoch:
+            cursor[0] = self.epoch
+            cursor[1] = [-1] * 10
+        for p in range(9, -1, -1):
+            fifo = self._fifo[p]
+            if not fifo and not self._heap[p]:
+                continue
+            head = self._head[p]
+            start = head
+            if cursor is not None and fifo:
+                start = bisect.bisect_right(fifo, cursor[1][p], lo=head, key=_entry_seq)
+            for entry, index in self._level(p, start):
+                if accept(entry):
+                    self.remove(entry)
+                    return entry
+                if cursor is not None and index >= 0:
+                    cursor[1][p] = entry.message.seq     # rejected: never look at it again
+        return None
+
+    def clear(self) -> list[Entry]:
+        out = list(self)
+        self._fifo = [None] * 10
+        self._head = [0] * 10
+        self._heap = [None] * 10
+        self.count = 0
+        return out
+
+
+def _entry_seq(entry) -> int:
+    return entry.message.seq

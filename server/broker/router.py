@@ -1,0 +1,228 @@
+"""Layer 3, the router: the ways a message enters, each handing it to the one placement path.
+
+* :meth:`Router.send` — a client's SEND to a queue, a topic or a temporary queue, and a peer's forwarded
+  message (cluster inbound, including a handed-over durable subscription's messages);
+* :meth:`Router.dead_letter`, :meth:`Router.on_expired` — a message at its delivery maximum, or expired,
+  moves (as a copy that says where it came from) to its dead-letter or the expiry queue;
+* :meth:`Router.redistribute`, :meth:`Router.hand_over`, :meth:`Router.reroute` — moves the cluster node
+  decides (spec/cluster.md §4–§6);
+* :meth:`Router.plan_pending`, :meth:`Router.commit_pending` — a message an application wrote in its own
+  database transaction (apptx.py).
+
+What each path applies is spec/placement.md; placement.py applies it.
+
+Depends on: destinations (layer 1), subscriptions (layer 2), placement.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+from pymq_server.broker.clients import Client
+from pymq_server.broker.destinations import Destinations, Kind
+from pymq_server.broker.membership import STANDALONE, ClusterMembership
+from pymq_server.broker.message import BrokerMessage
+from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
+from pymq_server.broker.queue import Entry
+from pymq_server.broker.requests import SendRequest, SendResult, parse_send
+from pymq_server.broker.stored_form import stored_message
+from pymq_server.broker.subscriptions import Subscriptions
+from pymq_server.broker.topic import Topic
+from pymq_server.config import BrokerConfig
+from pymq_server.storage.device import HoldingDevice, StoredMessage
+
+from pymq.errors import AccessDenied, PymqError, UnknownDestination
+from pymq.protocol.scanner import FrameScanner
+
+log = logging.getLogger("pymq.broker")
+
+#: what the claim of one pending row decided: its plan, or None (discarded), and the topic it counts for
+PendingPlan = tuple[Plan, Optional[Topic]]
+
+
+class Router:
+    def __init__(self, config: BrokerConfig, destinations: Destinations, subscriptions: Subscriptions,
+                 placement: Placement, now_ms: Callable[[], int]) -> None:
+        self.config = config
+        self.now_ms = now_ms
+        self.destinations = destinations
+        self.subscriptions = subscriptions
+        self.placement = placement
+        self.cluster: ClusterMembership = STANDALONE
+        self.expired = 0
+
+    # -- SEND and cluster inbound -------------------------------------------------------------------
+    def send(self, client: Client | None, request: SendRequest) -> SendResult:
+        """Route one SEND: (the id the message got, None for a dropped duplicate; whether it stored data
+        a receipt must wait for).  ``client`` None: the broker itself re-sends (the admin's move and
+        retry, server/admin/messages.py), which checked permissions already."""
+        destinations = self.destinations
+        destination, properties = request[0], request[1]
+        forwarded, subscription = request[13], request[14]
+        kind, name = destinations.resolve(destination)
+        if forwarded is not None and client is not None:
+            if not client.is_cluster:
+                raise AccessDenied("only cluster nodes may send forwarded messages", user=client.user.name,
+                                   destination=destination, permission="forward")
+            self.cluster.on_forwarded()
+        else:
+            forwarded = None
+        reply_to = properties.get("reply-to")
+        if reply_to is not None and client is not None and reply_to.startswith("/temp-queue/") \
+                and not reply_to.startswith("/temp-queue/tmp."):
+            # a connection's own temporary queue, named so that others can reply to it (spec/stomp.md §3)
+            own = client.temp_queue(reply_to[len("/temp-queue/"):])
+            assert own is not None
+            properties = dict(properties)
+            properties["reply-to"] = own.destination
+            request = request._replace(properties=properties)
+        path = EntryPath.SEND if forwarded is None else EntryPath.CLUSTER_INBOUND
+        if kind is Kind.QUEUE:
+            queue = destinations.queues.get(name) or destinations.queue(name)
+            if client is not None:
+                destinations.acl.authorize(client.user, queue.destination, "produce")
+            return self.placement.place(path, queue, request, client)
+        if kind is Kind.TOPIC:
+            if forwarded is not None and subscription is not None:
+                # a handed-over durable subscription's message: straight into that subscription
+                sub = self.subscriptions.find(subscription)
+                if sub is None:
+                    raise UnknownDestination(f"no durable subscription {subscription!r} here")
+                return self.placement.place(path, sub.queue, request, client)
+            topic = destinations.topics.get(name) or destinations.topic(name)
+            if client is not None:
+                destinations.acl.authorize(client.user, topic.destination, "produce")
+            result = self.placement.place(EntryPath.PUBLISH if forwarded is None else path, topic, request,
+                                          client)
+            topic.published += 1
+            return result
+        if client is None and not name.startswith("tmp."):
+            raise UnknownDestination(f"temporary queue '{destination}' belongs to a connection",
+                                     destination=destination)
+        return self.placement.place(path, destinations.temp_target(client, name), request, client)  # type: ignore[arg-type]
+
+    # -- dead letters and expiry ---------------------------------------------------------------------
+    def dead_letter(self, entry: Entry, reason: str) -> None:
+        """A message at its delivery maximum: to ``<prefix><queue>``, kept for the queue's
+        ``dead_retention_ms`` (then purged by housekeeping), or dropped when dead-lettering is off."""
+        queue = entry.queue
+        cfg = queue.config
+        if not cfg.dead_letter:
+            log.info("dropping message %s from %s: %s", entry.message.message_id, queue.name, reason)
+            return
+        base = queue.name.replace(":", ".") if queue.kind == "subscription" else queue.destination.split("/", 2)[2]
+        expires = self.now_ms() + cfg.dead_retention_ms if cfg.dead_retention_ms else 0
+        self._move(EntryPath.DEAD_LETTER, entry, cfg.dead_letter_prefix + base, "pymq-dead-letter-reason",
+                   reason, expires)
+
+    def on_expired(self, entry: Entry) -> None:
+        """An expired message leaves its queue: counted, and moved to the expiry queue if one is set
+        (never from a dead-letter or the expiry queue itself: their expiry is the retention purge)."""
+        self.expired += 1
+        target = self.config.expiry_queue
+        queue = entry.queue
+        if not target or queue.destination == "/queue/" + target or \
+                queue.destination.startswith("/queue/" + self.config.queue_defaults.dead_letter_prefix):
+            return
+        self._move(EntryPath.EXPIRY, entry, target, "pymq-expiry-reason", "expired", 0)
+
+    def _move(self, path: EntryPath, entry: Entry, queue_name: str, reason_header: str, reason: str,
+              expires: int) -> None:
+        original = entry.message
+        target = self.destinations.queue(queue_name, create=True)
+        headers = dict(original.headers)
+        headers["pymq-original-destination"] = original.destination
+        headers["pymq-original-message-id"] = original.message_id
+        headers[reason_header] = reason
+        headers["JMSXDeliveryCount"] = str(entry.deliveries)
+        headers["expires"] = str(expires)
+        copy = self._copy(original, target.destination, headers, expires)
+        self.placement.place(path, target, copy)
+
+    def _copy(self, original: BrokerMessage, destination: str, headers: dict, expires: int) -> BrokerMessage:
+        """A new message (own key, id and sequence number) with ``original``'s body and fields, due now."""
+        seqs = self.placement.seqs
+        key = seqs.next("")
+        return BrokerMessage(key, f"ID:{self.config.node_id}-{key}", destination, seqs.next(destination),
+                             headers, original.body, original.persistent, original.priority,
+                             original.timestamp, expires, 0, original.producer)
+
+    # -- moves the cluster node decides (spec/cluster.md) ----------------------------------------------
+    def redistribute(self, message: BrokerMessage, peer: str) -> None:
+        """A queue message with no local consumer, to a peer that has one (§4)."""
+        self.placement.place(EntryPath.REDISTRIBUTION, self.cluster.outbox(peer), message)
+
+    def hand_over(self, message: BrokerMessage, subscription: str, peer: str) -> None:
+        """A durable subscription's message, as a copy addressed to the subscription, to the node that
+        hosts it now (§5, §6): ``peer``'s outbox, or the subscription's queue when ``peer`` is this node."""
+        headers = dict(message.headers)
+        headers["pymq-subscription"] = subscription
+        seqs = self.placement.seqs
+        key = seqs.next("")
+        copy = BrokerMessage(key, f"ID:{self.config.node_id}-{key}", message.destination, message.seq, headers,
+                             message.body, message.persistent, message.priority, message.timestamp,
+                             message.expires, message.deliver_at, message.producer)
+        if peer == self.config.node_id:
+            sub = self.subscriptions.find(subscription)
+            if sub is None:
+                raise UnknownDestination(f"no durable subscription {subscription!r} here")
+            target = sub.queue
+        else:
+            target = self.cluster.outbox(peer)
+        self.placement.place(EntryPath.HANDOVER, target, copy)
+
+    def reroute(self, message: BrokerMessage, peer: str | None) -> None:
+        """A dead peer's queue message, to where routing says now: ``peer``'s outbox, or (None) its local
+        queue (§5)."""
+        if peer is None:
+            _, name = self.destinations.resolve(message.destination)
+            target = self.destinations.queue(name, create=True)
+        else:
+            target = self.cluster.outbox(peer)
+        self.placement.place(EntryPath.REROUTE, target, message)
+
+    # -- messages from applications' database transactions (apptx.py) -------------------------------------
+    def plan_pending(self, destination: str, data: bytes, batch: set[tuple[str, str]]) -> PendingPlan | None:
+        """Inside the claiming database transaction: the plan for a pending SEND frame (None: a
+        duplicate), or PymqError saying why it cannot be placed (it is then discarded: its transaction
+        has committed).  ``batch``: the (destination, dedup id) pairs planned earlier in the same claim,
+        which the window learns only when the claim commits."""
+        frames = FrameScanner(max_frame_size=len(data) + 1, version="1.2").feed(data)
+        if len(frames) != 1 or frames[0].command != "SEND":
+            raise PymqError("not exactly one SEND frame")
+        headers = dict(frames[0].headers)
+        headers["destination"] = destination
+        request = parse_send(headers, frames[0].body)
+        kind, name = self.destinations.resolve(destination)
+        if kind is Kind.TEMP_QUEUE:
+            raise PymqError("temporary queues cannot receive messages from database transactions")
+        topic = self.destinations.topic(name) if kind is Kind.TOPIC else None
+        target: Target = topic if topic is not None else self.destinations.queue(name)
+        if request.dedup_id is not None:
+            seen = (target.destination, request.dedup_id)
+            if seen in batch:
+                return None
+            batch.add(seen)
+        plan = self.placement.plan(EntryPath.APP_TRANSACTION, target, request, None)
+        return None if plan is None else (plan, topic)
+
+    @staticmethod
+    def pending_write(plan: Plan) -> tuple[StoredMessage, list[str]] | None:
+        """What the device writes in the claiming transaction: the message and its references (None:
+        nothing keeps it — only non-durable subscribers, or nobody)."""
+        _, message, queues, outboxes, log, _, _, _, _ = plan
+        refs = [q.name for q in queues if q.durable] + [o.name for o in outboxes]
+        if log is not None:
+            refs.append(log.name)
+        return (stored_message(message), refs) if refs else None
+
+    def commit_pending(self, pending: PendingPlan, device: HoldingDevice | None) -> None:
+        """After the claiming transaction committed: the message enters its queues (``device``: the
+        device that wrote it; None when nothing stores it)."""
+        plan, topic = pending
+        if device is None:
+            self.placement.commit(plan, None)
+        else:
+            self.placement.commit(plan, None, stored_by=device)
+        if topic is not None:
+            topic.published += 1

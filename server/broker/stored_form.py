@@ -1,0 +1,69 @@
+"""A message's stored form, and what storage rules see of it.
+
+A message is stored as its MESSAGE frame (spec/stomp.md framing; spec/storage.md) plus
+``pymq-deliver-at`` when its delivery is delayed; the holding store writes what :func:`encode_stored`
+returns, and recovery reads it back with :func:`decode_stored`. :func:`rule_context_of` gives the
+storage-rule context of a message (spec/storage_rules.md §2).
+"""
+from __future__ import annotations
+
+from pymq_server.broker.message import BrokerMessage
+from pymq_server.storage.device import StoredMessage
+
+from pymq.errors import StorageError
+from pymq.protocol.scanner import FrameScanner, encode_frame
+
+
+def encode_stored(message: BrokerMessage) -> bytes:
+    """A message's storage form: its MESSAGE frame, plus deliver-at."""
+    headers = message.frame_headers()
+    if message.deliver_at:
+        headers["pymq-deliver-at"] = str(message.deliver_at)
+    return encode_frame("MESSAGE", headers, message.body, "1.2")
+
+
+def stored_message(message: BrokerMessage) -> StoredMessage:
+    """What a device writes for ``message``."""
+    return StoredMessage(message.key, message.destination, message.seq, message.persistent, encode_stored(message))
+
+
+def decode_stored(stored: StoredMessage) -> BrokerMessage:
+    scanner = FrameScanner(max_frame_size=len(stored.data) + 1, version="1.2")
+    frames = scanner.feed(stored.data)
+    if len(frames) != 1:
+        raise StorageError(f"stored message {stored.key} does not decode to one frame")
+    h = dict(frames[0].headers)
+    body = frames[0].body
+    message_id = h.pop("message-id")
+    h.pop("destination", None)
+    h.pop("pymq-seq", None)
+    h.pop("content-length", None)
+    deliver_at = int(h.pop("pymq-deliver-at", "0"))
+    return BrokerMessage(stored.key, message_id, stored.destination, stored.seq, h, body,
+                         stored.persistent, int(h.get("priority", 4)), int(h.get("timestamp", 0)),
+                         int(h.get("expires", 0)), deliver_at)
+
+
+def rule_context_of(message: BrokerMessage) -> dict:
+    """The storage-rule context (spec/storage_rules.md §2) of a message."""
+    from pymq.selector import rule_context
+    ctype = message.headers.get("content-type", "")
+    if ctype.startswith("application/x-pymq-map") or message.headers.get("transformation") == "jms-map-json":
+        body_type = "MAP"
+    elif ctype.startswith("text/") or not ctype:
+        body_type = "TEXT" if ctype or _is_text(message.body) else "BYTES"
+    else:
+        body_type = "BYTES"
+    dest_type = "TOPIC" if message.destination.startswith("/topic/") else "QUEUE"
+    return rule_context(size_bytes=message.size, body_type=body_type, headers=message.headers,
+                        destination=message.destination, destination_type=dest_type,
+                        client_id=message.client_id, priority=message.priority,
+                        persistent=message.persistent, producer=message.user)
+
+
+def _is_text(body: bytes) -> bool:
+    try:
+        body.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
