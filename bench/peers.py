@@ -231,7 +231,7 @@ class PymqBroker(Broker):
             raise PeerUnavailable(f"pymq-server --help exited {r.returncode}: {' '.join(tail)}")
         r = subprocess.run([os.path.join(os.path.dirname(exe), "python"), "-c",
                             "import pymq, os; print(getattr(pymq, '__version__', '?'), os.path.dirname(pymq.__file__))"],
-                           capture_output=True, text=True, timeout=60)
+                           capture_output=True, text=True, timeout=60, cwd="/")  # not this checkout's pymq
         self.version = r.stdout.strip() or "?"
 
     def _launch(self) -> subprocess.Popen:

@@ -11,6 +11,16 @@ share the next one, so a busy broker still batches), ``grouped`` (additionally a
 ``window_ms``) or ``never`` (durable = handed to the OS).  Syncs run in a worker thread through the injected
 ``run_in_thread`` so the broker's loop keeps serving; this module imports no event loop.
 
+Write-behind (spec/storage.md §9): a persistent message for the paged file device is checked for room at
+once (``allocate``: a full disk still refuses the SEND) but written to the device only when something
+needs it there: a barrier (a receipt, a commit), ``flush_all``, more than ``WRITE_BEHIND_BYTES`` or
+``WRITE_BEHIND_MESSAGES`` waiting, or ``WRITE_BEHIND_S`` after the first one waited. A message whose
+every reference is released before then (delivered with ``ack:auto``, or acknowledged, while it
+waited) is never written, nor its removal logged: a queue whose consumers keep up costs no more
+durable than not. Nothing that was promised changes: a message is durable at its receipt (the barrier
+writes and syncs it first), as before, and the WAL already buffered frames without a receipt until a
+flush. The device's own view (``status``, ``iterate``) sees a waiting message only once written.
+
 Faults (spec/storage.md §8) are answered, never silent, and survived:
 
 * a device that refuses a message (full, in fault, offline) makes ``hold`` ask the rules again without it
@@ -42,6 +52,11 @@ REPAIR_BACKOFF_S = (0.25, 5.0)
 
 #: delivery records reach the OS with the next write of the device's log, or after this long at most
 DELIVERY_FLUSH_S = 0.010
+
+#: write-behind bounds: messages and stored bytes waiting, and how long the first may wait
+WRITE_BEHIND_MESSAGES = 4096
+WRITE_BEHIND_BYTES = 1 << 20
+WRITE_BEHIND_S = 0.05
 
 #: what the broker hands to ``barrier``: called once, with None (durable) or the StorageError that
 #: kept the writes from becoming durable
@@ -88,6 +103,14 @@ class HoldingStore:
         self._clock = time.monotonic
         self.syncs = 0
         self.encode: Callable = None  # set by the broker: BrokerMessage -> bytes
+        #: write-behind (module docstring): key -> [message, device, queues still referencing it,
+        #: delivery counts recorded meanwhile or None], in placement order; False turns it off (every
+        #: message written at ``hold``)
+        self.write_behind = True
+        self._behind: dict[int, list] = {}
+        self._behind_bytes = 0
+        self._behind_timer = False
+        self._behind_error: StorageError | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> None:
@@ -106,6 +129,7 @@ class HoldingStore:
                           device.name, reason)
 
     def close(self) -> None:
+        self.write_waiting()
         errors = []
         for device in self.devices.values():
             try:
@@ -169,6 +193,24 @@ class HoldingStore:
                 message.device = self.memory
                 self.memory.account(message.size, 1)
                 return False
+            if self.write_behind and message.persistent and device.kind == "file" and self.selection is None:
+                try:
+                    device.allocate(message.size, True)    # room now: a full disk refuses the SEND itself
+                except StorageError as exc:
+                    refused.append(f"{device.name}: {exc.message}")
+                    exclude = exclude | {device.name}
+                    continue
+                self._count(message, device, rule)
+                message.device = device
+                self._dirty.add(device)
+                self._behind[message.key] = [message, device, list(queues), None]
+                self._behind_bytes += message.size
+                if len(self._behind) >= WRITE_BEHIND_MESSAGES or self._behind_bytes >= WRITE_BEHIND_BYTES:
+                    self.write_waiting()
+                elif not self._behind_timer and self._call_later is not None:
+                    self._behind_timer = True
+                    self._call_later(WRITE_BEHIND_S, self._behind_due)
+                return True
             if stored is None:
                 stored = StoredMessage(message.key, message.destination, message.seq, message.persistent,
                                        self.encode(message))
@@ -225,12 +267,56 @@ class HoldingStore:
         # device its rule chose
         return getattr(message, "chosen", None) or message.device.name
 
+    # -- write-behind ---------------------------------------------------------------------------
+    def _behind_due(self) -> None:
+        self._behind_timer = False
+        self.write_waiting()
+
+    def write_waiting(self) -> None:
+        """Write every message still waiting for its device, in placement order. A device that cannot
+        take one now (fault, disk gone) leaves it held by the heap, as a refusal at ``hold`` would have,
+        and the next barrier reports the error, so no receipt claims a durability it does not have."""
+        if not self._behind:
+            return
+        waiting, self._behind = self._behind, {}
+        self._behind_bytes = 0
+        for message, device, queues, deliveries in waiting.values():
+            stored = StoredMessage(message.key, message.destination, message.seq, message.persistent,
+                                   self.encode(message))
+            try:
+                device.write(stored, queues)
+            except Exception as exc:    # a refusal or a device bug: the message stays in the heap
+                error = exc if isinstance(exc, StorageError) else StorageError(
+                    f"holding device {device.name} failed to write message {message.message_id}: "
+                    f"{type(exc).__name__}: {exc}")
+                log.error("holding device %s could not take message %s written behind: %s", device.name,
+                          message.message_id, error.message)
+                if self._behind_error is None:
+                    self._behind_error = error
+                self.forget(message)
+                message.device = self.memory
+                self.memory.account(message.size, 1)
+                self._count(message, self.memory, None)
+                continue
+            self._dirty.add(device)
+            if deliveries:
+                for queue, count in deliveries.items():
+                    device.record_delivery(message.key, queue, count)
+
+    def waiting(self, message) -> bool:
+        """True while ``message`` waits to be written behind (not on its device yet)."""
+        return message.key in self._behind
+
     def add_reference(self, message, queue: str) -> bool:
         """One more queue owes an already-held message (moved to a peer's outbox, re-routed): True when
         a device stores the reference, False when the message is heap-held."""
         device = message.device
         if device is None or device is self.memory:
             return False
+        behind = self._behind.get(message.key) if self._behind else None
+        if behind is not None:
+            behind[2].append(queue)
+            return True
         device.add_reference(message.key, queue)
         self._dirty.add(device)
         return True
@@ -243,6 +329,13 @@ class HoldingStore:
         of the broker keeps it once flushed, a power cut may not (counts are at-least-once bookkeeping)."""
         device = message.device
         if device is None or device is self.memory or not message.persistent:
+            return
+        behind = self._behind.get(message.key) if self._behind else None
+        if behind is not None:
+            # not on its device yet: the count is recorded right after the message is written
+            if behind[3] is None:
+                behind[3] = {}
+            behind[3][queue] = count
             return
         device.record_delivery(message.key, queue, count)
         if device not in self._delivery_flush:
@@ -262,13 +355,26 @@ class HoldingStore:
         device = message.device
         if device is None or device is self.memory:
             return
+        if self._behind:
+            behind = self._behind.get(message.key)
+            if behind is not None:
+                # released before it was written: the device never sees it (nor its removal)
+                queues = behind[2]
+                try:
+                    queues.remove(queue)
+                except ValueError:
+                    raise KeyError(f"message {message.key} has no reference for {queue!r}") from None
+                if not queues:
+                    del self._behind[message.key]
+                    self._behind_bytes -= message.size
+                return
         device.remove(message.key, queue)
         self._dirty.add(device)
 
     # -- durability -----------------------------------------------------------------------------
     @property
     def dirty(self) -> bool:
-        return bool(self._dirty)
+        return bool(self._dirty) or bool(self._behind)
 
     def _commit_for(self, device: HoldingDevice) -> GroupCommit:
         gc = self._commits.get(device.name)
@@ -284,6 +390,14 @@ class HoldingStore:
         Each dirty device gets the commit through its own :class:`GroupCommit`; ``callback`` runs
         once, when the last of them has answered, with the first error any of them met.
         """
+        self.write_waiting()
+        behind_error, self._behind_error = self._behind_error, None
+        if behind_error is not None:
+            # a message written behind could not be stored: this barrier cannot claim durability
+            inner = callback
+
+            def callback(error: BaseException | None) -> None:  # noqa: F811 - wraps the caller's
+                inner(error if error is not None else behind_error)
         devices = list(self._dirty)
         self._dirty.clear()
         if not devices:
@@ -377,7 +491,11 @@ class HoldingStore:
     def flush_all(self) -> list[str]:
         """Flush and sync every device (a clean stop); returns what failed, per device, instead of
         stopping at the first (a device in fault cannot sync; the others still must)."""
+        self.write_waiting()
         failed = []
+        if self._behind_error is not None:
+            failed.append(self._behind_error.message)
+            self._behind_error = None
         for device in self.devices.values():
             if device.name in self.unopened:
                 continue

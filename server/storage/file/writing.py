@@ -61,10 +61,13 @@ class WritePath(DeviceState):
             raise self._fail(exc, "reserving disk space") from exc
 
     def allocate(self, size: int, persistent: bool) -> Allocation:
+        """Refuse now (StorageError) what ``write`` would refuse for lack of room or a fault; for a
+        persistent message the log space of its PUT is reserved too (the holding store writes it
+        behind, spec/storage.md §9)."""
         with self._lock:
             self._check_accepting()
             pages = 1 + (self._continuation_count(size) if size > self._inline_max() else 0)
-            self._ensure_room(pages)
+            self._ensure_room(pages, size + _PUT_OVERHEAD if persistent else 0)
         return Allocation(self.name, size, persistent)
 
     def write(self, message: StoredMessage, queues: Sequence[str],

@@ -1,0 +1,239 @@
+"""Write-behind in the holding store (issue 16; spec/storage.md §9).
+
+A persistent message for the file device is checked for room at ``hold`` and written when something
+needs it on the device: a barrier (receipt), ``flush_all``, the bounds, or the timer. Released first, it
+never reaches the device. On the landed main every persistent message was written (and its removal
+logged) at once: the tests that look for a message *not* on the device fail there.
+"""
+from __future__ import annotations
+
+import pytest
+
+from pymq.errors import StorageError
+from pymq_server.storage import store as store_mod
+from pymq_server.storage.file.device import FileDevice
+from pymq_server.storage.store import HoldingStore
+
+
+class Msg:
+    """What the holding store reads of a broker message."""
+
+    def __init__(self, key: int, size: int = 100, persistent: bool = True) -> None:
+        self.key = key
+        self.seq = key
+        self.message_id = f"ID:m-{key}"
+        self.destination = "/queue/a"
+        self.persistent = persistent
+        self.body = b"%06d" % key + b"x" * (size - 6)
+        self.size = size
+        self.device = None
+        self.rule = None
+        self.chosen = None
+
+
+class Timers:
+    def __init__(self) -> None:
+        self.due: list = []
+
+    def call_later(self, delay, fn, *args):
+        self.due.append((delay, fn, args))
+
+    def fire(self) -> None:
+        due, self.due = self.due, []
+        for _, fn, args in due:
+            fn(*args)
+
+
+def make_store(tmp_path, timers: Timers | None = None, **device_kw) -> tuple[HoldingStore, FileDevice]:
+    device = FileDevice("file", tmp_path / "s", fsync=False, **device_kw)
+    store = HoldingStore([device], persistent_device="file", sync_policy="always",
+                         call_later=timers.call_later if timers else None)
+    store.encode = lambda m: b"MESSAGE\ndestination:/queue/a\n\n" + m.body + b"\0"
+    store.open()
+    return store, device
+
+
+def barrier(store: HoldingStore):
+    got = []
+    store.barrier(got.append)
+    assert len(got) == 1, "the barrier answers at once without a worker thread"
+    return got[0]
+
+
+def test_a_message_released_before_it_is_written_never_reaches_the_device(tmp_path):
+    store, device = make_store(tmp_path)
+    m = Msg(1)
+    assert store.hold(m, ["/queue/a"]) is True
+    assert m.device is device
+    assert not device.holds(1), "written at hold: nothing is written behind"
+    store.release(m, "/queue/a")
+    store.forget(m)
+    assert barrier(store) is None
+    assert not device.holds(1) and device.status().messages == 0
+    store.close()
+    device = FileDevice("file", tmp_path / "s", fsync=False)
+    device.open()
+    assert list(device.recover()) == []
+    device.close()
+
+
+def test_the_barrier_writes_what_waits_so_a_receipted_message_survives_a_crash(tmp_path):
+    store, device = make_store(tmp_path)
+    kept, gone = Msg(1), Msg(2)
+    store.hold(kept, ["/queue/a", "/queue/b"])
+    store.hold(gone, ["/queue/a"])
+    store.release(kept, "/queue/b")       # one reference of two released while waiting
+    store.release(gone, "/queue/a")
+    assert barrier(store) is None
+    assert device.holds(1) and not device.holds(2)
+    assert device.references(1) == ["/queue/a"]
+    device._simulate_crash()
+    device = FileDevice("file", tmp_path / "s", fsync=False)
+    device.open()
+    try:
+        recovered = [(m.key, queues) for m, queues in device.recover()]
+    finally:
+        device.close()
+    assert recovered == [(1, ["/queue/a"])]
+
+
+def test_released_after_it_was_written_the_device_removes_it(tmp_path):
+    store, device = make_store(tmp_path)
+    m = Msg(1)
+    store.hold(m, ["/queue/a"])
+    assert barrier(store) is None and device.holds(1)
+    store.release(m, "/queue/a")
+    assert not device.holds(1)
+
+
+def test_a_reference_added_while_waiting_is_written_with_the_message(tmp_path):
+    store, device = make_store(tmp_path)
+    m = Msg(1)
+    store.hold(m, ["/queue/a"])
+    assert store.add_reference(m, "/queue/outbox") is True
+    assert barrier(store) is None
+    assert sorted(device.references(1)) == ["/queue/a", "/queue/outbox"]
+
+
+def test_releasing_a_reference_the_message_does_not_have_is_an_error_as_on_the_device(tmp_path):
+    store, device = make_store(tmp_path)
+    m = Msg(1)
+    store.hold(m, ["/queue/a"])
+    with pytest.raises(KeyError):
+        store.release(m, "/queue/nope")
+
+
+def test_the_bounds_write_waiting_messages(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_mod, "WRITE_BEHIND_MESSAGES", 3)
+    store, device = make_store(tmp_path)
+    msgs = [Msg(k) for k in (1, 2, 3)]
+    store.hold(msgs[0], ["/queue/a"])
+    store.hold(msgs[1], ["/queue/a"])
+    assert not device.holds(1)
+    store.hold(msgs[2], ["/queue/a"])
+    assert all(device.holds(k) for k in (1, 2, 3))
+    monkeypatch.setattr(store_mod, "WRITE_BEHIND_BYTES", 500)
+    store.hold(Msg(4, size=400), ["/queue/a"])
+    assert not device.holds(4)
+    store.hold(Msg(5, size=400), ["/queue/a"])
+    assert device.holds(4) and device.holds(5)
+
+
+def test_the_timer_writes_waiting_messages(tmp_path):
+    timers = Timers()
+    store, device = make_store(tmp_path, timers)
+    store.hold(Msg(1), ["/queue/a"])
+    store.hold(Msg(2), ["/queue/a"])
+    assert len(timers.due) == 1 and timers.due[0][0] == store_mod.WRITE_BEHIND_S
+    assert not device.holds(1)
+    timers.fire()
+    assert device.holds(1) and device.holds(2)
+    assert store.dirty
+
+
+def test_flush_all_and_close_write_waiting_messages(tmp_path):
+    store, device = make_store(tmp_path)
+    store.hold(Msg(1), ["/queue/a"])
+    assert store.flush_all() == []
+    assert device.holds(1)
+    store.hold(Msg(2), ["/queue/a"])
+    store.close()
+    device = FileDevice("file", tmp_path / "s", fsync=False)
+    device.open()
+    try:
+        assert sorted(m.key for m, _ in device.recover()) == [1, 2]
+    finally:
+        device.close()
+
+
+def test_a_full_device_still_refuses_at_hold_and_nothing_waits(tmp_path):
+    store, device = make_store(tmp_path, page_size=4096, max_bytes=4 * 4096)
+    refused = None
+    held = []
+    for key in range(1, 200):
+        m = Msg(key, size=1500)
+        try:
+            store.hold(m, ["/queue/a"])
+        except StorageError as exc:
+            refused = (key, exc)
+            break
+        held.append(m)
+        assert barrier(store) is None
+    assert refused is not None, "the device never filled"
+    key, exc = refused
+    assert "full" in exc.message
+    assert not store.waiting(Msg(key)) and not device.holds(key)
+    assert all(device.holds(m.key) for m in held)
+
+
+def test_a_write_that_fails_behind_keeps_the_message_in_the_heap_and_fails_the_barrier(tmp_path):
+    store, device = make_store(tmp_path)
+    good, bad = Msg(1), Msg(2)
+    store.hold(good, ["/queue/a"])
+    store.hold(bad, ["/queue/a"])
+    real_write = device.write
+
+    def write(stored, queues, allocation=None):
+        if stored.key == 2:
+            raise StorageError("injected: the device is in fault", device="file")
+        return real_write(stored, queues, allocation)
+
+    device.write = write
+    error = barrier(store)
+    assert isinstance(error, StorageError) and "injected" in error.message
+    assert device.holds(1) and not device.holds(2)
+    assert bad.device is store.memory
+    store.release(bad, "/queue/a")           # a heap-held message: nothing on any device
+    assert barrier(store) is None, "the error is reported once, to the barrier that covered it"
+
+
+def test_write_behind_off_writes_at_hold(tmp_path):
+    store, device = make_store(tmp_path)
+    store.write_behind = False
+    store.hold(Msg(1), ["/queue/a"])
+    assert device.holds(1)
+
+
+def test_non_persistent_messages_are_not_written_behind(tmp_path):
+    store, device = make_store(tmp_path)
+    m = Msg(1, persistent=False)
+    store.hold(m, ["/queue/a"])
+    assert not store.waiting(m)
+
+
+def test_a_delivery_counted_while_waiting_is_recorded_once_the_message_is_written(tmp_path):
+    store, device = make_store(tmp_path)
+    m = Msg(1)
+    store.hold(m, ["/queue/a"])
+    store.delivered(m, "/queue/a", 2)
+    assert barrier(store) is None
+    assert device.deliveries(1) == {"/queue/a": 2}
+    device.flush()
+    device._simulate_crash()
+    device = FileDevice("file", tmp_path / "s", fsync=False)
+    device.open()
+    try:
+        assert [m.key for m, _ in device.recover()] == [1]
+        assert device.deliveries(1) == {"/queue/a": 2}
+    finally:
+        device.close()
