@@ -45,7 +45,7 @@ class TemporaryQueue(Queue):
     prefix = "/temp-queue/"
 
 
-def as_destination(value: "Destination | str") -> Destination:
+def as_destination(value: Destination | str) -> Destination:
     if isinstance(value, Destination):
         return value
     if isinstance(value, str):

@@ -7,7 +7,7 @@ same class whether it talks to an embedded broker or a remote one.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 
 class PymqError(Exception):
@@ -201,8 +201,8 @@ class TimeoutError(PymqError):  # noqa: A001 - deliberately our own, also catcha
     code = "timeout"
 
 
-def _all_subclasses(cls: type) -> list[type]:
-    out = []
+def _all_subclasses(cls: type[PymqError]) -> list[type[PymqError]]:
+    out: list[type[PymqError]] = []
     for sub in cls.__subclasses__():
         out.append(sub)
         out.extend(_all_subclasses(sub))
@@ -210,7 +210,8 @@ def _all_subclasses(cls: type) -> list[type]:
 
 
 #: wire code -> exception class; the single registry both ends use.
-ERROR_CODES: dict[str, type[PymqError]] = {c.code: c for c in [PymqError, *_all_subclasses(PymqError)]}
+_ALL: list[type[PymqError]] = [PymqError, *_all_subclasses(PymqError)]
+ERROR_CODES: dict[str, type[PymqError]] = {c.code: c for c in _ALL}
 
 
 def error_from_headers(headers: Mapping[str, str], body: str = "") -> PymqError:

@@ -16,10 +16,11 @@ import json
 import math
 import time
 from collections.abc import Mapping
-from typing import Callable, TypeVar, Union, overload
+from typing import TypeVar, Union, overload
+from collections.abc import Callable
 
 from pymq.destination import Destination, as_destination
-from pymq.errors import InvalidHeader, MessageFormatError
+from pymq.errors import DestinationError, InvalidHeader, MessageFormatError
 from pymq.protocol.numbers import INT64_MAX, parse_wire_int
 
 PERSISTENT = 2       # JMS DeliveryMode values
@@ -299,7 +300,7 @@ def from_frame(headers: Mapping[str, str], body: bytes) -> Message:
     if dest:
         try:
             msg.destination = as_destination(dest)
-        except Exception:
+        except DestinationError:
             msg.destination = None
     msg.delivery_mode = NON_PERSISTENT if h.get("persistent", "true").lower() == "false" else PERSISTENT
     msg.priority = _int("priority", h.get("priority"), DEFAULT_PRIORITY)
@@ -310,7 +311,7 @@ def from_frame(headers: Mapping[str, str], body: bytes) -> Message:
     if rt:
         try:
             msg.reply_to = as_destination(rt)
-        except Exception:
+        except DestinationError:
             msg.reply_to = None
     msg.type = h.get("type")
     msg.dedup_id = h.get("pymq-dedup-id")
@@ -329,8 +330,8 @@ def from_frame(headers: Mapping[str, str], body: bytes) -> Message:
     for name, value in h.items():
         if name in _RESERVED:
             continue
-        code = types.get(name)
-        props[name] = _typed(name, value, code) if code else value
+        kind = types.get(name)
+        props[name] = _typed(name, value, kind) if kind else value
     count = props.get("JMSXDeliveryCount")
     msg.delivery_count = _int("JMSXDeliveryCount", count, 1) if count is not None else 1
     if "JMSXDeliveryCount" in props:
@@ -344,14 +345,20 @@ def from_frame(headers: Mapping[str, str], body: bytes) -> Message:
 def _int(name: str, value: PropertyValue | None, default: int) -> int:
     """A JMS header's number through the one bounded wire parser; ``default`` when absent or bad (a
     message is still delivered when a foreign client wrote nonsense there)."""
+    if type(value) is str:
+        # the common case, once per header of every message: at most 18 ASCII digits is always
+        # within parse_wire_int's bounds, so int() gives its answer without the call
+        if len(value) <= 18 and value.isdigit() and value.isascii():
+            return int(value)
+        try:
+            return parse_wire_int(name, value)
+        except InvalidHeader:
+            return default
     if value is None or isinstance(value, bool):
         return default
     if isinstance(value, int):
         return value
-    try:
-        return parse_wire_int(name, str(value))
-    except InvalidHeader:
-        return default
+    return default
 
 
 def now_ms() -> int:

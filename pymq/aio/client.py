@@ -26,8 +26,9 @@ import functools
 import inspect
 import logging
 import ssl
-from typing import (Any, AsyncIterator, Awaitable, Callable, Concatenate, Coroutine, Generator,
+from typing import (Any, Concatenate,
                     ParamSpec, Protocol, TypeVar, Union)
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 
 from pymq.client._core import (SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore, ConnectionSettings,
                                ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult, SessionCore,
@@ -339,7 +340,7 @@ _R = TypeVar("_R")
 
 
 def _guarded(method: Callable[Concatenate[_S, _P], Awaitable[_R]]
-             ) -> Callable[Concatenate[_S, _P], Coroutine[Any, Any, _R]]:
+             ) -> Callable[Concatenate[_S, _P], Coroutine[object, None, _R]]:
     """Run a coroutine method with its session owned by the calling task (re-entrant for that task)."""
 
     @functools.wraps(method)
@@ -699,7 +700,7 @@ class AsyncMessageConsumer(ConsumerCore):
     """Receives from one destination; created by a session and used from its task."""
 
     _session: AsyncSession
-    _listener: MessageListener | None  # type: ignore[assignment]
+    _listener: MessageListener | None
 
     def __init__(self, session: AsyncSession, destination: Destination, selector: str | None,
                  prefetch: int) -> None:
@@ -744,11 +745,13 @@ class AsyncMessageConsumer(ConsumerCore):
             if remaining == 0.0:
                 return None
             self._waiter = waiter = loop.create_future()
+            self._waiting = True
             try:
                 if not await _wait(waiter, remaining):
                     return None
             finally:
                 self._waiter = None
+                self._waiting = False
 
     async def receive_no_wait(self) -> Message | None:
         return await self.receive(timeout=0)

@@ -24,7 +24,7 @@ import collections
 import socket
 import ssl
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from pymq.client.transport import closed_after_handshake, tls_failure
 from pymq.client.url import StompAddress, VmAddress
@@ -247,6 +247,7 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
             self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
+            assert self._loop is not None          # set by connect(), before any send
             self._loop.call_soon(self._flush)
 
     def _flush(self) -> None:

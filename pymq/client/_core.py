@@ -32,7 +32,8 @@ import itertools
 import ssl
 import uuid
 from collections import deque
-from typing import Callable, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
+from collections.abc import Callable
 
 from pymq.client.frames import send_frame, subscribe_headers
 from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress, parse_url
@@ -613,6 +614,9 @@ class ConsumerCore:
         #: delivered by the broker, not yet given to the application (bounded by the broker's credit)
         self._buffer: deque[Frame] = deque()
         self._listener: Callable[[Message], object] | None = None
+        #: a receive is waiting for the next arrival (set by the shell before it waits, so that an
+        #: arrival into a buffer nobody waits on costs no wake-up call)
+        self._waiting = False
         self._closed = False
         self._sub_id = session.connection._register(self)
 
@@ -631,7 +635,8 @@ class ConsumerCore:
         if recovery is not None and recovery.holds(self, frame):
             return
         self._buffer.append(frame)
-        self._notify()
+        if self._waiting or self._listener is not None:
+            self._notify()
 
     @property
     def closed(self) -> bool:
@@ -663,8 +668,15 @@ class ConsumerCore:
 
     def _take(self, frame: Frame) -> Message:
         """``receive`` returns the message of ``frame``: acknowledge it as the session's mode says."""
+        session = self._session
+        if session.ack_mode is AckMode.AUTO_ACKNOWLEDGE and session.connection.version == "1.2":
+            # the hot path (the JMS default): its ACK at once, with no delivery record to keep
+            h = frame.headers
+            message = from_frame(h, frame.body)
+            session.connection._send(Frame("ACK", {"id": h.get("ack", "")}))
+            return message
         message, delivery = self._open(frame)
-        self._session._consumed(delivery)
+        session._consumed(delivery)
         return message
 
     def _for_listener(self, frame: Frame) -> tuple[Message, Delivery]:
@@ -726,9 +738,11 @@ class ProducerCore:
     def _prepare(self, message: MessageBody, destination: Destination | str | None, *,
                  delivery_mode: int | None, priority: int | None, time_to_live: int | None,
                  delivery_delay: int | None) -> tuple[Message, Frame, bool]:
-        """The Message, its SEND frame, and whether to wait for the broker's receipt."""
-        self._check()
+        """The Message, its SEND frame, and whether to wait for the broker's receipt (checks that
+        everything is open first; the connection's own check runs when the frame is sent)."""
         session = self._session
+        if self._closed or session._closed:
+            self._check()
         msg, frame = send_frame(self, message, destination, delivery_mode=delivery_mode, priority=priority,
                                 time_to_live=time_to_live, delivery_delay=delivery_delay)
         if session.transacted:

@@ -12,7 +12,8 @@ import itertools
 import json
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from collections.abc import Callable
 
 from pymq.destination import Destination, Queue, as_destination
 from pymq.errors import ERROR_CODES, MessageFormatError, PymqError, TimeoutError
@@ -155,12 +156,12 @@ def admin_result(call: AdminCall[T], frame: Frame) -> T:
     error = answer.get("error")
     error = error if isinstance(error, dict) else {}
     cls = ERROR_CODES.get(str(error.get("code", "")), PymqError)
-    exc = cls.__new__(cls)
-    PymqError.__init__(exc, str(error.get("message", "admin operation failed")))
+    refusal = cls.__new__(cls)
+    PymqError.__init__(refusal, str(error.get("message", "admin operation failed")))
     for key, value in error.items():
         if key not in ("code", "message"):
-            setattr(exc, key, value)
-    raise exc
+            setattr(refusal, key, value)
+    raise refusal
 
 
 class _ThreadInbox(AdminInbox):

@@ -12,7 +12,7 @@ Both SDKs call :func:`pending_row` (the frame, built by the same code as any SEN
 """
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from pymq.client.frames import ProducerDefaults, send_frame
 from pymq.destination import Destination

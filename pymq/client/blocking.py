@@ -25,7 +25,8 @@ import queue as _queue
 import ssl
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Concatenate, Iterator, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
+from collections.abc import Callable, Iterator
 
 from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED,
                                AckMode, BrowseCore, ConnectionCore, ConnectionSettings, ConnectionStatus,
@@ -388,7 +389,8 @@ class Session(SessionCore):
         the broker, owned by this user: the same settings again are a no-op, different ones raise
         DestinationExists."""
         if config:
-            return self.connection.queue_manager().create(name, **config)
+            from pymq.client.admin import create_call
+            return self.connection.queue_manager()._run(create_call(name, None, dict(config)))
         return Queue(name)
 
     # -- transactions and acknowledgement ------------------------------------------------------------
@@ -565,12 +567,13 @@ class MessageConsumer(ConsumerCore):
     """Receives from one destination; created by a Session and used from its thread."""
 
     _session: Session
-    _listener: MessageListener | None  # type: ignore[assignment]
+    _listener: MessageListener | None
 
     def __init__(self, session: Session, destination: Destination, selector: str | None, prefetch: int) -> None:
         super().__init__(session, destination, selector, prefetch)
-        self._wakeup = threading.Event()
-        self._waiting = False
+        # a waiting receive sleeps on this queue; a wake-up is one token (a C-level queue: a
+        # threading.Event costs several Python calls per arrival, measurable on the receive path)
+        self._wakeup: _queue.SimpleQueue[None] = _queue.SimpleQueue()
 
     # the transport's thread: never blocks
     def _notify(self) -> None:
@@ -580,15 +583,17 @@ class MessageConsumer(ConsumerCore):
                 queue.put(self)
                 return
         if self._waiting:
-            self._wakeup.set()
+            self._waiting = False            # one token per wait; a stale one only costs a re-check
+            self._wakeup.put(None)
 
     def _wake(self) -> None:
-        self._wakeup.set()
+        self._wakeup.put(None)
 
     @_guarded
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to ``timeout`` seconds (None: forever); None on timeout."""
-        self._check_receive()
+        if self._closed or self._listener is not None:
+            self._check_receive()
         conn = self._session.connection
         buffer = self._buffer
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -608,11 +613,12 @@ class MessageConsumer(ConsumerCore):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return None
-            self._wakeup.clear()
             self._waiting = True              # read by _notify after it appends: no lost wake-up
             try:
                 if not buffer and not self._closed:
-                    self._wakeup.wait(remaining)
+                    self._wakeup.get(timeout=remaining)
+            except _queue.Empty:
+                pass
             finally:
                 self._waiting = False
 

@@ -15,13 +15,15 @@ import socket
 import ssl
 import threading
 import time
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from pymq.client.url import StompAddress, VmAddress
 from pymq.client._core import error_of
 from pymq.client.vm import VmEndpoint, embedded
 from pymq.errors import (ConnectFailed, ConnectionClosed, HeartbeatTimeout, ProtocolError, PymqError,
-                         TimeoutError, TlsError)
+                         TlsError)
+from pymq.errors import TimeoutError as PymqTimeout
 from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
 from pymq.protocol.frame import Frame
 
@@ -79,16 +81,13 @@ def closed_after_handshake(where: str) -> TlsError:
 
 
 class _Plain:
-    """A connected socket, as the reader and writers use it."""
+    """A connected socket, as the reader and writers use it: ``sendall(data)`` and ``recv(size)``
+    (b"" at the end), the socket's own methods for plain TCP (no extra call per read or write)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
-
-    def sendall(self, data: bytes) -> None:
-        self.sock.sendall(data)
-
-    def recv(self) -> bytes:
-        return self.sock.recv(262144)
+        self.sendall: Callable[[bytes], None] = sock.sendall
+        self.recv: Callable[[int], bytes] = sock.recv
 
 
 class _Tls(_Plain):
@@ -99,6 +98,8 @@ class _Tls(_Plain):
 
     def __init__(self, sock: socket.socket, ctx: ssl.SSLContext, server_hostname: str | None) -> None:
         super().__init__(sock)
+        self.sendall = self._tls_sendall
+        self.recv = self._tls_recv
         self._in = ssl.MemoryBIO()
         self._out = ssl.MemoryBIO()
         self._obj = ctx.wrap_bio(self._in, self._out, server_side=False, server_hostname=server_hostname)
@@ -116,11 +117,11 @@ class _Tls(_Plain):
                 self._flush()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise socket.timeout("TLS handshake timed out") from None
+                    raise TimeoutError("TLS handshake timed out") from None
                 self.sock.settimeout(remaining)
                 data = self.sock.recv(65536)
                 if not data:
-                    raise ConnectionResetError("the peer closed the connection during the TLS handshake")
+                    raise ConnectionResetError("the peer closed the connection during the TLS handshake") from None
                 self._in.write(data)
 
     def _flush(self) -> None:
@@ -130,18 +131,18 @@ class _Tls(_Plain):
             if data:
                 self.sock.sendall(data)
 
-    def sendall(self, data: bytes) -> None:
+    def _tls_sendall(self, data: bytes) -> None:
         with self._wlock:
             with self._ssl:
                 self._obj.write(data)
                 out = self._out.read()
             self.sock.sendall(out)
 
-    def recv(self) -> bytes:
+    def _tls_recv(self, size: int) -> bytes:
         while True:
             with self._ssl:
                 try:
-                    data = self._obj.read(262144)
+                    data = self._obj.read(size)
                 except ssl.SSLWantReadError:
                     data = b""
                 except ssl.SSLZeroReturnError:
@@ -151,7 +152,7 @@ class _Tls(_Plain):
                 self._flush()
             if data:
                 return data
-            raw = self.sock.recv(262144)
+            raw = self.sock.recv(size)
             if not raw:
                 return b""
             with self._ssl:
@@ -198,9 +199,9 @@ class TcpTransport(Transport):
         except (ssl.SSLError, ssl.CertificateError) as exc:
             sock.close()
             raise tls_failure(self.where, exc, verifying=self.ssl_context.verify_mode != ssl.CERT_NONE) from None
-        except socket.timeout:
+        except TimeoutError:
             sock.close()
-            raise TimeoutError(f"no TLS handshake with {self.where} within {timeout}s") from None
+            raise PymqTimeout(f"no TLS handshake with {self.where} within {timeout}s") from None
         except OSError as exc:
             sock.close()
             raise ConnectFailed(f"TLS handshake with {self.where} failed: {exc}",
@@ -220,11 +221,11 @@ class TcpTransport(Transport):
             while not frames:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"no CONNECTED from {self.where} within {timeout}s")
+                    raise PymqTimeout(f"no CONNECTED from {self.where} within {timeout}s")
                 sock.settimeout(remaining)
                 try:
-                    data = channel.recv()
-                except socket.timeout:
+                    data = channel.recv(65536)
+                except TimeoutError:
                     continue
                 if not data:
                     if self.ssl_context is not None:
@@ -264,13 +265,14 @@ class TcpTransport(Transport):
         channel = self.channel
         assert channel is not None
         conn = self.conn
+        recv = channel.recv
         try:
             pending = conn.receive_data(b"")   # anything that arrived right behind CONNECTED
             for frame in pending:
                 self.on_frame(frame)
             while not self._closed.is_set():
                 try:
-                    data = channel.recv()
+                    data = recv(262144)
                 except (OSError, ssl.SSLError) as exc:
                     if self._closed.is_set():
                         return
@@ -287,7 +289,7 @@ class TcpTransport(Transport):
                         return
         except ProtocolError as exc:
             self._lost(ConnectionClosed(f"the broker sent invalid STOMP: {exc}"))
-        except Exception as exc:  # the reader must report, never die silently
+        except Exception as exc:  # noqa: BLE001 - the reader must report, never die silently
             self._lost(ConnectionClosed(f"reader failed: {exc!r}"))
 
     def _beat_loop(self, send_ms: int, recv_ms: int) -> None:
@@ -371,7 +373,7 @@ class VmTransport(VmEndpoint, Transport):
         self._open(embedded(self.name, self.options), headers)
         if not self._answered.wait(timeout):
             self._disconnect()
-            raise TimeoutError(f"embedded broker {self.name!r} did not answer CONNECT in {timeout}s")
+            raise PymqTimeout(f"embedded broker {self.name!r} did not answer CONNECT in {timeout}s")
         first = self._first[0]
         if isinstance(first, PymqError):
             raise first
@@ -405,7 +407,8 @@ class VmTransport(VmEndpoint, Transport):
     def send(self, frame: Frame) -> None:
         with self._wlock:
             link = self.link
-            if frame.command == "SEND" and link is not None and link.held_back:
+            if link is not None and (link.paused or link.submitted - link.taken > link.window_high) \
+                    and frame.command == "SEND":
                 self._wait_for_broker(link)
             self._submit(frame)
 
@@ -418,7 +421,7 @@ class VmTransport(VmEndpoint, Transport):
                 return
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not self._flowing.wait(remaining):
-                raise TimeoutError(f"the embedded broker {self.name!r} kept this producer paused for "
+                raise PymqTimeout(f"the embedded broker {self.name!r} kept this producer paused for "
                                    f"{VM_FLOW_TIMEOUT:g} s (memory limit)")
 
     def close(self) -> None:

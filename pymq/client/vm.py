@@ -9,15 +9,24 @@ block), the asyncio one hops onto its event loop.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from pymq.client._core import error_of
 from pymq.errors import ConnectFailed, ConnectionClosed, ProtocolError, PymqError
-from pymq.protocol.connection import Role, StompConnection
+from pymq.protocol.connection import RECV, SEND, TRANSITIONS, Role, State, StompConnection
 from pymq.protocol.frame import Frame
 
 if TYPE_CHECKING:
     from pymq_server.net.vm import EmbeddedBroker, VmLink
+
+#: frames a CONNECTED client may send without a state change, and the states in which a client may
+#: receive a MESSAGE without one: read from the state table, not repeated
+_SESSION_FRAMES = frozenset(command for (role, state, way, command), after in TRANSITIONS.items()
+                            if role is Role.CLIENT and state is State.CONNECTED and way == SEND
+                            and after is State.CONNECTED)
+_MESSAGE_STATES = tuple(state for (role, state, way, command), after in TRANSITIONS.items()
+                        if role is Role.CLIENT and way == RECV and command == "MESSAGE" and after is state)
 
 
 def embedded(name: str, options: dict[str, str]) -> EmbeddedBroker:
@@ -78,8 +87,14 @@ class VmEndpoint:
         if frame is None:
             self._lost(error or ConnectionClosed("the embedded broker closed the connection"))
             return False
+        conn = self.conn
+        if frame.command == "MESSAGE" and conn.state in _MESSAGE_STATES:
+            # the broker's own state machine checked this MESSAGE as it sent it, and a MESSAGE changes
+            # no state here: skip the table on the hottest path (every other frame goes through it)
+            self.on_frame(frame)
+            return True
         try:
-            self.conn.receive_frame(frame)
+            conn.receive_frame(frame)
         except ProtocolError as exc:
             self._lost(ConnectionClosed(f"the embedded broker sent an invalid frame: {exc}"))
             if self.link is not None:
@@ -112,9 +127,13 @@ class VmEndpoint:
         self._report_lost(error)
 
     def _submit(self, frame: Frame) -> None:
-        if self._closed or self.link is None:
+        link = self.link
+        if self._closed or link is None:
             raise ConnectionClosed("the connection is closed")
-        self.link.submit(self.conn.send_frame(frame))
+        conn = self.conn
+        if conn.state is not State.CONNECTED or frame.command not in _SESSION_FRAMES:
+            conn.send_frame(frame)      # the table decides (in CONNECTED it allows every session frame)
+        link.submit(frame)
 
     def _disconnect(self) -> None:
         self._closed = True

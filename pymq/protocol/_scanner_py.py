@@ -18,9 +18,15 @@ Parsing rules (spec/stomp.md §2, vectors in spec/vectors/frames.json):
 """
 from __future__ import annotations
 
+from typing import Union
+from collections.abc import Iterable, Mapping
+
 from pymq.errors import BadEscape, FrameTooLarge, InvalidHeader, MalformedFrame, ProtocolError
 from pymq.protocol.frame import UNESCAPED_COMMANDS, Frame
 from pymq.protocol.numbers import parse_wire_int
+
+#: what the encoders accept: a mapping, or (name, value) pairs; values are written with str()
+Headers = Union[Mapping[str, object], Iterable[tuple[str, object]]]
 
 DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_HEADERS = 1000
@@ -64,7 +70,7 @@ def escape(text: str, cr: bool = True) -> str:
     return text
 
 
-def encode_headers(headers, escaped: bool = True, cr: bool = True) -> bytes:
+def encode_headers(headers: Headers, escaped: bool = True, cr: bool = True) -> bytes:
     """``name:value\n`` lines for ``headers`` (dict or pairs): escaped for STOMP 1.2, escaped without
     the ``\\r`` escape for 1.1 (``cr=False``), or raw for 1.0 (``escaped=False``; a LF, which 1.0 cannot
     carry, becomes a space)."""
@@ -74,7 +80,7 @@ def encode_headers(headers, escaped: bool = True, cr: bool = True) -> bytes:
     return "".join([f"{k}:{str(v).replace(chr(10), ' ')}\n" for k, v in items]).encode("utf-8")
 
 
-def encode_frame(command: str, headers, body: bytes = b"", version: str = "1.2") -> bytes:
+def encode_frame(command: str, headers: Headers, body: bytes = b"", version: str = "1.2") -> bytes:
     """Encode one frame; adds content-length when there is a body.
 
     ``headers`` is a dict or a sequence of pairs.  With 1.0 (no escaping) or for CONNECT/CONNECTED, a
@@ -117,18 +123,18 @@ class FrameScanner:
         self._failed: ProtocolError | None = None
         # a frame whose headers are parsed but whose body has not fully arrived:
         # (command, headers, content-length or -1, body offset relative to _pos)
-        self._pending: tuple | None = None
+        self._pending: tuple[str, dict[str, str], int, int] | None = None
 
     @property
     def buffered(self) -> int:
         """Bytes held for a frame that has not completed yet."""
         return len(self._buf) - self._pos
 
-    def feed(self, data: bytes) -> list:
+    def feed(self, data: bytes) -> list[Frame]:
         if self._failed is not None:
             raise self._failed
         self._buf += data
-        frames = []
+        frames: list[Frame] = []
         try:
             while True:
                 frame = self._next()
@@ -151,7 +157,7 @@ class FrameScanner:
             self._pos = 0
         return frames
 
-    def _next(self):
+    def _next(self) -> Frame | None:
         buf = self._buf
         limit = self.max_frame_size
         n = len(buf)
@@ -204,7 +210,7 @@ class FrameScanner:
         self._pending = None
         return Frame(command, headers, body)
 
-    def _header_end(self, buf: bytearray, p: int):
+    def _header_end(self, buf: bytearray, p: int) -> tuple[int, int]:
         """(length of the command+header text, offset of the body), both relative to ``p``;
         (-1, -1) while the blank line has not arrived.  Resumes where the last search stopped."""
         i = buf.find(b"\n", max(self._scan - 2, p))
@@ -224,7 +230,7 @@ class FrameScanner:
         self._scan = max(n - 2, p)
         return -1, -1
 
-    def _parse_head(self, head: bytes):
+    def _parse_head(self, head: bytes) -> tuple[str, dict[str, str], int]:
         if b"\x00" in head:
             raise MalformedFrame("NUL inside the header block")
         try:
@@ -241,7 +247,7 @@ class FrameScanner:
         if len(lines) - 1 > self.max_headers:
             raise MalformedFrame(f"{command} frame has {len(lines) - 1} headers, "
                                  f"more than the limit of {self.max_headers}")
-        headers: dict = {}
+        headers: dict[str, str] = {}
         for line in lines[1:]:
             if line.endswith("\r"):
                 line = line[:-1]

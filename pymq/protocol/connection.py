@@ -16,7 +16,7 @@ Usage (server side)::
 from __future__ import annotations
 
 import enum
-from typing import Iterable
+from collections.abc import Iterable
 
 from pymq.errors import (InvalidHeader, MalformedFrame, MissingHeader, ProtocolError, UnknownCommand,
                          UnsupportedVersion)
@@ -49,7 +49,7 @@ DISCONNECT_RECEIPT = "RECEIPT(DISCONNECT)"
 TRANSITIONS: dict[tuple[Role, State, str, str], State] = {}
 
 
-def _allow(role: Role, state: State, direction: str, commands: Iterable[str], to: State | None = None):
+def _allow(role: Role, state: State, direction: str, commands: Iterable[str], to: State | None = None) -> None:
     for command in commands:
         TRANSITIONS[(role, state, direction, command)] = to if to is not None else state
 

@@ -27,7 +27,7 @@ UNESCAPED_COMMANDS = frozenset({"CONNECT", "STOMP", "CONNECTED"})
 
 class Frame(NamedTuple):
     command: str
-    headers: dict
+    headers: dict[str, str]
     body: bytes = b""
 
     def __repr__(self) -> str:

@@ -14,7 +14,8 @@ tests feed both the same hostile values.
 """
 from __future__ import annotations
 
-from typing import Final, Mapping, overload
+from typing import Final, overload
+from collections.abc import Mapping
 
 from pymq.errors import InvalidHeader
 

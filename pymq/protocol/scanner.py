@@ -1,17 +1,29 @@
-"""The frame scanner and encoder in use: compiled (``_ext/scanner.pyx``) unless unavailable or disabled."""
-from pymq._accel import load
+"""The frame scanner and encoder in use: compiled (``_ext/scanner.pyx``) unless unavailable or disabled.
 
-_py, _c = load("pymq.protocol._scanner_py", "pymq.protocol._scanner_c")
-_impl = _c or _py
+A plain import the type checker follows: it reads the compiled module's stub (``_scanner_c.pyi``) and
+checks the twin's functions against it.  ``PYMQ_NO_EXTENSIONS=1``, or a build without a compiler, takes
+the pure-Python twin (``_scanner_py``), which defines the semantics.
+"""
+from __future__ import annotations
 
-FrameScanner = _impl.FrameScanner
-encode_frame = _impl.encode_frame
-encode_headers = _impl.encode_headers
-escape = _py.escape
-unescape = _py.unescape
-DEFAULT_MAX_FRAME_SIZE = _py.DEFAULT_MAX_FRAME_SIZE
-DEFAULT_MAX_HEADERS = _py.DEFAULT_MAX_HEADERS
-IMPLEMENTATIONS = {"py": _py, "c": _c}
+from types import ModuleType
+
+from pymq._accel import NO_EXTENSIONS
+from pymq.protocol import _scanner_py as _py
+from pymq.protocol._scanner_py import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_HEADERS, escape, unescape
+
+try:
+    if NO_EXTENSIONS:
+        raise ImportError("PYMQ_NO_EXTENSIONS=1")
+    from pymq.protocol import _scanner_c as _c
+    from pymq.protocol._scanner_c import FrameScanner, encode_frame, encode_headers
+except ImportError:
+    _c = None  # type: ignore[assignment]
+    from pymq.protocol._scanner_py import FrameScanner, encode_frame, encode_headers  # type: ignore[assignment]
+
+#: both implementations, for tests and benchmarks ("c" is None when not built or disabled)
+IMPLEMENTATIONS: dict[str, ModuleType | None] = {"py": _py, "c": _c}
 COMPILED = _c is not None
 
-__all__ = ["FrameScanner", "encode_frame", "encode_headers", "escape", "unescape", "IMPLEMENTATIONS", "COMPILED"]
+__all__ = ["FrameScanner", "encode_frame", "encode_headers", "escape", "unescape", "DEFAULT_MAX_FRAME_SIZE",
+           "DEFAULT_MAX_HEADERS", "IMPLEMENTATIONS", "COMPILED"]

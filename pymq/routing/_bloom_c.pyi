@@ -1,6 +1,7 @@
 # Interface of the compiled module built from _ext/bloom.pyx; the twin pymq/routing/_bloom_py.py has the
 # same names and semantics (spec/routing.md).
-from typing import Sequence, Union
+from typing import Union
+from collections.abc import Sequence
 
 Item = Union[str, bytes, bytearray, memoryview]
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Sequence, Union
+from typing import Union
+from collections.abc import Sequence
 
 from pymq.errors import ClusterError, ConfigError
 
@@ -174,12 +175,12 @@ class BloomDigest:
 
     @classmethod
     def from_bits(cls, bits: bytes, m: int, k: int, hash_version: int = HASH_VERSION,
-                  match_all: bool = False) -> "BloomDigest":
+                  match_all: bool = False) -> BloomDigest:
         """Rebuild a digest from ``SubscriptionFilter.to_bits()`` and the parameters sent with it."""
         return cls(bits, m, k, hash_version, match_all)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "BloomDigest":
+    def from_bytes(cls, data: bytes) -> BloomDigest:
         """Decode the self-describing wire form (8-byte header + bits) of ``to_bytes``."""
         data = bytes(data)
         if len(data) < _DIGEST_HEADER.size:
@@ -265,7 +266,7 @@ class SubscriptionFilter:
         self._patterns: dict[str, int] = {}
 
     @classmethod
-    def for_capacity(cls, expected_topics: int, fpr: float = 0.01) -> "SubscriptionFilter":
+    def for_capacity(cls, expected_topics: int, fpr: float = 0.01) -> SubscriptionFilter:
         """A filter sized for ``expected_topics`` distinct topics at false-positive rate ``fpr``."""
         return cls(*optimal_parameters(expected_topics, fpr))
 
@@ -389,7 +390,7 @@ class SubscriptionFilter:
         return b"".join(parts)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> "SubscriptionFilter":
+    def from_bytes(cls, data: bytes) -> SubscriptionFilter:
         data = bytes(data)
         if len(data) < _FILTER_HEADER.size:
             raise _corrupt("subscription filter", "truncated-header", length=len(data))
@@ -432,7 +433,7 @@ class SubscriptionFilter:
         self._patterns = patterns
         return self
 
-    def copy(self) -> "SubscriptionFilter":
+    def copy(self) -> SubscriptionFilter:
         other = SubscriptionFilter(self._m, self._k)
         other._counters[:] = self._counters
         other._count = self._count

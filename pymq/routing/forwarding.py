@@ -14,10 +14,13 @@ Sans-IO: the cluster layer feeds digests in and sends messages out.
 """
 from __future__ import annotations
 
-from typing import Iterable, NamedTuple, Union
+from types import ModuleType
+from typing import NamedTuple, Union
+from collections.abc import Callable, Iterable
 
 from pymq.errors import ClusterError
 from pymq.routing import bloom as _chosen
+from pymq.routing.bloom import Digest
 
 Topic = Union[str, bytes]
 _UNDERSTOOD_FALLBACK = ("unsupported-hash-version", "unsupported-format")
@@ -42,13 +45,13 @@ class PeerFilters:
 
     __slots__ = ("_digests", "_versions", "_order", "_popular", "_hash_pair", "stale")
 
-    def __init__(self, *, popular: Iterable[str] = (), implementation=None) -> None:
-        self._digests: dict[str, object | None] = {}
+    def __init__(self, *, popular: Iterable[str] = (), implementation: ModuleType | None = None) -> None:
+        self._digests: dict[str, Digest | None] = {}
         self._versions: dict[str, FilterVersion] = {}
         self.stale = 0            # announcements ignored because a newer one was already applied
         self._order: tuple[str, ...] = ()  # peers in node-id order, rebuilt on membership change only
         self._popular: set[str] = set(popular)
-        self._hash_pair = (implementation or _chosen.implementation).hash_pair
+        self._hash_pair: Callable[[Topic], tuple[int, int]] = (implementation or _chosen.implementation).hash_pair
 
     # -- membership --------------------------------------------------------------------------------
     def add_peer(self, node_id: str) -> None:
@@ -67,16 +70,16 @@ class PeerFilters:
     def peers(self) -> tuple[str, ...]:
         return self._order
 
-    def digest(self, node_id: str):
+    def digest(self, node_id: str) -> Digest | None:
         """The peer's current digest, or None while it is treated as match-all."""
         return self._digests[node_id]
 
     # -- digests -----------------------------------------------------------------------------------
-    def update(self, node_id: str, digest) -> None:
+    def update(self, node_id: str, digest: Digest | None) -> None:
         """Install a peer's latest digest (a ``BloomDigest`` of either implementation)."""
         self._install(node_id, digest)
 
-    def _install(self, node_id: str, digest) -> None:
+    def _install(self, node_id: str, digest: Digest | None) -> None:
         new = node_id not in self._digests
         self._digests[node_id] = digest
         if new:

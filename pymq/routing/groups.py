@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import enum
 from types import ModuleType
-from typing import Iterable, NamedTuple, Optional, Union
+from typing import NamedTuple, Union
+from collections.abc import Callable, Iterable
 
 from pymq.errors import ClusterError, ConfigError
 from pymq.routing import bloom as _chosen
@@ -59,7 +60,7 @@ class MessageKey(NamedTuple):
     key: str
 
 
-def parse_routing_key(value: "RoutingKey | str") -> RoutingKey:
+def parse_routing_key(value: RoutingKey | str) -> RoutingKey:
     """A routing-key setting from configuration or a declaration; anything else is a ``ConfigError``."""
     try:
         return RoutingKey(value)
@@ -68,9 +69,9 @@ def parse_routing_key(value: "RoutingKey | str") -> RoutingKey:
                           f"got {value!r}", routing_key=str(value)) from None
 
 
-def routing_key_of(routing_key: "RoutingKey | str", *, group_id: Optional[str] = None,
-                   correlation_id: Optional[str] = None,
-                   message_id: Optional[str] = None) -> Optional[MessageKey]:
+def routing_key_of(routing_key: RoutingKey | str, *, group_id: str | None = None,
+                   correlation_id: str | None = None,
+                   message_id: str | None = None) -> MessageKey | None:
     """The key a message routes on under a destination's ``routing_key`` setting, or None (unkeyed).
 
     A grouped message always routes on its group, whatever the setting: a group split over two nodes
@@ -126,9 +127,9 @@ class GroupRouter:
                               strategy=str(strategy)) from None
         self._destinations = sort_destinations(destinations)
         self._impl = implementation if implementation is not None else _chosen.implementation
-        self._hash = self._impl.group_hash
+        self._hash: Callable[[Key], int] = self._impl.group_hash
         # Destination hashes are computed once here, so routing a key costs N hashes of the key only.
-        self._table = self._impl.RendezvousTable([self._hash(d) for d in self._destinations])
+        self._table: _chosen.RendezvousTable = self._impl.RendezvousTable([self._hash(d) for d in self._destinations])
 
     @property
     def destinations(self) -> tuple[str, ...]:
@@ -167,9 +168,9 @@ class GroupRouter:
 
     def scores(self, key: Key) -> dict[str, int]:
         """Rendezvous score of ``key`` at every destination (whatever the strategy)."""
-        return dict(zip(self._destinations, self._table.scores(key)))
+        return dict(zip(self._destinations, self._table.scores(key), strict=True))
 
-    def with_destinations(self, destinations: Iterable[str]) -> "GroupRouter":
+    def with_destinations(self, destinations: Iterable[str]) -> GroupRouter:
         """A router over a new destination set (a node joined or left), same strategy and hash module."""
         return GroupRouter(destinations, self._strategy, implementation=self._impl)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from types import ModuleType
-from typing import Iterable
+from collections.abc import Iterable
 
 from pymq.errors import ConfigError
 from pymq.routing import bloom as _chosen
@@ -56,7 +56,7 @@ class InterestFilter:
         self._min_capacity = capacity
         self._tolerance = tolerance
         self._capacity = capacity
-        self._filter = self._impl.SubscriptionFilter.for_capacity(capacity, fpr)
+        self._filter: _chosen.SubscriptionFilter = self._impl.SubscriptionFilter.for_capacity(capacity, fpr)
         self._topics: set[str] = set()
         self._patterns: dict[str, int] = {}
         self.epoch = 0
@@ -105,7 +105,7 @@ class InterestFilter:
 
     # -- the filter --------------------------------------------------------------------------------------
     @property
-    def filter(self):
+    def filter(self) -> _chosen.SubscriptionFilter:
         """The current ``SubscriptionFilter`` (replaced by each regeneration: do not keep it)."""
         return self._filter
 
@@ -125,7 +125,7 @@ class InterestFilter:
     def might_contain(self, topic: str) -> bool:
         return self._filter.might_contain(topic)
 
-    def digest(self):
+    def digest(self) -> _chosen.BloomDigest:
         return self._filter.digest()
 
     def memory_bytes(self) -> int:
@@ -165,9 +165,10 @@ class InterestFilter:
         self.epoch += 1
 
     @classmethod
-    def of(cls, topics: Iterable[str], capacity: int, fpr: float = 0.01, **kw) -> "InterestFilter":
+    def of(cls, topics: Iterable[str], capacity: int, fpr: float = 0.01, *, tolerance: float = DEFAULT_TOLERANCE,
+           implementation: ModuleType | None = None) -> InterestFilter:
         """A filter holding ``topics``, already checked (sized for them)."""
-        self = cls(capacity, fpr, **kw)
+        self = cls(capacity, fpr, tolerance=tolerance, implementation=implementation)
         for topic in topics:
             self.add(topic)
         while self.check():

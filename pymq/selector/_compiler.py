@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from types import ModuleType
-from typing import Mapping
+from collections.abc import Mapping
 
 from . import _evaluator
 from ._parser import DEFAULT_LIMITS, JMS, Dialect, SelectorLimits, parse
@@ -41,11 +41,12 @@ class Selector:
 
     def matches(self, values: Mapping[str, object]) -> bool:  # replaced per instance in __init__
         """True when the selector evaluates to TRUE for ``values`` (identifier -> value; absent is NULL)."""
-        return self.program.matches(values)
+        return bool(self.program.matches(values))
 
     def evaluate(self, values: Mapping[str, object]) -> bool | None:
         """The three-valued result: True, False, or None for unknown."""
-        return self.program.evaluate(values)
+        result: bool | None = self.program.evaluate(values)
+        return result
 
     @property
     def selects_all(self) -> bool:

@@ -12,11 +12,11 @@ outside 64 bits, ...) is a value of no JMS type, which compares as unknown and i
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pymq.errors import InvalidSelector
 
-from ._ir import LONG_MAX, LONG_MIN, MAX_HEIGHT, LikeGroup, like_plan
+from ._ir import IR, LONG_MAX, LONG_MIN, MAX_HEIGHT, LikeGroup, like_plan
 
 IMPLEMENTATION = "py"
 
@@ -136,7 +136,7 @@ def _or(parts: Sequence[Fn]) -> Fn:
     return ev
 
 
-def _compile(node: tuple, height: int = 1) -> Fn:
+def _compile(node: IR, height: int = 1) -> Fn:
     if height > MAX_HEIGHT:
         raise InvalidSelector(f"selector error at position 0: expected expressions nested at most "
                               f"{MAX_HEIGHT} deep but found a deeper tree", position=0,
@@ -321,7 +321,7 @@ def like_match(plan: tuple[LikeGroup, ...], v: str) -> bool:
     return _LikeMatcher(plan)(v)
 
 
-def _in(inner: Fn, kind: str, items: tuple) -> Fn:
+def _in(inner: Fn, kind: str, items: tuple[object, ...]) -> Fn:
     if kind == "str":
         strings = frozenset(items)
 
@@ -333,7 +333,7 @@ def _in(inner: Fn, kind: str, items: tuple) -> Fn:
         return in_str
     # numbers: the same promotion as '=' (int against int exactly, otherwise as floats)
     exact = frozenset(items) if all(type(i) is int for i in items) else None
-    floats = frozenset(float(i) for i in items)
+    floats = frozenset(float(i) for i in items)  # type: ignore[arg-type]  # the parser made them numbers
 
     def in_num(values: Mapping[str, object]) -> object:
         x = number(inner(values))
@@ -350,7 +350,7 @@ class Program:
 
     __slots__ = ("_fn", "ir")
 
-    def __init__(self, ir: tuple | None) -> None:
+    def __init__(self, ir: IR | None) -> None:
         self.ir = ir
         self._fn: Fn = (lambda values: True) if ir is None else _compile(ir)
 
@@ -363,7 +363,7 @@ class Program:
         return self._fn(values) is True
 
 
-def build(ir: tuple | None) -> Program:
+def build(ir: IR | None) -> Program:
     return Program(ir)
 
 

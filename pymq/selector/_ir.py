@@ -32,6 +32,8 @@ what both evaluators share and must not disagree on: the value classes and the L
 """
 from __future__ import annotations
 
+from typing import Any
+
 #: the highest tree either evaluator builds; both recurse once per level (the Cython one on the C
 #: stack), so this is what bounds their stack use.  SelectorLimits.max_depth may not exceed it.
 MAX_HEIGHT = 64
@@ -46,6 +48,8 @@ ARITH_OPS = ("+", "-", "*", "/")
 #: one fixed-length run of a LIKE pattern between two '%': (length in code points, the literal pieces as
 #: (offset, text)); the '_' positions are the gaps between pieces.
 LikeGroup = tuple[int, tuple[tuple[int, str], ...]]
+#: a node of the tree: (operator, operands...); what each position holds depends on the operator
+IR = tuple[Any, ...]
 
 
 def like_plan(segments: tuple[tuple[str, str], ...]) -> tuple[LikeGroup, ...]:
@@ -58,6 +62,7 @@ def like_plan(segments: tuple[tuple[str, str], ...]) -> tuple[LikeGroup, ...]:
     the value is looked at by one group search only.
     """
     groups: list[LikeGroup] = []
+    pieces: list[tuple[int, str]]
     length, pieces = 0, []
     for kind, text in segments:
         if kind == "any":

@@ -8,7 +8,8 @@ word is an ``ident`` token and keeps its case (identifiers are case-sensitive).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from pymq.errors import InvalidSelector
 

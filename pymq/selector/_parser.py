@@ -19,11 +19,11 @@ both evaluators walk that tree recursively.  The depth limit is what bounds thei
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from pymq.errors import ConfigError, InvalidSelector
 
-from ._ir import LONG_MAX, LONG_MIN, MAX_HEIGHT, like_segments
+from ._ir import IR, LONG_MAX, LONG_MIN, MAX_HEIGHT, like_segments
 from ._lexer import LONG_RANGE, Token, tokenize
 
 # static kinds: what the parser knows about a node's value before any message is seen
@@ -70,7 +70,7 @@ _TERMS = frozenset({"ident", "string", "int", "float"})
 class Node:
     """A parsed expression: its IR, its static kind, where it starts, and what it is."""
 
-    ir: tuple
+    ir: IR
     kind: str
     pos: int
     ref: bool = False      # a value reference (identifier, dialect keyword): IS NULL / LIKE / IN take these
@@ -80,7 +80,7 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class ParseResult:
-    ir: tuple | None       # None: the empty selector, which selects everything
+    ir: IR | None          # None: the empty selector, which selects everything
     reads: frozenset[str]  # top-level names of the value mapping the selector looks at
 
 
@@ -92,14 +92,14 @@ class Dialect:
     #: extra operator spellings -> (token kind, value), e.g. {"&&": ("keyword", "AND")}
     aliases: Mapping[str, tuple[str, str]] = {}
     #: upper-case word -> handler(parser, token) -> Node; a bare word found here is not an identifier
-    keywords: Mapping[str, Callable[["Parser", Token], Node]] = {}
+    keywords: Mapping[str, Callable[[Parser, Token], Node]] = {}
 
-    def identifier(self, parser: "Parser", token: Token) -> Node:
+    def identifier(self, parser: Parser, token: Token) -> Node:
         """A bare word that is neither reserved nor a dialect keyword: JMS reads it as a property."""
         parser.reads.add(token.value)
         return Node(("prop", token.value), ANY, token.pos, ref=True)
 
-    def postfix(self, parser: "Parser", node: Node) -> Node:
+    def postfix(self, parser: Parser, node: Node) -> Node:
         """Called after every primary: a dialect may consume ``.method(...)`` here."""
         return node
 
@@ -134,7 +134,7 @@ class Parser:
 
     # -- cost ----------------------------------------------------------------------------------------
 
-    def node(self, ir: tuple, kind: str, pos: int, *children: Node, ref: bool = False,
+    def node(self, ir: IR, kind: str, pos: int, *children: Node, ref: bool = False,
              cond: bool = False, at: int | None = None) -> Node:
         """A node over ``children``; its tree may not grow higher than ``max_depth`` (an error points
         at ``at``, the operator, or else at the node's start)."""

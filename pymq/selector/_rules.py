@@ -26,7 +26,7 @@ NULL.  Keywords and constants are case-insensitive like JMS reserved words.
 """
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from ._lexer import Token
 from ._parser import ANY, BOOL, NUM, STR, Dialect, Node, Parser

@@ -119,6 +119,7 @@ class VmLink:
     # -- the broker's loop -------------------------------------------------------------------------
     def _start(self, headers: dict[str, str]) -> None:
         broker = self.embedded.server.broker
+        assert broker is not None           # the embedded broker started before any link opened
         self.session = BrokerSession(broker, self, None, broker.new_connection_id())
         # CONNECT goes through the session like any frame: a refusal (credentials, connection limit)
         # comes back as its ERROR frame
@@ -131,7 +132,7 @@ class VmLink:
             frame = outbound.popleft()
             if frame.command == "SEND":
                 self.taken += len(frame.body) + _FRAME_OVERHEAD
-                if self.want_wake and self.caught_up:
+                if self.want_wake and not self.paused and self.submitted - self.taken <= self.window_low:
                     self.want_wake = False
                     self.client.flow_changed()
             self._receive(frame)
@@ -142,7 +143,7 @@ class VmLink:
             return
         try:
             session.frame_received(frame)
-        except Exception as exc:  # keep the broker alive; this connection fails
+        except Exception as exc:  # noqa: BLE001 - a broker bug costs this connection, never the broker
             session.fail(PymqError(f"internal broker error: {exc!r}"))
 
     def _close_from_client(self) -> None:
@@ -204,10 +205,10 @@ class EmbeddedBroker:
         self._tmpdir: str | None = None
         if not data_dir:
             # memory only: nothing is kept, so nothing is written into the application's directory
-            self._tmpdir = tempfile.mkdtemp(prefix=f"pymq-vm-{name}-")
-        self.config = BrokerConfig(host="127.0.0.1", port=int(options.get("port", 0)),
-                                   data_dir=data_dir or self._tmpdir, node_id=f"vm-{name}",
-                                   storage=storage)
+            self._tmpdir = data_dir = tempfile.mkdtemp(prefix=f"pymq-vm-{name}-")
+        # the URL grammar (pymq.client.url) checked that port is a number
+        self.config = BrokerConfig(host="127.0.0.1", port=int(options.get("port", 0)), data_dir=data_dir,
+                                   node_id=f"vm-{name}", storage=storage)
         self.loop = asyncio.new_event_loop()
         self.server = BrokerServer(self.config)
         self._ready = threading.Event()
@@ -222,7 +223,7 @@ class EmbeddedBroker:
         asyncio.set_event_loop(self.loop)
         try:
             self.loop.run_until_complete(self._start())
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits for the start
             self._error = exc
             self._ready.set()
             return

@@ -1,25 +1,27 @@
 """The page allocator the file device uses: the compiled twin unless PYMQ_NO_EXTENSIONS=1 or unbuilt.
 
-``_page_alloc_py`` defines the semantics; ``IMPLEMENTATIONS`` exposes both for tests and benchmarks.
+``_page_alloc_py`` defines the semantics; ``IMPLEMENTATIONS`` exposes both for tests and benchmarks.  A
+plain import, so the type checker reads the compiled module's stub (``_page_alloc_c.pyi``).
 """
 from __future__ import annotations
 
-from pymq._accel import load
+from types import ModuleType
 
-_py, _c = load("pymq_server.storage._page_alloc_py", "pymq_server.storage._page_alloc_c")
-_impl = _c if _c is not None else _py
+from pymq._accel import NO_EXTENSIONS
+from pymq_server.storage import _page_alloc_py as _py
+from pymq_server.storage._page_alloc_py import (FREE, KIND_NAMES, NON_PERSISTENT, PENDING, PERSISTENT, RELEASING,
+                                                SYSTEM)
 
-IMPLEMENTATIONS = {"py": _py, "c": _c}
+try:
+    if NO_EXTENSIONS:
+        raise ImportError("PYMQ_NO_EXTENSIONS=1")
+    from pymq_server.storage import _page_alloc_c as _c
+    from pymq_server.storage._page_alloc_c import AllocatorError, PageAllocator
+except ImportError:
+    _c = None  # type: ignore[assignment]
+    from pymq_server.storage._page_alloc_py import AllocatorError, PageAllocator  # type: ignore[assignment]
 
-PageAllocator = _impl.PageAllocator
-AllocatorError = _impl.AllocatorError
-FREE = _py.FREE
-PERSISTENT = _py.PERSISTENT
-NON_PERSISTENT = _py.NON_PERSISTENT
-SYSTEM = _py.SYSTEM
-PENDING = _py.PENDING
-RELEASING = _py.RELEASING
-KIND_NAMES = _py.KIND_NAMES
+IMPLEMENTATIONS: dict[str, ModuleType | None] = {"py": _py, "c": _c}
 
 __all__ = ["PageAllocator", "AllocatorError", "FREE", "PERSISTENT", "NON_PERSISTENT", "SYSTEM",
            "PENDING", "RELEASING", "KIND_NAMES", "IMPLEMENTATIONS"]

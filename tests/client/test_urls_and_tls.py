@@ -51,6 +51,8 @@ def test_urls_parse_into_addresses():
     ("stomps://h?ca_file=", "option 'ca_file' is empty"),
     ("stomps://h?verify=true&verify=false", "given twice"),
     ("vm://x?dat_dir=/tmp", "unknown option 'dat_dir'"),
+    ("vm://x?port=sixty", "expected a TCP port number"),
+    ("vm://x?port=99999999999999999999", "expected a TCP port number"),
     ("stomp://h:99999", "bad URL"),
     ("stomp://h/queue/x", "no path"),
     ("amqp://h", "unsupported URL"),
