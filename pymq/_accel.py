@@ -17,6 +17,12 @@ NO_EXTENSIONS = os.environ.get("PYMQ_NO_EXTENSIONS", "") not in ("", "0")
 MISSING: list[str] = []
 
 
+def note_missing(c_name: str) -> None:
+    """A static picker (``pymq/protocol/scanner.py``...) could not import compiled ``c_name``."""
+    if not NO_EXTENSIONS and c_name not in MISSING:
+        MISSING.append(c_name)
+
+
 def load(py_name: str, c_name: str) -> tuple[ModuleType, ModuleType | None]:
     """Return (twin, compiled-or-None); the compiled one is None when disabled or not built."""
     py_mod = importlib.import_module(py_name)

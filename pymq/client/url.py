@@ -149,9 +149,10 @@ def parse_url(url: str) -> Address:
         if unknown:
             raise ConnectFailed(f"unknown option {sorted(unknown)[0]!r} in URL {_safe(url)}; "
                                 f"vm:// options are {', '.join(sorted(_VM_KEYS))}")
-        port = query.get("port")
-        if port is not None and not (port.isascii() and port.isdigit() and len(port) <= 5 and int(port) <= 65535):
-            raise ConnectFailed(f"port={port!r} in URL {_safe(url)}: expected a TCP port number (0-65535)")
+        listen = query.get("port")
+        if listen is not None and not (listen.isascii() and listen.isdigit() and len(listen) <= 5
+                                       and int(listen) <= 65535):
+            raise ConnectFailed(f"port={listen!r} in URL {_safe(url)}: expected a TCP port number (0-65535)")
         return VmAddress(name, query, username, password)
     raise ConnectFailed(f"unsupported URL {_safe(url)}: use stomp://host:port, stomps://host:port "
                         f"(TLS) or vm://name")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from pymq._accel import NO_EXTENSIONS
+from pymq._accel import NO_EXTENSIONS, note_missing
 from pymq.protocol import _scanner_py as _py
 from pymq.protocol._scanner_py import DEFAULT_MAX_FRAME_SIZE, DEFAULT_MAX_HEADERS, escape, unescape
 
@@ -19,6 +19,7 @@ try:
     from pymq.protocol._scanner_c import FrameScanner, encode_frame, encode_headers
 except ImportError:
     _c = None  # type: ignore[assignment]
+    note_missing("pymq.protocol._scanner_c")
     from pymq.protocol._scanner_py import FrameScanner, encode_frame, encode_headers  # type: ignore[assignment]
 
 #: both implementations, for tests and benchmarks ("c" is None when not built or disabled)

@@ -30,7 +30,8 @@ from __future__ import annotations
 import enum
 import heapq
 import math
-from typing import Iterable, Iterator, Protocol, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, Protocol
 
 from pymq.errors import ConfigError
 from pymq.routing.groups import GroupRouter
@@ -42,7 +43,7 @@ class AssignmentPolicy(str, enum.Enum):
     SIMILAR = "similar"
 
 
-def parse_policy(value: "AssignmentPolicy | str") -> AssignmentPolicy:
+def parse_policy(value: AssignmentPolicy | str) -> AssignmentPolicy:
     try:
         return AssignmentPolicy(value)
     except ValueError:
@@ -261,7 +262,7 @@ class SimilarPolicy:
         return best
 
 
-def make_policy(policy: AssignmentPolicy | str, **options) -> Policy | None:
+def make_policy(policy: AssignmentPolicy | str, **options: Any) -> Policy | None:
     """The policy object for a setting; None for ``balance`` (it places nothing)."""
     kind = parse_policy(policy)
     if kind is AssignmentPolicy.HASH:
@@ -279,11 +280,12 @@ def place_all(placement: Placement, policy: Policy, recipients: Iterable[tuple[s
 
 
 def reconsider(placement: Placement, policy: Policy, recipients: Iterable[str],
-               movable=None, max_moves: int | None = None) -> list[tuple[str, str, str]]:
+               movable: Callable[[str], bool] | None = None,
+               max_moves: int | None = None) -> list[tuple[str, str, str]]:
     """One pass over ``recipients``: each is taken out and placed again by the policy (staying where it is
     unless the policy prefers another node).  ``movable(recipient)`` False pins one (a subscription with a
     consumer).  Returns the moves (recipient, from, to), at most ``max_moves``."""
-    moves = []
+    moves: list[tuple[str, str, str]] = []
     for r in recipients:
         if max_moves is not None and len(moves) >= max_moves:
             break
@@ -299,7 +301,7 @@ def reconsider(placement: Placement, policy: Policy, recipients: Iterable[str],
     return moves
 
 
-def shed(placement: Placement, policy: Policy, movable=None,
+def shed(placement: Placement, policy: Policy, movable: Callable[[str], bool] | None = None,
          max_moves: int | None = None) -> list[tuple[str, str, str]]:
     """After a node joins, give it its share.  ``hash``: every recipient whose rendezvous winner changed
     moves (about 1/N, all to the newcomer).  ``similar``: about as few — recipients leave the most loaded
@@ -307,9 +309,9 @@ def shed(placement: Placement, policy: Policy, movable=None,
     topics with other recipients of their node), until as many have moved as a fair share holds; each goes
     where the policy places it among the nodes below the fair share (mostly the newcomer).  Returns the
     moves (recipient, from, to)."""
+    moves: list[tuple[str, str, str]] = []
     if isinstance(policy, HashPolicy):
         router = policy._for(placement.nodes)
-        moves = []
         for r, node in list(placement.where.items()):
             target = router.route(r)
             if target != node and (movable is None or movable(r)):
@@ -327,7 +329,6 @@ def shed(placement: Placement, policy: Policy, movable=None,
         members.setdefault(node, []).append(r)
     holders = placement.holders
     order: dict[str, list[str]] = {}          # per node: its recipients, most attached first (popped from the end)
-    moves: list[tuple[str, str, str]] = []
     while len(moves) < budget:
         node = max(placement.nodes, key=lambda n: (placement.load[n], n))
         if placement.load[node] <= fair:

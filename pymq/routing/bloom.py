@@ -11,7 +11,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Protocol, Union
 
-from pymq._accel import NO_EXTENSIONS
+from pymq._accel import NO_EXTENSIONS, note_missing
 from pymq.routing import _bloom_py as _py
 from pymq.routing._bloom_py import COUNTER_MAX, HASH_SEED_2, HASH_VERSION, optimal_parameters
 
@@ -23,6 +23,7 @@ try:
                                        hash_pair, indexes_from_pair, murmur3_32)
 except ImportError:
     _c = None  # type: ignore[assignment]
+    note_missing("pymq.routing._bloom_c")
     from pymq.routing._bloom_py import (BloomDigest, RendezvousTable,  # type: ignore[assignment]
                                         SubscriptionFilter, bloom_indexes, group_hash, hash_pair,
                                         indexes_from_pair, murmur3_32)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from pymq._accel import NO_EXTENSIONS
+from pymq._accel import NO_EXTENSIONS, note_missing
 from pymq.selector import _evaluator_py as _py
 
 try:
@@ -21,6 +21,7 @@ try:
     from pymq.selector._evaluator_c import IMPLEMENTATION, Program, all_matches, build, first_match
 except ImportError:
     _c = None  # type: ignore[assignment]
+    note_missing("pymq.selector._evaluator_c")
     from pymq.selector._evaluator_py import (IMPLEMENTATION, Program, all_matches,  # type: ignore[assignment]
                                              build, first_match)
 

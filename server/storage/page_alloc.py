@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from pymq._accel import NO_EXTENSIONS
+from pymq._accel import NO_EXTENSIONS, note_missing
 from pymq_server.storage import _page_alloc_py as _py
 from pymq_server.storage._page_alloc_py import (FREE, KIND_NAMES, NON_PERSISTENT, PENDING, PERSISTENT, RELEASING,
                                                 SYSTEM)
@@ -19,6 +19,7 @@ try:
     from pymq_server.storage._page_alloc_c import AllocatorError, PageAllocator
 except ImportError:
     _c = None  # type: ignore[assignment]
+    note_missing("pymq_server.storage._page_alloc_c")
     from pymq_server.storage._page_alloc_py import AllocatorError, PageAllocator  # type: ignore[assignment]
 
 IMPLEMENTATIONS: dict[str, ModuleType | None] = {"py": _py, "c": _c}

@@ -108,3 +108,20 @@ def test_pymq_is_ruff_clean():
         pytest.skip("ruff is in the test extra: pip install -e '.[test]'")
     done = subprocess.run([ruff, "check", "pymq"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_missing_compiled_module_is_noted_and_its_twin_used():
+    """A build without a compiler: the pickers fall back to the twins and pymq._accel.MISSING names the
+    compiled modules (pymq-server warns about them at start-up)."""
+    code = ("import sys\n"
+            "for name in ('pymq.protocol._scanner_c', 'pymq.selector._evaluator_c', 'pymq.routing._bloom_c'):\n"
+            "    sys.modules[name] = None\n"
+            "import pymq.protocol.scanner as s, pymq.selector._evaluator as e, pymq.routing.bloom as b\n"
+            "from pymq._accel import MISSING\n"
+            "print(s.COMPILED, s.FrameScanner.__module__, e.impl.__name__, b.implementation.__name__, sorted(MISSING))\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYMQ_NO_EXTENSIONS"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "pymq.protocol._scanner_py", "pymq.selector._evaluator_py",
+                                   "pymq.routing._bloom_py", "['pymq.protocol._scanner_c',",
+                                   "'pymq.routing._bloom_c',", "'pymq.selector._evaluator_c']"]

@@ -285,3 +285,37 @@ def test_unreadable_tls_files_are_named(proxy, tmp_path):
     with pytest.raises(ConnectFailed, match="key_file needs cert_file"):
         pymq.connect(_tls_url(proxy, f"verify=false&key_file={Path(missing)}"))
     assert proxy.forwarded == 0
+
+
+def test_both_sdks_over_the_brokers_own_tls_port(broker_factory, pki, tmp_path):
+    """End to end against the broker's TLS listener (tls_port), credentials in the stomps:// URL, a client
+    certificate, and the refusal of a broker certificate nobody vouched for."""
+    authority, server, client, stranger = pki
+    users = tmp_path / "users.yaml"
+    save_user(str(users), "alice", "pw", roles=["admin"])
+    broker = broker_factory(users_file=str(users), tls_port=0,
+                            tls={"cert_file": str(server.cert), "key_file": str(server.key),
+                                 "ca_file": str(authority.ca_file), "client_certificates": "optional"})
+    base = f"localhost:{broker.server.tls_port}"
+    url = f"stomps://alice:pw@{base}?ca_file={authority.ca_file}&cert_file={client.cert}&key_file={client.key}"
+    with pymq.connect(url) as conn:
+        assert conn.user == "alice"
+        _round_trip(conn)
+
+    async def main() -> None:
+        async with pymq.aio.connect(url) as conn:
+            assert conn.user == "alice"
+            session = conn.create_session()
+            queue = pymq.Queue(f"tls-{uuid.uuid4().hex[:6]}")
+            await session.create_producer(queue).send("aio over the broker's TLS")
+            got = await (await session.create_consumer(queue)).receive(5)
+            assert isinstance(got, pymq.TextMessage) and got.text == "aio over the broker's TLS"
+        with pytest.raises(AuthenticationFailed):
+            await pymq.aio.connect(f"stomps://alice:wrong@{base}?ca_file={authority.ca_file}")
+    run(main())
+    before = _sessions(broker)
+    for attempt in (lambda: pymq.connect(f"stomps://alice:pw@{base}?ca_file={stranger.ca_file}", timeout=5),
+                    lambda: run(pymq.aio.connect(f"stomps://alice:pw@{base}", timeout=5))):
+        with pytest.raises(TlsError, match="certificate is not trusted"):
+            attempt()
+    assert _sessions(broker) == before
