@@ -317,9 +317,13 @@ def from_frame(headers: Mapping[str, str], body: bytes) -> Message:
     msg.dedup_id = h.get("pymq-dedup-id")
     msg.redelivered = h.get("redelivered", "false").lower() == "true"
     seq = h.get("pymq-seq")
-    msg.sequence = _int("pymq-seq", seq, -1) if seq else None
-    if msg.sequence == -1:
+    if seq is None:
         msg.sequence = None
+    elif len(seq) <= 18 and seq.isdigit() and seq.isascii():   # the common case, as in _int
+        msg.sequence = int(seq)
+    else:
+        number = _int("pymq-seq", seq, -1)
+        msg.sequence = None if number < 0 else number
     types: dict[str, str] = {}
     spec = h.get("pymq-types")
     if spec:

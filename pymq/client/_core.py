@@ -618,6 +618,10 @@ class ConsumerCore:
         #: arrival into a buffer nobody waits on costs no wake-up call)
         self._waiting = False
         self._closed = False
+        #: AUTO_ACKNOWLEDGE over STOMP 1.2, the JMS default: each message is acknowledged by its ack id
+        #: when it is taken, with no delivery record (the hot path of receive)
+        self._ack_at_once = (session.ack_mode is AckMode.AUTO_ACKNOWLEDGE
+                             and session.connection.version == "1.2")
         self._sub_id = session.connection._register(self)
 
     # -- what the shell provides -------------------------------------------------------------------
@@ -668,15 +672,13 @@ class ConsumerCore:
 
     def _take(self, frame: Frame) -> Message:
         """``receive`` returns the message of ``frame``: acknowledge it as the session's mode says."""
-        session = self._session
-        if session.ack_mode is AckMode.AUTO_ACKNOWLEDGE and session.connection.version == "1.2":
-            # the hot path (the JMS default): its ACK at once, with no delivery record to keep
+        if self._ack_at_once:
             h = frame.headers
             message = from_frame(h, frame.body)
-            session.connection._send(Frame("ACK", {"id": h.get("ack", "")}))
+            self._session.connection._send(Frame("ACK", {"id": h.get("ack", "")}))
             return message
         message, delivery = self._open(frame)
-        session._consumed(delivery)
+        self._session._consumed(delivery)
         return message
 
     def _for_listener(self, frame: Frame) -> tuple[Message, Delivery]:

@@ -20,11 +20,11 @@ from collections.abc import Callable
 
 from pymq.client.url import StompAddress, VmAddress
 from pymq.client._core import error_of
-from pymq.client.vm import VmEndpoint, embedded
+from pymq.client.vm import SESSION_FRAMES, VmEndpoint, embedded
 from pymq.errors import (ConnectFailed, ConnectionClosed, HeartbeatTimeout, ProtocolError, PymqError,
                          TlsError)
 from pymq.errors import TimeoutError as PymqTimeout
-from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
+from pymq.protocol.connection import Role, State, StompConnection, negotiate_heartbeat, parse_heartbeat
 from pymq.protocol.frame import Frame
 
 if TYPE_CHECKING:
@@ -407,10 +407,15 @@ class VmTransport(VmEndpoint, Transport):
     def send(self, frame: Frame) -> None:
         with self._wlock:
             link = self.link
-            if link is not None and (link.paused or link.submitted - link.taken > link.window_high) \
-                    and frame.command == "SEND":
+            if link is None or self._closed:
+                raise ConnectionClosed("the connection is closed")
+            if (link.paused or link.submitted - link.taken > link.window_high) and frame.command == "SEND":
                 self._wait_for_broker(link)
-            self._submit(frame)
+            # VmEndpoint._submit, inlined on the hot path of every send and acknowledgement
+            conn = self.conn
+            if conn.state is not State.CONNECTED or frame.command not in SESSION_FRAMES:
+                conn.send_frame(frame)
+            link.submit(frame)
 
     def _wait_for_broker(self, link: VmLink) -> None:
         deadline = time.monotonic() + VM_FLOW_TIMEOUT

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 #: frames a CONNECTED client may send without a state change, and the states in which a client may
 #: receive a MESSAGE without one: read from the state table, not repeated
-_SESSION_FRAMES = frozenset(command for (role, state, way, command), after in TRANSITIONS.items()
+SESSION_FRAMES = frozenset(command for (role, state, way, command), after in TRANSITIONS.items()
                             if role is Role.CLIENT and state is State.CONNECTED and way == SEND
                             and after is State.CONNECTED)
 _MESSAGE_STATES = tuple(state for (role, state, way, command), after in TRANSITIONS.items()
@@ -131,7 +131,7 @@ class VmEndpoint:
         if self._closed or link is None:
             raise ConnectionClosed("the connection is closed")
         conn = self.conn
-        if conn.state is not State.CONNECTED or frame.command not in _SESSION_FRAMES:
+        if conn.state is not State.CONNECTED or frame.command not in SESSION_FRAMES:
             conn.send_frame(frame)      # the table decides (in CONNECTED it allows every session frame)
         link.submit(frame)
 
