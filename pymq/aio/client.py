@@ -519,7 +519,12 @@ class AsyncSession(SessionCore):
         try:
             for frame in frames[:-1]:
                 conn._send(frame)
-            await conn._request(frames[-1])    # the receipt: every NACK is applied, redeliveries sent
+            await conn._request(frames[-1])    # the receipt: every NACK is applied
+            settle = self._recovery_settle_frames()
+            if settle:                         # ... and what they released is dispatched before this one
+                for frame in settle[:-1]:
+                    conn._send(frame)
+                await conn._request(settle[-1])
         finally:
             self._end_recovery()
 

@@ -20,10 +20,12 @@ receipt.
 
 Order after ``recover()``/``rollback()`` (JMS: redelivered messages come first, in their original
 order).  The session returns the messages the application got with NACKs and asks for a receipt.  The
-broker puts them back in front of its queue and redelivers them at once; until the receipt confirms
-the NACKs, their copies (known by message id) are held aside (:class:`_Recovery`), then put in front of
-what each consumer had already prefetched.  Prefetched messages the application never saw stay where
-they are and are not returned, so their delivery count does not grow.
+broker puts them back in front of its queue and redelivers them at once (at the latest right after that
+receipt, so when some are still missing a second receipt-bearing round trip follows); until then their
+copies (known by message id) are held aside (:class:`_Recovery`), then put in front of what each
+consumer had already prefetched.  Prefetched messages the application never saw stay where they are and
+are not returned, so their delivery count does not grow.  A message the broker dead-letters, delays
+(redelivery delay) or gives to another consumer is not waited for.
 """
 from __future__ import annotations
 
@@ -415,17 +417,24 @@ class _Recovery:
     """Messages handed back by ``recover()``/``rollback()`` whose redelivered copies are held aside
     until the broker confirmed the NACKs, then go in front of each consumer's buffer."""
 
-    __slots__ = ("returning", "held")
+    __slots__ = ("returning", "held", "seen")
 
     def __init__(self, returning: set[str]) -> None:
         self.returning = returning
         self.held: dict[ConsumerCore, list[Frame]] = {}
+        self.seen = 0
 
     def holds(self, consumer: ConsumerCore, frame: Frame) -> bool:
         if frame.headers.get("message-id") in self.returning:
             self.held.setdefault(consumer, []).append(frame)
+            self.seen += 1
             return True
         return False
+
+    @property
+    def complete(self) -> bool:
+        """Every returned message came back (to this session; others may have taken some)."""
+        return self.seen >= len(self.returning)
 
 
 # -- session --------------------------------------------------------------------------------------------
@@ -545,6 +554,17 @@ class SessionCore:
             self._tx = f"tx-{uuid.uuid4().hex[:12]}"
             frames.append(Frame("BEGIN", {"transaction": self._tx}))
         return frames
+
+    def _recovery_settle_frames(self) -> list[Frame]:
+        """Frames for a second round trip when redelivered copies are still missing after the NACKs'
+        receipt: a broker may write that receipt before it dispatches what the NACKs released (pymq
+        dispatches at the end of each batch of frames it reads), but never before a later frame's
+        receipt.  A throwaway transaction begun and aborted is a request with no other effect."""
+        recovery = self._recovery
+        if recovery is None or recovery.complete:
+            return []
+        tx = f"tx-settle-{uuid.uuid4().hex[:8]}"
+        return [Frame("BEGIN", {"transaction": tx}), Frame("ABORT", {"transaction": tx})]
 
     def _end_recovery(self) -> None:
         """The broker confirmed (or the wait ended): redelivered copies held aside go first."""

@@ -1,0 +1,155 @@
+"""The client core without I/O (pymq/client/_core.py): frames in, frames out, no socket, no thread, no
+event loop — the acknowledgement ledger of each mode, the transaction frames, and the order of
+redelivered messages after recover()/rollback(), whatever the moment their copies arrive."""
+from __future__ import annotations
+
+import pytest
+
+from pymq.client._core import (AckMode, ConnectionCore, ConnectionSettings, ConnectionStatus, ConsumerCore,
+                               SessionCore)
+from pymq.destination import Queue
+from pymq.errors import ConnectionClosed, IllegalStateError, PymqError
+from pymq.message import TextMessage
+from pymq.protocol.frame import Frame
+
+
+class Wire(ConnectionCore):
+    def __init__(self) -> None:
+        super().__init__(ConnectionSettings("vm://core-test"))
+        self.sent: list[Frame] = []
+        self.status = ConnectionStatus.OPEN
+
+    def _send(self, frame: Frame) -> None:
+        self._check_open()
+        self.sent.append(frame)
+
+
+class Consumer(ConsumerCore):
+    def _notify(self) -> None:
+        pass
+
+    def _wake(self) -> None:
+        pass
+
+
+class Waiter:
+    def __init__(self) -> None:
+        self.headers: dict[str, str] | None = None
+        self.error: PymqError | None = None
+
+    def resolve(self, headers: dict[str, str]) -> None:
+        self.headers = headers
+
+    def fail(self, error: PymqError) -> None:
+        self.error = error
+
+
+def message(consumer: Consumer, n: int, redelivered: bool = False) -> Frame:
+    headers = {"subscription": consumer._sub_id, "message-id": f"m{n}", "ack": f"a{n}{'r' if redelivered else ''}",
+               "destination": "/queue/q", "content-type": "text/plain"}
+    if redelivered:
+        headers["redelivered"] = "true"
+    return Frame("MESSAGE", headers, f"n{n}".encode())
+
+
+def texts(consumer: Consumer) -> list[str]:
+    out = []
+    while consumer._buffer:
+        m = consumer._take(consumer._buffer.popleft())
+        assert isinstance(m, TextMessage)
+        out.append(m.text + ("*" if m.redelivered else ""))
+    return out
+
+
+def setup(mode: AckMode) -> tuple[Wire, SessionCore, Consumer]:
+    wire = Wire()
+    session = SessionCore(wire, mode)
+    consumer = Consumer(session, Queue("q"), None, 100)
+    for n in range(5):
+        wire._frame_received(message(consumer, n))
+    return wire, session, consumer
+
+
+def test_auto_acknowledge_acks_each_message_as_it_is_taken():
+    wire, session, consumer = setup(AckMode.AUTO_ACKNOWLEDGE)
+    assert texts(consumer) == ["n0", "n1", "n2", "n3", "n4"]
+    assert [(f.command, f.headers["id"]) for f in wire.sent] == [("ACK", f"a{n}") for n in range(5)]
+
+
+def test_client_acknowledge_is_one_cumulative_ack_per_subscription():
+    wire, session, consumer = setup(AckMode.CLIENT_ACKNOWLEDGE)
+    consumer._take(consumer._buffer.popleft())
+    consumer._take(consumer._buffer.popleft())
+    assert wire.sent == []
+    session._acknowledge_now()
+    assert [(f.command, f.headers) for f in wire.sent] == [("ACK", {"id": "a1"})]
+
+
+def test_dups_ok_batches_and_flushes_before_waiting():
+    wire, session, consumer = setup(AckMode.DUPS_OK_ACKNOWLEDGE)
+    consumer.prefetch = 8                      # a batch is prefetch // 4 = 2 messages
+    for _ in range(3):
+        consumer._take(consumer._buffer.popleft())
+    assert [f.headers["id"] for f in wire.sent] == ["a1"]
+    consumer._before_wait()
+    assert [f.headers["id"] for f in wire.sent] == ["a1", "a2"]
+
+
+def test_transacted_acks_inside_the_transaction_and_rollback_frames():
+    wire, session, consumer = setup(AckMode.SESSION_TRANSACTED)
+    session._begin()
+    tx = session._tx
+    consumer._take(consumer._buffer.popleft())
+    assert wire.sent[-1] == Frame("ACK", {"id": "a0", "transaction": tx})
+    frames = session._recovery_frames(rollback=True)
+    assert [f.command for f in frames] == ["ABORT", "NACK", "BEGIN"]
+    assert frames[0].headers["transaction"] == tx and frames[2].headers["transaction"] == session._tx != tx
+    with pytest.raises(IllegalStateError):
+        session._recovery_frames(rollback=False)
+
+
+@pytest.mark.parametrize("copies_arrive", ["before the receipt", "after the receipt"])
+def test_redelivered_copies_go_in_front_of_the_prefetched_ones(copies_arrive):
+    wire, session, consumer = setup(AckMode.CLIENT_ACKNOWLEDGE)
+    assert [consumer._take(consumer._buffer.popleft()).message_id for _ in range(2)] == ["m0", "m1"]
+    frames = session._recovery_frames(rollback=False)
+    assert [(f.command, f.headers["id"]) for f in frames] == [("NACK", "a1")]   # cumulative: one NACK
+    waiter = Waiter()
+    rid, last = wire._expect(frames[-1], waiter)
+    wire._send(last)
+    copies = [message(consumer, 0, True), message(consumer, 1, True)]
+    if copies_arrive == "before the receipt":
+        for frame in copies:
+            wire._frame_received(frame)
+    wire._frame_received(Frame("RECEIPT", {"receipt-id": rid}))
+    assert waiter.headers is not None
+    settle = session._recovery_settle_frames()
+    if copies_arrive == "before the receipt":
+        assert settle == []                    # every copy is back: no second round trip
+    else:
+        assert [f.command for f in settle] == ["BEGIN", "ABORT"]
+        for frame in copies:                   # dispatched after the first receipt, before the second
+            wire._frame_received(frame)
+    session._end_recovery()
+    assert texts(consumer) == ["n0*", "n1*", "n2", "n3", "n4"]
+
+
+def test_a_closed_consumer_is_not_named_by_a_later_acknowledge():
+    wire, session, consumer = setup(AckMode.CLIENT_ACKNOWLEDGE)
+    other = Consumer(session, Queue("q2"), None, 100)
+    wire._frame_received(message(other, 9))
+    consumer._take(consumer._buffer.popleft())
+    other._take(other._buffer.popleft())
+    consumer._closing()
+    session._acknowledge_now()
+    assert [f.headers["id"] for f in wire.sent] == ["a9"]
+
+
+def test_a_lost_connection_fails_every_receipt_and_refuses_more_frames():
+    wire = Wire()
+    waiter = Waiter()
+    wire._expect(Frame("SUBSCRIBE", {"id": "s", "destination": "/queue/q"}), waiter)
+    assert wire._lost(ConnectionClosed("gone")) is True
+    assert isinstance(waiter.error, ConnectionClosed) and wire.status is ConnectionStatus.CLOSED
+    with pytest.raises(ConnectionClosed):
+        wire._send(Frame("ACK", {"id": "x"}))
