@@ -13,14 +13,16 @@ the blocking SDK, over the same sans-IO STOMP core; ``stomp://`` runs on an ``as
 ``vm://name`` reaches the same in-process broker the blocking SDK uses.  Coroutines: connecting,
 ``start``/``stop``/``close`` of everything, creating consumers (they wait for the broker's receipt),
 ``send``, ``receive``, ``commit``/``rollback``/``recover``/``acknowledge``, ``unsubscribe``, browsing,
-range reads (``read_range``/``bounds``/``ack_upto``), ``request`` and ``reply``, every operation of
-``conn.queue_manager()`` (:class:`AsyncQueueManager`), and ``send(..., transaction=db)`` in the
-application's own database transaction (SQLAlchemy ``Connection``/``Session`` or their asyncio
-``AsyncConnection``/``AsyncSession``).  Plain calls: ``create_session``, ``create_producer``,
-``create_browser``, ``create_temporary_queue``, ``create_queue`` (a value; creating one with settings is
-``await conn.queue_manager().create(...)``), ``set_message_listener`` and ``Message.acknowledge()`` (an
-ACK needs no answer).  Both SDKs are shells over one client core (:mod:`pymq.client._core`), so their
-acknowledgement, transaction and redelivery-order rules are the same code.
+range reads (``read_range``/``bounds``/``ack_upto``), ``create_queue`` (with settings it creates the
+queue on the broker), ``request`` and ``reply``, every operation of ``conn.queue_manager()``
+(:class:`AsyncQueueManager`), and ``send(..., transaction=db)`` in the application's own database
+transaction (SQLAlchemy ``Connection``/``Session`` or their asyncio ``AsyncConnection``/``AsyncSession``).
+Plain calls: ``create_session``, ``queue_manager``, ``create_producer``, ``create_browser``,
+``create_temporary_queue``, ``create_topic``, the ``create_*_message`` factories,
+``set_message_listener`` and ``Message.acknowledge()`` (an ACK needs no answer).  Both SDKs are shells
+over one client core (:mod:`pymq.client._core`), so their acknowledgement, transaction and
+redelivery-order rules are the same code; tests/client/test_sdk_surfaces.py keeps the two surfaces the
+same (names, parameters, docstrings), ``await`` being the only difference.
 
 Thread and task safety:
 * Everything here belongs to the event loop that opened the connection and is not thread-safe; from

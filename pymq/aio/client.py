@@ -113,6 +113,7 @@ class AsyncConnectionFactory(ConnectionSettings):
 
     async def create_connection(self, username: str | None = None,
                                 password: str | None = None) -> AsyncConnection:
+        """A new, stopped connection (``await start()`` to receive); the arguments override the factory's."""
         transport = transport_for(self.address, heartbeat=self.heartbeat, ssl_context=self._ssl_context(),
                                   server_hostname=self._server_hostname())
         conn = AsyncConnection(self, transport)
@@ -150,8 +151,8 @@ class _Connecting:
 def connect(url: str = "vm://default", *, username: str | None = None, password: str | None = None,
             client_id: str | None = None, timeout: float = 10.0,
             heartbeat: tuple[int, int] = (10_000, 10_000), prefetch: int = 1000, sync_send: bool = True,
-            start: bool = True, host: str | None = None,
-            tls: TlsOptions | ssl.SSLContext | None = None) -> _Connecting:
+            host: str | None = None, tls: TlsOptions | ssl.SSLContext | None = None,
+            start: bool = True) -> _Connecting:
     """Open a connection (started unless ``start=False``)::
 
         conn = await pymq.aio.connect("stomp://127.0.0.1:61613")
@@ -243,6 +244,7 @@ class AsyncConnection(ConnectionCore):
 
     @property
     def closed(self) -> bool:
+        """True once the connection is closed (deliberately or because it was lost)."""
         return self.status is ConnectionStatus.CLOSED or self._transport.closed
 
     def _check_open(self) -> None:
@@ -487,9 +489,13 @@ class AsyncSession(SessionCore):
         queue or durable subscription, acknowledging a committed batch)."""
         await self.connection._request(ack_upto_frame(destination, seq, subscription))
 
-    def create_queue(self, name: str) -> Queue:
-        """A Queue value.  To create one on the broker with settings (the blocking SDK's
-        ``create_queue(name, **config)``): ``await conn.queue_manager().create(name, **config)``."""
+    async def create_queue(self, name: str, **config: object) -> Queue:
+        """A Queue; with settings (QueueConfig fields, see :meth:`AsyncQueueManager.create`) it is also
+        created on the broker, owned by this user: the same settings again are a no-op, different ones
+        raise DestinationExists.  (A coroutine because with settings it waits for the broker.)"""
+        self._check()
+        if config:
+            return await self.connection.queue_manager()._run(create_call(name, None, dict(config)))
         return Queue(name)
 
     # -- transactions and acknowledgement ----------------------------------------------------------------
@@ -674,6 +680,7 @@ class AsyncMessageProducer(ProducerCore):
         return msg
 
     async def close(self) -> None:
+        """Close the producer; further sends raise IllegalStateError (nothing on the broker to release)."""
         self._closed = True
 
     async def __aenter__(self) -> AsyncMessageProducer:
@@ -759,6 +766,7 @@ class AsyncMessageConsumer(ConsumerCore):
                 self._waiting = False
 
     async def receive_no_wait(self) -> Message | None:
+        """The next message if one is already here, else None (``receive(timeout=0)``)."""
         return await self.receive(timeout=0)
 
     def __aiter__(self) -> AsyncIterator[Message]:
@@ -778,6 +786,7 @@ class AsyncMessageConsumer(ConsumerCore):
 
     @property
     def message_listener(self) -> MessageListener | None:
+        """Where messages go (None: the application calls ``receive``); setting it is ``set_message_listener``."""
         return self._listener
 
     @message_listener.setter
@@ -817,6 +826,7 @@ class AsyncMessageConsumer(ConsumerCore):
             log.warning("acknowledging after the listener returned: %s", exc)
 
     async def close(self) -> None:
+        """End the subscription (UNSUBSCRIBE, waiting for its receipt); unacknowledged messages return."""
         await self._close(unsubscribe=True)
 
     async def _close(self, unsubscribe: bool) -> None:
@@ -927,6 +937,7 @@ class AsyncQueueBrowser:
     get_enumeration = messages
 
     async def close(self) -> None:
+        """Close the browser (each iteration browses anew, so there is nothing on the broker to release)."""
         self._closed = True
 
     async def __aenter__(self) -> AsyncQueueBrowser:
@@ -970,6 +981,7 @@ class AsyncRequestor:
             # None, or a late reply to an earlier, timed-out request: drop it
 
     async def close(self) -> None:
+        """Close the reply consumer and the producer."""
         if self._consumer is not None:
             await self._consumer.close()
         await self._producer.close()
@@ -1052,25 +1064,34 @@ class AsyncQueueManager:
         return await self._run(create_call(name, grants, config))
 
     async def drop(self, name: Queue | str, *, force: bool = False) -> int:
+        """Delete queue ``name`` and its messages; how many it held.  With consumers attached it is refused
+        (IllegalStateError) unless ``force``, which detaches them."""
         return await self._run(drop_call(name, force))
 
     async def purge(self, name: Queue | str) -> int:
+        """Remove every waiting message; how many there were."""
         return await self._run(purge_call(name))
 
     async def list(self) -> list[JsonObject]:
+        """Every queue, one JSON object each: name, destination, declared, owner and its metrics."""
         return await self._run(list_call())
 
     async def info(self, name: Queue | str) -> JsonObject:
+        """Queue ``name``: its settings (``config``), ``acl``, ``metrics`` and ``rates``, as a JSON object."""
         return await self._run(info_call(name))
 
     async def metrics(self, name: Queue | str) -> JsonObject:
+        """Queue ``name``'s metrics (depth, added, removed, expired, delivered, acknowledged...), as a JSON object."""
         return await self._run(metrics_call(name))
 
     async def destinations(self) -> JsonObject:
+        """The broker's destinations: ``queues``, ``topics`` and retained ``logs``, each a sorted list."""
         return await self._run(destinations_call())
 
     async def grant(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        """Give ``principal`` ``permissions`` (produce, consume, browse) on ``destination``; its new ACL."""
         return await self._run(grant_call("grant", destination, principal, permissions))
 
     async def revoke(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        """Take ``permissions`` on ``destination`` away from ``principal``; its new ACL."""
         return await self._run(grant_call("revoke", destination, principal, permissions))

@@ -160,6 +160,7 @@ class ConnectionSettings:
 
     @property
     def vm(self) -> VmAddress | None:
+        """The ``vm://`` address this factory connects to, or None for a network URL."""
         return self.address if isinstance(self.address, VmAddress) else None
 
 
@@ -190,6 +191,7 @@ class ConnectionCore:
     # -- status ------------------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
+        """True once the connection is closed (deliberately or because it was lost)."""
         return self.status is ConnectionStatus.CLOSED
 
     @property
@@ -458,6 +460,7 @@ class SessionCore:
 
     # -- values (no connection needed) ----------------------------------------------------------------
     def create_topic(self, name: str) -> Topic:
+        """A Topic value (topics need no creation: a topic exists while someone publishes or subscribes)."""
         return Topic(name)
 
     def create_temporary_queue(self) -> TemporaryQueue:
@@ -468,12 +471,14 @@ class SessionCore:
     def create_text_message(self, text: str = "", *, properties: dict[str, PropertyValue] | None = None,
                             correlation_id: str | None = None, reply_to: Destination | str | None = None,
                             type: str | None = None) -> TextMessage:  # noqa: A002 - the JMS name
+        """A TextMessage (the JMS factory method; ``TextMessage(...)`` is the same)."""
         return TextMessage(text, properties=properties, correlation_id=correlation_id, reply_to=reply_to,
                            type=type)
 
     def create_bytes_message(self, data: bytes = b"", *, properties: dict[str, PropertyValue] | None = None,
                              correlation_id: str | None = None, reply_to: Destination | str | None = None,
                              type: str | None = None) -> BytesMessage:  # noqa: A002
+        """A BytesMessage (the JMS factory method; ``BytesMessage(...)`` is the same)."""
         return BytesMessage(data, properties=properties, correlation_id=correlation_id, reply_to=reply_to,
                             type=type)
 
@@ -481,17 +486,20 @@ class SessionCore:
                            properties: dict[str, PropertyValue] | None = None,
                            correlation_id: str | None = None, reply_to: Destination | str | None = None,
                            type: str | None = None) -> MapMessage:  # noqa: A002
+        """A MapMessage (the JMS factory method; ``MapMessage(...)`` is the same)."""
         return MapMessage(map, properties=properties, correlation_id=correlation_id, reply_to=reply_to,
                           type=type)
 
     def create_message(self, *, properties: dict[str, PropertyValue] | None = None,
                        correlation_id: str | None = None, reply_to: Destination | str | None = None,
                        type: str | None = None) -> Message:  # noqa: A002
+        """A Message with no body, only headers and properties (the JMS factory method)."""
         return Message(properties=properties, correlation_id=correlation_id, reply_to=reply_to, type=type)
 
     # -- state -----------------------------------------------------------------------------------------
     @property
     def closed(self) -> bool:
+        """True once the session is closed (by ``close()``, or with its connection)."""
         return self._closed
 
     def _check(self) -> None:
@@ -664,6 +672,7 @@ class ConsumerCore:
 
     @property
     def closed(self) -> bool:
+        """True once the consumer is closed (by ``close()``, or with its session or connection)."""
         return self._closed
 
     @property
@@ -750,6 +759,7 @@ class ProducerCore:
 
     @property
     def closed(self) -> bool:
+        """True once the producer is closed (by ``close()``, or with its session or connection)."""
         return self._closed
 
     def _check(self) -> None:

@@ -231,7 +231,8 @@ class QueueManager:
         return self._run(create_call(name, grants, config))
 
     def drop(self, name: Queue | str, *, force: bool = False) -> int:
-        """Delete queue ``name``; the number of messages it still held (``force`` drops a non-empty one)."""
+        """Delete queue ``name`` and its messages; how many it held.  With consumers attached it is refused
+        (IllegalStateError) unless ``force``, which detaches them."""
         return self._run(drop_call(name, force))
 
     def purge(self, name: Queue | str) -> int:
@@ -239,19 +240,25 @@ class QueueManager:
         return self._run(purge_call(name))
 
     def list(self) -> list[JsonObject]:
+        """Every queue, one JSON object each: name, destination, declared, owner and its metrics."""
         return self._run(list_call())
 
     def info(self, name: Queue | str) -> JsonObject:
+        """Queue ``name``: its settings (``config``), ``acl``, ``metrics`` and ``rates``, as a JSON object."""
         return self._run(info_call(name))
 
     def metrics(self, name: Queue | str) -> JsonObject:
+        """Queue ``name``'s metrics (depth, added, removed, expired, delivered, acknowledged...), as a JSON object."""
         return self._run(metrics_call(name))
 
     def destinations(self) -> JsonObject:
+        """The broker's destinations: ``queues``, ``topics`` and retained ``logs``, each a sorted list."""
         return self._run(destinations_call())
 
     def grant(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        """Give ``principal`` ``permissions`` (produce, consume, browse) on ``destination``; its new ACL."""
         return self._run(grant_call("grant", destination, principal, permissions))
 
     def revoke(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        """Take ``permissions`` on ``destination`` away from ``principal``; its new ACL."""
         return self._run(grant_call("revoke", destination, principal, permissions))

@@ -7,27 +7,17 @@ in-process signal on SQLite), and never if it rolls back.  No two-phase commit: 
 commit decides.  The row format and claim protocol are in spec/storage.md ("SQL device").
 
 Both SDKs call :func:`pending_row` (the frame, built by the same code as any SEND) and write it with
-:func:`insert_pending`; ``pymq.aio`` also accepts SQLAlchemy's ``AsyncConnection``/``AsyncSession``
-(through their ``run_sync``).
+:func:`insert_pending` (the SQL device's own writer, reached through :mod:`pymq.client.vm`, the
+SDKs' one seam to the broker package); ``pymq.aio`` also accepts SQLAlchemy's ``AsyncConnection``/
+``AsyncSession`` (through their ``run_sync``).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pymq.client.frames import ProducerDefaults, send_frame
+from pymq.client.vm import pending_row_writer
 from pymq.destination import Destination
-from pymq.errors import IllegalStateError
 from pymq.message import Message, MessageBody
 from pymq.protocol.scanner import encode_frame
-
-
-def _inserter() -> Callable[..., int]:
-    try:
-        from pymq_server.storage.sql import send_in_transaction as insert
-    except ImportError as exc:  # SQLAlchemy (or the broker package) is not installed
-        raise IllegalStateError(f"sending in a database transaction needs SQLAlchemy and pymq_server: {exc}") \
-            from None
-    return insert
 
 
 def pending_row(producer: ProducerDefaults, message: MessageBody, destination: Destination | str | None, *,
@@ -42,7 +32,7 @@ def pending_row(producer: ProducerDefaults, message: MessageBody, destination: D
 def insert_pending(transaction: object, destination: str, data: bytes, *, persistent: bool,
                    table_prefix: str = "pymq_", broker_id: str | None = None) -> int:
     """Write the pending row with the application's (synchronous) SQLAlchemy Connection or Session."""
-    return _inserter()(transaction, destination, data, persistent=persistent, broker_id=broker_id,
+    return pending_row_writer()(transaction, destination, data, persistent=persistent, broker_id=broker_id,
                        table_prefix=table_prefix)
 
 

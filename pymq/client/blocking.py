@@ -82,6 +82,7 @@ class ConnectionFactory(ConnectionSettings):
     ``vm://name``); explicit ``username``/``password``/``tls`` win over what the URL says."""
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> Connection:
+        """A new, stopped Connection (call ``start()`` to receive); ``username``/``password`` override the factory's."""
         transport = transport_for(self.address, heartbeat=self.heartbeat, ssl_context=self._ssl_context(),
                                   server_hostname=self._server_hostname())
         user, secret = self._credentials(username, password)
@@ -388,6 +389,7 @@ class Session(SessionCore):
         """A Queue; with settings (QueueConfig fields, see QueueManager.create) it is also created on
         the broker, owned by this user: the same settings again are a no-op, different ones raise
         DestinationExists."""
+        self._check()
         if config:
             from pymq.client.admin import create_call
             return self.connection.queue_manager()._run(create_call(name, None, dict(config)))
@@ -557,6 +559,7 @@ class MessageProducer(ProducerCore):
         return msg
 
     def close(self) -> None:
+        """Close the producer; further sends raise IllegalStateError (nothing on the broker to release)."""
         self._closed = True
 
     def __enter__(self) -> MessageProducer:
@@ -628,6 +631,7 @@ class MessageConsumer(ConsumerCore):
                 self._waiting = False
 
     def receive_no_wait(self) -> Message | None:
+        """The next message if one is already here, else None (``receive(timeout=0)``)."""
         return self.receive(timeout=0)
 
     def __iter__(self) -> Iterator[Message]:
@@ -642,6 +646,7 @@ class MessageConsumer(ConsumerCore):
 
     @property
     def message_listener(self) -> MessageListener | None:
+        """Where messages go (None: the application calls ``receive``); setting it is ``set_message_listener``."""
         return self._listener
 
     @message_listener.setter
@@ -673,6 +678,7 @@ class MessageConsumer(ConsumerCore):
             log.warning("acknowledging after the listener returned: %s", exc)
 
     def close(self) -> None:
+        """End the subscription (UNSUBSCRIBE, waiting for its receipt); unacknowledged messages return."""
         if self._closed:
             return
         conn = self._session.connection
@@ -700,18 +706,22 @@ class QueueBrowser:
         self._session = session
         self.queue = queue
         self.selector = selector
+        self._closed = False
 
     def __iter__(self) -> Iterator[Message]:
         return iter(self.messages())
 
     def messages(self, timeout: float | None = None) -> list[Message]:
         """A snapshot of the messages waiting now (each call takes a new one)."""
+        if self._closed:
+            raise IllegalStateError("the browser is closed")
         return _browse(self._session, self.queue, {"selector": self.selector or None}, timeout).messages
 
     get_enumeration = messages
 
     def close(self) -> None:
-        pass
+        """Close the browser (each iteration browses anew, so there is nothing on the broker to release)."""
+        self._closed = True
 
     def __enter__(self) -> QueueBrowser:
         return self
@@ -783,6 +793,7 @@ class Requestor:
             # None, or a late reply to an earlier, timed-out request: drop it
 
     def close(self) -> None:
+        """Close the reply consumer and the producer."""
         self._consumer.close()
         self._producer.close()
 

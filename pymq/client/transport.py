@@ -28,7 +28,7 @@ from pymq.protocol.connection import Role, State, StompConnection, negotiate_hea
 from pymq.protocol.frame import Frame
 
 if TYPE_CHECKING:
-    from pymq_server.net.vm import VmLink
+    from pymq.client.vm import VmLink
 
 FrameHandler = Callable[[Frame], None]
 LostHandler = Callable[[PymqError], None]

@@ -1,11 +1,17 @@
-"""The one seam between the SDKs and the embedded broker of ``vm://`` URLs.
+"""The one seam between the SDKs and the broker package (``pymq_server``).
 
-Only this module reaches into the broker package (``pymq_server.net.vm``), and only when a ``vm://``
-URL is used: importing ``pymq`` or ``pymq.aio`` never imports the server.  :class:`VmEndpoint` is the
-client end both SDKs' vm:// transports share: the client's STOMP state machine (so misuse fails the
-same way as over TCP) and what to do with each frame the broker hands over.  The transports add only
-how they cross threads: the blocking one handles frames on the broker's thread (its callbacks never
-block), the asyncio one hops onto its event loop.
+Only this module imports the broker package, and only when it is needed: importing ``pymq`` or
+``pymq.aio`` never imports the server (tests/client/test_sdk_surfaces.py checks both).  Two things
+cross it:
+
+* the embedded broker of ``vm://`` URLs (``pymq_server.net.vm``).  :class:`VmEndpoint` is the client
+  end both SDKs' vm:// transports share: the client's STOMP state machine (so misuse fails the same way
+  as over TCP) and what to do with each frame the broker hands over.  The transports add only how they
+  cross threads: the blocking one handles frames on the broker's thread (its callbacks never block),
+  the asyncio one hops onto its event loop;
+* the SQL device's pending-row writer, for ``send(..., transaction=db)`` (:mod:`pymq.client.apptx`):
+  the row format and the in-process wake-up of an embedded broker on SQLite are the device's, so the
+  SDK calls its code instead of repeating it.
 """
 from __future__ import annotations
 
@@ -13,12 +19,13 @@ from typing import TYPE_CHECKING
 from collections.abc import Callable
 
 from pymq.client._core import error_of
-from pymq.errors import ConnectFailed, ConnectionClosed, ProtocolError, PymqError
+from pymq.errors import ConnectFailed, ConnectionClosed, IllegalStateError, ProtocolError, PymqError
 from pymq.protocol.connection import RECV, SEND, TRANSITIONS, Role, State, StompConnection
 from pymq.protocol.frame import Frame
 
-if TYPE_CHECKING:
-    from pymq_server.net.vm import EmbeddedBroker, VmLink
+if TYPE_CHECKING:   # re-exported for the transports' annotations: they import the server through here only
+    from pymq_server.net.vm import EmbeddedBroker as EmbeddedBroker
+    from pymq_server.net.vm import VmLink as VmLink
 
 #: frames a CONNECTED client may send without a state change, and the states in which a client may
 #: receive a MESSAGE without one: read from the state table, not repeated
@@ -37,6 +44,17 @@ def embedded(name: str, options: dict[str, str]) -> EmbeddedBroker:
         raise ConnectFailed(f"vm://{name} needs the broker package (pymq_server), which cannot be "
                             f"imported: {exc}") from None
     return embedded_broker(name, options)
+
+
+def pending_row_writer() -> Callable[..., int]:
+    """``pymq_server.storage.sql.send_in_transaction``: writes a SEND frame as a pending row of the
+    application's own database transaction (spec/storage.md, "SQL device")."""
+    try:
+        from pymq_server.storage.sql import send_in_transaction
+    except ImportError as exc:  # SQLAlchemy (or the broker package) is not installed
+        raise IllegalStateError(f"sending in a database transaction needs SQLAlchemy and pymq_server: {exc}") \
+            from None
+    return send_in_transaction
 
 
 class VmEndpoint:

@@ -935,7 +935,7 @@ async def test_producer_flow_control_waits_for_the_broker(broker_factory):
         p = prod.create_session().create_producer(dest)
 
         async def flood():
-            for i in range(2_000):                     # 20 MB against a 200 kB memory limit
+            for _ in range(2_000):                     # 20 MB against a 200 kB memory limit
                 await p.send(body, delivery_mode=pymq.NON_PERSISTENT)
 
         flooding = asyncio.create_task(flood())
@@ -962,7 +962,7 @@ async def test_embedded_broker_flow_control_does_not_block_the_loop():
             p = prod.create_session().create_producer(dest)
 
             async def flood():
-                for i in range(200):
+                for _ in range(200):
                     await p.send(body, delivery_mode=pymq.NON_PERSISTENT)
 
             flooding = asyncio.create_task(flood())
@@ -996,7 +996,7 @@ async def test_embedded_broker_in_flight_window_bounds_a_flood():
             embedded.loop.call_soon_threadsafe(stuck.wait, 10)   # the broker's loop takes nothing
 
             async def flood():
-                for i in range(500):                   # 5 MB
+                for _ in range(500):                   # 5 MB
                     await p.send(body, delivery_mode=pymq.NON_PERSISTENT)
 
             flooding = asyncio.create_task(flood())

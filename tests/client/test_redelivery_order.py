@@ -71,14 +71,18 @@ def test_blocking_redelivered_messages_come_first_in_order(url, how, group):
         session.acknowledge() if how == "recover" else session.commit()
 
 
+@pytest.mark.parametrize("group", [None, "g1"])
 @pytest.mark.parametrize("how", ["recover", "rollback"])
-def test_aio_redelivered_messages_come_first_in_order(url, how):
+def test_aio_redelivered_messages_come_first_in_order(url, how, group):
     async def main() -> None:
         async with pymq.aio.connect(url) as conn:
             queue = _queue()
             producer = conn.create_session().create_producer(queue)
             for i in range(5):
-                await producer.send(f"n{i}")
+                message = pymq.TextMessage(f"n{i}")
+                if group is not None:
+                    message.group_id = group
+                await producer.send(message)
             session = conn.create_session(transacted=how == "rollback", ack_mode=pymq.CLIENT_ACKNOWLEDGE)
             consumer = await session.create_consumer(queue)
             assert _texts([m for m in [await consumer.receive(5), await consumer.receive(5)] if m]) == \
@@ -91,6 +95,7 @@ def test_aio_redelivered_messages_come_first_in_order(url, how):
             await (session.recover() if how == "recover" else session.rollback())
             again = [await consumer.receive(5) for _ in range(5)]
             assert _texts([m for m in again if m]) == EXPECTED
+            assert [m.delivery_count for m in again if m] == [2, 2, 1, 1, 1]
             assert await consumer.receive(0.2) is None
             await (session.acknowledge() if how == "recover" else session.commit())
     asyncio.run(main())

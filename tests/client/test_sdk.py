@@ -90,10 +90,11 @@ def test_client_ack_and_recover(conn):
     for i in range(3):
         p.send(f"m{i}")
     c = s.create_consumer(dest)
-    msgs = [c.receive(5) for _ in range(3)]
-    s.recover()                               # nothing acknowledged: all come back
+    first = [c.receive(5) for _ in range(3)]
+    assert [m.text for m in first] == ["m0", "m1", "m2"] and not any(m.redelivered for m in first)
+    s.recover()                               # nothing acknowledged: all come back, in their order
     again = [c.receive(5) for _ in range(3)]
-    assert sorted(m.text for m in again) == ["m0", "m1", "m2"]
+    assert [m.text for m in again] == ["m0", "m1", "m2"]
     assert all(m.redelivered and m.delivery_count == 2 for m in again)
     again[-1].acknowledge()                   # acknowledges everything consumed
     c.close()
@@ -275,7 +276,6 @@ def test_session_is_single_threaded(conn):
     s = conn.create_session()
     c = s.create_consumer(q())
     started = threading.Event()
-    errors = []
 
     def blocker():
         started.set()

@@ -2,6 +2,7 @@
 ``mypy --strict --disallow-any-expr`` on it; it is never executed).  Every expression must have a
 precise type: an ``Any`` anywhere here is an ``Any`` leaking out of the SDK.  The ``reveal_type``
 lines are compared with what the test expects."""
+# ruff: noqa: F821 - reveal_type is mypy's built-in here (typing.reveal_type needs Python 3.11)
 from __future__ import annotations
 
 import ssl
