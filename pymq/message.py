@@ -367,3 +367,20 @@ def _int(name: str, value: PropertyValue | None, default: int) -> int:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+#: headers that are never message properties (JMS header fields and protocol machinery); readers that
+#: turn MESSAGE frames into other forms (the Spark connector's Arrow decoder, the broker's Arrow
+#: segments) use the same set as ``from_frame``
+RESERVED_HEADERS = _RESERVED
+
+
+def content_body_type(content_type: str | None, transformation: str | None = None) -> str | None:
+    """The kind of body a ``content-type`` announces, as ``from_frame`` reads it: ``"map"``, ``"text"``
+    or ``"bytes"``; None when there is no content type (then a valid UTF-8 body is text)."""
+    base = (content_type or "").split(";", 1)[0].strip().lower()
+    if base == MAP_TYPE or transformation == "jms-map-json":
+        return "map"
+    if base.startswith("text/") or base in ("application/json", "application/xml"):
+        return "text"
+    return "bytes" if base else None

@@ -26,14 +26,14 @@ from collections.abc import Sequence
 import pyarrow as pa
 
 from pymq.errors import MessageFormatError
-from pymq.message import _RESERVED, MAP_TYPE
+from pymq.message import RESERVED_HEADERS, content_body_type
 from pymq.protocol.numbers import INT32_MAX, INT64_MAX, header_int, parse_wire_int
 from pyspark_pymq._arrow import CREATE_TIME, arrow_schema
 
 #: the largest ms value whose µs still fit an int64
 MAX_MS = INT64_MAX // 1000
 #: headers that are never properties: the JMS header fields and protocol machinery, and the group (``key``)
-NOT_PROPERTIES = frozenset(_RESERVED | {"JMSXGroupID"})
+NOT_PROPERTIES = frozenset(RESERVED_HEADERS | {"JMSXGroupID"})
 #: content kinds; the strings are the ``bodyType`` column's values
 TEXT, BYTES, MAP = "text", "bytes", "map"
 #: a variable-width Arrow column (int32 offsets) holds less than 2 GiB
@@ -45,16 +45,8 @@ _END = struct.Struct("<i")            # a binary or string column's last int32 o
 
 def content_kind(content_type: str | None, transformation: str | None) -> str | None:
     """The ``bodyType`` a ``content-type`` header gives; None means "decide by the body" (no content-type:
-    text when the body is valid UTF-8)."""
-    ctype = content_type or ""
-    base = ctype.split(";", 1)[0].strip().lower()
-    if base == MAP_TYPE or transformation == "jms-map-json":
-        return MAP
-    if base.startswith("text/") or base in ("application/json", "application/xml"):
-        return TEXT
-    if base:
-        return BYTES
-    return None
+    text when the body is valid UTF-8).  The rule of ``pymq.message.from_frame``."""
+    return content_body_type(content_type, transformation)
 
 
 def body_kind(body: bytes) -> str:

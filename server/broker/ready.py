@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
+import itertools
 from typing import TYPE_CHECKING, Callable, Iterator
 
 if TYPE_CHECKING:
@@ -159,6 +160,46 @@ class ReadyIndex:
                 if cursor is not None and index >= 0:
                     cursor[1][p] = entry.message.seq     # rejected: never look at it again
         return None
+
+    def by_seq(self, lo: int = 0, hi: int | None = None) -> Iterator[Entry]:
+        """Ready entries with ``lo <= seq < hi`` in sequence order, lazily (range reads, spec/stomp.md §9):
+        each priority level is already in sequence order (its list from a binary search, its small heap
+        sorted), so this merges ten sorted runs instead of sorting the queue.  Valid until the queue
+        changes: a reader that pauses walks it again from where it stopped."""
+        runs = []
+        for p in range(10):
+            fifo = self._fifo[p]
+            heap = self._heap[p]
+            if fifo:
+                start = bisect.bisect_left(fifo, lo, lo=self._head[p], key=_entry_seq)
+                if start < len(fifo):
+                    runs.append(itertools.islice(fifo, start, None))
+            if heap:
+                runs.append(iter([item[2] for item in sorted(heap, key=lambda item: (item[0], item[1]))
+                                  if item[0] >= lo]))
+        for entry in heapq.merge(*runs, key=_entry_seq):
+            if hi is not None and entry.message.seq >= hi:
+                return
+            yield entry
+
+    def oldest(self) -> Entry | None:
+        """The ready entry with the lowest sequence number, from each level's first entry (no walk)."""
+        best = None
+        for p in range(10):
+            fifo = self._fifo[p]
+            if fifo and len(fifo) > self._head[p]:
+                entry = fifo[self._head[p]]
+                if best is None or entry.message.seq < best.message.seq:
+                    best = entry
+            heap = self._heap[p]
+            if heap and (best is None or heap[0][0] < best.message.seq):
+                best = heap[0][2]
+        return best
+
+    def min_seq(self) -> int | None:
+        """The lowest sequence number ready (a range's earliest), or None when nothing is."""
+        oldest = self.oldest()
+        return None if oldest is None else oldest.message.seq
 
     def clear(self) -> list[Entry]:
         out = list(self)

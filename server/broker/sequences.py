@@ -68,6 +68,18 @@ class SequenceBook:
         self._next[name] = n + 1
         return n
 
+    def take(self, name: str, count: int) -> int:
+        """``count`` consecutive numbers at once (a bulk SEND's block, spec/spark.md §7); the first."""
+        n = self._next.get(name)
+        if n is None:
+            n = self._origin
+        if n + count > self._limit.get(name, 0):
+            if not self._reserving:
+                raise ReservationNeeded(name)
+            self._reserve(name, n + count + RESERVE_BLOCK)
+        self._next[name] = n + count
+        return n
+
     def peek(self, name: str) -> int:
         return self._next.get(name, self._origin)
 

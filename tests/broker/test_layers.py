@@ -15,7 +15,7 @@ BROKER = os.path.join(os.path.dirname(__file__), "..", "..", "server", "broker")
 LAYERS: list[tuple[str, set[str]]] = [
     ("building blocks", {"destination", "message", "states", "ready", "stats", "queue", "consumer", "topic",
                          "schema", "log", "acl", "auth", "requests", "clients", "membership", "sequences",
-                         "dedup", "flow", "stored_form"}),
+                         "dedup", "flow", "stored_form", "segments", "bulk_rows"}),
     ("destinations", {"destinations"}),
     ("subscriptions", {"subscriptions"}),
     ("router and range reader", {"placement", "router", "ranges"}),

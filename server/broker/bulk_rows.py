@@ -1,0 +1,274 @@
+"""Bulk SENDs' rows (spec/spark.md §7): read, checked column by column, and completed into a segment.
+
+A bulk SEND brings a batch of rows as an Arrow IPC stream (:func:`read_bulk`); every value the broker would
+not take is refused with a precise MessageFormatError naming the column and the first bad row, before
+anything is placed.  :func:`complete_bulk` gives the rows what placement decides for them (sequence
+numbers, keys and ids, arrival time, the destination's defaults) column-wise, without a per-message
+object: the result is a segment of the log schema (segments.py).  Pure functions: no broker state.
+"""
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pymq.errors import MessageFormatError
+from pymq_server.broker import segments
+from pymq_server.broker.message import BrokerMessage
+from pymq_server.broker.segments import BODY_TYPES, CONTENT_TYPES, NOT_PROPERTIES, pa, pc
+
+#: rows a bulk SEND may carry (its bytes are bounded by the broker's max_frame_size)
+MAX_BULK_ROWS = 1_000_000
+_DESTINATION_PREFIXES = ("/queue/", "/topic/", "/temp-queue/")
+
+if pa is not None:
+    #: what a bulk SEND may carry: name -> the Arrow types accepted (cast to the log schema's type)
+    BULK_COLUMNS: dict[str, tuple] = {
+        "body": (pa.binary(), pa.string(), pa.large_binary(), pa.large_string()),
+        "timestamp": (pa.int64(), pa.int32()),
+        "expires": (pa.int64(), pa.int32()),
+        "priority": (pa.int32(), pa.int8(), pa.int16(), pa.int64()),
+        "delivery_mode": (pa.int32(), pa.int8(), pa.int16(), pa.int64()),
+        "body_type": (pa.string(),),
+        "group": (pa.string(),),
+        "correlation_id": (pa.string(),),
+        "type": (pa.string(),),
+        "reply_to": (pa.string(),),
+        "properties": (pa.map_(pa.string(), pa.string()),),
+        "property_types": (pa.string(),),
+        "dedup_id": (pa.string(),),
+    }
+
+def read_bulk(body: Any, max_rows: int = MAX_BULK_ROWS) -> Any:
+    """The rows of a bulk SEND's body (an Arrow IPC stream), checked column by column (spec/spark.md §7):
+    one batch of the bulk columns, cast to the log schema's types.  A precise MessageFormatError names
+    the column (and the first bad row) of anything the broker would not take; nothing is half-read."""
+    segments.require()
+    try:
+        reader = pa.ipc.open_stream(pa.py_buffer(body))
+        batches = list(reader)
+        schema = reader.schema
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
+        raise MessageFormatError(f"the bulk SEND's body is not an Arrow IPC stream: {exc}") from None
+    names = schema.names
+    if len(set(names)) != len(names):
+        raise MessageFormatError(f"the bulk batch names a column twice: {', '.join(names)}")
+    for field in schema:
+        accepted = BULK_COLUMNS.get(field.name)
+        if accepted is None:
+            raise MessageFormatError(f"column '{field.name}' has no meaning in a bulk SEND; its columns are "
+                                     f"{', '.join(BULK_COLUMNS)} (the broker assigns seq and message_id)")
+        if field.type not in accepted:
+            raise MessageFormatError(f"column '{field.name}' must be of Arrow type "
+                                     f"{' or '.join(str(t) for t in accepted)}, not {field.type}")
+    if "body" not in names:
+        raise MessageFormatError("a bulk SEND needs a 'body' column")
+    rows = sum(b.num_rows for b in batches)
+    if rows > max_rows:
+        raise MessageFormatError(f"a bulk SEND carries at most {max_rows} rows, this one {rows}")
+    if not batches:
+        batch = pa.RecordBatch.from_pylist([], schema=schema)
+    elif len(batches) == 1:
+        batch = batches[0]
+    else:
+        batch = pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
+    _check_bulk(batch)
+    return batch
+
+
+def _first_row(mask) -> int:
+    """The first row where ``mask`` (a boolean array, nulls false) is true, or -1."""
+    return pc.index(pc.fill_null(mask, False), True).as_py()
+
+
+def _bad(column: str, row: int, what: str):
+    raise MessageFormatError(f"bulk SEND row {row}, column '{column}': {what}", row=row, column=column)
+
+
+def _check_bulk(batch) -> None:
+    names = batch.schema.names
+
+    def col(name):
+        return batch.column(names.index(name)) if name in names else None
+
+    for name, low, high in (("priority", 0, 9), ("delivery_mode", 1, 2), ("timestamp", 0, (2**63 - 1) // 1000),
+                            ("expires", 0, (2**63 - 1) // 1000)):
+        c = col(name)
+        if c is None:
+            continue
+        row = _first_row(pc.or_(pc.less(c, low), pc.greater(c, high)))
+        if row >= 0:
+            _bad(name, row, f"must be between {low} and {high}, got {c[row].as_py()}")
+    c = col("body_type")
+    if c is not None:
+        row = _first_row(pc.invert(pc.is_in(c, pa.array(BODY_TYPES))))
+        if row >= 0 and c[row].is_valid:
+            _bad("body_type", row, f"must be text, bytes or map, got {c[row].as_py()!r}")
+    c = col("reply_to")
+    if c is not None:
+        starts = [pc.starts_with(c, p) for p in _DESTINATION_PREFIXES]
+        ok = pc.or_(pc.or_(starts[0], starts[1]), starts[2])
+        row = _first_row(pc.and_(pc.invert(ok), pc.is_valid(c)))
+        if row >= 0:
+            _bad("reply_to", row, f"must be a STOMP destination (/queue/, /topic/, /temp-queue/), got "
+                                  f"{c[row].as_py()!r}")
+    c = col("properties")
+    if c is not None and len(c):
+        keys = c.keys                    # every row's property names, flattened (offsets say whose)
+        bad = pc.or_(pc.is_in(keys, pa.array(sorted(NOT_PROPERTIES))),
+                     pc.or_(pc.match_substring_regex(keys, r"[,=\r\n]"), pc.equal(pc.utf8_length(keys), 0)))
+        position = _first_row(bad)
+        if position >= 0:
+            offsets = c.offsets.to_pylist()
+            row = bisect.bisect_right(offsets, position + offsets[0]) - 1
+            _bad("properties", row, f"{keys[position].as_py()!r} is not a property name (reserved, empty, or "
+                                    f"containing ',', '=' or a line break)")
+    c = col("property_types")
+    if c is not None:
+        ok = pc.match_substring_regex(c, r"^([^,=\r\n]+=[ifb])(,[^,=\r\n]+=[ifb])*$")
+        row = _first_row(pc.and_(pc.invert(ok), pc.is_valid(c)))
+        if row >= 0:
+            _bad("property_types", row, f"must look like 'count=i,ratio=f,flag=b', got {c[row].as_py()!r}")
+    for name in ("group", "correlation_id", "type", "dedup_id", "property_types"):
+        c = col(name)
+        if c is None:
+            continue
+        row = _first_row(pc.match_substring_regex(c, r"[\r\n]"))
+        if row >= 0:
+            _bad(name, row, "must not contain a line break (it travels as a STOMP header)")
+
+
+def complete_bulk(batch: Any, *, first_seq: int, first_key: int, node_id: str, now: int,
+                  persistent: bool, priority: int, ttl: int) -> Any:
+    """The segment a bulk SEND becomes: sequence numbers ``first_seq...`` and message ids from keys
+    ``first_key...`` in row order, and each missing value from the broker's defaults (arrival time, the
+    destination's priority and time to live, the broker's default delivery mode), all column-wise."""
+    n = batch.num_rows
+    names = batch.schema.names
+
+    def given(name, arrow_type):
+        if name not in names:
+            return None
+        c = batch.column(names.index(name))
+        return c if c.type == arrow_type else c.cast(arrow_type)
+
+    def filled(name, arrow_type, default):
+        c = given(name, arrow_type)
+        if c is None:
+            return pa.repeat(pa.scalar(default, arrow_type), n)
+        return c.fill_null(default) if c.null_count else c
+
+    def plain(name, arrow_type):
+        c = given(name, arrow_type)
+        return c if c is not None else pa.nulls(n, arrow_type)
+
+    ones = pa.repeat(pa.scalar(1, pa.int64()), n)
+    steps = pc.subtract(pc.cumulative_sum(ones), 1) if n else pa.array([], pa.int64())
+    seqs = pc.add(steps, first_seq)
+    keys = pc.add(steps, first_key)
+    ids = pc.binary_join_element_wise(pa.repeat(pa.scalar(f"ID:{node_id}-"), n), pc.cast(keys, pa.string()), "") \
+        if n else pa.array([], pa.string())
+    stamps = filled("timestamp", pa.int64(), now)
+    expires = given("expires", pa.int64())
+    if expires is None or expires.null_count:
+        default_expiry = now + ttl if ttl else 0
+        expires = pa.repeat(pa.scalar(default_expiry, pa.int64()), n) if expires is None \
+            else expires.fill_null(default_expiry)
+    body_type = filled("body_type", pa.string(), "bytes")
+    content = pc.if_else(pc.equal(body_type, "text"), CONTENT_TYPES["text"],
+                         pc.if_else(pc.equal(body_type, "map"), CONTENT_TYPES["map"], CONTENT_TYPES["bytes"]))
+    body = given("body", pa.binary())
+    if body.null_count:
+        body = body.fill_null(b"")
+    columns = [seqs, ids, stamps, expires, filled("priority", pa.int32(), priority),
+               filled("delivery_mode", pa.int32(), 2 if persistent else 1), body_type, content, body,
+               plain("group", pa.string()), plain("correlation_id", pa.string()), plain("type", pa.string()),
+               plain("reply_to", pa.string()), plain("properties", pa.map_(pa.string(), pa.string())),
+               plain("property_types", pa.string()), plain("dedup_id", pa.string())]
+    return pa.RecordBatch.from_arrays(columns, schema=segments.LOG_SCHEMA)
+
+
+def drop_rows(batch: Any, rows: Sequence[int]) -> Any:
+    """``batch`` without ``rows`` (duplicates found by the dedup window), order kept."""
+    if not rows:
+        return batch
+    mask = [True] * batch.num_rows
+    for r in rows:
+        mask[r] = False
+    return batch.filter(pa.array(mask))
+
+
+def unexpired(batch: Any, now: int) -> Any:
+    """Rows not expired at ``now`` (0 < expires <= now is expired); the batch itself when none is."""
+    expires = batch.column(3)
+    gone = pc.and_(pc.greater(expires, 0), pc.less_equal(expires, now))
+    if not pc.any(gone).as_py():
+        return batch
+    return batch.filter(pc.invert(gone))
+
+
+# -- what a bulk SEND did, and its stored record ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BulkResult:
+    """What a bulk SEND did: the RECEIPT's ``pymq-first-seq``, ``pymq-count``, ``pymq-duplicates``."""
+
+    first_seq: int
+    count: int
+    duplicates: int
+    stored: bool            # wrote persistent data: the receipt waits until it is durable
+
+    def receipt_headers(self) -> dict[str, str]:
+        return {"pymq-first-seq": str(self.first_seq), "pymq-count": str(self.count),
+                "pymq-duplicates": str(self.duplicates)}
+
+
+#: a stored bulk segment is a message whose body is the SEND's own IPC stream, marked by this header
+SEGMENT_HEADER = "pymq-segment"
+FIRST_KEY_HEADER = "pymq-first-key"
+
+
+def segment_record(body: bytes, rows: Any, dropped: Sequence[int], destination: str, key: int, message_id: str,
+                   first_key: int, node_id: str, now: int, defaults: tuple[bool, int, int]) -> BrokerMessage:
+    """The message object that stands for a bulk segment in storage and in memory accounting.  Its body is
+    the SEND's own body, as it came (no second encoding, and only what the producer sent), and its headers
+    say how the rows were completed (spec/spark.md §7: sequence block, keys, arrival time, defaults, rows
+    dropped as duplicates), so recovery rebuilds the very same rows (:func:`restored_segment`)."""
+    persistent, priority, ttl = defaults
+    headers = {SEGMENT_HEADER: "arrow", FIRST_KEY_HEADER: str(first_key), "pymq-arrival": str(now),
+               "pymq-node": node_id, "pymq-defaults": f"{int(persistent)},{priority},{ttl}",
+               "pymq-dropped": ",".join(map(str, dropped)), "content-type": segments.ARROW_STREAM}
+    any_persistent = pc.any(pc.equal(rows.column("delivery_mode"), 2)).as_py()
+    holder = BrokerMessage(key, message_id, destination, rows.column(0)[0].as_py(), headers, body,
+                           bool(any_persistent), 4, now, 0)
+    holder.size = rows.nbytes
+    return holder
+
+
+def restored_segment(message: BrokerMessage) -> tuple[Any, int] | None:
+    """(rows, first key) of a stored segment record, or None when ``message`` is not one: the SEND's rows
+    completed again as they were (see :func:`segment_record`), its non-persistent rows left out (as with
+    messages sent one by one, recovery keeps the persistent ones)."""
+    h = message.headers
+    if h.get(SEGMENT_HEADER) != "arrow":
+        return None
+    batch = read_bulk(message.body)
+    batch = drop_rows(batch, [int(i) for i in h.get("pymq-dropped", "").split(",") if i])
+    persistent, priority, ttl = (int(x) for x in h["pymq-defaults"].split(","))
+    first_key = int(h[FIRST_KEY_HEADER])
+    rows = complete_bulk(batch, first_seq=message.seq, first_key=first_key, node_id=h["pymq-node"],
+                         now=int(h["pymq-arrival"]), persistent=bool(persistent), priority=priority, ttl=ttl)
+    return rows.filter(pc.equal(rows.column("delivery_mode"), 2)), first_key
+
+
+def materialize_rows(rows: Any, destination: str, first_key: int, client: Any) -> list[BrokerMessage]:
+    """One message object per row of a completed bulk SEND, for the queues and subscribers that need one
+    (made once, shared by every entry that refers to it), stamped with the producing connection."""
+    made = segments.materialize(rows, destination, range(first_key, first_key + rows.num_rows), BrokerMessage)
+    if client is not None:
+        for message in made:
+            message.producer = client.id
+            message.client_id = client.client_id
+            message.user = client.user.name
+    return made

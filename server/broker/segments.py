@@ -1,0 +1,289 @@
+"""Messages as Arrow: sealed segments of retained logs, Arrow range reads and bulk appends (spec/spark.md §5–§8).
+
+One form, the *message batch* of spec/spark.md §5, serves three purposes:
+
+* a retained log keeps its messages in sealed :class:`Segment` s, each an Arrow record batch of
+  consecutive sequence numbers built once (at write time: a bulk append *is* a segment; per-message
+  appends are sealed :data:`SEGMENT_ROWS` at a time);
+* a range read asked in Arrow (``pymq-format: arrow``) is answered with one frame whose body is an Arrow
+  IPC stream of slices of those segments (:func:`ipc_stream`), so serving it touches no row;
+* a bulk SEND brings a batch of rows (bulk_rows.py), completed column-wise into a segment
+  without a per-message object; one is made per row (:func:`materialize`) only
+  where something needs a message: a STOMP consumer, a queue, a durable subscription, a per-message read.
+
+pyarrow is optional for the broker: without it :func:`available` is False, range reads are answered per
+message and bulk SENDs are refused with a precise error.  Pure functions and values: no event loop, no
+broker state (the retained log, log.py, and the range reader own the segments).
+"""
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pymq.errors import MessageFormatError
+from pymq.message import MAP_TYPE, RESERVED_HEADERS, content_body_type
+
+try:  # optional: the spark extra installs it
+    import pyarrow as pa
+    import pyarrow.compute as pc
+except ImportError:  # pragma: no cover - exercised by the broker tests without pyarrow
+    pa = pc = None
+
+#: rows of a segment sealed from per-message appends (a bulk append keeps its own size)
+SEGMENT_ROWS = 4096
+#: the content type of an Arrow IPC stream (a range read's answer, a bulk SEND's body)
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+#: the header that asks for (range reads) or announces (bulk SENDs) Arrow
+FORMAT_HEADER = "pymq-format"
+#: headers that are not properties in a segment: the reserved ones, and the group (its own column)
+NOT_PROPERTIES = frozenset(RESERVED_HEADERS | {"JMSXGroupID"})
+BODY_TYPES = ("text", "bytes", "map")
+CONTENT_TYPES = {"text": "text/plain;charset=utf-8", "bytes": "application/octet-stream", "map": MAP_TYPE}
+
+
+def available() -> bool:
+    """True when pyarrow is importable, so the broker serves Arrow reads and takes bulk SENDs."""
+    return pa is not None
+
+
+def _fields() -> list:
+    return [
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("message_id", pa.string()),
+        pa.field("timestamp", pa.int64()),
+        pa.field("expires", pa.int64()),
+        pa.field("priority", pa.int32()),
+        pa.field("delivery_mode", pa.int32()),
+        pa.field("body_type", pa.string()),
+        pa.field("content_type", pa.string()),
+        pa.field("body", pa.binary()),
+        pa.field("group", pa.string()),
+        pa.field("correlation_id", pa.string()),
+        pa.field("type", pa.string()),
+        pa.field("reply_to", pa.string()),
+        pa.field("properties", pa.map_(pa.string(), pa.string())),
+        pa.field("property_types", pa.string()),
+        pa.field("dedup_id", pa.string()),
+    ]
+
+
+if pa is not None:
+    #: a segment of a retained log, and the answer of every Arrow range read (spec/spark.md §5)
+    LOG_SCHEMA = pa.schema(_fields())
+
+
+def require() -> None:
+    if pa is None:
+        raise MessageFormatError("this broker has no pyarrow, so it takes no Arrow bulk SEND; send "
+                                 "messages one per frame, or install pyarrow on the broker")
+
+
+# -- segments --------------------------------------------------------------------------------------------
+
+class Segment:
+    """Messages of one destination with consecutive sequence numbers (gaps allowed), sealed as one Arrow
+    record batch of :data:`LOG_SCHEMA`.  ``messages`` holds the per-message objects the segment was
+    sealed from (None for a bulk append: those are made on demand); ``stored`` the storage record of a
+    bulk append (released when the whole segment leaves the log)."""
+
+    __slots__ = ("_expires", "_seqs", "_sizes", "_stamps", "batch", "first_key", "messages", "stored")
+
+    def __init__(self, batch: Any, messages: list | None = None, stored: Any = None,
+                 first_key: int | None = None) -> None:
+        self.batch = batch
+        self._seqs = _int64_view(batch.column(0))
+        self._stamps = _int64_view(batch.column(2))
+        self._expires = _int64_view(batch.column(3))
+        self._sizes = None
+        self.messages = messages
+        self.stored = stored
+        self.first_key = first_key      # a bulk append's rows have keys first_key, first_key + 1, ...
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    @property
+    def first(self) -> int:
+        return self._seqs[0]
+
+    @property
+    def last(self) -> int:
+        return self._seqs[-1]
+
+    def seq(self, row: int) -> int:
+        return self._seqs[row]
+
+    def timestamp(self, row: int) -> int:
+        return self._stamps[row]
+
+    def expires(self, row: int) -> int:
+        return self._expires[row]
+
+    def index(self, seq: int, lo: int = 0) -> int:
+        """The first row whose sequence number is >= ``seq``."""
+        return bisect.bisect_left(self._seqs, seq, lo)
+
+    def body_sizes(self) -> Any:
+        """Each row's body length (computed once, for max-bytes reads)."""
+        if self._sizes is None:
+            self._sizes = _int32_view(pc.binary_length(self.batch.column(8)))
+        return self._sizes
+
+
+def select(seg: Segment, start: int, stop: int, want: int | None, budget: int | None, from_ts: int | None,
+           now: int, first: bool) -> tuple[Any, int, int, int | None, bool]:
+    """Rows ``start:stop`` of a segment as a range browse selects them (spec/stomp.md §9, the per-message
+    loop's rules, column-wise): expired rows and rows stamped before ``from_ts`` are skipped; at most
+    ``want`` rows are kept; a row is not kept once ``budget`` body bytes were kept (the first row of the
+    whole read always is, ``first``).  Returns (the kept rows or None, how many, their body bytes, the
+    last sequence number examined or None, True when no limit stopped inside these rows)."""
+    n = stop - start
+    rows = seg.batch.slice(start, n)
+    gone = pc.and_(pc.greater(rows.column(3), 0), pc.less_equal(rows.column(3), now))
+    if from_ts is not None:
+        gone = pc.or_(gone, pc.less(rows.column(2), from_ts))
+    keep = pc.invert(gone) if pc.any(gone).as_py() else None
+    positions = None if keep is None else pc.indices_nonzero(keep)
+    available = n if positions is None else len(positions)
+    # The per-message loop checks its limits before it examines a row: once ``want`` rows were kept (or
+    # the byte budget was reached), the next row -- kept or skipped -- stops the read unexamined.
+    limit, binds = available, False
+    if want is not None and want <= available:
+        limit, binds = max(0, want), True
+    sizes = None
+    if budget is not None and not first and budget <= 0:
+        limit, binds = 0, True                  # the budget was used up before these rows
+    elif budget is not None and limit:
+        sizes = pc.binary_length(rows.column(8))
+        if positions is not None:
+            sizes = pc.take(sizes, positions)
+        reached = pc.index(pc.greater_equal(pc.cumulative_sum(sizes.cast(pa.int64())), budget), True).as_py()
+        if 0 <= reached < limit:
+            limit, binds = reached + 1, True
+    cut = n
+    if binds:
+        cut = 0 if limit == 0 else (limit if positions is None else positions[limit - 1].as_py() + 1)
+    piece = rows.slice(0, cut) if keep is None else rows.slice(0, cut).filter(keep.slice(0, cut))
+    size = 0
+    if budget is not None and limit:
+        size = pc.sum(sizes.slice(0, limit)).as_py()
+    examined = seg.seq(start + cut - 1) if cut else None
+    return (piece if piece.num_rows else None), limit, size, examined, cut >= n
+
+
+def _int64_view(column) -> memoryview:
+    # a zero-copy view of an int64 column without nulls (seq, timestamp, expires are never null here)
+    return memoryview(column.buffers()[1]).cast("q")[column.offset:column.offset + len(column)]
+
+
+def _int32_view(column) -> memoryview:
+    data = column.buffers()[1]
+    return memoryview(data).cast("i")[column.offset:column.offset + len(column)]
+
+
+def from_messages(messages: Sequence) -> Any:
+    """The rows of per-message objects (``BrokerMessage``), as one batch of the log schema.  Built once
+    per sealed segment, or per read for a log's open tail and for queues."""
+    require()
+    h = [m.headers for m in messages]
+    columns = [
+        pa.array([m.seq for m in messages], pa.int64()),
+        pa.array([m.message_id for m in messages], pa.string()),
+        pa.array([m.timestamp for m in messages], pa.int64()),
+        pa.array([m.expires for m in messages], pa.int64()),
+        pa.array([m.priority for m in messages], pa.int32()),
+        pa.array([2 if m.persistent else 1 for m in messages], pa.int32()),
+        pa.array([_body_type(x.get("content-type"), x.get("transformation"), m.body)
+                  for x, m in zip(h, messages)], pa.string()),
+        pa.array([x.get("content-type") for x in h], pa.string()),
+        pa.array([m.body for m in messages], pa.binary()),
+        pa.array([m.group_id for m in messages], pa.string()),
+        pa.array([x.get("correlation-id") for x in h], pa.string()),
+        pa.array([x.get("type") for x in h], pa.string()),
+        pa.array([x.get("reply-to") for x in h], pa.string()),
+        pa.array([[(k, v) for k, v in x.items() if k not in NOT_PROPERTIES] for x in h],
+                 pa.map_(pa.string(), pa.string())),
+        pa.array([x.get("pymq-types") for x in h], pa.string()),
+        pa.array([x.get("pymq-dedup-id") for x in h], pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=LOG_SCHEMA)
+
+
+def _body_type(content_type: str | None, transformation: str | None, body: bytes) -> str:
+    kind = content_body_type(content_type, transformation)
+    if kind is not None:
+        return kind
+    try:
+        body.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes"
+    return "text"
+
+
+def ipc_stream(schema: Any, batches: Iterable) -> Any:
+    """An Arrow IPC stream (schema, the batches, end marker) as one buffer: a range read's answer."""
+    require()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, schema) as writer:
+        for batch in batches:
+            if batch.num_rows:
+                writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def read_ipc(data: Any) -> Any:
+    """The one batch of a stored segment (its storage form is an IPC stream of one batch)."""
+    require()
+    reader = pa.ipc.open_stream(pa.py_buffer(data))
+    batches = list(reader)
+    if len(batches) != 1 or reader.schema != LOG_SCHEMA:
+        raise MessageFormatError("a stored segment is not one Arrow batch of the log schema")
+    return batches[0]
+
+
+# -- materializing rows as messages -----------------------------------------------------------------------
+
+def row_headers(batch: Any, start: int = 0, stop: int | None = None) -> list[dict]:
+    """The MESSAGE headers (without destination, message-id and pymq-seq) of rows ``start:stop``, as a
+    SEND that carried the same values would have left them on the broker's message."""
+    part = batch.slice(start, (stop if stop is not None else batch.num_rows) - start)
+    cols = {name: part.column(name).to_pylist() for name in
+            ("timestamp", "expires", "priority", "delivery_mode", "content_type", "group", "correlation_id",
+             "type", "reply_to", "properties", "property_types", "dedup_id")}
+    out = []
+    for i in range(part.num_rows):
+        h: dict[str, str] = {}
+        if cols["content_type"][i] is not None:
+            h["content-type"] = cols["content_type"][i]
+        for column, header in (("correlation_id", "correlation-id"), ("reply_to", "reply-to"),
+                               ("type", "type"), ("group", "JMSXGroupID"), ("property_types", "pymq-types"),
+                               ("dedup_id", "pymq-dedup-id")):
+            value = cols[column][i]
+            if value is not None:
+                h[header] = value
+        for name, value in cols["properties"][i] or ():
+            h[name] = value
+        h["persistent"] = "false" if cols["delivery_mode"][i] == 1 else "true"
+        h["priority"] = str(cols["priority"][i])
+        h["timestamp"] = str(cols["timestamp"][i])
+        h["expires"] = str(cols["expires"][i])
+        out.append(h)
+    return out
+
+
+def materialize(batch: Any, destination: str, keys: Sequence[int], make: Any, start: int = 0,
+                stop: int | None = None) -> list:
+    """Per-message objects for rows ``start:stop`` of a segment: ``make(key, message_id, destination,
+    seq, headers, body, persistent, priority, timestamp, expires)`` (the broker passes BrokerMessage)."""
+    stop = batch.num_rows if stop is None else stop
+    part = batch.slice(start, stop - start)
+    seqs = part.column("seq").to_pylist()
+    ids = part.column("message_id").to_pylist()
+    bodies = part.column("body").to_pylist()
+    out = []
+    for i, headers in enumerate(row_headers(batch, start, stop)):
+        out.append(make(keys[i], ids[i], destination, seqs[i], headers, bodies[i] or b"",
+                        headers["persistent"] == "true", int(headers["priority"]), int(headers["timestamp"]),
+                        int(headers["expires"])))
+    return out
