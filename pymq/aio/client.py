@@ -36,7 +36,7 @@ from pymq.client._core import (SESSION_TRANSACTED, AckMode, BrowseCore, Connecti
                                request_message, shared_durable_headers, shared_headers, unsubscribe_frame)
 from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, create_call, destinations_call,
                                drop_call, grant_call, info_call, list_call, metrics_call, purge_call)
-from pymq.client.frames import ack_upto_frame, range_headers
+from pymq.client.frames import ack_upto_frame, bulk_frame, range_headers
 from pymq.client.url import TlsOptions
 from pymq.destination import Destination, Queue, Topic, as_destination
 from pymq.errors import ConnectionClosed, IllegalStateError, PymqError
@@ -465,13 +465,15 @@ class AsyncSession(SessionCore):
                          max_bytes: int | None = None, from_timestamp: int | None = None,
                          selector: str | None = None, subscription: str | None = None,
                          source: str | None = None, timeout: float | None = None,
-                         frames: bool = False) -> RangeResult:
+                         frames: bool = False, arrow: bool = False) -> RangeResult:
         """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
         from a destination's retained log, a queue, or (``subscription``) a durable subscription.
-        ``frames=True``: each message's ``(headers, body)`` in ``RangeResult.frames`` instead."""
+        ``frames=True``: each message's ``(headers, body)`` in ``RangeResult.frames`` instead;
+        ``arrow=True``: the broker's one Arrow frame in ``RangeResult.arrow`` when it answers in Arrow
+        (spec/spark.md §6)."""
         extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
                               from_timestamp=from_timestamp, selector=selector, subscription=subscription,
-                              source=source)
+                              source=source, arrow=arrow)
         browse = _AsyncBrowse(self.connection, as_destination(destination), extra, raw=frames)
         await _collect(self, browse, timeout)
         return browse.result()
@@ -488,6 +490,16 @@ class AsyncSession(SessionCore):
         """Acknowledge every waiting message below sequence number ``seq`` (a reader that owns the
         queue or durable subscription, acknowledging a committed batch)."""
         await self.connection._request(ack_upto_frame(destination, seq, subscription))
+
+    @_guarded
+    async def send_arrow(self, destination: Destination | str, data: bytes, *,
+                         timeout: float | None = None) -> Headers:
+        """A bulk SEND (spec/spark.md §7): ``data`` is an Arrow IPC stream of rows, which the broker
+        appends as a unit; returns the receipt's headers (``pymq-first-seq``, ``pymq-count``,
+        ``pymq-duplicates``) once the rows are durable.  Not inside a transaction."""
+        if self.transacted:
+            raise IllegalStateError("a bulk SEND is its own unit: send it from a session that is not transacted")
+        return await self.connection._request(bulk_frame(destination, data), timeout)
 
     async def create_queue(self, name: str, **config: object) -> Queue:
         """A Queue; with settings (QueueConfig fields, see :meth:`AsyncQueueManager.create`) it is also

@@ -37,7 +37,7 @@ from collections import deque
 from typing import NamedTuple, Protocol
 from collections.abc import Callable
 
-from pymq.client.frames import send_frame, subscribe_headers
+from pymq.client.frames import ARROW_STREAM, send_frame, subscribe_headers
 from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress, parse_url
 from pymq.destination import Destination, Queue, TemporaryQueue, Topic, as_destination
 from pymq.errors import ConnectFailed, ConnectionClosed, IllegalStateError, PymqError, error_from_headers
@@ -787,17 +787,22 @@ class ProducerCore:
 
 class RangeResult:
     """What a range read returned: the messages (with ``.sequence``) and the destination's bounds; with
-    ``read_range(frames=True)``, the messages' ``(headers, body)`` pairs in ``frames`` instead."""
+    ``read_range(frames=True)``, the messages' ``(headers, body)`` pairs in ``frames`` instead; with
+    ``read_range(arrow=True)`` and a broker that answered in Arrow, the answer's Arrow IPC stream in
+    ``arrow`` (spec/spark.md §6; ``messages`` and ``frames`` are then empty)."""
 
-    __slots__ = ("messages", "earliest", "latest", "next_seq", "frames")
+    __slots__ = ("messages", "earliest", "latest", "next_seq", "frames", "arrow", "source")
 
     def __init__(self, messages: list[Message], earliest: int, latest: int, next_seq: int,
-                 frames: list[tuple[Headers, bytes]] | None = None) -> None:
+                 frames: list[tuple[Headers, bytes]] | None = None, arrow: bytes | None = None,
+                 source: str | None = None) -> None:
         self.messages = messages
         self.earliest = earliest      # first sequence number still available
         self.latest = latest          # last sequence number the destination assigned
         self.next_seq = next_seq      # where the next read continues
         self.frames: list[tuple[Headers, bytes]] = frames if frames is not None else []
+        self.arrow = arrow
+        self.source = source          # "log", "queue" or "none" (nothing to read there); None: not said
 
     def __repr__(self) -> str:
         return (f"RangeResult({len(self.messages) or len(self.frames)} messages, earliest={self.earliest}, "
@@ -817,6 +822,7 @@ class BrowseCore:
         self.pairs: list[tuple[Headers, bytes]] = []
         self.frames: deque[Frame] = deque()
         self.end: Headers | None = None          # the end marker's headers (range bounds)
+        self.arrow: bytes | None = None          # the end marker's body when the broker answered in Arrow
         self.sub_id = connection._register(self)
         headers = {"destination": destination.stomp_name, "id": self.sub_id, "browser": "true", "ack": "auto"}
         headers.update({k: str(v) for k, v in (extra or {}).items() if v is not None})
@@ -828,6 +834,8 @@ class BrowseCore:
     def _arrived(self, frame: Frame) -> None:
         if frame.headers.get("browser") == "end":
             self.end = frame.headers
+            if frame.headers.get("content-type") == ARROW_STREAM:
+                self.arrow = frame.body
             self.connection._unregister(self.sub_id)
         else:
             self.frames.append(frame)
@@ -863,7 +871,8 @@ class BrowseCore:
     def result(self) -> RangeResult:
         h = self.end or {}
         return RangeResult(self.messages, _seq(h, "pymq-earliest-seq"), _seq(h, "pymq-latest-seq"),
-                           _seq(h, "pymq-next-seq"), self.pairs if self.raw else None)
+                           _seq(h, "pymq-next-seq"), self.pairs if self.raw else None, self.arrow,
+                           h.get("pymq-source"))
 
 
 def _seq(headers: Headers, name: str) -> int:

@@ -33,7 +33,7 @@ from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACK
                                ConsumerCore, Headers, ProducerCore, ack_mode_of, RangeResult, SessionCore, browse_queue,
                                durable_headers, durable_topic, reply_message, request_message,
                                shared_durable_headers, shared_headers, unsubscribe_frame)
-from pymq.client.frames import ack_upto_frame, range_headers
+from pymq.client.frames import ack_upto_frame, bulk_frame, range_headers
 from pymq.client.transport import Transport, transport_for
 from pymq.client.url import TlsOptions
 from pymq.destination import Destination, Queue, Topic, as_destination
@@ -361,17 +361,29 @@ class Session(SessionCore):
                    to_seq: int | None = None, max_messages: int | None = None,
                    max_bytes: int | None = None, from_timestamp: int | None = None,
                    selector: str | None = None, subscription: str | None = None, source: str | None = None,
-                   timeout: float | None = None, frames: bool = False) -> RangeResult:
+                   timeout: float | None = None, frames: bool = False, arrow: bool = False) -> RangeResult:
         """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
         from a destination's retained log, a queue, or (``subscription``) a durable subscription.
 
         ``frames=True`` leaves each message as the broker sent it, a ``(headers, body)`` pair in
         ``RangeResult.frames`` (``messages`` is then empty): the seam for readers that decode many
-        messages at once without making a Message of each (the Spark connector's Arrow decoder)."""
+        messages at once without making a Message of each (the Spark connector's Arrow decoder).
+        ``arrow=True`` asks the broker for one Arrow frame (spec/spark.md §6): its IPC stream is then in
+        ``RangeResult.arrow``; a broker without Arrow answers per message as usual."""
         extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
                               from_timestamp=from_timestamp, selector=selector, subscription=subscription,
-                              source=source)
+                              source=source, arrow=arrow)
         return _browse(self, as_destination(destination), extra, timeout, frames)
+
+    @_guarded
+    def send_arrow(self, destination: Destination | str, data: bytes, *,
+                   timeout: float | None = None) -> Headers:
+        """A bulk SEND (spec/spark.md §7): ``data`` is an Arrow IPC stream of rows, which the broker
+        appends as a unit; returns the receipt's headers (``pymq-first-seq``, ``pymq-count``,
+        ``pymq-duplicates``) once the rows are durable.  Not inside a transaction."""
+        if self.transacted:
+            raise IllegalStateError("a bulk SEND is its own unit: send it from a session that is not transacted")
+        return self.connection._request(bulk_frame(destination, data), timeout)
 
     def bounds(self, destination: Destination | str, *, subscription: str | None = None,
                source: str | None = None) -> tuple[int, int]:

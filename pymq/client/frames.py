@@ -68,15 +68,28 @@ def subscribe_headers(destination: Destination, sub_id: str, cumulative: bool, p
     return headers
 
 
+#: the content type of an Arrow IPC stream: a range read answered in Arrow, a bulk SEND (spec/spark.md §5)
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
+
+
 def range_headers(*, from_seq: int | None = None, to_seq: int | None = None, max_messages: int | None = None,
                   max_bytes: int | None = None, from_timestamp: int | None = None, selector: str | None = None,
-                  subscription: str | None = None, source: str | None = None) -> dict[str, object]:
+                  subscription: str | None = None, source: str | None = None,
+                  arrow: bool = False) -> dict[str, object]:
     """The extra SUBSCRIBE headers of a range read (spec/stomp.md §9).  There is always a start (0 =
     the earliest): a range read is in sequence order, never delivery order.  ``source``: "log" or
-    "queue" (default: the destination's retained log when it has one).  None values are left out."""
+    "queue" (default: the destination's retained log when it has one).  ``arrow``: ask for the answer
+    as one Arrow frame (spec/spark.md §6).  None values are left out."""
     return {"pymq-from-seq": from_seq or 0, "pymq-to-seq": to_seq, "pymq-max-messages": max_messages,
             "pymq-max-bytes": max_bytes, "pymq-from-timestamp": from_timestamp,
-            "selector": selector or None, "durable-subscription-name": subscription, "pymq-source": source}
+            "selector": selector or None, "durable-subscription-name": subscription, "pymq-source": source,
+            "pymq-format": "arrow" if arrow else None}
+
+
+def bulk_frame(destination: Destination | str, data: bytes) -> Frame:
+    """A bulk SEND (spec/spark.md §7): rows as an Arrow IPC stream, appended by the broker as a unit."""
+    return Frame("SEND", {"destination": as_destination(destination).stomp_name, "pymq-format": "arrow",
+                          "content-type": ARROW_STREAM}, data)
 
 
 def ack_upto_frame(destination: Destination | str, seq: int, subscription: str | None = None) -> Frame:

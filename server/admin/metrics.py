@@ -42,6 +42,9 @@ QUEUE_FAMILIES = [
     ("dead_lettered", "dead_lettered", True, "Messages moved to the dead-letter queue (or dropped at "
                                              "the maximum when dead-lettering is off)"),
     ("dropped", "dropped", True, "Messages dropped by the overflow policy drop-oldest"),
+    ("lag_seconds", "lag_s", False, "Age of the oldest message waiting (ready): how far behind the readers are"),
+    ("acked_upto", "acked_upto", False, "The last pymq-ack-upto position: a range reader (the Spark connector's "
+                                        "consume mode) has acknowledged everything below it"),
 ]
 
 

@@ -48,7 +48,18 @@ def queue_metrics(queue, clock: float) -> dict:
         "in_flight": queue.acquired,
         "scheduled": queue.scheduled,
         "consumers": len(queue.consumers),
+        # how far behind its readers are: the age of the oldest message still waiting, and the position a
+        # range reader (the Spark connector's consume mode) last acknowledged up to
+        "lag_s": _lag_seconds(queue),
+        "acked_upto": st.acked_upto,
     }
+
+
+def _lag_seconds(queue) -> float:
+    oldest = queue.ready.oldest()
+    if oldest is None:
+        return 0.0
+    return round(max(0, time.time() * 1000 - oldest.message.timestamp) / 1000, 3)
 
 
 class Admin:

@@ -90,7 +90,7 @@ class FrameOutlet:
             if message is None:
                 break
             link.send_browse(conn, sub_id, _BrowseEntry(message))
-        self.send_frame("MESSAGE", browse.end_marker())
+        self.send_frame("MESSAGE", browse.end_marker(), browse.end_body)   # an Arrow answer's rows: its body
 
     def _run_browses(self) -> None:
         browses = self._browses

@@ -3,8 +3,13 @@
 What a browse (SUBSCRIBE ``browser:true``, spec/stomp.md §9) reads: a destination's retained log when it
 has one, else the live queue — a queue, a temporary queue, or a topic's durable subscription (which a
 reader that owns it may create by reading it first). The reader hands back a :class:`Browse`; the
-session writes its messages and then the ``browser:end`` marker with the bounds. ``ack_upto`` completes
-the ready messages below a sequence number (a range reader that consumes, spec/stomp.md §9).
+session writes its messages and then the ``browser:end`` marker with the bounds. A range asked in Arrow
+(``pymq-format: arrow``, spec/spark.md §6) is an :class:`ArrowBrowse`: no message frames, one end marker
+whose body is an Arrow IPC stream — slices of the log's sealed segments, or (a queue, a subscription, a
+selector) the messages chosen by the same rules one by one. Ranges of a queue follow sequence numbers
+through the ready index (``ReadyIndex.by_seq``: a merge of sorted runs, no sort of the queue per read).
+``ack_upto`` completes the ready messages below a sequence number (a range reader that consumes,
+spec/stomp.md §9).
 
 Depends on: destinations (layer 1), subscriptions (layer 2), the retained logs and the sequence book.
 """
@@ -12,6 +17,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
+from pymq_server.broker import segments
 from pymq_server.broker.clients import Client
 from pymq_server.broker.destinations import Destinations, Kind
 from pymq_server.broker.log import RetainedLog, RetainedLogs
@@ -23,18 +29,29 @@ from pymq_server.broker.subscriptions import Subscriptions
 
 from pymq.errors import UnknownDestination
 
+#: the most body bytes one Arrow range answer carries (spec/spark.md §6): a bound on the frame a browse holds
+ARROW_MAX_BYTES = 16 * 1024 * 1024
+
 
 class Browse:
     """One browse as a cursor: :meth:`next` gives the messages in order, then None; :meth:`end_marker`
     the closing frame's headers. The session writes while its connection's outgoing buffer has room and
     calls :meth:`resume` after a pause (a browse of a whole queue never holds more than
-    ``write_buffer_high`` in the broker)."""
+    ``write_buffer_high`` in the broker). ``source`` says what the range is read from (``log``, ``queue``,
+    or ``none``: a topic with neither a log nor a subscription, where a reader can never read anything)."""
+
+    #: the end marker's body (an Arrow answer carries its rows there)
+    end_body: bytes = b""
 
     def __init__(self, request: RangeRequest, candidates: Iterable[BrokerMessage], retained: RetainedLog | None,
-                 selector: object, earliest: int, latest: int, now_ms: Callable[[], int]) -> None:
+                 selector: object, earliest: int, latest: int, now_ms: Callable[[], int],
+                 queue: MessageQueue | None = None, source: str = "log") -> None:
         self.request = request
         self._candidates = iter(candidates)
         self._retained = retained
+        self._queue = queue
+        self.source = source
+        self.max_bytes = request.max_bytes
         self._selector = selector
         self.earliest = earliest
         self.latest = latest
@@ -46,14 +63,19 @@ class Browse:
 
     def resume(self) -> None:
         """After a pause: a log is read again from the next sequence number (it may have been trimmed
-        meanwhile, and a range of it is only valid until the loop runs something else)."""
+        meanwhile, and a range of it is only valid until the loop runs something else); so is a range of a
+        queue's ready index (entries may have been taken or added)."""
+        request = self.request
         if self._retained is not None and self._next_seq is not None:
-            self._candidates = self._retained.range(self._next_seq, self.request.to_seq)
+            self._candidates = self._retained.range(self._next_seq, request.to_seq)
+        elif self._queue is not None and request.ranged:
+            start = self._next_seq if self._next_seq is not None else request.from_seq or 0
+            self._candidates = (e.message for e in self._queue.ready.by_seq(start, request.to_seq))
 
     def next(self) -> BrokerMessage | None:
         """The next message to send, or None when the browse is complete."""
         request = self.request
-        max_messages, max_bytes, from_ts = request.max_messages, request.max_bytes, request.from_timestamp
+        max_messages, max_bytes, from_ts = request.max_messages, self.max_bytes, request.from_timestamp
         selector = self._selector
         for message in self._candidates:
             if (max_messages is not None and self.count >= max_messages) or \
@@ -70,6 +92,16 @@ class Browse:
             return message
         return None
 
+    @property
+    def stopped(self) -> bool:
+        """A limit (messages, bytes) ended the read before the range did."""
+        return not self._exhausted
+
+    @property
+    def next_seq(self) -> int | None:
+        """One past the last sequence number examined (None before any)."""
+        return self._next_seq
+
     def end_marker(self) -> dict[str, str]:
         """The headers of the closing ``browser:end`` MESSAGE (after the messages were read)."""
         request = self.request
@@ -82,7 +114,46 @@ class Browse:
             next_seq = request.from_seq if request.from_seq is not None else self.earliest
         return {"subscription": request.id, "destination": request.destination, "message-id": "browser-end",
                 "browser": "end", "pymq-earliest-seq": str(self.earliest), "pymq-latest-seq": str(self.latest),
-                "pymq-next-seq": str(next_seq), "pymq-count": str(self.count)}
+                "pymq-next-seq": str(next_seq), "pymq-count": str(self.count), "pymq-source": self.source}
+
+
+class ArrowBrowse(Browse):
+    """A range read answered in one frame (spec/spark.md §6): the end marker carries the rows as an Arrow
+    IPC stream. A log without a selector is answered by slicing its sealed segments (no row touched);
+    otherwise the messages are chosen one by one by :meth:`Browse.next`'s rules and built into one batch.
+    The rows' bodies are capped at :data:`ARROW_MAX_BYTES` (the reader continues from ``pymq-next-seq``),
+    so one answer never holds more than that in the broker. Built at once: nothing to pause or resume."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        request = self.request
+        self.max_bytes = ARROW_MAX_BYTES if request.max_bytes is None else min(request.max_bytes, ARROW_MAX_BYTES)
+        retained = self._retained
+        if retained is not None and self._selector is None:
+            batches, self.count, last, stopped = retained.read_arrow(
+                request.from_seq or 0, request.to_seq, request.max_messages, self.max_bytes,
+                request.from_timestamp, self._now_ms())
+            self._next_seq = None if last is None else last + 1
+            self._exhausted = not stopped
+        else:
+            chosen = []
+            message = Browse.next(self)
+            while message is not None:
+                chosen.append(message)
+                message = Browse.next(self)
+            batches = [segments.from_messages(chosen)] if chosen else []
+        self.end_body = segments.ipc_stream(segments.LOG_SCHEMA, batches).to_pybytes()
+
+    def next(self) -> BrokerMessage | None:
+        return None                    # the rows travel in the end marker's body
+
+    def resume(self) -> None:
+        pass
+
+    def end_marker(self) -> dict[str, str]:
+        headers = super().end_marker()
+        headers["content-type"] = segments.ARROW_STREAM
+        return headers
 
 
 class RangeReader:
@@ -116,16 +187,17 @@ class RangeReader:
             candidates = retained.range(from_seq or 0, to_seq)
         elif queue is None:
             candidates = ()
+        elif request.ranged:
+            # ranges follow sequence numbers: the ready index's sorted runs, merged (no sort of the queue)
+            candidates = (e.message for e in queue.ready.by_seq(from_seq or 0, to_seq))
         else:
-            messages = [e.message for e in queue.ready]
-            if request.ranged:
-                # ranges follow sequence numbers; whole-queue browsing follows delivery order
-                messages.sort(key=_seq)
-                messages = [m for m in messages if (from_seq is None or m.seq >= from_seq)
-                            and (to_seq is None or m.seq < to_seq)]
-            candidates = messages
+            candidates = [e.message for e in queue.ready]     # whole-queue browsing: delivery order
         earliest, latest = self.bounds(destination, queue, use_log=retained is not None)
-        return Browse(request, candidates, retained, selector, earliest, latest, self.now_ms)
+        # a reader of a topic with neither a log nor a subscription learns at once that it can never read
+        # anything there (spec/stomp.md §9)
+        source = "log" if retained is not None else "queue" if queue is not None else "none"
+        kind_of_browse = ArrowBrowse if request.arrow and segments.available() else Browse
+        return kind_of_browse(request, candidates, retained, selector, earliest, latest, self.now_ms, queue, source)
 
     def bounds(self, destination: str, queue: MessageQueue | None, use_log: bool = True) -> tuple[int, int]:
         """(earliest available sequence, latest assigned sequence) of a destination's log or queue."""
@@ -134,9 +206,9 @@ class RangeReader:
         if retained is not None and len(retained):
             return retained.earliest, latest          # type: ignore[return-value]
         if retained is None and queue is not None:
-            seqs = [e.message.seq for e in queue.ready]
-            if seqs:
-                return min(seqs), latest
+            first = queue.ready.min_seq()
+            if first is not None:
+                return first, latest
         return latest + 1, latest
 
     def ack_upto(self, client: Client, request: AckUptoRequest) -> None:
@@ -146,7 +218,8 @@ class RangeReader:
             raise UnknownDestination(f"nothing to acknowledge on {request.destination!r}: give a queue, or a "
                                      f"topic with durable-subscription-name")
         self.destinations.acl.authorize(client.user, queue.destination, "consume")
-        queue.remove_ready([e for e in queue.ready if e.message.seq < request.upto])
+        queue.remove_ready(list(queue.ready.by_seq(0, request.upto)))
+        queue.stats.acked_upto = max(queue.stats.acked_upto, request.upto)
 
     def _queue_for(self, client: Client, destination: str, durable_name: str | None,
                    shared: bool) -> MessageQueue | None:
@@ -156,7 +229,3 @@ class RangeReader:
         if kind is Kind.TOPIC and durable_name:
             return self.subscriptions.for_reader(client, name, durable_name, shared)
         return None
-
-
-def _seq(message: BrokerMessage) -> int:
-    return message.seq

@@ -148,6 +148,38 @@ def parse_send(headers: Mapping[str, str], body: bytes) -> SendRequest:
 #: builds a SendRequest from a tuple of all its fields in C: a SEND makes one per message
 _new_send = functools.partial(tuple.__new__, SendRequest)
 
+#: the header that asks a range read for one Arrow frame, or marks a SEND as a bulk one (spec/spark.md §6, §7)
+FORMAT_HEADER: Final = "pymq-format"
+
+
+class BulkSendRequest(NamedTuple):
+    """A bulk SEND (spec/spark.md §7): rows as an Arrow IPC stream, placed as a unit."""
+
+    destination: str
+    body: bytes
+    receipt: str | None = None
+
+
+def is_bulk(headers: Mapping[str, str]) -> bool:
+    """A SEND carrying ``pymq-format: arrow`` (any other value of the header is refused)."""
+    return _format(headers)
+
+
+def _format(headers: Mapping[str, str]) -> bool:
+    value = headers.get(FORMAT_HEADER)
+    if value is None:
+        return False
+    if value != "arrow":
+        raise InvalidHeader(f"header {FORMAT_HEADER!r} must be 'arrow', got {value[:32]!r}", header=FORMAT_HEADER)
+    return True
+
+
+def parse_bulk_send(headers: Mapping[str, str], body: bytes) -> BulkSendRequest:
+    if headers.get("transaction") is not None:
+        raise InvalidHeader("a bulk SEND (pymq-format: arrow) is its own unit and cannot be part of a transaction "
+                            "(spec/spark.md §7)", header="transaction")
+    return BulkSendRequest(headers["destination"], body, headers.get("receipt"))
+
 
 # -- SUBSCRIBE: ranges (browse) and consumers -----------------------------------------------------------
 
@@ -165,6 +197,7 @@ class RangeRequest(NamedTuple):
     max_messages: int | None = None
     max_bytes: int | None = None
     from_timestamp: int | None = None
+    arrow: bool = False                  # pymq-format: arrow: the answer as one Arrow frame (spec/spark.md §6)
 
     @property
     def ranged(self) -> bool:
@@ -204,7 +237,7 @@ def parse_subscribe(headers: Mapping[str, str]) -> SubscribeRequest:
                                                     _int(headers, "pymq-from-seq"), _int(headers, "pymq-to-seq"),
                                                     _int(headers, "pymq-max-messages"),
                                                     _int(headers, "pymq-max-bytes"),
-                                                    _int(headers, "pymq-from-timestamp")))
+                                                    _int(headers, "pymq-from-timestamp"), _format(headers)))
     ack = headers.get("ack", AUTO)
     if ack not in ACK_MODES:
         raise InvalidHeader(f"ack mode {ack[:32]!r} is not one of auto, client, client-individual",

@@ -96,3 +96,41 @@ def test_consume_mode_acknowledges_the_committed_batch_while_the_queue_is_idle(s
     assert r.latestOffset(end, ReadAllAvailable()) == end
     assert seqs(url, queue) == []
     r.stop()
+
+
+def test_a_topic_without_retention_is_refused_at_start_with_the_reason(broker_factory, name):
+    from pymq.errors import ConfigError
+    from pyspark_pymq.source import BatchReader
+    url = broker_factory(retention={"/topic/kept.*": {"ms": 60_000}}).url
+    with pymq.connect(url) as conn:
+        conn.create_session().create_producer(pymq.Topic(name)).send("gone at once: no log, no subscriber")
+    for make in (lambda: reader(url, topic=name).initialOffset(),
+                 lambda: BatchReader(ReadOptions.parse({"url": url, "topic": name}, streaming=False)).partitions()):
+        with pytest.raises(ConfigError, match=f"/topic/{name} keeps no retained log.*'subscription'"):
+            make()
+    # a durable subscription of it is readable; a pattern leaves such a topic out and reads the others
+    assert list(reader(url, topic=name, subscription="s1").initialOffset()) == [f"/topic/{name}"]
+    with pymq.connect(url) as conn:
+        conn.create_session().create_producer(pymq.Topic(f"kept.{name}")).send("kept")
+    r = reader(url, destinationPattern="/topic/*", startingOffsets="earliest")
+    start = r.initialOffset()
+    assert f"/topic/kept.{name}" in from_offset(start) and f"/topic/{name}" not in from_offset(start)
+
+
+def test_a_consuming_query_shows_its_lag_in_the_broker_metrics(spark_broker, name):
+    from pymq_server.admin.ops import queue_metrics
+    url, queue = spark_broker.url, pymq.Queue(name)
+    send(url, queue, ["m0", "m1", "m2"])
+    r = reader(url, queue=name, mode="consume")
+    start = r.initialOffset()
+
+    def figures():
+        return spark_broker.call(lambda: queue_metrics(spark_broker.broker.get_queue(name), 0.0))
+
+    assert figures()["acked_upto"] == 0 and figures()["lag_s"] >= 0 and figures()["ready"] == 3
+    end = r.latestOffset(start, ReadAllAvailable())
+    r.commit(end)
+    after = figures()
+    assert after["acked_upto"] == from_offset(end)[f"/queue/{name}"] and after["ready"] == 0
+    assert after["lag_s"] == 0.0
+    r.stop()
