@@ -16,6 +16,7 @@ import logging
 from typing import Any, Callable, Iterator, Protocol
 
 from pymq_server.broker.acl import AccessControl
+from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.auth import Authenticator, User
 from pymq_server.broker.clients import Client
 from pymq_server.broker.consumer import Consumer
@@ -29,7 +30,8 @@ from pymq_server.broker.placement import Placement
 from pymq_server.broker.queue import Entry, MessageQueue
 from pymq_server.broker.ranges import Browse, RangeReader
 from pymq_server.broker.recovery import Recovery
-from pymq_server.broker.requests import AckUptoRequest, RangeRequest, SendRequest, SendResult, SubscribeRequest
+from pymq_server.broker.requests import (AckUptoRequest, BulkSendRequest, RangeRequest, SendRequest, SendResult,
+                                         SubscribeRequest)
 from pymq_server.broker.router import Router
 from pymq_server.broker.sequences import SequenceBook
 from pymq_server.broker.stored_form import encode_stored
@@ -203,6 +205,13 @@ class Broker:
         paused while message memory is high (spec/stomp.md §8)."""
         result = self.router.send(client, request)
         if self.flow.high and client is not None:
+            self.flow.block(client)
+        return result
+
+    def send_bulk(self, client: Client, request: BulkSendRequest) -> BulkResult:
+        """Place a bulk SEND's rows as a unit (spec/spark.md §7); flow control as for :meth:`send`."""
+        result = self.router.send_bulk(client, request)
+        if self.flow.high:
             self.flow.block(client)
         return result
 

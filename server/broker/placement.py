@@ -21,7 +21,10 @@ path with every rule set up to bite. The rules, in the order they apply:
    reference per durable queue, the log and each outbox; then every queue gets its entry.
 
 Rules 1–5 decide and refuse without changing anything; rules 6–8 take effect together, the store's write
-first, so a device that refuses the message (a full disk) still leaves no trace. Placement is split in
+first, so a device that refuses the message (a full disk) still leaves no trace. A bulk SEND's rows
+(:meth:`Placement.place_bulk`, spec/spark.md §7) go through the same rules in the same order, applied to
+the frame as a whole and column-wise: every row is checked before any is numbered, and a topic's rows
+that only its log keeps become one sealed segment and one stored record, with no per-message object. Placement is split in
 two for the application-transaction path: :meth:`Placement.plan` decides (no side
 effect except numbering), :meth:`Placement.commit` acts. Claiming a message written in an application's
 transaction plans it inside the database transaction that claims it, and commits after that
@@ -32,12 +35,14 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING, Final, Mapping, Optional, Union
 
+from pymq_server.broker import bulk_rows, segments
+from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.clients import Client
 from pymq_server.broker.dedup import DuplicateWindow
 from pymq_server.broker.flow import MemoryFlow
 from pymq_server.broker.log import RetainedLog, RetainedLogs
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
-from pymq_server.broker.message import BrokerMessage, message_from_request
+from pymq_server.broker.message import BrokerMessage, message_from_request, now_ms
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.requests import SendRequest, SendResult
 from pymq_server.broker.sequences import SequenceBook
@@ -45,7 +50,7 @@ from pymq_server.broker.topic import Topic
 from pymq_server.config import BrokerConfig, QueueConfig
 from pymq_server.storage.store import HoldingStore
 
-from pymq.errors import QueueFull
+from pymq.errors import QueueFull, SchemaViolation
 
 if TYPE_CHECKING:
     from pymq_server.storage.device import HoldingDevice
@@ -71,6 +76,8 @@ class EntryPath(enum.Enum):
     REDISTRIBUTION = "redistribution"
     HANDOVER = "hand-over"
     REROUTE = "re-route"
+    BULK_QUEUE = "bulk SEND to a queue"
+    BULK_TOPIC = "bulk SEND to a topic"
 
 
 _ALL = frozenset(Rule)
@@ -89,6 +96,9 @@ RULES: Final[Mapping[EntryPath, frozenset[Rule]]] = {
     EntryPath.REDISTRIBUTION: frozenset({Rule.STORE}),
     EntryPath.HANDOVER: frozenset({Rule.STORE}),
     EntryPath.REROUTE: frozenset({Rule.STORE}),
+    # a frame of rows (spec/spark.md §7): the rules of a SEND to the same target, to the frame as a whole
+    EntryPath.BULK_QUEUE: _ALL,
+    EntryPath.BULK_TOPIC: frozenset({Rule.DEDUP, Rule.ROUTING, Rule.RETAINED_LOG, Rule.STORE}),
 }
 
 
@@ -241,6 +251,123 @@ class Placement:
         if block is not None and client is not None and block.depth >= block.config.max_depth:
             block.block_producer(client)
         return (message.message_id, stored and message.persistent)
+
+    def place_bulk(self, target: Target, batch: object, body: bytes, client: Client | None) -> BulkResult:
+        """Put a bulk SEND's rows (``batch``, read and checked by bulk_rows.read_bulk; ``body`` the frame's
+        IPC stream) under ``target`` with the rules of its bulk path, in the usual order, column-wise."""
+        path = EntryPath.BULK_TOPIC if isinstance(target, Topic) else EntryPath.BULK_QUEUE
+        policy = self.policies[path]
+        destination = target.destination
+        queue = target if isinstance(target, MessageQueue) else None
+        priority, ttl = 4, 0
+        if queue is not None and policy.defaults:
+            priority, ttl = queue.config.default_priority, queue.config.default_expiration_ms
+        arrival = now_ms()
+
+        def complete(rows: object, first_seq: int, first_key: int) -> object:
+            return bulk_rows.complete_bulk(rows, first_seq=first_seq, first_key=first_key, node_id=self.node_id,
+                                           now=arrival, persistent=self.default_persistent, priority=priority,
+                                           ttl=ttl)
+
+        # 1 duplicates (look-up): the dedup column against the window, and against earlier rows of the frame
+        dropped = self._duplicate_rows(destination, batch) if policy.dedup else []
+        batch = bulk_rows.drop_rows(batch, dropped)
+        n = batch.num_rows  # type: ignore[attr-defined]
+        peers: list | None = None
+        make_room = 0
+        if queue is not None and n:
+            check_schema = policy.schema and queue.schema is not None
+            route = policy.routing and queue.kind == "queue" and self.cluster.active
+            headers = segments.row_headers(complete(batch, 0, 0)) if check_schema or route else []
+            if check_schema:                                                     # 2 schema, every row
+                for i, row in enumerate(headers):
+                    try:
+                        queue.schema.check(row, destination)
+                    except SchemaViolation as exc:
+                        raise SchemaViolation(f"bulk SEND row {i}: {exc}") from None
+            if route:                                                            # 3 routing, row by row
+                peers = [self.cluster.route_queue(queue, row) for row in headers]
+            if policy.depth:                                                     # 4 depth, the frame at once
+                make_room = self._room(queue, n if peers is None else peers.count(None))
+        if n == 0:
+            return BulkResult(self.seqs.peek(destination), 0, len(dropped), False)
+        first_seq = self.seqs.take(destination, n)                               # 5 one block of numbers
+        first_key = self.seqs.take("", n)
+        rows = complete(batch, first_seq, first_key)
+        log = self.logs.get(destination) if policy.log else None
+        if isinstance(target, Topic) and log is not None and not target.subscriptions and not self.cluster.active:
+            # only the log keeps these rows: one sealed segment, one stored record, no message objects
+            return BulkResult(first_seq, n, len(dropped),
+                              self._log_segment(log, body, rows, dropped, first_key, arrival, (priority, ttl)))
+        made = bulk_rows.materialize_rows(rows, destination, first_key, client)
+        dedup_ids = rows.column("dedup_id").to_pylist() if policy.dedup else [None] * n  # type: ignore[attr-defined]
+        plans: list[Plan] = []
+        for i, message in enumerate(made):
+            if queue is None:
+                assert isinstance(target, Topic)
+                outboxes = self.cluster.topic_outboxes(target, message) if policy.routing and self.cluster.active \
+                    else []
+                plans.append((path, message, [sub.queue for sub in target.targets(message)], outboxes,
+                              log, None, None, dedup_ids[i], destination))
+            else:
+                peer = None if peers is None else peers[i]
+                local = peer is None
+                plans.append((path, message, [queue] if local else [self.cluster.outbox(peer)], [],
+                              log if local else None, None, None, dedup_ids[i], destination))
+        for _ in range(make_room):
+            queue.drop_oldest()  # type: ignore[union-attr]
+        stored = False
+        for plan in plans:                                                       # 6-8 per row's message
+            stored = self.commit(plan, client)[1] or stored
+        if queue is not None and client is not None and queue.config.overflow == "block" and \
+                queue.config.max_depth and queue.depth >= queue.config.max_depth:
+            queue.block_producer(client)
+        return BulkResult(first_seq, n, len(dropped), stored)
+
+    def _duplicate_rows(self, destination: str, batch: object) -> list[int]:
+        """Rows whose dedup id reached the destination within the window, or appears earlier in the frame."""
+        if "dedup_id" not in batch.schema.names:  # type: ignore[attr-defined]
+            return []
+        ids = batch.column("dedup_id")  # type: ignore[attr-defined]
+        if ids.null_count == len(ids):
+            return []
+        out, earlier = [], set()
+        for i, dedup_id in enumerate(ids.to_pylist()):
+            if dedup_id is None:
+                continue
+            if dedup_id in earlier:
+                self.dedup.duplicates += 1
+                out.append(i)
+            elif self.dedup.seen(destination, dedup_id):
+                out.append(i)
+            earlier.add(dedup_id)
+        return out
+
+    @staticmethod
+    def _room(queue: MessageQueue, n: int) -> int:
+        """Rule 4 for ``n`` rows at once: raises for ``reject``, or how many to drop for ``drop-oldest``."""
+        cfg = queue.config
+        if not cfg.max_depth or queue.depth + n <= cfg.max_depth:
+            return 0
+        if cfg.overflow == "reject":
+            raise QueueFull(f"queue '{queue.destination}' holds {queue.depth} of {cfg.max_depth} messages; the "
+                            f"bulk SEND's {n} rows were refused", destination=queue.destination)
+        if cfg.overflow == "drop-oldest":
+            return min(queue.ready.count, queue.depth + n - cfg.max_depth)
+        return 0
+
+    def _log_segment(self, log: RetainedLog, body: bytes, rows: object, dropped: list[int], first_key: int,
+                     arrival: int, defaults: tuple[int, int]) -> bool:
+        """Rules 6–8 for rows only a retained log keeps: one stored record (the SEND's own body), one segment."""
+        key = self.seqs.next("")
+        holder = bulk_rows.segment_record(body, rows, dropped, log.destination, key, f"ID:{self.node_id}-{key}",
+                                          first_key, self.node_id, arrival, (self.default_persistent, *defaults))
+        stored = self.store.hold(holder, [log.name]) if holder.persistent else False
+        self.flow.held(holder)
+        for dedup_id in rows.column("dedup_id").drop_null().to_pylist():  # type: ignore[attr-defined]
+            self.dedup.remember(log.destination, dedup_id)
+        log.append_segment(rows, first_key, holder)
+        return stored
 
     def _build(self, request: SendRequest, destination: str, config: QueueConfig | None,
                client: Client | None) -> BrokerMessage:

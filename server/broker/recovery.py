@@ -2,7 +2,8 @@
 
 Order: the catalog first — reserved sequence blocks, declared queues and ACLs, durable subscriptions —
 then every stored message, handed to the queues its references name (a queue, an internal queue, a
-durable subscription, or a retained log ``log:<destination>``). A message's sequence numbers are never
+durable subscription, or a retained log ``log:<destination>``; a bulk SEND's stored record becomes its
+log's segment again, spec/spark.md §7). A message's sequence numbers are never
 handed out again, its bytes count against the memory limit, and its dedup id re-enters the window. A
 reference to a queue that no longer exists (its catalog record is gone) keeps the message in
 ``/queue/recovered`` rather than dropping it.
@@ -18,6 +19,7 @@ import json
 import logging
 from typing import Any, Iterable
 
+from pymq_server.broker import bulk_rows
 from pymq_server.broker.acl import DestinationAcl
 from pymq_server.broker.dedup import DuplicateWindow
 from pymq_server.broker.destinations import Destinations
@@ -84,9 +86,21 @@ class Recovery:
             dedup_id = first_alias(message.headers, "dedup-id")
             if dedup_id is not None:
                 self.dedup.remember(message.destination, dedup_id)
+            segment = bulk_rows.restored_segment(message)
+            if segment is not None:
+                rows, first_key = segment
+                seqs.observe("", first_key + rows.num_rows)
+                if rows.num_rows:
+                    seqs.observe(stored.destination, rows.column(0)[-1].as_py())
+                for row_dedup in rows.column("dedup_id").drop_null().to_pylist():
+                    self.dedup.remember(stored.destination, row_dedup)
             for ref in refs:
                 if ref.startswith("log:"):
-                    self.logs.restore(ref[4:]).append(message, True)
+                    retained = self.logs.restore(ref[4:])
+                    if segment is not None:
+                        retained.append_segment(segment[0], segment[1], message)
+                    else:
+                        retained.append(message, True)
                     continue
                 queue = self._queue_for(ref)
                 if queue is None:
@@ -97,6 +111,7 @@ class Recovery:
                     device.remove(stored.key, ref)
                 queue.enqueue(message, stored=True)
             count += 1
+        self.logs.end_restore()
         return count
 
     def _queue_for(self, ref: str) -> MessageQueue | None:

@@ -2,6 +2,8 @@
 
 * :meth:`Router.send` — a client's SEND to a queue, a topic or a temporary queue, and a peer's forwarded
   message (cluster inbound, including a handed-over durable subscription's messages);
+* :meth:`Router.send_bulk` — a client's bulk SEND (rows in one Arrow frame, spec/spark.md §7) to a queue
+  or a topic;
 * :meth:`Router.dead_letter`, :meth:`Router.on_expired` — a message at its delivery maximum, or expired,
   moves (as a copy that says where it came from) to its dead-letter or the expiry queue;
 * :meth:`Router.redistribute`, :meth:`Router.hand_over`, :meth:`Router.reroute` — moves the cluster node
@@ -18,20 +20,22 @@ from __future__ import annotations
 import logging
 from typing import Callable, Optional
 
+from pymq_server.broker import bulk_rows
+from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.clients import Client
 from pymq_server.broker.destinations import Destinations, Kind
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
 from pymq_server.broker.queue import Entry
-from pymq_server.broker.requests import SendRequest, SendResult, parse_send
+from pymq_server.broker.requests import BulkSendRequest, SendRequest, SendResult, parse_send
 from pymq_server.broker.stored_form import stored_message
 from pymq_server.broker.subscriptions import Subscriptions
 from pymq_server.broker.topic import Topic
 from pymq_server.config import BrokerConfig
 from pymq_server.storage.device import HoldingDevice, StoredMessage
 
-from pymq.errors import AccessDenied, PymqError, UnknownDestination
+from pymq.errors import AccessDenied, DestinationError, PymqError, UnknownDestination
 from pymq.protocol.scanner import FrameScanner
 
 log = logging.getLogger("pymq.broker")
@@ -100,6 +104,22 @@ class Router:
             raise UnknownDestination(f"temporary queue '{destination}' belongs to a connection",
                                      destination=destination)
         return self.placement.place(path, destinations.temp_target(client, name), request, client)  # type: ignore[arg-type]
+
+    def send_bulk(self, client: Client, request: BulkSendRequest) -> BulkResult:
+        """A bulk SEND: its rows read and checked column by column, then placed as a unit (spec/spark.md §7)."""
+        destinations = self.destinations
+        kind, name = destinations.resolve(request.destination)
+        if kind is Kind.QUEUE:
+            target: Target = destinations.queues.get(name) or destinations.queue(name)
+        elif kind is Kind.TOPIC:
+            target = destinations.topics.get(name) or destinations.topic(name)
+        else:
+            raise DestinationError(f"a bulk SEND goes to a queue or a topic, not {request.destination!r}")
+        destinations.acl.authorize(client.user, target.destination, "produce")
+        result = self.placement.place_bulk(target, bulk_rows.read_bulk(request.body), request.body, client)
+        if isinstance(target, Topic):
+            target.published += result.count
+        return result
 
     # -- dead letters and expiry ---------------------------------------------------------------------
     def dead_letter(self, entry: Entry, reason: str) -> None:

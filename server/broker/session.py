@@ -27,10 +27,13 @@ from pymq_server.broker.outlet import FrameOutlet
 from pymq_server.broker.receipts import ReceiptQueue
 from pymq_server.broker.requests import (
     AckRequest,
+    BulkSendRequest,
     RangeRequest,
     SendRequest,
+    is_bulk,
     parse_ack,
     parse_ack_upto,
+    parse_bulk_send,
     parse_send,
     parse_subscribe,
     parse_unsubscribe,
@@ -219,6 +222,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
             if destination.startswith("/pymq/cluster/") and self.is_cluster:
                 self.broker.cluster_control(self, headers, frame.body)
                 return None
+        if is_bulk(headers):
+            return self._send_bulk(parse_bulk_send(headers, frame.body))
         request = parse_send(headers, frame.body)
         if request.transaction is not None:
             self.transactions.add(request.transaction, request)
@@ -227,6 +232,13 @@ class BrokerSession(FrameIntake, FrameOutlet):
         if request.receipt is None or message_id is None:
             return None
         return {"message-id": message_id}      # so a producer can set JMSMessageID
+
+    def _send_bulk(self, request: BulkSendRequest) -> dict[str, str] | None:
+        """A bulk SEND (spec/spark.md §7); its RECEIPT carries the sequence block and the counts."""
+        result = self.broker.send_bulk(self, request)
+        if result.stored:
+            self.receipts.unsynced = True
+        return result.receipt_headers() if request.receipt is not None else None
 
     def _send(self, request: SendRequest) -> str | None:
         """The id the message got (None: dropped as a duplicate)."""

@@ -21,7 +21,7 @@ from pymq_server.broker.broker import Broker
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import RULES, EntryPath, Rule
 from pymq_server.broker.queue import MessageQueue
-from pymq_server.broker.requests import parse_send
+from pymq_server.broker.requests import BulkSendRequest, parse_send
 from pymq_server.config import BrokerConfig, QueueConfig
 from pymq_server.storage.sql import send_in_transaction
 from pymq_server.storage.store import HoldingStore
@@ -163,7 +163,25 @@ TARGET = {   # the queue whose settings the rules read, and where the message sh
     EntryPath.SEND: "t", EntryPath.CLUSTER_INBOUND: "t", EntryPath.APP_TRANSACTION: "t",
     EntryPath.REROUTE: "t", EntryPath.DEAD_LETTER: "DLQ.s", EntryPath.EXPIRY: "expired",
     EntryPath.PUBLISH: None, EntryPath.REDISTRIBUTION: None, EntryPath.HANDOVER: None,
+    EntryPath.BULK_QUEUE: "t", EntryPath.BULK_TOPIC: None,
 }
+TOPIC_PATHS = (EntryPath.PUBLISH, EntryPath.BULK_TOPIC)
+
+
+def bulk_body(headers: dict) -> bytes:
+    """A bulk SEND's body (spec/spark.md §7) of one row carrying ``headers``' values in their columns."""
+    import pyarrow as pa
+    columns = {"body": pa.array([b"probe"]), "delivery_mode": pa.array([2], pa.int32()),
+               "properties": pa.array([[("n", headers["n"])]], pa.map_(pa.string(), pa.string()))}
+    if "pymq-dedup-id" in headers:
+        columns["dedup_id"] = pa.array([headers["pymq-dedup-id"]])
+    if "JMSXGroupID" in headers:
+        columns["group"] = pa.array([headers["JMSXGroupID"]])
+    batch = pa.RecordBatch.from_pydict(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
 
 
 class Cell:
@@ -185,7 +203,7 @@ class Cell:
             host="127.0.0.1", port=0, data_dir=str(tmp_path / "data"), storage=storage, sync_policy="never",
             expiry_queue="expired", retention=retained,
             queues={target: settings} if target and settings else {},
-            queue_defaults=settings if path is EntryPath.PUBLISH else {}))
+            queue_defaults=settings if path in TOPIC_PATHS else {}))
         runtime = FakeRuntime()
         devices, persistent = build_devices(config)
         self.store = HoldingStore(devices, persistent_device=persistent, sync_policy="never",
@@ -198,7 +216,7 @@ class Cell:
         self.cluster = FakeCluster(self.broker, outbox_config)
         self.broker.attach_cluster(self.cluster)
         self.client = FakeClient()
-        if path is EntryPath.PUBLISH:
+        if path in TOPIC_PATHS:
             topic = self.broker.destinations.topic("t")
             self.sub = self.broker.subscriptions.create_durable(topic, "sub:x:d", None, False, "x", False, "d")
 
@@ -207,7 +225,7 @@ class Cell:
 
     # where the message should be
     def target(self) -> MessageQueue:
-        if self.path is EntryPath.PUBLISH:
+        if self.path in TOPIC_PATHS:
             return self.sub.queue
         if self.path in (EntryPath.REDISTRIBUTION, EntryPath.HANDOVER):
             return self.cluster.outbox("n2")
@@ -247,6 +265,9 @@ class Cell:
             broker.send(self.client, parse_send({"destination": "/queue/t", **headers}, b"probe"))
         elif path is EntryPath.PUBLISH:
             broker.send(self.client, parse_send({"destination": "/topic/t", **headers}, b"probe"))
+        elif path in (EntryPath.BULK_QUEUE, EntryPath.BULK_TOPIC):
+            destination = "/queue/t" if path is EntryPath.BULK_QUEUE else "/topic/t"
+            broker.send_bulk(self.client, BulkSendRequest(destination, bulk_body(headers)))
         elif path is EntryPath.CLUSTER_INBOUND:
             forwarded = {"destination": "/queue/t", "pymq-forwarded": "n5", **headers}
             broker.send(FakeClient(cluster=True), parse_send(forwarded, b"probe"))
