@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from pymq.destination import Topic, as_destination
 from pymq.errors import MessageFormatError, PymqError
@@ -200,3 +201,71 @@ def batch_to_messages(batch: pa.RecordBatch, default_destination: str | None, de
             raise MessageFormatError(f"row {row} of this partition, column '{column}': {exc}", row=row,
                                      column=column) from None
         yield row, checked[dest], message, args
+
+
+# -- Arrow range reads (spec/spark.md §5, §6) -------------------------------------------------------------
+
+#: the columns of a message batch on the wire, as a range read in Arrow answers (spec/spark.md §5)
+WIRE_FIELDS: list[tuple[str, pa.DataType]] = [
+    ("seq", pa.int64()), ("message_id", pa.string()), ("timestamp", pa.int64()), ("expires", pa.int64()),
+    ("priority", pa.int32()), ("delivery_mode", pa.int32()), ("body_type", pa.string()),
+    ("content_type", pa.string()), ("body", pa.binary()), ("group", pa.string()), ("correlation_id", pa.string()),
+    ("type", pa.string()), ("reply_to", pa.string()), ("properties", pa.map_(pa.string(), pa.string())),
+    ("property_types", pa.string()), ("dedup_id", pa.string()),
+]
+WIRE_NAMES = [name for name, _ in WIRE_FIELDS]
+
+
+def check_wire_schema(schema: pa.Schema) -> None:
+    """A range read's answer must be the message batch of spec/spark.md §5, column for column."""
+    got = [(f.name, f.type) for f in schema]
+    if got != WIRE_FIELDS:
+        raise MessageFormatError(f"the broker's Arrow answer is not a pymq message batch (spec/spark.md §5): "
+                                 f"got columns {', '.join(f'{n} {t}' for n, t in got)}")
+
+
+def wire_to_read(batch: pa.RecordBatch, destination: str, kind: str, include_properties: bool) -> pa.RecordBatch:
+    """A message batch of the wire (spec/spark.md §5) as the read schema, column-wise: constants for the
+    destination, ms to µs for times, 0 expiry to null, the group's UTF-8 as the binary key.  Range reads
+    carry no delivery state, so ``redelivered`` is false and ``deliveryCount`` 1, as in the per-message
+    path."""
+    n = batch.num_rows
+    cols = batch.columns
+    expires = cols[3]
+    never = pc.equal(expires, 0)
+    expiration = pc.if_else(never, pa.scalar(None, pa.int64()), pc.multiply(expires, 1000)) \
+        if pc.any(never).as_py() else pc.multiply(expires, 1000)
+    columns = [
+        pa.repeat(pa.scalar(destination, pa.string()), n),
+        pa.repeat(pa.scalar(kind, pa.string()), n),
+        pa.repeat(pa.scalar(0, pa.int32()), n),
+        cols[0],
+        cols[1],
+        cols[10],
+        cols[9].cast(pa.binary()),
+        cols[8],
+        cols[6],
+        pc.multiply(cols[2], 1000).cast(_TS),
+        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
+        expiration.cast(_TS),
+        cols[4],
+        cols[5],
+        pa.repeat(pa.scalar(False, pa.bool_()), n),
+        pa.repeat(pa.scalar(1, pa.int32()), n),
+        _destinations_only(cols[12]),
+        cols[11],
+    ]
+    if include_properties:
+        columns.append(cols[13])
+    return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_properties])
+
+
+def _destinations_only(reply_to: pa.Array) -> pa.Array:
+    """``replyTo`` keeps STOMP destinations only, as the per-message decoder does (spec/spark.md §4)."""
+    if reply_to.null_count == len(reply_to):
+        return reply_to
+    ok = pc.or_(pc.or_(pc.starts_with(reply_to, "/queue/"), pc.starts_with(reply_to, "/topic/")),
+                pc.starts_with(reply_to, "/temp-queue/"))
+    if pc.all(pc.fill_null(ok, True)).as_py():
+        return reply_to
+    return pc.if_else(ok, reply_to, pa.scalar(None, pa.string()))

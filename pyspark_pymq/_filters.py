@@ -1,22 +1,21 @@
-"""Spark filters of a batch read, pushed to the broker (``pushFilters``, Spark >= 4.1).
+"""Spark filters of a batch read, pushed into the read (``pushFilters``, Spark >= 4.1).
 
 Three kinds of push-down, each exact for the filters it claims:
 
 * ``offset`` comparisons narrow the sequence range each destination is read over;
 * ``destination`` / ``destinationType`` equalities drop whole destinations on the driver;
-* conditions on JMS headers become a message selector (spec/selector.md), evaluated by the broker, so
-  messages that do not match never cross the network.
+* conditions on JMS headers become one pyarrow expression (:func:`expression`) that each task evaluates
+  on the Arrow batches it reads, before Spark sees them.  Not a selector for the broker: a broker answers
+  a range read in Arrow by slicing its log's segments (spec/spark.md §6), and a selector would make it
+  evaluate every message one by one instead.
 
 A claimed filter is not evaluated again by Spark, so a claim must give exactly Spark's answer, NULLs
-included: a JMS selector's three-valued logic agrees with SQL's for ``=``, ``<>``, ``IN``, ``LIKE``,
-``IS [NOT] NULL`` and numeric comparisons, which is all that is translated.  ``timestamp`` conditions
-are pushed widened to whole milliseconds and returned to Spark as well (Spark timestamps are in
-microseconds).  Everything else stays with Spark.
+included: only ``=``, ``<=>``, ``IN``, ``LIKE``-style prefix/suffix/contains, ``IS [NOT] NULL`` and
+numeric comparisons on header columns are claimed, each translated with SQL's three-valued logic
+(checked against a reference evaluator of Spark's semantics).  Everything else stays with Spark.
 """
 from __future__ import annotations
 
-import datetime as _dt
-import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,15 +46,11 @@ _MODE_NAMES = {1: "NON_PERSISTENT", 2: "PERSISTENT"}
 class Pushdown:
     """What the broker does for a batch read: a selector, a sequence window, a destination subset."""
 
-    terms: list[str] = field(default_factory=list)
+    filters: list = field(default_factory=list)   # header filters claimed: evaluated by :func:`expression`
     offset_from: int | None = None          # inclusive
     offset_to: int | None = None            # exclusive
     destinations: set[str] | None = None    # None: every destination
     kinds: set[str] | None = None           # destinationType values kept
-
-    def selector(self, base: str | None) -> str | None:
-        terms = ([f"({base})"] if base else []) + self.terms
-        return " AND ".join(terms) if terms else None
 
     def keeps(self, destination: str, kind: str) -> bool:
         return ((self.destinations is None or destination in self.destinations)
@@ -90,7 +85,9 @@ def _column(f: Filter) -> str | None:
 
 
 def _header_term(f: Filter) -> str | None:
-    """A selector term exactly equivalent to ``f`` (a header filter), or None."""
+    """The JMS selector form of ``f`` (a header filter), or None when this module does not claim ``f``:
+    the claimed filters are exactly those with an exact selector form (JMS's NULL logic agrees with SQL's
+    for them), which the tests use to check the expression form against Spark's semantics."""
     column = _column(f)
     value: Any = getattr(f, "value", None)
     if column in _STRING_HEADERS:
@@ -142,28 +139,6 @@ def _numeric_term(ident: str, f: Filter) -> str | None:
         return f"{ident} IN ({', '.join(str(v) for v in value)})"
     if isinstance(f, IsNotNull):
         return "TRUE"
-    return None
-
-
-def _micros(value: Any) -> int | None:
-    if isinstance(value, _dt.datetime) and value.tzinfo is not None:
-        delta = value - _dt.datetime(1970, 1, 1, tzinfo=_dt.timezone.utc)
-        return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
-    return None                              # a naive value's zone is unknown here: leave it to Spark
-
-
-def _timestamp_term(f: Filter) -> str | None:
-    """A selector term that keeps every row ``f`` keeps (wider where microseconds fall inside a ms)."""
-    us = _micros(getattr(f, "value", None))
-    if us is None:
-        return None
-    lo, hi = math.floor(us / 1000), math.ceil(us / 1000)
-    if isinstance(f, (GreaterThan, GreaterThanOrEqual)):
-        return f"JMSTimestamp >= {lo}"
-    if isinstance(f, (LessThan, LessThanOrEqual)):
-        return f"JMSTimestamp <= {hi}"
-    if isinstance(f, (EqualTo, EqualNullSafe)):
-        return f"JMSTimestamp BETWEEN {lo} AND {hi}"
     return None
 
 
@@ -220,25 +195,71 @@ def translate(filters: list[Filter]) -> tuple[Pushdown, list[Filter]]:
             else:
                 push.kinds = members if push.kinds is None else push.kinds & members
             continue
-        if column == "timestamp" and not isinstance(f, Not):
-            term = _timestamp_term(f)
-            if term is not None:
-                push.terms.append(term)
-            remaining.append(f)
+        if isinstance(f, Not) and isinstance(inner, EqualNullSafe):
+            remaining.append(f)                      # kept with Spark (rare, and easy to get wrong)
             continue
-        if isinstance(f, Not):
-            if isinstance(inner, EqualNullSafe):     # NOT (NULL <=> v) is TRUE in SQL, UNKNOWN in JMS
-                remaining.append(f)
-                continue
-            term = _header_term(inner)
-            if term is not None:
-                push.terms.append(f"NOT ({term})")
-            else:
-                remaining.append(f)
-            continue
-        term = _header_term(f)
-        if term is not None:
-            push.terms.append(f"({term})")
+        if _header_term(inner) is not None:
+            push.filters.append(f)
         else:
             remaining.append(f)
     return push, remaining
+
+
+# -- the Arrow form ---------------------------------------------------------------------------------------
+
+def expression(filters: list[Filter]):
+    """One pyarrow expression over the read schema that keeps exactly the rows every filter keeps (the
+    filters ``translate`` took as selector terms; SQL's three-valued logic: a row whose value is unknown
+    is not kept, and NOT unknown stays unknown).  None for no filters."""
+    terms = [_arrow_term(f) for f in filters]
+    if not terms:
+        return None
+    out = terms[0]
+    for term in terms[1:]:
+        out = out & term
+    return out
+
+
+def _arrow_term(f: Filter):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    if isinstance(f, Not):
+        return ~_arrow_term(f.child)
+    column = _column(f)
+    value: Any = getattr(f, "value", None)
+    col = pc.field(column)
+    unknown = pa.scalar(None, pa.bool_())
+    if column in _STRING_HEADERS:
+        binary = column == "key"
+
+        def scalar(v):
+            text = _string(v)
+            return pa.scalar(text.encode("utf-8"), pa.binary()) if binary else pa.scalar(text, pa.string())
+
+        if isinstance(f, EqualNullSafe) and value is None:
+            return col.is_null()
+        if isinstance(f, (EqualTo, EqualNullSafe)):
+            # with a non-null value, <=> on a NULL is false and = is unknown; both drop the row, and the
+            # selector's NOT (x = v) is unknown for a NULL, as SQL's NOT (x = v) is
+            return col == scalar(value)
+        if isinstance(f, In):
+            members = pa.array([scalar(v).as_py() for v in value], pa.binary() if binary else pa.string())
+            return pc.if_else(col.is_valid(), col.isin(members), unknown)
+        if isinstance(f, StringStartsWith):
+            return pc.starts_with(col, pattern=value)
+        if isinstance(f, StringEndsWith):
+            return pc.ends_with(col, pattern=value)
+        if isinstance(f, StringContains):
+            return pc.match_substring(col, pattern=value)
+        if isinstance(f, IsNull):
+            return col.is_null()
+        return col.is_valid()                     # IsNotNull
+    if isinstance(f, IsNotNull):
+        return pc.scalar(True)                    # priority and deliveryMode are never NULL
+    if column == "deliveryMode" and isinstance(f, (EqualTo, EqualNullSafe)) and value not in _MODE_NAMES:
+        return pc.scalar(False)
+    if isinstance(f, In):
+        return col.isin(pa.array(list(value), pa.int32()))
+    op = {EqualTo: "equal", EqualNullSafe: "equal", GreaterThan: "greater", GreaterThanOrEqual: "greater_equal",
+          LessThan: "less", LessThanOrEqual: "less_equal"}[type(f)]
+    return getattr(pc, op)(col, pa.scalar(value, pa.int64()))

@@ -44,7 +44,7 @@ _READ_NAMES = (
 )
 _WRITE_NAMES = (
     "url", "destination", "queue", "topic", "dedup", "dedupPrefix", "transactionSize", "deliveryMode",
-    "priority", "timeToLive",
+    "priority", "timeToLive", "arrow",
 )
 _READ_KEYS = frozenset(k.lower() for k in _READ_NAMES)
 _WRITE_KEYS = frozenset(k.lower() for k in _WRITE_NAMES)
@@ -518,6 +518,7 @@ class WriteOptions:
     delivery_mode: int = 2
     priority: int = 4
     time_to_live: int = 0
+    arrow: bool = True                   # bulk SENDs of Arrow rows (spec/spark.md §7); false: per message
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> WriteOptions:
@@ -550,4 +551,4 @@ class WriteOptions:
                               f"max_transaction_operations), got {size}")
         return cls(connection=connection, destination=destination, dedup=dedup, dedup_prefix=prefix,
                    transaction_size=size, delivery_mode=modes[mode_raw], priority=priority,
-                   time_to_live=_int(opts, "timeToLive", 0, minimum=0))
+                   time_to_live=_int(opts, "timeToLive", 0, minimum=0), arrow=_bool(opts, "arrow", True))

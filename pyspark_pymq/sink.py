@@ -17,6 +17,8 @@ when replayed (true for replayed source offsets and row-wise transformations; ot
 """
 from __future__ import annotations
 
+import itertools
+import logging
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,16 +30,20 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from pymq.errors import ConfigError
+from pymq.errors import ConfigError, MessageFormatError
+from pymq.message import now_ms
 from pyspark_pymq._arrow import (
     IGNORED_COLUMNS,
     PROPERTY_VALUE_TYPES,
     WRITE_COLUMNS,
     batch_to_messages,
 )
+from pyspark_pymq._bulk import rows_to_bulk
 from pyspark_pymq._connections import CONNECTIONS
 from pyspark_pymq._options import WriteOptions
 from pyspark_pymq._plan import batch_dedup_base, dedup_id, stream_dedup_base
+
+log = logging.getLogger("pyspark_pymq")
 
 
 @dataclass
@@ -73,6 +79,80 @@ def check_schema(schema, opts: WriteOptions) -> None:
             if key != "string" or value not in PROPERTY_VALUE_TYPES:
                 raise ConfigError(f"column 'properties' must be a map from string to one of "
                                   f"{', '.join(PROPERTY_VALUE_TYPES)}; got map<{key},{value}>")
+
+
+#: rows of one bulk SEND are cut so its body stays near this size (well under a broker's max_frame_size)
+BULK_FRAME_BYTES = 4 * 1024 * 1024
+
+
+class _NoArrow(Exception):
+    """The broker answered the first bulk SEND that it takes no Arrow: send per message instead."""
+
+
+def _send(opts: WriteOptions, batches: Iterator[pa.RecordBatch], dedup_base: str | None,
+          partition: int) -> SentMessages:
+    """A task's rows: as bulk SENDs (spec/spark.md §7) unless ``arrow=false``, per message when the broker
+    cannot take Arrow (then from the first row again, which its refusal left unsent)."""
+    if not opts.arrow:
+        return _send_all(opts, batches, dedup_base, partition)
+    held: list[pa.RecordBatch] = []
+
+    def remember() -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            held.append(batch)       # only until the first bulk SEND is answered (see _send_bulk)
+            yield batch
+
+    try:
+        return _send_bulk(opts, remember(), dedup_base, partition, held)
+    except _NoArrow:
+        log.warning("the broker takes no Arrow bulk SEND (no pyarrow there): sending per message")
+        return _send_all(opts, itertools.chain(held, batches), dedup_base, partition)
+
+
+def _send_bulk(opts: WriteOptions, batches: Iterator[pa.RecordBatch], dedup_base: str | None, partition: int,
+               held: list) -> SentMessages:
+    """Rows gathered per destination, across Spark's Arrow batches (10,000 rows each by default), into
+    bulk SENDs of about BULK_FRAME_BYTES: fewer, larger frames, each waiting once for its durable
+    receipt."""
+    defaults = {"delivery_mode": opts.delivery_mode, "priority": opts.priority,
+                "time_to_live": opts.time_to_live}
+    sent = 0
+    pending: dict[str, tuple[list, int, int]] = {}      # destination -> (batches, bytes, first row)
+    state = {"first": True}
+
+    with CONNECTIONS.session(opts.connection) as session:
+        def flush(dest: str) -> None:
+            parts, _, first_row = pending.pop(dest)
+            rows = sum(b.num_rows for b in parts)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, parts[0].schema) as writer:
+                for part in parts:
+                    writer.write_batch(part)
+            try:
+                session.send_arrow(dest, sink.getvalue().to_pybytes())
+            except MessageFormatError as exc:
+                if state["first"] and "no pyarrow" in str(exc):
+                    raise _NoArrow() from None
+                raise MessageFormatError(f"a bulk SEND of {rows} rows to {dest}, from row {first_row} of this "
+                                         f"partition on: {exc}") from None
+            if state["first"]:
+                state["first"] = False
+                held.clear()
+
+        for batch in batches:
+            for dest, rows in rows_to_bulk(batch, opts.destination, defaults, sent, dedup_base, now_ms()):
+                parts, size, first_row = pending.get(dest, ([], 0, sent))
+                if parts and parts[0].schema != rows.schema:
+                    flush(dest)                   # a frame's batches share one schema
+                    parts, size, first_row = [], 0, sent
+                parts.append(rows)
+                pending[dest] = (parts, size + rows.nbytes, first_row)
+                if size + rows.nbytes >= BULK_FRAME_BYTES:
+                    flush(dest)
+            sent += batch.num_rows
+        for dest in list(pending):
+            flush(dest)
+    return SentMessages(partition, sent)
 
 
 def _send_all(opts: WriteOptions, batches: Iterator[pa.RecordBatch], dedup_base: str | None,
@@ -114,7 +194,7 @@ class BatchWriter(DataSourceArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SentMessages:
         _, partition = _task()
         base = batch_dedup_base(self.write_id, partition) if self.opts.dedup else None
-        return _send_all(self.opts, iterator, base, partition)
+        return _send(self.opts, iterator, base, partition)
 
     def commit(self, messages) -> None:
         """Nothing to do: each task committed its own transactions before reporting success."""
@@ -141,7 +221,7 @@ class StreamWriter(DataSourceStreamArrowWriter):
                 raise ConfigError("dedup=true needs the streaming query id and batch id, which this Spark "
                                   "version does not give to the sink's tasks")
             base = stream_dedup_base(self.opts.dedup_prefix or query, batch, partition)
-        return _send_all(self.opts, iterator, base, partition)
+        return _send(self.opts, iterator, base, partition)
 
     def commit(self, messages, batchId: int) -> None:
         """Nothing to do: the tasks committed their transactions."""

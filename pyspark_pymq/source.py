@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -50,9 +51,10 @@ from pymq.errors import (
     PymqError,
 )
 from pymq.errors import TimeoutError as BrokerTimeout
-from pyspark_pymq._arrow import read_ddl
+from pyspark_pymq._arrow import check_wire_schema, read_ddl, wire_to_read
 from pyspark_pymq._connections import CONNECTIONS
 from pyspark_pymq._decode import frames_to_batch
+from pyspark_pymq._filters import expression
 from pyspark_pymq._options import (
     EARLIEST,
     LATEST,
@@ -83,6 +85,7 @@ class RangePartition(InputPartition):
     source: str | None = None         # "queue" in consume mode: the queue it acknowledges, never a log
     retries: int = 3                  # consecutive fetches that lost their connection, tried again
     retry_interval_ms: int = 1_000
+    filters: tuple = ()               # Spark filters pushed into the read, evaluated on each batch
 
 
 #: failures of the connection rather than of the request: the same request on a new connection is safe
@@ -104,14 +107,21 @@ def retrying(fn: Callable[[], T], retries: int, interval_ms: int, what: str) -> 
             time.sleep(interval_ms / 1000)
 
 
+#: a bound on one Arrow answer's body bytes (at least one message is always sent): keeps a fetch of large
+#: messages under the SDK's frame limit
+ARROW_FETCH_BYTES = 32 * 1024 * 1024
+
+
 def read_partition(p: RangePartition) -> Iterator[Any]:
-    """Arrow record batches of the partition's range, at most ``fetch_size`` rows each, in sequence order.
-    Nothing is removed or acknowledged.  A fetch whose connection fails is retried on a new connection
-    from the same cursor (``retries`` consecutive failures at most), so a retry neither skips nor repeats
-    a row."""
+    """Arrow record batches of the partition's range, at most ``fetch_size`` rows per fetch, in sequence
+    order.  Each fetch asks for one Arrow frame (spec/spark.md §6) and takes a per-message answer from a
+    broker that cannot give one.  Nothing is removed or acknowledged.  A fetch whose connection fails is
+    retried on a new connection from the same cursor (``retries`` consecutive failures at most), so a
+    retry neither skips nor repeats a row."""
     if p.start >= p.end:
         return
     kind = destination_kind(p.destination)
+    keep = expression(list(p.filters)) if p.filters else None
     cursor = p.start
     failures = 0
     while cursor < p.end:
@@ -121,15 +131,19 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
                     # a window no wider than the fetch size: the broker never walks past what one call returns
                     upto = min(p.end, cursor + p.fetch_size)
                     r = session.read_range(p.destination, from_seq=cursor, to_seq=upto,
-                                           max_messages=p.fetch_size, selector=p.selector,
-                                           subscription=p.subscription, source=p.source, frames=True)
+                                           max_messages=p.fetch_size, max_bytes=ARROW_FETCH_BYTES,
+                                           selector=p.selector, subscription=p.subscription, source=p.source,
+                                           frames=True, arrow=True)
                     failures = 0
                     if p.check_loss:
                         # on every fetch, not only the first: retention (or another consumer of a queue) may
                         # remove messages while a long partition is read; skipping them would be a silent gap
                         check_loss(p.destination, cursor, r.earliest, p.end)
-                    if r.frames:
-                        yield frames_to_batch(r.frames, p.destination, kind, p.include_properties)
+                    for batch in _batches(r, p, kind):
+                        if keep is not None:
+                            batch = batch.filter(keep)
+                        if batch.num_rows:
+                            yield batch
                     if r.next_seq <= cursor:
                         return                # the broker has nothing at or past the cursor in this range
                     cursor = r.next_seq
@@ -140,6 +154,18 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
             log.warning("reading %s from %d failed (%s); retry %d of %d in %d ms", p.destination, cursor, exc,
                         failures, p.retries, p.retry_interval_ms)
             time.sleep(p.retry_interval_ms / 1000)
+
+
+def _batches(r, p: RangePartition, kind: str) -> Iterator[Any]:
+    """The read schema's batches of one fetch: the broker's Arrow answer converted column-wise, or its
+    per-message frames decoded (spec/spark.md §4)."""
+    if r.arrow is not None:
+        reader = pa.ipc.open_stream(r.arrow)
+        check_wire_schema(reader.schema)
+        for batch in reader:
+            yield wire_to_read(batch, p.destination, kind, p.include_properties)
+    elif r.frames:
+        yield frames_to_batch(r.frames, p.destination, kind, p.include_properties)
 
 
 def check_loss(destination: str, cursor: int, earliest: int, end: int) -> None:
@@ -195,9 +221,32 @@ def _resolve(session, opts: ReadOptions) -> tuple[str, ...]:
                         and fnmatch.fnmatchcase(n, opts.pattern)))
 
 
-def _bounds(session, opts: ReadOptions, dest: str) -> tuple[int, int]:
-    """(earliest available, latest assigned) sequence numbers of ``dest`` (its subscription for a topic)."""
-    return session.bounds(dest, subscription=_sub(opts, dest), source=_source(opts))
+def _bounds(session, opts: ReadOptions, dest: str) -> tuple[int, int] | None:
+    """(earliest available, latest assigned) sequence numbers of ``dest`` (its subscription for a topic);
+    None when the broker says there is nothing there a reader could ever read (a topic without a
+    retained log, read without a subscription)."""
+    r = session.read_range(dest, max_messages=0, subscription=_sub(opts, dest), source=_source(opts))
+    if r.source == "none":
+        return None
+    return r.earliest, r.latest
+
+
+def _readable(session, opts: ReadOptions, dests) -> Iterator[tuple[str, tuple[int, int]]]:
+    """(destination, bounds) of each of ``dests`` the query can read.  A topic the broker keeps no log
+    for (and that the query reads without a subscription) would yield nothing, ever: named, or already
+    in the query's offsets, it is refused with the reason; matched by a pattern, it is left out."""
+    for dest in dests:
+        bounds = _bounds(session, opts, dest)
+        if bounds is not None:
+            yield dest, bounds
+        elif opts.pattern is None or dest in opts.destinations:
+            raise ConfigError(
+                f"{dest} keeps no retained log on the broker and the query reads it without a subscription, so "
+                f"there is nothing it could ever read: give it retention in the broker's configuration "
+                f"(retention: {{\"{dest}\": {{ms: ...}}}}), or read a durable subscription of it with option "
+                f"'subscription'")
+        else:
+            log.warning("%s matches destinationPattern but keeps no retained log: nothing to read there", dest)
 
 
 def _sub(opts: ReadOptions, dest: str) -> str | None:
@@ -247,13 +296,15 @@ def _end(session, opts: ReadOptions, dest: str, bounds: tuple[int, int]) -> int:
     return bounds[1] + 1 if spec in ("latest", LATEST) else int(spec)
 
 
-def _partitions(opts: ReadOptions, spans: list[Span], selector: str | None) -> list[RangePartition]:
+def _partitions(opts: ReadOptions, spans: list[Span], selector: str | None,
+                filters: tuple = ()) -> list[RangePartition]:
     pieces = split(spans, opts.min_partitions, opts.max_messages_per_partition)
     check = opts.mode == "browse" and opts.fail_on_data_loss
     return [RangePartition(opts.connection, s.destination, s.start, s.end, selector=selector,
                            subscription=_sub(opts, s.destination), fetch_size=opts.fetch_size,
                            include_properties=opts.include_properties, check_loss=check, source=_source(opts),
-                           retries=opts.fetch_retries, retry_interval_ms=opts.fetch_retry_interval_ms)
+                           retries=opts.fetch_retries, retry_interval_ms=opts.fetch_retry_interval_ms,
+                           filters=filters)
             for s in pieces]
 
 
@@ -273,18 +324,16 @@ class BatchReader(DataSourceReader):
         push = self.pushdown
         spans = []
         with CONNECTIONS.session(opts.connection) as session:
-            for dest in _resolve(session, opts):
-                if push is not None and not push.keeps(dest, destination_kind(dest)):
-                    continue
-                bounds = _bounds(session, opts, dest)
+            kept = [d for d in _resolve(session, opts) if push is None or push.keeps(d, destination_kind(d))]
+            for dest, bounds in _readable(session, opts, kept):
                 start = _start(session, opts, dest, "earliest", bounds)
                 end = _end(session, opts, dest, bounds)
                 if push is not None:
                     start, end = push.narrow(start, end)
                 spans.append(Span(dest, start, max(start, end)))
-        selector = push.selector(opts.selector) if push is not None else opts.selector
+        filters = tuple(push.filters) if push is not None else ()
         # Spark needs at least one partition; an empty range reads nothing (and connects to nothing)
-        return _partitions(opts, spans, selector) or [RangePartition(opts.connection, "/queue/-", 0, 0)]
+        return _partitions(opts, spans, opts.selector, filters) or [RangePartition(opts.connection, "/queue/-", 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, RangePartition), partition
@@ -325,8 +374,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         opts = self.opts
         session = self._broker(opts.connection)
         positions = {}
-        for dest in _resolve(session, opts):
-            bounds = _bounds(session, opts, dest)
+        for dest, bounds in _readable(session, opts, _resolve(session, opts)):
             if opts.mode == "consume":
                 # the broker's cursor: the first message not acknowledged, so a query whose checkpoint is
                 # lost starts again after the last committed batch (at-least-once)
@@ -345,7 +393,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
     def prepareForTriggerAvailableNow(self) -> None:
         def target() -> dict[str, int]:
             session = self._broker(self.opts.connection)
-            return {d: _bounds(session, self.opts, d)[1] + 1 for d in _resolve(session, self.opts)}
+            return {d: bounds[1] + 1 for d, bounds in _readable(session, self.opts, _resolve(session, self.opts))}
         self._target = self._retrying(target, "finding where Trigger.AvailableNow stops")
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
@@ -360,8 +408,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
         end: dict[str, int] = {}
         skip: dict[str, int] = {}       # failOnDataLoss=false: where a destination's messages start again
         # a pattern is resolved again at every trigger, so destinations created later join the query
-        for dest in sorted(set(_resolve(session, opts)) | set(pos)):
-            earliest, latest = _bounds(session, opts, dest)
+        for dest, (earliest, latest) in _readable(session, opts, sorted(set(_resolve(session, opts)) | set(pos))):
             self._latest[dest] = latest + 1
             if dest not in pos:
                 # A destination new to the query joins at its earliest message: this batch only records
@@ -423,7 +470,7 @@ class StreamReader(_DriverSide, DataSourceStreamReader, SupportsTriggerAvailable
             share = max(1, budget * width // total)
             r = session.read_range(dest, from_seq=pos[dest], to_seq=end[dest], max_bytes=share,
                                    selector=self.opts.selector, subscription=_sub(self.opts, dest),
-                                   source=_source(self.opts))
+                                   source=_source(self.opts), arrow=True, frames=True)
             out[dest] = min(end[dest], max(pos[dest], r.next_seq))
         return out
 
