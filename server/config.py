@@ -82,7 +82,7 @@ def _upper_level(value: Any) -> Any:
 
 
 Principal = Annotated[str, Field(min_length=1)]
-Permission = Literal["produce", "consume", "browse"]
+Permission = Literal["produce", "consume", "browse", "purge", "create", "manage"]
 
 
 class _Section(BaseModel):
@@ -517,8 +517,9 @@ class BrokerConfig(_Section):
                                                 "-> `{ms, messages}`: keep a log for replay")
     default_permissions: dict[Principal, list[Permission]] | None = Field(
         None, description="principal (`*`, `user:<name>`, `role:<name>`) -> permissions (produce, "
-                          "consume, browse) on destinations without an ACL of their own; default: everyone "
-                          "may do everything. Reloaded by SIGHUP")
+                          "consume, browse, purge, create, manage) on destinations without an ACL of their "
+                          "own; `create` there lets a user declare new queues. Default: everyone may do "
+                          "everything but `manage`. Reloaded by SIGHUP")
     expiry_queue: str | None = Field(None, min_length=1, description="expired messages are moved to this "
                                      "queue instead of dropped")
     dedup_window_ms: Millis = Field(600_000, description="duplicate detection window (`pymq-dedup-id`, "

@@ -31,6 +31,7 @@ from aiohttp import web
 from pymq.errors import (ERROR_CODES, AccessDenied, AuthenticationFailed, ConfigError, PymqError, UnknownDestination,
                          UnknownMessage, UnknownUser)
 from pymq_server.admin.metrics import exposition, registry_for
+from pymq_server.broker.acl import may_monitor
 from pymq_server.admin.ops import READ_ONLY, error_result
 from pymq_server.admin.sessions import COOKIE, CSRF_HEADER, ConsoleSessions
 from pymq_server.broker.auth import is_loopback
@@ -228,10 +229,14 @@ class AdminHttp:
 
     async def _metrics(self, request: web.Request) -> web.Response:
         try:
-            await self._user(request, changing=False)
+            user = await self._user(request, changing=False)
         except PymqError as exc:
             return web.Response(status=401, text=exc.message + "\n",
                                 headers={"WWW-Authenticate": 'Basic realm="pymq"'})
+        if not may_monitor(user):
+            # the exposition names every destination: administrators and the monitor role only
+            return web.Response(status=403, text=f"user '{user.name}' may not read metrics: the admin or "
+                                                 f"monitor role is needed\n")
         body, content_type = exposition(self._registry, request.headers.get("Accept", ""))
         response = web.Response(body=body)
         response.headers["Content-Type"] = content_type

@@ -247,7 +247,7 @@ def list_dead_letter_queues(admin, user, args: dict) -> list:
     with_reasons = bool_arg(args, "reasons", True)
     for name, queue in sorted(broker.queues.items()):
         prefix = next((p for p in prefixes if name.startswith(p) and len(name) > len(p)), None)
-        if prefix is None:
+        if prefix is None or not broker.acl.sees(user, queue.destination):
             continue
         reasons: dict[str, int] = {}
         if with_reasons:

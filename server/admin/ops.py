@@ -21,6 +21,7 @@ import pymq
 from pymq.errors import ConfigError, ConnectionClosed, PymqError, UnknownDestination
 from pymq_server.admin import messages, users
 from pymq_server.admin.checks import Offload, queue_name, require_admin, text_arg, user_name
+from pymq_server.broker.acl import may_monitor
 from pymq_server.admin.rates import PERIOD_S, RateSampler, process_rss, wall_ms
 
 log = logging.getLogger("pymq.admin")
@@ -234,6 +235,8 @@ def list_queues(admin: Admin, user, args: dict) -> list:
     clock = b.clock()
     out = []
     for name, queue in sorted(b.queues.items()):
+        if not b.acl.sees(user, queue.destination):
+            continue
         acl = b.acl.acls.get(queue.destination)
         out.append({"name": name, "destination": queue.destination, "declared": name in b.declared,
                     "owner": acl.owner if acl else None, **queue_metrics(queue, clock),
@@ -267,16 +270,27 @@ def queue_info(admin: Admin, user, args: dict) -> dict:
     queue = b.queues.get(name)
     if queue is None:
         raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
+    b.acl.check_sees(user, queue.destination)
     return {"name": name, "destination": queue.destination, "declared": name in b.declared,
             "config": queue.config.to_dict(), "acl": b.acl.describe(queue.destination),
             "metrics": queue_metrics(queue, b.clock()), "rates": admin.sampler.rate("q:" + name)}
 
 
+def _sees(admin: Admin, user):
+    """What ``user`` may see in lists and metrics: destinations it holds some permission on (every one
+    for administrators and the ``monitor`` role)."""
+    if may_monitor(user):
+        return lambda destination: True
+    acl = admin.broker.acl
+    return lambda destination: acl.sees(user, destination)
+
+
 def metrics(admin: Admin, user, args: dict) -> dict:
     b = admin.broker
     clock = b.clock()
-    return {"queues": {n: queue_metrics(q, clock) for n, q in sorted(b.queues.items())},
-            "subscriptions": {q.name: queue_metrics(q, clock) for t in b.topics.values()
+    sees = _sees(admin, user)
+    return {"queues": {n: queue_metrics(q, clock) for n, q in sorted(b.queues.items()) if sees(q.destination)},
+            "subscriptions": {q.name: queue_metrics(q, clock) for t in b.topics.values() if sees(t.destination)
                               for q in (s.queue for s in t.subscriptions.values())},
             "broker": admin.broker_figures()}
 
@@ -284,9 +298,10 @@ def metrics(admin: Admin, user, args: dict) -> dict:
 # -- destinations and permissions ------------------------------------------------------------------
 def list_destinations(admin: Admin, user, args: dict) -> dict:
     b = admin.broker
-    return {"queues": sorted(q.destination for q in b.queues.values()),
-            "topics": sorted(t.destination for t in b.topics.values()),
-            "logs": sorted(b.logs)}
+    sees = _sees(admin, user)
+    return {"queues": sorted(q.destination for q in b.queues.values() if sees(q.destination)),
+            "topics": sorted(t.destination for t in b.topics.values() if sees(t.destination)),
+            "logs": sorted(d for d in b.logs if sees(d))}
 
 
 def _subscription(sub, clock: float, sampler: RateSampler) -> dict:
@@ -301,14 +316,15 @@ def list_topics(admin: Admin, user, args: dict) -> list:
     return [{"name": t.name, "destination": t.destination, "published": t.published,
              **admin.sampler.rate("t:" + t.name),
              "subscriptions": [_subscription(s, clock, admin.sampler) for s in t.subscriptions.values()]}
-            for _, t in sorted(b.topics.items())]
+            for _, t in sorted(b.topics.items()) if _sees(admin, user)(t.destination)]
 
 
 def list_subscriptions(admin: Admin, user, args: dict) -> list:
     b = admin.broker
     clock = b.clock()
+    sees = _sees(admin, user)
     return [{"topic": t.destination, **_subscription(s, clock, admin.sampler)}
-            for _, t in sorted(b.topics.items()) for s in t.subscriptions.values()]
+            for _, t in sorted(b.topics.items()) if sees(t.destination) for s in t.subscriptions.values()]
 
 
 def grant(admin: Admin, user, args: dict) -> dict:
@@ -324,6 +340,7 @@ def revoke(admin: Admin, user, args: dict) -> dict:
 def acl(admin: Admin, user, args: dict) -> dict:
     destination = text_arg(args, "destination") or ""
     admin.broker.resolve(destination)
+    admin.broker.acl.check_sees(user, destination)
     return admin.broker.acl.describe(destination)
 
 
@@ -380,12 +397,14 @@ def _cluster_node(admin: Admin):
 
 
 def cluster(admin: Admin, user, args: dict) -> dict:
+    require_admin(user, "read the cluster's state")
     return _cluster_node(admin).status()
 
 
 def list_outboxes(admin: Admin, user, args: dict) -> list:
     """This node's outboxes to its peers; those of peers that are not alive hold messages for their durable
     subscribers (spec/cluster.md §5)."""
+    require_admin(user, "list cluster outboxes")
     return _cluster_node(admin).list_outboxes()
 
 

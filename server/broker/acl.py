@@ -1,27 +1,48 @@
-"""Access control: who may produce to, consume from and browse each destination (seed 001).
+"""Access control: who may do what to each destination (seed 001; the matrix is spec/admin.md).
 
-Principals are ``user:<name>``, ``role:<name>`` and ``*`` (every authenticated user).  A destination
-created explicitly (SDK ``create_queue``, admin interface) is *owned* by its creator: only the owner,
-administrators (role ``admin``) and principals granted a permission may use it, and only the owner or an
-administrator may grant and revoke.  A destination with no ACL of its own (auto-created by use) follows
-``default_permissions`` (broker setting; by default everyone may do everything, as a broker without an
-authorization plugin does).  A refusal names the user, the destination and the missing permission.
+Principals are ``user:<name>``, ``role:<name>`` and ``*`` (every authenticated user, ``anonymous``
+included). Permissions: ``produce``, ``consume``, ``browse``, ``purge``, ``create`` (declare a new queue,
+or claim one that belongs to no one) and ``manage`` (what an owner may do: declare again, drop, purge,
+grant, revoke, claim; it implies every other permission).
+
+Who holds what:
+
+* the administrator (role ``admin``) passes every check here; temporary queues, private to their
+  connection, are checked where they are handed out (destinations.py);
+* a queue declared with ``create-queue`` is *owned* by its creator, who holds every permission on it;
+* a destination with no access list of its own (auto-created by use, configured in the YAML, a topic)
+  belongs to no one and follows ``default_permissions``; an administrator's first grant gives it a list
+  of its own, starting from the defaults so that nobody loses access by someone else's grant;
+* a *system-owned* destination (a dead-letter queue, the expiry queue) has no owner and no defaults: only
+  an administrator declares, drops and grants on it, and ``consume``/``browse``/``purge`` are inherited
+  from the access list of the queue it serves (:attr:`AccessControl.system_source`, which the
+  destinations layer provides), read at every check so that a grant on the source applies at once.
+
+Every refusal is an :class:`AccessDenied` naming the user, the destination and the missing permission,
+raised before anything changes.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 from pymq.errors import AccessDenied, ConfigError
 
 if TYPE_CHECKING:
     from pymq_server.broker.auth import User
 
-PERMISSIONS = ("produce", "consume", "browse")
+PERMISSIONS = ("produce", "consume", "browse", "purge", "create", "manage")
+#: what a broker without ``default_permissions`` allows everyone on destinations nobody owns: everything
+#: but ``manage`` (dropping or re-granting a queue nobody owns stays the administrator's)
+OPEN_DEFAULTS = ("produce", "consume", "browse", "purge", "create")
+#: what a dead-letter queue takes from the queue it serves
+INHERITED = frozenset({"consume", "browse", "purge"})
 ADMIN_ROLE = "admin"
+#: reads every destination's metrics (Prometheus ``/metrics``, the ``metrics`` operation) and nothing else
+MONITOR_ROLE = "monitor"
 
 
-def _check_permissions(perms) -> set[str]:
+def _check_permissions(perms: Iterable[str]) -> set[str]:
     perms = set(perms)
     bad = perms - set(PERMISSIONS)
     if bad:
@@ -41,12 +62,23 @@ class DestinationAcl:
     grants: dict[str, set[str]] = field(default_factory=dict)
 
     def allows(self, user: User, permission: str) -> bool:
+        """The owner holds everything; a grant of ``permission`` or of ``manage`` allows it."""
         if self.owner is not None and user.name == self.owner:
             return True
+        return self.granted(user, permission)
+
+    def granted(self, user: User, permission: str, *, manage_implies: bool = True) -> bool:
         for principal in _principals(user):
-            if permission in self.grants.get(principal, ()):
+            have = self.grants.get(principal)
+            if have and (permission in have or (manage_implies and "manage" in have)):
                 return True
         return False
+
+    def any_for(self, user: User) -> bool:
+        """``user`` holds some permission here (it may see the destination)."""
+        if self.owner is not None and user.name == self.owner:
+            return True
+        return any(self.grants.get(p) for p in _principals(user))
 
     def to_dict(self) -> dict:
         return {"owner": self.owner, "grants": {p: sorted(v) for p, v in sorted(self.grants.items())}}
@@ -67,13 +99,25 @@ def is_admin(user: User) -> bool:
     return ADMIN_ROLE in user.roles
 
 
+def may_monitor(user: User) -> bool:
+    return ADMIN_ROLE in user.roles or MONITOR_ROLE in user.roles
+
+
+def _no_system(destination: str) -> DestinationAcl | None:
+    return None
+
+
 class AccessControl:
     def __init__(self, default_permissions: dict | None = None) -> None:
-        defaults = default_permissions if default_permissions is not None else {"*": list(PERMISSIONS)}
+        defaults = default_permissions if default_permissions is not None else {"*": list(OPEN_DEFAULTS)}
         self.defaults = DestinationAcl(None, {_check_principal(p): _check_permissions(v)
                                               for p, v in defaults.items()})
         self.acls: dict[str, DestinationAcl] = {}
+        #: destination -> the access list a system-owned destination inherits from (its source queue's,
+        #: or an empty one), None for destinations that are not system-owned (set by destinations.py)
+        self.system_source: Callable[[str], DestinationAcl | None] = _no_system
 
+    # -- checks ------------------------------------------------------------------------------------
     def authorize(self, user: User, destination: str, permission: str) -> None:
         """AccessDenied unless ``user`` holds ``permission`` on ``destination``.  A temporary queue is
         open to every sender (replies); only the connection that made it may consume or browse, which
@@ -82,46 +126,119 @@ class AccessControl:
             return
         self.check(user, destination, permission)
 
-    def check(self, user: User, destination: str, permission: str) -> None:
+    def allows(self, user: User, destination: str, permission: str) -> bool:
         if is_admin(user):
-            return
-        acl = self.acls.get(destination, self.defaults)
-        if not acl.allows(user, permission):
+            return True
+        inherited = self.system_source(destination)
+        own = self.acls.get(destination)
+        if inherited is not None:
+            # system-owned: no owner, no defaults, never create/manage; the administrator's own grants
+            # (exactly the permission asked), and what the source queue allows for the inherited ones
+            if permission in ("create", "manage"):
+                return False
+            if own is not None and own.granted(user, permission, manage_implies=False):
+                return True
+            return permission in INHERITED and inherited.allows(user, permission)
+        return (own if own is not None else self.defaults).allows(user, permission)
+
+    def check(self, user: User, destination: str, permission: str) -> None:
+        if not self.allows(user, destination, permission):
             raise AccessDenied(f"user '{user.name}' may not {permission} on {destination}: missing permission "
                                f"'{permission}'", user=user.name, destination=destination, permission=permission)
 
-    def own(self, destination: str, owner: str | None, grants: dict | None = None) -> DestinationAcl:
-        acl = DestinationAcl(owner, {_check_principal(p): _check_permissions(v)
-                                     for p, v in (grants or {}).items()})
+    def sees(self, user: User, destination: str) -> bool:
+        """``user`` may see ``destination`` in lists and metrics: it holds some permission on it."""
+        if is_admin(user):
+            return True
+        inherited = self.system_source(destination)
+        own = self.acls.get(destination)
+        if inherited is not None:
+            return (own is not None and own.any_for(user)) or \
+                any(inherited.allows(user, p) for p in INHERITED)
+        return (own if own is not None else self.defaults).any_for(user)
+
+    def check_sees(self, user: User, destination: str) -> None:
+        if not self.sees(user, destination):
+            raise AccessDenied(f"user '{user.name}' may not see {destination}: no permission on it",
+                               user=user.name, destination=destination, permission="browse")
+
+    def check_manage(self, user: User, destination: str, what: str) -> None:
+        """What only the owner, a ``manage`` holder or an administrator may do (drop, grant, declare
+        again); on a system-owned destination only an administrator."""
+        if self.allows(user, destination, "manage"):
+            return
+        acl = self.acls.get(destination)
+        if self.system_source(destination) is not None:
+            who = "it is system-owned: only an administrator may"
+        elif acl is not None and acl.owner:
+            who = f"only its owner '{acl.owner}', a holder of 'manage' or an administrator may"
+        else:
+            who = "it has no owner: only a holder of 'manage' or an administrator may"
+        raise AccessDenied(f"user '{user.name}' may not {what} {destination}: {who}", user=user.name,
+                           destination=destination, permission="manage")
+
+    def check_create(self, user: User, destination: str, *, claim: bool) -> None:
+        """Declare a queue that does not exist (``create`` through the defaults), or claim one that
+        belongs to no one (``create`` or ``manage`` granted on that queue itself: ``create`` in the
+        defaults is the right to make new queues, not to take the ones others use); a system-owned name
+        only an administrator."""
+        if claim and not is_admin(user):
+            own = self.acls.get(destination)
+            if self.system_source(destination) is None and own is not None and own.allows(user, "create"):
+                return
+        elif self.allows(user, destination, "create"):
+            return
+        if self.system_source(destination) is not None:
+            reason = "it is system-owned: only an administrator may declare it"
+        elif claim:
+            reason = ("it exists and belongs to no user: claiming it needs 'create' or 'manage' on it, "
+                      "or an administrator")
+        else:
+            reason = "creating a queue needs the 'create' permission"
+        raise AccessDenied(f"user '{user.name}' may not create {destination}: {reason}", user=user.name,
+                           destination=destination, permission="create")
+
+    # -- changes -------------------------------------------------------------------------------------
+    def own(self, destination: str, owner: str | None, grants: dict | None = None, *,
+            keep: bool = False) -> DestinationAcl:
+        """Give ``destination`` the owner ``owner`` and ``grants``; ``keep``: the grants it had stay
+        (a claim keeps what an administrator granted on a queue that belonged to no one)."""
+        fresh = {_check_principal(p): _check_permissions(v) for p, v in (grants or {}).items()}
+        old = self.acls.get(destination)
+        if keep and old is not None:
+            merged = {p: set(v) for p, v in old.grants.items()}
+            for principal, perms in fresh.items():
+                merged.setdefault(principal, set()).update(perms)
+            fresh = merged
+        acl = DestinationAcl(owner, fresh)
         self.acls[destination] = acl
         return acl
 
     def _manageable(self, actor: User, destination: str) -> DestinationAcl:
+        self.check_manage(actor, destination, "change permissions on")
         acl = self.acls.get(destination)
         if acl is None:
-            if not is_admin(actor):
-                raise AccessDenied(f"{destination} has no owner; only an administrator may set its "
-                                   f"permissions", user=actor.name,
-                                   destination=destination, permission="manage")
-            acl = self.acls[destination] = DestinationAcl(None, {p: set(v) for p, v in self.defaults.grants.items()})
-            return acl
-        if not is_admin(actor) and actor.name != acl.owner:
-            raise AccessDenied(f"user '{actor.name}' may not change permissions on "
-                               f"{destination}: only its owner '{acl.owner}' or an administrator may",
-                               user=actor.name, destination=destination,
-                               permission="manage")
+            system = self.system_source(destination) is not None
+            # the defaults' grants stay (nobody loses access by another's grant), except ``create``: the
+            # right to make new queues must not become a right to claim this one
+            acl = self.acls[destination] = DestinationAcl(None, {} if system else {
+                p: set(v) - {"create"} for p, v in self.defaults.grants.items() if set(v) - {"create"}})
         return acl
 
-    def grant(self, actor: User, destination: str, principal: str, permissions) -> DestinationAcl:
+    def grant(self, actor: User, destination: str, principal: str, permissions: Iterable[str]) -> DestinationAcl:
+        principal = _check_principal(principal)
+        perms = _check_permissions(permissions)
         acl = self._manageable(actor, destination)
-        acl.grants.setdefault(_check_principal(principal), set()).update(_check_permissions(permissions))
+        acl.grants.setdefault(principal, set()).update(perms)
         return acl
 
-    def revoke(self, actor: User, destination: str, principal: str, permissions) -> DestinationAcl:
+    def revoke(self, actor: User, destination: str, principal: str, permissions: Iterable[str]) -> DestinationAcl:
+        principal = _check_principal(principal)
+        perms = _check_permissions(permissions)
         acl = self._manageable(actor, destination)
-        have = acl.grants.get(_check_principal(principal))
+        have = acl.grants.get(principal)
         if have is not None:
-            have.difference_update(_check_permissions(permissions))
+            have.difference_update(perms)
             if not have:
                 del acl.grants[principal]
         return acl
@@ -131,4 +248,9 @@ class AccessControl:
 
     def describe(self, destination: str) -> dict:
         acl = self.acls.get(destination)
-        return (acl or self.defaults).to_dict() | {"default": acl is None}
+        out = (acl or self.defaults).to_dict() | {"default": acl is None}
+        inherited = self.system_source(destination)
+        if inherited is not None:
+            out = (acl or DestinationAcl()).to_dict() | {"default": False, "system": True,
+                                                         "inherited": inherited.to_dict()}
+        return out

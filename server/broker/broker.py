@@ -166,10 +166,12 @@ class Broker:
         self.flow.forget(session)
 
     def claim_client_id(self, session: Client, client_id: str) -> None:
+        self.subscriptions.check_client_id(session.user, client_id)
         holder = self.client_ids.get(client_id)
         if holder is not None and holder is not session and not holder.closed:
             raise IllegalStateError(f"client id {client_id!r} is already in use by another connection",
                                     client_id=client_id)
+        self.subscriptions.bind_client_id(session.user, client_id)
         self.client_ids[client_id] = session
 
     def authenticate(self, login: str | None, passcode: str | None, peer_host: str | None,
@@ -214,6 +216,11 @@ class Broker:
         if self.flow.high:
             self.flow.block(client)
         return result
+
+    def admit(self, client: Client, request: SendRequest, ahead: dict[str, int],
+              dedup_ids: set[tuple[str, str]]) -> None:
+        """Raise what :meth:`send` would refuse ``request`` for, changing nothing (a COMMIT's check)."""
+        self.router.admit(client, request, ahead, dedup_ids)
 
     def subscribe(self, client: Client, request: SubscribeRequest) -> Consumer:
         return self.subscriptions.consumer(client, request)

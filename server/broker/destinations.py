@@ -6,16 +6,23 @@ their connection) and internal queues no client can name (cluster outboxes, ``$`
 queues live in their topic; this layer makes them. Declared queues and ACLs are kept in the catalog
 (``queue:<name>``, ``acl:<destination>``) and come back at recovery.
 
+Ownership (spec/admin.md, "Ownership and permissions"): a declared queue has its creator as owner; an
+auto-created or configured queue and a topic belong to no one, and claiming one needs ``create`` or
+``manage`` on it; dead-letter queues and the expiry queue are system-owned, and this layer tells the
+access control which queue each dead-letter queue serves (:meth:`Destinations.system_source`). Every
+check runs before anything is created: callers reach a destination through :meth:`queue_for` and
+:meth:`topic_for`, which authorize first.
+
 Depends on: the building blocks (names, queues, topics, ACLs) and the store's catalog. Nothing here
 knows about subscriptions, routing or the cluster.
 """
 from __future__ import annotations
 
 import json
-from typing import Iterator
+from typing import Callable, Iterator
 
 from pymq_server.broker import destination as names
-from pymq_server.broker.acl import AccessControl, DestinationAcl, is_admin
+from pymq_server.broker.acl import AccessControl, DestinationAcl
 from pymq_server.broker.auth import User
 from pymq_server.broker.clients import Client
 from pymq_server.broker.queue import MessageQueue, QueueHost
@@ -42,6 +49,12 @@ class Destinations:
         self.internal: dict[str, MessageQueue] = {}        # queues clients cannot address ($cluster.out.*)
         self.declared: dict[str, dict] = {}                # explicitly created queues: name -> catalog record
         self._resolved: dict[str, tuple[names.Kind, str]] = {}
+        #: dead-letter queue names made with a prefix other than the default one -> the queue they serve
+        self.dead_letter_sources: dict[str, str] = {}
+        #: durable subscription key with ':' as '.' -> its creator (set by the subscriptions layer), so a
+        #: subscription's dead-letter queue ``DLQ.sub.<owner>.<name>`` is readable by its creator only
+        self.subscription_creator: Callable[[str], str | None] = lambda dotted: None
+        acl.system_source = self.system_source
 
     # -- names ------------------------------------------------------------------------------------
     def resolve(self, destination: str) -> tuple[names.Kind, str]:
@@ -56,7 +69,48 @@ class Destinations:
                 self._resolved[destination] = resolved
         return resolved
 
+    # -- system-owned destinations ------------------------------------------------------------------
+    def system_source(self, destination: str) -> DestinationAcl | None:
+        """The access list a system-owned destination inherits (an empty one when it serves nothing
+        that exists), or None when ``destination`` is not system-owned."""
+        if not destination.startswith("/queue/"):
+            return None
+        name = destination[7:]
+        expiry = self.config.expiry_queue
+        if expiry and name == expiry:
+            return DestinationAcl()
+        source = self.dead_letter_sources.get(name)
+        if source is None:
+            prefix = self.config.queue_defaults.dead_letter_prefix
+            if not prefix or not name.startswith(prefix):
+                return None
+            source = name[len(prefix):]
+            creator = self.subscription_creator(source)
+            if creator is not None:
+                return DestinationAcl(creator)
+        if source not in self.queues:
+            # a queue that does not exist (yet) has no dead letters: nobody but an administrator reads
+            # them, so a consumer attached early cannot collect a queue's dead letters once it exists
+            return DestinationAcl()
+        own = self.acl.acls.get("/queue/" + source)
+        return own if own is not None else self.acl.defaults
+
+    def _note_dead_letter_name(self, name: str, config: QueueConfig) -> None:
+        default = self.config.queue_defaults.dead_letter_prefix
+        if config.dead_letter and config.dead_letter_prefix != default:
+            self.dead_letter_sources[config.dead_letter_prefix + name] = name
+
     # -- queues ----------------------------------------------------------------------------------
+    def queue_for(self, user: User, name: str, permission: str) -> MessageQueue:
+        """Queue ``name`` for a client's ``permission``: authorized first, so a refusal creates nothing."""
+        self.acl.check(user, "/queue/" + name, permission)
+        return self.queues.get(name) or self.queue(name)
+
+    def topic_for(self, user: User, name: str, permission: str) -> Topic:
+        """Topic ``name`` for a client's ``permission``, authorized before it is created."""
+        self.acl.check(user, "/topic/" + name, permission)
+        return self.topics.get(name) or self.topic(name)
+
     def queue(self, name: str, create: bool | None = None) -> MessageQueue:
         """Queue ``name``, created on first use unless auto-creation is off (or ``create`` says)."""
         queue = self.queues.get(name)
@@ -75,13 +129,12 @@ class Destinations:
         if config.schema:
             queue.schema = MessageSchema.from_dict(config.schema, f"queue {name}")
         self.queues[name] = queue
-        prefix = self.config.queue_defaults.dead_letter_prefix
-        if name.startswith(prefix):
-            origin = self.acl.acls.get("/queue/" + name[len(prefix):])
-            if origin is not None and queue.destination not in self.acl.acls:
-                # a dead-letter queue belongs to whoever owns the queue it serves
-                self.acl.own(queue.destination, origin.owner, {p: set(v) for p, v in origin.grants.items()})
+        self._note_dead_letter_name(name, config)
         return queue
+
+    def configured(self, name: str) -> QueueConfig:
+        """The settings queue ``name`` gets when use creates it."""
+        return self._configured(name)
 
     def _configured(self, name: str) -> QueueConfig:
         settings = self.config.queues.get(name)
@@ -94,32 +147,66 @@ class Destinations:
 
     def declare_queue(self, name: str, settings: dict | None, user: User | None, grants: dict | None = None,
                       persist: bool = True) -> tuple[MessageQueue, bool]:
-        """Create queue ``name`` owned by ``user`` (None: no owner) with ``settings`` (QueueConfig fields).
+        """Create queue ``name`` owned by ``user`` (None: the broker itself, at recovery) with ``settings``
+        (QueueConfig fields).
 
-        Returns (queue, created).  Declaring an existing queue with the same settings is a no-op;
-        with different ones it is a DestinationExists error listing the differences.  A queue that
-        was only auto-created by use takes the declared settings and owner."""
-        names.check_name(name, "/queue/" + name)
-        config = queue_config(settings or {}, f"queue {name}", base=self.config.queue_defaults)
+        Returns (queue, created).  Declaring an existing declared queue with the same settings is a
+        no-op for whoever may see it; with different ones it is a DestinationExists error listing the
+        differences.  A queue that exists but was never declared (auto-created by use, configured in the
+        YAML) belongs to no one: claiming it needs ``create``/``manage`` on it (or an administrator); the
+        claimant becomes its owner and the grants already made on it stay. An auto-created queue takes the
+        declared settings; a configured one keeps its configured settings (others are DestinationExists).
+        Every refusal comes before anything changes."""
+        destination = "/queue/" + name
+        names.check_name(name, destination)
         existing = self.queues.get(name)
         record = self.declared.get(name)
+        configured = self.config.queues.get(name) is not None
+        if existing is not None and configured and record is None and not settings:
+            config = existing.config                # a claim of a configured queue: as configured
+        else:
+            config = queue_config(settings or {}, f"queue {name}", base=self.config.queue_defaults)
         if existing is not None and record is not None:
+            if user is not None:
+                if self.system_source(destination) is not None:
+                    self.acl.check_create(user, destination, claim=True)     # administrators only
+                self.acl.check_sees(user, destination)
             if settings is not None and existing.config != config:
                 diff = "; ".join(existing.config.differences(config))
-                raise DestinationExists(f"queue '/queue/{name}' already exists with a different "
-                                        f"configuration ({diff})", destination="/queue/" + name)
+                raise DestinationExists(f"queue '{destination}' already exists with a different "
+                                        f"configuration ({diff})", destination=destination)
             return existing, False
+        if user is not None:
+            self.acl.check_create(user, destination, claim=existing is not None)
+        if existing is not None and configured and existing.config != config:
+            diff = "; ".join(existing.config.differences(config))
+            raise DestinationExists(f"queue '{destination}' is configured by the broker's configuration file "
+                                    f"with other settings ({diff})", destination=destination)
+        self._check_dead_letter_target(name, config)
         if existing is None:
             existing = self.create_queue(name, config)
         else:
             existing.config = config
             existing.schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
-        self.acl.own(existing.destination, user.name if user is not None else None, grants)
-        record = {"config": config.to_dict(), "acl": self.acl.acls[existing.destination].to_dict()}
+            self._note_dead_letter_name(name, config)
+        self.acl.own(destination, user.name if user is not None else None, grants, keep=True)
+        record = {"config": config.to_dict(), "acl": self.acl.acls[destination].to_dict()}
         self.declared[name] = record
         if persist:
             self.store.put_meta("queue:" + name, json.dumps(record).encode())
+            self.store.put_meta("acl:" + destination, None)     # the queue's record holds its ACL now
         return existing, True
+
+    def _check_dead_letter_target(self, name: str, config: QueueConfig) -> None:
+        """A queue may not name another user's queue as its dead-letter queue (a custom prefix would
+        otherwise write into a queue its owner never granted)."""
+        if not config.dead_letter or config.dead_letter_prefix == self.config.queue_defaults.dead_letter_prefix:
+            return
+        target = config.dead_letter_prefix + name
+        if target in self.declared or (target in self.queues and self.dead_letter_sources.get(target) != name):
+            raise DestinationExists(f"queue '/queue/{name}': its dead-letter queue '/queue/{target}' would be a "
+                                    f"queue that exists already; choose another dead_letter_prefix",
+                                    destination="/queue/" + target)
 
     def restore_queue(self, name: str, record: dict) -> None:
         """A declared queue found in the catalog at start: its settings and its ACL as they were."""
@@ -133,7 +220,7 @@ class Destinations:
         queue = self.queues.get(name)
         if queue is None:
             raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
-        self._check_owner(user, queue.destination, "drop")
+        self.acl.check_manage(user, queue.destination, "drop")
         if queue.consumers and not force:
             raise IllegalStateError(f"queue '/queue/{name}' has {len(queue.consumers)} consumer(s); "
                                     f"close them or drop with force", destination=queue.destination)
@@ -144,14 +231,18 @@ class Destinations:
         del self.queues[name]
         self.declared.pop(name, None)
         self.acl.forget(queue.destination)
+        for dead, source in list(self.dead_letter_sources.items()):
+            if source == name:
+                del self.dead_letter_sources[dead]
         self.store.put_meta("queue:" + name, None)
+        self.store.put_meta("acl:" + queue.destination, None)
         return dropped
 
     def purge_queue(self, name: str, user: User) -> int:
         queue = self.queues.get(name)
         if queue is None:
             raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
-        self.acl.check(user, queue.destination, "consume")
+        self.acl.check(user, queue.destination, "purge")     # consume alone does not empty a queue
         return queue.purge()
 
     def internal_queue(self, name: str, config: QueueConfig | None = None) -> MessageQueue:
@@ -165,14 +256,20 @@ class Destinations:
         return queue
 
     # -- permissions -------------------------------------------------------------------------------
+    def _grantable(self, destination: str) -> None:
+        kind, _ = self.resolve(destination)
+        if kind is Kind.TEMP_QUEUE:
+            raise DestinationError(f"temporary queue '{destination}' belongs to its connection: it has no "
+                                   f"permissions to grant", destination=destination)
+
     def grant(self, user: User, destination: str, principal: str, permissions: list[str]) -> dict:
-        self.resolve(destination)
+        self._grantable(destination)
         acl = self.acl.grant(user, destination, principal, permissions)
         self._persist_acl(destination)
         return acl.to_dict()
 
     def revoke(self, user: User, destination: str, principal: str, permissions: list[str]) -> dict:
-        self.resolve(destination)
+        self._grantable(destination)
         acl = self.acl.revoke(user, destination, principal, permissions)
         self._persist_acl(destination)
         return acl.to_dict()
@@ -185,16 +282,6 @@ class Destinations:
             self.store.put_meta("queue:" + name, json.dumps(self.declared[name]).encode())
         else:
             self.store.put_meta("acl:" + destination, json.dumps(acl.to_dict()).encode() if acl else None)
-
-    def _check_owner(self, user: User, destination: str, what: str) -> None:
-        if is_admin(user):
-            return
-        acl = self.acl.acls.get(destination)
-        owner = acl.owner if acl is not None else None
-        if owner is None or owner != user.name:
-            raise AccessDenied(f"user '{user.name}' may not {what} {destination}: only its owner"
-                               f"{' ' + repr(owner) if owner else ''} or an administrator may",
-                               user=user.name, destination=destination, permission=what)
 
     # -- topics and subscription queues ------------------------------------------------------------
     def topic(self, name: str) -> Topic:

@@ -203,6 +203,25 @@ class Placement:
             message = self._build(request, destination, queue.config if policy.defaults else None, client)
         return (path, message, queues, outboxes, log, drop_from, block, dedup_id, destination)
 
+    def admit(self, path: EntryPath, queue: MessageQueue | None, config: QueueConfig, schema: object,
+              destination: str, properties: Mapping[str, str], dedup_id: str | None, ahead: int) -> bool:
+        """Would rules 1, 2 and 4 take this message? Raises what would refuse it, changes nothing (a
+        transaction's COMMIT asks for every SEND before applying any: transactions.py). ``queue`` None:
+        a queue the SEND would create, with ``config``; ``ahead``: messages earlier operations of the same
+        transaction add first. False: a duplicate, which adds nothing. In a cluster the depth is this
+        node's (a message routed to a peer would not count): stricter than the SEND, never looser."""
+        policy = self.policies[path]
+        if policy.dedup and dedup_id is not None and self.dedup.seen(destination, dedup_id):
+            return False
+        if policy.schema and schema is not None:
+            schema.check(properties, destination)  # type: ignore[attr-defined]
+        if policy.depth and config.max_depth and config.overflow == "reject":
+            depth = (queue.depth if queue is not None else 0) + ahead
+            if depth >= config.max_depth:
+                raise QueueFull(f"queue '{destination}' is full ({config.max_depth} messages); the "
+                                f"message was refused", destination=destination)
+        return True
+
     def commit(self, plan: Plan, client: Client | None, stored_by: HoldingDevice | None = None) -> SendResult:
         """Act on a plan (rules 6–8). The store goes first, so that a device refusing the message (a
         full disk: StorageError) leaves everything as it was; then room is made (drop-oldest), the id

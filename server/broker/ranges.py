@@ -170,6 +170,10 @@ class RangeReader:
         destination = request.destination
         kind, name = destinations.resolve(destination)
         selector = self.subscriptions.compile_selector(request.selector)
+        if kind is not Kind.TEMP_QUEUE:
+            # before anything exists because of this browse: a refused one creates no queue, topic,
+            # log or durable subscription (a temporary queue is checked where it is handed out)
+            destinations.acl.check(client.user, destination, "browse")
         # a durable subscription, or source:queue, reads the live queue even when a log exists (a
         # consuming reader acknowledges the queue: its ranges must come from the same place)
         use_log = request.source != "queue" and not request.durable_name
@@ -179,8 +183,7 @@ class RangeReader:
             if kind is Kind.TEMP_QUEUE:
                 queue = destinations.owned_temp_queue(client, destination, name, "browse")
             else:
-                queue = self._queue_for(client, destination, request.durable_name, request.shared)
-        destinations.acl.authorize(client.user, destination, "browse")
+                queue = self._queue_for(client, destination, request.durable_name, request.shared, "browse")
         from_seq, to_seq = request.from_seq, request.to_seq
         candidates: Iterable[BrokerMessage]
         if retained is not None:
@@ -213,19 +216,21 @@ class RangeReader:
 
     def ack_upto(self, client: Client, request: AckUptoRequest) -> None:
         """Complete every ready message below ``request.upto`` in a queue or durable subscription."""
-        queue = self._queue_for(client, request.destination, request.durable_name, request.shared)
+        queue = self._queue_for(client, request.destination, request.durable_name, request.shared, "consume")
         if queue is None:
             raise UnknownDestination(f"nothing to acknowledge on {request.destination!r}: give a queue, or a "
                                      f"topic with durable-subscription-name")
-        self.destinations.acl.authorize(client.user, queue.destination, "consume")
         queue.remove_ready(list(queue.ready.by_seq(0, request.upto)))
         queue.stats.acked_upto = max(queue.stats.acked_upto, request.upto)
 
     def _queue_for(self, client: Client, destination: str, durable_name: str | None,
-                   shared: bool) -> MessageQueue | None:
+                   shared: bool, permission: str) -> MessageQueue | None:
+        """The queue a reader names, ``permission`` checked before it is made."""
         kind, name = self.destinations.resolve(destination)
         if kind is Kind.QUEUE:
-            return self.destinations.queue(name)
+            return self.destinations.queue_for(client.user, name, permission)
         if kind is Kind.TOPIC and durable_name:
-            return self.subscriptions.for_reader(client, name, durable_name, shared)
+            return self.subscriptions.for_reader(client, name, durable_name, shared, permission)
+        if kind is Kind.TOPIC:
+            self.destinations.acl.check(client.user, destination, permission)
         return None

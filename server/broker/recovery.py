@@ -66,6 +66,8 @@ class Recovery:
                 durable.append((key[5:], json.loads(value)))
             elif key.startswith("queue:"):
                 self.destinations.restore_queue(key[6:], json.loads(value))
+            elif key.startswith("client:"):
+                self.subscriptions.restore_client_id(key[7:], json.loads(value))
             elif key.startswith("acl:"):
                 acls[key[4:]] = DestinationAcl.from_dict(json.loads(value))
         self.seqs.load(reserved)

@@ -27,8 +27,9 @@ from pymq_server.broker.destinations import Destinations, Kind
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
-from pymq_server.broker.queue import Entry
+from pymq_server.broker.queue import Entry, MessageQueue
 from pymq_server.broker.requests import BulkSendRequest, SendRequest, SendResult, parse_send
+from pymq_server.broker.schema import MessageSchema
 from pymq_server.broker.stored_form import stored_message
 from pymq_server.broker.subscriptions import Subscriptions
 from pymq_server.broker.topic import Topic
@@ -82,9 +83,10 @@ class Router:
             request = request._replace(properties=properties)
         path = EntryPath.SEND if forwarded is None else EntryPath.CLUSTER_INBOUND
         if kind is Kind.QUEUE:
-            queue = destinations.queues.get(name) or destinations.queue(name)
-            if client is not None:
-                destinations.acl.authorize(client.user, queue.destination, "produce")
+            if client is not None:      # authorized before the queue is created by this use
+                queue = destinations.queue_for(client.user, name, "produce")
+            else:
+                queue = destinations.queues.get(name) or destinations.queue(name)
             return self.placement.place(path, queue, request, client)
         if kind is Kind.TOPIC:
             if forwarded is not None and subscription is not None:
@@ -93,9 +95,10 @@ class Router:
                 if sub is None:
                     raise UnknownDestination(f"no durable subscription {subscription!r} here")
                 return self.placement.place(path, sub.queue, request, client)
-            topic = destinations.topics.get(name) or destinations.topic(name)
             if client is not None:
-                destinations.acl.authorize(client.user, topic.destination, "produce")
+                topic = destinations.topic_for(client.user, name, "produce")
+            else:
+                topic = destinations.topics.get(name) or destinations.topic(name)
             result = self.placement.place(EntryPath.PUBLISH if forwarded is None else path, topic, request,
                                           client)
             topic.published += 1
@@ -109,17 +112,61 @@ class Router:
         """A bulk SEND: its rows read and checked column by column, then placed as a unit (spec/spark.md §7)."""
         destinations = self.destinations
         kind, name = destinations.resolve(request.destination)
+        # authorized before the queue or topic is created by this use
         if kind is Kind.QUEUE:
-            target: Target = destinations.queues.get(name) or destinations.queue(name)
+            target: Target = destinations.queue_for(client.user, name, "produce")
         elif kind is Kind.TOPIC:
-            target = destinations.topics.get(name) or destinations.topic(name)
+            target = destinations.topic_for(client.user, name, "produce")
         else:
             raise DestinationError(f"a bulk SEND goes to a queue or a topic, not {request.destination!r}")
-        destinations.acl.authorize(client.user, target.destination, "produce")
         result = self.placement.place_bulk(target, bulk_rows.read_bulk(request.body), request.body, client)
         if isinstance(target, Topic):
             target.published += result.count
         return result
+
+    def admit(self, client: Client, request: SendRequest, ahead: dict[str, int],
+              dedup_ids: set[tuple[str, str]]) -> None:
+        """Everything :meth:`send` would refuse this SEND for, checked without creating or numbering
+        anything (a transaction validates every operation before applying one: transactions.py).
+        ``ahead`` counts what earlier SENDs of the transaction add to each destination and ``dedup_ids``
+        their duplicate ids; both grow with this one."""
+        destinations = self.destinations
+        destination = request[0]
+        kind, name = destinations.resolve(destination)
+        if request[13] is not None and not client.is_cluster:
+            raise AccessDenied("only cluster nodes may send forwarded messages", user=client.user.name,
+                               destination=destination, permission="forward")
+        if kind is Kind.TOPIC:
+            destinations.acl.check(client.user, destination, "produce")
+            return
+        queue: MessageQueue | None
+        if kind is Kind.QUEUE:
+            destinations.acl.check(client.user, destination, "produce")
+            queue = destinations.queues.get(name)
+            if queue is None and not self.config.auto_create:
+                raise UnknownDestination(f"queue '{destination}' does not exist (auto-creation is off)",
+                                         destination=destination)
+        elif name.startswith("tmp."):
+            queue = destinations.temp_queues.get(name)
+            if queue is None:
+                raise UnknownDestination(f"temporary queue '{destination}' does not exist (its connection "
+                                         f"has closed)", destination=destination)
+        else:
+            queue = client.temp_queue(name, create=False)      # one's own: made on first use
+        if queue is not None:
+            config, schema, target = queue.config, queue.schema, queue.destination
+        else:
+            config = destinations.configured(name) if kind is Kind.QUEUE else self.config.queue_defaults
+            schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
+            target = destination
+        dedup_id = request[12]
+        if dedup_id is not None:
+            if (target, dedup_id) in dedup_ids:
+                return
+            dedup_ids.add((target, dedup_id))
+        if self.placement.admit(EntryPath.SEND, queue, config, schema, target, request[1], dedup_id,
+                                ahead.get(target, 0)):
+            ahead[target] = ahead.get(target, 0) + 1
 
     # -- dead letters and expiry ---------------------------------------------------------------------
     def dead_letter(self, entry: Entry, reason: str) -> None:

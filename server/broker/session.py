@@ -133,6 +133,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
         body = exc.message
         if frame is not None:
             body += f"\n\nThe failing frame was {frame.command}."
+            tx = frame.headers.get("transaction")
+            if tx is not None and frame.command in ("SEND", "ACK", "NACK"):
+                body += f" Transaction {tx!r} is rolled back: nothing of it was applied."
         if note:
             body += f"\n\n{note}"
         log.info("connection %s (%s): %s: %s", self.id, self.peer_host, exc.code, exc.message)
@@ -328,7 +331,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.transactions.begin(frame.headers["transaction"])
 
     def _on_commit(self, frame: Frame) -> None:
-        for op in self.transactions.commit(frame.headers["transaction"]):
+        # all or nothing: every SEND is admitted before the first is applied (transactions.py)
+        ops = self.transactions.commit(frame.headers["transaction"], self._admit)
+        for op in ops:
             if isinstance(op, SendRequest):
                 self._send(op)
                 continue
@@ -337,6 +342,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
             except (UnknownMessage, UnknownSubscription):
                 continue  # released meanwhile (consumer gone) and already back in its queue
             self._redispatch.add(self.deliveries.settle(consumer, op))
+
+    def _admit(self, request: SendRequest, ahead: dict[str, int], dedup_ids: set[tuple[str, str]]) -> None:
+        self.broker.admit(self, request, ahead, dedup_ids)
 
     def _on_abort(self, frame: Frame) -> None:
         self.transactions.abort(frame.headers["transaction"])

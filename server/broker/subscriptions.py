@@ -7,6 +7,11 @@ the catalog (``dsub:<key>``) and receiving while its subscriber is away. Durable
 what moves between cluster nodes (spec/cluster.md §6): :meth:`Subscriptions.record` describes one,
 :meth:`Subscriptions.adopt` hosts one another node handed over.
 
+Who may reach a durable subscription (spec/admin.md, "Ownership and permissions"): a ``client-id`` is
+bound to the user who first connected with it (``client:<id>`` in the catalog, so it survives restarts),
+and a durable subscription to the user who created it (``user`` in its record); another user can neither
+attach to it, read it, acknowledge it nor delete it. Every check comes before anything is created.
+
 Depends on: destinations (layer 1), and the cluster membership, which hears of every change.
 """
 from __future__ import annotations
@@ -14,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Callable, Iterator
 
+from pymq_server.broker.acl import is_admin
+from pymq_server.broker.auth import User
 from pymq_server.broker.clients import Client, durable_owner
 from pymq_server.broker.consumer import AUTO, Consumer
 from pymq_server.broker.destinations import Destinations, Kind
@@ -24,7 +31,7 @@ from pymq_server.broker.topic import Topic, TopicSubscription
 from pymq_server.config import BrokerConfig
 from pymq_server.storage.store import HoldingStore
 
-from pymq.errors import IllegalStateError, InvalidSelector, UnknownDestination
+from pymq.errors import AccessDenied, IllegalStateError, InvalidSelector, UnknownDestination
 
 
 def durable_key(owner: str, name: str, shared: bool) -> str:
@@ -43,6 +50,9 @@ class Subscriptions:
         self.default_prefetch = config.default_prefetch
         self.cluster: ClusterMembership = STANDALONE
         self.durable: dict[str, TopicSubscription] = {}     # key -> durable subscription hosted here
+        self.creators: dict[str, str] = {}                  # durable key -> the user who created it
+        self.client_ids: dict[str, str] = {}                # client id -> the user it is bound to
+        destinations.subscription_creator = self._creator_of_dotted
         self._compile: Callable | None = None
 
     def compile_selector(self, text: str | None):
@@ -61,6 +71,44 @@ class Subscriptions:
             self._compile = compile_limited
         return self._compile(text)
 
+    # -- client ids and creators --------------------------------------------------------------------
+    def check_client_id(self, user: User, client_id: str) -> None:
+        """A CONNECT with ``client-id`` by another user than the one it is bound to is refused before the
+        connection exists. Administrators may use any (and bind none)."""
+        holder = self.client_ids.get(client_id)
+        if holder is not None and holder != user.name and not is_admin(user):
+            raise AccessDenied(f"user '{user.name}' may not connect with client id {client_id!r}: it belongs to "
+                               f"user '{holder}'", user=user.name, destination=f"client-id:{client_id}",
+                               permission="client-id")
+
+    def bind_client_id(self, user: User, client_id: str) -> None:
+        """Bind ``client_id`` to the first (non-administrator) user that connected with it, in the
+        catalog so that the binding survives restarts."""
+        if client_id in self.client_ids or is_admin(user):
+            return
+        self.client_ids[client_id] = user.name
+        self.store.put_meta("client:" + client_id, json.dumps({"user": user.name}).encode())
+
+    def restore_client_id(self, client_id: str, record: dict) -> None:
+        self.client_ids[client_id] = record["user"]
+
+    def _check_creator(self, user: User, key: str, name: str) -> None:
+        creator = self.creators.get(key)
+        if creator is not None and creator != user.name and not is_admin(user):
+            raise AccessDenied(f"user '{user.name}' may not use durable subscription {name!r}: it belongs to "
+                               f"user '{creator}'", user=user.name, destination=f"subscription:{name}",
+                               permission="consume")
+
+    def _creator_of_dotted(self, dotted: str) -> str | None:
+        """The creator of the durable subscription whose key, ':' written '.', is ``dotted`` (the name of
+        its dead-letter queue after the prefix), or None."""
+        if not dotted.startswith("sub."):
+            return None
+        for key, creator in self.creators.items():
+            if key.replace(":", ".") == dotted:
+                return creator
+        return None
+
     # -- consumers --------------------------------------------------------------------------------
     def consumer(self, client: Client, request: SubscribeRequest) -> Consumer:
         """A consumer for a SUBSCRIBE (not attached yet): of a queue, a temporary queue or a topic
@@ -73,16 +121,18 @@ class Subscriptions:
         if prefetch is None:
             prefetch = self.default_prefetch if request.ack != AUTO else 0
         if kind is Kind.QUEUE:
-            queue = destinations.queue(name)
+            queue = destinations.queue_for(client.user, name, "consume")
         elif kind is Kind.TEMP_QUEUE:
             queue = destinations.owned_temp_queue(client, destination, name, "consume from")
         else:
-            topic = destinations.topic(name)
-            destinations.acl.authorize(client.user, topic.destination, "consume")
+            if request.durable_name:
+                # the subscription's owner before the topic: a refusal creates nothing
+                self._check_creator(client.user, durable_key(durable_owner(client), request.durable_name,
+                                                             request.shared), request.durable_name)
+            topic = destinations.topic_for(client.user, name, "consume")
             sub = self._topic_subscription(client, request, topic, selector)
             return Consumer(client, request.id, sub.queue, request.ack, prefetch, None, subscription=sub,
                             destination=destination)
-        destinations.acl.authorize(client.user, queue.destination, "consume")
         return Consumer(client, request.id, queue, request.ack, prefetch, selector, destination=destination)
 
     def _topic_subscription(self, client: Client, request: SubscribeRequest, topic: Topic,
@@ -101,7 +151,8 @@ class Subscriptions:
                 self.drop(sub)   # JMS: a new selector means a new subscription
                 sub = None
             if sub is None:
-                sub = self.create_durable(topic, key, selector, no_local, owner, request.shared, name)
+                sub = self.create_durable(topic, key, selector, no_local, owner, request.shared, name,
+                                          creator=client.user.name)
             elif sub.queue.consumers and not sub.shared:
                 raise IllegalStateError(f"durable subscription {name!r} already has an active consumer "
                                         f"(use a shared subscription for several)", subscription=name)
@@ -135,16 +186,19 @@ class Subscriptions:
 
     # -- durable subscriptions --------------------------------------------------------------------
     def create_durable(self, topic: Topic, key: str, selector: object, no_local: bool, owner: str,
-                       shared: bool, name: str, persist: bool = True) -> TopicSubscription:
+                       shared: bool, name: str, persist: bool = True, *, creator: str | None = None
+                       ) -> TopicSubscription:
         queue = self.destinations.subscription_queue(key, topic, durable=True)
         sub = TopicSubscription(topic, key, queue, selector, no_local, None, durable=True, shared=shared,
                                 client_id=owner)
         self.durable[key] = sub
+        if creator is not None:
+            self.creators[key] = creator
         self._added(topic, sub)
         self.cluster.durable_created(key)
         if persist:
             record = {"topic": topic.name, "selector": _selector_text(selector), "no_local": no_local,
-                      "owner": owner, "shared": shared, "name": name}
+                      "owner": owner, "shared": shared, "name": name, "user": creator}
             self.store.put_meta("dsub:" + key, json.dumps(record).encode())
         return sub
 
@@ -152,7 +206,8 @@ class Subscriptions:
         """A durable subscription found in the catalog at start."""
         return self.create_durable(self.destinations.topic(record["topic"]), key,
                                    self.compile_selector(record.get("selector")), record.get("no_local", False),
-                                   record["owner"], record.get("shared", False), record["name"], persist=False)
+                                   record["owner"], record.get("shared", False), record["name"], persist=False,
+                                   creator=record.get("user"))
 
     def drop(self, sub: TopicSubscription) -> None:
         """End a subscription: its queue and messages go; a durable one leaves the catalog."""
@@ -163,6 +218,7 @@ class Subscriptions:
         sub.queue.purge()
         if sub.durable:
             self.durable.pop(sub.name, None)
+            self.creators.pop(sub.name, None)
             self.store.put_meta("dsub:" + sub.name, None)
         self.cluster.topic_changed(topic)
         if sub.durable:
@@ -186,22 +242,27 @@ class Subscriptions:
 
     def remove(self, client: Client, name: str, shared: bool = False) -> None:
         """Delete a durable subscription by name (JMS Session.unsubscribe)."""
-        sub = self.durable.get(durable_key(durable_owner(client), name, shared))
+        key = durable_key(durable_owner(client), name, shared)
+        sub = self.durable.get(key)
         if sub is None:
             raise UnknownDestination(f"no durable subscription named {name!r}")
+        self._check_creator(client.user, key, name)
         if sub.queue.consumers:
             raise IllegalStateError(f"durable subscription {name!r} still has active consumers")
         self.drop(sub)
 
-    def for_reader(self, client: Client, topic_name: str, name: str, shared: bool) -> MessageQueue:
-        """The queue of a durable subscription a range reader names; a reader that owns a durable
-        subscription may create it by reading it first."""
+    def for_reader(self, client: Client, topic_name: str, name: str, shared: bool, permission: str) -> MessageQueue:
+        """The queue of a durable subscription a range reader names (to ``browse`` it or acknowledge it:
+        ``consume``); a reader that owns a durable subscription may create it by reading it first.
+        Both checks come first: a refused reader creates no topic and no subscription."""
         owner = durable_owner(client)
         key = durable_key(owner, name, shared)
+        self._check_creator(client.user, key, name)
+        self.destinations.acl.check(client.user, "/topic/" + topic_name, permission)
         topic = self.destinations.topic(topic_name)
         sub = topic.subscriptions.get(key)
         if sub is None:
-            sub = self.create_durable(topic, key, None, False, owner, shared, name)
+            sub = self.create_durable(topic, key, None, False, owner, shared, name, creator=client.user.name)
         return sub.queue
 
     # -- moving between nodes (spec/cluster.md §6) ---------------------------------------------------
@@ -209,7 +270,7 @@ class Subscriptions:
         """What another node needs to host ``sub``."""
         return {"key": sub.name, "topic": sub.topic.name, "selector": _selector_text(sub.selector),
                 "no_local": sub.no_local, "owner": sub.client_id, "shared": sub.shared,
-                "name": sub.name.split(":", 2)[2]}
+                "name": sub.name.split(":", 2)[2], "user": self.creators.get(sub.name)}
 
     def adopt(self, record: dict) -> TopicSubscription:
         """Host a durable subscription another node handed over (no-op when already here)."""
@@ -218,4 +279,5 @@ class Subscriptions:
             return sub
         return self.create_durable(self.destinations.topic(record["topic"]), record["key"],
                                    self.compile_selector(record.get("selector")), record.get("no_local", False),
-                                   record["owner"], record.get("shared", False), record["name"])
+                                   record["owner"], record.get("shared", False), record["name"],
+                                   creator=record.get("user"))

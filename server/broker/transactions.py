@@ -1,20 +1,48 @@
 """A connection's STOMP transactions: what each holds until COMMIT (spec/stomp.md §5).
 
-Transactions cover SEND, ACK and NACK. Nothing is applied before COMMIT, which hands back the operations
-in arrival order; ABORT discards them (messages acknowledged in the transaction stay outstanding). A
-connection that closes aborts its open transactions. Both the number of open transactions and the
-operations one may hold are bounded.
+Transactions cover SEND, ACK and NACK. Nothing is applied before COMMIT; ABORT discards them (messages
+acknowledged in the transaction stay outstanding). A connection that closes aborts its open transactions.
+Both the number of open transactions and the operations one may hold are bounded.
+
+COMMIT is all or nothing: :meth:`Transactions.commit` first *admits* every SEND in arrival order — the
+checks a SEND would fail (permission, destination, temporary queue gone, schema, queue full, counting
+what earlier SENDs of the same transaction add) without creating or numbering anything — and only when
+every one passes hands the operations back to be applied. The first refusal is raised with the
+operation's position and receipt (:func:`refusal`), and nothing of the transaction is applied. Frame
+syntax (a priority out of range, a bad number) is refused when the SEND arrives, which also ends the
+transaction with nothing applied. A storage device failing while the operations are applied (a full
+disk) is the one thing validation cannot foresee.
 """
 from __future__ import annotations
 
-from typing import Union
+from typing import Callable, Union
 
 from pymq_server.broker.requests import AckRequest, SendRequest
 
-from pymq.errors import ResourceLimit, TransactionError
+from pymq.errors import PymqError, ResourceLimit, TransactionError
 
 #: what a transaction holds: its SENDs and its ACK/NACKs
 TransactionOp = Union[SendRequest, AckRequest]
+#: checks one SEND as if every earlier one were applied: (request, messages ahead per destination,
+#: duplicate ids seen) -> None, or the PymqError the SEND would get
+Admission = Callable[[SendRequest, "dict[str, int]", "set[tuple[str, str]]"], None]
+
+
+def refusal(exc: PymqError, tx: str, position: int, count: int, op: TransactionOp) -> PymqError:
+    """``exc`` again (same class, same fields) saying which operation of which transaction failed and
+    that nothing was applied: fields ``transaction``, ``operation`` (1-based) and, when the operation's
+    frame asked for one, ``operation_receipt``."""
+    what = f"SEND to {op.destination}" if isinstance(op, SendRequest) else "ACK"
+    receipt = getattr(op, "receipt", None)
+    where = f"operation {position} of {count} ({what}{f', receipt {receipt!r}' if receipt else ''})"
+    fields = {k: v for k, v in vars(exc).items() if k != "message"}
+    fields.update(transaction=tx, operation=position)
+    if receipt:
+        fields["operation_receipt"] = receipt
+    error = type(exc).__new__(type(exc))
+    PymqError.__init__(error, f"COMMIT of transaction {tx!r} refused, nothing was applied: {where}: "
+                              f"{exc.message}", **fields)
+    return error
 
 
 class Transactions:
@@ -40,11 +68,20 @@ class Transactions:
             raise ResourceLimit(f"transaction {tx!r} has more than {self.max_operations} operations")
         ops.append(op)
 
-    def commit(self, tx: str) -> list[TransactionOp]:
-        """The transaction's operations, in arrival order, to apply now."""
+    def commit(self, tx: str, admit: Admission) -> list[TransactionOp]:
+        """The transaction's operations, in arrival order, to apply now: every SEND admitted first.
+        A refusal ends the transaction (nothing applied) and is raised naming the operation."""
         ops = self._open.pop(tx, None)
         if ops is None:
             raise TransactionError(f"COMMIT of unknown transaction {tx!r}", transaction=tx)
+        ahead: dict[str, int] = {}
+        dedup_ids: set[tuple[str, str]] = set()
+        for position, op in enumerate(ops, 1):
+            if isinstance(op, SendRequest):
+                try:
+                    admit(op, ahead, dedup_ids)
+                except PymqError as exc:
+                    raise refusal(exc, tx, position, len(ops), op) from None
         return ops
 
     def abort(self, tx: str) -> None:

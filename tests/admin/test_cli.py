@@ -252,7 +252,7 @@ def test_non_admin_is_refused_admin_commands_and_nothing_changes(broker_process)
         assert out.returncode == 5, (args, out.stderr)
         assert "access-denied" in out.stderr and "administrators only" in out.stderr
     refused = run_cli(b, "queues", "purge", "cli.private", user=APP, password=APP_PW)
-    assert refused.returncode == 5 and "may not consume on /queue/cli.private" in refused.stderr
+    assert refused.returncode == 5 and "may not purge on /queue/cli.private" in refused.stderr
     assert _depth(b, "cli.private") == 1
     assert run_cli(b, "messages", "browse", "cli.private", user=APP, password=APP_PW).returncode == 5
     assert run_cli(b, "queues", "drop", "cli.private", user=APP, password=APP_PW).returncode == 5
@@ -268,12 +268,12 @@ def test_grants(broker_process):
     b.op("create-queue", name="cli.granted")
     shown = cli_json(b, "grants", "show", "cli.granted")
     assert shown == {"owner": ADMIN, "grants": {}, "default": False}
-    added = cli_json(b, "grants", "add", "cli.granted", f"user:{APP}", "consume,browse")
-    assert added["grants"] == {f"user:{APP}": ["browse", "consume"]}
+    added = cli_json(b, "grants", "add", "cli.granted", f"user:{APP}", "browse,purge")
+    assert added["grants"] == {f"user:{APP}": ["browse", "purge"]}
     assert run_cli(b, "queues", "purge", "cli.granted", user=APP, password=APP_PW).returncode == 0
     human = run_cli(b, "grants", "show", "/queue/cli.granted").stdout
-    assert f"user:{APP}" in human and "browse,consume" in human
-    removed = cli_json(b, "grants", "remove", "cli.granted", f"user:{APP}", "consume")
+    assert f"user:{APP}" in human and "browse,purge" in human
+    removed = cli_json(b, "grants", "remove", "cli.granted", f"user:{APP}", "purge")
     assert removed["grants"] == {f"user:{APP}": ["browse"]}
     assert run_cli(b, "queues", "purge", "cli.granted", user=APP, password=APP_PW).returncode == 5
     bad = run_cli(b, "grants", "add", "cli.granted", "everyone", "consume")

@@ -403,15 +403,21 @@ def test_non_admin_sees_only_what_the_api_allows(console):
     for page, what in (("consumers", "list consumers"), ("storage", "read storage status")):
         c.go(page)
         expect(c.page.locator(f"#{page}-body .refused")).to_contain_text(f"may not {what}")
+    b.op("create-queue", name="web.shared")
+    send(b, "web.shared", ["shared"])
+    b.op("grant", destination="/queue/web.shared", principal=f"user:{APP}", permissions=["consume"])
     c.go("queues")
-    purge = c.row("queue", "web.private").locator("button.purge")
+    purge = c.row("queue", "web.shared").locator("button.purge")
+    expect(c.row("queue", "web.private")).to_have_count(0)     # lists show what the user may see
     purge.click()
     purge.click()
-    expect(c.page.locator("#flash")).to_contain_text(f"access-denied: user '{APP}' may not consume on /queue/web.private")
-    assert depth(b, "web.private") == 1
-    c.go("queues/web.private")
+    expect(c.page.locator("#flash")).to_contain_text(f"access-denied: user '{APP}' may not purge on /queue/web.shared")
+    assert depth(b, "web.shared") == 1
+    c.go("queues/web.shared")
     expect(c.page.locator("#message-browser .error")).to_contain_text("may not browse")
     c.shot("browse-refused")
+    c.go("queues/web.private")
+    expect(c.page.locator("#queue-summary .error")).to_contain_text("may not see /queue/web.private")
 
 
 def test_storage_devices_and_scores(console, tmp_path):

@@ -16,7 +16,9 @@ def secured(broker_factory, tmp_path):
     save_user(users, "alice", "alicepw", ["apps"])
     save_user(users, "bob", "bobpw", [])
     save_user(users, "carol", "carolpw", ["auditors"])
-    return broker_factory(users_file=users, default_permissions={"role:admin": ["produce", "consume", "browse"]})
+    # alice's role may declare queues (seed 001's "create" permission); nobody else may
+    return broker_factory(users_file=users, default_permissions={"role:admin": ["produce", "consume", "browse"],
+                                                                 "role:apps": ["create"]})
 
 
 def _conn(broker, user):
@@ -38,7 +40,7 @@ def test_owner_grants_and_revokes(secured):
         msg = str(info.value)
         assert "user 'bob'" in msg and "/queue/ledger" in msg and "'produce'" in msg
     with _conn(secured, "bob") as bob:
-        with pytest.raises(AccessDenied, match="only its owner 'alice' or an administrator"):
+        with pytest.raises(AccessDenied, match="only its owner 'alice', a holder of 'manage' or an administrator"):
             bob.queue_manager().grant("ledger", "user:bob", "produce")
     with _conn(secured, "alice") as alice:
         alice.queue_manager().grant("ledger", "user:bob", "produce")
