@@ -199,11 +199,18 @@ class AccessControl:
                            destination=destination, permission="create")
 
     # -- changes -------------------------------------------------------------------------------------
+    @staticmethod
+    def checked_grants(grants: dict | None) -> dict[str, set[str]]:
+        """``grants`` (principal -> permissions) checked: ConfigError naming a bad principal or permission."""
+        if grants is not None and not isinstance(grants, dict):
+            raise ConfigError("grants must be a mapping of principal to permissions")
+        return {_check_principal(p): _check_permissions(v) for p, v in (grants or {}).items()}
+
     def own(self, destination: str, owner: str | None, grants: dict | None = None, *,
             keep: bool = False) -> DestinationAcl:
         """Give ``destination`` the owner ``owner`` and ``grants``; ``keep``: the grants it had stay
         (a claim keeps what an administrator granted on a queue that belonged to no one)."""
-        fresh = {_check_principal(p): _check_permissions(v) for p, v in (grants or {}).items()}
+        fresh = self.checked_grants(grants)
         old = self.acls.get(destination)
         if keep and old is not None:
             merged = {p: set(v) for p, v in old.grants.items()}

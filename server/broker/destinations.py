@@ -183,6 +183,7 @@ class Destinations:
             raise DestinationExists(f"queue '{destination}' is configured by the broker's configuration file "
                                     f"with other settings ({diff})", destination=destination)
         self._check_dead_letter_target(name, config)
+        self.acl.checked_grants(grants)                 # a bad principal refuses before the queue exists
         if existing is None:
             existing = self.create_queue(name, config)
         else:

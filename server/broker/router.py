@@ -72,6 +72,9 @@ class Router:
             self.cluster.on_forwarded()
         else:
             forwarded = None
+        if client is not None and kind is not Kind.TEMP_QUEUE:
+            # first: a refused SEND creates nothing (no queue or topic by use, no reply-to temporary queue)
+            destinations.acl.check(client.user, destination, "produce")
         reply_to = properties.get("reply-to")
         if reply_to is not None and client is not None and reply_to.startswith("/temp-queue/") \
                 and not reply_to.startswith("/temp-queue/tmp."):
@@ -83,10 +86,7 @@ class Router:
             request = request._replace(properties=properties)
         path = EntryPath.SEND if forwarded is None else EntryPath.CLUSTER_INBOUND
         if kind is Kind.QUEUE:
-            if client is not None:      # authorized before the queue is created by this use
-                queue = destinations.queue_for(client.user, name, "produce")
-            else:
-                queue = destinations.queues.get(name) or destinations.queue(name)
+            queue = destinations.queues.get(name) or destinations.queue(name)
             return self.placement.place(path, queue, request, client)
         if kind is Kind.TOPIC:
             if forwarded is not None and subscription is not None:
@@ -95,10 +95,7 @@ class Router:
                 if sub is None:
                     raise UnknownDestination(f"no durable subscription {subscription!r} here")
                 return self.placement.place(path, sub.queue, request, client)
-            if client is not None:
-                topic = destinations.topic_for(client.user, name, "produce")
-            else:
-                topic = destinations.topics.get(name) or destinations.topic(name)
+            topic = destinations.topics.get(name) or destinations.topic(name)
             result = self.placement.place(EntryPath.PUBLISH if forwarded is None else path, topic, request,
                                           client)
             topic.published += 1

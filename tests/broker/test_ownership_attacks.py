@@ -104,6 +104,17 @@ def test_create_queue_cannot_take_over_a_configured_queue_with_grants(make_secur
     assert b.call(lambda: b.broker.queues["payroll"].config.max_deliveries) == 5
 
 
+def test_a_refused_declaration_creates_nothing(secured):
+    before = _state(secured)
+    with _conn(secured, "alice") as alice:
+        qm = alice.queue_manager()
+        with pytest.raises(pymq.errors.ConfigError, match="principal 'everyone'"):
+            qm.create("half-made", grants={"everyone": ["consume"]})
+        with pytest.raises(pymq.errors.ConfigError, match="unknown permission"):
+            qm.create("half-made", grants={"user:bob": ["own"]})
+    assert _state(secured) == before
+
+
 # -- dead letters ------------------------------------------------------------------------------------------
 
 def test_nobody_declares_dlq_of_another_users_queue_and_dead_letters_reach_only_the_owner(secured):

@@ -341,7 +341,9 @@ def on_frames(rb: RunningBroker, op: str, made: Made, principal: str, user: str 
     c = own or connect(rb, user, **headers)
     try:
         if op == "produce":
-            extra = {"pymq-admin-op": "status", "reply-to": "/temp-queue/x"} if made.kind == "admin destination" else {}
+            # a reply-to of one's own temporary queue makes that queue: a refused SEND must not
+            extra = {"pymq-admin-op": "status"} if made.kind == "admin destination" else {}
+            extra["reply-to"] = "/temp-queue/replies-here"
             request(c, "SEND", {"destination": dest, **extra}, b"{}")
         elif op == "consume":
             request(c, "SUBSCRIBE", {"destination": dest, "id": "c", "ack": "client-individual"})
