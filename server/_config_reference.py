@@ -101,9 +101,10 @@ def _section(title: str, model: Any, text: str | None, level: int = 2) -> list[s
 def _fields(model: Any):
     if isinstance(model, type) and issubclass(model, BaseModel):
         for name, field in model.model_fields.items():
-            annotation = field.annotation
+            annotation: Any = field.annotation
             if field.metadata:
-                annotation = Annotated[(annotation, *field.metadata)]
+                params = (annotation, *field.metadata)
+                annotation = Annotated[params]
             if name == "kind":
                 yield name, annotation, "the device's name", "which device this is"
                 continue

@@ -12,6 +12,7 @@ import gc
 import logging
 import os
 import ssl
+from typing import TYPE_CHECKING, Any
 
 from pymq_server.admin.ops import Admin
 from pymq_server.broker.broker import Broker
@@ -23,6 +24,12 @@ from pymq_server.storage.store import HoldingStore
 
 from pymq.errors import ConfigError, ListenError, StorageError
 
+if TYPE_CHECKING:
+    from pymq_server.admin.http import AdminHttp
+    from pymq_server.broker.apptx import PendingClaimer
+    from pymq_server.cluster.node import ClusterNode
+    from pymq_server.storage.device import HoldingDevice
+
 log = logging.getLogger("pymq.server")
 
 HOUSEKEEPING_PERIOD_S = 1.0
@@ -30,10 +37,11 @@ HOUSEKEEPING_PERIOD_S = 1.0
 STORAGE_MAINTENANCE_PERIOD_S = 0.25
 
 
-def build_devices(config: BrokerConfig) -> tuple[list, str | None]:
+def build_devices(config: BrokerConfig) -> tuple[list[HoldingDevice], str | None]:
     """The holding devices named in ``config.storage`` (default: memory + the paged file store)."""
     storage = config.storage
     persistent = storage.persistent_device
+    specs: dict[str, tuple[str, dict[str, Any]]]
     if storage.devices is None:
         specs = {"memory": ("memory", {}), "file": ("file", {})}
         persistent = persistent or "file"
@@ -45,7 +53,7 @@ def build_devices(config: BrokerConfig) -> tuple[list, str | None]:
     return devices, persistent
 
 
-def make_device(kind: str, name: str, options: dict, config: BrokerConfig):
+def make_device(kind: str, name: str, options: dict[str, Any], config: BrokerConfig) -> HoldingDevice:
     if kind == "memory":
         return MemoryDevice(name, **options)
     if kind == "file":
@@ -76,11 +84,11 @@ class BrokerServer:
         self._housekeeping: asyncio.TimerHandle | None = None
         self._maintenance: asyncio.TimerHandle | None = None
         self._selection_timer: asyncio.TimerHandle | None = None
-        self.claimers: list = []
-        self.admin = None
-        self.http = None
+        self.claimers: list[PendingClaimer] = []
+        self.admin: Admin | None = None
+        self.http: AdminHttp | None = None
         self.websocket: asyncio.base_events.Server | None = None
-        self.cluster = None
+        self.cluster: ClusterNode | None = None
         self.ssl_context: ssl.SSLContext | None = None
         self.admin_port: int | None = None
         self.port: int | None = None
@@ -89,6 +97,12 @@ class BrokerServer:
         self.recovered = 0
         self.recovery_done = False     # /readyz: storage recovered
         self.stopping = False          # /readyz: a clean stop has begun
+
+    def _core(self) -> tuple[Broker, HoldingStore, AsyncioRuntime]:
+        """What :meth:`start_core` built; asking before it ran is a bug of the caller."""
+        if self.broker is None or self.store is None or self.runtime is None:
+            raise RuntimeError("BrokerServer.start_core() has not run")
+        return self.broker, self.store, self.runtime
 
     async def start(self) -> "BrokerServer":
         """TLS material, storage, recovery, broker core, then the listeners.
@@ -112,9 +126,10 @@ class BrokerServer:
     async def _start_listeners(self) -> None:
         loop = asyncio.get_running_loop()
         cfg = self.config
+        broker, _, _ = self._core()
 
         def stomp() -> StompServerProtocol:
-            return StompServerProtocol(self.broker, loop)
+            return StompServerProtocol(broker, loop)
 
         # bound first, accepting last: no client connects before every listener is in place
         self._server = await _listen("STOMP port (port)", cfg.host, cfg.port, loop.create_server(
@@ -132,7 +147,7 @@ class BrokerServer:
             allowed = origins(ws.allowed_origins)
 
             def websocket() -> WebSocketConnection:
-                return WebSocketConnection(self.broker, loop, ws.path, allowed)
+                return WebSocketConnection(broker, loop, ws.path, allowed)
 
             self.websocket = await _listen("WebSocket port (websocket.port)", cfg.host, ws.port,
                                            loop.create_server(websocket, cfg.host, ws.port,
@@ -140,20 +155,21 @@ class BrokerServer:
                                                               reuse_address=True, backlog=1024,
                                                               start_serving=False))
             self.websocket_port = self.websocket.sockets[0].getsockname()[1]
-        self.admin.start()
+        if self.admin is not None:
+            self.admin.start()
         if cfg.admin_port is not None:
             from pymq_server.admin.http import AdminHttp
-            self.http = AdminHttp(self, cfg.host, cfg.admin_port,
-                                  ssl_context=self.ssl_context if cfg.admin_tls else None)
+            http = self.http = AdminHttp(self, cfg.host, cfg.admin_port,
+                                         ssl_context=self.ssl_context if cfg.admin_tls else None)
             self.admin_port = await _listen("admin HTTP port (admin_port)", cfg.host, cfg.admin_port,
-                                            self.http.start())
+                                            http.start())
         for server in (self._server, self._tls_server, self.websocket):
             if server is not None:
                 await server.start_serving()
         log.info("pymq-server listening on %s:%d (data in %s)", cfg.host, self.port, cfg.data_dir)
         if self.tls_port is not None:
             log.info("STOMP over TLS on %s:%d", cfg.host, self.tls_port)
-        if self.websocket is not None:
+        if self.websocket is not None and cfg.websocket is not None:
             scheme = "wss" if cfg.websocket.tls else "ws"
             log.info("STOMP over WebSocket on %s://%s:%d%s", scheme, cfg.host, self.websocket_port,
                      cfg.websocket.path)
@@ -163,10 +179,10 @@ class BrokerServer:
         if cfg.cluster:
             from pymq_server.cluster.node import ClusterNode
             ccfg = cfg.cluster
-            self.broker.authenticator.cluster_secret = ccfg.secret
-            self.cluster = ClusterNode(self.broker, ccfg, loop, cfg.node_id, f"{cfg.host}:{self.port}")
-            self.broker.attach_cluster(self.cluster)      # after recovery: the node learns what it made
-            await self.cluster.start()
+            broker.authenticator.cluster_secret = ccfg.secret
+            cluster = self.cluster = ClusterNode(broker, ccfg, loop, cfg.node_id, f"{cfg.host}:{self.port}")
+            broker.attach_cluster(cluster)      # after recovery: the node learns what it made
+            await cluster.start()
 
     # -- live changes (SIGHUP, the admin "reload" operation) ---------------------------------------
     def reload(self) -> dict:
@@ -178,6 +194,7 @@ class BrokerServer:
         are listed under ``restart_needed``.  Runs on the broker's event loop."""
         from pymq_server.broker.acl import AccessControl
         from pymq_server.broker.auth import load_users
+        broker, store, _ = self._core()
         old = self.config
         new = old.reread()
         users = load_users(new.users_file) if new.users_file else None
@@ -187,24 +204,24 @@ class BrokerServer:
             from pymq_server.config import read_selection
             from pymq_server.storage.selection import AdaptiveSelection
             layer = AdaptiveSelection.from_yaml(read_selection(new.storage.selection),
-                                                list(self.store.devices.values()))
+                                                list(store.devices.values()))
         fresh_tls = None
-        if new.tls is not None and self.ssl_context is not None:
+        ssl_context = self.ssl_context
+        if new.tls is not None and ssl_context is not None:
             from pymq_server.net.tls import load_certificates, server_context
             fresh_tls = new.tls
             server_context(new.tls)                     # loads and checks every file; nothing live yet
         # -- everything read and valid: apply --------------------------------------------------------
-        broker = self.broker
         broker.authenticator.replace(new.users_file, users, new.allow_anonymous)
         broker.acl.defaults = defaults
         if layer is not None:
             from pymq_server.broker.stored_form import rule_context_of
-            had = self.store.selection is not None
-            self.store.use_selection(layer, rule_context_of)
+            had = store.selection is not None
+            store.use_selection(layer, rule_context_of)
             if not had:
                 self._refresh_selection()
-        if fresh_tls is not None:
-            load_certificates(self.ssl_context, fresh_tls)
+        if fresh_tls is not None and ssl_context is not None:
+            load_certificates(ssl_context, fresh_tls)
         logging.getLogger().setLevel(new.log_level)
         applied = {"users_file", "allow_anonymous", "default_permissions", "log_level"}
         for key in applied:
@@ -253,23 +270,22 @@ class BrokerServer:
             log.warning("the data directory %s is on a full disk (%s): starting anyway; devices that "
                         "cannot write serve what they hold and refuse new messages until space returns",
                         cfg.data_dir, exc.strerror)
-        self.runtime = AsyncioRuntime(loop)
+        runtime = self.runtime = AsyncioRuntime(loop)
         devices, persistent = build_devices(cfg)
-        self.store = HoldingStore(devices, persistent_device=persistent, sync_policy=cfg.sync_policy,
-                                  sync_window_ms=cfg.sync_window_ms, call_later=self.runtime.call_later,
-                                  run_in_thread=self.runtime.run_in_thread)
+        store = self.store = HoldingStore(devices, persistent_device=persistent, sync_policy=cfg.sync_policy,
+                                          sync_window_ms=cfg.sync_window_ms, call_later=runtime.call_later,
+                                          run_in_thread=runtime.run_in_thread)
         try:
-            self.store.open()
+            store.open()
         except OSError as exc:
             raise StorageError(f"cannot open storage under {cfg.data_dir}: {exc}") from exc
-        self.broker = Broker(cfg, self.store, self.runtime)
-        self.store.on_device_opened = self.broker.recover_device
-        self.admin = Admin(self)
-        self.broker.admin = self.admin
+        broker = self.broker = Broker(cfg, store, runtime)
+        store.on_device_opened = broker.recover_device
+        self.admin = broker.admin = Admin(self)
         selection = cfg.storage.selection
         if selection is not None:
             self._setup_selection(selection)
-        self.recovered = self.broker.recover()
+        self.recovered = broker.recover()
         self.recovery_done = True
         if self.recovered:
             log.info("recovered %d persistent messages", self.recovered)
@@ -281,32 +297,37 @@ class BrokerServer:
         self._schedule_maintenance()
         return self
 
-    def _start_claimers(self, loop) -> None:
+    def _start_claimers(self, loop: asyncio.AbstractEventLoop) -> None:
         """Messages applications commit in their own transactions on a SQL device (seed 001)."""
         from pymq_server.broker.apptx import PendingClaimer
-        for device in self.store.devices.values():
+        broker, store, _ = self._core()
+        for device in store.devices.values():
             if device.kind == "sql" and hasattr(device, "pending_listener"):
-                claimer = PendingClaimer(self.broker.router, self.broker.seqs, device, loop)
+                claimer = PendingClaimer(broker.router, broker.seqs, device, loop)
                 claimer.start()
                 self.claimers.append(claimer)
 
-    def _setup_selection(self, selection) -> None:
+    def _setup_selection(self, selection: Any) -> None:
         """The adaptive layer of seed 000: rules from YAML (inline mapping or a file path)."""
         from pymq_server.broker.stored_form import rule_context_of
         from pymq_server.config import read_selection
         from pymq_server.storage.selection import AdaptiveSelection
-        layer = AdaptiveSelection.from_yaml(read_selection(selection), list(self.store.devices.values()))
-        self.store.use_selection(layer, rule_context_of)
+        _, store, _ = self._core()
+        layer = AdaptiveSelection.from_yaml(read_selection(selection), list(store.devices.values()))
+        store.use_selection(layer, rule_context_of)
         self._refresh_selection()
 
     def _refresh_selection(self) -> None:
-        layer = self.store.selection
-        now = self.runtime.time()
+        _, store, runtime = self._core()
+        layer = store.selection
+        if layer is None:
+            return
+        now = runtime.time()
         try:
             layer.refresh(now)
         except Exception:  # a monitor bug must not stop the broker; the next refresh retries
             log.exception("storage monitor refresh failed")
-        delay = max(0.01, layer.next_refresh() - self.runtime.time())
+        delay = max(0.01, layer.next_refresh() - runtime.time())
         self._selection_timer = asyncio.get_running_loop().call_later(delay, self._refresh_selection)
 
     def _schedule_housekeeping(self) -> None:
@@ -315,7 +336,7 @@ class BrokerServer:
 
     def _run_housekeeping(self) -> None:
         try:
-            self.broker.housekeeping()
+            self._core()[0].housekeeping()
         finally:
             self._schedule_housekeeping()
 
@@ -326,8 +347,9 @@ class BrokerServer:
     def _run_maintenance(self) -> None:
         """Devices in fault are repaired, devices that did not open at start-up opened (spec/storage.md
         §8), each with its own back-off; the work runs in worker threads."""
+        _, store, runtime = self._core()
         try:
-            self.store.maintain(self.runtime.time())
+            store.maintain(runtime.time())
         except Exception:  # a bug here must not stop the broker; the next round retries
             log.exception("storage maintenance failed")
         finally:

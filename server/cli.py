@@ -121,7 +121,7 @@ def _announce(config: BrokerConfig, server) -> None:
     lines = [f"pymq-server listening on {config.host}:{server.port}"]
     if server.tls_port is not None:
         lines.append(f"pymq-server tls listening on {config.host}:{server.tls_port}")
-    if server.websocket_port is not None:
+    if server.websocket_port is not None and config.websocket is not None:
         scheme = "wss" if config.websocket.tls else "ws"
         lines.append(f"pymq-server websocket listening on {scheme}://{config.host}:{server.websocket_port}"
                      f"{config.websocket.path}")

@@ -130,7 +130,8 @@ class QueueConfig(_Section):
     redelivery_multiplier: float = Field(1.0, ge=1.0, le=1000.0, description="backoff factor applied to "
                                          "the delay after each further failed delivery")
     redelivery_max_delay_ms: Millis = Field(60_000, description="cap of the redelivery delay")
-    schema: dict[str, Any] | None = Field(None, description="declared message properties, "
+    # the setting's name is `schema` (spec/stomp.md §7); it hides pydantic's deprecated BaseModel.schema()
+    schema: dict[str, Any] | None = Field(None, description="declared message properties, "  # type: ignore[assignment]
                                           "`{name: {type: string|int|float|bool, required: bool}}`")
     routing_key: Annotated[Literal["group", "correlation-id", "message-id"],
                            BeforeValidator(lambda v: getattr(v, "value", v))] = Field(

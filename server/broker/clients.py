@@ -40,6 +40,10 @@ class Client(Protocol):
         """The broker took a delivery back (delivery timeout): a late ACK for it is ignored."""
         ...
 
+    def close(self) -> None:
+        """Close the connection (the broker stops, an administrator closes it)."""
+        ...
+
 
 def durable_owner(client: Client) -> str:
     """Who owns a client's durable subscriptions: its client id, else its user (spec/stomp.md §4)."""

@@ -30,6 +30,17 @@ class FrameIntake:
         self._pauses: set[str] = set()               # why input is paused (memory, full queues)
         self._redispatch: set = set()                # queues that got credit or messages back this batch
 
+    @property
+    def input_held(self) -> bool:
+        """Input is held (a CONNECT being checked, producer flow control): bytes wait in the session."""
+        return self._held is not None
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes read and waiting while input is held (the transport counts them for unauthenticated
+        connections)."""
+        return sum(len(b) for b in self._held) if self._held else 0
+
     def _handle(self, frame: Frame) -> None:
         raise NotImplementedError
 

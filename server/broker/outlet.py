@@ -41,6 +41,7 @@ class FrameOutlet:
 
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
         """Write one MESSAGE for ``entry`` to ``consumer`` (called by the queue's dispatcher)."""
+        token: str | None
         if consumer.ack_mode is AUTO:
             token = None
         else:

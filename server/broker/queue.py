@@ -21,10 +21,10 @@ from pymq_server.broker.states import ACQUIRED, READY, SCHEDULED, EntryState, Ev
 from pymq_server.broker.stats import QueueStats
 
 if TYPE_CHECKING:
+    from pymq_server.broker.consumer import Consumer
     from pymq_server.broker.message import BrokerMessage
     from pymq_server.broker.schema import MessageSchema
     from pymq_server.config import QueueConfig
-
 
 
 # acquire and ack, the two changes every message makes, read the table once here and keep its guard as an
@@ -39,15 +39,14 @@ class Entry:
     __slots__ = ("message", "queue", "state", "deliveries", "consumer", "token", "enqueued_at",
                  "acquired_at", "stored", "first_in_group")
 
-    def __init__(self, message, queue: "MessageQueue", now: float) -> None:
+    def __init__(self, message: BrokerMessage, queue: MessageQueue, now: float) -> None:
         self.message = message
         self.queue = queue
         self.state: EntryState = READY
         self.deliveries = 0
-        self.consumer = None
-        self.token = None
-        self.enqueued_at = now
-        self.acquired_at = 0.0
+        self.consumer: Consumer | None = None
+        self.token: str | None = None     # what the consumer's ACK names (client modes), while acquired
+        self.enqueued_at, self.acquired_at = now, 0.0
         self.stored = False          # holds a storage reference that must be removed when done
         self.first_in_group = False  # the first delivery of its group to a new owner (JMSXGroupFirstForConsumer)
 
@@ -178,6 +177,7 @@ class MessageQueue:
             i = self._rr
             idle = 0
             now_ms = 0
+            entry: Entry | None
             while ready.count and idle < n:
                 if n != len(consumers):
                     n = len(consumers)

@@ -15,10 +15,13 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from typing import TYPE_CHECKING, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Final, Iterator
 
 if TYPE_CHECKING:
     from pymq_server.broker.queue import Entry
+
+#: a level without a list reads as this one (never written: nothing is taken from an empty list)
+_NO_ENTRIES: Final[list[Any]] = []
 
 
 class ReadyIndex:
@@ -27,9 +30,10 @@ class ReadyIndex:
     __slots__ = ("_fifo", "_head", "_heap", "_tail", "count", "epoch")
 
     def __init__(self) -> None:
-        self._fifo: list[list | None] = [None] * 10
+        # a level's list holds entries from its head on; slots before the head hold None until trimmed
+        self._fifo: list[list[Any] | None] = [None] * 10
         self._head = [0] * 10
-        self._heap: list[list | None] = [None] * 10
+        self._heap: list[list[tuple[int, int, Entry]] | None] = [None] * 10
         # per priority, the highest sequence number its list ever held: a consumer's cursor may have
         # passed anything below it, so an entry coming back below it must go to the heap (always
         # scanned), even when the list is empty at that moment
@@ -56,8 +60,7 @@ class ReadyIndex:
             heapq.heappush(heap, (seq, entry.message.key, entry))
         self.count += 1
 
-    def _pop_fifo(self, p: int) -> Entry:
-        fifo = self._fifo[p]
+    def _pop_fifo(self, p: int, fifo: list[Any]) -> Entry:
         head = self._head[p]
         entry = fifo[head]
         fifo[head] = None
@@ -71,24 +74,25 @@ class ReadyIndex:
         self._head[p] = head
         return entry
 
-    def pop(self) -> Entry | None:
+    def pop(self) -> Entry:
+        """The first entry in delivery order, removed (IndexError when empty, as list.pop)."""
         if not self.count:
-            return None
+            raise IndexError("pop from an empty ready index")
         for p in range(9, -1, -1):
-            fifo = self._fifo[p]
+            fifo = self._fifo[p] or _NO_ENTRIES
             heap = self._heap[p]
-            has_fifo = fifo is not None and len(fifo) > self._head[p]
+            has_fifo = len(fifo) > self._head[p]
             if heap:
                 self.count -= 1
                 if has_fifo and fifo[self._head[p]].message.seq < heap[0][0]:
-                    return self._pop_fifo(p)
+                    return self._pop_fifo(p, fifo)
                 return heapq.heappop(heap)[2]
             if has_fifo:
                 self.count -= 1
-                return self._pop_fifo(p)
-        return None
+                return self._pop_fifo(p, fifo)
+        raise AssertionError("count says an entry is ready but no level holds one")
 
-    def _level(self, p: int, start: int):
+    def _level(self, p: int, start: int) -> Iterator[tuple[Entry, int]]:
         """Level ``p`` in sequence order, the list part from index ``start``: (entry, list index or -1)."""
         fifo = self._fifo[p] or ()
         heap = self._heap[p]
@@ -111,23 +115,22 @@ class ReadyIndex:
                 for entry, _ in list(self._level(p, self._head[p])):
                     yield entry
 
-    def _index(self, p: int, entry: Entry) -> int:
-        fifo = self._fifo[p]
-        if fifo is None:
-            return -1
+    def _index(self, p: int, fifo: list[Any], entry: Entry) -> int:
         i = bisect.bisect_left(fifo, entry.message.seq, lo=self._head[p], key=_entry_seq)
         return i if i < len(fifo) and fifo[i] is entry else -1
 
     def remove(self, entry: Entry) -> None:
         p = entry.message.priority
-        i = self._index(p, entry)
-        if i >= 0:
-            if i == self._head[p]:
-                self._pop_fifo(p)
-            else:
-                del self._fifo[p][i]
-            self.count -= 1
-            return
+        fifo = self._fifo[p]
+        if fifo is not None:
+            i = self._index(p, fifo, entry)
+            if i >= 0:
+                if i == self._head[p]:
+                    self._pop_fifo(p, fifo)
+                else:
+                    del fifo[i]
+                self.count -= 1
+                return
         heap = self._heap[p]
         if heap:
             for j, item in enumerate(heap):
@@ -139,7 +142,7 @@ class ReadyIndex:
                     return
         raise KeyError(entry)
 
-    def take_first(self, accept: Callable[[Entry], bool], cursor: list | None = None) -> Entry | None:
+    def take_first(self, accept: Callable[[Entry], bool], cursor: list[Any] | None = None) -> Entry | None:
         """The first entry in delivery order that ``accept`` takes.  ``cursor`` ([epoch, seq per
         priority]) belongs to one consumer: its scan resumes after the entries it rejected before."""
         if cursor is not None and cursor[0] != self.epoch:
@@ -210,5 +213,5 @@ class ReadyIndex:
         return out
 
 
-def _entry_seq(entry) -> int:
+def _entry_seq(entry: Entry) -> int:
     return entry.message.seq

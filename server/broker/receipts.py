@@ -60,7 +60,7 @@ class ReceiptQueue:
         if self.owner.closed:
             return
         barrier = self._barrier_seq
-        self.owner.barrier(lambda error=None: self._barrier_complete(barrier, error))
+        self.owner.barrier(lambda error: self._barrier_complete(barrier, error))
 
     def _barrier_complete(self, barrier: int, error: BaseException | None = None) -> None:
         if error is not None:

@@ -13,7 +13,7 @@ import asyncio
 import collections
 import itertools
 import logging
-from typing import Callable
+from typing import Callable, cast
 
 from pymq.errors import PymqError, ProtocolError
 from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
@@ -60,8 +60,8 @@ class PeerLink(asyncio.Protocol):
         await self.loop.create_connection(lambda: self, host, int(port))
 
     # -- asyncio.Protocol ------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)     # a stream: create_connection's
         hb = self.node.config.heartbeat_ms
         transport.write(self.conn.send(Frame("CONNECT", {
             "accept-version": "1.2", "host": "/", "login": "cluster:" + self.node.node_id,
@@ -207,7 +207,8 @@ class OutboxConsumer:
         origin = self.node.node_id
         frames = [(forward_headers(e.message, origin), e.message.body) for e in burst]
         try:
-            self.link.send_burst(frames, lambda n=len(burst): self._confirmed(n))
+            count = len(burst)
+            self.link.send_burst(frames, lambda: self._confirmed(count))
         except PymqError:
             # the link went down meanwhile: the burst returns to the outbox
             for entry in burst:

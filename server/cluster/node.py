@@ -19,11 +19,12 @@ import json
 import logging
 import time
 from collections import OrderedDict
+from typing import Any, Callable, Mapping
 
 from pymq_server.broker import destination as dest
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.cluster.link import OutboxConsumer, PeerLink
-from pymq_server.cluster.registry import Hosted, Member, now_ms, open_registry
+from pymq_server.cluster.registry import ClusterRegistry, Hosted, Member, now_ms, open_registry
 from pymq_server.config import ClusterConfig, QueueConfig  # noqa: F401  (ClusterConfig: re-exported)
 
 from pymq.errors import IllegalStateError, PymqError
@@ -43,6 +44,15 @@ from pymq.routing.groups import RoutingKey, parse_routing_key, routing_key_of
 from pymq.routing.interest import InterestFilter
 
 log = logging.getLogger("pymq.cluster")
+
+
+def _log_failure(message: str, *args: object) -> Callable[[asyncio.Future[Any]], None]:
+    """A done-callback for work in the background: logs ``message % (*args, error)`` if it failed."""
+    def done(future: asyncio.Future[Any]) -> None:
+        error = None if future.cancelled() else future.exception()
+        if error is not None:
+            log.error(message, *args, error)
+    return done
 
 OUTBOX_PREFIX = "$cluster.out."
 CONTROL_PREFIX = "/pymq/cluster/"
@@ -110,7 +120,7 @@ class ClusterNode:
         self.node_id = node_id
         self.advertise = config.advertise or advertise
         self.started = now_ms()
-        self.registry = None
+        self._registry: ClusterRegistry | None = None
         self.members: dict[str, Member] = {}         # live members, this node included
         self.assignments: dict[str, str] = {}         # durable subscription key -> node (cached)
         self.hosted: dict[str, Hosted] = {}            # durable subscription key -> host and record (cached)
@@ -155,9 +165,16 @@ class ClusterNode:
         self.moved_out = 0                             # subscriptions this node moved to another by policy
         self.moves_refused = 0                         # refused: a consumer was attached
 
+    @property
+    def registry(self) -> ClusterRegistry:
+        """The cluster store, open from :meth:`start` on."""
+        if self._registry is None:
+            raise RuntimeError("the cluster node has not started")
+        return self._registry
+
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
-        self.registry = await self.loop.run_in_executor(None, open_registry, self.config.store, self.config.name)
+        self._registry = await self.loop.run_in_executor(None, open_registry, self.config.store, self.config.name)
         # queues this node declares with a routing key (config or catalog) tell the cluster how they route
         declared = {name: q.config.routing_key for name, q in self.broker.queues.items()
                     if q.config.routing_key != RoutingKey.GROUP.value}
@@ -200,7 +217,7 @@ class ClusterNode:
 
     def _on_tick(self) -> None:
         task = self.loop.create_task(self._refresh())
-        task.add_done_callback(lambda t: t.exception() and log.error("cluster refresh failed: %s", t.exception()))
+        task.add_done_callback(_log_failure("cluster refresh failed: %s"))
 
     async def _refresh(self) -> None:
         """Beat, read the members and the assignment map, react to joins and deaths."""
@@ -262,21 +279,22 @@ class ClusterNode:
         self._durable_hosts = by_topic
         for key, before in previous.items():
             now = hosted.get(key)
-            if now is None or now.node == before.node or before.topic is None:
+            topic = before.topic
+            if now is None or now.node == before.node or topic is None:
                 continue
             if before.node in self.outboxes and before.node not in self.members:
-                self._transfer_held(before.node, key, before, now.node)
+                self._transfer_held(before.node, key, before, topic, now.node)
 
     def _held_topics(self, peer: str) -> set[str]:
         return {h.topic for h in self.hosted.values() if h.node == peer and h.topic is not None}
 
-    def _transfer_held(self, dead: str, key: str, hosted: Hosted, to: str) -> None:
+    def _transfer_held(self, dead: str, key: str, hosted: Hosted, topic: str, to: str) -> None:
         """Durable subscription ``key`` of dead node ``dead`` now lives on ``to``: the topic messages this
         node held for it go there (a copy addressed to the subscription), and what no other subscription
         of the dead node wants any more is released."""
         broker = self.broker
         outbox = self.outboxes[dead]
-        topic_dest = "/topic/" + hosted.topic
+        topic_dest = "/topic/" + topic
         record = hosted.record or {}
         try:
             selector = broker.compile_selector(record.get("selector"))
@@ -335,12 +353,13 @@ class ClusterNode:
         await asyncio.sleep(0.05)
         for link in list(self.links.values()):
             link.close()
-        if self.registry is not None:
+        registry = self._registry
+        if registry is not None:
             try:
-                await self.loop.run_in_executor(None, self.registry.leave, self.node_id)
+                await self.loop.run_in_executor(None, registry.leave, self.node_id)
             except PymqError as exc:
                 log.warning("could not delete this node's membership record: %s", exc)
-            await self.loop.run_in_executor(None, self.registry.close)
+            await self.loop.run_in_executor(None, registry.close)
 
     # -- links -------------------------------------------------------------------------------------
     def link_ready(self, link: PeerLink) -> None:
@@ -422,8 +441,7 @@ class ClusterNode:
         self.routing_keys[queue] = key
         self._refresh_redistributor(queue)
         done = self.loop.run_in_executor(None, self.registry.set_routing_key, queue, key.value)
-        done.add_done_callback(lambda f: f.exception() and log.error(
-            "could not record the routing key of %s in the cluster store: %s", queue, f.exception()))
+        done.add_done_callback(_log_failure("could not record the routing key of %s in the cluster store: %s", queue))
 
     def _apply_routing_keys(self, raw: dict[str, str]) -> None:
         keys = {}
@@ -442,7 +460,7 @@ class ClusterNode:
                                 message_id=message_id)
         return None if picked is None else picked.key
 
-    def route_queue(self, queue: MessageQueue, headers: dict) -> str | None:
+    def route_queue(self, queue: MessageQueue, headers: Mapping[str, str]) -> str | None:
         """The peer a new message for ``queue`` goes to, or None to keep it here."""
         if len(self.members) < 2:
             return None
@@ -805,10 +823,13 @@ class ClusterNode:
                         self.loop.create_task(self._transfer_subscription(key, target, drop=True))
                     continue
                 link = self.links.get(host)
+                if link is None:
+                    log.info("cluster: could not order %s to move %s: no link", host, key)
+                    continue
                 try:
                     link.send({"destination": CONTROL_PREFIX + "move-to", "pymq-node": self.node_id,
                                "pymq-subscription": key, "pymq-target": target})
-                except (PymqError, AttributeError) as exc:
+                except PymqError as exc:
                     log.info("cluster: could not order %s to move %s: %s", host, key, exc)
 
     async def _transfer_subscription(self, key: str, to: str, drop: bool) -> bool:
@@ -830,10 +851,14 @@ class ClusterNode:
             record = broker.durable_record(sub)
             record["key"] = key
             done = self.loop.create_future()
+
+            def confirmed() -> None:
+                if not done.done():
+                    done.set_result(True)
             try:
                 link.send({"destination": CONTROL_PREFIX + "subscription", "pymq-node": self.node_id,
                            "content-type": "application/json"}, json.dumps(record).encode(),
-                          on_receipt=lambda f=done: f.done() or f.set_result(True))
+                          on_receipt=confirmed)
                 await asyncio.wait_for(done, self.config.handover_timeout_s)
             except (PymqError, asyncio.TimeoutError) as exc:
                 log.warning("moving durable subscription %s to %s failed: %s", key, to, exc)
@@ -936,8 +961,7 @@ class ClusterNode:
             self.dead.discard(peer)
             self._durable_hosts = {t: {n for n in hosts if n != peer} for t, hosts in self._durable_hosts.items()}
             done = self.loop.run_in_executor(None, self.registry.leave, peer)
-            done.add_done_callback(lambda f: f.exception() and log.error(
-                "could not delete %s's membership record: %s", peer, f.exception()))
+            done.add_done_callback(_log_failure("could not delete %s's membership record: %s", peer))
         log.warning("cluster: purged %d message(s) held for %s%s", purged, peer, " and forgot it" if forget else "")
         return {"node": peer, "purged_messages": purged, "forgotten": forget}
 

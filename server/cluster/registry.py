@@ -18,6 +18,7 @@ import abc
 import json
 import time
 from dataclasses import dataclass
+from typing import cast
 
 from pymq.errors import ClusterError, ConfigError
 
@@ -150,7 +151,7 @@ class RedisRegistry(ClusterRegistry):
                 while True:
                     try:
                         pipe.watch(self._assign)
-                        raw = pipe.hget(self._assign, subscription)
+                        raw = cast("bytes | None", pipe.hget(self._assign, subscription))   # not decode_responses
                         previous = Hosted.decode(raw.decode()) if raw is not None else None
                         keep = record if record is not None else (previous.record if previous else None)
                         pipe.multi()

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import weakref
 from collections import deque
+from typing import cast
 
 from pymq.errors import FrameTimeout, HeartbeatTimeout, PymqError, ResourceLimit
 from pymq.protocol.connection import State
@@ -102,8 +103,8 @@ class StompServerProtocol(asyncio.Protocol):
         self._connect_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ------------------------------------------------------------------------
-    def connection_made(self, transport: asyncio.Transport) -> None:
-        self.transport = transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)    # a stream: create_server's
         cfg = self.broker.config
         transport.set_write_buffer_limits(high=cfg.write_buffer_high, low=cfg.write_buffer_low)
         sock = transport.get_extra_info("socket")
@@ -116,8 +117,8 @@ class StompServerProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) else None
         self.certificate_subject = peer_subject(transport)   # mutual TLS: read by CONNECT
-        self.session = BrokerSession(self.broker, self, host, self.broker.new_connection_id())
-        self.session.conn.limit_until_connected(cfg.max_connect_frame_size)
+        session = self.session = BrokerSession(self.broker, self, host, self.broker.new_connection_id())
+        session.conn.limit_until_connected(cfg.max_connect_frame_size)
         # a client that never sends CONNECT must not hold a connection forever
         self._connect_timer = self.loop.call_later(cfg.connect_timeout_ms / 1000, self._connect_deadline)
 
@@ -154,6 +155,9 @@ class StompServerProtocol(asyncio.Protocol):
     # -- input -----------------------------------------------------------------------------------
     def _take(self, data: bytes) -> None:
         """Hand ``data`` to the session within this turn's read budget; keep the rest for later turns."""
+        session = self.session
+        if session is None:                 # nothing is read before connection_made
+            return
         room = self._budget - self._turn_bytes
         if len(data) > room:
             if room <= 0:
@@ -167,12 +171,12 @@ class StompServerProtocol(asyncio.Protocol):
         self._turn_bytes += len(data)
         self._schedule_turn()
         try:
-            self.session.data_received(data)
+            session.data_received(data)
         except Exception:  # a broker bug must cost one connection, never the broker
-            log.exception("internal error on connection %s", self.session.id)
-            self.session.fail(PymqError("internal broker error; the connection is closed"))
-        if not self._closing and not self.session.closed:
-            self._after_input()
+            log.exception("internal error on connection %s", session.id)
+            session.fail(PymqError("internal broker error; the connection is closed"))
+        if not self._closing and not session.closed:
+            self._after_input(session)
 
     def _schedule_turn(self) -> None:
         if not self._turn_scheduled:
@@ -191,14 +195,14 @@ class StompServerProtocol(asyncio.Protocol):
         if self._backlog is None:
             self._resume("budget")
 
-    def _after_input(self) -> None:
-        conn = self.session.conn
+    def _after_input(self, session: BrokerSession) -> None:
+        conn = session.conn
         if not self._connected:
             if conn.state is State.CONNECTING:
                 # the CONNECT is being checked (a slow hash in a worker thread): what follows it waits
                 # in the socket until CONNECTED, not in the broker's memory
                 self._pause("connect")
-            self._account_unauthenticated()
+            self._account_unauthenticated(session)
         buffered = conn.buffered
         if buffered:
             if self._partial_since is None:
@@ -208,13 +212,13 @@ class StompServerProtocol(asyncio.Protocol):
         else:
             self._partial_since = None
 
-    def _account_unauthenticated(self) -> None:
-        held = self.session.conn.buffered + sum(len(b) for b in (self.session._held or ()))
+    def _account_unauthenticated(self, session: BrokerSession) -> None:
+        held = session.conn.buffered + session.held_bytes
         account = self._unauth
         account.held += held - self._unauth_held
         self._unauth_held = held
         if account.held > account.limit:
-            self.session.fail(ResourceLimit(
+            session.fail(ResourceLimit(
                 f"the broker already holds {account.held} bytes for connections that have not logged in "
                 f"(limit {account.limit}); try again", limit=account.limit))
 
@@ -379,7 +383,7 @@ class StompServerProtocol(asyncio.Protocol):
     def _beat(self, half: float) -> None:
         if self._closing:
             return
-        if not self._sent and not self._out:
+        if not self._sent and not self._out and self.transport is not None:
             self.transport.write(b"\n")
         self._sent = False
         self._hb_send = self.loop.call_later(half, self._beat, half)
@@ -434,8 +438,10 @@ class StompServerProtocol(asyncio.Protocol):
 
     def _connect_deadline(self) -> None:
         self._connect_timer = None
-        if self.session.conn.state in (State.IDLE, State.CONNECTING) and self.session._held is None:
-            self.session.fail(HeartbeatTimeout("no CONNECT frame received in time"))
+        session = self.session
+        if (session is not None and session.conn.state in (State.IDLE, State.CONNECTING)
+                and not session.input_held):
+            session.fail(HeartbeatTimeout("no CONNECT frame received in time"))
 
     def _cancel_timers(self) -> None:
         for handle in (self._hb_send, self._watchdog, self._connect_timer):

@@ -26,7 +26,7 @@ from pymq.protocol.connection import StompConnection
 from pymq.protocol.frame import Frame
 from pymq_server.app import BrokerServer
 from pymq_server.broker.session import BrokerSession
-from pymq_server.config import BrokerConfig
+from pymq_server.config import BrokerConfig, StorageConfig
 
 _brokers: dict[str, EmbeddedBroker] = {}
 _lock = threading.Lock()
@@ -208,7 +208,7 @@ class EmbeddedBroker:
             self._tmpdir = data_dir = tempfile.mkdtemp(prefix=f"pymq-vm-{name}-")
         # the URL grammar (pymq.client.url) checked that port is a number
         self.config = BrokerConfig(host="127.0.0.1", port=int(options.get("port", 0)), data_dir=data_dir,
-                                   node_id=f"vm-{name}", storage=storage)
+                                   node_id=f"vm-{name}", storage=StorageConfig.model_validate(storage))
         self.loop = asyncio.new_event_loop()
         self.server = BrokerServer(self.config)
         self._ready = threading.Event()

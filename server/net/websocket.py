@@ -32,7 +32,7 @@ from typing import Any
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
-from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Ping, RejectConnection, RejectData,
+from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Event, Ping, RejectConnection, RejectData,
                             Request, TextMessage)
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
@@ -206,7 +206,10 @@ class WebSocketConnection(asyncio.Protocol):
         self.stomp = StompServerProtocol(self.broker, self.loop)
         self.stomp.connection_made(WebSocketTransport(self))
 
-    def _reject(self, hint: RejectConnection | None, reason: str) -> None:
+    def _reject(self, hint: Event | None, reason: str) -> None:
+        """Answer a failed upgrade over HTTP: with wsproto's suggested response when it made one."""
+        if not isinstance(hint, RejectConnection):
+            hint = None
         status = hint.status_code if hint is not None else 400
         headers = list(hint.headers) if hint is not None else []
         if "Connection: Upgrade" in reason or "'Upgrade: websocket'" in reason:

@@ -26,7 +26,7 @@ a sync is durable within about a second; with ``appendfsync always`` (or, on Red
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -193,7 +193,8 @@ class GridDevice(BufferedDevice):
     def _load_held(self) -> None:
         p = self._prefix()
         for start in range(0, 1 << 62, _CHUNK):
-            members = self._redis.zrange(f"{p}order", start, start + _CHUNK - 1)
+            # replies are bytes: the client is made without decode_responses (redis-py types them bytes | str)
+            members = cast("list[bytes]", self._redis.zrange(f"{p}order", start, start + _CHUNK - 1))
             pipe = self._redis.pipeline(transaction=False)
             for member in members:
                 pipe.hstrlen(f"{p}m:{int(member)}", "v")
@@ -271,11 +272,12 @@ class GridDevice(BufferedDevice):
                 raise redis.TimeoutError(f"WAITAOF: the AOF was not fsynced within {self._waitaof_timeout_ms} ms")
 
     def _read_stored(self, key: int) -> StoredMessage | None:
-        fields = self._redis.hgetall(self._keys(key)[0])
+        fields = cast("dict[bytes, bytes]", self._redis.hgetall(self._keys(key)[0]))
         return _decode(key, fields)
 
     def _stored_meta(self) -> dict[str, bytes]:
-        return {name.decode(): value for name, value in self._redis.hgetall(f"{self._prefix()}catalog").items()}
+        fields = cast("dict[bytes, bytes]", self._redis.hgetall(f"{self._prefix()}catalog"))
+        return {name.decode(): value for name, value in fields.items()}
 
     def _status_extra(self) -> dict:
         extra: dict[str, Any] = {"broker_id": self.broker_id, "namespace": self.namespace,
@@ -321,7 +323,7 @@ class GridDevice(BufferedDevice):
     def _read_chunk(self, broker_id: str | None, start: int, count: int
                     ) -> tuple[list[tuple[StoredMessage, list[str]]], int]:
         p = self._prefix(broker_id)
-        members = self._redis.zrange(f"{p}order", start, start + count - 1)
+        members = cast("list[bytes]", self._redis.zrange(f"{p}order", start, start + count - 1))
         pipe = self._redis.pipeline(transaction=False)
         keys = [int(member) for member in members]
         for key in keys:
@@ -339,7 +341,7 @@ class GridDevice(BufferedDevice):
         """Broker ids that have used this namespace, with their message counts."""
         self._check_open()
         try:
-            ids = sorted(b.decode() for b in self._redis.smembers(f"{self.namespace}:brokers"))
+            ids = sorted(b.decode() for b in cast("set[bytes]", self._redis.smembers(f"{self.namespace}:brokers")))
             pipe = self._redis.pipeline(transaction=False)
             for broker_id in ids:
                 pipe.hget(f"{self._prefix(broker_id)}stats", "messages")
@@ -362,7 +364,7 @@ class GridDevice(BufferedDevice):
         lock = f"{self._prefix(broker_id)}takeover"
         try:
             if not self._redis.set(lock, self.broker_id, nx=True, ex=lock_ttl_s):
-                holder = self._redis.get(lock)
+                holder = cast("bytes | None", self._redis.get(lock))
                 raise StorageError(f"broker {broker_id!r} is being taken over by "
                                    f"{holder.decode() if holder else 'another broker'}", device=self.name)
             while True:

@@ -34,9 +34,10 @@ Faults (spec/storage.md §8) are answered, never silent, and survived:
 """
 from __future__ import annotations
 
+import functools
 import logging
 import time
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 from pymq.errors import StorageError
 from pymq_server.storage.commit import GroupCommit
@@ -61,6 +62,10 @@ WRITE_BEHIND_S = 0.05
 #: what the broker hands to ``barrier``: called once, with None (durable) or the StorageError that
 #: kept the writes from becoming durable
 BarrierCallback = Callable[["StorageError | None"], None]
+
+
+def _no_encoder(message: Any) -> bytes:
+    raise RuntimeError("HoldingStore.encode is set by the broker before anything is stored")
 
 
 class HoldingStore:
@@ -92,7 +97,7 @@ class HoldingStore:
         #: devices that could not be opened at start-up (name -> why); ``maintain`` keeps trying
         self.unopened: dict[str, str] = {}
         #: called on the broker thread with a device opened late (its messages must be recovered)
-        self.on_device_opened: Callable[[HoldingDevice], None] | None = None
+        self.on_device_opened: Callable[[HoldingDevice], object] | None = None
         self._repairing: set[str] = set()
         self._delivery_flush: set[HoldingDevice] = set()   # devices with delivery records to hand out
         self._next_attempt: dict[str, tuple[float, float]] = {}   # name -> (when, current back-off)
@@ -102,7 +107,7 @@ class HoldingStore:
         self._checkpointing: set[str] = set()
         self._clock = time.monotonic
         self.syncs = 0
-        self.encode: Callable = None  # set by the broker: BrokerMessage -> bytes
+        self.encode: Callable[[Any], bytes] = _no_encoder  # set by the broker: BrokerMessage -> bytes
         #: write-behind (module docstring): key -> [message, device, queues still referencing it,
         #: delivery counts recorded meanwhile or None], in placement order; False turns it off (every
         #: message written at ``hold``)
@@ -396,7 +401,7 @@ class HoldingStore:
             # a message written behind could not be stored: this barrier cannot claim durability
             inner = callback
 
-            def callback(error: BaseException | None) -> None:  # noqa: F811 - wraps the caller's
+            def callback(error: StorageError | None) -> None:  # noqa: F811 - wraps the caller's
                 inner(error if error is not None else behind_error)
         devices = list(self._dirty)
         self._dirty.clear()
@@ -424,7 +429,7 @@ class HoldingStore:
                 one_done(exc)
                 continue
             gc = self._commit_for(device)
-            gc.on_commit(lambda error, d=device: self._committed(d, error, one_done))
+            gc.on_commit(functools.partial(self._committed, device, done=one_done))
             self._drive(device)
 
     def _committed(self, device: HoldingDevice, error: BaseException | None, done: Callable) -> None:
@@ -450,6 +455,8 @@ class HoldingStore:
                     self._timers.discard(device.name)
                     self._drive(device)
 
+                if self._call_later is None:
+                    raise RuntimeError(f"sync policy {self.sync_policy!r} waits: the store needs call_later")
                 self._call_later(when - now, fire)
             return
         gc.sync_started(now)
@@ -477,7 +484,8 @@ class HoldingStore:
     def _maybe_checkpoint(self, device: HoldingDevice) -> None:
         """Checkpoints (the file device's log trimming) run in a worker after a sync, never inside one,
         so no receipt waits for a checkpoint."""
-        if not getattr(device, "checkpoint_due", False) or device.name in self._checkpointing:
+        checkpoint = getattr(device, "checkpoint", None)      # devices with a log have one
+        if checkpoint is None or not getattr(device, "checkpoint_due", False) or device.name in self._checkpointing:
             return
         self._checkpointing.add(device.name)
 
@@ -486,7 +494,7 @@ class HoldingStore:
             if error is not None:
                 log.error("checkpoint of device %s failed: %s", device.name, error)
 
-        self._run_in_thread(device.checkpoint, done)
+        self._run(checkpoint, done)
 
     def flush_all(self) -> list[str]:
         """Flush and sync every device (a clean stop); returns what failed, per device, instead of
@@ -525,8 +533,8 @@ class HoldingStore:
                 continue
             self._next_attempt[name] = (now + backoff, min(backoff * 2, REPAIR_BACKOFF_S[1]))
             self._repairing.add(name)
-            work = (lambda d=device: self._open_late(d)) if late else device.repair
-            self._run(work, lambda ok, error, d=device, late=late: self._repaired(d, late, ok, error))
+            work = functools.partial(self._open_late, device) if late else device.repair
+            self._run(work, functools.partial(self._repaired, device, late))
 
     def _open_late(self, device: HoldingDevice) -> bool:
         device.open()
