@@ -167,7 +167,10 @@ class RetainedLog:
 
     def materialize(self, seg: Segment, lo: int, hi: int) -> list:
         """Message objects for rows ``lo:hi`` of a bulk segment (made for a reader, not kept)."""
-        return segments.materialize(seg.batch, self.destination, range(seg.first_key + lo, seg.first_key + hi),
+        first = seg.first_key
+        if first is None:
+            raise ValueError("only a bulk append's segment is kept without message objects")
+        return segments.materialize(seg.batch, self.destination, range(first + lo, first + hi),
                                     BrokerMessage, lo, hi)
 
     def read_arrow(self, from_seq: int, to_seq: int | None, max_messages: int | None, max_bytes: int | None,

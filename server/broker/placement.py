@@ -295,13 +295,13 @@ class Placement:
         peers: list | None = None
         make_room = 0
         if queue is not None and n:
-            check_schema = policy.schema and queue.schema is not None
+            schema = queue.schema if policy.schema else None
             route = policy.routing and queue.kind == "queue" and self.cluster.active
-            headers = segments.row_headers(complete(batch, 0, 0)) if check_schema or route else []
-            if check_schema:                                                     # 2 schema, every row
+            headers = segments.row_headers(complete(batch, 0, 0)) if schema is not None or route else []
+            if schema is not None:                                               # 2 schema, every row
                 for i, row in enumerate(headers):
                     try:
-                        queue.schema.check(row, destination)
+                        schema.check(row, destination)
                     except SchemaViolation as exc:
                         raise SchemaViolation(f"bulk SEND row {i}: {exc}") from None
             if route:                                                            # 3 routing, row by row
@@ -330,9 +330,11 @@ class Placement:
                               log, None, None, dedup_ids[i], destination))
             else:
                 peer = None if peers is None else peers[i]
-                local = peer is None
-                plans.append((path, message, [queue] if local else [self.cluster.outbox(peer)], [],
-                              log if local else None, None, None, dedup_ids[i], destination))
+                if peer is None:
+                    plans.append((path, message, [queue], [], log, None, None, dedup_ids[i], destination))
+                else:
+                    plans.append((path, message, [self.cluster.outbox(peer)], [], None, None, None, dedup_ids[i],
+                                  destination))
         for _ in range(make_room):
             queue.drop_oldest()  # type: ignore[union-attr]
         stored = False

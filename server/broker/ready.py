@@ -169,7 +169,7 @@ class ReadyIndex:
         each priority level is already in sequence order (its list from a binary search, its small heap
         sorted), so this merges ten sorted runs instead of sorting the queue.  Valid until the queue
         changes: a reader that pauses walks it again from where it stopped."""
-        runs = []
+        runs: list[Iterator[Entry]] = []
         for p in range(10):
             fifo = self._fifo[p]
             heap = self._heap[p]

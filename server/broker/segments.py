@@ -95,7 +95,7 @@ class Segment:
         self._seqs = _int64_view(batch.column(0))
         self._stamps = _int64_view(batch.column(2))
         self._expires = _int64_view(batch.column(3))
-        self._sizes = None
+        self._sizes: Any = None          # body lengths, made by body_sizes() when first asked
         self.messages = messages
         self.stored = stored
         self.first_key = first_key      # a bulk append's rows have keys first_key, first_key + 1, ...
@@ -151,7 +151,7 @@ def select(seg: Segment, start: int, stop: int, want: int | None, budget: int | 
     limit, binds = available, False
     if want is not None and want <= available:
         limit, binds = max(0, want), True
-    sizes = None
+    sizes: Any = None                           # body lengths of the candidate rows, when a budget counts
     if budget is not None and not first and budget <= 0:
         limit, binds = 0, True                  # the budget was used up before these rows
     elif budget is not None and limit:
