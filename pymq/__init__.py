@@ -17,7 +17,7 @@ from pymq.client.admin import QueueManager
 from pymq.client.blocking import (Connection, ConnectionFactory, MessageConsumer, MessageProducer, QueueBrowser,
                                   Requestor, Session, connect, reply)
 from pymq.client.url import TlsOptions
-from pymq.destination import Destination, Queue, TemporaryQueue, Topic
+from pymq.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from pymq.errors import PymqError
 from pymq.message import NON_PERSISTENT, PERSISTENT, BytesMessage, MapMessage, Message, TextMessage
 
@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 __all__ = [
     "connect", "ConnectionFactory", "Connection", "Session", "MessageProducer", "MessageConsumer",
     "QueueBrowser", "Requestor", "reply", "RangeResult", "QueueManager", "TlsOptions", "ConnectionStatus",
-    "AckMode", "Destination", "Queue", "Topic", "TemporaryQueue",
+    "AckMode", "Destination", "Queue", "Topic", "TemporaryQueue", "TemporaryTopic",
     "Message", "TextMessage", "BytesMessage", "MapMessage",
     "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
     "PERSISTENT", "NON_PERSISTENT", "PymqError",

@@ -1,4 +1,4 @@
-"""Destinations as the SDK names them: ``Queue("orders")``, ``Topic("prices")``, temporary queues.
+"""Destinations as the SDK names them: ``Queue("orders")``, ``Topic("prices")``, temporary queues and topics.
 
 A destination is a value (frozen, hashable).  ``str(Queue("orders")) == "/queue/orders"`` is its STOMP
 name; :func:`as_destination` also accepts those strings, so ``session.create_producer("/topic/x")``
@@ -45,13 +45,21 @@ class TemporaryQueue(Queue):
     prefix = "/temp-queue/"
 
 
+@dataclass(frozen=True)
+class TemporaryTopic(Topic):
+    """A topic that lives as long as the connection that created it (JMS ``TemporaryTopic``): anyone may
+    publish to it, only that connection subscribes; its subscriptions go with the connection."""
+
+    prefix = "/temp-topic/"
+
+
 def as_destination(value: Destination | str) -> Destination:
     if isinstance(value, Destination):
         return value
     if isinstance(value, str):
-        for cls in (TemporaryQueue, Queue, Topic):
+        for cls in (TemporaryQueue, TemporaryTopic, Queue, Topic):
             if value.startswith(cls.prefix):
                 return cls(value[len(cls.prefix):])
         raise DestinationError(f"destination {value!r} must be a Queue, a Topic, or a string starting "
-                               f"with /queue/, /topic/ or /temp-queue/")
+                               f"with /queue/, /topic/, /temp-queue/ or /temp-topic/")
     raise DestinationError(f"expected a destination, got {type(value).__name__}")

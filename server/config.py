@@ -138,6 +138,13 @@ class QueueConfig(_Section):
         "group", description="in a cluster, which id of a message picks its node (seed 003, spec/routing.md "
                              "§2.3): `group` (JMSXGroupID only), `correlation-id` or `message-id`; a grouped "
                              "message always routes on its group")
+    exclusive: bool = Field(False, description="one consumer at a time receives every message: the first "
+                                               "in subscription order; when it leaves the next takes over "
+                                               "(as if every consumer asked `activemq.exclusive:true`)")
+    last_value_key: str | None = Field(None, min_length=1, max_length=255, description="a last-value "
+                                       "queue: a waiting message whose property of this name has the same "
+                                       "value as a new message's is replaced by it (Artemis `last-value-key`; "
+                                       "Artemis clients use `_AMQ_LVQ_NAME`). Unset: every message waits")
 
     @field_validator("schema")
     @classmethod
@@ -502,6 +509,9 @@ class BrokerConfig(_Section):
     default_persistent: bool = Field(True, description="whether a SEND without a `persistent` header is "
                                      "persistent. A boolean: `true`/`false` (a quoted \"no\" is refused)")
     auto_create: bool = Field(True, description="create queues and topics on first use")
+    auto_delete_idle_ms: Millis = Field(300_000, description="a queue or topic created by use (never a "
+                                        "declared one, nor one under `queues:`) is deleted once it has had no "
+                                        "consumer, no subscription and no message for this long (0 = never)")
     default_prefetch: Count = Field(1000, description="unacknowledged messages per client/client-"
                                     "individual subscription without a prefetch header")
     sync_policy: Literal["always", "grouped", "never"] = Field(

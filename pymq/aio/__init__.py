@@ -18,7 +18,7 @@ queue on the broker), ``request`` and ``reply``, every operation of ``conn.queue
 (:class:`AsyncQueueManager`), and ``send(..., transaction=db)`` in the application's own database
 transaction (SQLAlchemy ``Connection``/``Session`` or their asyncio ``AsyncConnection``/``AsyncSession``).
 Plain calls: ``create_session``, ``queue_manager``, ``create_producer``, ``create_browser``,
-``create_temporary_queue``, ``create_topic``, the ``create_*_message`` factories,
+``create_temporary_queue``, ``create_temporary_topic``, ``create_topic``, the ``create_*_message`` factories,
 ``set_message_listener`` and ``Message.acknowledge()`` (an ACK needs no answer).  Both SDKs are shells
 over one client core (:mod:`pymq.client._core`), so their acknowledgement, transaction and
 redelivery-order rules are the same code; tests/client/test_sdk_surfaces.py keeps the two surfaces the

@@ -30,12 +30,13 @@ from typing import (Any, Concatenate,
                     ParamSpec, Protocol, TypeVar, Union)
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
 
-from pymq.client._core import (SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore, ConnectionSettings,
-                               ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult, SessionCore,
-                               ack_mode_of, browse_queue, durable_headers, durable_topic, reply_message,
+from pymq.client._core import (EXCLUSIVE_HEADERS, SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore,
+                               ConnectionSettings, ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult,
+                               SessionCore, ack_mode_of, browse_queue, durable_headers, durable_topic, reply_message,
                                request_message, shared_durable_headers, shared_headers, unsubscribe_frame)
-from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, create_call, destinations_call,
-                               drop_call, grant_call, info_call, list_call, metrics_call, purge_call)
+from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, alter_call, create_call,
+                               destinations_call, drop_call, grant_call, info_call, list_call, metrics_call,
+                               purge_call)
 from pymq.client.frames import ack_upto_frame, bulk_frame, range_headers
 from pymq.client.url import TlsOptions
 from pymq.destination import Destination, Queue, Topic, as_destination
@@ -420,9 +421,13 @@ class AsyncSession(SessionCore):
 
     @_guarded
     async def create_consumer(self, destination: Destination | str, selector: str | None = None, *,
-                              no_local: bool = False, prefetch: int | None = None) -> AsyncMessageConsumer:
-        """A consumer of ``destination``, optionally filtered by a JMS ``selector``."""
-        return await self._subscribe(as_destination(destination), selector, no_local=no_local, prefetch=prefetch)
+                              no_local: bool = False, prefetch: int | None = None,
+                              exclusive: bool = False) -> AsyncMessageConsumer:
+        """A consumer of ``destination``, optionally filtered by a JMS ``selector``.  ``exclusive``: of
+        the exclusive consumers of a queue only the first (in subscription order) receives; the next
+        takes over when it leaves (spec/stomp.md §4)."""
+        return await self._subscribe(as_destination(destination), selector, no_local=no_local, prefetch=prefetch,
+                                     extra=EXCLUSIVE_HEADERS if exclusive else None)
 
     @_guarded
     async def create_durable_consumer(self, topic: Topic | str, name: str, selector: str | None = None, *,
@@ -1074,6 +1079,12 @@ class AsyncQueueManager:
                      **config: object) -> Queue:
         """Create queue ``name`` (see the blocking ``QueueManager.create`` for the settings)."""
         return await self._run(create_call(name, grants, config))
+
+    async def alter(self, name: Queue | str, **config: object) -> JsonObject:
+        """Change some settings of queue ``name`` (see the blocking ``QueueManager.alter``)."""
+        return await self._run(alter_call(name, config))
+
+    alter_queue = alter     # the name seed 001's queue manager gives it
 
     async def drop(self, name: Queue | str, *, force: bool = False) -> int:
         """Delete queue ``name`` and its messages; how many it held.  With consumers attached it is refused

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 from pymq.client.frames import ARROW_STREAM, send_frame, subscribe_headers
 from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress, parse_url
-from pymq.destination import Destination, Queue, TemporaryQueue, Topic, as_destination
+from pymq.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, as_destination
 from pymq.errors import ConnectFailed, ConnectionClosed, IllegalStateError, PymqError, error_from_headers
 from pymq.message import (PERSISTENT, BytesMessage, MapMessage, MapValue, Message, MessageBody,
                           PropertyValue, TextMessage, from_frame, make_message)
@@ -468,6 +468,12 @@ class SessionCore:
         self._check()
         return TemporaryQueue(f"{uuid.uuid4().hex[:16]}")
 
+    def create_temporary_topic(self) -> TemporaryTopic:
+        """A topic that lives as long as this connection (JMS ``TemporaryTopic``): anyone may publish to
+        it (send it as a ``reply_to``), only this connection subscribes."""
+        self._check()
+        return TemporaryTopic(f"{uuid.uuid4().hex[:16]}")
+
     def create_text_message(self, text: str = "", *, properties: dict[str, PropertyValue] | None = None,
                             correlation_id: str | None = None, reply_to: Destination | str | None = None,
                             type: str | None = None) -> TextMessage:  # noqa: A002 - the JMS name
@@ -600,6 +606,10 @@ class SessionCore:
                 pass
         if consumer in self._consumers:
             self._consumers.remove(consumer)
+
+
+#: SUBSCRIBE headers of an exclusive consumer (ActiveMQ's spelling, which every STOMP broker of that family reads)
+EXCLUSIVE_HEADERS: Headers = {"activemq.exclusive": "true"}
 
 
 def durable_headers(name: str) -> Headers:

@@ -80,6 +80,10 @@ def create_call(name: Queue | str, grants: dict[str, list[str]] | None, config: 
                      lambda _: queue)
 
 
+def alter_call(name: Queue | str, config: JsonObject) -> AdminCall[JsonObject]:
+    return AdminCall("alter-queue", {"name": _queue_name(name), "config": config}, _object)
+
+
 def drop_call(name: Queue | str, force: bool) -> AdminCall[int]:
     return AdminCall("drop-queue", {"name": _queue_name(name), "force": force}, _count("dropped_messages"))
 
@@ -229,6 +233,15 @@ class QueueManager:
         raises DestinationExists.  ``routing_key`` (group | correlation-id | message-id) says which id picks a
         message's node in a cluster (spec/routing.md §2.3)."""
         return self._run(create_call(name, grants, config))
+
+    def alter(self, name: Queue | str, **config: object) -> JsonObject:
+        """Change some settings of queue ``name`` (the QueueConfig fields of :meth:`create`); the others
+        keep their values.  Only its owner or an administrator may.  The answer says what changed
+        (``changes``) and describes the queue; which settings reach messages already waiting is
+        spec/admin.md "Altering a queue".  Kept across restarts."""
+        return self._run(alter_call(name, config))
+
+    alter_queue = alter     # the name seed 001's queue manager gives it
 
     def drop(self, name: Queue | str, *, force: bool = False) -> int:
         """Delete queue ``name`` and its messages; how many it held.  With consumers attached it is refused

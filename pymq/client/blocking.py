@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED,
                                AckMode, BrowseCore, ConnectionCore, ConnectionSettings, ConnectionStatus,
                                ConsumerCore, Headers, ProducerCore, ack_mode_of, RangeResult, SessionCore, browse_queue,
-                               durable_headers, durable_topic, reply_message, request_message,
+                               EXCLUSIVE_HEADERS, durable_headers, durable_topic, reply_message, request_message,
                                shared_durable_headers, shared_headers, unsubscribe_frame)
 from pymq.client.frames import ack_upto_frame, bulk_frame, range_headers
 from pymq.client.transport import Transport, transport_for
@@ -320,9 +320,13 @@ class Session(SessionCore):
 
     @_guarded
     def create_consumer(self, destination: Destination | str, selector: str | None = None, *,
-                        no_local: bool = False, prefetch: int | None = None) -> MessageConsumer:
-        """A consumer of ``destination``, optionally filtered by a JMS ``selector``."""
-        return self._subscribe(as_destination(destination), selector, no_local=no_local, prefetch=prefetch)
+                        no_local: bool = False, prefetch: int | None = None,
+                        exclusive: bool = False) -> MessageConsumer:
+        """A consumer of ``destination``, optionally filtered by a JMS ``selector``.  ``exclusive``: of
+        the exclusive consumers of a queue only the first (in subscription order) receives; the next
+        takes over when it leaves (spec/stomp.md §4)."""
+        return self._subscribe(as_destination(destination), selector, no_local=no_local, prefetch=prefetch,
+                               extra=EXCLUSIVE_HEADERS if exclusive else None)
 
     @_guarded
     def create_durable_consumer(self, topic: Topic | str, name: str, selector: str | None = None, *,

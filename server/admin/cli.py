@@ -228,11 +228,14 @@ def _setting_value(text: str) -> Any:
         return text
 
 
-@command("queues", "create")
-def _queues_create(c: AdminClient, a):
+_SETTING_FLAGS = ("max_deliveries", "max_depth", "overflow", "delivery_timeout_ms", "default_priority",
+                  "dead_letter_prefix")
+
+
+def _queue_settings(a) -> dict[str, Any]:
+    """The queue settings a `queues create` or `queues alter` command line names (flags, then --set)."""
     config: dict[str, Any] = {}
-    for flag in ("max_deliveries", "max_depth", "overflow", "delivery_timeout_ms", "default_priority",
-                 "dead_letter_prefix"):
+    for flag in _SETTING_FLAGS:
         if getattr(a, flag) is not None:
             config[flag] = getattr(a, flag)
     for item in a.set or []:
@@ -240,6 +243,12 @@ def _queues_create(c: AdminClient, a):
         if not sep or not key:
             raise CliError(f"--set needs key=value, got {item!r}", USAGE)
         config[key] = _setting_value(value)
+    return config
+
+
+@command("queues", "create")
+def _queues_create(c: AdminClient, a):
+    config = _queue_settings(a)
     grants: dict[str, list[str]] = {}
     for item in a.grant or []:
         principal, sep, perms = item.rpartition("=")
@@ -249,6 +258,19 @@ def _queues_create(c: AdminClient, a):
     result = c.call("create-queue", name=a.name, config=config, grants=grants or None)
     return result, lambda r: print(f"queue {r['queue']['destination']} "
                                    f"{'created' if r['created'] else 'already exists with these settings'}")
+
+
+@command("queues", "alter")
+def _queues_alter(c: AdminClient, a):
+    config = _queue_settings(a)
+    if not config:
+        raise CliError("queues alter needs at least one setting (a flag or --set KEY=VALUE)", USAGE)
+    result = c.call("alter-queue", name=a.name, config=config)
+
+    def show(r):
+        changes = r["changes"]
+        print(f"queue {r['queue']['destination']}: " + ("; ".join(changes) if changes else "no change"))
+    return result, show
 
 
 @command("queues", "drop")
@@ -608,25 +630,26 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parser("reload", help="what SIGHUP does: read the config and users files again and apply "
                                      "users, permissions, storage rules, TLS certificate, log level")
 
-    q = group("queues", "list, show, create, drop and purge queues")
+    q = group("queues", "list, show, create, alter, drop and purge queues")
     q.add_parser("list", help="queues with depth, ready, in-flight, consumers and rates")
     q.add_parser("show", help="one queue's metrics, rates, configuration and permissions").add_argument("name")
     c = q.add_parser("create", help="declare a queue (you own it)")
-    c.add_argument("name")
-    c.add_argument("--max-deliveries", dest="max_deliveries", type=int)
-    c.add_argument("--max-depth", dest="max_depth", type=int)
-    c.add_argument("--overflow", choices=["block", "reject", "drop-oldest"])
-    c.add_argument("--delivery-timeout-ms", dest="delivery_timeout_ms", type=int)
-    c.add_argument("--default-priority", dest="default_priority", type=int)
-    c.add_argument("--dead-letter-prefix", dest="dead_letter_prefix")
-    c.add_argument("--set", action="append", metavar="KEY=VALUE", help="any queue setting (spec/admin.md)")
+    al = q.add_parser("alter", help="change some settings of a queue (its owner or an administrator)")
+    for parser in (c, al):
+        parser.add_argument("name")
+        parser.add_argument("--max-deliveries", dest="max_deliveries", type=int)
+        parser.add_argument("--max-depth", dest="max_depth", type=int)
+        parser.add_argument("--overflow", choices=["block", "reject", "drop-oldest"])
+        parser.add_argument("--delivery-timeout-ms", dest="delivery_timeout_ms", type=int)
+        parser.add_argument("--default-priority", dest="default_priority", type=int)
+        parser.add_argument("--dead-letter-prefix", dest="dead_letter_prefix")
+        parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="any queue setting (spec/admin.md)")
     c.add_argument("--grant", action="append", metavar="PRINCIPAL=PERMS",
                    help="e.g. role:app=produce,consume (repeatable)")
     d = q.add_parser("drop", help="delete a queue and its messages")
     d.add_argument("name")
     d.add_argument("--force", action="store_true", help="even while consumers are attached")
     q.add_parser("purge", help="delete every ready message of a queue").add_argument("name")
-    # no "alter": the broker has no operation that changes a declared queue's settings yet
 
     t = group("topics", "list topics")
     t.add_parser("list", help="topics with published counts and subscriptions")

@@ -45,6 +45,7 @@ def queue_metrics(queue, clock: float) -> dict:
         "acknowledged": st.acknowledged,
         "dead_lettered": st.dead_lettered,
         "dropped": st.dropped,
+        "replaced": st.replaced,
         "ready": queue.ready.count,
         "in_flight": queue.acquired,
         "scheduled": queue.scheduled,
@@ -254,6 +255,16 @@ def create_queue(admin: Admin, user, args: dict) -> dict:
         raise ConfigError("'grants' must be a mapping of principal to permissions")
     queue, created = admin.broker.declare_queue(name, settings or {}, user, grants)
     return {"created": created, "queue": queue_info(admin, user, {"name": name})}
+
+
+def alter_queue(admin: Admin, user, args: dict) -> dict:
+    """Change some settings of a queue (spec/admin.md "Altering a queue"): its owner or an administrator."""
+    name = queue_name(args)
+    settings = args.get("config")
+    if not isinstance(settings, dict):
+        raise ConfigError("'config' must be a mapping of the queue settings to change")
+    _, changes = admin.broker.alter_queue(name, settings, user)
+    return {"altered": bool(changes), "changes": changes, "queue": queue_info(admin, user, {"name": name})}
 
 
 def drop_queue(admin: Admin, user, args: dict) -> dict:
@@ -466,6 +477,7 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
     "overview": overview,
     "list-queues": list_queues,
     "create-queue": create_queue,
+    "alter-queue": alter_queue,
     "drop-queue": drop_queue,
     "purge-queue": purge_queue,
     "queue-info": queue_info,

@@ -119,10 +119,10 @@ class AccessControl:
 
     # -- checks ------------------------------------------------------------------------------------
     def authorize(self, user: User, destination: str, permission: str) -> None:
-        """AccessDenied unless ``user`` holds ``permission`` on ``destination``.  A temporary queue is
-        open to every sender (replies); only the connection that made it may consume or browse, which
-        the broker checks where it hands one out."""
-        if destination.startswith("/temp-queue/"):
+        """AccessDenied unless ``user`` holds ``permission`` on ``destination``.  A temporary queue or
+        topic is open to every sender (replies); only the connection that made it may consume or browse,
+        which the broker checks where it hands one out."""
+        if destination.startswith(("/temp-queue/", "/temp-topic/")):
             return
         self.check(user, destination, permission)
 

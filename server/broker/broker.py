@@ -249,6 +249,15 @@ class Broker:
     def delete_temp_queue(self, queue: MessageQueue) -> None:
         self.destinations.delete_temp_queue(queue)
 
+    def create_temp_topic(self, client: Client, local: str) -> Topic:
+        return self.destinations.create_temp_topic(client, local)
+
+    def delete_temp_topic(self, topic: Topic) -> None:
+        """Its connection closed: the topic and whatever subscription is left go."""
+        for sub in list(topic.subscriptions.values()):
+            self.subscriptions.drop(sub)
+        self.destinations.forget_temp_topic(topic)
+
     def cluster_control(self, session: Client, headers: dict, body: bytes) -> None:
         """A control message from another node (spec/cluster.md)."""
         self.cluster.on_control(session, headers, body)
@@ -269,6 +278,12 @@ class Broker:
         if created and settings and "routing_key" in settings:
             self.cluster.routing_key_declared(name, queue.config.routing_key)   # every node routes alike
         return queue, created
+
+    def alter_queue(self, name: str, settings: dict, user: User) -> tuple[MessageQueue, list[str]]:
+        queue, changes = self.destinations.alter_queue(name, settings, user)
+        if any(change.startswith("routing_key:") for change in changes):
+            self.cluster.routing_key_declared(name, queue.config.routing_key)   # every node routes alike
+        return queue, changes
 
     def drop_queue(self, name: str, user: User, *, force: bool = False) -> int:
         return self.destinations.drop_queue(name, user, force=force)
@@ -369,3 +384,4 @@ class Broker:
         for queue in list(self.all_queues()):
             queue.expire_ready(now)
             queue.reclaim_timed_out(clock)
+        self.destinations.reclaim_idle(now, self.logs.keeps)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from pymq_server.broker.auth import User
     from pymq_server.broker.consumer import Consumer
     from pymq_server.broker.queue import Entry, MessageQueue
+    from pymq_server.broker.topic import Topic
 
 
 class Client(Protocol):
@@ -26,6 +27,10 @@ class Client(Protocol):
 
     def temp_queue(self, local: str, create: bool = True) -> MessageQueue | None:
         """This connection's temporary queue ``/temp-queue/<local>``."""
+        ...
+
+    def temp_topic(self, local: str, create: bool = True) -> Topic | None:
+        """This connection's temporary topic ``/temp-topic/<local>``."""
         ...
 
     def pause_input(self, reason: str) -> None: ...

@@ -12,10 +12,10 @@ ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
 
 class Consumer:
     __slots__ = ("session", "id", "queue", "ack_mode", "prefetch", "in_flight", "selector", "unacked",
-                 "subscription", "destination", "active", "head", "scan")
+                 "subscription", "destination", "active", "head", "scan", "exclusive")
 
     def __init__(self, session, sub_id: str, queue, ack_mode: str, prefetch: int, selector=None,
-                 subscription=None, destination: str = "") -> None:
+                 subscription=None, destination: str = "", exclusive: bool = False) -> None:
         self.session = session
         self.id = sub_id
         self.queue = queue
@@ -29,6 +29,7 @@ class Consumer:
         self.active = True
         self.head = None                  # the encoded "MESSAGE\nsubscription:<id>\n" prefix (TCP)
         self.scan = [0, [-1] * 10]        # where its selective scans resume (ReadyIndex.take_first)
+        self.exclusive = exclusive        # asked to be the queue's only receiver (activemq.exclusive)
 
     def can_take(self) -> bool:
         return self.active and self.session.writable and (
@@ -43,3 +44,13 @@ class Consumer:
 
     def __repr__(self) -> str:
         return f"<Consumer {self.id} on {self.queue.name} {self.ack_mode} in_flight={self.in_flight}>"
+
+
+def exclusive_owner(consumers: list, everyone: bool) -> Consumer | None:
+    """The one consumer of a queue with exclusive consumers: the first active one in subscription order
+    that asked for it (``everyone``: the queue is exclusive, so any consumer). None: nobody is exclusive
+    now, every consumer takes its turn."""
+    for consumer in consumers:
+        if consumer.active and (everyone or consumer.exclusive):
+            return consumer
+    return None

@@ -1,7 +1,8 @@
 """Destination names: what a STOMP ``destination`` header may name, and how it is checked.
 
-``/queue/<name>`` (point to point), ``/topic/<name>`` (publish/subscribe) and ``/temp-queue/<name>``
-(private to the connection that uses it first; see :mod:`server.broker.session`).  Anything else is
+``/queue/<name>`` (point to point), ``/topic/<name>`` (publish/subscribe), ``/temp-queue/<name>`` and
+``/temp-topic/<name>`` (consumed only by the connection that uses it first, gone with it; see
+:mod:`server.broker.session`).  Anything else is
 refused with a message that lists the accepted prefixes, rather than silently creating an address no
 consumer will ever look at.
 """
@@ -16,9 +17,11 @@ class Kind(enum.Enum):
     QUEUE = "queue"
     TOPIC = "topic"
     TEMP_QUEUE = "temp-queue"
+    TEMP_TOPIC = "temp-topic"
 
 
-PREFIXES = {"/queue/": Kind.QUEUE, "/topic/": Kind.TOPIC, "/temp-queue/": Kind.TEMP_QUEUE}
+PREFIXES = {"/queue/": Kind.QUEUE, "/topic/": Kind.TOPIC, "/temp-queue/": Kind.TEMP_QUEUE,
+            "/temp-topic/": Kind.TEMP_TOPIC}
 MAX_NAME = 255
 
 
@@ -29,8 +32,8 @@ def parse(destination: str) -> tuple[Kind, str]:
             name = destination[len(prefix):]
             check_name(name, destination)
             return kind, name
-    raise DestinationError(f"destination {destination!r} must start with /queue/, /topic/ or "
-                           f"/temp-queue/", destination=destination)
+    raise DestinationError(f"destination {destination!r} must start with /queue/, /topic/, /temp-queue/ "
+                           f"or /temp-topic/", destination=destination)
 
 
 def check_name(name: str, destination: str) -> None:

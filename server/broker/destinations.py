@@ -1,8 +1,10 @@
 """Layer 1, destinations: names to queues and topics, and the queues' life — declare, drop, purge.
 
 Owns every queue the broker has: point-to-point queues (created on first use when ``auto_create``, or
-declared with settings and an owner), topics, temporary queues (``tmp.<connection>.<name>``, gone with
-their connection) and internal queues no client can name (cluster outboxes, ``$``-names). Subscription
+declared with settings and an owner, and altered later), topics, temporary queues and topics
+(``tmp.<connection>.<name>``, gone with their connection) and internal queues no client can name (cluster
+outboxes, ``$``-names). Queues and topics created by use are deleted once idle and empty for
+``auto_delete_idle_ms`` (:meth:`Destinations.reclaim_idle`); declared ones never are. Subscription
 queues live in their topic; this layer makes them. Declared queues and ACLs are kept in the catalog
 (``queue:<name>``, ``acl:<destination>``) and come back at recovery.
 
@@ -26,18 +28,21 @@ from pymq_server.broker.acl import AccessControl, DestinationAcl
 from pymq_server.broker.auth import User
 from pymq_server.broker.clients import Client
 from pymq_server.broker.queue import MessageQueue, QueueHost
+from pymq_server.broker.idle import IdleWatch
 from pymq_server.broker.schema import MessageSchema
+from pymq_server.broker.temporary import TemporaryTopics
 from pymq_server.broker.topic import Topic
 from pymq_server.config import BrokerConfig, QueueConfig, queue_config
 from pymq_server.storage.store import HoldingStore
 
-from pymq.errors import AccessDenied, DestinationError, DestinationExists, IllegalStateError, UnknownDestination
+from pymq.errors import (AccessDenied, ConfigError, DestinationError, DestinationExists, IllegalStateError,
+                         UnknownDestination)
 
 Kind = names.Kind
 _CACHE_LIMIT = 100_000
 
 
-class Destinations:
+class Destinations(TemporaryTopics):
     def __init__(self, config: BrokerConfig, store: HoldingStore, host: QueueHost, acl: AccessControl) -> None:
         self.config = config
         self.store = store
@@ -46,6 +51,8 @@ class Destinations:
         self.queues: dict[str, MessageQueue] = {}          # "orders" -> queue
         self.topics: dict[str, Topic] = {}
         self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1.x" -> queue
+        self.temp_topics: dict[str, Topic] = {}            # global name "tmp.c1.x" -> topic
+        self.idle = IdleWatch()                             # auto-delete of what use created
         self.internal: dict[str, MessageQueue] = {}        # queues clients cannot address ($cluster.out.*)
         self.declared: dict[str, dict] = {}                # explicitly created queues: name -> catalog record
         self._resolved: dict[str, tuple[names.Kind, str]] = {}
@@ -210,10 +217,39 @@ class Destinations:
                                     destination="/queue/" + target)
 
     def restore_queue(self, name: str, record: dict) -> None:
-        """A declared queue found in the catalog at start: its settings and its ACL as they were."""
+        """A declared queue found in the catalog at start: its settings and its ACL as they were (none: an
+        altered queue that was created by use follows the default permissions, as before)."""
         queue, _ = self.declare_queue(name, record["config"], None, persist=False)
-        self.acl.acls[queue.destination] = DestinationAcl.from_dict(record.get("acl") or {})
+        if record.get("acl") is None:
+            self.acl.forget(queue.destination)
+        else:
+            self.acl.acls[queue.destination] = DestinationAcl.from_dict(record["acl"])
         self.declared[name] = record
+
+    def alter_queue(self, name: str, settings: dict, user: User) -> tuple[MessageQueue, list[str]]:
+        """Change some settings of queue ``name`` (the others keep theirs): its owner, a holder of
+        ``manage`` or an administrator, as for dropping it. Returns the queue and the changes (``"key: old -> new"``, none when the settings
+        were already so). The queue is declared from now on (kept in the catalog, never auto-deleted)."""
+        queue = self.queues.get(name)
+        if queue is None:
+            raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
+        self.acl.check_manage(user, queue.destination, "alter")
+        if not isinstance(settings, dict):
+            raise ConfigError("the settings to alter must be a mapping of queue settings")
+        config = queue_config(settings, f"queue {name}", base=queue.config)
+        before, after = queue.config.to_dict(), config.to_dict()
+        changes = [f"{key}: {before[key]!r} -> {after[key]!r}" for key in after if before[key] != after[key]]
+        if not changes:
+            return queue, []
+        if config.schema != queue.config.schema:
+            queue.schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
+        queue.alter(config)
+        acl = self.acl.acls.get(queue.destination)
+        record = self.declared.get(name) or {"acl": acl.to_dict() if acl is not None else None}
+        record["config"] = after
+        self.declared[name] = record
+        self.store.put_meta("queue:" + name, json.dumps(record).encode())
+        return queue, changes
 
     def drop_queue(self, name: str, user: User, *, force: bool = False) -> int:
         """Delete a queue and its messages (owner or administrator); refuses while consumers are
@@ -246,6 +282,14 @@ class Destinations:
         self.acl.check(user, queue.destination, "purge")     # consume alone does not empty a queue
         return queue.purge()
 
+    def reclaim_idle(self, now_ms: int, keeps_log: Callable[[str], bool]) -> tuple[list[MessageQueue], list[Topic]]:
+        """Delete the queues and topics created by use that have been idle and empty for
+        ``auto_delete_idle_ms`` (idle.py says which); declared queues, those under ``queues:`` and temporary
+        ones never go. Returns what was deleted."""
+        queues, topics = self.idle.due(self.queues, self.topics, lambda name: name in self.declared or
+                                       name in self.config.queues, keeps_log, now_ms,
+                                       self.config.auto_delete_idle_ms)
+        return [self.queues.pop(name) for name in queues], [self.topics.pop(name) for name in topics]
     def internal_queue(self, name: str, config: QueueConfig | None = None) -> MessageQueue:
         """A queue only the broker uses (a cluster outbox): stored and recovered like any other, but no
         client can name it."""
@@ -342,3 +386,6 @@ class Destinations:
             for sub in topic.subscriptions.values():
                 yield sub.queue
         yield from self.temp_queues.values()
+        for topic in self.temp_topics.values():
+            for sub in topic.subscriptions.values():
+                yield sub.queue

@@ -312,6 +312,10 @@ class RetainedLogs:
         self._checked[destination] = found
         return found
 
+    def keeps(self, destination: str) -> bool:
+        """``destination`` has a log now (an idle topic with a log is not deleted)."""
+        return destination in self.logs
+
     def restore(self, destination: str) -> RetainedLog:
         """The log a recovered reference ``log:<destination>`` names, even if retention no longer does
         (what was kept stays readable until trimmed)."""

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 TRANSPORT_HEADERS = frozenset({"destination", "receipt", "transaction", "content-length"})
 #: headers the broker owns on MESSAGE frames; a client cannot forge them
 BROKER_HEADERS = frozenset({"message-id", "subscription", "ack", "redelivered", "JMSXDeliveryCount",
-                            "pymq-seq", "JMSXGroupFirstForConsumer"})
+                            "pymq-seq", "JMSXGroupFirstForConsumer", "pymq-delivery-time"})
 DEFAULT_PRIORITY = 4
 _DIGITS = tuple(str(p) for p in range(10))
 
@@ -166,6 +166,9 @@ def message_from_request(request: "SendRequest", *, key: int, message_id: str, s
         expires = min(now + ttl, INT64_MAX) if ttl and expires is None else (now + default_ttl if default_ttl else 0)
     if not deliver_at:
         deliver_at = min(now + delay, INT64_MAX) if delay else 0
+    if deliver_at:
+        # JMSDeliveryTime, in place of the scheduling headers the request consumed (spec/stomp.md §4)
+        headers["pymq-delivery-time"] = str(deliver_at)
     if not timestamp:
         timestamp = now
     headers["persistent"] = "true" if persistent else "false"

@@ -172,7 +172,7 @@ class Placement:
                 assert request is not None
                 message = self._build(request, destination, None, client)
             queues = [sub.queue for sub in target.targets(message)]
-            if policy.routing and self.cluster.active:
+            if policy.routing and self.cluster.active and not target.temporary:
                 outboxes = self.cluster.topic_outboxes(target, message)
             log = self.logs.get(destination) if policy.log else None
             return (path, message, queues, outboxes, log, None, None, dedup_id, destination)
@@ -189,7 +189,9 @@ class Placement:
             queues = [queue]
             cfg = queue.config
             if policy.depth and cfg.max_depth:
-                if queue.depth >= cfg.max_depth:
+                # a message that replaces a waiting one (last-value queue) makes the queue no deeper
+                if queue.depth >= cfg.max_depth and not (queue.last_values is not None
+                                                         and queue.last_values.replaces(properties)):
                     if cfg.overflow == "reject":
                         raise QueueFull(f"queue '{destination}' is full ({cfg.max_depth} messages); the "
                                         f"message was refused", destination=destination)

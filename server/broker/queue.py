@@ -14,8 +14,11 @@ Invariants:
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any
 
+from pymq_server.broker.consumer import exclusive_owner
+from pymq_server.broker.entry import Entry, QueueHost
+from pymq_server.broker.lastvalue import LastValues, Replacing
 from pymq_server.broker.ready import ReadyIndex
 from pymq_server.broker.states import ACQUIRED, READY, SCHEDULED, EntryState, Event, transition
 from pymq_server.broker.stats import QueueStats
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
     from pymq_server.broker.schema import MessageSchema
     from pymq_server.config import QueueConfig
 
+__all__ = ["Entry", "MessageQueue", "QueueHost", "ReadyIndex"]
 
 # acquire and ack, the two changes every message makes, read the table once here and keep its guard as an
 # identity test (any other state goes through transition() and raises): 19 ns instead of 260 ns, 4 % of a message.
@@ -33,48 +37,7 @@ _ACQUIRED = transition(READY, Event.ACQUIRE)
 _COMPLETED = transition(ACQUIRED, Event.ACK)
 
 
-class Entry:
-    """One message's place in one queue."""
-
-    __slots__ = ("message", "queue", "state", "deliveries", "consumer", "token", "enqueued_at",
-                 "acquired_at", "stored", "first_in_group")
-
-    def __init__(self, message: BrokerMessage, queue: MessageQueue, now: float) -> None:
-        self.message = message
-        self.queue = queue
-        self.state: EntryState = READY
-        self.deliveries = 0
-        self.consumer: Consumer | None = None
-        self.token: str | None = None     # what the consumer's ACK names (client modes), while acquired
-        self.enqueued_at, self.acquired_at = now, 0.0
-        self.stored = False          # holds a storage reference that must be removed when done
-        self.first_in_group = False  # the first delivery of its group to a new owner (JMSXGroupFirstForConsumer)
-
-    def __repr__(self) -> str:
-        return f"<Entry {self.message.message_id} {self.state} in {self.queue.name}>"
-
-
-class QueueHost(Protocol):
-    """What a queue needs from the broker around it: time and timers, its storage references, and what
-    happens to a message that leaves it without being acknowledged (the router's moves)."""
-
-    clock: Callable[[], float]                 # monotonic seconds (queue statistics, timeouts)
-    now_ms: Callable[[], int]                  # wall-clock milliseconds (expiry, delivery times)
-
-    def schedule_at_ms(self, when_ms: int, fn: Callable[..., None], *args: Any) -> None: ...
-
-    def call_soon(self, fn: Callable[..., None], *args: Any) -> None: ...
-
-    def release_reference(self, message: BrokerMessage, queue: str) -> None: ...     # an entry is done
-
-    def message_gone(self, message: BrokerMessage) -> None: ...     # its last entry or log reference is done
-
-    def on_expired(self, entry: Entry) -> None: ...
-
-    def dead_letter(self, entry: Entry, reason: str) -> None: ...
-
-
-class MessageQueue:
+class MessageQueue(Replacing):
     """A queue or subscription with its consumers."""
 
     def __init__(self, host: QueueHost, name: str, destination: str, *, kind: str = "queue",
@@ -100,6 +63,9 @@ class MessageQueue:
         self._expiring: list = []         # heap (expires, seq, entry) for housekeeping, no scans
         self._timeouts: list = []         # heap (deadline, seq, deliveries, entry) of acquired entries
         self._blocked: set = set()        # producer sessions paused by max_depth (overflow=block)
+        self.exclusive_consumers = 0      # consumers that asked to be the only receiver (activemq.exclusive)
+        self._exclusive_last: Any = None  # the exclusive consumer delivered to last (hand-overs are flagged)
+        self.last_values = LastValues(config.last_value_key) if config.last_value_key else None
 
     # -- depth ----------------------------------------------------------------------------------
     @property
@@ -120,6 +86,8 @@ class MessageQueue:
         entry.stored = stored
         message.refs += 1
         self.stats.added += 1
+        if self.last_values is not None and not self._admit_last_value(entry):
+            return entry
         if message.deliver_at and message.deliver_at > self.host.now_ms():
             entry.state = transition(entry.state, Event.DELAY)     # new entries start READY
             self.scheduled += 1
@@ -149,11 +117,13 @@ class MessageQueue:
 
     def add_consumer(self, consumer) -> None:
         self.consumers.append(consumer)
+        self.exclusive_consumers += consumer.exclusive
         self.dispatch()
 
     def remove_consumer(self, consumer) -> None:
         try:
             self.consumers.remove(consumer)
+            self.exclusive_consumers -= consumer.exclusive
         except ValueError:
             pass
         if self.group_owners:
@@ -171,6 +141,12 @@ class MessageQueue:
         ready = self.ready
         if not consumers or not ready.count:
             return
+        owner = None
+        if self.exclusive_consumers or self.config.exclusive:
+            # one receiver: the first exclusive consumer in subscription order (spec/stomp.md §4)
+            owner = exclusive_owner(consumers, self.config.exclusive)
+            if owner is not None:
+                consumers = [owner]
         self._dispatching = True
         try:
             n = len(consumers)
@@ -207,8 +183,12 @@ class MessageQueue:
                         i -= 1
                         continue
                 idle = 0
+                if owner is not None and entry.message.group_id is None:
+                    entry.first_in_group = owner is not self._exclusive_last   # a hand-over is flagged
+                    self._exclusive_last = owner
                 self._acquire(entry, consumer)
-            self._rr = i % n if n else 0
+            if owner is None:
+                self._rr = i % n if n else 0
         finally:
             self._dispatching = False
 
@@ -243,6 +223,8 @@ class MessageQueue:
     def _acquire(self, entry: Entry, consumer) -> None:
         entry.state = _ACQUIRED if entry.state is READY else transition(entry.state, Event.ACQUIRE)
         entry.deliveries += 1
+        if self.last_values is not None:
+            self.last_values.gone(entry)
         entry.consumer = consumer
         now = self.host.clock()
         entry.acquired_at = now
@@ -287,6 +269,7 @@ class MessageQueue:
         self.acquired -= 1
         entry.consumer = None
         entry.token = None
+        entry.first_in_group = False
         stats = self.stats
         if failed:
             stats.failed += 1
@@ -301,6 +284,8 @@ class MessageQueue:
             self.host.dead_letter(entry, "rejected" if not requeue else
                                   f"delivered {entry.deliveries} times (maximum {limit})")
             self._drop(entry)
+        elif self.last_values is not None and not self._admit_last_value(entry, returned=True):
+            pass                        # a newer message of its key waits: it gave way (replaced)
         elif failed and (delay := self.config.delay_for(entry.deliveries)) > 0:
             entry.state = transition(entry.state, Event.DELAY)
             self.scheduled += 1
@@ -320,6 +305,8 @@ class MessageQueue:
     def _drop(self, entry: Entry) -> None:
         message = entry.message
         message.refs -= 1
+        if self.last_values is not None:
+            self.last_values.gone(entry)
         if entry.stored:
             entry.stored = False
             self.host.release_reference(message, self.name)
@@ -415,6 +402,19 @@ class MessageQueue:
             blocked, self._blocked = self._blocked, set()
             for session in blocked:
                 self.host.call_soon(session.resume_input, "queue-full:" + self.name)
+
+    # -- altered settings ---------------------------------------------------------------------
+    def alter(self, config: QueueConfig) -> None:
+        """New settings (admin ``alter-queue``): each applies from the next event that reads it; what
+        reaches waiting messages now is spec/admin.md "Altering a queue"."""
+        old, self.config = self.config, config
+        if config.last_value_key != old.last_value_key:
+            self._rekey(config.last_value_key)
+        if not config.delivery_timeout_ms:
+            self._timeouts.clear()          # 0 = never: deliveries made under the old timeout are kept
+        if self._blocked:
+            self._maybe_unblock()
+        self.dispatch()
 
     def __repr__(self) -> str:
         return f"<MessageQueue {self.name} depth={self.depth} consumers={len(self.consumers)}>"

@@ -30,6 +30,11 @@ ALIASES: Final[Mapping[str, tuple[str, ...]]] = {
     "prefetch": ("prefetch-count", "activemq.prefetchSize", "pymq-prefetch"),
     "no-local": ("no-local", "activemq.noLocal"),
     "dedup-id": ("pymq-dedup-id", "_AMQ_DUPL_ID"),
+    # ActiveMQ's consumer option; Artemis names the queue attribute ``exclusive``
+    "exclusive": ("activemq.exclusive", "exclusive"),
+    # consumed when the message is made: the delivered message does not carry them (a forward would wait again)
+    "delay": ("AMQ_SCHEDULED_DELAY", "pymq-delay"),
+    "deliver-at": ("AMQ_SCHEDULED_TIME",),
 }
 #: RabbitMQ names a durable subscription with ``x-queue-name``, but only together with ``durable:true``.
 RABBITMQ_DURABLE_NAME: Final = "x-queue-name"
@@ -39,8 +44,9 @@ _MAPPED: Final = frozenset({"persistent", "priority", "expires", "expiration", "
 _DROPPED: Final = TRANSPORT_HEADERS | BROKER_HEADERS
 _SOURCES: Final = (None, "log", "queue")
 #: the SEND properties that also mean something to the broker (delays, duplicates, cluster forwarding)
-_SPECIAL: Final = frozenset({"AMQ_SCHEDULED_DELAY", "AMQ_SCHEDULED_TIME", "pymq-forwarded", "pymq-subscription",
+_SPECIAL: Final = frozenset({"pymq-forwarded", "pymq-subscription", *ALIASES["delay"], *ALIASES["deliver-at"],
                              *ALIASES["dedup-id"]})
+_SCHEDULING: Final = frozenset({*ALIASES["delay"], *ALIASES["deliver-at"]})
 
 
 def first_alias(headers: Mapping[str, str], concept: str) -> str | None:
@@ -77,6 +83,16 @@ def _bool(headers: Mapping[str, str], name: str) -> bool | None:
     raise InvalidHeader(f"header {name!r} must be true or false, got {value[:32]!r}", header=name)
 
 
+def _first_int(headers: Mapping[str, str], concept: str) -> int | None:
+    """The number the first spelling of ``concept`` present carries (every spelling is checked)."""
+    found = None
+    for name in ALIASES[concept]:
+        value = _int(headers, name)
+        if found is None:
+            found = value
+    return found
+
+
 def _int(headers: Mapping[str, str], name: str, maximum: int = INT64_MAX) -> int | None:
     value = headers.get(name)
     if value is None or value == "":
@@ -99,7 +115,7 @@ class SendRequest(NamedTuple):
     priority: int | None = None          # None: the queue's default
     expires: int | None = None           # absolute ms; 0 = never
     ttl: int | None = None               # ``expiration``: ms relative to arrival (``expires`` wins)
-    delay: int | None = None             # AMQ_SCHEDULED_DELAY
+    delay: int | None = None             # AMQ_SCHEDULED_DELAY, pymq-delay
     deliver_at: int | None = None        # AMQ_SCHEDULED_TIME (wins over the delay)
     timestamp: int | None = None
     dedup_id: str | None = None
@@ -138,9 +154,14 @@ def parse_send(headers: Mapping[str, str], body: bytes) -> SendRequest:
         return _new_send((headers["destination"], properties, body, headers.get("transaction"),
                           headers.get("receipt"), persistent, priority, expires, ttl, None, None, timestamp,
                           None, None, None))
+    delay = deliver_at = None
+    if not _SCHEDULING.isdisjoint(properties):
+        delay = _first_int(properties, "delay")
+        deliver_at = _first_int(properties, "deliver-at")
+        for name in _SCHEDULING:
+            properties.pop(name, None)          # consumed here: the message does not carry them on
     return SendRequest(headers["destination"], properties, body, headers.get("transaction"),
-                       headers.get("receipt"), persistent, priority, expires, ttl,
-                       _int(properties, "AMQ_SCHEDULED_DELAY"), _int(properties, "AMQ_SCHEDULED_TIME"),
+                       headers.get("receipt"), persistent, priority, expires, ttl, delay, deliver_at,
                        timestamp, first_alias(properties, "dedup-id"), properties.get("pymq-forwarded"),
                        properties.get("pymq-subscription"))
 
@@ -217,6 +238,7 @@ class SubscribeRequest(NamedTuple):
     shared: bool = False                 # with durable_name: a JMS 2.0 shared durable subscription
     shared_name: str | None = None       # shared-subscription-name: shared, not durable
     browse: RangeRequest | None = None   # browser:true
+    exclusive: bool = False              # activemq.exclusive / exclusive: the queue's only receiver
 
 
 def parse_subscribe(headers: Mapping[str, str]) -> SubscribeRequest:
@@ -249,8 +271,9 @@ def parse_subscribe(headers: Mapping[str, str]) -> SubscribeRequest:
             prefetch = parse_wire_int(spelling, headers[spelling], maximum=INT32_MAX)
             break
     no_local = any(_flag(headers, spelling) for spelling in ALIASES["no-local"])
+    exclusive = any(_flag(headers, spelling) for spelling in ALIASES["exclusive"])
     return SubscribeRequest(destination, sub_id, ack, prefetch, selector, no_local, name, shared,
-                            headers.get("shared-subscription-name") or None)
+                            headers.get("shared-subscription-name") or None, None, exclusive)
 
 
 # -- UNSUBSCRIBE ------------------------------------------------------------------------------------------

@@ -41,6 +41,24 @@ from pymq.protocol.scanner import FrameScanner
 
 log = logging.getLogger("pymq.broker")
 
+def _own_temporary(client: Client, reply_to: str) -> str | None:
+    """The global name of ``client``'s temporary queue or topic a ``reply-to`` names by its local name
+    (None: already global)."""
+    if reply_to.startswith("/temp-queue/"):
+        local = reply_to[len("/temp-queue/"):]
+        if local.startswith("tmp."):
+            return None
+        queue = client.temp_queue(local)
+        assert queue is not None
+        return queue.destination
+    local = reply_to[len("/temp-topic/"):]
+    if local.startswith("tmp."):
+        return None
+    topic = client.temp_topic(local)
+    assert topic is not None
+    return topic.destination
+
+
 #: what the claim of one pending row decided: its plan, or None (discarded), and the topic it counts for
 PendingPlan = tuple[Plan, Optional[Topic]]
 
@@ -72,18 +90,18 @@ class Router:
             self.cluster.on_forwarded()
         else:
             forwarded = None
-        if client is not None and kind is not Kind.TEMP_QUEUE:
+        if client is not None and kind is not Kind.TEMP_QUEUE and kind is not Kind.TEMP_TOPIC:
             # first: a refused SEND creates nothing (no queue or topic by use, no reply-to temporary queue)
             destinations.acl.check(client.user, destination, "produce")
         reply_to = properties.get("reply-to")
-        if reply_to is not None and client is not None and reply_to.startswith("/temp-queue/") \
-                and not reply_to.startswith("/temp-queue/tmp."):
-            # a connection's own temporary queue, named so that others can reply to it (spec/stomp.md §3)
-            own = client.temp_queue(reply_to[len("/temp-queue/"):])
-            assert own is not None
-            properties = dict(properties)
-            properties["reply-to"] = own.destination
-            request = request._replace(properties=properties)
+        if reply_to is not None and client is not None and reply_to.startswith(("/temp-queue/", "/temp-topic/")):
+            # a connection's own temporary queue or topic, named so that others can reply to it
+            # (spec/stomp.md §3)
+            own = _own_temporary(client, reply_to)
+            if own is not None:
+                properties = dict(properties)
+                properties["reply-to"] = own
+                request = request._replace(properties=properties)
         path = EntryPath.SEND if forwarded is None else EntryPath.CLUSTER_INBOUND
         if kind is Kind.QUEUE:
             queue = destinations.queues.get(name) or destinations.queue(name)
@@ -97,6 +115,12 @@ class Router:
                 return self.placement.place(path, sub.queue, request, client)
             topic = destinations.topics.get(name) or destinations.topic(name)
             result = self.placement.place(EntryPath.PUBLISH if forwarded is None else path, topic, request,
+                                          client)
+            topic.published += 1
+            return result
+        if kind is Kind.TEMP_TOPIC:
+            topic = destinations.temp_topic_target(client, name)
+            result = self.placement.place(path if forwarded is not None else EntryPath.PUBLISH, topic, request,
                                           client)
             topic.published += 1
             return result
@@ -136,6 +160,11 @@ class Router:
         if kind is Kind.TOPIC:
             destinations.acl.check(client.user, destination, "produce")
             return
+        if kind is Kind.TEMP_TOPIC:
+            if name.startswith("tmp.") and name not in destinations.temp_topics:
+                raise UnknownDestination(f"temporary topic '{destination}' does not exist (its connection has "
+                                         f"closed)", destination=destination)
+            return                      # one's own: made on first use
         queue: MessageQueue | None
         if kind is Kind.QUEUE:
             destinations.acl.check(client.user, destination, "produce")
@@ -258,8 +287,8 @@ class Router:
         headers["destination"] = destination
         request = parse_send(headers, frames[0].body)
         kind, name = self.destinations.resolve(destination)
-        if kind is Kind.TEMP_QUEUE:
-            raise PymqError("temporary queues cannot receive messages from database transactions")
+        if kind is Kind.TEMP_QUEUE or kind is Kind.TEMP_TOPIC:
+            raise PymqError("temporary queues and topics cannot receive messages from database transactions")
         topic = self.destinations.topic(name) if kind is Kind.TOPIC else None
         target: Target = topic if topic is not None else self.destinations.queue(name)
         if request.dedup_id is not None:

@@ -48,6 +48,7 @@ from pymq.protocol.frame import Frame
 if TYPE_CHECKING:
     from pymq_server.broker.broker import Broker
     from pymq_server.broker.queue import MessageQueue
+    from pymq_server.broker.topic import Topic
 
 log = logging.getLogger("pymq.session")
 
@@ -71,6 +72,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.consumers: dict[str, Consumer] = {}
         self.transactions = Transactions(cfg.max_transactions_per_connection, cfg.max_transaction_operations)
         self.temp_queues: dict[str, MessageQueue] = {}     # local name -> queue
+        self.temp_topics: dict[str, Topic] = {}            # local name -> temporary topic
         self.closed = False
         self.deliveries = DeliveryLedger()
         self.receipts = ReceiptQueue(self)
@@ -166,6 +168,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
         for queue in list(self.temp_queues.values()):
             self.broker.delete_temp_queue(queue)
         self.temp_queues.clear()
+        for topic in list(self.temp_topics.values()):
+            self.broker.delete_temp_topic(topic)
+        self.temp_topics.clear()
         self.receipts.clear()
         self._browses.clear()
         self.broker.session_closed(self)
@@ -367,6 +372,13 @@ class BrokerSession(FrameIntake, FrameOutlet):
             queue = self.broker.create_temp_queue(self, local)
             self.temp_queues[local] = queue
         return queue
+
+    def temp_topic(self, local: str, create: bool = True):
+        topic = self.temp_topics.get(local)
+        if topic is None and create:
+            topic = self.broker.create_temp_topic(self, local)
+            self.temp_topics[local] = topic
+        return topic
 
     @property
     def is_cluster(self) -> bool:

@@ -8,6 +8,7 @@
     READY, SCHEDULED, ACQUIRED ──expire──▶ EXPIRED   (an expired message coming back is not redelivered)
     READY, SCHEDULED ──purge──▶ COMPLETED            (purge, ack up to a sequence number, drop-oldest)
     READY ──dead──▶ DEAD                             (moved by an administrator, or a schema change)
+    READY, SCHEDULED ──replace──▶ COMPLETED          (last-value queue: a newer message of the same key)
 
 Every change of an entry's state is ``entry.state = transition(entry.state, event)``: anything not in the
 table is a bug in the broker, raised as :class:`IllegalTransition` at once instead of leaving an entry in
@@ -41,6 +42,7 @@ class Event(str, enum.Enum):
     DEAD = "dead"
     EXPIRE = "expire"
     PURGE = "purge"
+    REPLACE = "replace"
 
     def __str__(self) -> str:
         return self.value
@@ -60,6 +62,8 @@ TRANSITIONS: Final[Mapping[tuple[EntryState, Event], EntryState]] = {
     (READY, Event.PURGE): COMPLETED,
     (READY, Event.DELAY): SCHEDULED,       # a redelivery delay parks a released entry
     (READY, Event.DEAD): DEAD,
+    (READY, Event.REPLACE): COMPLETED,     # last-value queue: a newer message of its key arrived
+    (SCHEDULED, Event.REPLACE): COMPLETED,
     (ACQUIRED, Event.ACK): COMPLETED,
     (ACQUIRED, Event.RELEASE): READY,
     (ACQUIRED, Event.DEAD): DEAD,

@@ -7,7 +7,7 @@ class QueueStats:
 
     __slots__ = ("added", "removed", "failed", "expired", "peak_depth", "wait_total", "wait_max",
                  "wait_count", "_depth_area", "_depth_since", "_started", "delivered", "dead_lettered",
-                 "dropped", "acknowledged", "acked_upto")
+                 "dropped", "acknowledged", "acked_upto", "replaced")
 
     def __init__(self, now: float) -> None:
         self.added = 0
@@ -23,6 +23,7 @@ class QueueStats:
         self.dropped = 0
         self.acknowledged = 0       # completed by a consumer's ack (auto acks included); purges are not
         self.acked_upto = 0         # the last pymq-ack-upto position: a range reader's committed offset
+        self.replaced = 0           # last-value queue: waiting messages a newer one of their key replaced
         self._depth_area = 0.0      # integral of depth over time, for the time-weighted average
         self._depth_since = now
         self._started = now

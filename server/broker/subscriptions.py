@@ -31,7 +31,7 @@ from pymq_server.broker.topic import Topic, TopicSubscription
 from pymq_server.config import BrokerConfig
 from pymq_server.storage.store import HoldingStore
 
-from pymq.errors import AccessDenied, IllegalStateError, InvalidSelector, UnknownDestination
+from pymq.errors import AccessDenied, DestinationError, IllegalStateError, InvalidSelector, UnknownDestination
 
 
 def durable_key(owner: str, name: str, shared: bool) -> str:
@@ -125,15 +125,22 @@ class Subscriptions:
         elif kind is Kind.TEMP_QUEUE:
             queue = destinations.owned_temp_queue(client, destination, name, "consume from")
         else:
-            if request.durable_name:
-                # the subscription's owner before the topic: a refusal creates nothing
-                self._check_creator(client.user, durable_key(durable_owner(client), request.durable_name,
-                                                             request.shared), request.durable_name)
-            topic = destinations.topic_for(client.user, name, "consume")
+            if kind is Kind.TEMP_TOPIC:
+                topic = destinations.owned_temp_topic(client, destination, name)
+                if request.durable_name:
+                    raise DestinationError(f"a temporary topic has no durable subscriptions (it ends with its "
+                                           f"connection): {destination!r}", destination=destination)
+            else:
+                if request.durable_name:
+                    # the subscription's owner before the topic: a refusal creates nothing
+                    self._check_creator(client.user, durable_key(durable_owner(client), request.durable_name,
+                                                                 request.shared), request.durable_name)
+                topic = destinations.topic_for(client.user, name, "consume")
             sub = self._topic_subscription(client, request, topic, selector)
             return Consumer(client, request.id, sub.queue, request.ack, prefetch, None, subscription=sub,
-                            destination=destination)
-        return Consumer(client, request.id, queue, request.ack, prefetch, selector, destination=destination)
+                            destination=destination, exclusive=request.exclusive)
+        return Consumer(client, request.id, queue, request.ack, prefetch, selector, destination=destination,
+                        exclusive=request.exclusive)
 
     def _topic_subscription(self, client: Client, request: SubscribeRequest, topic: Topic,
                             selector: object) -> TopicSubscription:
@@ -173,7 +180,8 @@ class Subscriptions:
 
     def _added(self, topic: Topic, sub: TopicSubscription) -> None:
         topic.add(sub)
-        self.cluster.topic_changed(topic)
+        if not topic.temporary:          # a temporary topic lives on its connection's node only
+            self.cluster.topic_changed(topic)
 
     def consumer_added(self, consumer: Consumer) -> None:
         self.cluster.queue_consumers_changed(consumer.queue)
@@ -220,7 +228,8 @@ class Subscriptions:
             self.durable.pop(sub.name, None)
             self.creators.pop(sub.name, None)
             self.store.put_meta("dsub:" + sub.name, None)
-        self.cluster.topic_changed(topic)
+        if not topic.temporary:
+            self.cluster.topic_changed(topic)
         if sub.durable:
             self.cluster.durable_removed(sub.name)
 

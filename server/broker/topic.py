@@ -8,7 +8,12 @@ subscriber never holds entries it would not accept.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pymq_server.broker.queue import MessageQueue
+
+if TYPE_CHECKING:
+    from pymq_server.broker.clients import Client
 
 
 class TopicSubscription:
@@ -36,11 +41,13 @@ class TopicSubscription:
 
 
 class Topic:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, prefix: str = "/topic/") -> None:
         self.name = name
-        self.destination = "/topic/" + name
+        self.destination = prefix + name
         self.subscriptions: dict[str, TopicSubscription] = {}
         self.published = 0
+        self.owner: Client | None = None   # the connection of a temporary topic (/temp-topic/): gone with it
+        self.temporary = prefix != "/topic/"
 
     def targets(self, message) -> list[TopicSubscription]:
         return [sub for sub in self.subscriptions.values() if sub.wants(message)]

@@ -179,6 +179,7 @@ class OutboxConsumer:
         self.session = None
         self.unacked: dict = {}
         self.scan = [0, [-1] * 10]
+        self.exclusive = False       # an outbox's only reader is its link
         self._burst: list = []            # taken this iteration, not written yet
         self._sent: collections.deque = collections.deque()   # written, waiting for their receipt
         self._flush_scheduled = False

@@ -89,6 +89,7 @@ class Redistributor:
         self.unacked: dict = {}
         self.scan = [0, [-1] * 10]
         self.remote = True
+        self.exclusive = False       # never an exclusive consumer: it stands in for consumers elsewhere
 
     def can_take(self) -> bool:
         return self.active and self.node.consumer_peer(self.queue.name) is not None

@@ -34,7 +34,7 @@ CASES = [
     ("body on SUBSCRIBE", b"SUBSCRIBE\ndestination:/queue/a\nid:1\n\nbody\x00", "malformed-frame",
      "must not have a body"),
     ("bad destination prefix", b"SEND\ndestination:orders\n\nx\x00", "invalid-destination",
-     "must start with /queue/, /topic/ or /temp-queue/"),
+     "must start with /queue/, /topic/, /temp-queue/ or /temp-topic/"),
     ("empty destination name", b"SEND\ndestination:/queue/\n\nx\x00", "invalid-destination", "empty name"),
     ("bad priority", b"SEND\ndestination:/queue/a\npriority:high\n\nx\x00", "invalid-header", "'priority'"),
     ("priority out of range", b"SEND\ndestination:/queue/a\npriority:12\n\nx\x00", "invalid-header",

@@ -82,7 +82,7 @@ _configured_names = iter(sorted(CONFIGURED, key=lambda n: int(n[3:])))
 
 def test_the_matrix_covers_every_operation_and_kind():
     ops = {c[0] for c in CELLS}
-    assert ops == {"create", "declare/alter", "drop", "purge", "produce", "consume", "browse", "ack-up-to",
+    assert ops == {"create", "declare/alter", "alter", "drop", "purge", "produce", "consume", "browse", "ack-up-to",
                    "durable subscribe", "durable unsubscribe", "grant/revoke", "metrics", "list"}
     kinds = {c[1] for c in CELLS}
     assert kinds == {"new name", "declared queue", "auto-created queue", "configured queue", "topic",
@@ -210,7 +210,7 @@ def admin_http(rb: RunningBroker, user: str | None, op: str, args: dict) -> Any:
 # -- destinations of every kind ------------------------------------------------------------------------------
 
 #: the permission each operation needs, which "granted" (bob) gets
-NEEDS = {"create": "create", "declare/alter": "consume", "drop": "manage", "purge": "purge", "produce": "produce",
+NEEDS = {"create": "create", "declare/alter": "consume", "alter": "manage", "drop": "manage", "purge": "purge", "produce": "produce",
          "consume": "consume", "browse": "browse", "ack-up-to": "consume", "durable subscribe": "consume",
          "durable unsubscribe": "consume", "grant/revoke": "manage", "metrics": "browse", "list": "browse"}
 _serial = itertools.count()
@@ -315,6 +315,8 @@ def perform(rb: RunningBroker, op: str, made: Made, principal: str) -> bool | No
     dest = made.destination
     if op in ("create", "declare/alter"):
         admin_stomp(rb, user, "create-queue", {"name": made.name})
+    elif op == "alter":
+        admin_stomp(rb, user, "alter-queue", {"name": made.name, "config": {"max_deliveries": 7}})
     elif op == "drop":
         admin_stomp(rb, user, "drop-queue", {"name": made.name, "force": True})
     elif op == "purge":

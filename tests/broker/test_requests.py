@@ -49,8 +49,23 @@ def test_send_maps_jms_fields_and_keeps_properties():
                           "colour": "red", "persistent": "FALSE"}, b"x")
     assert (request.priority, request.ttl, request.delay, request.dedup_id, request.persistent) == \
         (7, 100, 50, "d", False)
-    assert request.properties == {"AMQ_SCHEDULED_DELAY": "50", "_AMQ_DUPL_ID": "d", "colour": "red"}
+    # the scheduling headers are consumed here: the message does not carry them on (issue 15)
+    assert request.properties == {"_AMQ_DUPL_ID": "d", "colour": "red"}
     assert request.receipt == "r"
+
+
+def test_delay_spellings_first_wins_and_every_one_is_checked():
+    both = parse_send({"destination": "/queue/q", "AMQ_SCHEDULED_DELAY": "5", "pymq-delay": "7"}, b"")
+    assert both.delay == 5 and both.properties == {}
+    assert parse_send({"destination": "/queue/q", "pymq-delay": "7"}, b"").delay == 7
+    with pytest.raises(InvalidHeader):
+        parse_send({"destination": "/queue/q", "AMQ_SCHEDULED_DELAY": "5", "pymq-delay": "soon"}, b"")
+
+
+def test_exclusive_spellings():
+    for spelling in ALIASES["exclusive"]:
+        assert parse_subscribe({"destination": "/queue/q", spelling: "true"}).exclusive is True
+    assert parse_subscribe({"destination": "/queue/q"}).exclusive is False
 
 
 @pytest.mark.parametrize("name, value", [

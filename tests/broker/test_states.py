@@ -69,6 +69,7 @@ class Taker:
 
     selector = None
     active = True
+    exclusive = False
     scan = [0, [-1] * 10]
 
     def __init__(self) -> None:

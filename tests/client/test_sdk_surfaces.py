@@ -45,7 +45,8 @@ TWINS: dict[type, type] = {
 #: (documented in pymq/aio/__init__.py); every other public method of pymq.aio is a coroutine
 PLAIN_IN_AIO = {
     "AsyncConnection": {"create_session", "queue_manager"},
-    "AsyncSession": {"create_producer", "create_browser", "create_temporary_queue", "create_topic",
+    "AsyncSession": {"create_producer", "create_browser", "create_temporary_queue", "create_temporary_topic",
+                     "create_topic",
                      "create_message", "create_text_message", "create_bytes_message", "create_map_message"},
     "AsyncMessageConsumer": {"set_message_listener"},
 }
@@ -129,8 +130,8 @@ def test_module_functions_match(name):
 def test_pymq_aio_exports_a_twin_of_every_sdk_name():
     """What ``pymq`` exports for the SDK (not the shared messages, destinations and errors, which
     ``pymq.aio`` users import from ``pymq``) has its counterpart in ``pymq.aio.__all__``."""
-    shared = {"Destination", "Queue", "Topic", "TemporaryQueue", "Message", "TextMessage", "BytesMessage",
-              "MapMessage", "PERSISTENT", "NON_PERSISTENT", "PymqError"}
+    shared = {"Destination", "Queue", "Topic", "TemporaryQueue", "TemporaryTopic", "Message", "TextMessage",
+              "BytesMessage", "MapMessage", "PERSISTENT", "NON_PERSISTENT", "PymqError"}
     twins = {sync.__name__: aio.__name__ for sync, aio in TWINS.items()}
     for name in set(pymq.__all__) - shared:
         assert twins.get(name, name) in pymq.aio.__all__, name

@@ -32,7 +32,7 @@ public class PymqMessage implements Message {
             "destination", "message-id", "subscription", "ack", "receipt", "transaction", "content-length",
             "content-type", "persistent", "priority", "expires", "expiration", "timestamp", "correlation-id",
             "reply-to", "type", "redelivered", "pymq-types", "pymq-seq", "transformation", "browser",
-            "pymq-dedup-id");
+            "pymq-dedup-id", "pymq-delivery-time");
 
     String messageId;
     long timestamp;

@@ -176,8 +176,12 @@ final class WireFormat {
         if (groupSeq instanceof String s) {
             m.properties.put("JMSXGroupSeq", pyInt(s, 0));
         }
-        // JMSDeliveryTime: the broker keeps the producer's scheduling headers (spec/stomp.md §4)
-        long at = pyInt(h.get("AMQ_SCHEDULED_TIME"), 0);
+        // JMSDeliveryTime: pymq consumes the producer's scheduling headers and says pymq-delivery-time
+        // (spec/stomp.md §4); the scheduling headers are read for brokers that keep them
+        long at = pyInt(h.get("pymq-delivery-time"), 0);
+        if (at == 0) {
+            at = pyInt(h.get("AMQ_SCHEDULED_TIME"), 0);
+        }
         long delay = pyInt(h.get("AMQ_SCHEDULED_DELAY"), 0);
         m.deliveryTime = at != 0 ? at : m.timestamp + Math.max(0, delay);
         return m;
