@@ -126,10 +126,10 @@ class Subscriptions:
             queue = destinations.owned_temp_queue(client, destination, name, "consume from")
         else:
             if kind is Kind.TEMP_TOPIC:
-                topic = destinations.owned_temp_topic(client, destination, name)
-                if request.durable_name:
+                if request.durable_name:        # refused before the connection's topic is made
                     raise DestinationError(f"a temporary topic has no durable subscriptions (it ends with its "
                                            f"connection): {destination!r}", destination=destination)
+                topic = destinations.owned_temp_topic(client, destination, name)
             else:
                 if request.durable_name:
                     # the subscription's owner before the topic: a refusal creates nothing

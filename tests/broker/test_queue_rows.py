@@ -413,3 +413,32 @@ def test_scheduled_delay_is_not_on_the_delivered_message_so_forwarding_does_not_
         assert message.get_property("AMQ_SCHEDULED_DELAY") is None
         producer.send(message)                              # forwarded as it came
         assert broker.call(lambda: broker.broker.queues["sched.out"].scheduled) == 0
+
+
+def test_last_value_replacement_is_not_refused_by_a_full_queue_and_hostile_alters_change_nothing(broker):
+    with pymq.connect(broker.url) as conn:
+        qm = conn.queue_manager()
+        qm.create("lvq.full", last_value_key="k", max_depth=2, overflow="reject")
+        _send(broker, "/queue/lvq.full", ["a1"], k="a")
+        _send(broker, "/queue/lvq.full", ["b1"], k="b")
+        _send(broker, "/queue/lvq.full", ["a2"], k="a")        # full, but it replaces a1: taken
+        with pytest.raises(pymq.PymqError) as refused:
+            _send(broker, "/queue/lvq.full", ["c1"], k="c")    # a new key in a full queue: refused
+        assert refused.value.code == "queue-full"
+        assert broker.call(lambda: sorted(e.message.body for e in broker.broker.queues["lvq.full"].ready)) == \
+            [b"a2", b"b1"]
+        before = qm.info("lvq.full")["config"]
+        for hostile in ({"max_depth": 10 ** 30}, {"max_deliveries": -1}, {"overflow": "explode"},
+                        {"default_priority": 10}, {"schema": {"n": {"type": "complex"}}}, {"no_such": 1},
+                        {"last_value_key": ""}, {"exclusive": "maybe"}):
+            with pytest.raises(ConfigError):
+                qm.alter("lvq.full", **hostile)
+        with pytest.raises(ConfigError):
+            qm.call("alter-queue", name="lvq.full", config=[1, 2])
+        assert qm.info("lvq.full")["config"] == before
+        # the key changed: waiting messages are indexed by the new key, only the newest per value stays
+        _send(broker, "/queue/lvq.rekey", ["x1", "x2", "y1"], sym="same")
+        qm.create("lvq.rekey")
+        result = qm.alter("lvq.rekey", last_value_key="sym")
+        assert result["queue"]["metrics"]["depth"] == 1 and result["queue"]["metrics"]["replaced"] == 2
+        assert broker.call(lambda: [e.message.body for e in broker.broker.queues["lvq.rekey"].ready]) == [b"y1"]
