@@ -24,8 +24,8 @@ Rules 1–5 decide and refuse without changing anything; rules 6–8 take effect
 first, so a device that refuses the message (a full disk) still leaves no trace. A bulk SEND's rows
 (:meth:`Placement.place_bulk`, spec/spark.md §7) go through the same rules in the same order, applied to
 the frame as a whole and column-wise: every row is checked before any is numbered, and a topic's rows
-that only its log keeps become one sealed segment and one stored record, with no per-message object. Placement is split in
-two for the application-transaction path: :meth:`Placement.plan` decides (no side
+that only its log keeps become one sealed segment and one stored record, with no per-message object.
+Placement is split in two for the application-transaction path: :meth:`Placement.plan` decides (no side
 effect except numbering), :meth:`Placement.commit` acts. Claiming a message written in an application's
 transaction plans it inside the database transaction that claims it, and commits after that
 transaction commits, with the message already written by the device (apptx.py).
@@ -33,7 +33,7 @@ transaction commits, with the message already written by the device (apptx.py).
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Final, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Final, Mapping, Optional, Union
 
 from pymq_server.broker import bulk_rows, segments
 from pymq_server.broker.bulk_rows import BulkResult
@@ -273,7 +273,7 @@ class Placement:
             block.block_producer(client)
         return (message.message_id, stored and message.persistent)
 
-    def place_bulk(self, target: Target, batch: object, body: bytes, client: Client | None) -> BulkResult:
+    def place_bulk(self, target: Target, batch: Any, body: bytes, client: Client | None) -> BulkResult:
         """Put a bulk SEND's rows (``batch``, read and checked by bulk_rows.read_bulk; ``body`` the frame's
         IPC stream) under ``target`` with the rules of its bulk path, in the usual order, column-wise."""
         path = EntryPath.BULK_TOPIC if isinstance(target, Topic) else EntryPath.BULK_QUEUE
@@ -285,7 +285,7 @@ class Placement:
             priority, ttl = queue.config.default_priority, queue.config.default_expiration_ms
         arrival = now_ms()
 
-        def complete(rows: object, first_seq: int, first_key: int) -> object:
+        def complete(rows: Any, first_seq: int, first_key: int) -> Any:
             return bulk_rows.complete_bulk(rows, first_seq=first_seq, first_key=first_key, node_id=self.node_id,
                                            now=arrival, persistent=self.default_persistent, priority=priority,
                                            ttl=ttl)
@@ -293,7 +293,7 @@ class Placement:
         # 1 duplicates (look-up): the dedup column against the window, and against earlier rows of the frame
         dropped = self._duplicate_rows(destination, batch) if policy.dedup else []
         batch = bulk_rows.drop_rows(batch, dropped)
-        n = batch.num_rows  # type: ignore[attr-defined]
+        n = batch.num_rows
         peers: list | None = None
         make_room = 0
         if queue is not None and n:
@@ -321,7 +321,7 @@ class Placement:
             return BulkResult(first_seq, n, len(dropped),
                               self._log_segment(log, body, rows, dropped, first_key, arrival, (priority, ttl)))
         made = bulk_rows.materialize_rows(rows, destination, first_key, client)
-        dedup_ids = rows.column("dedup_id").to_pylist() if policy.dedup else [None] * n  # type: ignore[attr-defined]
+        dedup_ids = rows.column("dedup_id").to_pylist() if policy.dedup else [None] * n
         plans: list[Plan] = []
         for i, message in enumerate(made):
             if queue is None:
@@ -347,11 +347,11 @@ class Placement:
             queue.block_producer(client)
         return BulkResult(first_seq, n, len(dropped), stored)
 
-    def _duplicate_rows(self, destination: str, batch: object) -> list[int]:
+    def _duplicate_rows(self, destination: str, batch: Any) -> list[int]:
         """Rows whose dedup id reached the destination within the window, or appears earlier in the frame."""
-        if "dedup_id" not in batch.schema.names:  # type: ignore[attr-defined]
+        if "dedup_id" not in batch.schema.names:
             return []
-        ids = batch.column("dedup_id")  # type: ignore[attr-defined]
+        ids = batch.column("dedup_id")
         if ids.null_count == len(ids):
             return []
         out, earlier = [], set()
@@ -379,7 +379,7 @@ class Placement:
             return min(queue.ready.count, queue.depth + n - cfg.max_depth)
         return 0
 
-    def _log_segment(self, log: RetainedLog, body: bytes, rows: object, dropped: list[int], first_key: int,
+    def _log_segment(self, log: RetainedLog, body: bytes, rows: Any, dropped: list[int], first_key: int,
                      arrival: int, defaults: tuple[int, int]) -> bool:
         """Rules 6–8 for rows only a retained log keeps: one stored record (the SEND's own body), one segment."""
         key = self.seqs.next("")
@@ -387,7 +387,7 @@ class Placement:
                                           first_key, self.node_id, arrival, (self.default_persistent, *defaults))
         stored = self.store.hold(holder, [log.name]) if holder.persistent else False
         self.flow.held(holder)
-        for dedup_id in rows.column("dedup_id").drop_null().to_pylist():  # type: ignore[attr-defined]
+        for dedup_id in rows.column("dedup_id").drop_null().to_pylist():
             self.dedup.remember(log.destination, dedup_id)
         log.append_segment(rows, first_key, holder)
         return stored

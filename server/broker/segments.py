@@ -195,7 +195,7 @@ def from_messages(messages: Sequence) -> Any:
         pa.array([m.priority for m in messages], pa.int32()),
         pa.array([2 if m.persistent else 1 for m in messages], pa.int32()),
         pa.array([_body_type(x.get("content-type"), x.get("transformation"), m.body)
-                  for x, m in zip(h, messages)], pa.string()),
+                  for x, m in zip(h, messages, strict=True)], pa.string()),
         pa.array([x.get("content-type") for x in h], pa.string()),
         pa.array([m.body for m in messages], pa.binary()),
         pa.array([m.group_id for m in messages], pa.string()),
