@@ -133,14 +133,16 @@ class Router:
         """A bulk SEND: its rows read and checked column by column, then placed as a unit (spec/spark.md §7)."""
         destinations = self.destinations
         kind, name = destinations.resolve(request.destination)
-        # authorized before the queue or topic is created by this use
+        # the rows read and checked, and the permission, before the queue or topic is created by this use:
+        # a refused bulk SEND creates nothing
+        batch = bulk_rows.read_bulk(request.body)
         if kind is Kind.QUEUE:
             target: Target = destinations.queue_for(client.user, name, "produce")
         elif kind is Kind.TOPIC:
             target = destinations.topic_for(client.user, name, "produce")
         else:
             raise DestinationError(f"a bulk SEND goes to a queue or a topic, not {request.destination!r}")
-        result = self.placement.place_bulk(target, bulk_rows.read_bulk(request.body), request.body, client)
+        result = self.placement.place_bulk(target, batch, request.body, client)
         if isinstance(target, Topic):
             target.published += result.count
         return result

@@ -188,3 +188,21 @@ def test_a_queue_schema_is_checked_for_every_row_before_any_is_placed(broker_fac
             s.send_arrow("/queue/typed", rows(2, start=5, properties=pa.array([[("amount", "3")], []], props)))
     with pymq.connect(b.url) as conn:
         assert [m.text for m in conn.create_session().read_range(pymq.Queue("typed")).messages] == ["r0", "r1"]
+
+
+def test_a_refused_bulk_send_creates_nothing(broker_factory, tmp_path):
+    # no permission, or rows the broker does not take: an ERROR naming why, and no queue or topic by use
+    from pymq.errors import AccessDenied
+    from pymq_server.broker.auth import save_user
+    users = str(tmp_path / "users.yaml")
+    save_user(users, "bob", "bobpw", [])
+    save_user(users, "root", "rootpw", ["admin"])
+    broker = broker_factory(users_file=users, default_permissions={"role:admin": ["produce", "consume", "browse"]})
+    with pymq.connect(broker.url, username="bob", password="bobpw") as conn:
+        with pytest.raises(AccessDenied, match="produce"):
+            conn.create_session().send_arrow("/queue/bulk.denied", rows(2))
+    with pymq.connect(broker.url, username="root", password="rootpw") as conn:
+        with pytest.raises(MessageFormatError, match="column 'nonsense'"):
+            conn.create_session().send_arrow("/topic/bulk.bad", rows(2, nonsense=pa.array([1, 2])))
+    names = broker.call(lambda: (set(broker.broker.queues), set(broker.broker.topics)))
+    assert not any(n.startswith("bulk.") for group in names for n in group), names
