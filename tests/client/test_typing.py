@@ -39,6 +39,7 @@ EXPECTED = [
     "pymq.destination.Queue",
     "builtins.int",
     "builtins.list[builtins.dict[builtins.str, builtins.object]]",
+    "pymq.destination.Queue",
     "pymq.aio.client.AsyncConnection",
     "pymq.message.Message",
     "pymq.aio.client.AsyncMessageConsumer",
@@ -48,6 +49,8 @@ EXPECTED = [
     "pymq.message.Message",
     "pymq.destination.Queue",
     "builtins.int",
+    "pymq.destination.Queue",
+    "pymq.destination.TemporaryQueue",
 ]
 
 

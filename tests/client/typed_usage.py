@@ -70,6 +70,7 @@ def blocking() -> None:
         reveal_type(created)
         reveal_type(manager.purge("jobs"))
         reveal_type(manager.list())
+        reveal_type(session.create_queue("audit", max_depth=100))
         print(conn.status is pymq.ConnectionStatus.OPEN, conn.user, conn.error)
     factory = pymq.ConnectionFactory("stomps://broker:61614?ca_file=/ca.pem", tls=pymq.TlsOptions(verify=True))
     try:
@@ -113,4 +114,6 @@ async def asynchronous() -> None:
         manager = conn.queue_manager()
         reveal_type(await manager.create("jobs", max_depth=10))
         reveal_type(await manager.drop("jobs"))
+        reveal_type(await session.create_queue("audit", max_depth=100))
+        reveal_type(session.create_temporary_queue())
         print(conn.status is pymq.aio.ConnectionStatus.OPEN)
