@@ -58,6 +58,9 @@ class Destinations(TemporaryTopics):
         self._resolved: dict[str, tuple[names.Kind, str]] = {}
         #: dead-letter queue names made with a prefix other than the default one -> the queue they serve
         self.dead_letter_sources: dict[str, str] = {}
+        #: destinations known not to be system-owned (every SEND asks: a set look-up instead of the name
+        #: rules); cleared when a queue with another dead-letter prefix appears or goes
+        self._not_system: set[str] = set()
         #: durable subscription key with ':' as '.' -> its creator (set by the subscriptions layer), so a
         #: subscription's dead-letter queue ``DLQ.sub.<owner>.<name>`` is readable by its creator only
         self.subscription_creator: Callable[[str], str | None] = lambda dotted: None
@@ -80,6 +83,8 @@ class Destinations(TemporaryTopics):
     def system_source(self, destination: str) -> DestinationAcl | None:
         """The access list a system-owned destination inherits (an empty one when it serves nothing
         that exists), or None when ``destination`` is not system-owned."""
+        if destination in self._not_system:
+            return None
         if not destination.startswith("/queue/"):
             return None
         name = destination[7:]
@@ -90,6 +95,8 @@ class Destinations(TemporaryTopics):
         if source is None:
             prefix = self.config.queue_defaults.dead_letter_prefix
             if not prefix or not name.startswith(prefix):
+                if len(self._not_system) < _CACHE_LIMIT:
+                    self._not_system.add(destination)
                 return None
             source = name[len(prefix):]
             creator = self.subscription_creator(source)
@@ -106,6 +113,7 @@ class Destinations(TemporaryTopics):
         default = self.config.queue_defaults.dead_letter_prefix
         if config.dead_letter and config.dead_letter_prefix != default:
             self.dead_letter_sources[config.dead_letter_prefix + name] = name
+            self._not_system.clear()
 
     # -- queues ----------------------------------------------------------------------------------
     def queue_for(self, user: User, name: str, permission: str) -> MessageQueue:
@@ -271,6 +279,7 @@ class Destinations(TemporaryTopics):
         for dead, source in list(self.dead_letter_sources.items()):
             if source == name:
                 del self.dead_letter_sources[dead]
+                self._not_system.clear()
         self.store.put_meta("queue:" + name, None)
         self.store.put_meta("acl:" + queue.destination, None)
         return dropped
