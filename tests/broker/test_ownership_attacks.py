@@ -150,6 +150,26 @@ def test_nobody_declares_dlq_of_another_users_queue_and_dead_letters_reach_only_
         assert list(mallory.create_session().create_browser(pymq.Queue("DLQ.jobs"))) == []
 
 
+def test_a_durable_subscriptions_dead_letters_are_its_creators(make_secured):
+    b = make_secured(queue_defaults={"max_deliveries": 1})
+    with _conn(b, "root") as root:
+        root.queue_manager().grant("/topic/feed", "role:app", "consume")
+    with _conn(b, "alice") as alice:
+        session = alice.create_session(ack_mode=pymq.CLIENT_ACKNOWLEDGE)
+        reader = session.create_durable_consumer(pymq.Topic("feed"), "mine")
+        with _conn(b, "root") as root:
+            root.create_session().create_producer(pymq.Topic("feed")).send("poison")
+        assert reader.receive(5).text == "poison"
+        session.recover()                                   # its one delivery: dead
+    dlq = "DLQ.sub.alice.mine"
+    assert b.call(lambda: b.broker.queues[dlq].depth) == 1
+    with _conn(b, "bob") as bob:                            # bob may consume the topic, not alice's letters
+        with pytest.raises(AccessDenied):
+            bob.create_session().create_consumer(pymq.Queue(dlq))
+    with _conn(b, "alice") as alice:
+        assert alice.create_session().create_consumer(pymq.Queue(dlq)).receive(5).text == "poison"
+
+
 # -- durable subscriptions ---------------------------------------------------------------------------------
 
 def test_client_id_is_bound_to_its_first_user_and_survives_restart(make_secured, tmp_path):
