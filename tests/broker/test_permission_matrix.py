@@ -86,7 +86,7 @@ def test_the_matrix_covers_every_operation_and_kind():
                    "durable subscribe", "durable unsubscribe", "grant/revoke", "metrics", "list"}
     kinds = {c[1] for c in CELLS}
     assert kinds == {"new name", "declared queue", "auto-created queue", "configured queue", "topic",
-                     "temp queue", "dead-letter queue", "expiry queue", "admin destination",
+                     "temp queue", "temp topic", "dead-letter queue", "expiry queue", "admin destination",
                      "durable subscription"}
     assert {c[0] for c in WIDE} == {"storage rules", "cluster ops", "prometheus", "status"}
 
@@ -117,6 +117,7 @@ def snapshot(rb: RunningBroker) -> dict:
             "queues": {n: (q.depth, json.dumps(q.config.to_dict(), sort_keys=True), len(q.consumers))
                        for n, q in b.queues.items()},
             "temp": sorted(b.destinations.temp_queues),
+            "temp_topics": sorted(b.destinations.temp_topics),
             "topics": {n: sorted(t.subscriptions) for n, t in b.topics.items()},
             "durable": sorted(b.subscriptions.durable),
             "creators": dict(b.subscriptions.creators),
@@ -281,6 +282,13 @@ def make(rb: RunningBroker, kind: str, op: str) -> Made:
                                     if v.owner.user.name == "alice" and q.endswith(".mine")
                                     and not v.owner.closed))
         return Made(kind, "/temp-queue/" + name, name, keep=[c])
+    if kind == "temp topic":
+        c = connect(rb, "alice")
+        request(c, "SUBSCRIBE", {"destination": "/temp-topic/mine", "id": "keep"})
+        name = rb.call(lambda: next(t for t, v in rb.broker.destinations.temp_topics.items()
+                                    if v.owner.user.name == "alice" and t.endswith(".mine")
+                                    and not v.owner.closed))
+        return Made(kind, "/temp-topic/" + name, name, keep=[c])
     if kind == "dead-letter queue":
         source = f"src{n}"
         admin_stomp(rb, "alice", "create-queue", {"name": source})
@@ -333,7 +341,7 @@ def perform(rb: RunningBroker, op: str, made: Made, principal: str) -> bool | No
 
 def _on_owner_connection(made: Made, principal: str) -> RawStomp | None:
     # a temporary queue's owner is the connection that made it
-    return made.keep[0] if made.kind == "temp queue" and principal == "owner" else None
+    return made.keep[0] if made.kind in ("temp queue", "temp topic") and principal == "owner" else None
 
 
 def on_frames(rb: RunningBroker, op: str, made: Made, principal: str, user: str | None) -> None:
