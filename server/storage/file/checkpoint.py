@@ -55,8 +55,8 @@ def encode_body(state: CheckpointState) -> bytes:
         parts.append(fmt.REFS_ENTRY.pack(key, len(ids)) + struct.pack(f"<{len(ids)}I", *ids))
     out.append(_section(fmt.SEC_REFS, b"".join(parts)))
     parts = []
-    for key, value in state.catalog.items():
-        raw = key.encode()
+    for name, value in state.catalog.items():
+        raw = name.encode()
         parts.append(struct.pack("<H", len(raw)) + raw + fmt.U32.pack(len(value)) + value)
     out.append(_section(fmt.SEC_CATALOG, b"".join(parts)))
     out.append(_section(fmt.SEC_STATE, fmt.STATE.pack(state.tail, state.next_name, state.next_refset)))

@@ -51,7 +51,7 @@ class Checkpointing(DeviceState):
                 if self._fault is not None:
                     raise StorageError(f"file device {self.name!r} cannot make writes durable: {self._fault}",
                                        device=self.name)
-                segments = [*self._old_segments, self._wal]
+                segments = [*self._old_segments, self.wal]
             started = time.perf_counter()
             try:
                 for seg in segments:
@@ -148,20 +148,21 @@ class Checkpointing(DeviceState):
                 self._logging = True          # later changes go to the new chain, after the snapshot
             meta = Meta(generation, seg.number, seg.salt, self._alloc.page_count, pages[0], len(pages),
                         len(payload), crc32c(payload))
+        pf = self.pf
         try:
             with self._lock:
-                self._pf.reserve(meta.page_count)
+                pf.reserve(meta.page_count)
             if hook:
                 hook("switched")
             self._sync_dir()
             for offset, data in writes:
-                self._pf.write_at(offset, data)
-            self._pf.write_checkpoint(pages, generation, payload)
-            self._pf.sync()
+                pf.write_at(offset, data)
+            pf.write_checkpoint(pages, generation, payload)
+            pf.sync()
             if hook:
                 hook("before-meta")
-            self._pf.write_meta(meta)
-            self._pf.sync()
+            pf.write_meta(meta)
+            pf.sync()
             if hook:
                 hook("after-meta")
         except BaseException as exc:
@@ -194,8 +195,8 @@ class Checkpointing(DeviceState):
             self._checkpoint_error = ""
             try:
                 end = self._alloc.trim()
-                if self._pf.size() > end * ps:
-                    self._pf.truncate(end)
+                if pf.size() > end * ps:
+                    pf.truncate(end)
             except OSError as exc:
                 self._errors += 1      # a longer file than needed: the next checkpoint trims again
                 log.warning("file device %r could not trim its page file: %s", self.name, _describe(exc))
@@ -219,7 +220,7 @@ class Checkpointing(DeviceState):
 
     def _new_segment(self, prev_salt: int, prev_checksum: int) -> Segment:
         """Open the next log segment with its header on disk; nothing changes if that fails."""
-        seg = Segment(self.directory, self._next_segment, self.page_size, self._pf.file_id,
+        seg = Segment(self.directory, self._next_segment, self.page_size, self.pf.file_id,
                       new_salt(prev_salt), prev_checksum, fsync=self._fsync, io=self.io)
         try:
             seg.flush()
@@ -251,7 +252,7 @@ class Checkpointing(DeviceState):
         for number in self._dirty:
             page = self._pages[number]
             base = number * ps
-            buf = page.buf
+            buf = self._resident(page)
             if page.cont:
                 writes.append((base, bytes(buf)))
                 page.on_disk = True
@@ -288,7 +289,7 @@ class Checkpointing(DeviceState):
         state.tail = tail.number if tail is not None else 0
         state.next_name, state.next_refset = self._next_name, self._next_refset
         body = ckpt.encode_body(state)
-        cap = self._pf.checkpoint_capacity()
+        cap = self.pf.checkpoint_capacity()
         pages: list[int] = []
         while True:
             size = len(body) + fmt.SECTION.size + self._alloc.page_count

@@ -33,7 +33,7 @@ def crc32c_fallback(data: bytes | bytearray | memoryview, crc: int = 0) -> int:
 try:
     import google_crc32c as _google
 except ImportError:  # pragma: no cover - exercised by running the suite without the package
-    _google = None
+    _google = None  # type: ignore[assignment]  # the module or None: mypy types the name as the module
 
 if _google is not None and getattr(_google, "implementation", "c") == "c":
     _extend = _google.extend

@@ -163,7 +163,9 @@ class PageFile:
 
     def read_checkpoint(self, meta: Meta) -> tuple[bytes, list[int]]:
         """The checkpoint payload of ``meta`` and the pages carrying it; StorageError if damaged."""
-        chunks, pages, page = [], [], meta.ckpt_first
+        chunks: list[bytes] = []
+        pages: list[int] = []
+        page = meta.ckpt_first
         while page:
             if len(pages) >= meta.ckpt_pages or page in pages:
                 raise StorageError(f"checkpoint {meta.generation}: page chain is broken")

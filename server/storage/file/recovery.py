@@ -34,6 +34,7 @@ class Recovery(DeviceState):
     _new_segment: Callable[[int, int], Segment]
     _sync_dir: Callable[[], None]
     _checkpoint_locked: Callable[..., None]
+    _fsync: bool
 
     def _recover_from_disk(self, path: str) -> None:
         # rebuilding the index creates a million objects and no cycles: the cyclic GC only slows it
@@ -106,7 +107,7 @@ class Recovery(DeviceState):
         """Rebuild the index from each persistent page's header and live slots (no message bytes)."""
         ps = self.page_size
         refsets = self._refsets
-        read_at = self._pf.read_at
+        read_at = self.pf.read_at
         slot_struct = fmt.SLOT
         body_size = fmt.SLOT_BODY.size
         for number, slots, data_start, bitmap in state.pages:
@@ -151,7 +152,7 @@ class Recovery(DeviceState):
         unit: list = []
         applied = 0
         for frame in read_frames(self.directory, meta.wal_segment, meta.wal_salt, self.page_size,
-                                 self._pf.file_id):
+                                 self.pf.file_id):
             unit.append(frame)
             if frame.commit:
                 for item in unit:
@@ -184,9 +185,9 @@ class Recovery(DeviceState):
             self._next_name = max(self._next_name, name_id + 1)
         elif ftype == fmt.F_REFSET:
             refset_id, ids = fmt.decode_refset(payload)
-            refs = tuple(self._names[i] for i in ids)
-            self._refsets[refset_id] = refs
-            self._refset_ids[refs] = refset_id
+            names = tuple(self._names[i] for i in ids)
+            self._refsets[refset_id] = names
+            self._refset_ids[names] = refset_id
             self._durable_refsets.add(refset_id)
             self._next_refset = max(self._next_refset, refset_id + 1)
         elif ftype == fmt.F_DELIVERED:
@@ -224,7 +225,7 @@ class Recovery(DeviceState):
         for i, cnum in enumerate(cont):
             cpage = self._claim_page(cnum, PERSISTENT, cont=True)
             chunk = data[i * self.page_size:(i + 1) * self.page_size]
-            cpage.buf[:len(chunk)] = chunk
+            self._resident(cpage)[:len(chunk)] = chunk
             cont_pages.append(cpage)
         record = struct.pack(f"<{len(cont)}I", *cont) if flags & fmt.FLAG_LARGE else data
         if slot != page.slots or offset != page.data_start - len(record) or rlen != len(record):
@@ -261,7 +262,7 @@ class Recovery(DeviceState):
                     if image is None:
                         if len(images) >= 64:
                             images.pop(next(iter(images)))
-                        image = images[page.number] = self._pf.read_at(page.number * self.page_size,
+                        image = images[page.number] = self.pf.read_at(page.number * self.page_size,
                                                                        self.page_size)
                     message = self._read_image(key, entry, page, image)
                 else:

@@ -130,6 +130,22 @@ class DeviceState:
     _fault: str | None
     _logging: bool
 
+    @property
+    def pf(self) -> PageFile:
+        """The page file, while the device is open."""
+        pf = self._pf
+        if pf is None:
+            raise StorageError(f"file device {self.name!r} is not open", device=self.name)
+        return pf
+
+    @property
+    def wal(self) -> Segment:
+        """The log segment being written, while the device is open."""
+        wal = self._wal
+        if wal is None:
+            raise StorageError(f"file device {self.name!r} is not open", device=self.name)
+        return wal
+
     def _reset_state(self) -> None:
         self._alloc = PageAllocator(fmt.RESERVED_PAGES)
         self._pf: PageFile | None = None
@@ -235,9 +251,10 @@ class DeviceState:
     def _log(self, ftype: int, payload: bytes, commit: bool) -> None:
         if not self._logging:
             return          # in fault: the next checkpoint records the state instead
-        end_before = self._wal.size
-        self._wal.append(ftype, payload, commit)
-        self._log_bytes += self._wal.size - end_before
+        wal = self.wal
+        end_before = wal.size
+        wal.append(ftype, payload, commit)
+        self._log_bytes += wal.size - end_before
 
     def _new_page(self, kind: int, cont: bool = False) -> _Page:
         number = self._alloc.allocate(kind)
@@ -256,9 +273,10 @@ class DeviceState:
         return page
 
     def _resident(self, page: _Page) -> bytearray:
-        if page.buf is None:
-            page.buf = self._pf.read_page(page.number)
-        return page.buf
+        buf = page.buf
+        if buf is None:
+            buf = page.buf = self.pf.read_page(page.number)
+        return buf
 
     def _seal(self, page: _Page) -> None:
         """The page stops being a tail: free it if empty, else queue a non-persistent one for write-out."""
@@ -282,7 +300,7 @@ class DeviceState:
         return -(-length // self.page_size)
 
     def _write_page_header(self, page: _Page) -> None:
-        page.buf[:_HDR] = fmt.encode_page_header(page.kind, page.number, page.generation)
+        self._resident(page)[:_HDR] = fmt.encode_page_header(page.kind, page.number, page.generation)
 
     def _put_record(self, page: _Page, key: int, seq: int, record: bytes, length: int, dest_id: int,
                     refset_id: int, flags: int, data_crc: int) -> tuple[int, bytes]:
@@ -365,10 +383,11 @@ class DeviceState:
 
     def _slot_fields(self, page: _Page, slot: int) -> tuple:
         at = _HDR + _SLOT * slot
+        raw: bytes | bytearray
         if page.buf is not None:
             raw = page.buf[at:at + _SLOT]
         else:
-            raw = self._pf.read_at(page.number * self.page_size + at, _SLOT)
+            raw = self.pf.read_at(page.number * self.page_size + at, _SLOT)
         fields = fmt.SLOT.unpack(raw)
         if fields[9] != crc32c(raw[:fmt.SLOT_BODY.size]):
             self._errors += 1
@@ -380,7 +399,7 @@ class DeviceState:
         offset, rlen = fields[2], fields[3]
         if page.buf is not None:
             return bytes(page.buf[offset:offset + rlen])
-        return self._pf.read_at(page.number * self.page_size + offset, rlen)
+        return self.pf.read_at(page.number * self.page_size + offset, rlen)
 
     def _continuation_pages(self, page: _Page, fields: tuple) -> tuple[int, ...]:
         record = self._record(page, fields)
@@ -391,7 +410,7 @@ class DeviceState:
             chunks = []
             for number in self._continuation_pages(page, fields):
                 cont = self._pages[number]
-                chunks.append(bytes(cont.buf) if cont.buf is not None else self._pf.read_page(number))
+                chunks.append(bytes(cont.buf) if cont.buf is not None else self.pf.read_page(number))
             data = b"".join(chunks)[:fields[4]]
         else:
             data = self._record(page, fields)

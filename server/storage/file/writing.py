@@ -50,9 +50,9 @@ class WritePath(DeviceState):
                                    device=self.name, limit=self.max_bytes)
         try:
             if pages > alloc.free_count:
-                self._pf.reserve(alloc.page_count + pages - alloc.free_count)
+                self.pf.reserve(alloc.page_count + pages - alloc.free_count)
             if log_bytes:
-                self._wal.reserve(log_bytes + _LOG_HEADROOM)
+                self.wal.reserve(log_bytes + _LOG_HEADROOM)
         except OSError as exc:
             self._refused()
             if is_no_space(exc):
@@ -107,12 +107,12 @@ class WritePath(DeviceState):
                     for i in range(count):
                         page = self._new_page(kind, cont=True)
                         chunk = data[i * ps:(i + 1) * ps]
-                        page.buf[:len(chunk)] = chunk
+                        self._resident(page)[:len(chunk)] = chunk
                         cont_pages.append(page)
                         if kind == NON_PERSISTENT:
                             self._np_unwritten[page.number] = page
                     record = struct.pack(f"<{count}I", *(p.number for p in cont_pages))
-                if needs_page:
+                if needs_page or tail is None:
                     if tail is not None:
                         self._tail[kind] = None
                         self._seal(tail)
@@ -130,7 +130,7 @@ class WritePath(DeviceState):
             entry = _Entry(message.seq, tail.number, slot_index, refs, refset_id, persistent)
             self._add_entry(key, entry)
             self._bytes_used += length
-            if self._wal.buffered > _AUTO_FLUSH_BYTES:
+            if self.wal.buffered > _AUTO_FLUSH_BYTES:
                 try:
                     self._flush_locked()
                 except StorageError:
@@ -227,13 +227,13 @@ class WritePath(DeviceState):
         if self._unlogged_deliveries:
             self._log_deliveries()
         try:
-            self._wal.flush()
+            self.wal.flush()
             if self._np_unwritten:
                 ps = self.page_size
                 for number, page in list(self._np_unwritten.items()):
                     if not page.cont and not page.on_disk:
                         self._write_page_header(page)
-                    self._pf.write_at(number * ps, page.buf)
+                    self.pf.write_at(number * ps, self._resident(page))
                     page.on_disk = True
                     page.buf = None
                     del self._np_unwritten[number]
