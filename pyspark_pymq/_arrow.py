@@ -131,7 +131,7 @@ def batch_to_messages(batch: pa.RecordBatch, default_destination: str | None, de
     names = batch.schema.names
     cols = {name: batch.column(i).to_pylist() for i, name in enumerate(names) if name in WRITE_COLUMNS}
     n = batch.num_rows
-    none = [None] * n
+    none: list[Any] = [None] * n
     values, dests, keys, props = (cols.get(c, none) for c in ("value", "destination", "key", "properties"))
     if "topic" in cols:
         dests = [t if t is None or t.startswith("/") else Topic.prefix + t for t in cols["topic"]]
@@ -182,11 +182,11 @@ def batch_to_messages(batch: pa.RecordBatch, default_destination: str | None, de
                     raise MessageFormatError(f"deliveryMode must be 1, 2, 'persistent' or 'non_persistent', "
                                              f"got {mode!r}")
                 mode = _MODES[spelled]
-            ttl = ttls[i]
-            if ttl is None and expirations[i] is not None:
+            ttl, expiration = ttls[i], expirations[i]
+            if ttl is None and expiration is not None:
                 # a read's absolute JMSExpiration, sent as the time left (the SDK stamps the send time);
                 # a row already past it gets 1 ms, so it expires on arrival instead of living forever
-                ttl = max(1, expirations[i] - now)
+                ttl = max(1, expiration - now)
             args = {"delivery_mode": defaults["delivery_mode"] if mode is None else mode,
                     "priority": defaults["priority"] if prios[i] is None else int(prios[i]),
                     "time_to_live": defaults["time_to_live"] if ttl is None else int(ttl)}

@@ -71,7 +71,7 @@ def rows_to_bulk(batch: pa.RecordBatch, default_destination: str | None, default
     out: dict[str, Any] = {}
 
     # value -> body and body_type
-    value = _col(batch, "value")
+    value = batch.column(batch.schema.names.index("value"))      # the sink checked that it is there
     text_column = _is_text(value.type)
     body = value.cast(pa.binary()) if value.type != pa.binary() else value
     if body.null_count:
@@ -139,7 +139,7 @@ def rows_to_bulk(batch: pa.RecordBatch, default_destination: str | None, default
     problems.raise_first()
 
     bulk = pa.RecordBatch.from_pydict(out)
-    if default_destination is not None or n == 0:
+    if default_destination is not None or n == 0 or destinations is None:   # destinations: None with a default
         return [(default_destination or "", bulk)] if n else []
     distinct = list(dict.fromkeys(destinations.to_pylist()))
     if len(distinct) == 1:

@@ -232,9 +232,11 @@ def _arrow_term(f: Filter):
     if column in _STRING_HEADERS:
         binary = column == "key"
 
-        def scalar(v):
-            text = _string(v)
-            return pa.scalar(text.encode("utf-8"), pa.binary()) if binary else pa.scalar(text, pa.string())
+        def scalar(v: Any) -> Any:
+            text = _string(v)           # None (not text) is a null scalar in both columns
+            if binary:
+                return pa.scalar(None if text is None else text.encode("utf-8"), pa.binary())
+            return pa.scalar(text, pa.string())
 
         if isinstance(f, EqualNullSafe) and value is None:
             return col.is_null()

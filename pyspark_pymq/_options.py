@@ -127,9 +127,9 @@ def _setting_kind(p: inspect.Parameter) -> str:
             return kind.__name__
     annotation = str(p.annotation).replace("typing.", "").replace("Optional[", "").replace(" ", "")
     parts = {a.strip("]") for a in annotation.split("|")} - {"None"}
-    for kind in ("bool", "float", "int", "str"):
-        if parts == {kind}:
-            return kind
+    for name in ("bool", "float", "int", "str"):
+        if parts == {name}:
+            return name
     return annotation
 
 
@@ -490,9 +490,9 @@ class ReadOptions:
             raise ConfigError(f"option '{min_key}' ({min_msgs}) is above '{max_key}' ({max_msgs}): no "
                               f"micro-batch could satisfy both")
         if streaming is False:
-            for key in (max_key, min_key, "maxBytesPerTrigger", "maxTriggerDelay" if delay_raw else None):
-                if key and opts.get(key.lower(), "").strip():
-                    raise ConfigError(f"option '{key}' is for streaming queries; a batch read takes "
+            for option in (max_key, min_key, "maxBytesPerTrigger", "maxTriggerDelay" if delay_raw else None):
+                if option and opts.get(option.lower(), "").strip():
+                    raise ConfigError(f"option '{option}' is for streaming queries; a batch read takes "
                                       f"everything between startingOffsets and endingOffsets")
         return cls(
             connection=connection, destinations=destinations, pattern=pattern, mode=mode,

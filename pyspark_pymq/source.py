@@ -54,7 +54,7 @@ from pymq.errors import TimeoutError as BrokerTimeout
 from pyspark_pymq._arrow import check_wire_schema, read_ddl, wire_to_read
 from pyspark_pymq._connections import CONNECTIONS
 from pyspark_pymq._decode import frames_to_batch
-from pyspark_pymq._filters import expression
+from pyspark_pymq._filters import Pushdown, expression
 from pyspark_pymq._options import (
     EARLIEST,
     LATEST,
@@ -313,7 +313,7 @@ class BatchReader(DataSourceReader):
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self.pushdown = None            # set by pushFilters (PushdownBatchReader)
+        self.pushdown: Pushdown | None = None      # set by pushFilters (PushdownBatchReader)
 
     def partitions(self) -> list[RangePartition]:
         opts = self.opts

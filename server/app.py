@@ -104,7 +104,7 @@ class BrokerServer:
             raise RuntimeError("BrokerServer.start_core() has not run")
         return self.broker, self.store, self.runtime
 
-    async def start(self) -> "BrokerServer":
+    async def start(self) -> BrokerServer:
         """TLS material, storage, recovery, broker core, then the listeners.
 
         Each step fails with its own cause: a certificate that does not load is a ConfigError naming the
@@ -252,14 +252,14 @@ class BrokerServer:
                  f"; changed but needing a restart: {', '.join(restart)}" if restart else "")
         return result
 
-    async def start_core(self) -> "BrokerServer":
+    async def start_core(self) -> BrokerServer:
         """Storage, recovery and the broker core, without a listener (the embedded vm:// broker)."""
         loop = asyncio.get_running_loop()
         cfg = self.config
         try:
             os.makedirs(cfg.data_dir, exist_ok=True)
             probe = os.path.join(cfg.data_dir, ".pymq-write-test")
-            with open(probe, "wb"):
+            with open(probe, "wb"):  # noqa: ASYNC230 - once, at start-up, before any client is served
                 pass
             os.unlink(probe)
         except OSError as exc:

@@ -167,12 +167,12 @@ class QueueConfig(_Section):
     def to_dict(self) -> dict:
         return self.model_dump()
 
-    def differences(self, other: "QueueConfig") -> list[str]:
+    def differences(self, other: QueueConfig) -> list[str]:
         mine, theirs = self.to_dict(), other.to_dict()
         return [f"{k}: {mine[k]!r} != {theirs[k]!r}" for k in mine if mine[k] != theirs[k]]
 
 
-def queue_config(data: "dict | QueueConfig", where: str = "queue",
+def queue_config(data: dict | QueueConfig, where: str = "queue",
                  base: QueueConfig | None = None) -> QueueConfig:
     """A validated QueueConfig from a mapping of some of its settings over ``base`` (default: the
     defaults).  A QueueConfig is returned as it is.  Errors name ``where`` and each bad key."""
@@ -298,7 +298,7 @@ class StorageConfig(_Section):
 
     @field_validator("selection")
     @classmethod
-    def _selection_parses(cls, value: "dict | str | None", info: ValidationInfo) -> "dict | str | None":
+    def _selection_parses(cls, value: dict | str | None, info: ValidationInfo) -> dict | str | None:
         if value is not None and "devices" in info.data:  # (absent: devices failed)
             check_selection(value, _device_names(info.data.get("devices")))
         return value
@@ -311,7 +311,7 @@ def _device_names(devices: dict | None) -> list[str]:
     return list(devices) if devices is not None else ["memory", "file"]
 
 
-def read_selection(selection: "dict | str") -> str:
+def read_selection(selection: dict | str) -> str:
     """The storage-selection document as YAML text (read from its file when ``selection`` is a path)."""
     if isinstance(selection, str):
         try:
@@ -322,7 +322,7 @@ def read_selection(selection: "dict | str") -> str:
     return yaml.safe_dump(selection)
 
 
-def check_selection(selection: "dict | str", device_names: list[str]) -> None:
+def check_selection(selection: dict | str, device_names: list[str]) -> None:
     """Parse the selection document (conditions compiled) and check it names only known devices."""
     from pymq_server.storage.selection import SelectionConfig, rules_from_document
     try:
@@ -394,7 +394,7 @@ class ClusterConfig(_Section):
         return value
 
     @classmethod
-    def from_dict(cls, data: "dict | ClusterConfig") -> "ClusterConfig":
+    def from_dict(cls, data: dict | ClusterConfig) -> ClusterConfig:
         if isinstance(data, ClusterConfig):
             return data
         try:
@@ -464,7 +464,8 @@ class BrokerConfig(_Section):
     host: str = Field("127.0.0.1", min_length=1, description="address every listener binds")
     port: Port = Field(61613, description="STOMP port (0 picks a free port)")
     data_dir: str = Field("pymq-data", min_length=1, description="where persistent data lives")
-    node_id: str = Field("pymq", min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f]+$", description="this broker's name (message ids, storage rows, clustering)")
+    node_id: str = Field("pymq", min_length=1, max_length=64, pattern=r"^[^\s\x00-\x1f]+$",
+                         description="this broker's name (message ids, storage rows, clustering)")
     users_file: str | None = Field(None, min_length=1, description="YAML users file with password hashes "
                                    "(docs/users.md); none: only guest/guest, from loopback. Reloaded by "
                                    "SIGHUP")
@@ -605,7 +606,7 @@ class BrokerConfig(_Section):
         return data
 
     @model_validator(mode="after")
-    def _consistent(self) -> "BrokerConfig":
+    def _consistent(self) -> BrokerConfig:
         needs_tls = [name for name, on in (("tls_port", self.tls_port is not None),
                                            ("websocket.tls", self.websocket is not None and self.websocket.tls),
                                            ("admin_tls", self.admin_tls)) if on]
@@ -624,7 +625,7 @@ class BrokerConfig(_Section):
 
     # -- loading ---------------------------------------------------------------------------------
     @classmethod
-    def load(cls, path: str | os.PathLike | None = None, **overrides: Any) -> "BrokerConfig":
+    def load(cls, path: str | os.PathLike | None = None, **overrides: Any) -> BrokerConfig:
         """The YAML file at ``path`` (if any) with ``overrides`` (command-line flags; None = not given)
         on top, validated.  Raises ConfigError naming the file, each bad key, its value and what was
         expected."""
@@ -646,7 +647,7 @@ class BrokerConfig(_Section):
         return cfg
 
     @classmethod
-    def from_dict(cls, data: dict) -> "BrokerConfig":
+    def from_dict(cls, data: dict) -> BrokerConfig:
         """Settings from a mapping (tests, embedding); the same checks as the YAML file."""
         if not isinstance(data, dict):
             raise ConfigError(f"configuration must be a mapping, not {type(data).__name__}")
@@ -658,7 +659,7 @@ class BrokerConfig(_Section):
         cfg._overrides = dict(data)
         return cfg
 
-    def reread(self) -> "BrokerConfig":
+    def reread(self) -> BrokerConfig:
         """The same sources (file and command-line overrides) read again, validated (SIGHUP).  A
         configuration built in code (no file) gives its own settings again: a reload then re-reads only
         the files they name (users file, storage rules, certificates)."""
@@ -697,7 +698,7 @@ class UserEntry(_Section):
         return value
 
     @model_validator(mode="after")
-    def _some_credential(self) -> "UserEntry":
+    def _some_credential(self) -> UserEntry:
         if self.password is None and self.certificate_subject is None:
             raise ValueError("needs a `password` hash or a `certificate_subject`")
         return self
@@ -710,7 +711,7 @@ class UsersFile(_Section):
         description="user name -> entry (an empty mapping: nobody may log in)")
 
     @model_validator(mode="after")
-    def _unique_subjects(self) -> "UsersFile":
+    def _unique_subjects(self) -> UsersFile:
         seen: dict[str, str] = {}
         for name, entry in self.users.items():
             subject = entry.certificate_subject

@@ -8,7 +8,8 @@ work.  Permission refusals are raised before an operation changes anything.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from pymq.errors import AccessDenied, ConfigError, InvalidHeader
 from pymq.protocol.numbers import parse_wire_int

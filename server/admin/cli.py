@@ -24,7 +24,8 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Sequence
 
 import yaml
 
@@ -57,7 +58,7 @@ class AdminClient:
     def __init__(self, url: str, user: str, password: str, timeout: float = 30.0,
                  cafile: str | None = None, insecure: bool = False) -> None:
         self.url = url.rstrip("/")
-        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode("utf-8")).decode("ascii")
+        self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         self.timeout = timeout
         self.context: ssl.SSLContext | None = None
         if self.url.startswith("https://"):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import platform
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily, Metric
@@ -121,7 +121,8 @@ class BrokerCollector:
             statuses = store.status()
             labels = ["device", "kind"]
             fams: dict[str, GaugeMetricFamily | CounterMetricFamily] = {
-                "messages": GaugeMetricFamily("pymq_device_messages", "Messages held per holding device", labels=labels),
+                "messages": GaugeMetricFamily("pymq_device_messages", "Messages held per holding device",
+                                              labels=labels),
                 "bytes": GaugeMetricFamily("pymq_device_bytes", "Bytes held per holding device", labels=labels),
                 "free": GaugeMetricFamily("pymq_device_free_bytes", "Free bytes per bounded device", labels=labels),
                 "online": GaugeMetricFamily("pymq_device_online", "1 when the device is online", labels=labels),

@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import platform
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pymq
 from pymq.errors import ConfigError, ConnectionClosed, PymqError, UnknownDestination

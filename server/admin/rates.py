@@ -13,7 +13,7 @@ import resource
 import sys
 import time
 from collections import deque
-from typing import Mapping
+from collections.abc import Mapping
 
 #: seconds between samples, and how many history points are kept (10 minutes)
 PERIOD_S = 2.0

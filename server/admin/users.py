@@ -3,9 +3,9 @@
 The users file stays the single record (what ``pymq-server passwd`` writes and an operator may edit);
 an operation edits it and then calls :meth:`Authenticator.reload`, which installs the users the way
 SIGHUP does (:meth:`Authenticator.replace`), so the change applies from the next login on, without a
-restart.  ``reload`` is SIGHUP itself: :meth:`BrokerServer.reload`, the one function for both.  Connections already open keep the
-user they logged in with.  Hashing (scrypt, tens of ms) and the file write run in a worker thread; the
-reload runs on the loop and reads whatever the file holds last, so concurrent changes cannot install
+restart.  ``reload`` is SIGHUP itself: :meth:`BrokerServer.reload`, the one function for both.  Connections
+already open keep the user they logged in with.  Hashing (scrypt, tens of ms) and the file write run in a
+worker thread; the reload runs on the loop and reads whatever the file holds last, so concurrent changes cannot install
 an older file.  The last administrator cannot be removed or lose the admin role (nobody could manage
 the broker after that).  Administrators only.
 """

@@ -24,7 +24,8 @@ raised before anything changes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Iterator
 
 from pymq.errors import AccessDenied, ConfigError
 
@@ -84,7 +85,7 @@ class DestinationAcl:
         return {"owner": self.owner, "grants": {p: sorted(v) for p, v in sorted(self.grants.items())}}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "DestinationAcl":
+    def from_dict(cls, data: dict) -> DestinationAcl:
         return cls(data.get("owner"), {p: set(v) for p, v in (data.get("grants") or {}).items()})
 
 

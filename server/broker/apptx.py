@@ -18,8 +18,10 @@ reserves, and claims again.
 """
 from __future__ import annotations
 
+import functools
 import logging
-from typing import TYPE_CHECKING, Any, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Sequence
 
 from pymq_server.broker.sequences import ReservationNeeded, SequenceBook
 from pymq_server.storage.device import StoredMessage
@@ -95,8 +97,8 @@ class PendingClaimer:
             batch: set[tuple[str, str]] = set()
             try:
                 with self.seqs.no_reservations():
-                    claimed = self.device.claim_pending(lambda p: self._assign(p, ready, dropped, batch),
-                                                        limit=BATCH)
+                    claimed = self.device.claim_pending(
+                        functools.partial(self._assign, ready=ready, dropped=dropped, batch=batch), limit=BATCH)
             except ReservationNeeded as need:
                 # rolled back, nothing was claimed: reserve outside the database transaction, claim again
                 self.seqs.reserve_ahead(need.name, BATCH)

@@ -34,8 +34,7 @@ SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1
 def hash_password(password: str, *, n: int = SCRYPT_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
     salt = os.urandom(16)
     digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=n, r=r, p=p, dklen=32)
-    return "scrypt${}${}${}${}${}".format(n, r, p, base64.b64encode(salt).decode(),
-                                          base64.b64encode(digest).decode())
+    return f"scrypt${n}${r}${p}${base64.b64encode(salt).decode()}${base64.b64encode(digest).decode()}"
 
 
 def verify_password(password: str, stored: str) -> bool:
@@ -103,7 +102,7 @@ class Authenticator:
                 "removed": sorted(set(old) - set(users)),
                 "changed": sorted(n for n in set(users) & set(old) if users[n] != old[n])}
 
-    def replace(self, users_file: str | None, users: dict[str, "User"] | None, allow_anonymous: bool) -> None:
+    def replace(self, users_file: str | None, users: dict[str, User] | None, allow_anonymous: bool) -> None:
         """Switch to another set of users at once (BrokerServer.reload, SIGHUP): connections already open
         keep their user; remembered password checks are forgotten, so a changed or removed password takes
         effect.  ``users`` None: no users file, only guest/guest from loopback."""

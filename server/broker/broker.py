@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any, Callable, Iterator, Protocol
+from typing import Any, Protocol
+from collections.abc import Callable, Iterator
 
 from pymq_server.broker.acl import AccessControl
 from pymq_server.broker.bulk_rows import BulkResult

@@ -9,7 +9,7 @@ a schema) can be retried with the same id. The window is rebuilt at start from t
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable
+from collections.abc import Callable
 
 
 class DuplicateWindow:

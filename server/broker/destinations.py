@@ -21,7 +21,7 @@ knows about subscriptions, routing or the cluster.
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from pymq_server.broker import destination as names
 from pymq_server.broker.acl import AccessControl, DestinationAcl

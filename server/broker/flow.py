@@ -7,7 +7,8 @@ of it they resume. Only producers are paused, so consumers keep acknowledging an
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Callable, Protocol
+from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable
 
 if TYPE_CHECKING:
     from pymq_server.broker.message import BrokerMessage

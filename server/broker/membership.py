@@ -7,7 +7,8 @@ and which local changes the peers must hear about.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
 
 from pymq.errors import ConfigError, DestinationError
 

@@ -146,7 +146,7 @@ def _apply_types(values: dict, spec: str | None) -> None:
             pass
 
 
-def message_from_request(request: "SendRequest", *, key: int, message_id: str, seq: int, destination: str,
+def message_from_request(request: SendRequest, *, key: int, message_id: str, seq: int, destination: str,
                          default_persistent: bool = True, producer: str = "", now: int | None = None,
                          default_priority: int = DEFAULT_PRIORITY, default_ttl: int = 0) -> BrokerMessage:
     """The broker message for a parsed SEND (spec/stomp.md §4), with the destination's defaults.

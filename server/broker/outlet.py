@@ -8,7 +8,8 @@ dispatching to the connection, and browses pause, until it drains (``set_writabl
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 from pymq.protocol.connection import StompConnection
 from pymq.protocol.frame import Frame

@@ -119,8 +119,8 @@ class _Policy:
 
 #: what :meth:`Placement.plan` decided: (path, message, queues, outboxes, log, queue to make room in,
 #: queue whose producer to pause when full, dedup id to remember, destination)
-Plan = tuple[EntryPath, BrokerMessage, list[MessageQueue], list[MessageQueue], Optional[RetainedLog],
-             Optional[MessageQueue], Optional[MessageQueue], Optional[str], str]
+Plan = tuple[EntryPath, BrokerMessage, list[MessageQueue], list[MessageQueue], RetainedLog | None,
+             MessageQueue | None, MessageQueue | None, str | None, str]
 Target = Union[MessageQueue, Topic]
 Source = Union[SendRequest, BrokerMessage]
 

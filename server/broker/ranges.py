@@ -15,7 +15,7 @@ Depends on: destinations (layer 1), subscriptions (layer 2), the retained logs a
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from pymq_server.broker import segments
 from pymq_server.broker.clients import Client

@@ -15,7 +15,8 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from typing import TYPE_CHECKING, Any, Callable, Final, Iterator
+from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable, Iterator
 
 if TYPE_CHECKING:
     from pymq_server.broker.queue import Entry

@@ -11,7 +11,8 @@ receipt still waiting with an ERROR instead (``receipt_failed``): never a receip
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Protocol
+from typing import Protocol
+from collections.abc import Callable
 
 
 class ReceiptOwner(Protocol):

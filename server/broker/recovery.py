@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from pymq_server.broker import bulk_rows
 from pymq_server.broker.acl import DestinationAcl

@@ -16,7 +16,8 @@ time (a SEND builds one per message on the hot path).
 from __future__ import annotations
 
 import functools
-from typing import Final, Mapping, NamedTuple, Optional
+from typing import Final, NamedTuple
+from collections.abc import Mapping
 
 from pymq_server.broker.consumer import ACK_MODES, AUTO
 from pymq_server.broker.message import BROKER_HEADERS, TRANSPORT_HEADERS
@@ -338,4 +339,4 @@ def parse_ack_upto(headers: Mapping[str, str]) -> AckUptoRequest:
 #: What a SEND did: (the id the message got, or None when it was dropped as a duplicate; whether it
 #: wrote data that a receipt must wait for, spec/stomp.md §5). A plain pair, not a NamedTuple: one is
 #: made per SEND and a tuple display costs a third of a NamedTuple's construction.
-SendResult = tuple[Optional[str], bool]
+SendResult = tuple[str | None, bool]

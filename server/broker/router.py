@@ -18,7 +18,7 @@ Depends on: destinations (layer 1), subscriptions (layer 2), placement.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from pymq_server.broker import bulk_rows
 from pymq_server.broker.bulk_rows import BulkResult
@@ -60,7 +60,7 @@ def _own_temporary(client: Client, reply_to: str) -> str | None:
 
 
 #: what the claim of one pending row decided: its plan, or None (discarded), and the topic it counts for
-PendingPlan = tuple[Plan, Optional[Topic]]
+PendingPlan = tuple[Plan, Topic | None]
 
 
 class Router:

@@ -27,7 +27,7 @@ class MessageSchema:
         self.rules = rules
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "queue") -> "MessageSchema":
+    def from_dict(cls, data: dict, where: str = "queue") -> MessageSchema:
         if not isinstance(data, dict):
             raise ConfigError(f"{where}: schema must be a mapping of property name to its declaration")
         props = data.get("properties", data)

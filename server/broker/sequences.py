@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from contextlib import contextmanager
-from typing import Iterator
+from collections.abc import Iterator
 
 from pymq.errors import StorageError
 from pymq_server.storage.store import HoldingStore

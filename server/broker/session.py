@@ -15,7 +15,8 @@ Rules kept here (spec/stomp.md §5, §6):
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from pymq_server.admin import stomp_admin
 from pymq_server.admin.stomp_admin import ADMIN_DESTINATION

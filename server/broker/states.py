@@ -18,7 +18,8 @@ enums: they print as their names and hash as strings, so a lookup costs what a s
 from __future__ import annotations
 
 import enum
-from typing import Final, Mapping
+from typing import Final
+from collections.abc import Mapping
 
 
 class EntryState(str, enum.Enum):

@@ -17,7 +17,7 @@ Depends on: destinations (layer 1), and the cluster membership, which hears of e
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from pymq_server.broker.acl import is_admin
 from pymq_server.broker.auth import User

@@ -20,7 +20,7 @@ class TopicSubscription:
     __slots__ = ("topic", "name", "queue", "selector", "no_local", "owner", "durable", "shared",
                  "client_id")
 
-    def __init__(self, topic: "Topic", name: str, queue: MessageQueue, selector=None,
+    def __init__(self, topic: Topic, name: str, queue: MessageQueue, selector=None,
                  no_local: bool = False, owner=None, durable: bool = False, shared: bool = False,
                  client_id: str | None = None) -> None:
         self.topic = topic

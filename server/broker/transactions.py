@@ -15,7 +15,8 @@ disk) is the one thing validation cannot foresee.
 """
 from __future__ import annotations
 
-from typing import Callable, Union
+from typing import Union
+from collections.abc import Callable
 
 from pymq_server.broker.requests import AckRequest, SendRequest
 

@@ -13,7 +13,8 @@ import asyncio
 import collections
 import itertools
 import logging
-from typing import Callable, cast
+from typing import cast
+from collections.abc import Callable
 
 from pymq.errors import PymqError, ProtocolError
 from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat

@@ -19,7 +19,8 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from typing import Any, Callable, Mapping
+from typing import Any
+from collections.abc import Callable, Mapping
 
 from pymq_server.broker import destination as dest
 from pymq_server.broker.queue import MessageQueue
@@ -79,7 +80,7 @@ class Redistributor:
     """Consumer of a local queue with no local consumers, moving its unkeyed messages to a peer that
     has consumers for it (duck-types broker Consumer)."""
 
-    def __init__(self, node: "ClusterNode", queue: MessageQueue, routing_key: RoutingKey) -> None:
+    def __init__(self, node: ClusterNode, queue: MessageQueue, routing_key: RoutingKey) -> None:
         self.node = node
         self.queue = queue
         self.selector = _Unkeyed(routing_key)
@@ -899,20 +900,22 @@ class ClusterNode:
                 continue
             await self._transfer_subscription(key, successor, drop=False)
         deadline = time.monotonic() + self.config.handover_timeout_s
-        while time.monotonic() < deadline and any(q.depth for q in self.outboxes.values()
+        # a bounded wait at shutdown for the outboxes to drain (polled: no event says "all empty")
+        while time.monotonic() < deadline and any(q.depth for q in self.outboxes.values()  # noqa: ASYNC110
                                                    if self.links.get(_peer_of(q)) is not None):
             await asyncio.sleep(0.02)
 
     # -- status ----------------------------------------------------------------------------------
     def status(self) -> dict:
         return {"node": self.node_id, "members": sorted(self.members),
-                "links": {p: l.ready for p, l in sorted(self.links.items())},
+                "links": {p: link.ready for p, link in sorted(self.links.items())},
                 "outboxes": {p: q.depth for p, q in sorted(self.outboxes.items())},
                 "filter_topics": sorted(self.filter.topics),
                 "filter": {"topics": len(self.filter), "m": self.filter.filter.m, "k": self.filter.filter.k,
                            "capacity": self.filter.capacity, "epoch": self.filter.epoch,
                            "serial": self._filter_serial, "fpr_target": self.filter.fpr_target,
-                           "measured_fpr": self.filter.measured_fpr(), "digest_bytes": 8 + (self.filter.filter.m + 7) // 8},
+                           "measured_fpr": self.filter.measured_fpr(),
+                           "digest_bytes": 8 + (self.filter.filter.m + 7) // 8},
                 "peer_filters": {p: _peer_filter_status(self.peer_filters, p) for p in self.peer_filters.peers},
                 "popular": sorted(self.peer_filters.popular),
                 "remote_consumers": self.remote_consumers,

@@ -50,7 +50,7 @@ class Hosted:
         return json.dumps({"node": self.node, "record": self.record}, sort_keys=True)
 
     @classmethod
-    def decode(cls, raw: str) -> "Hosted":
+    def decode(cls, raw: str) -> Hosted:
         if not raw.startswith("{"):
             return cls(raw)                        # the layout before records: the node id alone
         data = json.loads(raw)
@@ -100,7 +100,7 @@ class ClusterRegistry(abc.ABC):
     def routing_keys(self) -> dict[str, str]:
         """queue name -> routing key (queues not listed route on their group)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - a store without a connection has nothing to close
         pass
 
 

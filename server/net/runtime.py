@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from typing import Callable
+from collections.abc import Callable
 
 
 class AsyncioRuntime:

@@ -52,7 +52,7 @@ class UnauthenticatedBytes:
         self.held = 0
 
 
-_unauthenticated: "weakref.WeakKeyDictionary[object, UnauthenticatedBytes]" = weakref.WeakKeyDictionary()
+_unauthenticated: weakref.WeakKeyDictionary[object, UnauthenticatedBytes] = weakref.WeakKeyDictionary()
 
 
 def unauthenticated_bytes(broker) -> UnauthenticatedBytes:
@@ -266,7 +266,7 @@ class StompServerProtocol(asyncio.Protocol):
         head = consumer.head
         if head is None:
             sub = consumer.id if conn.version == "1.0" else escape(consumer.id, conn.version != "1.1")
-            head = consumer.head = f"MESSAGE\nsubscription:{sub}\n".encode("utf-8")
+            head = consumer.head = f"MESSAGE\nsubscription:{sub}\n".encode()
         if ack is not None or entry.deliveries > 1 or entry.first_in_group:
             extra = f"ack:{ack}\n" if ack is not None else ""
             if entry.deliveries > 1:
@@ -279,7 +279,7 @@ class StompServerProtocol(asyncio.Protocol):
     def send_browse(self, conn, sub_id: str, entry) -> None:
         conn._on_send(_MESSAGE)
         sub = sub_id if conn.version == "1.0" else escape(sub_id, conn.version != "1.1")
-        head = f"MESSAGE\nsubscription:{sub}\nbrowser:true\n".encode("utf-8")
+        head = f"MESSAGE\nsubscription:{sub}\nbrowser:true\n".encode()
         self._write_message(head, entry.message, conn.version)
 
     def _write_message(self, head: bytes, message, version: str) -> None:

@@ -48,7 +48,7 @@ class WebSocketTransport(asyncio.Transport):
     """What a :class:`StompServerProtocol` writes to, closes and pauses: the socket's transport, with each
     write sent as one WebSocket message."""
 
-    def __init__(self, connection: "WebSocketConnection") -> None:
+    def __init__(self, connection: WebSocketConnection) -> None:
         super().__init__()
         self._connection = connection
         self._socket: asyncio.Transport = connection.transport  # type: ignore[assignment]
@@ -257,7 +257,7 @@ class WebSocketConnection(asyncio.Protocol):
         return peer[0] if isinstance(peer, tuple) else "?"
 
 
-def origins(allowed: "list[str] | None") -> frozenset[str] | None:
+def origins(allowed: list[str] | None) -> frozenset[str] | None:
     """The ``websocket.allowed_origins`` setting as the listener compares it (None: any origin)."""
     if allowed is None or "*" in allowed:
         return None

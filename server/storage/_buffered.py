@@ -30,7 +30,7 @@ from __future__ import annotations
 import abc
 import threading
 import time
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from pymq.errors import StorageError
 
@@ -94,7 +94,7 @@ class WriteBatch:
     def put_meta(self, name: str, value: bytes | None) -> None:
         self.meta[name] = value
 
-    def absorb(self, later: "WriteBatch") -> None:
+    def absorb(self, later: WriteBatch) -> None:
         """Replay ``later`` on top of this batch, which failed to commit (``later`` came meanwhile)."""
         self.uncertain |= set(self.messages)
         for (key, queue), op in later.ref_ops.items():

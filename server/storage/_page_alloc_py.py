@@ -58,7 +58,7 @@ class PageAllocator:
         self._in_checkpoint = False
 
     @classmethod
-    def from_table(cls, table: bytes, reserved: int = 3) -> "PageAllocator":
+    def from_table(cls, table: bytes, reserved: int = 3) -> PageAllocator:
         """Rebuild from a durable page table; NON_PERSISTENT pages become FREE (seed 002 recovery)."""
         alloc = cls(reserved, len(table))
         for page in range(reserved, len(table)):

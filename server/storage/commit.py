@@ -3,8 +3,8 @@
 A commit (a persistent SEND, an ACK, a catalog change) is written and flushed to a device, then
 registers a waiter with :meth:`GroupCommit.on_commit`; its receipt goes out when the waiter fires.
 The driver (the holding store, ``store.py``, on the broker's runtime; or a test) asks
-:meth:`next_sync_at` when to start a sync, calls :meth:`sync_started` just before calling ``device.sync()`` and :meth:`sync_done` (or
-:meth:`sync_failed`) after.  Invariants:
+:meth:`next_sync_at` when to start a sync, calls :meth:`sync_started` just before calling ``device.sync()``
+and :meth:`sync_done` (or :meth:`sync_failed`) after.  Invariants:
 
 * a waiter fires only after a sync that *started after it registered* finished (its writes were
   flushed before it registered, so that sync covered them); with policy ``never`` it fires at once,
@@ -20,7 +20,7 @@ taking ``None`` (durable) or the exception that made the sync fail.
 from __future__ import annotations
 
 import enum
-from typing import Callable
+from collections.abc import Callable
 
 Waiter = Callable[[BaseException | None], None]
 

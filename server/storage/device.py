@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,10 +79,11 @@ class HoldingDevice(abc.ABC):
     #: message goes to a device that is not durable only when a rule says ``downgrade_durability``
     durable: bool = True
 
-    def open(self) -> None:
+    # open, close, flush and sync are hooks a device without a backing store or buffer leaves empty
+    def open(self) -> None:  # noqa: B027 - a hook (see above)
         """Open or create the device's backing store; called once before anything else."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027
         """Flush, sync and release resources (a clean shutdown)."""
 
     def allocate(self, size: int, persistent: bool) -> Allocation:
@@ -106,14 +107,14 @@ class HoldingDevice(abc.ABC):
         """Give a held message one more reference (a message moved to a DLQ keeps its bytes)."""
         raise NotImplementedError(f"{self.kind} device does not support add_reference")
 
-    def flush(self) -> None:
+    def flush(self) -> None:  # noqa: B027
         """Hand buffered changes to the OS or server (cheap; broker thread)."""
 
-    def sync(self) -> None:
+    def sync(self) -> None:  # noqa: B027
         """Make everything flushed so far durable (may run in a worker thread)."""
 
     # -- delivery state (spec/storage.md, frame DELIVERED): what survives a restart besides the message
-    def record_delivery(self, key: int, queue: str, count: int) -> None:
+    def record_delivery(self, key: int, queue: str, count: int) -> None:  # noqa: B027 - devices that keep it override
         """Message ``key`` was delivered from ``queue`` for the ``count``-th time to a consumer that must
         acknowledge it.  Devices that keep it make it durable with their next flush; the default keeps
         nothing (after a restart such a message counts as never delivered)."""

@@ -26,7 +26,8 @@ a sync is durable within about a second; with ``appendfsync always`` (or, on Red
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterator, cast
+from typing import Any, cast
+from collections.abc import Callable, Iterator
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -345,7 +346,7 @@ class GridDevice(BufferedDevice):
             pipe = self._redis.pipeline(transaction=False)
             for broker_id in ids:
                 pipe.hget(f"{self._prefix(broker_id)}stats", "messages")
-            return {b: int(n or 0) for b, n in zip(ids, pipe.execute())}
+            return {b: int(n or 0) for b, n in zip(ids, pipe.execute(), strict=True)}
         except redis.RedisError as exc:
             raise self._failure("listing brokers", exc) from exc
 

@@ -8,7 +8,7 @@ fresh instance).
 """
 from __future__ import annotations
 
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from pymq_server.storage.device import Allocation, DeviceStatus, HoldingDevice, StoredMessage
 

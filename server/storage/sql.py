@@ -36,7 +36,8 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -307,7 +308,7 @@ class SqlDevice(BufferedDevice):
             # the loser finds the tables on its second look.
             self._t.metadata.create_all(self._db, checkfirst=True)
 
-    def _writer(self) -> "_WriteTransaction":
+    def _writer(self) -> _WriteTransaction:
         """A connection in a write transaction (BEGIN IMMEDIATE on SQLite), committed on exit."""
         return _WriteTransaction(self._db)
 
@@ -535,7 +536,7 @@ class SqlDevice(BufferedDevice):
         self._hold((msg.key, msg.size, queues) for msg, queues in claimed)
         return claimed
 
-    def pending_listener(self) -> "PendingListener":
+    def pending_listener(self) -> PendingListener:
         """A listener that wakes up when an application commits a pending row for this broker.
 
         Protocol for the broker: create the listener, then call :meth:`claim_pending` once (rows
@@ -618,7 +619,7 @@ class PendingListener:
     def close(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> "PendingListener":
+    def __enter__(self) -> PendingListener:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -682,7 +683,7 @@ def _local_key(url: sa.URL, prefix: str) -> tuple[str, str]:
     return os.path.realpath(url.database or ""), prefix
 
 
-_LOCAL_LISTENERS: dict[tuple[str, str], set["_LocalListener"]] = {}
+_LOCAL_LISTENERS: dict[tuple[str, str], set[_LocalListener]] = {}
 _LOCAL_LOCK = threading.Lock()
 
 
@@ -746,7 +747,7 @@ class _LocalListener(PendingListener):
 # -- the application side -----------------------------------------------------------------------------
 
 #: transaction owner (Connection or Session) -> local signal keys to raise when it commits
-_ARMED: "weakref.WeakKeyDictionary[Any, set[tuple[str, str]]]" = weakref.WeakKeyDictionary()
+_ARMED: weakref.WeakKeyDictionary[Any, set[tuple[str, str]]] = weakref.WeakKeyDictionary()
 _ARMED_LOCK = threading.Lock()
 
 

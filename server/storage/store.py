@@ -37,7 +37,8 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 from pymq.errors import StorageError
 from pymq_server.storage.commit import GroupCommit
@@ -139,7 +140,7 @@ class HoldingStore:
         for device in self.devices.values():
             try:
                 device.close()
-            except Exception as exc:  # keep closing the others; report all
+            except Exception as exc:  # noqa: BLE001 - keep closing the others; report all
                 errors.append(f"{device.name}: {exc}")
         if errors:
             raise StorageError("closing devices failed: " + "; ".join(errors))
@@ -290,7 +291,7 @@ class HoldingStore:
                                    self.encode(message))
             try:
                 device.write(stored, queues)
-            except Exception as exc:    # a refusal or a device bug: the message stays in the heap
+            except Exception as exc:  # noqa: BLE001 - a refusal or a device bug: the message stays in the heap
                 error = exc if isinstance(exc, StorageError) else StorageError(
                     f"holding device {device.name} failed to write message {message.message_id}: "
                     f"{type(exc).__name__}: {exc}")
@@ -463,7 +464,7 @@ class HoldingStore:
         if self._run_in_thread is None:
             try:
                 device.sync()
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - any failure is the commit's answer (receipts get ERROR)
                 gc.sync_failed(exc)
                 return
             self.syncs += 1
@@ -510,7 +511,7 @@ class HoldingStore:
             try:
                 device.flush()
                 device.sync()
-            except Exception as exc:      # keep going: every other device must still be synced
+            except Exception as exc:  # noqa: BLE001 - keep going: every other device must still be synced
                 failed.append(f"{device.name}: {getattr(exc, 'message', exc)}")
         self._dirty.clear()
         return failed
@@ -559,7 +560,7 @@ class HoldingStore:
             return
         try:
             result = work()
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - handed to done, as a worker thread's failure is
             done(None, exc)
             return
         done(result, None)

@@ -40,7 +40,7 @@ import heapq
 import os
 import threading
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from pymq.errors import StorageError
 
@@ -51,7 +51,6 @@ from .checkpointing import Checkpointing
 from .fileio import OS_IO, FileIO
 from .pagefile import PageFile
 from .recovery import Recovery
-from .state import log
 from .writing import WritePath
 
 DEFAULT_PAGE_SIZE = 64 * 1024

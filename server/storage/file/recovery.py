@@ -13,7 +13,7 @@ import gc
 import os
 import struct
 import time
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from pymq.errors import StorageError
 

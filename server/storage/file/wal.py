@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass
-from typing import Iterator
+from collections.abc import Iterator
 
 from . import format as fmt
 from .crc import crc32c
@@ -155,8 +155,8 @@ def read_frames(directory: str, first_segment: int, first_salt: int, page_size: 
     """Every valid frame from ``first_segment`` on, in log order, stopping at the first invalid one.
 
     A segment is followed only if the one before it ended cleanly (its whole length is valid frames)
-    and the next one names the checksum of this one's last frame as its predecessor's.  Frames after the last COMMIT frame are
-    yielded too; the caller applies a unit only when its COMMIT frame arrives.
+    and the next one names the checksum of this one's last frame as its predecessor's.  Frames after the last
+    COMMIT frame are yielded too; the caller applies a unit only when its COMMIT frame arrives.
     """
     number, expect_prev = first_segment, None
     while True:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from pymq.errors import StorageError
 

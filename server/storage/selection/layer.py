@@ -12,7 +12,8 @@ The YAML format is specified in spec/storage_rules.md §5.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 import yaml
 
@@ -39,7 +40,7 @@ class SelectionConfig:
     scoring: ScoringPolicy = field(default_factory=ScoringPolicy)
 
     @classmethod
-    def from_document(cls, doc: Mapping[str, Any] | None) -> "SelectionConfig":
+    def from_document(cls, doc: Mapping[str, Any] | None) -> SelectionConfig:
         doc = dict(doc or {})
         unknown = set(doc) - _TOP_KEYS
         if unknown:
@@ -86,7 +87,7 @@ class AdaptiveSelection:
                                        default_device=config.default_device, match_bonus=config.match_bonus)
 
     @classmethod
-    def from_yaml(cls, text: str, devices: Iterable[HoldingDevice]) -> "AdaptiveSelection":
+    def from_yaml(cls, text: str, devices: Iterable[HoldingDevice]) -> AdaptiveSelection:
         try:
             doc = yaml.safe_load(text)
         except yaml.YAMLError as exc:

@@ -20,7 +20,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Callable, Iterable, Mapping, Protocol
+from typing import Protocol
+from collections.abc import Callable, Iterable, Mapping
 
 from pymq.errors import ConfigError
 from pymq_server.storage.device import DeviceStatus, HoldingDevice
@@ -91,7 +92,7 @@ class ScoringPolicy:
             raise ConfigError(f"scoring failing_error_rate must be > 0 or null, got {self.failing_error_rate!r}")
 
     @classmethod
-    def from_mapping(cls, data: Mapping | None) -> "ScoringPolicy":
+    def from_mapping(cls, data: Mapping | None) -> ScoringPolicy:
         data = dict(data or {})
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:

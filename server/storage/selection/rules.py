@@ -16,7 +16,8 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 import yaml
 
@@ -63,7 +64,7 @@ class SelectionRule:
         object.__setattr__(self, "compiled", compiled)
 
     @classmethod
-    def from_mapping(cls, data: Mapping[str, Any]) -> "SelectionRule":
+    def from_mapping(cls, data: Mapping[str, Any]) -> SelectionRule:
         """Build a rule from ``{id, device, weight, condition}`` (YAML / JSON / admin request body)."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"a storage rule must be a mapping with {sorted(_RULE_KEYS)}, got {data!r}")
@@ -187,7 +188,7 @@ class RuleBook:
     # -- YAML --------------------------------------------------------------------------------------
 
     @classmethod
-    def from_yaml(cls, text: str, *, known_devices: Iterable[str] | None = None) -> "RuleBook":
+    def from_yaml(cls, text: str, *, known_devices: Iterable[str] | None = None) -> RuleBook:
         """Rules from YAML: a document with a ``rules:`` list (other keys ignored here) or a bare list."""
         try:
             doc = yaml.safe_load(text)
