@@ -236,8 +236,9 @@ class Destinations(TemporaryTopics):
 
     def alter_queue(self, name: str, settings: dict, user: User) -> tuple[MessageQueue, list[str]]:
         """Change some settings of queue ``name`` (the others keep theirs): its owner, a holder of
-        ``manage`` or an administrator, as for dropping it. Returns the queue and the changes (``"key: old -> new"``, none when the settings
-        were already so). The queue is declared from now on (kept in the catalog, never auto-deleted)."""
+        ``manage`` or an administrator, as for dropping it. Returns the queue and the changes
+        (``"key: old -> new"``, none when the settings were already so). The queue is declared from now on
+        (kept in the catalog, never auto-deleted)."""
         queue = self.queues.get(name)
         if queue is None:
             raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)

@@ -2,7 +2,8 @@
 (:class:`QueueHost`). Kept apart from queue.py so that the queue's module holds its behaviour only."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
 
 from pymq_server.broker.states import READY, EntryState
 

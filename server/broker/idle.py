@@ -8,7 +8,8 @@ empty at each round is not deleted. What is kept (declared queues, those under `
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
 if TYPE_CHECKING:
     from pymq_server.broker.queue import MessageQueue

@@ -17,7 +17,8 @@ asks it and performs the replacement (it owns the ready index and the state chan
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
 
 from pymq_server.broker.states import READY, Event, transition
 

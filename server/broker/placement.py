@@ -33,7 +33,8 @@ transaction commits, with the message already written by the device (apptx.py).
 from __future__ import annotations
 
 import enum
-from typing import TYPE_CHECKING, Any, Final, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Final, Union
+from collections.abc import Mapping
 
 from pymq_server.broker import bulk_rows, segments
 from pymq_server.broker.bulk_rows import BulkResult

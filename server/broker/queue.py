@@ -20,12 +20,10 @@ from pymq_server.broker.consumer import exclusive_owner
 from pymq_server.broker.entry import Entry, QueueHost
 from pymq_server.broker.lastvalue import LastValues, Replacing
 from pymq_server.broker.ready import ReadyIndex
-from pymq_server.broker.states import ACQUIRED, READY, SCHEDULED, EntryState, Event, transition
+from pymq_server.broker.states import ACQUIRED, READY, SCHEDULED, Event, transition
 from pymq_server.broker.stats import QueueStats
 
 if TYPE_CHECKING:
-    from pymq_server.broker.consumer import Consumer
-    from pymq_server.broker.message import BrokerMessage
     from pymq_server.broker.schema import MessageSchema
     from pymq_server.config import QueueConfig
 
