@@ -61,9 +61,9 @@ def classify(frame: str) -> str | None:
         if fn in ("message_from_request", "parse_send", "from_frame") or path.endswith("/requests.py"):
             return "parse"
         return "route"
-    if ("/pymq/" in path or "/pymq_server/" in path) and "/site-packages/" not in path:
+    if "/pymq/" in path and "/site-packages/" not in path:
         return "route"
-    return None
+    return None     # the entry points (cli.py, app.py) and libraries: the event loop's own time
 
 
 def summarise(raw_path: str, top: int) -> tuple[Counter, Counter, int]:
@@ -104,6 +104,33 @@ def _short(frame: str) -> str:
     return f"{fn} ({path})"
 
 
+def report(row: dict) -> None:
+    share, us = row["stage_share"], row["broker_us_per_msg"]
+    print(f"\n{row['workload']}: {row['title']} — {row['rate']:,.0f} msg/s, broker {us:.1f} µs/msg, "
+          f"{row['samples']} samples" + (f"  LOST {row['lost']}" if row["lost"] else "")
+          + (f"  DUP {row['duplicated']}" if row["duplicated"] else ""))
+    print("  per message: " + ", ".join(f"{s} {share[s] * us:.1f}" for s in STAGES) + " µs")
+    for f, frac in row["top"]:
+        print(f"    {100 * frac:5.1f}%  {f}")
+
+
+def reprint(path: str, top: int) -> int:
+    with open(path) as f:
+        doc = json.load(f)
+    for row in doc["rows"]:
+        raw = os.path.join(os.path.dirname(path), f"{doc['label'] or 'pymq'}-{row['workload']}.txt")
+        if os.path.exists(raw):
+            stages, funcs, total = summarise(raw, top)
+            row["samples"] = total
+            row["stage_share"] = {s: stages[s] / total if total else 0.0 for s in STAGES}
+            row["stage_us_per_msg"] = {s: row["stage_share"][s] * row["broker_us_per_msg"] for s in STAGES}
+            row["top"] = [(f, n / total) for f, n in funcs.most_common(top)]
+        report(row)
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=2)
+    return 0
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workloads", default="q,qn,qp,c,cn,d,dn,i,in")
@@ -113,7 +140,11 @@ def main(argv=None) -> int:
     ap.add_argument("--label", default="")
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--json")
+    ap.add_argument("--from-json", help="print the stages again from a --json file of an earlier run and the "
+                                         "raw stacks kept beside it (PYMQ_PROFILE_KEEP), without running")
     a = ap.parse_args(argv)
+    if a.from_json:
+        return reprint(a.from_json, a.top)
     pyspy = shutil.which("py-spy")
     if pyspy is None:
         print("py-spy not found (pip install py-spy): nothing profiled")
@@ -167,11 +198,7 @@ def main(argv=None) -> int:
                        "stage_share": share, "stage_us_per_msg": {s: share[s] * us for s in STAGES},
                        "top": [(f, n / total) for f, n in funcs.most_common(a.top)]}
                 out.append(row)
-                print(f"\n{key}: {w.title} — {r.rate:,.0f} msg/s, broker {us:.1f} µs/msg, {total} samples"
-                      + (f"  LOST {r.lost}" if r.lost else "") + (f"  DUP {r.duplicated}" if r.duplicated else ""))
-                print("  per message: " + ", ".join(f"{s} {share[s] * us:.1f}" for s in STAGES) + " µs")
-                for f, frac in row["top"]:
-                    print(f"    {100 * frac:5.1f}%  {f}")
+                report(row)
         finally:
             b.stop()
     if a.json:
