@@ -218,6 +218,61 @@ def median_rows(rows: list[Row], rounds: int) -> list[Row]:
     return out
 
 
+def markdown_ranges(rows: list[Row]) -> str:
+    """The issue-16 table in Markdown: per row, each broker's msg/s and broker µs/msg as min-max over the
+    rounds, pymq over the faster peer and over pymq-base as min-max of the per-round ratios (each ratio
+    within one round), and pymq's durable/non-durable CPU ratio per round."""
+    ok = [r for r in rows if not r.failed and not r.extra.get("unavailable") and not r.workload.startswith("sdk")]
+    by: dict[tuple, Row] = {(r.broker, r.workload, r.round): r for r in ok}
+    brokers = [b for b in ("pymq", "pymq-base", "rabbitmq", "activemq") if any(r.broker == b for r in ok)]
+    rounds = sorted({r.round for r in ok})
+
+    def rng(vals, f="{:,.0f}"):
+        vals = [v for v in vals if v]
+        if not vals:
+            return "-"
+        lo, hi = min(vals), max(vals)
+        return f.format(lo) if f.format(lo) == f.format(hi) else f"{f.format(lo)}-{f.format(hi)}"
+
+    out = ["| row | " + " | ".join(f"{b} msg/s" for b in brokers) + " | pymq / faster peer | pymq / pymq-base | "
+           "broker µs/msg " + " / ".join(brokers) + " | pymq durable / non-durable CPU |",
+           "|---" * (len(brokers) + 5) + "|"]
+    durable = {"q": "qn", "qp": "qn", "c": "cn", "d": "dn", "i": "in"}
+    for w in WORKLOADS:
+        if not any(r.workload == w.key for r in ok):
+            continue
+        peer_row = w.peer_row or w.key
+        cells, cpu, best, base, dur = [], [], [], [], []
+        for b in brokers:
+            src = peer_row if b in ("rabbitmq", "activemq") else w.key
+            rs = [by.get((b, src, n)) for n in rounds]
+            lat = w.key.startswith("e")
+            if lat:
+                cells.append(rng([r.result.lat_p99_us / 1000 for r in rs if r], "{:.2f}") + " ms p99 / "
+                             + rng([r.result.lat_p999_us / 1000 for r in rs if r], "{:.2f}") + " p99.9")
+            else:
+                cells.append(rng([r.result.rate for r in rs if r]))
+            cpu.append(rng([r.broker_cpu_us_per_msg for r in rs if r], "{:.1f}"))
+        for n in rounds:
+            me = by.get(("pymq", w.key, n))
+            if me is None:
+                continue
+            peers = [by.get((p, peer_row, n)) for p in ("rabbitmq", "activemq")]
+            peers = [p for p in peers if p]
+            if peers and not w.key.startswith("e"):
+                best.append(me.result.rate / max(p.result.rate for p in peers))
+            b_ = by.get(("pymq-base", w.key, n))
+            if b_ and b_.result.rate and not w.key.startswith("e"):
+                base.append(me.result.rate / b_.result.rate)
+            if w.key in durable:
+                nd = by.get(("pymq", durable[w.key], n))
+                if nd and nd.broker_cpu_us_per_msg:
+                    dur.append(me.broker_cpu_us_per_msg / nd.broker_cpu_us_per_msg)
+        out.append(f"| {w.key}: {w.title} | " + " | ".join(cells) + f" | {rng(best, '{:.2f}')} | "
+                   f"{rng(base, '{:.2f}')} | " + " / ".join(cpu) + f" | {rng(dur, '{:.2f}')} |")
+    return "\n".join(out)
+
+
 def fmt_rate(v: float) -> str:
     return f"{v:,.0f}" if v else "-"
 
@@ -330,6 +385,25 @@ def print_ratios(rat: dict) -> None:
         print(f"  {wl:11} " + " | ".join(parts))
 
 
+def reprint(path: str) -> int:
+    with open(path) as f:
+        doc = json.load(f)
+    rows = []
+    for d in doc["results"]:
+        d = dict(d)
+        row = Row(d.pop("broker"), d.pop("workload"), d.pop("title"), RunResult(), d.pop("broker_cpu_s"),
+                  d.pop("broker_cpu_us_per_msg"), d.pop("other_cpu_pct"), d.pop("round"), d.pop("extra"))
+        row.result = RunResult(**{k: v for k, v in d.items() if k in RunResult.__dataclass_fields__})
+        rows.append(row)
+    n = max((r.round for r in rows), default=0) + 1
+    print_table(median_rows(rows, n))
+    print_ratios(ratios(median_rows(rows, n)))
+    if n > 1:
+        print()
+        print(markdown_ranges(rows))
+    return 0
+
+
 def self_check() -> int:
     """Prove the harness counts right: codec round trips, then a toy broker that drops one message and
     duplicates another must be reported as exactly 1 lost and 1 duplicated, and a clean one as 0 and 0."""
@@ -402,6 +476,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pin-client", default="",
                     help="CPU list for the load client's processes (and this script)")
     ap.add_argument("--json", help="write all figures to this file")
+    ap.add_argument("--from-json", help="print the tables again from a --json file of an earlier run")
     ap.add_argument("--self-check", action="store_true", help="check the harness against a toy broker and exit")
     ap.add_argument("--no-warmup", action="store_true")
     ap.add_argument("--rounds", type=int, default=1,
@@ -412,6 +487,8 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.self_check:
         return self_check()
+    if a.from_json:
+        return reprint(a.from_json)
     brokers = [s.strip() for s in a.brokers.split(",") if s.strip()]
     if a.pymq_base and "pymq-base" not in brokers:
         brokers.insert(1 if "pymq" in brokers else 0, "pymq-base")
@@ -496,6 +573,10 @@ def main(argv=None) -> int:
           + (f"; brokers pinned to CPU {a.pin_broker}" if a.pin_broker else "")
           + (f", load client to CPU {a.pin_client}" if a.pin_client else "") + "\n")
     print_table(median_rows(rows, a.rounds))
+    if a.rounds > 1:
+        print(f"\nranges over the {a.rounds} rounds (ratios within each round; peers' figure for pymq-only rows is "
+              "their plain row):\n")
+        print(markdown_ranges(rows))
     rat = ratios(median_rows(rows, a.rounds))
     print_ratios(rat)
     for name, why in unavailable.items():
