@@ -463,9 +463,10 @@ def main(argv=None) -> int:
     ap.add_argument("--brokers", default="pymq,rabbitmq,activemq")
     ap.add_argument("--workloads", default=DEFAULT_GROUPS,
                     help=f"groups of rows (default {DEFAULT_GROUPS}; also k: 1 KiB rows, sdk: the SDK's loops)")
-    ap.add_argument("--headers", type=int, default=APP_HEADERS,
+    ap.add_argument("--headers", default=str(APP_HEADERS),
                     help=f"application headers on every SEND (default {APP_HEADERS}: an id, the producer index, a "
-                         "sequence number, a timestamp; more add 16-byte attributes)")
+                         "sequence number, a timestamp; more add 16-byte attributes); a list (0,4,8) runs every "
+                         "row once per count, in the same run (rows named q@h0, q@h4, ...)")
     ap.add_argument("--seconds", type=float, default=0.0,
                     help="cap every full-run row at this many seconds (default: each row's own, 10-15 s)")
     ap.add_argument("--pymq-base", default="",
@@ -489,6 +490,7 @@ def main(argv=None) -> int:
         return self_check()
     if a.from_json:
         return reprint(a.from_json)
+    header_counts = [int(x) for x in str(a.headers).split(",") if x.strip()]
     brokers = [s.strip() for s in a.brokers.split(",") if s.strip()]
     if a.pymq_base and "pymq-base" not in brokers:
         brokers.insert(1 if "pymq" in brokers else 0, "pymq-base")
@@ -530,7 +532,7 @@ def main(argv=None) -> int:
                 # The load client's processes fork from this one and inherit its CPUs.
                 os.sched_setaffinity(0, parse_cpus(a.pin_client))
             for rnd in range(a.rounds):
-                for w in WORKLOADS:
+                for w, h in [(w, h) for w in WORKLOADS for h in header_counts]:
                     if w.group not in groups:
                         continue
                     # Rotate the order each round so no broker always runs first (or right after ActiveMQ's
@@ -542,10 +544,12 @@ def main(argv=None) -> int:
                         time.sleep(0.3)  # let the previous broker's after-work (acks, GC) settle
                         if a.pin_broker:
                             pin_tree(b, a.pin_broker)  # threads started since the last row too
-                        row = run_one(b, w, a.quick, f"{run_id}r{rnd}", a.window, up, a.headers, a.seconds)
+                        row = run_one(b, w, a.quick, f"{run_id}r{rnd}h{h}", a.window, up, h, a.seconds)
+                        if len(header_counts) > 1:
+                            row.workload = f"{w.key}@h{h}"
                         row.round = rnd
                         r = row.result
-                        log(f"  r{rnd} {w.key:5} {b.name:9} {r.rate:10,.0f} msg/s  p50 {r.lat_p50_us / 1000:7.2f} ms"
+                        log(f"  r{rnd} {row.workload:5} {b.name:9} {r.rate:10,.0f} msg/s  p50 {r.lat_p50_us / 1000:7.2f} ms"
                             f"  p99 {r.lat_p99_us / 1000:7.2f} ms  broker {row.broker_cpu_us_per_msg:6.1f} µs/msg"
                             f"  client cpu {r.producer_cpu_pct:.0f}%/{r.consumer_cpu_pct:.0f}%"
                             f"  others {row.other_cpu_pct:.0f}%"

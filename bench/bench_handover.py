@@ -149,8 +149,8 @@ def main(argv=None) -> int:
               "(2 (W-1)/W hand-overs per message, one core per worker, nothing else shared):")
         for w in (1, 2, 4, 8, 16):
             per = c + 2 * (w - 1) / w * h
-            print(f"  {w:2} workers: {w * 1e6 / per:10,.0f} msg/s  ({w * c / per:.2f} x one worker's "
-                  f"{1e6 / c:,.0f} x W ideal share {c / per:.2f})")
+            print(f"  {w:2} workers: {w * 1e6 / per:10,.0f} msg/s  ({w * c / per:.2f} x one worker, "
+                  f"{c / per:.2f} of linear)")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"rounds": rows, "median": med, "frame_bytes": size, "batch": a.batch}, f, indent=2)
