@@ -275,6 +275,11 @@ class BrokerServer:
         store = self.store = HoldingStore(devices, persistent_device=persistent, sync_policy=cfg.sync_policy,
                                           sync_window_ms=cfg.sync_window_ms, call_later=runtime.call_later,
                                           run_in_thread=runtime.run_in_thread)
+        if cfg.cluster:
+            # Write-behind (spec/storage.md §9) is for a standalone broker for now: with it on, the cluster
+            # test that moves an idle durable subscription with its messages missed the first message in 2
+            # of 13 runs on a loaded machine (0 of 9 without); until that is understood, nodes write at once.
+            store.write_behind = False
         try:
             store.open()
         except OSError as exc:
