@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from pymq_server.broker.acl import AccessControl
 from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.auth import Authenticator, User
+from pymq_server.broker.backlog import Pager
 from pymq_server.broker.clients import Client
 from pymq_server.broker.consumer import Consumer
 from pymq_server.broker.dedup import DuplicateWindow
@@ -65,13 +66,16 @@ class QueueServices:
     references, memory accounting, and the router's dead-letter and expiry moves (bound once the
     router exists: queues are made by a lower layer than the one that moves their messages)."""
 
-    __slots__ = ("clock", "now_ms", "release_reference", "message_gone", "dead_letter", "on_expired", "_runtime")
+    __slots__ = ("clock", "now_ms", "release_reference", "message_gone", "delivered", "pager", "dead_letter",
+                 "on_expired", "_runtime")
 
     def __init__(self, runtime: Runtime, store: HoldingStore, flow: MemoryFlow) -> None:
         self._runtime = runtime
         self.clock = runtime.time
         self.now_ms = now_ms
         self.release_reference = store.release
+        self.delivered = store.delivered
+        self.pager: Pager | None = Pager(store, flow)
         self.message_gone = flow.message_gone
         self.dead_letter: Callable[[Entry, str], None] = _not_wired
         self.on_expired: Callable[[Entry], None] = _not_wired

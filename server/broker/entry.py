@@ -8,6 +8,7 @@ from collections.abc import Callable
 from pymq_server.broker.states import READY, EntryState
 
 if TYPE_CHECKING:
+    from pymq_server.broker.backlog import Pager
     from pymq_server.broker.consumer import Consumer
     from pymq_server.broker.message import BrokerMessage
     from pymq_server.broker.queue import MessageQueue
@@ -52,3 +53,7 @@ class QueueHost(Protocol):
     def on_expired(self, entry: Entry) -> None: ...
 
     def dead_letter(self, entry: Entry, reason: str) -> None: ...
+
+    def delivered(self, message: BrokerMessage, queue: str, count: int) -> None: ...  # to keep across restarts
+
+    pager: Pager | None                        # paging (backlog.py); None: queues keep every message in memory

@@ -1,8 +1,12 @@
 """Producer flow control by message memory (spec/stomp.md §8).
 
-Every message the broker places counts its body bytes until its last queue entry (or retained-log
-reference) is gone. Above ``max_memory`` the broker stops reading from connections that SEND; below 80 %
-of it they resume. Only producers are paused, so consumers keep acknowledging and memory drains.
+Every message the broker holds in memory counts its body bytes until its last queue entry (or
+retained-log reference) is gone, or until its queue pages it out (backlog.py). Paging starts when the
+*resident estimate* — those bytes plus :data:`MESSAGE_OVERHEAD` per message, what the objects around a
+body cost — passes :data:`PAGE_OUT_AT` of ``max_memory``, so with paging the bytes stay below the limit;
+above ``max_memory`` (messages that cannot be paged: shared by several queues, delayed, or refused by a
+full disk) the broker stops reading from connections that SEND; below 80 % of it they resume. Only
+producers are paused, so consumers keep acknowledging and memory drains.
 """
 from __future__ import annotations
 
@@ -26,8 +30,19 @@ class Producer(Protocol):
     def resume_input(self, reason: str) -> None: ...
 
 
+#: bytes a message held in memory costs besides its body: the message object and its headers, its queue
+#: entry and its place in the ready index (measured with bench/bench_paging.py: about 0.9 KiB with four
+#: application headers)
+MESSAGE_OVERHEAD = 900
+#: queues page messages out once the resident estimate passes this share of ``max_memory`` ...
+PAGE_OUT_AT = 0.75
+#: ... and page them back in while it is below this share (a queue whose consumers wait takes one run
+#: more whatever the estimate, so a drain always moves)
+PAGE_IN_BELOW = 0.6
+
+
 class MemoryFlow:
-    __slots__ = ("config", "store", "call_soon", "held_bytes", "high", "_blocked")
+    __slots__ = ("config", "store", "call_soon", "held_bytes", "held_messages", "high", "_blocked")
 
     def __init__(self, config: BrokerConfig, store: HoldingStore,
                  call_soon: Callable[[Callable[[], None]], None]) -> None:
@@ -35,12 +50,14 @@ class MemoryFlow:
         self.store = store
         self.call_soon = call_soon
         self.held_bytes = 0
+        self.held_messages = 0
         self.high = False
         self._blocked: set[Producer] = set()
 
     def held(self, message: BrokerMessage) -> None:
         """A message was placed: its bytes count until :meth:`message_gone`."""
         self.held_bytes += message.size
+        self.held_messages += 1
         if not self.high and self.held_bytes > self.config.max_memory:
             self.high = True
             log.warning("message memory above %d bytes: pausing producers", self.config.max_memory)
@@ -48,7 +65,30 @@ class MemoryFlow:
     def message_gone(self, message: BrokerMessage) -> None:
         """The last entry of ``message`` finished (acked, expired, dead-lettered or purged)."""
         self.store.forget(message)
+        self.paged_out(message)
+
+    # -- paging (backlog.py) -------------------------------------------------------------------------
+    def resident(self) -> int:
+        """What the messages held in memory cost, estimated."""
+        return self.held_bytes + self.held_messages * MESSAGE_OVERHEAD
+
+    def short(self) -> bool:
+        """Memory is short: queues page new messages out."""
+        return self.resident() > self.config.max_memory * PAGE_OUT_AT
+
+    def room(self) -> bool:
+        """Memory has room for messages paged back in."""
+        return self.resident() < self.config.max_memory * PAGE_IN_BELOW
+
+    def paged_in(self, message: BrokerMessage) -> None:
+        """A paged-out message is in memory again (counted as held, without the warnings of held())."""
+        self.held_bytes += message.size
+        self.held_messages += 1
+
+    def paged_out(self, message: BrokerMessage) -> None:
+        """A message left memory: paged out, or gone."""
         self.held_bytes -= message.size
+        self.held_messages -= 1
         if self.high and self.held_bytes < self.config.max_memory * 0.8:
             self.high = False
             log.info("message memory back under %d bytes: resuming producers", self.config.max_memory)

@@ -268,8 +268,9 @@ class Placement:
             log.append(message, stored)
         for outbox in outboxes:
             outbox.enqueue(message, stored=stored)
+        sole = len(queues) == 1 and not outboxes and log is None     # paging it out frees its memory
         for queue in queues:
-            queue.enqueue(message, stored=stored and queue.durable)
+            queue.enqueue(message, stored=stored and queue.durable, sole=sole)
         if block is not None and client is not None and block.depth >= block.config.max_depth:
             block.block_producer(client)
         return (message.message_id, stored and message.persistent)

@@ -16,12 +16,14 @@ from __future__ import annotations
 import heapq
 from typing import TYPE_CHECKING, Any
 
-from pymq_server.broker.consumer import exclusive_owner
+from pymq_server.broker.backlog import Backlog
+from pymq_server.broker.consumer import AUTO, exclusive_owner
 from pymq_server.broker.entry import Entry, QueueHost
 from pymq_server.broker.lastvalue import LastValues, Replacing
 from pymq_server.broker.ready import ReadyIndex
 from pymq_server.broker.states import ACQUIRED, READY, SCHEDULED, Event, transition
 from pymq_server.broker.stats import QueueStats
+from pymq_server.broker.upkeep import QueueUpkeep
 
 if TYPE_CHECKING:
     from pymq_server.broker.schema import MessageSchema
@@ -34,9 +36,14 @@ __all__ = ["Entry", "MessageQueue", "QueueHost", "ReadyIndex"]
 _ACQUIRED = transition(READY, Event.ACQUIRE)
 _COMPLETED = transition(ACQUIRED, Event.ACK)
 
+#: kinds of queue that page (internal ones, the cluster's outboxes, are read by the node as they are)
+PAGED_KINDS = frozenset({"queue", "subscription", "temp"})
+#: a queue with a backlog keeps about this many entries ready (read back from disk ahead of its consumers)
+READY_LOW, READY_TARGET = 256, 1024
 
-class MessageQueue(Replacing):
-    """A queue or subscription with its consumers."""
+
+class MessageQueue(Replacing, QueueUpkeep):
+    """A queue or subscription with its consumers (housekeeping and removals: upkeep.py)."""
 
     def __init__(self, host: QueueHost, name: str, destination: str, *, kind: str = "queue",
                  config: QueueConfig, durable: bool = True) -> None:
@@ -64,26 +71,36 @@ class MessageQueue(Replacing):
         self.exclusive_consumers = 0      # consumers that asked to be the only receiver (activemq.exclusive)
         self._exclusive_last: Any = None  # the exclusive consumer delivered to last (hand-overs are flagged)
         self.last_values = LastValues(config.last_value_key) if config.last_value_key else None
+        # waiting behind the ready index, on disk (backlog.py); a last-value queue replaces what waits, so
+        # it keeps everything in memory
+        pageable = kind in PAGED_KINDS and not config.last_value_key
+        self.backlog = Backlog(host.pager if pageable else None)
 
     # -- depth ----------------------------------------------------------------------------------
     @property
     def depth(self) -> int:
-        """Messages in the queue that are not completed: ready, scheduled and in flight."""
-        return self.ready.count + self.acquired + self.scheduled
+        """Messages in the queue that are not completed: ready, paged, scheduled and in flight."""
+        return self.ready.count + self.backlog.count + self.acquired + self.scheduled
 
     def _depth_delta(self, delta: int, now: float | None = None) -> None:
-        depth = self.ready.count + self.acquired + self.scheduled
+        depth = self.ready.count + self.backlog.count + self.acquired + self.scheduled
         self.stats.depth_changed(depth - delta, depth, self.host.clock() if now is None else now)
 
     # -- entry points ---------------------------------------------------------------------------
-    def enqueue(self, message, stored: bool = False, now: float | None = None) -> Entry:
+    def enqueue(self, message, stored: bool = False, now: float | None = None, deliveries: int = 0,
+                sole: bool = False) -> Entry:
         """A new message for this queue; ``stored``: a device holds a reference for this queue that
-        must be removed when the entry completes (set before dispatch, which may complete it at once)."""
+        must be removed when the entry completes (set before dispatch, which may complete it at once).
+        ``deliveries``: how often it went to consumers before a restart (recovery); ``sole``: no other
+        queue, log or outbox holds the message (so paging it out frees its memory)."""
         now = self.host.clock() if now is None else now
         entry = Entry(message, self, now)
         entry.stored = stored
         message.refs += 1
         self.stats.added += 1
+        entry.deliveries = deliveries
+        if deliveries and self._dead_on_arrival(entry):
+            return entry
         if self.last_values is not None and not self._admit_last_value(entry):
             return entry
         if message.deliver_at and message.deliver_at > self.host.now_ms():
@@ -91,6 +108,9 @@ class MessageQueue(Replacing):
             self.scheduled += 1
             self._depth_delta(1)
             self.host.schedule_at_ms(message.deliver_at, self._make_due, entry)
+        elif self.backlog.takes(entry, sole):
+            self._depth_delta(1, now)          # behind the ready index, on disk or behind paged messages
+            return entry
         else:
             self._push_ready(entry)
             self._depth_delta(1, now)
@@ -99,6 +119,38 @@ class MessageQueue(Replacing):
         if message.expires:
             heapq.heappush(self._expiring, (message.expires, message.seq, entry))
         return entry
+
+    def _dead_on_arrival(self, entry: Entry) -> bool:
+        """A recovered message that was out for its last allowed delivery when the broker stopped: that
+        delivery failed, so it is dead now rather than given a fresh budget (issue 11: poison messages)."""
+        limit = self.config.max_deliveries
+        if not limit or entry.deliveries < limit:
+            return False
+        entry.state = transition(entry.state, Event.DEAD)
+        self.stats.dead_lettered += 1
+        self.host.dead_letter(entry, f"delivered {entry.deliveries} times (maximum {limit}), the last before "
+                                     f"a restart")
+        self._drop(entry)
+        return True
+
+    def _admit(self, entries: list) -> None:
+        """Entries back from the backlog become ready (they count in the depth already)."""
+        expiring = self._expiring
+        for entry in entries:
+            if entry.deliveries and self._dead_on_arrival(entry):
+                self._depth_delta(-1)
+                continue
+            self._push_ready(entry)
+            if entry.message.expires:
+                heapq.heappush(expiring, (entry.message.expires, entry.message.seq, entry))
+
+    def _page_in(self) -> None:
+        """Read the backlog's head back while few entries are ready and memory has room; one run at least
+        when nothing is ready, so consumers always get something."""
+        backlog, ready = self.backlog, self.ready
+        room = backlog.pager.flow.room       # type: ignore[union-attr]  (a backlog with entries has a pager)
+        while backlog.count and ready.count < READY_TARGET and (not ready.count or room()):
+            self._admit(backlog.take(self))
 
     def _push_ready(self, entry: Entry) -> None:
         self.ready.push(entry)
@@ -137,7 +189,8 @@ class MessageQueue(Replacing):
             return
         consumers = self.consumers
         ready = self.ready
-        if not consumers or not ready.count:
+        backlog = self.backlog
+        if not consumers or not (ready.count or backlog.count):
             return
         owner = None
         if self.exclusive_consumers or self.config.exclusive:
@@ -152,7 +205,11 @@ class MessageQueue(Replacing):
             idle = 0
             now_ms = 0
             entry: Entry | None
-            while ready.count and idle < n:
+            while idle < n:
+                if ready.count < READY_LOW and backlog.count:
+                    self._page_in()
+                if not ready.count:
+                    break
                 if n != len(consumers):
                     n = len(consumers)
                     if not n:
@@ -234,6 +291,10 @@ class MessageQueue(Replacing):
         timeout = self.config.delivery_timeout_ms
         if timeout:
             heapq.heappush(self._timeouts, (now + timeout / 1000.0, entry.message.seq, entry.deliveries, entry))
+        if entry.stored and consumer.ack_mode != AUTO:
+            # the count (and so the redelivered flag) must survive a restart; an auto-ack delivery
+            # completes the entry at once, so there is nothing to remember
+            self.host.delivered(entry.message, self.name, entry.deliveries)
         consumer.deliver(entry)
 
     # -- outcomes -------------------------------------------------------------------------------
@@ -310,96 +371,6 @@ class MessageQueue(Replacing):
             self.host.release_reference(message, self.name)
         if not message.refs:
             self.host.message_gone(message)
-
-    def remove_ready(self, entries: list) -> None:
-        """Complete ready entries without delivering them (cumulative ack up to a sequence number)."""
-        now = self.host.clock()
-        for entry in entries:
-            entry.state = transition(entry.state, Event.PURGE)
-            self.ready.remove(entry)
-            if entry.message.group_id is not None:
-                self.grouped_ready -= 1
-            self.stats.removed += 1
-            self._drop(entry)
-        if entries:
-            depth = self.depth
-            self.stats.depth_changed(depth + len(entries), depth, now)
-
-    def purge(self) -> int:
-        entries = self.ready.clear()
-        self.grouped_ready = 0
-        for entry in entries:
-            entry.state = transition(entry.state, Event.PURGE)
-            self._drop(entry)
-        if entries:
-            self.stats.removed += len(entries)
-            self.stats.depth_changed(self.depth + len(entries), self.depth, self.host.clock())
-        return len(entries)
-
-    def expire_ready(self, now_ms: int) -> int:
-        """Housekeeping: remove ready entries whose time has passed (never delivered).  Reads only the
-        entries due, from a heap: no scan of the queue."""
-        heap = self._expiring
-        gone = 0
-        while heap and heap[0][0] <= now_ms:
-            _, _, entry = heapq.heappop(heap)
-            state = entry.state
-            if state is READY:
-                self.ready.remove(entry)
-                if entry.message.group_id is not None:
-                    self.grouped_ready -= 1
-            elif state is SCHEDULED:
-                self.scheduled -= 1
-            else:
-                continue                      # delivered meanwhile: its consumer's outcome decides
-            self._expire(entry)
-            gone += 1
-        if gone and self._blocked:
-            self._maybe_unblock()
-        return gone
-
-    def reclaim_timed_out(self, now: float) -> int:
-        """Housekeeping: messages held by a consumer past ``delivery_timeout_ms`` are assumed lost and
-        become ready again (a failed delivery: the count goes up, redelivery delay applies)."""
-        heap = self._timeouts
-        reclaimed = 0
-        while heap and heap[0][0] <= now:
-            _, _, deliveries, entry = heapq.heappop(heap)
-            if entry.state is not ACQUIRED or entry.deliveries != deliveries:
-                continue           # acked, or redelivered since: this deadline is stale
-            consumer = entry.consumer
-            if consumer is not None:
-                consumer.session.forget_delivery(consumer, entry)
-            self.release(entry, failed=True, dispatch=False)
-            reclaimed += 1
-        if reclaimed:
-            self.dispatch()
-        return reclaimed
-
-    def drop_oldest(self) -> None:
-        """Overflow ``drop-oldest``: the ready entry with the lowest sequence number goes (counted)."""
-        oldest = min(self.ready, key=lambda e: e.message.seq, default=None)
-        if oldest is None:
-            return
-        self.ready.remove(oldest)
-        if oldest.message.group_id is not None:
-            self.grouped_ready -= 1
-        oldest.state = transition(oldest.state, Event.PURGE)
-        self.stats.dropped += 1
-        self._depth_delta(-1)
-        self._drop(oldest)
-
-    def block_producer(self, session) -> None:
-        """Overflow ``block``: stop taking frames from ``session`` until the queue has room."""
-        if session not in self._blocked:
-            self._blocked.add(session)
-            session.pause_input("queue-full:" + self.name)
-
-    def _maybe_unblock(self) -> None:
-        if self.depth < self.config.max_depth or not self.config.max_depth:
-            blocked, self._blocked = self._blocked, set()
-            for session in blocked:
-                self.host.call_soon(session.resume_input, "queue-full:" + self.name)
 
     # -- altered settings ---------------------------------------------------------------------
     def alter(self, config: QueueConfig) -> None:

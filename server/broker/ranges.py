@@ -15,7 +15,8 @@ Depends on: destinations (layer 1), subscriptions (layer 2), the retained logs a
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
 
 from pymq_server.broker import segments
 from pymq_server.broker.clients import Client
@@ -70,7 +71,7 @@ class Browse:
             self._candidates = self._retained.range(self._next_seq, request.to_seq)
         elif self._queue is not None and request.ranged:
             start = self._next_seq if self._next_seq is not None else request.from_seq or 0
-            self._candidates = (e.message for e in self._queue.ready.by_seq(start, request.to_seq))
+            self._candidates = _queue_range(self._queue, start, request.to_seq)
 
     def next(self) -> BrokerMessage | None:
         """The next message to send, or None when the browse is complete."""
@@ -156,6 +157,14 @@ class ArrowBrowse(Browse):
         return headers
 
 
+def _queue_range(queue: MessageQueue, lo: int, hi: int | None) -> Iterator[BrokerMessage]:
+    """A queue's messages with ``lo <= seq < hi`` in sequence order: the ready index's, then the backlog's
+    (paged messages are behind every ready one), read from disk as the range goes."""
+    yield from (e.message for e in queue.ready.by_seq(lo, hi))
+    if queue.backlog.count:
+        yield from (m for m in queue.backlog.messages() if m.seq >= lo and (hi is None or m.seq < hi))
+
+
 class RangeReader:
     def __init__(self, destinations: Destinations, subscriptions: Subscriptions, logs: RetainedLogs,
                  seqs: SequenceBook, now_ms: Callable[[], int]) -> None:
@@ -192,9 +201,10 @@ class RangeReader:
             candidates = ()
         elif request.ranged:
             # ranges follow sequence numbers: the ready index's sorted runs, merged (no sort of the queue)
-            candidates = (e.message for e in queue.ready.by_seq(from_seq or 0, to_seq))
+            candidates = _queue_range(queue, from_seq or 0, to_seq)
         else:
-            candidates = [e.message for e in queue.ready]     # whole-queue browsing: delivery order
+            # whole-queue browsing: delivery order, then the backlog's paged messages (read as it goes)
+            candidates = itertools.chain([e.message for e in queue.ready], queue.backlog.messages())
         earliest, latest = self.bounds(destination, queue, use_log=retained is not None)
         # a reader of a topic with neither a log nor a subscription learns at once that it can never read
         # anything there (spec/stomp.md §9)
@@ -210,6 +220,8 @@ class RangeReader:
             return retained.earliest, latest          # type: ignore[return-value]
         if retained is None and queue is not None:
             first = queue.ready.min_seq()
+            if first is None and queue.backlog.count:
+                first = next((m.seq for m in queue.backlog.messages()), None)
             if first is not None:
                 return first, latest
         return latest + 1, latest
@@ -220,7 +232,7 @@ class RangeReader:
         if queue is None:
             raise UnknownDestination(f"nothing to acknowledge on {request.destination!r}: give a queue, or a "
                                      f"topic with durable-subscription-name")
-        queue.remove_ready(list(queue.ready.by_seq(0, request.upto)))
+        queue.remove_below(request.upto)
         queue.stats.acked_upto = max(queue.stats.acked_upto, request.upto)
 
     def _queue_for(self, client: Client, destination: str, durable_name: str | None,

@@ -81,11 +81,12 @@ class Recovery:
         count = 0
         seqs = self.seqs
         for device, stored, refs in records:
+            deliveries = device.deliveries(stored.key)      # per queue, recorded before the restart
             message = decode_stored(stored)
             message.device = device
             seqs.observe("", stored.key)
             seqs.observe(stored.destination, stored.seq)
-            self.flow.held_bytes += message.size
+            self.flow.paged_in(message)          # held, counted without pausing anyone (nobody sends yet)
             dedup_id = first_alias(message.headers, "dedup-id")
             if dedup_id is not None:
                 self.dedup.remember(message.destination, dedup_id)
@@ -97,6 +98,7 @@ class Recovery:
                     seqs.observe(stored.destination, rows.column(0)[-1].as_py())
                 for row_dedup in rows.column("dedup_id").drop_null().to_pylist():
                     self.dedup.remember(stored.destination, row_dedup)
+            sole = len(refs) == 1 and not refs[0].startswith("log:")     # paging it out frees its memory
             for ref in refs:
                 if ref.startswith("log:"):
                     retained = self.logs.restore(ref[4:])
@@ -112,7 +114,7 @@ class Recovery:
                     queue = self.destinations.queue(RECOVERED_QUEUE, create=True)
                     device.add_reference(stored.key, queue.name)
                     device.remove(stored.key, ref)
-                queue.enqueue(message, stored=True)
+                queue.enqueue(message, stored=True, deliveries=deliveries.get(ref, 0), sole=sole)
             count += 1
         self.logs.end_restore()
         return count

@@ -357,6 +357,10 @@ class HoldingStore:
             except StorageError as exc:     # the device is in fault now; its repair records the counts
                 log.error("flush of device %s failed: %s", device.name, exc.message)
 
+    def mark_dirty(self, device: HoldingDevice) -> None:
+        """Changes were made on ``device`` directly (a paged batch removed): the next barrier flushes it."""
+        self._dirty.add(device)
+
     def release(self, message, queue: str) -> None:
         device = message.device
         if device is None or device is self.memory:

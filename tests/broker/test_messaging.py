@@ -365,22 +365,26 @@ def test_slow_consumer_is_bounded_by_backpressure(broker_factory):
     assert broker.call(lambda: q.ready.count) == 0
 
 
-def test_producer_flow_control_pauses_senders(broker_factory):
-    broker = broker_factory(max_memory=200 * 1024)
+def test_producer_flow_control_pauses_senders_once_the_disk_limit_is_reached(broker_factory):
+    """Above max_memory messages page out to the file device (tests/broker/test_paging.py); only when it
+    refuses them (here: its 256 KiB bound is reached) do they stay in memory and producers pause."""
+    broker = broker_factory(max_memory=200 * 1024, storage={"devices": {"memory": {}, "file": {
+        "page_size": 4096, "max_bytes": 256 * 1024}}})
     p = RawStomp(broker.port)
     p.connect()
-    for i in range(400):
+    for i in range(800):
         p.send("SEND", {"destination": "/queue/mem", "persistent": "false"}, b"y" * 1024)
     assert wait_for(lambda: broker.call(lambda: broker.broker.memory_high))
     time.sleep(0.2)
     held = broker.call(lambda: broker.broker.held_bytes)
     # the broker stops at the limit (plus the frame that crossed it): the rest waits in the socket
     assert held <= 200 * 1024 + 1024, held
+    assert broker.call(lambda: broker.broker.flow.resident()) > 0
     c = RawStomp(broker.port)
     c.connect()
     c.send("SUBSCRIBE", {"destination": "/queue/mem", "id": "1", "ack": "auto"})
-    for _ in range(400):
-        c.read(10)
+    bodies = [c.read(10).body for _ in range(800)]
+    assert bodies == [b"y" * 1024] * 800
     assert broker.call(lambda: broker.broker.memory_high) is False
 
 

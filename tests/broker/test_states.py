@@ -41,6 +41,7 @@ def test_final_states_have_no_way_out_and_every_other_state_has_one():
 class Host:
     clock = staticmethod(time.monotonic)
     now_ms = staticmethod(now_ms)
+    pager = None                 # no paging: every message stays in memory
 
     def __init__(self) -> None:
         self.events: list[str] = []
