@@ -31,9 +31,9 @@ class Producer(Protocol):
 
 
 #: bytes a message held in memory costs besides its body: the message object and its headers, its queue
-#: entry and its place in the ready index (measured with bench/bench_paging.py: about 0.9 KiB with four
-#: application headers)
-MESSAGE_OVERHEAD = 900
+#: entry and its place in the ready index (tracemalloc, CPython 3.11: about 1 KiB with four application
+#: headers, 0.7 KiB with none)
+MESSAGE_OVERHEAD = 1024
 #: queues page messages out once the resident estimate passes this share of ``max_memory`` ...
 PAGE_OUT_AT = 0.75
 #: ... and page them back in while it is below this share (a queue whose consumers wait takes one run
