@@ -121,7 +121,10 @@ class Pager:
         return messages
 
     def drop_stored(self, message: BrokerMessage) -> None:
-        """A stored message leaves memory; the device keeps it (and its reference for the queue)."""
+        """A stored message leaves memory; the device keeps it (and its reference for the queue). One
+        still waiting to be written behind (spec/storage.md §9) is written now: it is read back later."""
+        if self.store.waiting(message):
+            self.store.write_waiting()
         self.flow.paged_out(message)
         self.paged += 1
 
