@@ -53,13 +53,22 @@ def build_devices(config: BrokerConfig) -> tuple[list[HoldingDevice], str | None
     return devices, persistent
 
 
+#: the smallest log between checkpoints a small max_memory brings about
+MIN_CHECKPOINT_BYTES = 1 << 20
+
+
 def make_device(kind: str, name: str, options: dict[str, Any], config: BrokerConfig) -> HoldingDevice:
     if kind == "memory":
         return MemoryDevice(name, **options)
     if kind == "file":
-        from pymq_server.storage.file import FileDevice
+        from pymq_server.storage.file import DEFAULT_CHECKPOINT_BYTES, FileDevice
         directory = options.pop("directory", os.path.join(config.data_dir, name))
         options.setdefault("checkpoint_in_sync", False)   # the store runs checkpoints after syncs
+        # persistent pages stay in memory until a checkpoint writes them: with a small max_memory a
+        # checkpoint is due after a quarter of it (paging keeps messages' bytes under max_memory; these
+        # buffers and a checkpoint's copies of them would otherwise be most of the broker's memory)
+        options["checkpoint_bytes"] = min(options.get("checkpoint_bytes", DEFAULT_CHECKPOINT_BYTES),
+                                          max(MIN_CHECKPOINT_BYTES, config.max_memory // 4))
         return FileDevice(name, directory, **options)
     if kind == "sql":
         from pymq_server.storage.sql import SqlDevice

@@ -208,7 +208,8 @@ class FileDeviceConfig(_Section):
     page_size: Size = Field(64 * 1024, description="page size of a new store, a power of two from 4KiB "
                                                    "to 16MiB (an existing store keeps its own)")
     checkpoint_bytes: Size = Field(32 * 1024 * 1024, description="write-ahead-log bytes between "
-                                                                 "checkpoints")
+                                   "checkpoints (at most a quarter of `max_memory`, at least 1 MiB: persistent "
+                                   "pages wait in memory for the checkpoint that writes them)")
     max_bytes: Size | None = Field(None, description="bound of the page file (unbounded when unset)")
     fsync: bool = Field(True, description="false skips every fsync: fast, and loses data on a power "
                                           "failure (tests, throwaway brokers)")
@@ -505,8 +506,10 @@ class BrokerConfig(_Section):
                                     "and reading above this many queued bytes (receipts and errors count)")
     write_buffer_low: Size = Field(256 * 1024, description="per connection: resume deliveries and reading "
                                                            "below this")
-    max_memory: Size = Field(1024 * 1024 * 1024, ge=1, description="message bytes held before producers "
-                                                                   "are paused")
+    max_memory: Size = Field(1024 * 1024 * 1024, ge=1, description="message bytes held in memory: above "
+                             "about three quarters of it (counting ~1 KiB per message) queues page waiting "
+                             "messages to the file device; producers are paused only when memory holds more "
+                             "than this of what cannot be paged (a full disk, messages shared by queues)")
     default_persistent: bool = Field(True, description="whether a SEND without a `persistent` header is "
                                      "persistent. A boolean: `true`/`false` (a quoted \"no\" is refused)")
     auto_create: bool = Field(True, description="create queues and topics on first use")

@@ -44,8 +44,9 @@ if TYPE_CHECKING:
     from pymq_server.broker.entry import Entry
     from pymq_server.storage.store import HoldingStore
 
-#: a batch is written once it holds this many bytes (fits a 64 KiB page four times: no continuation pages)
-BATCH_BYTES = 15 * 1024
+#: a batch is written once its messages hold this many bytes (with their headers a record stays under the
+#: quarter page a 64 KiB page holds inline: four records a page, no continuation pages)
+BATCH_BYTES = 12 * 1024
 BATCH_MESSAGES = 256
 #: stored messages read back per step
 STORED_STEP = 256
@@ -86,6 +87,7 @@ class Pager:
             device.write(StoredMessage(first.key, first.destination, first.seq, False, b"".join(parts)), [queue])
         except StorageError:
             return None
+        self.store.mark_dirty(device)
         memory = self.store.memory
         for entry in entries:
             memory.account(entry.message.size, -1)

@@ -93,3 +93,23 @@ def test_a_paged_queue_browses_purges_and_acks_up_to_with_its_backlog(broker_fac
     assert broker.call(lambda: queue.depth) == 0 and broker.call(lambda: queue.backlog.count) == 0
     device = broker.server.store.devices["file"]
     assert wait_for(lambda: broker.call(lambda: device.status().messages) == 0)
+
+
+def test_a_paged_persistent_backlog_survives_kill_9_in_order(tmp_path):
+    """Every receipted persistent message of a backlog that was on disk comes back after kill -9, once and
+    in order, and recovery pages again (memory stays short)."""
+    from tests.storage.disks import BrokerProcess
+    config = tmp_path / "broker.yaml"
+    config.write_text(f"max_memory: {2 * MiB}\n")
+    data = tmp_path / "data"
+    bp = BrokerProcess(data, config=str(config))
+    try:
+        count = 6 * MiB // 1024
+        _fill(bp.port, "/queue/big", count, 1024, True)
+        bp.kill()
+        bp = BrokerProcess(data, config=str(config))
+        assert _drain(bp.port, "/queue/big", count, "client-individual") == list(range(count))
+        assert bp.terminate() == 0
+    finally:
+        if bp.proc.poll() is None:
+            bp.kill()

