@@ -8,7 +8,10 @@ room (always at least one run when its consumers have nothing to take, so a drai
 Order: the backlog is FIFO and lies behind every ready entry; once a queue has a backlog every new
 message joins it, even when memory is no longer short, until it is empty — so messages come back in the
 order they came. Priorities order the ready index only: a message of higher priority that arrives behind
-a backlog waits its turn there (as ActiveMQ's store cursors do).
+a backlog waits its turn there (as ActiveMQ's store cursors do). Likewise a consumer's selector (or a
+message group another consumer owns) is matched against what is in memory: while memory is short, a
+queue whose in-memory window holds only messages nobody may take reads no further (memory has room again
+once those are consumed or expire; a known limit, spec/stomp.md §8).
 
 Runs, oldest first:
 
