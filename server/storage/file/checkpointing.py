@@ -58,6 +58,7 @@ class Checkpointing(DeviceState):
     _fsync: bool
     _sync_lock: threading.Lock
     _flush_locked: Callable[[], None]
+    _take_deliveries: Callable[[], dict]
 
     @property
     def checkpoint_due(self) -> bool:
@@ -308,6 +309,8 @@ class Checkpointing(DeviceState):
         index = self._index
         state.refs = {key: tuple(ids[q] for q in index[key].refs) for key in self._changed_refs}
         state.catalog = dict(self._catalog)
+        if self._unlogged_deliveries:       # a repair's checkpoint comes without a flush
+            self._take_deliveries()
         state.deliveries = {(key, ids[queue]): count for key, counts in self._deliveries.items()
                             for queue, count in counts.items()}
         tail = self._tail[PERSISTENT]

@@ -339,12 +339,13 @@ class DeviceState:
                 lists.lists[0 if entry.persistent else 1].pop(key, None)
                 if not len(lists):
                     del self._queues[queue]
+            if self._unlogged_deliveries:
+                self._unlogged_deliveries.pop((key, queue), None)
             counts = self._deliveries.get(key)
             if counts is not None:
                 counts.pop(queue, None)
                 if not counts:
                     del self._deliveries[key]
-                self._unlogged_deliveries.pop((key, queue), None)
         if refs:
             if entry.persistent:
                 if refs == self._refsets[entry.refset]:

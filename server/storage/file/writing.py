@@ -170,29 +170,35 @@ class WritePath(DeviceState):
 
     def record_delivery(self, key: int, queue: str, count: int) -> None:
         """Message ``key`` went to a consumer of ``queue`` for the ``count``-th time (persistent ones
-        only).  Kept in memory and logged by the next flush, in one DELIVERED frame for every count
-        recorded since the previous one; a message acknowledged before that flush costs no log bytes."""
+        count).  Noted only — this runs for every such delivery — and taken by the next flush or
+        checkpoint, which keeps the counts of messages still held and logs them in one DELIVERED frame;
+        a message acknowledged before then costs nothing more (its note goes with its reference)."""
         with self._lock:
-            entry = self._index.get(key)
-            if entry is None or not entry.persistent or queue not in entry.refs or not self._open:
-                return
-            counts = self._deliveries.get(key)
-            if counts is None:
-                counts = self._deliveries[key] = {}
-            counts[queue] = count
-            if self._logging and not self.read_only:
-                self._unlogged_deliveries[(key, queue)] = count
+            self._unlogged_deliveries[(key, queue)] = count
+
+    def _take_deliveries(self) -> dict[tuple[int, str], int]:
+        """The counts noted since the last flush, for persistent messages still owed to that queue, moved
+        into the table checkpoints keep."""
+        pending, self._unlogged_deliveries = self._unlogged_deliveries, {}
+        index, table = self._index, self._deliveries
+        kept = {}
+        for (key, queue), count in pending.items():
+            entry = index.get(key)
+            if entry is not None and entry.persistent and queue in entry.refs:
+                table.setdefault(key, {})[queue] = count
+                kept[(key, queue)] = count
+        return kept
 
     def _log_deliveries(self) -> None:
-        pending, self._unlogged_deliveries = self._unlogged_deliveries, {}
-        if not self._logging:
-            return
-        pack, ids = fmt.DELIVERED.pack, self._name_ids
-        self._log(fmt.F_DELIVERED, b"".join([pack(key, ids[queue], count)
-                                             for (key, queue), count in pending.items()]), True)
+        kept = self._take_deliveries()
+        if kept and self._logging and not self.read_only:
+            pack, ids = fmt.DELIVERED.pack, self._name_ids
+            self._log(fmt.F_DELIVERED, b"".join([pack(key, ids[queue], count)
+                                                 for (key, queue), count in kept.items()]), True)
 
     def deliveries(self, key: int) -> dict[str, int]:
-        """Queue -> how many times message ``key`` was delivered from it (recorded ones only)."""
+        """Queue -> how many times message ``key`` was delivered from it, as recovered or taken by a
+        flush (the broker asks after a restart, and for messages it reads back from disk)."""
         with self._lock:
             return dict(self._deliveries.get(key, ()))
 
