@@ -16,6 +16,8 @@ import logging
 from typing import cast
 from collections.abc import Callable
 
+from pymq_server.broker.consumer import AUTO
+
 from pymq.errors import PymqError, ProtocolError
 from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
 from pymq.protocol.frame import Frame
@@ -169,6 +171,8 @@ class OutboxConsumer:
     round of receipt bookkeeping and dispatch."""
 
     selector = None
+    #: a forward is not a delivery to a client: no delivery count is kept for it across a restart
+    ack_mode = AUTO
 
     def __init__(self, node, queue, link: PeerLink, window: int = 1000) -> None:
         self.node = node

@@ -23,6 +23,7 @@ from typing import Any
 from collections.abc import Callable, Mapping
 
 from pymq_server.broker import destination as dest
+from pymq_server.broker.consumer import AUTO
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.cluster.link import OutboxConsumer, PeerLink
 from pymq_server.cluster.registry import ClusterRegistry, Hosted, Member, now_ms, open_registry
@@ -86,6 +87,7 @@ class Redistributor:
         self.selector = _Unkeyed(routing_key)
         self.active = True
         self.id = "redistributor"
+        self.ack_mode = AUTO            # each entry completes as it is handed on: no count to keep
         self.session = None
         self.unacked: dict = {}
         self.scan = [0, [-1] * 10]
