@@ -34,7 +34,8 @@ from __future__ import annotations
 import struct
 from array import array
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
 
 from pymq_server.broker.stored_form import decode_stored, encode_stored
 from pymq_server.storage.device import StoredMessage

@@ -148,7 +148,8 @@ class MessageQueue(Replacing, QueueUpkeep):
         """Read the backlog's head back while few entries are ready and memory has room; one run at least
         when nothing is ready, so consumers always get something."""
         backlog, ready = self.backlog, self.ready
-        room = backlog.pager.flow.room       # type: ignore[union-attr]  (a backlog with entries has a pager)
+        assert backlog.pager is not None     # a backlog with entries has a pager
+        room = backlog.pager.flow.room
         while backlog.count and ready.count < READY_TARGET and (not ready.count or room()):
             self._admit(backlog.take(self))
 

@@ -28,12 +28,13 @@ class QueueUpkeep:
     stats: QueueStats
     scheduled: int
     grouped_ready: int
-    depth: int
     _expiring: list
     _timeouts: list
     _blocked: set
 
     if TYPE_CHECKING:       # MessageQueue's
+        @property
+        def depth(self) -> int: ...
         def _drop(self, entry: Entry) -> None: ...
         def _expire(self, entry: Entry) -> None: ...
         def _depth_delta(self, delta: int, now: float | None = None) -> None: ...
