@@ -238,7 +238,7 @@ class Destinations(TemporaryTopics):
         """Change some settings of queue ``name`` (the others keep theirs): its owner, a holder of
         ``manage`` or an administrator, as for dropping it. Returns the queue and the changes
         (``"key: old -> new"``, none when the settings were already so). The queue is declared from now on
-        (kept in the catalog, never auto-deleted)."""
+        (kept in the catalog, never auto-deleted). Every refusal comes before anything changes."""
         queue = self.queues.get(name)
         if queue is None:
             raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
@@ -250,6 +250,11 @@ class Destinations(TemporaryTopics):
         changes = [f"{key}: {before[key]!r} -> {after[key]!r}" for key in after if before[key] != after[key]]
         if not changes:
             return queue, []
+        old = queue.config
+        if (config.dead_letter, config.dead_letter_prefix) != (old.dead_letter, old.dead_letter_prefix):
+            # as at declaration: dead letters may not be pointed into a queue that exists already
+            self._check_dead_letter_target(name, config)
+            self._note_dead_letter_name(name, config)
         if config.schema != queue.config.schema:
             queue.schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
         queue.alter(config)

@@ -442,3 +442,23 @@ def test_last_value_replacement_is_not_refused_by_a_full_queue_and_hostile_alter
         result = qm.alter("lvq.rekey", last_value_key="sym")
         assert result["queue"]["metrics"]["depth"] == 1 and result["queue"]["metrics"]["replaced"] == 2
         assert broker.call(lambda: [e.message.body for e in broker.broker.queues["lvq.rekey"].ready]) == [b"y1"]
+
+
+def test_alter_cannot_point_dead_letters_into_another_users_queue(broker_factory, tmp_path):
+    users = tmp_path / "users.yaml"
+    from pymq_server.broker.auth import hash_password
+    import yaml
+    users.write_text(yaml.safe_dump({"users": {
+        "alice": {"password": hash_password("pw1"), "roles": []},
+        "bob": {"password": hash_password("pw2"), "roles": []}}}))
+    b = broker_factory(users_file=str(users))
+    with pymq.connect(b.url, username="bob", password="pw2") as conn:
+        conn.queue_manager().create("X.mine")                 # bob's queue
+    with pymq.connect(b.url, username="alice", password="pw1") as conn:
+        qm = conn.queue_manager()
+        qm.create("mine", max_deliveries=1)
+        with pytest.raises(pymq.PymqError) as refused:      # its dead letters would land in bob's queue
+            qm.alter("mine", dead_letter_prefix="X.")
+        assert refused.value.code == "destination-exists"
+        assert qm.info("mine")["config"]["dead_letter_prefix"] == "DLQ."
+        assert qm.alter("mine", dead_letter_prefix="ALICE.")["changes"] == ["dead_letter_prefix: 'DLQ.' -> 'ALICE.'"]
