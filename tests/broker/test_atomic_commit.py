@@ -65,12 +65,14 @@ def test_priority_out_of_range_in_the_middle_applies_nothing(txbroker):
     """The issue's sequence: BEGIN; SEND ok; SEND priority:99; SEND ok; COMMIT."""
     name = f"prio-{uuid.uuid4().hex[:6]}"
     c = _raw(txbroker)
-    c.send("BEGIN", {"transaction": "t1"})
-    c.send("SEND", {"destination": f"/queue/{name}", "transaction": "t1"}, b"one")
-    c.send("SEND", {"destination": f"/queue/{name}", "transaction": "t1", "priority": "99",
-                    "receipt": "bad-send"}, b"two")
-    c.send("SEND", {"destination": f"/queue/{name}", "transaction": "t1"}, b"three")
-    c.send("COMMIT", {"transaction": "t1"})
+    # one write: the broker refuses the second SEND as it arrives and closes; frames written after that close
+    # would draw a reset that can discard the ERROR before this client reads it
+    c.send_raw(c.encode("BEGIN", {"transaction": "t1"})
+               + c.encode("SEND", {"destination": f"/queue/{name}", "transaction": "t1"}, b"one")
+               + c.encode("SEND", {"destination": f"/queue/{name}", "transaction": "t1", "priority": "99",
+                                   "receipt": "bad-send"}, b"two")
+               + c.encode("SEND", {"destination": f"/queue/{name}", "transaction": "t1"}, b"three")
+               + c.encode("COMMIT", {"transaction": "t1"}))
     frames = c.read_until_closed()
     assert [f.command for f in frames] == ["ERROR"]
     err = frames[0]
