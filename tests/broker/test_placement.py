@@ -18,6 +18,7 @@ from pymq_server.app import build_devices
 from pymq_server.broker.apptx import PendingClaimer
 from pymq_server.broker.auth import User
 from pymq_server.broker.broker import Broker
+from pymq_server.broker.membership import Standalone
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import RULES, EntryPath, Rule
 from pymq_server.broker.queue import MessageQueue
@@ -95,8 +96,9 @@ class FakeClient:
         pass
 
 
-class FakeCluster:
-    """Routes messages of group "G" to node n9 while ``routing`` is on; outboxes get ``outbox_config``."""
+class FakeCluster(Standalone):
+    """Routes messages of group "G" to node n9 while ``routing`` is on; outboxes get ``outbox_config``.
+    Every other hook is the null cluster's (silent)."""
 
     active = True
 
@@ -113,27 +115,6 @@ class FakeCluster:
 
     def outbox(self, peer: str) -> MessageQueue:
         return self.broker.internal_queue("$cluster.out." + peer, self.outbox_config)
-
-    def on_forwarded(self) -> None:
-        pass
-
-    def discarded_forwarded(self) -> None:
-        pass
-
-    def topic_changed(self, topic: Any) -> None:
-        pass
-
-    def queue_consumers_changed(self, queue: Any) -> None:
-        pass
-
-    def durable_created(self, key: str) -> None:
-        pass
-
-    def durable_removed(self, key: str) -> None:
-        pass
-
-    def routing_key_declared(self, queue: str, routing_key: str) -> None:
-        pass
 
     def status(self) -> dict:
         return {}
