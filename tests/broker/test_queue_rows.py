@@ -4,7 +4,6 @@ nobody here wrote), from the blocking SDK and from pymq.aio."""
 from __future__ import annotations
 
 import asyncio
-import queue as queue_mod
 
 import pytest
 import stomp
@@ -13,49 +12,12 @@ import pymq
 import pymq.aio
 from pymq.errors import AccessDenied, ConfigError, UnknownDestination
 from tests.conftest import RawStomp, wait_for
-
-
-class Collector(stomp.ConnectionListener):
-    def __init__(self) -> None:
-        self.messages: queue_mod.Queue = queue_mod.Queue()
-        self.errors: queue_mod.Queue = queue_mod.Queue()
-
-    def on_message(self, frame):
-        self.messages.put(frame)
-
-    def on_error(self, frame):
-        self.errors.put(frame)
-
-    def next(self, timeout: float = 5.0):
-        return self.messages.get(timeout=timeout)
-
-    def drain(self, timeout: float = 0.3) -> list:
-        out = []
-        while True:
-            try:
-                out.append(self.messages.get(timeout=timeout))
-            except queue_mod.Empty:
-                return out
+from tests.stomp_py_client import connections
 
 
 @pytest.fixture
 def stomppy(broker):
-    conns = []
-
-    def make(port: int | None = None):
-        c = stomp.Connection12([("127.0.0.1", port or broker.port)], heartbeats=(0, 0))
-        listener = Collector()
-        c.set_listener("collector", listener)
-        c.connect("guest", "guest", wait=True)
-        conns.append(c)
-        return c, listener
-
-    yield make
-    for c in conns:
-        try:
-            c.disconnect()
-        except Exception:
-            pass
+    yield from connections(stomp.Connection12, broker.port)
 
 
 def _consumers(broker, name: str) -> int:

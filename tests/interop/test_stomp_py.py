@@ -1,7 +1,6 @@
 """stomp.py (a STOMP client nobody here wrote) and the pymq SDK exchange messages both ways."""
 from __future__ import annotations
 
-import queue
 import time
 import uuid
 
@@ -9,53 +8,13 @@ import pytest
 import stomp
 
 import pymq
-
-
-class Collector(stomp.ConnectionListener):
-    def __init__(self) -> None:
-        self.messages: queue.Queue = queue.Queue()
-        self.receipts: queue.Queue = queue.Queue()
-        self.errors: queue.Queue = queue.Queue()
-
-    def on_message(self, frame):
-        self.messages.put(frame)
-
-    def on_receipt(self, frame):
-        self.receipts.put(frame.headers["receipt-id"])
-
-    def on_error(self, frame):
-        self.errors.put(frame)
-
-    def next(self, timeout=5.0):
-        return self.messages.get(timeout=timeout)
-
-    def none(self, timeout=0.3) -> bool:
-        try:
-            self.messages.get(timeout=timeout)
-            return False
-        except queue.Empty:
-            return True
+from tests.stomp_py_client import connections
 
 
 @pytest.fixture(params=["1.1", "1.2"])
 def stomppy(request, broker):
     cls = stomp.Connection12 if request.param == "1.2" else stomp.Connection11
-    conns = []
-
-    def make():
-        c = cls([("127.0.0.1", broker.port)], heartbeats=(0, 0))
-        listener = Collector()
-        c.set_listener("collector", listener)
-        c.connect("guest", "guest", wait=True)
-        conns.append(c)
-        return c, listener
-
-    yield make
-    for c in conns:
-        try:
-            c.disconnect()
-        except Exception:
-            pass
+    yield from connections(cls, broker.port)
 
 
 def _ack_args(c, frame, sub="1") -> dict:
@@ -217,7 +176,7 @@ def test_context_manager_returns_with_receipts_pending(broker, cls):
                 for i in range(20):
                     c.send(dest, f"m{i}", headers={"persistent": "true", "receipt": f"r{i}"})
             done.set()
-        except BaseException as exc:  # reported below, on the test's thread
+        except BaseException as exc:  # noqa: BLE001 - reported below, on the test's thread
             failure.append(exc)
             done.set()
 
