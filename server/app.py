@@ -12,10 +12,12 @@ import gc
 import logging
 import os
 import ssl
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from pymq_server.admin.ops import Admin
 from pymq_server.broker.broker import Broker
+from pymq_server.broker.session import BrokerSession
 from pymq_server.config import BrokerConfig
 from pymq_server.net.runtime import AsyncioRuntime
 from pymq_server.net.tcp import StompServerProtocol
@@ -106,6 +108,11 @@ class BrokerServer:
         self.recovered = 0
         self.recovery_done = False     # /readyz: storage recovered
         self.stopping = False          # /readyz: a clean stop has begun
+        # a worker of the multi-worker broker (server/cores/worker.py) sets these three: its sessions,
+        # the STOMP port shared with the other workers, and the channels built between core and listeners
+        self.session_type: Callable[..., BrokerSession] = BrokerSession
+        self.reuse_port = False
+        self.before_listeners: Callable[[], Awaitable[None]] | None = None
 
     def _core(self) -> tuple[Broker, HoldingStore, AsyncioRuntime]:
         """What :meth:`start_core` built; asking before it ran is a bug of the caller."""
@@ -126,6 +133,8 @@ class BrokerServer:
             self.ssl_context = server_context(cfg.tls)
         await self.start_core()
         try:
+            if self.before_listeners is not None:
+                await self.before_listeners()
             await self._start_listeners()
         except BaseException:
             await self.stop()
@@ -137,17 +146,21 @@ class BrokerServer:
         cfg = self.config
         broker, _, _ = self._core()
 
+        session_type = self.session_type
+
         def stomp() -> StompServerProtocol:
-            return StompServerProtocol(broker, loop)
+            return StompServerProtocol(broker, loop, session_type)
 
         # bound first, accepting last: no client connects before every listener is in place
         self._server = await _listen("STOMP port (port)", cfg.host, cfg.port, loop.create_server(
-            stomp, cfg.host, cfg.port, reuse_address=True, backlog=1024, start_serving=False))
+            stomp, cfg.host, cfg.port, reuse_address=True, reuse_port=self.reuse_port or None, backlog=1024,
+            start_serving=False))
         self.port = self._server.sockets[0].getsockname()[1]
         if cfg.tls_port is not None:
             self._tls_server = await _listen("STOMP over TLS port (tls_port)", cfg.host, cfg.tls_port,
                                              loop.create_server(stomp, cfg.host, cfg.tls_port,
                                                                 ssl=self.ssl_context, reuse_address=True,
+                                                                reuse_port=self.reuse_port or None,
                                                                 backlog=1024, start_serving=False))
             self.tls_port = self._tls_server.sockets[0].getsockname()[1]
         if cfg.websocket is not None:

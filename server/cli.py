@@ -55,6 +55,8 @@ def _serve_parser() -> argparse.ArgumentParser:
     p.add_argument("--admin-port", dest="admin_port", type=int, help="HTTP admin/metrics port")
     p.add_argument("--log-level", dest="log_level", help="DEBUG, INFO, WARNING, ERROR")
     p.add_argument("--log-format", dest="log_format", help="text (default) or json: one JSON object per line")
+    p.add_argument("--workers", type=int, help="worker processes, each owning a shard of the destinations "
+                   "(default 1; spec/cores.md)")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     p.add_argument("--check-config", action="store_true",
                    help="check the configuration (and the users file) and exit: 0 when valid, 2 when not")
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         config = BrokerConfig.load(args.config, host=args.host, port=args.port, data_dir=args.data_dir,
                                    users_file=args.users_file, node_id=args.node_id,
                                    admin_port=args.admin_port, log_level=args.log_level,
-                                   log_format=args.log_format)
+                                   log_format=args.log_format, workers=args.workers)
         if config.users_file:
             from pymq_server.config import load_users_file
             load_users_file(config.users_file)
@@ -165,6 +167,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pymq-server: configuration {args.config or '(defaults)'} is valid", file=sys.stderr)
         return 0
     configure_logging(config.log_level, config.log_format)
+    if config.workers > 1:
+        from pymq_server.cores import supervisor
+        try:
+            return supervisor.run(config, use_uvloop=not args.no_uvloop)
+        except ConfigError as exc:
+            print(f"pymq-server: {exc.message}", file=sys.stderr)
+            return EXIT_CONFIG
+        except PymqError as exc:
+            print(f"pymq-server: {exc.message}", file=sys.stderr)
+            return EXIT_STARTUP
     if not args.no_uvloop:
         from pymq_server.app import install_uvloop
         install_uvloop()

@@ -549,6 +549,10 @@ class BrokerConfig(_Section):
     websocket: WebSocketConfig | None = Field(None, description="STOMP over WebSocket listener (see "
                                               "WebSocket); unset = off")
     cluster: ClusterConfig | None = Field(None, description="join a cluster (see Cluster)")
+    workers: Annotated[int, Field(ge=1, le=256)] = Field(
+        1, description="worker processes, each owning a shard of the destinations (spec/cores.md); 1 = one "
+                       "process. More than 1: no `cluster`, `websocket` or `tls_port: 0`; data in "
+                       "`data_dir/worker-<k>/`")
     log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                          BeforeValidator(_upper_level)] = Field("INFO", description="log level (any case)")
     log_format: Literal["text", "json"] = Field("text", description="`text` lines, or `json`: one JSON "

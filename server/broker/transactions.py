@@ -94,3 +94,6 @@ class Transactions:
 
     def __len__(self) -> int:
         return len(self._open)
+
+    def __contains__(self, tx: object) -> bool:
+        return tx in self._open

@@ -28,6 +28,7 @@ import asyncio
 import logging
 import weakref
 from collections import deque
+from collections.abc import Callable
 from typing import cast
 
 from pymq.errors import FrameTimeout, HeartbeatTimeout, PymqError, ResourceLimit
@@ -64,8 +65,10 @@ def unauthenticated_bytes(broker) -> UnauthenticatedBytes:
 
 
 class StompServerProtocol(asyncio.Protocol):
-    def __init__(self, broker, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, broker, loop: asyncio.AbstractEventLoop,
+                 session_type: Callable[..., BrokerSession] = BrokerSession) -> None:
         self.broker = broker
+        self.session_type = session_type    # the multi-worker broker's HomeSession (server/cores)
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.session: BrokerSession | None = None
@@ -117,7 +120,7 @@ class StompServerProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) else None
         self.certificate_subject = peer_subject(transport)   # mutual TLS: read by CONNECT
-        session = self.session = BrokerSession(self.broker, self, host, self.broker.new_connection_id())
+        session = self.session = self.session_type(self.broker, self, host, self.broker.new_connection_id())
         session.conn.limit_until_connected(cfg.max_connect_frame_size)
         # a client that never sends CONNECT must not hold a connection forever
         self._connect_timer = self.loop.call_later(cfg.connect_timeout_ms / 1000, self._connect_deadline)
@@ -289,6 +292,11 @@ class StompServerProtocol(asyncio.Protocol):
         else:
             # the body itself, referenced: a large message is held once, whatever the subscribers
             self._write((head + message.header_block(version) + b"\n", body, b"\x00"))
+
+    def write_encoded(self, data: bytes) -> None:
+        """Frames another worker encoded for this connection (server/cores: a MESSAGE or ERROR from the
+        destination's owner), written in order with this connection's own."""
+        self._write((data,))
 
     # -- output ----------------------------------------------------------------------------------
     def _write(self, pieces: tuple) -> None:

@@ -1,0 +1,323 @@
+"""A client connection at its home worker when destinations live in several workers (spec/cores.md §3).
+
+:class:`HomeSession` is the ordinary session plus one decision per frame: is the destination (or the
+delivery an ACK names) owned here? Then the frame is handled here as always. Otherwise it is
+re-encoded and forwarded, as received, to the owner's shadow of this connection (shadow.py), opened
+on first use with the principal this home authenticated. What comes back — MESSAGEs, ERRORs — is
+written to the client as the owner encoded it.
+
+Receipts. A RECEIPT confirms every earlier frame of the connection (spec/stomp.md §5), wherever it was
+handled: each receipt waits at a *gate* for the local receipt queue (its store barrier) and for every
+owner that was sent frames since the previous receipt — the owner the frame itself went to answers
+with its own RECEIPT (carrying the message id), the others get a barrier (a SEND to
+shadow.BARRIER with a receipt), answered after their store's barrier. Gates open in order.
+
+Transactions. A transaction's operations must all go to one worker: the first SEND or ACK of a
+transaction fixes it (BEGIN is forwarded to that owner then); a later operation for another worker is
+refused with an ERROR naming both workers and destinations, and the connection closes: nothing of the
+transaction is applied anywhere (each side aborts it when the connection goes). Two-phase commit
+across workers is not built (spec/cores.md §3).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from pymq.errors import InvalidHeader, TransactionError
+from pymq.protocol.frame import Frame
+from pymq.protocol.scanner import FrameScanner, encode_frame
+from pymq_server.broker.session import BrokerSession
+from pymq_server.cores.envelope import Kind
+from pymq_server.cores.shadow import BARRIER
+
+if TYPE_CHECKING:
+    from pymq_server.broker.broker import Broker
+    from pymq_server.cores.mesh import Mesh
+
+log = logging.getLogger("pymq.cores")
+
+
+class Gate:
+    """One client receipt and the parties (here, and owners) it still waits for."""
+
+    __slots__ = ("receipt_id", "extra", "waiting")
+
+    def __init__(self, receipt_id: str) -> None:
+        self.receipt_id = receipt_id
+        self.extra: dict[str, str] = {}
+        self.waiting = 0
+
+
+class HomeSession(BrokerSession):
+    def __init__(self, mesh: Mesh, broker: Broker, link: Any, peer_host: str | None, conn_id: str) -> None:
+        self.mesh = mesh
+        self.me = mesh.me
+        self._writable = True
+        self._opened: set[int] = set()                  # owners holding a shadow of this connection
+        self._remote_subs: dict[str, int] = {}          # subscription id -> owner
+        self._touched: set[int] = set()                 # owners sent frames since the last gate
+        self._gates: deque[Gate] = deque()              # receipts not yet given, in order
+        self._local_gates: deque[Gate] = deque()        # ... waiting for the local receipt queue
+        self._owner_gates: dict[int, deque[Gate]] = {}  # ... waiting for an owner's RECEIPT
+        self._tx_owner: dict[str, tuple[int, str]] = {}  # transaction -> (its worker, first destination)
+        self._disconnecting = False
+        # "w<k>" first: a temporary destination's global name tmp.<id>.<local> then names this worker
+        super().__init__(broker, link, peer_host, f"w{mesh.me}{conn_id}")
+        mesh.homes[self.id] = self
+
+    # -- output backpressure reaches the owners --------------------------------------------------------
+    @property  # type: ignore[override]
+    def writable(self) -> bool:
+        return self._writable
+
+    @writable.setter
+    def writable(self, value: bool) -> None:
+        if value == self._writable:
+            return
+        self._writable = value
+        kind = Kind.DRAINED if value else Kind.FULL
+        for owner in self._opened:
+            self.mesh.send(owner, kind, self.me, self.id)
+
+    def send_frame(self, command: str, headers: dict, body: bytes = b"") -> None:
+        if command == "CONNECTED":
+            headers["pymq-worker"] = str(self.me)   # which worker is this connection's home (tests, ops)
+        super().send_frame(command, headers, body)
+
+    # -- the one decision ------------------------------------------------------------------------------
+    def _handle(self, frame: Frame) -> None:
+        command = frame.command
+        headers = frame.headers
+        owner = self.me
+        if command == "SEND":
+            owner = self.mesh.ownership.owner(headers["destination"])
+            if owner != self.me:
+                frame = self._own_reply_to(frame)
+        elif command == "SUBSCRIBE":
+            owner = self.mesh.ownership.owner(headers["destination"])
+            if owner != self.me:
+                sub_id = headers.get("id") or headers["destination"]
+                if sub_id in self.consumers or sub_id in self._remote_subs:
+                    raise InvalidHeader(f"subscription id {sub_id!r} is already in use on this connection",
+                                        header="id")
+                self._remote_subs[sub_id] = owner
+        elif command == "UNSUBSCRIBE":
+            sub_id = headers.get("id") or headers.get("destination") or ""
+            remote = self._remote_subs.pop(sub_id, None)
+            if remote is not None:
+                owner = remote
+            elif "destination" in headers and sub_id not in self.consumers:
+                owner = self.mesh.ownership.owner(headers["destination"])   # a durable one, by name
+        elif command == "ACK" or command == "NACK":
+            owner = self._ack_owner(headers)
+        elif command == "COMMIT" or command == "ABORT":
+            self._end_transaction(frame)
+            return
+        elif command == "DISCONNECT":
+            self._disconnect(frame)
+            return
+        tx = headers.get("transaction") if command in ("SEND", "ACK", "NACK") else None
+        if tx is not None:
+            self._transaction_op(tx, owner, frame)
+        receipt = headers.get("receipt")
+        if owner == self.me:
+            if receipt is not None and command not in ("CONNECT", "STOMP"):
+                self._gate(receipt, None)
+            super()._handle(frame)
+            return
+        self.received += 1
+        self._forward(owner, frame)
+        if receipt is not None:
+            self._gate(receipt, owner)
+            self.receipts.receipt(receipt)      # the local part: this connection's own writes here
+        else:
+            self._touched.add(owner)
+
+    def _ack_owner(self, headers: dict[str, str]) -> int:
+        if "pymq-ack-upto" in headers:
+            destination = headers.get("destination")
+            return self.mesh.ownership.owner(destination) if destination else self.me
+        token = headers.get("id") if self.version == "1.2" else headers.get("message-id")
+        sub = headers.get("subscription")
+        if sub is not None and sub in self._remote_subs:
+            return self._remote_subs[sub]
+        owner = self.mesh.ownership.ack_owner(token) if token else None
+        return self.me if owner is None else owner
+
+    def _own_reply_to(self, frame: Frame) -> Frame:
+        """A reply-to naming one of this connection's temporary destinations by its local name is made
+        global here (the owner cannot: the temporary destination lives with its connection)."""
+        reply_to = frame.headers.get("reply-to")
+        if reply_to is None or not reply_to.startswith(("/temp-queue/", "/temp-topic/")):
+            return frame
+        prefix, _, local = reply_to[1:].partition("/")
+        if local.startswith("tmp."):
+            return frame
+        made = self.temp_queue(local) if prefix == "temp-queue" else self.temp_topic(local)
+        headers = dict(frame.headers)
+        headers["reply-to"] = made.destination      # the router's rewrite (router._own_temporary), done here
+        return Frame(frame.command, headers, frame.body)
+
+    # -- forwarding ----------------------------------------------------------------------------------
+    def _forward(self, owner: int, frame: Frame) -> None:
+        mesh = self.mesh
+        if owner not in self._opened:
+            self._opened.add(owner)
+            self._owner_gates[owner] = deque()
+            user = self.user
+            doc = {"user": user.name, "roles": sorted(user.roles), "version": self.version,
+                   "client_id": self.client_id, "host": self.peer_host, "subject": user.certificate_subject}
+            mesh.send(owner, Kind.OPEN, self.me, self.id, json.dumps(doc).encode())
+            if not self._writable:
+                mesh.send(owner, Kind.FULL, self.me, self.id)
+        channel = mesh.send(owner, Kind.FRAME, self.me, self.id,
+                            encode_frame(frame.command, frame.headers, frame.body, self.version))
+        if channel is not None and channel.full:
+            # flow control per channel: this producer waits until the owner has read what is queued
+            channel.hold(self)
+            self.pause_input(f"channel-w{owner}")
+
+    def channel_drained(self, owner: int | None) -> None:
+        self.resume_input(f"channel-w{owner}")
+
+    # -- receipts --------------------------------------------------------------------------------------
+    def _gate(self, receipt_id: str, forwarded_to: int | None) -> Gate:
+        """A gate for ``receipt_id``: the local receipt queue, the owner the frame went to (its
+        RECEIPT), and a barrier at every other owner sent frames since the last gate."""
+        gate = Gate(receipt_id)
+        self._gates.append(gate)
+        gate.waiting += 1
+        self._local_gates.append(gate)
+        touched, self._touched = self._touched, set()
+        if forwarded_to is not None:
+            touched.discard(forwarded_to)
+            gate.waiting += 1
+            self._owner_gates[forwarded_to].append(gate)
+        for owner in touched:
+            self._barrier(owner, gate)
+        return gate
+
+    def _barrier(self, owner: int, gate: Gate) -> None:
+        gate.waiting += 1
+        self._owner_gates[owner].append(gate)
+        self.mesh.send(owner, Kind.FRAME, self.me, self.id,
+                       encode_frame("SEND", {"destination": BARRIER, "receipt": gate.receipt_id}, b"",
+                                    self.version))
+
+    def write_receipt(self, receipt_id: str, extra: dict[str, str] | None) -> None:
+        """The local receipt queue's answer: the local part of the oldest gate waiting for it."""
+        if not self._local_gates:
+            super().write_receipt(receipt_id, extra)
+            return
+        gate = self._local_gates.popleft()
+        if extra:
+            gate.extra.update(extra)
+        gate.waiting -= 1
+        self._open_gates()
+
+    def _open_gates(self) -> None:
+        gates = self._gates
+        while gates and gates[0].waiting == 0 and not self.closed:
+            gate = gates.popleft()
+            BrokerSession.write_receipt(self, gate.receipt_id, gate.extra or None)
+
+    # -- what the owners send back ---------------------------------------------------------------------
+    def from_owner(self, owner: int, kind: Kind, payload: bytes) -> None:
+        if self.closed:
+            return
+        if kind is Kind.FRAME:
+            self.link.write_encoded(payload)
+        elif kind is Kind.RECEIPT:
+            waiting = self._owner_gates.get(owner)
+            if not waiting:
+                log.warning("connection %s: unexpected RECEIPT from worker %d", self.id, owner)
+                return
+            gate = waiting.popleft()
+            frames = FrameScanner(max_frame_size=1 << 20).feed(payload)
+            if frames:
+                extra = {k: v for k, v in frames[0].headers.items() if k != "receipt-id"}
+                gate.extra.update(extra)
+            gate.waiting -= 1
+            self._open_gates()
+        elif kind is Kind.CLOSED:
+            self._opened.discard(owner)
+            if not self._disconnecting:
+                # the owner's side ended (an ERROR, written just before this): so does the connection
+                self.close()
+        elif kind is Kind.PAUSE:
+            self.pause_input(f"owner-w{owner}")
+        elif kind is Kind.RESUME:
+            self.resume_input(f"owner-w{owner}")
+
+    # -- transactions ----------------------------------------------------------------------------------
+    def _transaction_op(self, tx: str, owner: int, frame: Frame) -> None:
+        if tx not in self.transactions:
+            raise TransactionError(f"transaction {tx!r} was not begun on this connection", transaction=tx)
+        what = frame.headers.get("destination") or f"the delivery {frame.headers.get('id') or frame.headers.get('message-id')}"
+        fixed = self._tx_owner.get(tx)
+        if fixed is None:
+            self._tx_owner[tx] = (owner, what)
+            if owner != self.me:
+                self._forward(owner, Frame("BEGIN", {"transaction": tx}, b""))
+            return
+        if fixed[0] != owner:
+            raise TransactionError(
+                f"transaction {tx!r} would span workers w{fixed[0]} ({fixed[1]}) and w{owner} ({what}): with "
+                f"--workers > 1 a transaction's destinations must belong to one worker (spec/cores.md §3); "
+                f"nothing of the transaction was applied", transaction=tx)
+
+    def _end_transaction(self, frame: Frame) -> None:
+        tx = frame.headers["transaction"]
+        fixed = self._tx_owner.pop(tx, None)
+        if fixed is None or fixed[0] == self.me:
+            receipt = frame.headers.get("receipt")
+            if receipt is not None:
+                self._gate(receipt, None)
+            super()._handle(frame)
+            return
+        owner = fixed[0]
+        self.transactions.abort(tx)         # the local record of BEGIN: its operations are all at the owner
+        self.received += 1
+        self._forward(owner, frame)
+        receipt = frame.headers.get("receipt")
+        if receipt is not None:
+            self._gate(receipt, owner)
+            self.receipts.receipt(receipt)
+        else:
+            self._touched.add(owner)
+
+    # -- the end -------------------------------------------------------------------------------------
+    def _disconnect(self, frame: Frame) -> None:
+        for consumer in self.consumers.values():
+            consumer.active = False
+        self._disconnecting = True
+        receipt = frame.headers.get("receipt")
+        for owner in self._opened:
+            # the owner deactivates its consumers, answers the receipt after its barrier, then closes
+            self._forward(owner, frame)
+        if receipt is None:
+            self.close()
+            return
+        self._closing_after_receipts = True
+        gate = Gate(receipt)
+        self._gates.append(gate)
+        gate.waiting += 1
+        self._local_gates.append(gate)
+        for owner in self._opened:
+            gate.waiting += 1
+            self._owner_gates[owner].append(gate)
+        self._touched.clear()
+        self.receipts.receipt(receipt)
+
+    def connection_lost(self) -> None:
+        if self.closed:
+            return
+        for owner in self._opened:
+            self.mesh.send(owner, Kind.CLOSE, self.me, self.id)
+        self._opened.clear()
+        self.mesh.homes.pop(self.id, None)
+        self._gates.clear()
+        self._local_gates.clear()
+        super().connection_lost()

@@ -1,0 +1,102 @@
+"""One worker process of the multi-worker broker: today's broker plus its channels (spec/cores.md §2).
+
+The worker is the ordinary :class:`BrokerServer` (storage, recovery, the broker core, listeners) with
+three differences set before it starts: its STOMP listener binds with ``SO_REUSEPORT`` (the kernel
+spreads new connections over the workers), its sessions are :class:`HomeSession` (forwarding what
+another worker owns), and between recovery and the first accepted connection it builds the channels
+to every other worker — so no client is served before every owner can be reached.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import signal
+
+from pymq_server.app import BrokerServer
+from pymq_server.config import BrokerConfig
+from pymq_server.cores.home import HomeSession
+from pymq_server.cores.mesh import Mesh
+from pymq_server.cores.ownership import worker_node_id
+
+log = logging.getLogger("pymq.cores")
+
+#: a channel that closes while this worker is not stopping is a dead worker, unless the supervisor's
+#: SIGTERM (sent to all workers at once) arrives within this grace: then it is a clean stop
+LOST_GRACE_S = 1.0
+
+
+def worker_config(config: BrokerConfig, k: int, port: int) -> BrokerConfig:
+    """Worker k's settings: its own data directory and node id (its message ids name it), the shared
+    port; the admin port is worker 0's (it answers for all workers: spec/cores.md §3.7)."""
+    return config.model_copy(update={
+        "data_dir": os.path.join(config.data_dir, f"worker-{k}"),
+        "node_id": worker_node_id(config.node_id, k),
+        "port": port,
+        "admin_port": config.admin_port if k == 0 else None,
+    })
+
+
+class Worker:
+    """Worker ``k`` of ``workers``: a BrokerServer and its mesh, run until SIGTERM or a lost channel."""
+
+    def __init__(self, config: BrokerConfig, base_node_id: str, k: int, workers: int, channel_dir: str) -> None:
+        self.config = config
+        self.k = k
+        self.workers = workers
+        self.channel_dir = channel_dir
+        self.base_node_id = base_node_id
+        self.server = BrokerServer(config)
+        self.mesh: Mesh | None = None
+        self.failure: str | None = None
+
+    async def run(self, ready_fd: int) -> int:
+        loop = asyncio.get_running_loop()
+        mesh = self.mesh = Mesh(self.k, self.workers, self.channel_dir, self.base_node_id, loop,
+                                self.config.max_frame_size)
+        server = self.server
+        server.session_type = functools.partial(HomeSession, mesh)
+        server.reuse_port = True
+
+        async def channels() -> None:
+            assert server.broker is not None
+            await mesh.start(server.broker)
+            from pymq_server.cores.admin import install
+            install(server, mesh)
+
+        server.before_listeners = channels
+        stop = asyncio.Event()
+
+        def lost(why: str) -> None:
+            def declare() -> None:
+                if not stop.is_set():
+                    self.failure = why
+                    log.error("worker %d: %s: stopping", self.k, why)
+                    stop.set()
+            loop.call_later(LOST_GRACE_S, declare)
+
+        def clean_stop() -> None:
+            mesh._stopping = True
+            stop.set()
+
+        mesh.on_lost = lost
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, clean_stop)
+        loop.add_signal_handler(signal.SIGHUP, self._reload)
+        started = False
+        try:
+            await server.start()
+            started = True
+            os.write(ready_fd, f"{self.k}\n".encode())
+            os.close(ready_fd)
+            await stop.wait()
+        finally:
+            mesh.stop()
+            if started:
+                await server.stop()
+        return 1 if self.failure else 0
+
+    def _reload(self) -> None:
+        from pymq_server.cli import _reload
+        _reload(self.server)
