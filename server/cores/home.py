@@ -68,7 +68,7 @@ class HomeSession(BrokerSession):
         mesh.homes[self.id] = self
 
     # -- output backpressure reaches the owners --------------------------------------------------------
-    @property  # type: ignore[override]
+    @property
     def writable(self) -> bool:
         return self._writable
 
@@ -97,11 +97,11 @@ class HomeSession(BrokerSession):
                 frame = self._own_reply_to(frame)
         elif command == "SUBSCRIBE":
             owner = self.mesh.ownership.owner(headers["destination"])
+            sub_id = headers.get("id") or headers["destination"]
+            if sub_id in self._remote_subs or (owner != self.me and sub_id in self.consumers):
+                raise InvalidHeader(f"subscription id {sub_id!r} is already in use on this connection",
+                                    header="id")
             if owner != self.me:
-                sub_id = headers.get("id") or headers["destination"]
-                if sub_id in self.consumers or sub_id in self._remote_subs:
-                    raise InvalidHeader(f"subscription id {sub_id!r} is already in use on this connection",
-                                        header="id")
                 self._remote_subs[sub_id] = owner
         elif command == "UNSUBSCRIBE":
             sub_id = headers.get("id") or headers.get("destination") or ""
@@ -255,7 +255,8 @@ class HomeSession(BrokerSession):
     def _transaction_op(self, tx: str, owner: int, frame: Frame) -> None:
         if tx not in self.transactions:
             raise TransactionError(f"transaction {tx!r} was not begun on this connection", transaction=tx)
-        what = frame.headers.get("destination") or f"the delivery {frame.headers.get('id') or frame.headers.get('message-id')}"
+        headers = frame.headers
+        what = headers.get("destination") or f"the delivery {headers.get('id') or headers.get('message-id')}"
         fixed = self._tx_owner.get(tx)
         if fixed is None:
             self._tx_owner[tx] = (owner, what)

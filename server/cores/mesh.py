@@ -178,7 +178,7 @@ class Mesh:
                         raise ClusterError(f"worker {self.me}: worker {j} did not open its channel within "
                                            f"{MESH_TIMEOUT_S:.0f}s") from None
                     await asyncio.sleep(0.05)
-            channel = cast(Channel, proto)
+            channel = proto
             channel.send(Kind.HELLO, self.me, "", str(self.me).encode())
             self.channels[j] = channel
         self._check_complete()

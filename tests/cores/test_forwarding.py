@@ -38,3 +38,89 @@ def test_send_and_receive_whatever_the_homes(broker, owner, producer_home, consu
     consumer.send("DISCONNECT", {"receipt": "bye"})
     r = consumer.read()
     assert r.command == "RECEIPT" and r.headers["receipt-id"] == "bye", r
+
+
+def _receipt(c, rid, timeout=10.0):
+    f = c.read(timeout)
+    assert f.command == "RECEIPT" and f.headers["receipt-id"] == rid, f
+    return f
+
+
+def test_ack_at_a_remote_owner_completes_and_unacked_come_back(broker):
+    dest = owned_by(1)[0]
+    producer = broker.connect(0)
+    for i in range(10):
+        producer.send("SEND", {"destination": dest, "seq": str(i)}, b"x")
+    producer.send("SEND", {"destination": dest, "seq": "end", "receipt": "p"}, b"x")
+    _receipt(producer, "p")
+    consumer = broker.connect(0)          # home 0, owner 1: the ACKs cross
+    consumer.send("SUBSCRIBE", {"destination": dest, "id": "s", "ack": "client-individual"})
+    msgs = _drain_messages(consumer, 11)
+    assert all(m.headers["ack"].startswith("w1.") for m in msgs)   # the token names the owner
+    for m in msgs[:6]:
+        consumer.send("ACK", {"id": m.headers["ack"]})
+    consumer.send("NACK", {"id": msgs[6].headers["ack"], "receipt": "acked"})
+    _receipt(consumer, "acked")
+    consumer.send("DISCONNECT", {"receipt": "bye"})
+    for _ in range(20):                   # the NACKed one may be redelivered here first: never acked
+        f = consumer.read()
+        if f.command == "RECEIPT":
+            assert f.headers["receipt-id"] == "bye"
+            break
+        assert f.command == "MESSAGE" and f.headers["seq"] == "6", f
+    again = broker.connect(1)
+    again.send("SUBSCRIBE", {"destination": dest, "id": "s", "ack": "auto"})
+    back = _drain_messages(again, 5)
+    assert [m.headers["seq"] for m in back] == ["6", "7", "8", "9", "end"]
+    with pytest.raises(TimeoutError):
+        again.read(0.5)
+
+
+def test_an_unknown_ack_token_at_a_remote_owner_is_the_same_error(broker):
+    c = broker.connect(0)
+    c.send("ACK", {"id": "w1.999", "receipt": "a"})
+    f = c.read()
+    assert f.command == "ERROR" and f.headers.get("receipt-id") == "a", f
+    assert "unknown or already acknowledged" in f.headers["message"]
+
+
+def test_a_receipt_covers_frames_sent_to_other_owners_before_it(broker):
+    """SEND to w1's queue (no receipt), then SEND to w0's queue with a receipt: the RECEIPT comes after
+    both owners have the data; a consumer of w1's queue connected afterwards finds it at once."""
+    far, near = owned_by(1)[0], owned_by(0)[0]
+    p = broker.connect(0)
+    for i in range(200):
+        p.send("SEND", {"destination": far, "persistent": "true", "seq": str(i)}, b"far")
+    p.send("SEND", {"destination": near, "persistent": "true", "receipt": "both"}, b"near")
+    _receipt(p, "both")
+    c = broker.connect(1)
+    c.send("SUBSCRIBE", {"destination": far, "id": "s"})
+    got = _drain_messages(c, 200)
+    assert [m.headers["seq"] for m in got] == [str(i) for i in range(200)]
+
+
+def test_subscription_ids_are_one_namespace_across_owners(broker):
+    c = broker.connect(0)
+    c.send("SUBSCRIBE", {"destination": owned_by(1)[0], "id": "same"})
+    c.send("SUBSCRIBE", {"destination": owned_by(0)[0], "id": "same", "receipt": "r"})
+    f = c.read()
+    assert f.command == "ERROR" and "already in use" in f.headers["message"], f
+
+
+def test_reply_to_a_temporary_queue_crosses_workers(broker):
+    requester = broker.connect(0)
+    service_queue = owned_by(1)[0]
+    requester.send("SUBSCRIBE", {"destination": "/temp-queue/replies", "id": "r"})
+    requester.send("SEND", {"destination": service_queue, "reply-to": "/temp-queue/replies", "receipt": "q"},
+                   b"ping")
+    _receipt(requester, "q")
+    service = broker.connect(1)
+    service.send("SUBSCRIBE", {"destination": service_queue, "id": "s"})
+    req = service.read()
+    assert req.command == "MESSAGE", req
+    reply_to = req.headers["reply-to"]
+    assert reply_to.startswith("/temp-queue/tmp.w0"), reply_to     # global name naming its home
+    service.send("SEND", {"destination": reply_to, "receipt": "a"}, b"pong")
+    _receipt(service, "a")
+    ans = requester.read()
+    assert ans.command == "MESSAGE" and ans.body == b"pong", ans

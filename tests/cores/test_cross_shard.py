@@ -1,0 +1,220 @@
+"""What crosses workers: transactions, permissions, durability across a kill -9 of every worker, the
+supervisor when a worker dies, and an independent client (stomp.py) (spec/cores.md §3)."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.cores.conftest import owned_by, start_broker, stop_broker
+from tests.cores.test_forwarding import _drain_messages, _receipt
+
+
+def _empty(c, dest, sub="chk"):
+    c.send("SUBSCRIBE", {"destination": dest, "id": sub})
+    with pytest.raises(TimeoutError):
+        c.read(0.7)
+
+
+@pytest.mark.parametrize("owner", [0, 1])
+def test_a_transaction_on_one_owner_commits_atomically(broker, owner):
+    a, b = owned_by(owner, count=2)
+    p = broker.connect(0)
+    p.send("BEGIN", {"transaction": "t"})
+    for i in range(5):
+        p.send("SEND", {"destination": a if i % 2 else b, "transaction": "t", "seq": str(i)}, b"x")
+    c = broker.connect(1)
+    c.send("SUBSCRIBE", {"destination": a, "id": "a"})
+    c.send("SUBSCRIBE", {"destination": b, "id": "b", "receipt": "subs"})
+    _receipt(c, "subs")
+    with pytest.raises(TimeoutError):
+        c.read(0.5)                        # nothing visible before COMMIT
+    p.send("COMMIT", {"transaction": "t", "receipt": "done"})
+    _receipt(p, "done")
+    got = _drain_messages(c, 5)
+    assert sorted(m.headers["seq"] for m in got) == ["0", "1", "2", "3", "4"]
+
+
+def test_a_transaction_spanning_owners_is_refused_and_nothing_is_applied(broker):
+    on0, on1 = owned_by(0)[0], owned_by(1)[0]
+    p = broker.connect(0)
+    p.send("BEGIN", {"transaction": "t"})
+    p.send("SEND", {"destination": on1, "transaction": "t"}, b"one")
+    p.send("SEND", {"destination": on0, "transaction": "t", "receipt": "r"}, b"two")
+    f = p.read()
+    assert f.command == "ERROR" and f.headers.get("receipt-id") == "r", f
+    assert "span workers w1" in f.headers["message"] and "w0" in f.headers["message"], f.headers
+    assert "nothing of the transaction was applied" in f.headers["message"]
+    with pytest.raises(ConnectionError):
+        p.read(5)
+    c = broker.connect(1)
+    _empty(c, on0, "x0")
+    _empty(c, on1, "x1")
+
+
+def test_ack_and_send_of_one_transaction_on_one_remote_owner(broker):
+    src, dst = owned_by(1, count=2)
+    p = broker.connect(1)
+    p.send("SEND", {"destination": src, "receipt": "in"}, b"work")
+    _receipt(p, "in")
+    c = broker.connect(0)
+    c.send("SUBSCRIBE", {"destination": src, "id": "s", "ack": "client-individual"})
+    m = c.read()
+    c.send("BEGIN", {"transaction": "t"})
+    c.send("ACK", {"id": m.headers["ack"], "transaction": "t"})
+    c.send("SEND", {"destination": dst, "transaction": "t"}, b"result")
+    c.send("ABORT", {"transaction": "t", "receipt": "ab"})
+    _receipt(c, "ab")
+    c.send("BEGIN", {"transaction": "t2"})
+    c.send("ACK", {"id": m.headers["ack"], "transaction": "t2"})
+    c.send("SEND", {"destination": dst, "transaction": "t2"}, b"result")
+    c.send("COMMIT", {"transaction": "t2", "receipt": "cm"})
+    _receipt(c, "cm")
+    c.send("DISCONNECT", {"receipt": "bye"})
+    _receipt(c, "bye")
+    d = broker.connect(0)
+    d.send("SUBSCRIBE", {"destination": dst, "id": "d"})
+    assert d.read().body == b"result"
+    _empty(d, src)                         # the ACK was applied with the SEND
+
+
+def _passwd(users, name, password, roles=None):
+    args = [sys.executable, "-m", "pymq_server.cli", "passwd", name, "--users-file", str(users), "--password-stdin"]
+    if roles:
+        args += ["--roles", roles]
+    subprocess.run(args, input=password + "\n", text=True, check=True, capture_output=True, timeout=60)
+
+
+def test_permission_refused_through_a_remote_owner_as_through_a_local_one(tmp_path):
+    users = tmp_path / "users.yaml"
+    _passwd(users, "alice", "alice-pw", "admin")
+    _passwd(users, "bob", "bob-pw", "app")
+    cfg = tmp_path / "broker.yaml"
+    cfg.write_text(f"users_file: {users}\ndefault_permissions: {{'role:app': [consume, browse]}}\n")
+    cluster = start_broker(str(tmp_path / "data"), "--config", str(cfg))
+    try:
+        messages = {}
+        for owner in (0, 1):
+            dest = owned_by(owner, prefix="/queue/acl.")[0]
+            bob = cluster.connect(0, login="bob", passcode="bob-pw")
+            bob.send("SEND", {"destination": dest, "receipt": "r"}, b"nope")
+            f = bob.read()
+            assert f.command == "ERROR" and f.headers.get("receipt-id") == "r", f
+            messages[owner] = f.headers["message"].replace(dest, "<dest>")
+            alice = cluster.connect(1, login="alice", passcode="alice-pw")
+            alice.send("SUBSCRIBE", {"destination": dest, "id": "a"})
+            with pytest.raises(TimeoutError):
+                alice.read(0.7)
+        assert messages[0] == messages[1] and "bob" in messages[1], messages
+    finally:
+        stop_broker(cluster)
+
+
+def test_persistent_messages_survive_kill_9_of_every_worker(tmp_path):
+    data = str(tmp_path / "data")
+    cluster = start_broker(data)
+    dests = {k: owned_by(k, prefix="/queue/durable.")[0] for k in (0, 1)}
+    try:
+        for home in (0, 1):
+            p = cluster.connect(home)
+            for dest in dests.values():
+                for i in range(20):
+                    p.send("SEND", {"destination": dest, "persistent": "true", "seq": f"{home}-{i}"}, b"keep")
+            p.send("SEND", {"destination": dests[home], "persistent": "true", "receipt": "all",
+                            "seq": f"{home}-end"}, b"keep")
+            _receipt(p, "all")
+        for pid in cluster.workers_alive():
+            os.kill(pid, signal.SIGKILL)
+        cluster.proc.wait(30)
+        assert cluster.proc.returncode == 1         # the supervisor says a worker died, and stops
+    finally:
+        stop_broker(cluster)
+    again = start_broker(data)
+    try:
+        for k, dest in dests.items():
+            c = again.connect(1 - k)
+            c.send("SUBSCRIBE", {"destination": dest, "id": "s"})
+            want = [f"0-{i}" for i in range(20)] + (["0-end"] if k == 0 else [])
+            want += [f"1-{i}" for i in range(20)] + (["1-end"] if k == 1 else [])
+            got = [m.headers["seq"] for m in _drain_messages(c, len(want))]
+            assert got == want
+    finally:
+        stop_broker(again)
+
+
+def test_a_worker_killed_stops_the_broker_loudly(broker):
+    c = broker.connect(0)
+    pids = broker.workers_alive()
+    assert len(pids) == 2
+    victim = pids[1]
+    os.kill(victim, signal.SIGKILL)
+    broker.proc.wait(30)
+    assert broker.proc.returncode == 1
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_alive(p) for p in pids):
+        time.sleep(0.1)
+    assert not any(_alive(p) for p in pids)
+    text = "".join(broker.stderr)
+    assert f"(pid {victim}) was killed by signal 9 (SIGKILL); stopping the other workers" in text, text
+    with pytest.raises((ConnectionError, OSError)):
+        c.read(5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:   # a zombie not yet reaped counts as gone
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_stomp_py_producer_and_consumer_on_different_workers(broker):
+    import stomp
+
+    from tests.stomp_py_client import Collector
+
+    class Homed(Collector):
+        home = ""
+
+        def on_connected(self, frame):
+            self.home = frame.headers.get("pymq-worker", "")
+
+    dest = owned_by(1, prefix="/queue/stomppy.")[0]
+    conns = []
+    by_home: dict[str, tuple] = {}
+    try:
+        for _ in range(100):             # stomp.py cannot choose its worker: connect until both are homes
+            c = stomp.Connection12([("127.0.0.1", broker.port)], heartbeats=(0, 0))
+            listener = Homed()
+            c.set_listener("collector", listener)
+            c.connect("guest", "guest", wait=True)
+            conns.append(c)
+            by_home.setdefault(listener.home, (c, listener))
+            if len(by_home) == 2:
+                break
+        consumer, listener = by_home["0"]         # home 0, owner 1: MESSAGEs and ACKs cross
+        producer, _ = by_home["1"]
+        consumer.subscribe(dest, id="1", ack="client-individual")
+        for i in range(20):
+            producer.send(dest, f"m{i}", headers={"seq": str(i)})
+        bodies = []
+        for _ in range(20):
+            frame = listener.next(10)
+            bodies.append(frame.body)
+            consumer.ack(frame.headers["ack"])
+        assert bodies == [f"m{i}" for i in range(20)]
+        assert listener.errors.empty()
+    finally:
+        for c in conns:
+            try:
+                c.disconnect()
+            except Exception:  # noqa: BLE001 - a connection the broker closed already
+                pass
