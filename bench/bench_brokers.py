@@ -18,6 +18,8 @@ Rows (groups chosen with --workloads):
     i  i / in   1 -> 1 queue, client-individual ACK per message, prefetch 1000; in persistent:false, pymq only
     e  e / ep / en   latency at a steady 2,000 msg/s (p50/p99/p99.9): no header, persistent:true, false
     k  k / kp   1 KiB bodies, persistent:false and persistent:true with receipts (not in the default set)
+    m  m / md   4 queues, one producer and one consumer each; persistent:false and no header (not in the
+                default set; the rows where --pymq-workers 2 can use both workers)
     sdk (pymq only) the SDK's send and receive loops over stomp:// and vm://, beside qn/qp of the same run
 Every message is checked (no loss, no duplicate). Exit status: 1 on loss, duplication or a harness error,
 never because of speed; a peer that cannot be installed or started is reported and skipped.
@@ -92,6 +94,14 @@ WORKLOADS = [
              20_000, 4_000, seconds=10.0, quick_seconds=2.0),
     Workload("en", "e", "2,000 msg/s, persistent:false", dict(size=128, rate=2000.0, persistent=False),
              20_000, 4_000, seconds=10.0, quick_seconds=2.0, peer_row="e"),
+    # Several independent streams: the rows a multi-worker pymq (--pymq-workers) can spread over its workers
+    # (one queue is one worker's, by design: spec/cores.md §4).
+    Workload("m", "m", "4 queues, 1->1 each, persistent:false", dict(
+        size=128, producers=4, consumers=4, destinations=4, persistent=False), 50_000, 5_000,
+        note="count is per producer"),
+    Workload("md", "m", "4 queues, 1->1 each, SEND without persistent", dict(
+        size=128, producers=4, consumers=4, destinations=4, persistent=None), 50_000, 5_000,
+        note="count is per producer"),
     Workload("k", "k", "1->1 queue 1 KiB, persistent:false", dict(size=1024, persistent=False), 150_000, 15_000),
     Workload("kp", "k", "1->1 queue 1 KiB, persistent:true, RECEIPT every 100", dict(
         size=1024, persistent=True, **_CAREFUL), 50_000, 5_000),
@@ -351,6 +361,16 @@ def ratios(rows: list[Row]) -> dict:
             if wl.startswith("e") and p.result.lat_p99_us:
                 d["p99_latency"] = row.result.lat_p99_us / p.result.lat_p99_us
             out.setdefault(wl, {})[peer] = d
+    # The multi-worker broker over the one-process one, same rows, same run (spec/cores.md §4).
+    for (broker, wl), row in by.items():
+        if broker.startswith("pymq-w") and ("pymq", wl) in by:
+            one = by[("pymq", wl)]
+            d = {}
+            if one.result.rate:
+                d["throughput"] = row.result.rate / one.result.rate
+            if one.broker_cpu_us_per_msg:
+                d["cpu_per_msg"] = row.broker_cpu_us_per_msg / one.broker_cpu_us_per_msg
+            out.setdefault(wl, {})[f"{broker}_over_pymq"] = d
     # What durability costs pymq: broker CPU per message of the durable rows over the same stream with
     # persistent:false (the goal: at most 1.3).
     for durable, plain in (("q", "qn"), ("qp", "qn"), ("c", "cn"), ("d", "dn"), ("i", "in"), ("kp", "k")):
@@ -373,6 +393,10 @@ def print_ratios(rat: dict) -> None:
             if peer.endswith("durable_cpu_over_nondurable"):
                 who = "pymq-base" if peer.startswith("base") else "pymq"
                 parts.append(f"{who} broker CPU/msg over its {d['baseline']} {d['ratio']:.2f}")
+                continue
+            if peer.endswith("_over_pymq"):
+                parts.append(f"{peer[:-len('_over_pymq')]} / pymq: throughput {d.get('throughput', 0):.2f}, "
+                             f"cpu/msg {d.get('cpu_per_msg', 0):.2f}")
                 continue
             if peer == "sdk_over_loadclient":
                 parts.append(f"SDK / load client {d['baseline']} (pymq): send loop {d['send']:.2f}, "
@@ -472,6 +496,8 @@ def main(argv=None) -> int:
     ap.add_argument("--pymq-base", default="",
                     help="the pymq-server of another build (e.g. a worktree of main with its own venv), run as "
                          "broker pymq-base beside pymq: old and new in the same run")
+    ap.add_argument("--pymq-workers", type=int, default=0,
+                    help="also run `pymq-server --workers N` as broker pymq-wN beside pymq (spec/cores.md)")
     ap.add_argument("--pin-broker", default="",
                     help="CPU list (taskset -c syntax, e.g. 0) for every broker's threads")
     ap.add_argument("--pin-client", default="",
@@ -494,8 +520,11 @@ def main(argv=None) -> int:
     brokers = [s.strip() for s in a.brokers.split(",") if s.strip()]
     if a.pymq_base and "pymq-base" not in brokers:
         brokers.insert(1 if "pymq" in brokers else 0, "pymq-base")
+    workers_name = f"pymq-w{a.pymq_workers}" if a.pymq_workers > 1 else ""
+    if workers_name and workers_name not in brokers:
+        brokers.insert(brokers.index("pymq") + 1 if "pymq" in brokers else 0, workers_name)
     groups = {s.strip() for s in a.workloads.split(",") if s.strip()}
-    unknown = [b for b in brokers if b not in BROKERS and b != "pymq-base"] + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"})
+    unknown = [b for b in brokers if b not in BROKERS and b not in ("pymq-base", workers_name)] + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"})
     if unknown:
         ap.error(f"unknown broker or workload: {', '.join(unknown)}")
     # A SIGTERM (CI's timeout, kill) must still stop the brokers: they run in sessions of their own and
@@ -513,7 +542,12 @@ def main(argv=None) -> int:
             # against each in turn: other people's load on this shared machine then hits all brokers alike
             # instead of whichever one happened to run during it.
             for name in brokers:
-                b = PymqBroker(name=name, exe=a.pymq_base, log=log) if name == "pymq-base" else BROKERS[name](log=log)
+                if name == "pymq-base":
+                    b: Broker = PymqBroker(name=name, exe=a.pymq_base, log=log)
+                elif name == workers_name:
+                    b = PymqBroker(name=name, workers=a.pymq_workers, log=log)
+                else:
+                    b = BROKERS[name](log=log)
                 try:
                     b.start(tmp)
                     versions[name] = b.version

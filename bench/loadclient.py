@@ -172,6 +172,13 @@ class LoadSpec:
     # Consumers subscribe only once every producer is done (needs max_in_flight=0): they drain a backlog of
     # everything sent; RunResult.drain_rate is then the figure (first to last delivery).
     backlog_first: bool = False
+    # Destinations: 1 = `destination` itself; N > 1 = `destination.0` .. `destination.N-1`, producer and
+    # consumer i on number i % N (several independent streams: what a multi-worker broker can spread).
+    destinations: int = 1
+
+
+def destination_of(spec: LoadSpec, index: int) -> str:
+    return spec.destination if spec.destinations <= 1 else f"{spec.destination}.{index % spec.destinations}"
 
 
 def endpoint_for(ep: "Endpoint | list[Endpoint]", index: int) -> "Endpoint":
@@ -331,7 +338,7 @@ def _app_header_maker(n: int):
 async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result: dict, shared) -> None:
     conn = await open_connection(ep)
     make = _body_maker(spec.size)
-    headers = {"destination": spec.destination}
+    headers = {"destination": destination_of(spec, pid)}
     if spec.persistent or (spec.persistent is not None and ep.explicit_non_persistent):
         headers["persistent"] = "true" if spec.persistent else "false"
     headers.update(spec.extra_send_headers)
@@ -512,7 +519,7 @@ async def _consume(ep: Endpoint, spec: LoadSpec, cidx: int, tallies: list, subsc
     tally = _Tally(spec.producers, spec.count + 1, spec.ack, cidx, shared.received, spec.app_headers >= 3)
     tallies.append(tally)
     conn = await open_connection(ep, on_message=tally)
-    sub = {"id": str(cidx), "destination": spec.destination, "ack": spec.ack, "receipt": "sub"}
+    sub = {"id": str(cidx), "destination": destination_of(spec, cidx), "ack": spec.ack, "receipt": "sub"}
     if ep.prefetch_header:
         sub[ep.prefetch_header] = str(spec.prefetch)
     if spec.subscribe_headers:

@@ -219,6 +219,8 @@ class PymqBroker(Broker):
     # Another build of pymq (e.g. pymq-base: the main branch in a scratch worktree with its own venv) is
     # the same broker started from its own `pymq-server`, so old and new are measured in one run.
     exe: str = ""
+    # more than 1: `pymq-server --workers N` (spec/cores.md), run as broker pymq-wN beside pymq
+    workers: int = 1
 
     def ensure_installed(self) -> None:
         exe = self.exe or shutil.which("pymq-server")
@@ -238,6 +240,8 @@ class PymqBroker(Broker):
         data = os.path.join(self.workdir, "data")
         os.makedirs(data, exist_ok=True)
         argv = [self.exe, "--host", LOOPBACK, "--port", str(self.stomp_port), "--data-dir", data]
+        if self.workers > 1:
+            argv += ["--workers", str(self.workers)]
         return self.popen(argv)
 
 
