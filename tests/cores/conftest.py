@@ -47,6 +47,9 @@ class Cluster:
                 if frame.headers.get("pymq-worker") == str(worker):
                     self.conns.append(c)
                     return c
+                # a clean DISCONNECT: whatever it held (a client id) is free again before we go on
+                c.send("DISCONNECT", {"receipt": "spare"})
+                c.read()
                 spare.append(c)
             raise AssertionError(f"no connection landed on worker {worker} in 200 tries")
         finally:
