@@ -113,6 +113,7 @@ class BrokerServer:
         self.session_type: Callable[..., BrokerSession] = BrokerSession
         self.reuse_port = False
         self.before_listeners: Callable[[], Awaitable[None]] | None = None
+        self.cores: Any = None         # worker 0's admin over all workers (server/cores/admin.py)
 
     def _core(self) -> tuple[Broker, HoldingStore, AsyncioRuntime]:
         """What :meth:`start_core` built; asking before it ran is a bug of the caller."""

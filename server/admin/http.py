@@ -75,7 +75,8 @@ class AdminHttp:
         self.runner: web.AppRunner | None = None
         self.sessions = ConsoleSessions()
         self._console = _load_console()
-        self._registry = registry_for(server.admin)
+        self._cores = getattr(server, "cores", None)      # a multi-worker broker: answers for all workers
+        self._registry = registry_for(server.admin, self._cores.collector if self._cores is not None else None)
 
     @property
     def admin(self):
@@ -237,6 +238,8 @@ class AdminHttp:
             # the exposition names every destination: administrators and the monitor role only
             return web.Response(status=403, text=f"user '{user.name}' may not read metrics: the admin or "
                                                  f"monitor role is needed\n")
+        if self._cores is not None:
+            await self._cores.refresh_metrics()
         body, content_type = exposition(self._registry, request.headers.get("Accept", ""))
         response = web.Response(body=body)
         response.headers["Content-Type"] = content_type
@@ -272,6 +275,8 @@ class AdminHttp:
         answer: asyncio.Future = asyncio.get_running_loop().create_future()
         self.admin.submit(user, op, args, answer.set_result)
         result = await answer
+        if result["ok"] and self._cores is not None:
+            result = await self._cores.merge(user, op, args, result)
         if result["ok"]:
             return web.json_response(result, dumps=_dumps)
         if result.get("internal"):

@@ -160,9 +160,11 @@ class BrokerCollector:
             yield outbox
 
 
-def registry_for(admin) -> CollectorRegistry:
+def registry_for(admin, wrap=None) -> CollectorRegistry:
+    """``wrap``: the multi-worker broker's collector over every worker's (server/cores/admin.py)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(BrokerCollector(admin))
+    collector = BrokerCollector(admin)
+    registry.register(wrap(collector) if wrap is not None else collector)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     return registry

@@ -151,7 +151,8 @@ class Mesh:
         self.shadows: dict[tuple[int, str], ShadowProtocol] = {}     # (home, conn id) -> shadow here
         self.broker: Broker | None = None
         self.on_lost: Callable[[str], None] = lambda why: None
-        self.queries: dict[str, Callable[[dict], Any]] = {}         # admin op -> answer (this worker's)
+        # admin questions this worker answers: op -> handler(args, reply)
+        self.queries: dict[str, Callable[[dict, Callable[[Any], None]], None]] = {}
         self._answers: dict[int, asyncio.Future] = {}
         self._query_ids = 0
         self._complete = asyncio.Event()
@@ -211,7 +212,11 @@ class Mesh:
         self.on_lost(f"channel to worker {channel.peer} lost ({why})")
 
     def stop(self) -> None:
+        """Shadows first: what their connections held goes back to its queues before storage closes."""
         self._stopping = True
+        for shadow in list(self.shadows.values()):
+            if shadow.session is not None:
+                shadow.session.close()
         if self._server is not None:
             self._server.close()
         for channel in self.channels.values():
@@ -251,37 +256,45 @@ class Mesh:
         self.shadows.pop((home, conn), None)
 
     # -- admin: ask every worker ---------------------------------------------------------------------
-    async def ask_all(self, op: str, timeout: float = 5.0) -> list[Any]:
-        """This worker's answer to ``op`` and every other worker's, in worker order."""
-        answers: list[Any] = []
-        futures = []
+    async def ask_all(self, op: str, args: dict, timeout: float = 5.0) -> list[Any]:
+        """Every worker's answer to ``op`` (this one's too), in worker order; None for a worker that did
+        not answer within ``timeout``."""
+        futures: dict[int, asyncio.Future] = {}
         for k in range(self.workers):
-            if k == self.me:
-                continue
             self._query_ids += 1
             qid = self._query_ids
-            fut = self._answers[qid] = self.loop.create_future()
-            futures.append((k, qid, fut))
-            self.send(k, Kind.QUERY, k, "", json.dumps({"id": qid, "op": op}).encode())
-        mine = self.queries[op]({})
-        by_worker: dict[int, Any] = {self.me: mine}
-        for k, qid, fut in futures:
+            futures[k] = self._answers[qid] = self.loop.create_future()
+            if k == self.me:
+                self._answer(op, args, lambda result, qid=qid: self._resolve(qid, result))  # type: ignore[misc]
+            else:
+                self.send(k, Kind.QUERY, k, "", json.dumps({"id": qid, "op": op, "args": args}).encode())
+        answers: list[Any] = []
+        for k in range(self.workers):
             try:
-                by_worker[k] = await asyncio.wait_for(fut, timeout)
+                answers.append(await asyncio.wait_for(futures[k], timeout))
             except asyncio.TimeoutError:
-                by_worker[k] = None
-            finally:
-                self._answers.pop(qid, None)
-        answers = [by_worker.get(k) for k in range(self.workers)]
+                answers.append(None)
+        for qid in [q for q, f in self._answers.items() if f in futures.values()]:
+            del self._answers[qid]
         return answers
+
+    def _answer(self, op: str, args: dict, reply: Callable[[Any], None]) -> None:
+        handler = self.queries.get(op)
+        if handler is None:
+            reply(None)
+            return
+        handler(args, reply)
+
+    def _resolve(self, qid: int, result: Any) -> None:
+        fut = self._answers.get(qid)
+        if fut is not None and not fut.done():
+            fut.set_result(result)
 
     def _admin(self, peer: int, kind: Kind, payload: bytes) -> None:
         doc = json.loads(payload)
         if kind is Kind.QUERY:
-            answer = self.queries.get(doc["op"])
-            result = answer({}) if answer is not None else None
-            self.send(peer, Kind.ANSWER, peer, "", json.dumps({"id": doc["id"], "result": result}).encode())
+            def reply(result: Any) -> None:
+                self.send(peer, Kind.ANSWER, peer, "", json.dumps({"id": doc["id"], "result": result}).encode())
+            self._answer(doc["op"], doc.get("args") or {}, reply)
             return
-        fut = self._answers.get(doc["id"])
-        if fut is not None and not fut.done():
-            fut.set_result(doc["result"])
+        self._resolve(doc["id"], doc["result"])

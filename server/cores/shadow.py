@@ -128,8 +128,9 @@ class ShadowProtocol(StompServerProtocol):
         session.user = User(str(doc["user"]), "", frozenset(doc.get("roles", ())),
                             certificate_subject=doc.get("subject"))
         self._connected = True
+        # not in broker.sessions: a shadow is not a connection (the home counts it against
+        # max_connections, lists it, and closes it); the mesh closes shadows when the worker stops
         try:
-            self.broker.session_opened(session)
             client_id = doc.get("client_id")
             if client_id:
                 session.client_id = client_id
