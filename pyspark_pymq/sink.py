@@ -30,6 +30,7 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
+from pymq.client.blocking import PendingReceipt, start_send_arrow
 from pymq.errors import ConfigError, MessageFormatError
 from pymq.message import now_ms
 from pyspark_pymq._arrow import (
@@ -83,6 +84,8 @@ def check_schema(schema, opts: WriteOptions) -> None:
 
 #: rows of one bulk SEND are cut so its body stays near this size (well under a broker's max_frame_size)
 BULK_FRAME_BYTES = 4 * 1024 * 1024
+#: bulk SENDs a task keeps on the wire unanswered (the next one is built while the broker takes this one)
+BULK_FRAMES_IN_FLIGHT = 2
 
 
 class _NoArrow(Exception):
@@ -113,31 +116,44 @@ def _send_bulk(opts: WriteOptions, batches: Iterator[pa.RecordBatch], dedup_base
                held: list) -> SentMessages:
     """Rows gathered per destination, across Spark's Arrow batches (10,000 rows each by default), into
     bulk SENDs of about BULK_FRAME_BYTES: fewer, larger frames, each waiting once for its durable
-    receipt."""
+    receipt.  After the first frame (whose answer says whether the broker takes Arrow at all), one frame
+    stays in flight while the next is built: the broker appends and syncs frame k while Spark hands over
+    the rows of frame k + 1.  The task reports success only after its last receipt."""
     defaults = {"delivery_mode": opts.delivery_mode, "priority": opts.priority,
                 "time_to_live": opts.time_to_live}
     sent = 0
     pending: dict[str, tuple[list, int, int]] = {}      # destination -> (batches, bytes, first row)
+    in_flight: list[tuple[PendingReceipt, str, int, int]] = []     # (receipt, destination, rows, first row)
     state = {"first": True}
 
     with CONNECTIONS.session(opts.connection) as session:
+        def settle(limit: int) -> None:
+            """Wait for receipts until at most ``limit`` frames are in flight."""
+            while len(in_flight) > limit:
+                receipt, dest, rows, first_row = in_flight.pop(0)
+                try:
+                    receipt.result()
+                except MessageFormatError as exc:
+                    if state["first"] and "no pyarrow" in str(exc):
+                        raise _NoArrow() from None
+                    raise MessageFormatError(f"a bulk SEND of {rows} rows to {dest}, from row {first_row} of "
+                                             f"this partition on: {exc}") from None
+                if state["first"]:
+                    state["first"] = False
+                    held.clear()
+
         def flush(dest: str) -> None:
             parts, _, first_row = pending.pop(dest)
             rows = sum(b.num_rows for b in parts)
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, parts[0].schema) as writer:
-                for part in parts:
-                    writer.write_batch(part)
-            try:
-                session.send_arrow(dest, sink.getvalue().to_pybytes())
-            except MessageFormatError as exc:
-                if state["first"] and "no pyarrow" in str(exc):
-                    raise _NoArrow() from None
-                raise MessageFormatError(f"a bulk SEND of {rows} rows to {dest}, from row {first_row} of this "
-                                         f"partition on: {exc}") from None
+                # one batch per frame: the broker keeps it as it comes (no combining of chunks there)
+                writer.write_batch(parts[0] if len(parts) == 1 else
+                                   pa.Table.from_batches(parts).combine_chunks().to_batches()[0])
+            settle(0 if state["first"] else BULK_FRAMES_IN_FLIGHT - 1)
+            in_flight.append((start_send_arrow(session, dest, sink.getvalue().to_pybytes()), dest, rows, first_row))
             if state["first"]:
-                state["first"] = False
-                held.clear()
+                settle(0)          # the first frame's answer says whether the broker takes Arrow at all
 
         for batch in batches:
             for dest, rows in rows_to_bulk(batch, opts.destination, defaults, sent, dedup_base, now_ms()):
@@ -152,6 +168,7 @@ def _send_bulk(opts: WriteOptions, batches: Iterator[pa.RecordBatch], dedup_base
             sent += batch.num_rows
         for dest in list(pending):
             flush(dest)
+        settle(0)
     return SentMessages(partition, sent)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import fnmatch
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -50,6 +51,7 @@ from pymq.errors import (
     DataLoss,
     PymqError,
 )
+from pymq.client.blocking import PendingRange, start_range
 from pymq.errors import TimeoutError as BrokerTimeout
 from pyspark_pymq._arrow import check_wire_schema, read_ddl, wire_to_read
 from pyspark_pymq._connections import CONNECTIONS
@@ -112,12 +114,22 @@ def retrying(fn: Callable[[], T], retries: int, interval_ms: int, what: str) -> 
 ARROW_FETCH_BYTES = 32 * 1024 * 1024
 
 
+#: range requests a task keeps on the wire: the broker builds (and the socket carries) the next answer
+#: while the task converts the current one and Spark consumes it, instead of both sides taking turns
+FETCHES_IN_FLIGHT = 2
+
+
 def read_partition(p: RangePartition) -> Iterator[Any]:
     """Arrow record batches of the partition's range, at most ``fetch_size`` rows per fetch, in sequence
     order.  Each fetch asks for one Arrow frame (spec/spark.md §6) and takes a per-message answer from a
-    broker that cannot give one.  Nothing is removed or acknowledged.  A fetch whose connection fails is
-    retried on a new connection from the same cursor (``retries`` consecutive failures at most), so a
-    retry neither skips nor repeats a row."""
+    broker that cannot give one.  Nothing is removed or acknowledged.
+
+    The range is read in windows of ``fetch_size`` sequence numbers, :data:`FETCHES_IN_FLIGHT` of them
+    asked ahead (``pymq.client.blocking.start_range``); the answers are taken in window order, so the rows
+    still come in sequence order, and a window whose answer stopped early (its byte cap) is finished from
+    where it stopped before the next window's rows.  A fetch whose connection fails is retried on a new
+    connection from the cursor (the first sequence number not yet yielded; ``retries`` consecutive
+    failures at most), so a retry neither skips nor repeats a row."""
     if p.start >= p.end:
         return
     kind = destination_kind(p.destination)
@@ -127,13 +139,16 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
     while cursor < p.end:
         try:
             with CONNECTIONS.session(p.connection) as session:
+                ahead: deque[tuple[int, PendingRange]] = deque()    # (window end, its request), in order
+                asked = cursor                                       # where the next window starts
                 while cursor < p.end:
-                    # a window no wider than the fetch size: the broker never walks past what one call returns
-                    upto = min(p.end, cursor + p.fetch_size)
-                    r = session.read_range(p.destination, from_seq=cursor, to_seq=upto,
-                                           max_messages=p.fetch_size, max_bytes=ARROW_FETCH_BYTES,
-                                           selector=p.selector, subscription=p.subscription, source=p.source,
-                                           frames=True, arrow=True)
+                    while len(ahead) < FETCHES_IN_FLIGHT and asked < p.end:
+                        # a window no wider than the fetch size: the broker never walks past one answer
+                        upto = min(p.end, asked + p.fetch_size)
+                        ahead.append((upto, _ask(session, p, asked, upto)))
+                        asked = upto
+                    upto, pending = ahead.popleft()
+                    r = pending.result()
                     failures = 0
                     if p.check_loss:
                         # on every fetch, not only the first: retention (or another consumer of a queue) may
@@ -147,6 +162,9 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
                     if r.next_seq <= cursor:
                         return                # the broker has nothing at or past the cursor in this range
                     cursor = r.next_seq
+                    if cursor < upto:
+                        # a limit ended the answer inside its window: the rest of the window comes next
+                        ahead.appendleft((upto, _ask(session, p, cursor, upto)))
         except RETRYABLE as exc:
             failures += 1
             if failures > p.retries:
@@ -154,6 +172,12 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
             log.warning("reading %s from %d failed (%s); retry %d of %d in %d ms", p.destination, cursor, exc,
                         failures, p.retries, p.retry_interval_ms)
             time.sleep(p.retry_interval_ms / 1000)
+
+
+def _ask(session: Any, p: RangePartition, lo: int, hi: int) -> PendingRange:
+    return start_range(session, p.destination, from_seq=lo, to_seq=hi, max_messages=p.fetch_size,
+                       max_bytes=ARROW_FETCH_BYTES, selector=p.selector, subscription=p.subscription,
+                       source=p.source, frames=True, arrow=True)
 
 
 def _batches(r, p: RangePartition, kind: str) -> Iterator[Any]:

@@ -200,20 +200,7 @@ class Connection(ConnectionCore):
 
     def _request(self, frame: Frame, timeout: float | None = None) -> Headers:
         """Send ``frame`` with a receipt and wait for it; an ERROR for it raises here."""
-        waiter = _Waiter()
-        rid, framed = self._expect(frame, waiter)
-        try:
-            self._send(framed)
-        except PymqError:
-            self._forget(rid)
-            raise
-        timeout = self.factory.timeout if timeout is None else timeout
-        if not waiter.event.wait(timeout):
-            self._forget(rid)
-            raise TimeoutError(f"no receipt for {frame.command} within {timeout}s")
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.headers
+        return PendingReceipt(self, frame).result(timeout)
 
     def _on_lost(self, error: PymqError) -> None:
         unexpected = self._lost(error)
@@ -385,9 +372,7 @@ class Session(SessionCore):
         """A bulk SEND (spec/spark.md §7): ``data`` is an Arrow IPC stream of rows, which the broker
         appends as a unit; returns the receipt's headers (``pymq-first-seq``, ``pymq-count``,
         ``pymq-duplicates``) once the rows are durable.  Not inside a transaction."""
-        if self.transacted:
-            raise IllegalStateError("a bulk SEND is its own unit: send it from a session that is not transacted")
-        return self.connection._request(bulk_frame(destination, data), timeout)
+        return start_send_arrow(self, destination, data).result(timeout)
 
     def bounds(self, destination: Destination | str, *, subscription: str | None = None,
                source: str | None = None) -> tuple[int, int]:
@@ -756,30 +741,107 @@ class _Browse(BrowseCore):
         self.event.set()
 
 
+class PendingReceipt:
+    """A frame sent with a receipt, waited for later: :meth:`result` returns the RECEIPT's headers, or
+    raises the ERROR the broker answered it with (or pymq's TimeoutError).  An abandoned one leaves
+    nothing behind once its receipt arrives (or the connection goes)."""
+
+    __slots__ = ("_command", "_conn", "_rid", "_waiter")
+
+    def __init__(self, conn: Connection, frame: Frame) -> None:
+        self._conn = conn
+        self._command = frame.command
+        self._waiter = _Waiter()
+        self._rid, framed = conn._expect(frame, self._waiter)
+        try:
+            conn._send(framed)
+        except PymqError:
+            conn._forget(self._rid)
+            raise
+
+    def result(self, timeout: float | None = None) -> Headers:
+        waiter = self._waiter
+        timeout = self._conn.factory.timeout if timeout is None else timeout
+        if not waiter.event.wait(timeout):
+            self._conn._forget(self._rid)
+            raise TimeoutError(f"no receipt for {self._command} within {timeout:g}s")
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.headers
+
+
+def start_send_arrow(session: Session, destination: Destination | str, data: bytes) -> PendingReceipt:
+    """:meth:`Session.send_arrow` in two halves, for writers that build the next bulk SEND while the
+    broker appends (and makes durable) the one before (the Spark connector's sink): the frame is sent
+    now, ``.result()`` waits for its receipt.  Call it from the thread that uses the session."""
+    session._check()
+    if session.transacted:
+        raise IllegalStateError("a bulk SEND is its own unit: send it from a session that is not transacted")
+    return PendingReceipt(session.connection, bulk_frame(destination, data))
+
+
+class PendingRange:
+    """A range read asked for and not yet collected (:func:`start_range`): the SUBSCRIBE is on the wire,
+    and the broker answers it while the caller does other work.  :meth:`result` waits for the receipt and
+    the ``browser:end`` marker.  An abandoned one leaves nothing behind: the browse unregisters itself
+    when its end marker arrives, and an unwaited receipt is dropped."""
+
+    __slots__ = ("_browse", "_conn", "_destination", "_subscribed")
+
+    def __init__(self, session: Session, destination: Destination, extra: dict[str, object],
+                 frames: bool = False) -> None:
+        conn = self._conn = session.connection
+        self._destination = destination
+        self._browse = _Browse(conn, destination, extra, raw=frames)
+        try:
+            self._subscribed = PendingReceipt(conn, self._browse.subscribe)
+        except PymqError:
+            self._browse._close()
+            raise
+
+    def result(self, timeout: float | None = None) -> RangeResult:
+        """The answer (raises pymq's TimeoutError when the receipt or the end marker does not come)."""
+        conn, browse = self._conn, self._browse
+        limit = conn.factory.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        try:
+            self._subscribed.result(limit)
+            while True:
+                if browse._collect():
+                    continue
+                if browse.end is not None:
+                    return browse.result()
+                conn._check_open()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TimeoutError(f"the browse of {self._destination} did not finish within {limit:g}s")
+                browse.event.clear()
+                if not browse.frames and browse.end is None:
+                    browse.event.wait(remaining)
+        finally:
+            browse._close()
+
+
+def start_range(session: Session, destination: Destination | str, *, from_seq: int | None = None,
+                to_seq: int | None = None, max_messages: int | None = None, max_bytes: int | None = None,
+                from_timestamp: int | None = None, selector: str | None = None, subscription: str | None = None,
+                source: str | None = None, frames: bool = False, arrow: bool = False) -> PendingRange:
+    """:meth:`Session.read_range` in two halves, for readers that keep the next range in flight while
+    they process the current one (the Spark connector's tasks): the request is sent now, the answer is
+    taken with ``.result()``.  Answers come in the order asked.  Call it from the thread that uses the
+    session, as every session call."""
+    session._check()
+    extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
+                          from_timestamp=from_timestamp, selector=selector, subscription=subscription,
+                          source=source, arrow=arrow)
+    return PendingRange(session, as_destination(destination), extra, frames)
+
+
 def _browse(session: Session, destination: Destination, extra: dict[str, object],
             timeout: float | None, frames: bool = False) -> RangeResult:
     """One browse subscription (spec/stomp.md §9); the broker ends it after ``browser:end``.  With
     ``frames`` the result holds each message's ``(headers, body)`` instead of a Message."""
-    conn = session.connection
-    browse = _Browse(conn, destination, extra, raw=frames)
-    try:
-        conn._request(browse.subscribe)
-        limit = conn.factory.timeout if timeout is None else timeout
-        deadline = time.monotonic() + limit
-        while True:
-            if browse._collect():
-                continue
-            if browse.end is not None:
-                return browse.result()
-            conn._check_open()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"the browse of {destination} did not finish within {limit:g}s")
-            browse.event.clear()
-            if not browse.frames and browse.end is None:
-                browse.event.wait(remaining)
-    finally:
-        browse._close()
+    return PendingRange(session, destination, extra, frames).result(timeout)
 
 
 # -- request/reply ------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from pymq.protocol.frame import Frame
 from pymq_server.broker.acks import DeliveryLedger
 from pymq_server.broker.consumer import AUTO, Consumer
 from pymq_server.broker.message import BrokerMessage
+from pymq_server.broker.segments import IpcPieces
 
 if TYPE_CHECKING:
     from pymq_server.broker.broker import Browse
@@ -35,10 +36,14 @@ class FrameOutlet:
         self.sent = 0
         self._browses: deque[Iterator[None]] = deque()   # browses waiting for the outgoing buffer to drain
 
-    def send_frame(self, command: str, headers: dict, body: bytes = b"") -> None:
+    def send_frame(self, command: str, headers: dict, body: bytes | IpcPieces = b"") -> None:
         if self.closed:
             return
-        self.link.send_frame(self.conn, Frame(command, headers, body))
+        if isinstance(body, IpcPieces):
+            # an Arrow range answer: views of the log's segments, written as they are (no join, no copy)
+            self.link.send_frame_pieces(self.conn, Frame(command, headers), body)
+        else:
+            self.link.send_frame(self.conn, Frame(command, headers, body))
 
     def deliver(self, consumer: Consumer, entry: Entry) -> None:
         """Write one MESSAGE for ``entry`` to ``consumer`` (called by the queue's dispatcher)."""

@@ -41,8 +41,8 @@ class Browse:
     ``write_buffer_high`` in the broker). ``source`` says what the range is read from (``log``, ``queue``,
     or ``none``: a topic with neither a log nor a subscription, where a reader can never read anything)."""
 
-    #: the end marker's body (an Arrow answer carries its rows there)
-    end_body: bytes = b""
+    #: the end marker's body (an Arrow answer carries its rows there, as views of the segments)
+    end_body: bytes | segments.IpcPieces = b""
 
     def __init__(self, request: RangeRequest, candidates: Iterable[BrokerMessage], retained: RetainedLog | None,
                  selector: object, earliest: int, latest: int, now_ms: Callable[[], int],
@@ -143,7 +143,7 @@ class ArrowBrowse(Browse):
                 chosen.append(message)
                 message = Browse.next(self)
             batches = [segments.from_messages(chosen)] if chosen else []
-        self.end_body = segments.ipc_stream(segments.LOG_SCHEMA, batches).to_pybytes()
+        self.end_body = segments.ipc_pieces(segments.LOG_SCHEMA, batches)
 
     def next(self) -> BrokerMessage | None:
         return None                    # the rows travel in the end marker's body

@@ -6,7 +6,8 @@ One form, the *message batch* of spec/spark.md §5, serves three purposes:
   consecutive sequence numbers built once (at write time: a bulk append *is* a segment; per-message
   appends are sealed :data:`SEGMENT_ROWS` at a time);
 * a range read asked in Arrow (``pymq-format: arrow``) is answered with one frame whose body is an Arrow
-  IPC stream of slices of those segments (:func:`ipc_stream`), so serving it touches no row;
+  IPC stream of slices of those segments (:func:`ipc_pieces`), written to the socket as views of
+  the segments' buffers, so serving it touches and copies no row;
 * a bulk SEND brings a batch of rows (bulk_rows.py), completed column-wise into a segment
   without a per-message object; one is made per row (:func:`materialize`) only
   where something needs a message: a STOMP consumer, a queue, a durable subscription, a per-message read.
@@ -221,15 +222,55 @@ def _body_type(content_type: str | None, transformation: str | None, body: bytes
     return "text"
 
 
-def ipc_stream(schema: Any, batches: Iterable) -> Any:
-    """An Arrow IPC stream (schema, the batches, end marker) as one buffer: a range read's answer."""
+class IpcPieces(list):
+    """An Arrow IPC stream as the pieces the IPC writer produced, in order: small framing (message
+    lengths, flatbuffer metadata, padding) as bytes, and the record batches' data buffers as
+    ``pyarrow.Buffer`` s that *are* the segments' memory (a slice of a sealed segment is a view of it,
+    not a copy).  A link writes the pieces one after the other (``writev``-style), so a range answer
+    reaches the socket without the rows ever being copied in the broker; ``size`` is the stream's length
+    (the frame's content-length).  The buffers keep their segments' memory alive until written, even if
+    retention trims the segment meanwhile."""
+
+    size: int = 0
+
+    def write(self, data: Any) -> int:
+        n = data.size if isinstance(data, pa.Buffer) else len(data)
+        if n:
+            self.append(data)
+            self.size += n
+        return n
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def closed(self) -> bool:
+        return False
+
+    def join(self) -> bytes:
+        """The stream as one bytes object (a transport that cannot write pieces: vm://)."""
+        return b"".join(self)
+
+
+def ipc_pieces(schema: Any, batches: Iterable) -> IpcPieces:
+    """An Arrow IPC stream (schema, the batches, end marker) as :class:`IpcPieces`: a range read's answer.
+    pyarrow hands a Python sink each body buffer as a ``Buffer`` over the batch's own memory (zero-copy;
+    checked by tests/spark/test_segments.py), so nothing of the rows is copied here."""
     require()
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, schema) as writer:
+    pieces = IpcPieces()
+    with pa.ipc.new_stream(pa.PythonFile(pieces, mode="w"), schema) as writer:
         for batch in batches:
             if batch.num_rows:
                 writer.write_batch(batch)
-    return sink.getvalue()
+    return pieces
+
+
+def ipc_stream(schema: Any, batches: Iterable) -> Any:
+    """The same stream as one buffer (a stored segment's form)."""
+    return pa.py_buffer(ipc_pieces(schema, batches).join())
 
 
 def read_ipc(data: Any) -> Any:

@@ -263,6 +263,17 @@ class StompServerProtocol(asyncio.Protocol):
                 self._connect_timer = None
             self._resume("connect")
 
+    def send_frame_pieces(self, conn, frame: Frame, pieces) -> None:
+        """A frame whose body is given as pieces (an Arrow range answer, segments.IpcPieces: views of a
+        retained log's buffers): the head is encoded as for an empty body, given the pieces' total as its
+        content-length, and the pieces are queued as they are, so large ones reach the socket uncopied."""
+        head = conn.send(frame)                      # ends with the blank line and the NUL of an empty body
+        if pieces.size:
+            head = head[:-2] + b"content-length:%d\n\n" % pieces.size
+            self._write((head, *[p if isinstance(p, bytes) else memoryview(p) for p in pieces], b"\x00"))
+        else:
+            self._write((head,))
+
     def send_message(self, conn, consumer, entry, ack: str | None) -> None:
         conn._on_send(_MESSAGE)
         message = entry.message

@@ -157,6 +157,10 @@ class VmLink:
         if not self._closed:
             self.client.from_broker(frame)
 
+    def send_frame_pieces(self, conn: StompConnection, frame: Frame, pieces: Any) -> None:
+        """A frame whose body comes in pieces (segments.IpcPieces): in process, the client takes bytes."""
+        self.send_frame(conn, frame._replace(body=pieces.join()))
+
     def send_message(self, conn: StompConnection, consumer: Any, entry: Any, ack: str | None) -> None:
         message = entry.message
         headers = {"subscription": consumer.id}

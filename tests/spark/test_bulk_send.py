@@ -206,3 +206,24 @@ def test_a_refused_bulk_send_creates_nothing(broker_factory, tmp_path):
             conn.create_session().send_arrow("/topic/bulk.bad", rows(2, nonsense=pa.array([1, 2])))
     names = broker.call(lambda: (set(broker.broker.queues), set(broker.broker.topics)))
     assert not any(n.startswith("bulk.") for group in names for n in group), names
+
+
+def test_the_sink_keeps_a_bulk_send_in_flight_and_rows_stay_in_order(broker_factory, monkeypatch):
+    """Many small frames (one bulk SEND in flight while the next is built): every row arrives once, in
+    row order; a frame the broker refuses fails the task with its error, the frames before it placed."""
+    from pyspark_pymq import sink
+    monkeypatch.setattr(sink, "BULK_FRAME_BYTES", 200)              # a frame every batch or two
+    assert sink.BULK_FRAMES_IN_FLIGHT >= 2
+    b = broker_factory(queues={"ordered": {}, "capped": {"max_depth": 25, "overflow": "reject"}})
+    batches = [pa.RecordBatch.from_pydict({"value": pa.array([f"v{i:03d}" for i in range(k, k + 10)])})
+               for k in range(0, 100, 10)]
+    sent = sink._send(WriteOptions.parse({"url": b.url, "queue": "ordered"}), iter(batches), None, 0)
+    assert sent.count == 100
+    with pymq.connect(b.url) as conn:
+        got = conn.create_session().read_range(pymq.Queue("ordered")).messages
+    assert [m.text for m in got] == [f"v{i:03d}" for i in range(100)]
+    with pytest.raises(QueueFull, match="rows were refused"):
+        sink._send(WriteOptions.parse({"url": b.url, "queue": "capped"}), iter(batches), None, 0)
+    with pymq.connect(b.url) as conn:
+        kept = [m.text for m in conn.create_session().read_range(pymq.Queue("capped")).messages]
+    assert kept == [f"v{i:03d}" for i in range(len(kept))] and 0 < len(kept) <= 25     # a prefix, in order

@@ -14,6 +14,7 @@ import pymq
 from pymq.errors import DataLoss
 from pyspark_pymq._options import ConnectionOptions, ReadOptions
 from pyspark_pymq._plan import from_offset, to_offset
+from pyspark_pymq import source
 from pyspark_pymq.source import RangePartition, StreamReader, read_partition
 from tests.spark.test_batch import send, seqs
 
@@ -31,7 +32,9 @@ def rows(partitions) -> list[str]:
 
 
 @pytest.mark.parametrize("fail", [True, False])
-def test_messages_removed_while_a_partition_is_read_fail_the_read(spark_broker, name, fail):
+def test_messages_removed_while_a_partition_is_read_fail_the_read(spark_broker, name, fail, monkeypatch):
+    # one fetch at a time, so the removal falls exactly between two fetches (the pipelined read: below)
+    monkeypatch.setattr(source, "FETCHES_IN_FLIGHT", 1)
     url, queue = spark_broker.url, pymq.Queue(name)        # no retention: a browse reads what waits
     send(url, queue, [f"x{i:02d}" for i in range(30)])
     s = seqs(url, queue)
@@ -47,6 +50,26 @@ def test_messages_removed_while_a_partition_is_read_fail_the_read(spark_broker, 
     else:
         assert [v.decode() for b in batches for v in b.column("value").to_pylist()] == \
             [f"x{i:02d}" for i in range(20, 30)]
+
+
+def test_a_pipelined_read_reports_messages_removed_before_it_asked_for_them(spark_broker, name):
+    """With fetches asked ahead, a window asked before the removal may still bring its rows (they were
+    read, so nothing is lost); any window asked after it reports the loss: the rows before the error are a
+    prefix of the range, never a row from behind the gap."""
+    assert source.FETCHES_IN_FLIGHT >= 2
+    url, queue = spark_broker.url, pymq.Queue(name)
+    send(url, queue, [f"x{i:02d}" for i in range(40)])
+    s = seqs(url, queue)
+    part = RangePartition(ConnectionOptions(url), f"/queue/{name}", s[0], s[-1] + 1, fetch_size=10,
+                          check_loss=True)
+    batches = read_partition(part)
+    seen = [v.decode() for v in next(batches).column("value").to_pylist()]
+    remove_below(url, queue, s[30])                         # x10..x29 go while later windows are in flight
+    with pytest.raises(DataLoss, match=r"no longer holds them") as err:
+        for batch in batches:
+            seen += [v.decode() for v in batch.column("value").to_pylist()]
+    assert seen in ([f"x{i:02d}" for i in range(10)], [f"x{i:02d}" for i in range(20)])
+    assert (err.value.requested, err.value.earliest) == (s[len(seen)], s[30])
 
 
 def reader(url: str, **options) -> StreamReader:

@@ -119,6 +119,24 @@ def test_ipc_stream_of_slices_and_expiry():
     assert stored.equals(batch)
 
 
+def test_a_range_answer_is_views_of_the_segment_not_a_copy():
+    """The pieces of an Arrow answer (what the link writes to the socket) hold the segment's body bytes as
+    views of its own buffer (no copy in the broker), and joined they are the one IPC stream of the rows."""
+    batch = segments.from_messages([sent(i, bytes([65 + i % 26]) * 1000) for i in range(100)])
+    bodies = batch.column(8).buffers()[2]
+    pieces = segments.ipc_pieces(segments.LOG_SCHEMA, [batch.slice(10, 50), batch.slice(70, 5)])
+    assert pieces.size == sum(p.size if isinstance(p, pa.Buffer) else len(p) for p in pieces)
+    inside = [p for p in pieces if isinstance(p, pa.Buffer)
+              and bodies.address <= p.address and p.address + p.size <= bodies.address + bodies.size]
+    assert [p.address - bodies.address for p in inside] == [10 * 1000, 70 * 1000]   # the slices' bodies
+    assert sum(p.size for p in inside) >= 55 * 1000
+    got = list(pa.ipc.open_stream(pieces.join()))
+    assert [b.column("seq").to_pylist() for b in got] == [list(range(10, 60)), list(range(70, 75))]
+    assert got[0].column("body").to_pylist() == batch.slice(10, 50).column("body").to_pylist()
+    empty = segments.ipc_pieces(segments.LOG_SCHEMA, [])
+    assert list(pa.ipc.open_stream(empty.join())) == [] and empty.size == len(empty.join())
+
+
 def test_both_read_paths_give_the_same_rows():
     """The connector reads a range either as MESSAGE frames (the decoder) or as an Arrow batch (the wire
     form): the same messages must give the same Spark rows either way."""
