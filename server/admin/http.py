@@ -273,10 +273,10 @@ class AdminHttp:
         except PymqError as exc:
             return _error(exc)
         answer: asyncio.Future = asyncio.get_running_loop().create_future()
-        self.admin.submit(user, op, args, answer.set_result)
+        # a multi-worker broker runs the operation where the queue lives, or everywhere (server/cores)
+        submit = self._cores.submit if self._cores is not None else self.admin.submit
+        submit(user, op, args, answer.set_result)
         result = await answer
-        if result["ok"] and self._cores is not None:
-            result = await self._cores.merge(user, op, args, result)
         if result["ok"]:
             return web.json_response(result, dumps=_dumps)
         if result.get("internal"):

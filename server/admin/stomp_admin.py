@@ -18,7 +18,9 @@ ADMIN_DESTINATION = "/pymq/admin"
 log = logging.getLogger("pymq.admin")
 
 
-def handle(session, headers: dict, body: bytes) -> None:
+def handle(session, headers: dict, body: bytes, submit=None) -> None:
+    """``submit``: how the operation runs (default: this broker's admin; a multi-worker broker's home
+    passes one that runs it where the queue lives, server/cores/admin.py)."""
     op = headers.get("pymq-admin-op")
     if op is None:
         raise MissingHeader("an admin request needs a 'pymq-admin-op' header", header="pymq-admin-op")
@@ -55,5 +57,5 @@ def handle(session, headers: dict, body: bytes) -> None:
     except RecursionError:
         answer({"ok": False, "error": {"code": "config", "message": "admin body is nested too deeply"}})
         return
-    broker.admin.submit(session.user, op, args, answer)
+    (submit or broker.admin.submit)(session.user, op, args, answer)
     immediate = False

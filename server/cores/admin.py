@@ -1,29 +1,54 @@
-"""The admin port of a multi-worker broker answers for every worker (spec/cores.md §3.7).
+"""Admin and metrics of a multi-worker broker: each operation runs where what it names lives
+(spec/cores.md §3.7).
 
-Worker 0 alone listens on ``admin_port``. For a scrape of ``/metrics`` it asks every other worker for
-its broker families (:class:`~pymq_server.admin.metrics.BrokerCollector`) over the channels and
-yields them merged with its own: samples with the same name and labels are summed (a queue lives in
-one worker, so its series come from one; broker-wide counts add up), except ``pymq_ready`` and
-``pymq_start_time_seconds`` (the minimum) and info families (worker 0's). ``process_*`` and
-``python_*`` are worker 0's process only. The list operations (``list-queues``, ``list-topics``,
-``list-destinations``) are run by every worker as the same user and their answers joined; every
-other operation, the STOMP admin destination ``/pymq/admin`` and ``/readyz`` answer for the worker
-that runs them (worker 0 for HTTP; the connection's home for STOMP).
+:class:`AdminRouter` is the ``submit`` of every admin entry of a worker (the HTTP port, which only
+worker 0 opens, and the STOMP destination ``/pymq/admin`` at a connection's home):
+
+* an operation on one queue (``create-queue``, ``queue-info``, ``purge-queue``, ``browse-queue``, ...:
+  the ``name`` argument; ``move-messages``: ``from``, refused when ``to`` lives in another worker) and
+  ``grant``/``revoke`` (``destination``) run at the owner — a queue created through worker 0 for a
+  name worker 1 owns is created in worker 1, where SENDs to it go;
+* the listings (``list-queues``, ``list-topics``, ``list-destinations``, ``list-subscriptions``,
+  ``list-consumers``, ``list-dead-letter-queues``, ``connections``) run in every worker as the same
+  user, and the answers are joined;
+* a change of the users file (``add-user``, ``set-password``, ``set-roles``, ``remove-user``) runs here,
+  then every other worker reloads the file (``reload``);
+* everything else (``status``, ``overview``, ``storage``, rules, ``cluster``...) answers for this worker.
+
+``/metrics`` on worker 0: every other worker's broker families (BrokerCollector) are fetched over the
+channels at each scrape and merged with worker 0's: samples with the same name and labels are summed
+(a queue lives in one worker, so its series come from one; broker-wide counts add up), except
+``pymq_ready`` and ``pymq_start_time_seconds`` (the minimum) and info families (worker 0's).
+``process_*`` and ``python_*`` are worker 0's process only. ``/readyz`` and ``/healthz`` are worker 0's.
 """
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client.core import Metric
 
+from pymq.errors import ClusterError, ConfigError
+from pymq_server.admin.checks import queue_name
+from pymq_server.admin.ops import error_result
 from pymq_server.broker.auth import User
 from pymq_server.cores.mesh import Mesh
 
 #: operations whose answer is a listing: every worker's, joined
-MERGED_OPS = frozenset({"list-queues", "list-topics", "list-destinations"})
+MERGED_OPS = frozenset({"list-queues", "list-topics", "list-destinations", "list-subscriptions",
+                        "list-consumers", "list-dead-letter-queues", "connections"})
+#: operations on one queue, named by ``name`` (move-messages: ``from``)
+QUEUE_OPS = frozenset({"create-queue", "alter-queue", "drop-queue", "purge-queue", "queue-info",
+                       "browse-queue", "get-message", "drop-messages", "retry-dead-letters", "move-messages"})
+#: operations on one destination's permissions, named by ``destination``
+DESTINATION_OPS = frozenset({"grant", "revoke"})
+#: operations that change the users file: every other worker reloads it afterwards
+USER_OPS = frozenset({"add-user", "set-password", "set-roles", "remove-user"})
 #: families that do not add up over workers, and how they combine
 COMBINE: dict[str, Callable[[float, float], float]] = {"pymq_ready": min, "pymq_start_time_seconds": min}
+#: how long a worker waits for another's answer
+ANSWER_TIMEOUT_S = 10.0
 
 Family = tuple[str, str, str, list[tuple[str, dict[str, str], float]]]
 
@@ -34,23 +59,91 @@ def families(collector: Any) -> list[Family]:
             for m in collector.collect()]
 
 
-class WorkersAdmin:
-    """Worker 0's view over every worker, for the HTTP admin port (server/admin/http.py calls it)."""
+class AdminRouter:
+    """This worker's admin entry: runs each operation here, at a queue's owner, or everywhere."""
 
     def __init__(self, server: Any, mesh: Mesh) -> None:
         self.server = server
         self.mesh = mesh
         self.own: Any = None
         self._others: list[Any] = []          # families of the other workers (JSON lists), last scrape
+        self._tasks: set[asyncio.Task] = set()
 
-    def collector(self, own: Any) -> WorkersAdmin:
+    # -- operations ----------------------------------------------------------------------------------
+    def submit(self, user: Any, op: str, args: Any, reply: Callable[[dict], None]) -> None:
+        admin = self.server.admin
+        try:
+            where = self.where(op, args)
+        except ConfigError as exc:
+            reply(error_result(exc))
+            return
+        if where == self.mesh.me and op not in USER_OPS:
+            admin.submit(user, op, args, reply)
+            return
+        task = asyncio.get_running_loop().create_task(self._elsewhere(user, op, args, where, reply))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def where(self, op: str, args: Any) -> int | None:
+        """The worker that runs ``op`` (None: every worker)."""
+        ownership = self.mesh.ownership
+        me = self.mesh.me
+        if op in MERGED_OPS:
+            return None
+        if not isinstance(args, dict):
+            return me
+        if op in QUEUE_OPS:
+            key = "from" if op == "move-messages" else "name"
+            if not isinstance(args.get(key), str) or not args[key]:
+                return me                               # the operation's own check answers
+            owner = ownership.owner("/queue/" + queue_name(args, key))
+            target = args.get("to")
+            if op == "move-messages" and isinstance(target, str) and target:
+                there = ownership.owner(target if target.startswith("/") else "/queue/" + target)
+                if there != owner:
+                    raise ConfigError(f"move-messages from {args[key]!r} (worker {owner}) to {target!r} "
+                                      f"(worker {there}): moving messages between workers is not built "
+                                      f"(spec/cores.md §3.7)")
+            return owner
+        if op in DESTINATION_OPS and isinstance(args.get("destination"), str) and args["destination"]:
+            return ownership.owner(args["destination"])
+        return me
+
+    async def _elsewhere(self, user: Any, op: str, args: Any, where: int | None,
+                         reply: Callable[[dict], None]) -> None:
+        question = {"user": user.name, "roles": sorted(user.roles), "op": op, "args": args}
+        if where is not None and op not in USER_OPS:
+            answer = (await self.mesh.ask(where, "admin", question, ANSWER_TIMEOUT_S))
+            reply(answer if answer else error_result(ClusterError(f"worker {where} did not answer {op}")))
+            return
+        if op in USER_OPS:
+            here: asyncio.Future = asyncio.get_running_loop().create_future()
+            self.server.admin.submit(user, op, args, here.set_result)
+            result = await here
+            if result.get("ok"):        # the file changed: every other worker reads it again
+                await self.mesh.ask_all("admin", {**question, "op": "reload", "args": {}}, ANSWER_TIMEOUT_S,
+                                        others_only=True)
+            reply(result)
+            return
+        answers = await self.mesh.ask_all("admin", question, ANSWER_TIMEOUT_S)
+        mine = answers[self.mesh.me]
+        if not mine or not mine.get("ok"):
+            reply(mine or error_result(ClusterError(f"{op}: no answer")))
+            return
+        joined = mine["result"]
+        for k, answer in enumerate(answers):
+            if k != self.mesh.me and answer and answer.get("ok"):
+                joined = _join(joined, answer["result"])
+        reply({**mine, "result": joined})
+
+    # -- metrics -------------------------------------------------------------------------------------
+    def collector(self, own: Any) -> AdminRouter:
         self.own = own
         return self
 
     async def refresh_metrics(self) -> None:
-        answers = await self.mesh.ask_all("metrics", {})
-        self._others = [fam for k, answer in enumerate(answers) if k != self.mesh.me and answer
-                        for fam in answer]
+        answers = await self.mesh.ask_all("metrics", {}, ANSWER_TIMEOUT_S, others_only=True)
+        self._others = [fam for answer in answers if answer for fam in answer]
 
     def collect(self) -> Iterator[Metric]:
         merged: dict[str, Metric] = {}
@@ -79,19 +172,6 @@ class WorkersAdmin:
                 metric.add_sample(sample_name, labels, value)
             yield metric
 
-    async def merge(self, user: Any, op: str, args: Any, result: dict) -> dict:
-        """A listing from every worker; anything else as worker 0 answered it."""
-        if op not in MERGED_OPS:
-            return result
-        answers = await self.mesh.ask_all("admin", {"user": user.name, "roles": sorted(user.roles),
-                                                    "op": op, "args": args})
-        joined = result["result"]
-        for k, answer in enumerate(answers):
-            if k == self.mesh.me or not answer or not answer.get("ok"):
-                continue
-            joined = _join(joined, answer["result"])
-        return {**result, "result": joined}
-
 
 def _join(a: Any, b: Any) -> Any:
     """Two workers' listings as one: lists joined (names sorted, as one worker lists them), mappings
@@ -104,8 +184,8 @@ def _join(a: Any, b: Any) -> Any:
     return a
 
 
-def install(server: Any, mesh: Mesh) -> None:
-    """What this worker answers other workers, and worker 0's admin over all of them."""
+def install(server: Any, mesh: Mesh) -> AdminRouter:
+    """What this worker answers the others, and its admin entry (worker 0's HTTP port uses it too)."""
     from pymq_server.admin.metrics import BrokerCollector
     admin = server.admin
     own = BrokerCollector(admin)
@@ -116,5 +196,7 @@ def install(server: Any, mesh: Mesh) -> None:
         admin.submit(user, args["op"], args.get("args") or {}, reply)
 
     mesh.queries["admin"] = run_admin
-    if mesh.me == 0:
-        server.cores = WorkersAdmin(server, mesh)
+    router = AdminRouter(server, mesh)
+    mesh.admin = router
+    server.cores = router
+    return router

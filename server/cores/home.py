@@ -28,6 +28,8 @@ from typing import TYPE_CHECKING, Any
 from pymq.errors import InvalidHeader, TransactionError
 from pymq.protocol.frame import Frame
 from pymq.protocol.scanner import FrameScanner, encode_frame
+from pymq_server.admin import stomp_admin
+from pymq_server.admin.stomp_admin import ADMIN_DESTINATION
 from pymq_server.broker.session import BrokerSession
 from pymq_server.cores.envelope import Kind
 from pymq_server.cores.shadow import BARRIER
@@ -85,6 +87,13 @@ class HomeSession(BrokerSession):
         if command == "CONNECTED":
             headers["pymq-worker"] = str(self.me)   # which worker is this connection's home (tests, ops)
         super().send_frame(command, headers, body)
+
+    def _on_send(self, frame: Frame) -> dict[str, str] | None:
+        if frame.headers["destination"] == ADMIN_DESTINATION:
+            # run where the queue it names lives, or in every worker (server/cores/admin.py)
+            stomp_admin.handle(self, frame.headers, frame.body, submit=self.mesh.admin.submit)
+            return None
+        return super()._on_send(frame)
 
     # -- the one decision ------------------------------------------------------------------------------
     def _handle(self, frame: Frame) -> None:

@@ -138,12 +138,12 @@ class Mesh:
     """This worker's channels to the others, and where each envelope goes."""
 
     def __init__(self, me: int, workers: int, directory: str, node_id: str,
-                 loop: asyncio.AbstractEventLoop, max_frame_size: int) -> None:
+                 loop: asyncio.AbstractEventLoop, max_frame_size: int, dead_letter_prefix: str = "DLQ.") -> None:
         self.me = me
         self.workers = workers
         self.directory = directory
         self.loop = loop
-        self.ownership = Ownership(me, workers, node_id)
+        self.ownership = Ownership(me, workers, node_id, dead_letter_prefix)
         #: an envelope holds at most a few frames' worth: merged FRAMEs of one turn may hold many
         self.max_payload = max(64 * max_frame_size, 256 * 1024 * 1024)
         self.channels: dict[int, Channel] = {}
@@ -154,6 +154,7 @@ class Mesh:
         # admin questions this worker answers: op -> handler(args, reply)
         self.queries: dict[str, Callable[[dict, Callable[[Any], None]], None]] = {}
         self._answers: dict[int, asyncio.Future] = {}
+        self.admin: Any = None          # this worker's AdminRouter (server/cores/admin.py)
         self._query_ids = 0
         self._complete = asyncio.Event()
         self._server: asyncio.base_events.Server | None = None
@@ -256,27 +257,30 @@ class Mesh:
         self.shadows.pop((home, conn), None)
 
     # -- admin: ask every worker ---------------------------------------------------------------------
-    async def ask_all(self, op: str, args: dict, timeout: float = 5.0) -> list[Any]:
-        """Every worker's answer to ``op`` (this one's too), in worker order; None for a worker that did
-        not answer within ``timeout``."""
-        futures: dict[int, asyncio.Future] = {}
-        for k in range(self.workers):
-            self._query_ids += 1
-            qid = self._query_ids
-            futures[k] = self._answers[qid] = self.loop.create_future()
+    async def ask(self, k: int, op: str, args: dict, timeout: float) -> Any:
+        """Worker ``k``'s answer to ``op`` (this one's if k is this worker); None if it did not answer
+        within ``timeout``."""
+        self._query_ids += 1
+        qid = self._query_ids
+        fut = self._answers[qid] = self.loop.create_future()
+        try:
             if k == self.me:
-                self._answer(op, args, lambda result, qid=qid: self._resolve(qid, result))  # type: ignore[misc]
+                self._answer(op, args, lambda result: self._resolve(qid, result))
             else:
                 self.send(k, Kind.QUERY, k, "", json.dumps({"id": qid, "op": op, "args": args}).encode())
-        answers: list[Any] = []
-        for k in range(self.workers):
-            try:
-                answers.append(await asyncio.wait_for(futures[k], timeout))
-            except asyncio.TimeoutError:
-                answers.append(None)
-        for qid in [q for q, f in self._answers.items() if f in futures.values()]:
-            del self._answers[qid]
-        return answers
+            return await asyncio.wait_for(fut, timeout)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            self._answers.pop(qid, None)
+
+    async def ask_all(self, op: str, args: dict, timeout: float, others_only: bool = False) -> list[Any]:
+        """Every worker's answer, in worker order (this one's too unless ``others_only``: then None in
+        its place); None for a worker that did not answer."""
+        workers = [k for k in range(self.workers) if not (others_only and k == self.me)]
+        answers = await asyncio.gather(*(self.ask(k, op, args, timeout) for k in workers))
+        by_worker = dict(zip(workers, answers, strict=True))
+        return [by_worker.get(k) for k in range(self.workers)]
 
     def _answer(self, op: str, args: dict, reply: Callable[[Any], None]) -> None:
         handler = self.queries.get(op)

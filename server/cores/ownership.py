@@ -5,7 +5,8 @@ owner(d) = rendezvous over the worker ids ``w0 .. w<W-1>`` with the specified ha
 ``score(w, d) = murmur3(UTF8(d), murmur3(UTF8(w), 0))``, the highest wins. It is the cluster's
 ``GroupRouter``, not a second hash. Names that are not shared destinations stay with the home:
 ``/pymq/...`` (admin, answered by the worker the client is connected to) and a connection's own
-temporary destinations by their local name. A temporary destination's global name
+temporary destinations by their local name. A dead-letter queue (the default prefix,
+``queue_defaults.dead_letter_prefix``) belongs to the owner of the queue whose dead letters it holds. A temporary destination's global name
 (``tmp.<session id>.<local>``) names its home, because a home session's id starts with ``w<k>``.
 """
 from __future__ import annotations
@@ -29,9 +30,9 @@ def worker_node_id(node_id: str, k: int) -> str:
 class Ownership:
     """Owner look-ups for worker ``me`` of ``workers``; everything here is a pure function of names."""
 
-    __slots__ = ("me", "workers", "_router", "_index", "_cache", "_id_prefix")
+    __slots__ = ("me", "workers", "_router", "_index", "_cache", "_id_prefix", "_dead_letters")
 
-    def __init__(self, me: int, workers: int, node_id: str) -> None:
+    def __init__(self, me: int, workers: int, node_id: str, dead_letter_prefix: str = "DLQ.") -> None:
         if not 0 <= me < workers:
             raise ValueError(f"worker {me} of {workers}")
         self.me = me
@@ -40,6 +41,7 @@ class Ownership:
         self._index = {worker_name(k): k for k in range(workers)}
         self._cache: dict[str, int] = {}
         self._id_prefix = f"ID:{node_id}.w"
+        self._dead_letters = "/queue/" + dead_letter_prefix
 
     def owner(self, destination: str) -> int:
         owner = self._cache.get(destination)
@@ -56,6 +58,10 @@ class Ownership:
         for prefix in ("/temp-queue/", "/temp-topic/"):
             if destination.startswith(prefix):
                 return self._temporary_home(destination[len(prefix):])
+        dead = self._dead_letters
+        if destination.startswith(dead) and len(destination) > len(dead):
+            # a queue's dead letters are moved by its owner, into a queue of its own (router.py)
+            return self.owner("/queue/" + destination[len(dead):])
         return self._index[self._router.route(destination)]
 
     def _temporary_home(self, name: str) -> int:

@@ -54,7 +54,7 @@ class Worker:
     async def run(self, ready_fd: int) -> int:
         loop = asyncio.get_running_loop()
         mesh = self.mesh = Mesh(self.k, self.workers, self.channel_dir, self.base_node_id, loop,
-                                self.config.max_frame_size)
+                                self.config.max_frame_size, self.config.queue_defaults.dead_letter_prefix)
         server = self.server
         server.session_type = functools.partial(HomeSession, mesh)
         server.reuse_port = True

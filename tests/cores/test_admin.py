@@ -51,3 +51,72 @@ def test_metrics_and_listings_cover_every_worker(tmp_path):
         assert ready and float(ready.group(1)) == 1.0                           # not summed
     finally:
         stop_broker(cluster)
+
+
+def _post(port: int, op: str, args: dict, auth: bytes = b"alice:alice-pw") -> dict:
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/api/{op}", data=json.dumps(args).encode(),
+                                 method="POST", headers={"Content-Type": "application/json"})
+    req.add_header("Authorization", "Basic " + base64.b64encode(auth).decode())
+    try:
+        with urllib.request.urlopen(req, timeout=20) as resp:   # noqa: S310 - a local test server
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        return json.loads(exc.read())
+
+
+def test_queue_operations_run_at_the_owner_and_users_reach_every_worker(tmp_path):
+    users = tmp_path / "users.yaml"
+    _passwd(users, "alice", "alice-pw", "admin")
+    admin_port = _free_port()
+    cluster = start_broker(str(tmp_path / "data"), "--users-file", str(users), "--admin-port", str(admin_port))
+    try:
+        far = owned_by(1, prefix="/queue/made.")[0]
+        name = far[len("/queue/"):]
+        made = _post(admin_port, "create-queue", {"name": name, "config": {"max_depth": 5}})
+        assert made["ok"], made
+        info = json.loads(_get(admin_port, f"/api/queues/{name}"))        # answered by worker 1
+        assert info["ok"] and info["result"]["config"]["max_depth"] == 5, info
+        listed = [q["destination"] for q in json.loads(_get(admin_port, "/api/queues"))["result"]]
+        assert listed.count(far) == 1, listed
+        # the STOMP admin destination, from a connection whose home is worker 0: also at the owner
+        other = owned_by(1, prefix="/queue/made.", start=int(name.split(".")[-1]) + 1)[0]
+        c = cluster.connect(0, login="alice", passcode="alice-pw")
+        c.send("SUBSCRIBE", {"destination": "/temp-queue/answers", "id": "a"})
+        c.send("SEND", {"destination": "/pymq/admin", "pymq-admin-op": "create-queue",
+                        "reply-to": "/temp-queue/answers"},
+               json.dumps({"name": other[len("/queue/"):]}).encode())
+        answer = c.read()
+        assert answer.command == "MESSAGE" and json.loads(answer.body)["ok"], answer
+        info = json.loads(_get(admin_port, f"/api/queues/{other[len('/queue/'):]}"))
+        assert info["ok"], info
+        moved = _post(admin_port, "move-messages", {"from": name, "to": owned_by(0, prefix="/queue/made.")[0]})
+        assert not moved["ok"] and "between workers" in moved["error"]["message"], moved
+        # a user added through worker 0 logs in on worker 1 at once (every worker reloads the users file)
+        added = _post(admin_port, "add-user", {"name": "dave", "password": "dave-pw-123", "roles": ["app"]})
+        assert added["ok"], added
+        d = cluster.connect(1, login="dave", passcode="dave-pw-123")
+        d.send("DISCONNECT", {"receipt": "x"})
+        assert d.read().command == "RECEIPT"
+    finally:
+        stop_broker(cluster)
+
+
+def test_dead_letters_belong_to_the_owner_of_their_queue(tmp_path):
+    cfg = tmp_path / "broker.yaml"
+    cfg.write_text("queue_defaults: {max_deliveries: 1}\n")
+    cluster = start_broker(str(tmp_path / "data"), "--config", str(cfg))
+    try:
+        dest = owned_by(1, prefix="/queue/poison.")[0]
+        c = cluster.connect(0)
+        c.send("SUBSCRIBE", {"destination": dest, "id": "s", "ack": "client-individual"})
+        c.send("SEND", {"destination": dest, "receipt": "p"}, b"poison")
+        frames = [c.read(), c.read()]
+        m = next(f for f in frames if f.command == "MESSAGE")
+        c.send("NACK", {"id": m.headers["ack"], "receipt": "n"})
+        _receipt(c, "n")
+        d = cluster.connect(0)
+        d.send("SUBSCRIBE", {"destination": "/queue/DLQ." + dest[len("/queue/"):], "id": "dlq"})
+        dead = d.read()
+        assert dead.command == "MESSAGE" and dead.body == b"poison", dead
+    finally:
+        stop_broker(cluster)
