@@ -37,6 +37,7 @@ from collections import deque
 from typing import NamedTuple, Protocol
 from collections.abc import Callable
 
+from pymq import enums
 from pymq.client.frames import ARROW_STREAM, send_frame, subscribe_headers
 from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress, parse_url
 from pymq.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, as_destination
@@ -77,7 +78,7 @@ def ack_mode_of(value: int) -> AckMode:
         raise IllegalStateError(f"unknown acknowledge mode {value!r}") from None
 
 
-class ConnectionStatus(enum.Enum):
+class ConnectionStatus(enums.Enum):
     """CONNECTING -> OPEN -> CLOSING -> CLOSED, or straight to CLOSED when the broker is lost.
     Only OPEN accepts new work; frames still flow while CLOSING (sessions flush their acks)."""
 

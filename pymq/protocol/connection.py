@@ -15,9 +15,9 @@ Usage (server side)::
 """
 from __future__ import annotations
 
-import enum
 from collections.abc import Iterable
 
+from pymq import enums
 from pymq.errors import (InvalidHeader, MalformedFrame, MissingHeader, ProtocolError, UnknownCommand,
                          UnsupportedVersion)
 from pymq.protocol.frame import ALL_COMMANDS, BODY_COMMANDS, VERSIONS, Frame
@@ -25,12 +25,12 @@ from pymq.protocol.numbers import INT32_MAX, parse_wire_int
 from pymq.protocol.scanner import DEFAULT_MAX_FRAME_SIZE, FrameScanner, encode_frame
 
 
-class Role(enum.Enum):
+class Role(enums.Enum):
     CLIENT = "client"
     SERVER = "server"
 
 
-class State(enum.Enum):
+class State(enums.Enum):
     IDLE = "idle"                  # nothing exchanged yet
     CONNECTING = "connecting"      # CONNECT seen, CONNECTED not yet
     CONNECTED = "connected"
@@ -183,7 +183,8 @@ class StompConnection:
 
     def _on_receive(self, frame: Frame) -> None:
         command = frame.command
-        key = (self.role, self.state, RECV, self._table_command(frame))
+        # only a RECEIPT can be the DISCONNECT's own: every other frame is looked up by its command
+        key = (self.role, self.state, RECV, command if command != "RECEIPT" else self._table_command(frame))
         nxt = self._transitions.get(key)
         if nxt is None:
             if command not in ALL_COMMANDS:
@@ -233,7 +234,9 @@ class StompConnection:
         return frame
 
     def _on_send(self, frame: Frame) -> None:
-        nxt = self._transitions.get((self.role, self.state, SEND, self._table_command(frame)))
+        command = frame.command
+        nxt = self._transitions.get((self.role, self.state, SEND,
+                                     command if command != "RECEIPT" else self._table_command(frame)))
         if nxt is None:
             raise ProtocolError(f"cannot send {frame.command} in state {self.state.value} "
                                 f"({self.role.value} side)")

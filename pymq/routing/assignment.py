@@ -27,17 +27,17 @@ spec/cluster.md §6) and in the internet-scale simulation (bench/bench_cluster_s
 """
 from __future__ import annotations
 
-import enum
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Protocol
 
+from pymq import enums
 from pymq.errors import ConfigError
 from pymq.routing.groups import GroupRouter
 
 
-class AssignmentPolicy(str, enum.Enum):
+class AssignmentPolicy(enums.StrEnum):
     BALANCE = "balance"
     HASH = "hash"
     SIMILAR = "similar"

@@ -17,23 +17,23 @@ destination.  Sans-IO: nothing here knows about nodes, links or time.
 """
 from __future__ import annotations
 
-import enum
 from types import ModuleType
 from typing import NamedTuple, Union
 from collections.abc import Callable, Iterable
 
+from pymq import enums
 from pymq.errors import ClusterError, ConfigError
 from pymq.routing import bloom as _chosen
 
 Key = Union[str, bytes]
 
 
-class RoutingStrategy(str, enum.Enum):
+class RoutingStrategy(enums.StrEnum):
     RENDEZVOUS = "rendezvous"
     MODULO = "modulo"
 
 
-class RoutingKey(str, enum.Enum):
+class RoutingKey(enums.StrEnum):
     """Which of a message's identifiers a queue routes on across the cluster (seed 003), per destination.
 
     ``group`` (the default) routes only grouped messages; ``correlation-id`` and ``message-id`` are the

@@ -8,12 +8,12 @@ consumer will ever look at.
 """
 from __future__ import annotations
 
-import enum
 
+from pymq import enums
 from pymq.errors import DestinationError
 
 
-class Kind(enum.Enum):
+class Kind(enums.Enum):
     QUEUE = "queue"
     TOPIC = "topic"
     TEMP_QUEUE = "temp-queue"

@@ -65,7 +65,11 @@ class MemoryFlow:
     def message_gone(self, message: BrokerMessage) -> None:
         """The last entry of ``message`` finished (acked, expired, dead-lettered or purged)."""
         self.store.forget(message)
-        self.paged_out(message)
+        # paged_out(), inlined: this runs once per message
+        self.held_bytes -= message.size
+        self.held_messages -= 1
+        if self.high and self.held_bytes < self.config.max_memory * 0.8:
+            self._below_high()
 
     # -- paging (backlog.py) -------------------------------------------------------------------------
     def resident(self) -> int:
@@ -73,8 +77,8 @@ class MemoryFlow:
         return self.held_bytes + self.held_messages * MESSAGE_OVERHEAD
 
     def short(self) -> bool:
-        """Memory is short: queues page new messages out."""
-        return self.resident() > self.config.max_memory * PAGE_OUT_AT
+        """Memory is short: queues page new messages out (asked once per message: resident() inlined)."""
+        return self.held_bytes + self.held_messages * MESSAGE_OVERHEAD > self.config.max_memory * PAGE_OUT_AT
 
     def room(self) -> bool:
         """Memory has room for messages paged back in."""
@@ -90,10 +94,13 @@ class MemoryFlow:
         self.held_bytes -= message.size
         self.held_messages -= 1
         if self.high and self.held_bytes < self.config.max_memory * 0.8:
-            self.high = False
-            log.info("message memory back under %d bytes: resuming producers", self.config.max_memory)
-            # resume from the loop, not from inside the dispatch/ack that freed the memory
-            self.call_soon(self._resume_producers)
+            self._below_high()
+
+    def _below_high(self) -> None:
+        self.high = False
+        log.info("message memory back under %d bytes: resuming producers", self.config.max_memory)
+        # resume from the loop, not from inside the dispatch/ack that freed the memory
+        self.call_soon(self._resume_producers)
 
     def block(self, producer: Producer) -> None:
         """Stop taking frames from a producer while message memory is high."""

@@ -32,10 +32,10 @@ transaction commits, with the message already written by the device (apptx.py).
 """
 from __future__ import annotations
 
-import enum
 from typing import TYPE_CHECKING, Any, Final, Union
 from collections.abc import Mapping
 
+from pymq import enums
 from pymq_server.broker import bulk_rows, segments
 from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.clients import Client
@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from pymq_server.storage.device import HoldingDevice
 
 
-class Rule(enum.Enum):
+class Rule(enums.Enum):
     DEDUP = "duplicates"
     SCHEMA = "schema"
     ROUTING = "cluster routing"
@@ -67,7 +67,7 @@ class Rule(enum.Enum):
     STORE = "store"
 
 
-class EntryPath(enum.Enum):
+class EntryPath(enums.Enum):
     SEND = "SEND to a queue"
     PUBLISH = "SEND to a topic"
     CLUSTER_INBOUND = "cluster inbound"

@@ -84,7 +84,14 @@ class MessageQueue(Replacing, QueueUpkeep):
 
     def _depth_delta(self, delta: int, now: float | None = None) -> None:
         depth = self.ready.count + self.backlog.count + self.acquired + self.scheduled
-        self.stats.depth_changed(depth - delta, depth, self.host.clock() if now is None else now)
+        # the time-weighted depth and the peak (QueueStats), here: this runs twice per message
+        stats = self.stats
+        if now is None:
+            now = self.host.clock()
+        stats._depth_area += (depth - delta) * (now - stats._depth_since)
+        stats._depth_since = now
+        if depth > stats.peak_depth:
+            stats.peak_depth = depth
 
     # -- entry points ---------------------------------------------------------------------------
     def enqueue(self, message, stored: bool = False, now: float | None = None, deliveries: int = 0,
@@ -288,7 +295,11 @@ class MessageQueue(Replacing, QueueUpkeep):
         stats = self.stats
         stats.delivered += 1
         if entry.deliveries == 1:
-            stats.waited(now - entry.enqueued_at)
+            waited = now - entry.enqueued_at         # the waiting-time figures (QueueStats)
+            stats.wait_total += waited
+            stats.wait_count += 1
+            if waited > stats.wait_max:
+                stats.wait_max = waited
         timeout = self.config.delivery_timeout_ms
         if timeout:
             heapq.heappush(self._timeouts, (now + timeout / 1000.0, entry.message.seq, entry.deliveries, entry))

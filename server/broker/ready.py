@@ -28,7 +28,7 @@ _NO_ENTRIES: Final[list[Any]] = []
 class ReadyIndex:
     """Entries by priority (9 first), then sequence number (see the module's docstring)."""
 
-    __slots__ = ("_fifo", "_head", "_heap", "_tail", "count", "epoch")
+    __slots__ = ("_fifo", "_head", "_heap", "_tail", "_top", "count", "epoch")
 
     def __init__(self) -> None:
         # a level's list holds entries from its head on; slots before the head hold None until trimmed
@@ -39,6 +39,9 @@ class ReadyIndex:
         # passed anything below it, so an entry coming back below it must go to the heap (always
         # scanned), even when the list is empty at that moment
         self._tail = [-1] * 10
+        # no level above this one holds an entry (only push adds, and raises it): pop starts here
+        # instead of looking at the empty levels above the default priority 4 for every message
+        self._top = -1
         self.count = 0
         self.epoch = 0
 
@@ -47,6 +50,8 @@ class ReadyIndex:
 
     def push(self, entry: Entry) -> None:
         p = entry.message.priority
+        if p > self._top:
+            self._top = p
         fifo = self._fifo[p]
         if fifo is None:
             fifo = self._fifo[p] = []
@@ -79,10 +84,12 @@ class ReadyIndex:
         """The first entry in delivery order, removed (IndexError when empty, as list.pop)."""
         if not self.count:
             raise IndexError("pop from an empty ready index")
-        for p in range(9, -1, -1):
+        for p in range(self._top, -1, -1):
             fifo = self._fifo[p] or _NO_ENTRIES
             heap = self._heap[p]
             has_fifo = len(fifo) > self._head[p]
+            if heap or has_fifo:
+                self._top = p
             if heap:
                 self.count -= 1
                 if has_fifo and fifo[self._head[p]].message.seq < heap[0][0]:
@@ -149,7 +156,7 @@ class ReadyIndex:
         if cursor is not None and cursor[0] != self.epoch:
             cursor[0] = self.epoch
             cursor[1] = [-1] * 10
-        for p in range(9, -1, -1):
+        for p in range(self._top, -1, -1):
             fifo = self._fifo[p]
             if not fifo and not self._heap[p]:
                 continue

@@ -183,11 +183,8 @@ class BulkSendRequest(NamedTuple):
 
 
 def is_bulk(headers: Mapping[str, str]) -> bool:
-    """A SEND carrying ``pymq-format: arrow`` (any other value of the header is refused)."""
-    return _format(headers)
-
-
-def _format(headers: Mapping[str, str]) -> bool:
+    """A SEND carrying ``pymq-format: arrow`` (any other value of the header is refused); a range read
+    asking for Arrow."""
     value = headers.get(FORMAT_HEADER)
     if value is None:
         return False
@@ -260,7 +257,7 @@ def parse_subscribe(headers: Mapping[str, str]) -> SubscribeRequest:
                                                     _int(headers, "pymq-from-seq"), _int(headers, "pymq-to-seq"),
                                                     _int(headers, "pymq-max-messages"),
                                                     _int(headers, "pymq-max-bytes"),
-                                                    _int(headers, "pymq-from-timestamp"), _format(headers)))
+                                                    _int(headers, "pymq-from-timestamp"), is_bulk(headers)))
     ack = headers.get("ack", AUTO)
     if ack not in ACK_MODES:
         raise InvalidHeader(f"ack mode {ack[:32]!r} is not one of auto, client, client-individual",

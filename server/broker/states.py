@@ -13,16 +13,18 @@
 Every change of an entry's state is ``entry.state = transition(entry.state, event)``: anything not in the
 table is a bug in the broker, raised as :class:`IllegalTransition` at once instead of leaving an entry in
 two places (a message acknowledged twice, or delivered after it expired). States and events are string
-enums: they print as their names and hash as strings, so a lookup costs what a string key costs.
+enums: they print as their names and hash as strings, in C (pymq.enums), so a lookup costs what a
+string key costs.
 """
 from __future__ import annotations
 
-import enum
 from typing import Final
 from collections.abc import Mapping
 
+from pymq import enums
 
-class EntryState(str, enum.Enum):
+
+class EntryState(enums.StrEnum):
     SCHEDULED = "scheduled"      # waiting for its delivery time (AMQ_SCHEDULED_*, redelivery delay)
     READY = "ready"              # in the ready index, deliverable
     ACQUIRED = "acquired"        # delivered, waiting for its ACK or NACK
@@ -34,7 +36,7 @@ class EntryState(str, enum.Enum):
         return self.value
 
 
-class Event(str, enum.Enum):
+class Event(enums.StrEnum):
     DUE = "due"
     ACQUIRE = "acquire"
     ACK = "ack"

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 
 class QueueStats:
-    """The nine queue metrics of seed 001, kept incrementally (no scans)."""
+    """The nine queue metrics of seed 001, kept incrementally (no scans). The queue updates the depth
+    area and the waiting times itself (MessageQueue._depth_delta, _acquire): once or twice per message,
+    a method call here would cost more than the arithmetic."""
 
     __slots__ = ("added", "removed", "failed", "expired", "peak_depth", "wait_total", "wait_max",
                  "wait_count", "_depth_area", "_depth_since", "_started", "delivered", "dead_lettered",
@@ -28,20 +30,8 @@ class QueueStats:
         self._depth_since = now
         self._started = now
 
-    def depth_changed(self, old_depth: int, new_depth: int, now: float) -> None:
-        self._depth_area += old_depth * (now - self._depth_since)
-        self._depth_since = now
-        if new_depth > self.peak_depth:
-            self.peak_depth = new_depth
-
     def average_depth(self, depth: int, now: float) -> float:
         span = now - self._started
         if span <= 0:
             return float(depth)
         return (self._depth_area + depth * (now - self._depth_since)) / span
-
-    def waited(self, seconds: float) -> None:
-        self.wait_total += seconds
-        self.wait_count += 1
-        if seconds > self.wait_max:
-            self.wait_max = seconds

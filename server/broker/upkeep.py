@@ -54,8 +54,7 @@ class QueueUpkeep:
             self.stats.removed += 1
             self._drop(entry)
         if entries:
-            depth = self.depth
-            self.stats.depth_changed(depth + len(entries), depth, now)
+            self._depth_delta(-len(entries), now)
 
     def purge(self) -> int:
         """Remove every waiting message (ready, and the backlog's, read back one run at a time)."""
@@ -71,7 +70,7 @@ class QueueUpkeep:
             self._drop(entry)
         if entries:
             self.stats.removed += len(entries)
-            self.stats.depth_changed(self.depth + len(entries), self.depth, self.host.clock())
+            self._depth_delta(-len(entries))
         return len(entries)
 
     def remove_below(self, upto: int) -> None:

@@ -83,6 +83,7 @@ class StompServerProtocol(asyncio.Protocol):
         # output: pieces (bytes or memoryview slices of message bodies) not yet given to the transport
         self._out: deque = deque()
         self._out_bytes = 0
+        self._large = 0             # queued pieces of SLICE bytes or more (a large body, written in slices)
         self._flush_scheduled = False
         self._transport_paused = False
         self._closing = False
@@ -142,6 +143,7 @@ class StompServerProtocol(asyncio.Protocol):
         self._cancel_timers()
         self._out.clear()
         self._out_bytes = 0
+        self._large = 0
         self._backlog = None
         self._release_unauthenticated()
         if self.session is not None:
@@ -316,7 +318,10 @@ class StompServerProtocol(asyncio.Protocol):
         out = self._out
         for piece in pieces:
             out.append(piece)
-            self._out_bytes += len(piece)
+            size = len(piece)
+            self._out_bytes += size
+            if size >= SLICE:
+                self._large += 1
         self._sent = True
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -332,6 +337,15 @@ class StompServerProtocol(asyncio.Protocol):
         if transport is None or (self._closing and not force):
             return
         out = self._out
+        if not self._large and (force or not self._transport_paused):
+            # the common case, small MESSAGEs and RECEIPTs only: one join and one write, no walk over
+            # the pieces (this runs once per loop turn with tens of frames queued)
+            if out:
+                transport.write(b"".join(out) if len(out) > 1 else out[0])
+                out.clear()
+                self._out_bytes = 0
+            self._output_changed()
+            return
         small: list = []
         while out and (force or not self._transport_paused):
             piece = out[0]
@@ -351,8 +365,11 @@ class StompServerProtocol(asyncio.Protocol):
             self._out_bytes -= min(size, SLICE)
             if size > SLICE:
                 out[0] = view[SLICE:]
+                if size - SLICE < SLICE:
+                    self._large -= 1        # what is left of it is a small piece now
             else:
                 out.popleft()
+                self._large -= 1
         if small:
             transport.write(b"".join(small))
         self._output_changed()

@@ -19,13 +19,14 @@ taking ``None`` (durable) or the exception that made the sync fail.
 """
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
+
+from pymq import enums
 
 Waiter = Callable[[BaseException | None], None]
 
 
-class CommitPolicy(str, enum.Enum):
+class CommitPolicy(enums.StrEnum):
     ALWAYS = "always"
     GROUPED = "grouped"
     NEVER = "never"

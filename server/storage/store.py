@@ -262,16 +262,12 @@ class HoldingStore:
         if device is self.memory:
             self.memory.account(message.size, -1)
         if device is not None:
-            placed = self._placed.get((self._chosen_name(message), message.rule))
+            # counted under the device its rule chose, even when the heap holds it
+            placed = self._placed.get((message.chosen or device.name, message.rule))
             if placed is not None:
                 placed[0] -= 1
                 placed[1] -= message.size
         message.device = None
-
-    def _chosen_name(self, message) -> str:
-        # a message placed on a device that does not keep it (heap-held) is still counted under the
-        # device its rule chose
-        return getattr(message, "chosen", None) or message.device.name
 
     # -- write-behind ---------------------------------------------------------------------------
     def _behind_due(self) -> None:
