@@ -6,8 +6,9 @@ owner(d) = rendezvous over the worker ids ``w0 .. w<W-1>`` with the specified ha
 ``GroupRouter``, not a second hash. Names that are not shared destinations stay with the home:
 ``/pymq/...`` (admin, answered by the worker the client is connected to) and a connection's own
 temporary destinations by their local name. A dead-letter queue (the default prefix,
-``queue_defaults.dead_letter_prefix``) belongs to the owner of the queue whose dead letters it holds. A temporary destination's global name
-(``tmp.<session id>.<local>``) names its home, because a home session's id starts with ``w<k>``.
+``queue_defaults.dead_letter_prefix``) belongs to the owner of the queue whose dead letters it holds.
+A temporary destination's global name (``tmp.<session id>.<local>``) names its home, because a home
+session's id starts with ``w<k>``.
 """
 from __future__ import annotations
 
