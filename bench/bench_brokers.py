@@ -228,6 +228,41 @@ def median_rows(rows: list[Row], rounds: int) -> list[Row]:
     return out
 
 
+def markdown_workers(rows: list[Row]) -> str:
+    """pymq-wN (``--pymq-workers N``) against pymq in Markdown: msg/s and broker µs/msg as min-max over the
+    rounds, and the per-round ratios (each within one round) as min-max. Empty without a pymq-wN."""
+    ok = [r for r in rows if not r.failed and not r.extra.get("unavailable")]
+    multi = sorted({r.broker for r in ok if r.broker.startswith("pymq-w")})
+    if not multi:
+        return ""
+    by = {(r.broker, r.workload, r.round): r for r in ok}
+    rounds = sorted({r.round for r in ok})
+
+    def rng(vals, f):
+        vals = [v for v in vals if v]
+        if not vals:
+            return "-"
+        lo, hi = f.format(min(vals)), f.format(max(vals))
+        return lo if lo == hi else f"{lo}-{hi}"
+
+    out = []
+    for w_name in multi:
+        out += [f"| row | pymq msg/s | {w_name} msg/s | {w_name} / pymq msg/s | broker µs/msg pymq / {w_name} | "
+                f"{w_name} / pymq µs/msg |", "|---|---|---|---|---|---|"]
+        for w in WORKLOADS:
+            pairs = [(by.get(("pymq", w.key, n)), by.get((w_name, w.key, n))) for n in rounds]
+            pairs = [(a, b) for a, b in pairs if a and b]
+            if not pairs:
+                continue
+            out.append(f"| {w.key}: {w.title} | {rng([a.result.rate for a, _ in pairs], '{:,.0f}')} | "
+                       f"{rng([b.result.rate for _, b in pairs], '{:,.0f}')} | "
+                       f"{rng([b.result.rate / a.result.rate for a, b in pairs if a.result.rate], '{:.2f}')} | "
+                       f"{rng([a.broker_cpu_us_per_msg for a, _ in pairs], '{:.1f}')} / "
+                       f"{rng([b.broker_cpu_us_per_msg for _, b in pairs], '{:.1f}')} | "
+                       f"{rng([b.broker_cpu_us_per_msg / a.broker_cpu_us_per_msg for a, b in pairs if a.broker_cpu_us_per_msg], '{:.2f}')} |")
+    return "\n".join(out)
+
+
 def markdown_ranges(rows: list[Row]) -> str:
     """The issue-16 table in Markdown: per row, each broker's msg/s and broker µs/msg as min-max over the
     rounds, pymq over the faster peer and over pymq-base as min-max of the per-round ratios (each ratio
@@ -422,6 +457,10 @@ def reprint(path: str) -> int:
     n = max((r.round for r in rows), default=0) + 1
     print_table(median_rows(rows, n))
     print_ratios(ratios(median_rows(rows, n)))
+    workers_table = markdown_workers(rows)
+    if workers_table:
+        print()
+        print(workers_table)
     if n > 1:
         print()
         print(markdown_ranges(rows))
@@ -617,6 +656,10 @@ def main(argv=None) -> int:
         print(markdown_ranges(rows))
     rat = ratios(median_rows(rows, a.rounds))
     print_ratios(rat)
+    workers_table = markdown_workers(rows)
+    if workers_table:
+        print(f"\nthe multi-worker broker against pymq, per round ({a.rounds} rounds):\n")
+        print(workers_table)
     for name, why in unavailable.items():
         print(f"\n{name}: not measured: {why}")
     failed = [r for r in rows if r.failed]
