@@ -22,6 +22,7 @@ What differs, and why:
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING, Any
 
 from pymq.errors import PymqError
@@ -35,6 +36,8 @@ from pymq_server.net.tcp import StompServerProtocol
 if TYPE_CHECKING:
     from pymq_server.broker.broker import Broker
     from pymq_server.cores.mesh import Mesh
+
+log = logging.getLogger("pymq.cores")
 
 #: the destination of the home's barrier SEND (never a client's: /pymq/ names stay with the home)
 BARRIER = "/pymq/cores/barrier"
@@ -109,9 +112,6 @@ class ShadowProtocol(StompServerProtocol):
         self.home = home
         self.conn = conn
         self._ack_prefix = ack_prefix(mesh.me)
-        # the channel is this "connection's" only reader and already bounded per turn by the home's
-        # read budget: a second budget here would only add pauses (each an envelope)
-        self._budget = 1 << 62
 
     def open(self, doc: dict) -> None:
         """Make the shadow session: CONNECTED already, as the principal the home authenticated."""
@@ -140,7 +140,16 @@ class ShadowProtocol(StompServerProtocol):
 
     def from_home(self, kind: Kind, payload: bytes) -> None:
         if kind is Kind.FRAME:
-            self.data_received(payload)
+            # straight to the session: whole frames, already bounded per turn by the home's read budget,
+            # and no peer to time out (the TCP adapter's budget, turn and watchdog are for sockets)
+            session = self.session
+            if session is None or self._closing:
+                return
+            try:
+                session.data_received(payload)
+            except Exception:  # a broker bug must cost one connection, never the worker
+                log.exception("internal error on forwarded connection %s", session.id)
+                session.fail(PymqError("internal broker error; the connection is closed"))
         elif kind is Kind.CLOSE:
             transport = self.transport
             if isinstance(transport, ShadowTransport):

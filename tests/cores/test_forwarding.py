@@ -124,3 +124,50 @@ def test_reply_to_a_temporary_queue_crosses_workers(broker):
     _receipt(service, "a")
     ans = requester.read()
     assert ans.command == "MESSAGE" and ans.body == b"pong", ans
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.1"])
+def test_older_versions_acknowledge_by_message_id_at_the_owner(broker, version):
+    dest = owned_by(1, prefix="/queue/old.")[0]
+    p = broker.connect(1, version=version)
+    for i in range(3):
+        p.send("SEND", {"destination": dest, "seq": str(i)}, b"x")
+    p.send("SEND", {"destination": dest, "seq": "3", "receipt": "p"}, b"x")
+    _receipt(p, "p")
+    c = broker.connect(0, version=version)
+    sub = {"destination": dest, "ack": "client"}
+    if version == "1.1":
+        sub["id"] = "s"
+    c.send("SUBSCRIBE", sub)
+    msgs = _drain_messages(c, 4)
+    ack = {"message-id": msgs[1].headers["message-id"], "receipt": "a"}      # client mode: 0 and 1
+    if version == "1.1":
+        ack["subscription"] = "s"
+    c.send("ACK", ack)
+    _receipt(c, "a")
+    c.send("DISCONNECT", {"receipt": "bye"})
+    _receipt(c, "bye")
+    again = broker.connect(0, version=version)
+    again.send("SUBSCRIBE", {"destination": dest, "id": "s2"})
+    assert [m.headers["seq"] for m in _drain_messages(again, 2)] == ["2", "3"]
+    with pytest.raises(TimeoutError):
+        again.read(0.5)
+
+
+def test_browsing_a_queue_of_another_worker(broker):
+    dest = owned_by(1, prefix="/queue/browse.")[0]
+    p = broker.connect(1)
+    for i in range(3):
+        p.send("SEND", {"destination": dest, "seq": str(i)}, b"x")
+    p.send("SEND", {"destination": dest, "seq": "3", "receipt": "p"}, b"x")
+    _receipt(p, "p")
+    c = broker.connect(0)
+    c.send("SUBSCRIBE", {"destination": dest, "id": "b", "browser": "true"})
+    frames = [c.read() for _ in range(5)]
+    assert [f.headers.get("seq") for f in frames[:4]] == ["0", "1", "2", "3"]
+    assert all(f.headers.get("browser") == "true" for f in frames[:4])
+    assert frames[4].headers.get("browser") == "end", frames[4]
+    c.send("UNSUBSCRIBE", {"id": "b", "receipt": "u"})
+    _receipt(c, "u")
+    c.send("SUBSCRIBE", {"destination": dest, "id": "s"})       # browsing took nothing
+    assert len(_drain_messages(c, 4)) == 4
