@@ -30,6 +30,7 @@ from pymq.protocol.frame import Frame
 from pymq.protocol.scanner import FrameScanner, encode_frame
 from pymq_server.admin import stomp_admin
 from pymq_server.admin.stomp_admin import ADMIN_DESTINATION
+from pymq_server.broker.segments import IpcPieces
 from pymq_server.broker.session import BrokerSession
 from pymq_server.cores.envelope import Kind
 from pymq_server.cores.shadow import BARRIER
@@ -83,7 +84,7 @@ class HomeSession(BrokerSession):
         for owner in self._opened:
             self.mesh.send(owner, kind, self.me, self.id)
 
-    def send_frame(self, command: str, headers: dict, body: bytes = b"") -> None:
+    def send_frame(self, command: str, headers: dict, body: bytes | IpcPieces = b"") -> None:
         if command == "CONNECTED":
             headers["pymq-worker"] = str(self.me)   # which worker is this connection's home (tests, ops)
         super().send_frame(command, headers, body)
