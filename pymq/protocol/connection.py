@@ -158,7 +158,7 @@ class StompConnection:
         frames = self._scanner.feed(data)
         if frames:
             for frame in frames:
-                self._on_receive(frame)
+                self.receive_frame(frame)
         return frames
 
     def parse(self, data: bytes) -> list[Frame]:
@@ -168,11 +168,6 @@ class StompConnection:
         handled (their handling may still send MESSAGEs)."""
         return self._scanner.feed(data)
 
-    def receive_frame(self, frame: Frame) -> None:
-        """Check and account for one frame, in handling order (after :meth:`parse`, or for a frame
-        that arrived already parsed through the in-process vm:// transport)."""
-        self._on_receive(frame)
-
     def _table_command(self, frame: Frame) -> str:
         """The command as the table knows it: a RECEIPT for the DISCONNECT has its own row."""
         if (frame.command == "RECEIPT" and self.state is State.DISCONNECTING
@@ -181,7 +176,9 @@ class StompConnection:
             return DISCONNECT_RECEIPT
         return frame.command
 
-    def _on_receive(self, frame: Frame) -> None:
+    def receive_frame(self, frame: Frame) -> None:
+        """Check and account for one frame, in handling order (after :meth:`parse`, or for a frame
+        that arrived already parsed through the in-process vm:// transport)."""
         command = frame.command
         # only a RECEIPT can be the DISCONNECT's own: every other frame is looked up by its command
         key = (self.role, self.state, RECV, command if command != "RECEIPT" else self._table_command(frame))
