@@ -10,7 +10,8 @@ SparkSession (``local[2]``), then measures:
 
 * **batch write**: N rows (``value`` 100 bytes, ``key``) written with ``df.write.format("pymq")`` to a
   retained topic (durable), and to a queue while a STOMP consumer takes the messages, against the same
-  DataFrame written as Parquet;
+  DataFrame written as Parquet and into a Python sink that drops Spark's Arrow batches (the API's ceiling
+  for writes);
 * **batch read**: those N messages read back into ``count()`` and into a full scan
   (``sum(length(value))``), against the same two queries over the Parquet file and over a Python data
   source that yields ready Arrow batches of the read schema (the API's ceiling); best of two runs each;
@@ -177,6 +178,28 @@ def ready_arrow_stream(rows: int, per_trigger: int):
     return ReadyStream
 
 
+def null_arrow_sink():
+    """A Python data source whose writer takes Spark's Arrow batches and drops them: what Spark's Python
+    writer API costs with no broker (the ceiling of any Python sink on this machine)."""
+    from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterCommitMessage
+
+    class DropWriter(DataSourceArrowWriter):
+        def write(self, iterator):
+            for _ in iterator:
+                pass
+            return WriterCommitMessage()
+
+    class NullArrow(DataSource):
+        @classmethod
+        def name(cls):
+            return "null_arrow"
+
+        def writer(self, schema, overwrite):
+            return DropWriter()
+
+    return NullArrow
+
+
 def queue_consumer(url: str, queue: str, expected: int, done: dict) -> threading.Thread:
     """A live STOMP consumer of ``queue`` (auto-acknowledge) counting what it receives."""
     import pymq
@@ -243,6 +266,8 @@ def main() -> int:
         (spark.read.format("pymq").option("url", url).option("topic", "bench.warm").option("minPartitions", "2")
          .load().count())
         warm.write.mode("overwrite").parquet(os.path.join(work, "warm.parquet"))
+        spark.dataSource.register(null_arrow_sink())
+        warm.write.format("null_arrow").mode("append").save()
 
         def pymq_reader():
             return (spark.read.format("pymq").option("url", url).option("topic", "bench.rows")
@@ -251,7 +276,9 @@ def main() -> int:
         _, t_pw = timed(lambda: source.write.format("pymq").option("url", url).option("topic", "bench.rows")
                         .mode("append").save())
         _, t_qw = timed(lambda: source.write.mode("overwrite").parquet(parquet))
-        figures["batch write (retained topic)"] = {"pymq": rows / t_pw, "parquet": rows / t_qw, "unit": "rows/s"}
+        _, t_nw = timed(lambda: source.write.format("null_arrow").mode("append").save())
+        figures["batch write (retained topic)"] = {"pymq": rows / t_pw, "parquet": rows / t_qw,
+                                                   "null Arrow sink": rows / t_nw, "unit": "rows/s"}
 
         # into a queue while a STOMP consumer takes the messages: the write, and the consumer's end
         consumed: dict = {}
