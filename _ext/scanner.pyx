@@ -29,6 +29,9 @@ cdef extern from *:
 DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
 cdef Py_ssize_t _MAX_DIGITS = MAX_DIGITS
 DEFAULT_MAX_HEADERS = 1000
+#: the pure twin's LARGE_BODY: a longer body not fully arrived is gathered as the chunks fed, joined once
+LARGE_BODY = 64 * 1024
+cdef Py_ssize_t _LARGE_BODY = LARGE_BODY
 
 cdef object _Frame = Frame
 cdef frozenset _NEGOTIATING = frozenset({"CONNECT", "STOMP", "CONNECTED"})
@@ -171,6 +174,8 @@ cdef class FrameScanner:
     cdef dict _p_headers
     cdef Py_ssize_t _p_length
     cdef Py_ssize_t _p_body
+    cdef list _chunks
+    cdef Py_ssize_t _have
 
     def __init__(self, Py_ssize_t max_frame_size=DEFAULT_MAX_FRAME_SIZE,
                  Py_ssize_t max_headers=DEFAULT_MAX_HEADERS, str version="1.0"):
@@ -182,17 +187,26 @@ cdef class FrameScanner:
         self._scan = 0
         self._failed = None
         self._has_pending = False
+        self._chunks = None
+        self._have = 0
 
     @property
     def buffered(self):
-        return PyByteArray_GET_SIZE(self._buf) - self._pos
+        return PyByteArray_GET_SIZE(self._buf) - self._pos + self._have
 
     def feed(self, data):
         if self._failed is not None:
             raise self._failed
-        self._buf += data
         cdef list frames = []
         try:
+            if self._chunks is not None:
+                rest = self._gather(data, frames)
+                if rest is None or (<tuple>frames[0])[0] in _NEGOTIATING:
+                    if rest is not None:
+                        self._buf += rest
+                    return frames
+                data = rest
+            self._buf += data
             while True:
                 frame = self._next()
                 if frame is None:
@@ -205,12 +219,36 @@ cdef class FrameScanner:
             self._buf = bytearray()
             self._pos = 0
             self._scan = 0
+            self._chunks = None
+            self._have = 0
             raise
         if self._pos:
             del self._buf[:self._pos]
             self._scan -= self._pos
             self._pos = 0
         return frames
+
+    cdef object _gather(self, data, list frames):
+        """The pure twin's _gather: None while the large body is incomplete; else the frame goes to
+        ``frames`` and the bytes fed past its NUL are returned."""
+        cdef bytes chunk = bytes(data)
+        cdef Py_ssize_t need = self._p_body + self._p_length + 1 - self._have
+        cdef Py_ssize_t size = len(chunk)
+        if size < need:
+            if size:
+                self._chunks.append(chunk)
+                self._have += size
+            return None
+        if (<unsigned char*><char*>chunk)[need - 1] != 0:
+            raise MalformedFrame(f"{self._p_command} frame: expected NUL after "
+                                 f"{self._p_length} body bytes (content-length)")
+        self._chunks.append(memoryview(chunk)[:need - 1])
+        body = b"".join(self._chunks)
+        self._chunks = None
+        self._have = 0
+        self._has_pending = False
+        frames.append(_tuple_new(_Frame, (self._p_command, self._p_headers, body)))
+        return chunk[need:]
 
     cdef object _next(self):
         cdef char* base = PyByteArray_AS_STRING(self._buf)
@@ -274,6 +312,13 @@ cdef class FrameScanner:
             if self._p_length > limit - self._p_body:
                 raise FrameTooLarge(size=<object>self._p_body + <object>self._p_length, limit=limit)
             if pymq_ssize_add_ovf(b, self._p_length, &end) or end >= n:
+                if self._p_length >= _LARGE_BODY:
+                    # gather the rest as it is fed; nothing of this frame stays in _buf
+                    self._chunks = [PyBytes_FromStringAndSize(base + b, n - b)]
+                    self._have = n - p
+                    del self._buf[p:]
+                    self._pos = p
+                    self._scan = p
                 return None
             if base[end] != 0:
                 raise MalformedFrame(f"{self._p_command} frame: expected NUL after "

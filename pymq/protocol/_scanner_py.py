@@ -32,6 +32,10 @@ DEFAULT_MAX_FRAME_SIZE = 64 * 1024 * 1024
 DEFAULT_MAX_HEADERS = 1000
 
 _NEGOTIATING = frozenset({"CONNECT", "STOMP", "CONNECTED"})
+#: a body at least this long (by content-length) that has not fully arrived is gathered as the chunks fed,
+#: joined once when complete, instead of growing the scan buffer chunk by chunk (each growth may copy all
+#: of it again): a large frame (an Arrow range answer, a bulk SEND) costs one copy of its body
+LARGE_BODY = 64 * 1024
 _UNESCAPES = {"r": "\r", "n": "\n", "c": ":", "\\": "\\"}
 
 
@@ -124,18 +128,27 @@ class FrameScanner:
         # a frame whose headers are parsed but whose body has not fully arrived:
         # (command, headers, content-length or -1, body offset relative to _pos)
         self._pending: tuple[str, dict[str, str], int, int] | None = None
+        # a LARGE_BODY frame's body bytes so far (the pending frame's), and how many; None otherwise
+        self._chunks: list[bytes | memoryview] | None = None
+        self._have = 0
 
     @property
     def buffered(self) -> int:
         """Bytes held for a frame that has not completed yet."""
-        return len(self._buf) - self._pos
+        return len(self._buf) - self._pos + self._have
 
     def feed(self, data: bytes) -> list[Frame]:
         if self._failed is not None:
             raise self._failed
-        self._buf += data
         frames: list[Frame] = []
         try:
+            if self._chunks is not None:
+                rest = self._gather(data, frames)
+                if rest is None or frames[0].command in _NEGOTIATING:
+                    self._buf += rest or b""
+                    return frames
+                data = rest
+            self._buf += data
             while True:
                 frame = self._next()
                 if frame is None:
@@ -149,6 +162,7 @@ class FrameScanner:
             self._failed = exc
             self._buf = bytearray()
             self._pos = self._scan = 0
+            self._chunks, self._have = None, 0
             raise
         if self._pos:
             # compact once per feed, not once per frame: many small frames per read stay linear
@@ -191,6 +205,12 @@ class FrameScanner:
             if body_start + length > limit:
                 raise FrameTooLarge(size=body_start + length, limit=limit)
             if n < b + length + 1:
+                if length >= LARGE_BODY:
+                    # gather the rest as it is fed (see LARGE_BODY); nothing of this frame stays in _buf
+                    self._chunks = [bytes(buf[b:n])]
+                    self._have = n - p          # the frame's bytes held, its head's included
+                    del buf[p:]
+                    self._pos = self._scan = p
                 return None
             if buf[b + length] != 0:
                 raise MalformedFrame(f"{command} frame: expected NUL after {length} body bytes "
@@ -209,6 +229,26 @@ class FrameScanner:
         self._pos = self._scan = end + 1
         self._pending = None
         return Frame(command, headers, body)
+
+    def _gather(self, data: bytes, frames: list[Frame]) -> bytes | None:
+        """Feed ``data`` to the large body being gathered: None while it is incomplete; once it is, the
+        frame is appended to ``frames`` and the bytes fed past its NUL are returned."""
+        chunks = self._chunks
+        assert chunks is not None and self._pending is not None
+        command, headers, length, body_start = self._pending
+        data = bytes(data)
+        need = body_start + length + 1 - self._have          # body bytes still missing, and the NUL
+        if len(data) < need:
+            if data:
+                chunks.append(data)
+                self._have += len(data)
+            return None
+        if data[need - 1] != 0:
+            raise MalformedFrame(f"{command} frame: expected NUL after {length} body bytes (content-length)")
+        chunks.append(memoryview(data)[:need - 1])
+        frames.append(Frame(command, headers, b"".join(chunks)))
+        self._chunks, self._have, self._pending = None, 0, None
+        return data[need:]
 
     def _header_end(self, buf: bytearray, p: int) -> tuple[int, int]:
         """(length of the command+header text, offset of the body), both relative to ``p``;

@@ -113,6 +113,68 @@ def test_large_body_streamed_in_pieces(codec):
     assert len(frames) == 1 and frames[0].body == body
 
 
+def test_a_large_body_is_gathered_across_feeds(codec):
+    """A body of LARGE_BODY or more that has not fully arrived is gathered chunk by chunk and joined once:
+    the same frames, the same ``buffered`` count and the same errors as the scan buffer gave."""
+    body = bytes(range(256)) * 800                                   # 200 KiB with NULs inside
+    assert len(body) >= codec.LARGE_BODY
+    big = codec.encode_frame("MESSAGE", {"subscription": "s1"}, body, "1.2")
+    small = codec.encode_frame("RECEIPT", {"receipt-id": "r1"}, b"", "1.2")
+    data = b"\n" + big + b"\n\n" + small + big + small[:5]
+    for cuts in ([len(data)], [30, 100_000, 3], [1, 1, 40], [len(big), 1], [len(big) + 1, 2], [70_000] * 6):
+        scanner = codec.FrameScanner(version="1.2")
+        frames, pos = [], 0
+        for size in cuts:
+            frames += scanner.feed(data[pos:pos + size])
+            pos += size
+            assert scanner.buffered <= pos
+        frames += scanner.feed(data[pos:])
+        assert [(f.command, f.body == body) for f in frames] == \
+            [("MESSAGE", True), ("RECEIPT", False), ("MESSAGE", True)], cuts
+        assert scanner.buffered == 5
+        assert scanner.feed(small[5:])[0].headers["receipt-id"] == "r1" and scanner.buffered == 0
+    # the gathered bytes count as buffered, and the NUL arriving on its own completes the frame
+    scanner = codec.FrameScanner(version="1.2")
+    assert scanner.feed(big[:-1]) == [] and scanner.buffered == len(big) - 1
+    assert scanner.feed(big[-1:])[0].body == body and scanner.buffered == 0
+    # no NUL where content-length says: the same error as before, and the scanner stays failed
+    bad = big[:-1] + b"x"
+    scanner = codec.FrameScanner(version="1.2")
+    assert scanner.feed(bad[:1000]) == []
+    with pytest.raises(errors.MalformedFrame, match=f"expected NUL after {len(body)} body bytes"):
+        scanner.feed(bad[1000:])
+    with pytest.raises(errors.MalformedFrame):
+        scanner.feed(small)
+    # the limit is checked on the header, before anything is gathered
+    scanner = codec.FrameScanner(max_frame_size=100_000, version="1.2")
+    with pytest.raises(errors.FrameTooLarge):
+        scanner.feed(big[:1000])
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(min_value=64 * 1024 - 3, max_value=64 * 1024 + 3000),
+       cuts=st.lists(st.integers(min_value=1, max_value=40_000), max_size=8),
+       tail=st.binary(max_size=20))
+def test_twins_agree_on_large_bodies_in_any_pieces(size, cuts, tail):
+    from pymq.protocol import scanner as picker
+    impls = [m for m in picker.IMPLEMENTATIONS.values() if m is not None]
+    data = impls[0].encode_frame("SEND", {"destination": "/q"}, b"\x00a" * (size // 2), "1.2") + tail
+    results = []
+    for impl in impls:
+        s = impl.FrameScanner(max_frame_size=1 << 20, version="1.2")
+        out, pos = [], 0
+        try:
+            for c in cuts:
+                out += [tuple(f) for f in s.feed(data[pos:pos + c])]
+                pos += c
+                out.append(s.buffered)
+            out += [tuple(f) for f in s.feed(data[pos:])]
+            results.append(("ok", out, s.buffered))
+        except errors.ProtocolError as exc:
+            results.append(("err", type(exc).__name__, str(exc), out))
+    assert all(r == results[0] for r in results)
+
+
 def test_many_small_frames_in_one_read(codec):
     one = codec.encode_frame("SEND", {"destination": "/queue/a"}, b"x" * 10, "1.2")
     scanner = codec.FrameScanner(version="1.2")
