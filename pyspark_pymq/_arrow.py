@@ -13,6 +13,7 @@ TextMessage, binary a BytesMessage; ``bodyType`` can say otherwise), ``key`` (JM
 from __future__ import annotations
 
 import base64
+import functools
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -236,9 +237,9 @@ def wire_to_read(batch: pa.RecordBatch, destination: str, kind: str, include_pro
     expiration = pc.if_else(never, pa.scalar(None, pa.int64()), pc.multiply(expires, 1000)) \
         if pc.any(never).as_py() else pc.multiply(expires, 1000)
     columns = [
-        pa.repeat(pa.scalar(destination, pa.string()), n),
-        pa.repeat(pa.scalar(kind, pa.string()), n),
-        pa.repeat(pa.scalar(0, pa.int32()), n),
+        _constant(destination, "string", n),
+        _constant(kind, "string", n),
+        _constant(0, "int32", n),
         cols[0],
         cols[1],
         cols[10],
@@ -246,18 +247,25 @@ def wire_to_read(batch: pa.RecordBatch, destination: str, kind: str, include_pro
         cols[8],
         cols[6],
         pc.multiply(cols[2], 1000).cast(_TS),
-        pa.repeat(pa.scalar(CREATE_TIME, pa.int32()), n),
+        _constant(CREATE_TIME, "int32", n),
         expiration.cast(_TS),
         cols[4],
         cols[5],
-        pa.repeat(pa.scalar(False, pa.bool_()), n),
-        pa.repeat(pa.scalar(1, pa.int32()), n),
+        _constant(False, "bool", n),
+        _constant(1, "int32", n),
         _destinations_only(cols[12]),
         cols[11],
     ]
     if include_properties:
         columns.append(cols[13])
     return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_properties])
+
+
+@functools.lru_cache(maxsize=64)
+def _constant(value: Any, type_name: str, n: int) -> pa.Array:
+    """A column of ``n`` copies of ``value``: Arrow arrays are immutable, so every fetch of a task (same
+    destination, same size: ``fetchSize`` rows) shares one instead of building it again."""
+    return pa.repeat(pa.scalar(value, pa.type_for_alias(type_name)), n)
 
 
 def _destinations_only(reply_to: pa.Array) -> pa.Array:
