@@ -96,12 +96,15 @@ class Channel(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self.full = True
+        # the other direction too: the shadows writing to that worker's clients stop dispatching
+        self.mesh.shadows_output(self.peer, held=True)
 
     def resume_writing(self) -> None:
         self.full = False
         held, self.held = self.held, set()
         for home in held:
             home.channel_drained(self.peer)
+        self.mesh.shadows_output(self.peer, held=False)
 
     def hold(self, home: HomeSession) -> None:
         self.held.add(home)
@@ -252,6 +255,15 @@ class Mesh:
             return
         if shadow is not None:
             shadow.from_home(kind, env.payload)
+
+    def shadows_output(self, home: int | None, held: bool) -> None:
+        """The channel to ``home`` is full (or drained): its shadows here stop (or resume) writing."""
+        for (h, _), shadow in list(self.shadows.items()):
+            if h == home:
+                if held:
+                    shadow.hold_output("channel")
+                else:
+                    shadow.release_output("channel")
 
     def shadow_gone(self, home: int, conn: str) -> None:
         self.shadows.pop((home, conn), None)

@@ -112,6 +112,7 @@ class ShadowProtocol(StompServerProtocol):
         self.home = home
         self.conn = conn
         self._ack_prefix = ack_prefix(mesh.me)
+        self._output_holds: set[str] = set()    # why output is held: "client" (FULL), "channel" (full)
 
     def open(self, doc: dict) -> None:
         """Make the shadow session: CONNECTED already, as the principal the home authenticated."""
@@ -128,6 +129,8 @@ class ShadowProtocol(StompServerProtocol):
         session.user = User(str(doc["user"]), "", frozenset(doc.get("roles", ())),
                             certificate_subject=doc.get("subject"))
         self._connected = True
+        if self.mesh.channels.get(self.home) is not None and self.mesh.channels[self.home].full:
+            self.hold_output("channel")
         # not in broker.sessions: a shadow is not a connection (the home counts it against
         # max_connections, lists it, and closes it); the mesh closes shadows when the worker stops
         try:
@@ -157,8 +160,22 @@ class ShadowProtocol(StompServerProtocol):
             self.mesh.shadow_gone(self.home, self.conn)
             self.connection_lost(None)
         elif kind is Kind.FULL:
-            self.pause_writing()
+            self.hold_output("client")
         elif kind is Kind.DRAINED:
+            self.release_output("client")
+
+    def hold_output(self, reason: str) -> None:
+        """Stop dispatching to this connection, as a socket's full buffer does (two reasons may hold
+        it: the client's full output at the home, and the channel to the home being full)."""
+        if not self._output_holds:
+            self.pause_writing()
+        self._output_holds.add(reason)
+
+    def release_output(self, reason: str) -> None:
+        if reason not in self._output_holds:
+            return
+        self._output_holds.discard(reason)
+        if not self._output_holds:
             self.resume_writing()
 
     def send_frame(self, conn: Any, frame: Frame) -> None:

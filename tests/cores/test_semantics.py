@@ -82,7 +82,8 @@ def test_producer_flow_control_at_the_owner_holds_the_home_producer(tmp_path):
 
 def test_a_full_channel_holds_the_homes_that_wrote_to_it(monkeypatch):
     """The mechanism in-process: a channel over a socket nobody reads fills, the home forwarding to it
-    is held; once the peer reads, the home is released."""
+    is held and so is the output of the shadows writing to that worker's clients; once the peer reads,
+    both are released."""
     from pymq_server.cores import mesh as mesh_mod
     from pymq_server.cores.envelope import Kind
 
@@ -92,6 +93,16 @@ def test_a_full_channel_holds_the_homes_that_wrote_to_it(monkeypatch):
         def channel_drained(self, owner):
             self.drained.append(owner)
 
+    class Shadow:
+        def __init__(self):
+            self.calls = []
+
+        def hold_output(self, reason):
+            self.calls.append(("hold", reason))
+
+        def release_output(self, reason):
+            self.calls.append(("release", reason))
+
     async def scenario():
         loop = asyncio.get_running_loop()
         a, b = socket.socketpair()
@@ -100,6 +111,9 @@ def test_a_full_channel_holds_the_homes_that_wrote_to_it(monkeypatch):
         _, channel = await loop.create_unix_connection(lambda: mesh_mod.Channel(m, 1), sock=a)
         channel.transport.set_write_buffer_limits(high=64 * 1024, low=16 * 1024)
         home = Home()
+        towards_1, towards_2 = Shadow(), Shadow()
+        m.shadows[(1, "w1c1")] = towards_1      # a shadow here of a connection whose home is worker 1
+        m.shadows[(2, "w2c1")] = towards_2      # ... of worker 2: another channel, untouched
         for _ in range(2000):
             channel.send(Kind.FRAME, 0, f"c{_ % 7}", b"x" * 1000)
             if _ % 50 == 0:
@@ -108,6 +122,7 @@ def test_a_full_channel_holds_the_homes_that_wrote_to_it(monkeypatch):
                 channel.hold(home)
                 break
         assert channel.full and home.drained == []
+        assert towards_1.calls == [("hold", "channel")] and towards_2.calls == []
         b.setblocking(False)
         for _ in range(2000):
             try:
@@ -119,6 +134,7 @@ def test_a_full_channel_holds_the_homes_that_wrote_to_it(monkeypatch):
             if home.drained:
                 break
         assert home.drained == [1] and not channel.full
+        assert towards_1.calls == [("hold", "channel"), ("release", "channel")] and towards_2.calls == []
         channel.transport.close()
         b.close()
 
