@@ -218,3 +218,21 @@ def test_stomp_py_producer_and_consumer_on_different_workers(broker):
                 c.disconnect()
             except Exception:  # noqa: BLE001 - a connection the broker closed already
                 pass
+
+
+def test_the_channels_are_reachable_by_the_brokers_user_only(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    cluster = start_broker(str(tmp_path / "data"), env={"TMPDIR": str(run)})
+    try:
+        (channel_dir,) = list(run.glob("pymq-cores-*"))
+        assert channel_dir.stat().st_mode & 0o777 == 0o700
+        sockets = sorted(p.name for p in channel_dir.iterdir())
+        assert sockets == ["w0.sock", "w1.sock"]
+        assert all((channel_dir / s).stat().st_mode & 0o777 == 0o600 for s in sockets)
+        c = cluster.connect(0)                  # served as usual
+        c.send("SEND", {"destination": owned_by(1)[0], "receipt": "r"}, b"x")
+        _receipt(c, "r")
+    finally:
+        assert stop_broker(cluster) == 0        # a clean stop of every worker: status 0
+    assert not list(run.glob("pymq-cores-*"))   # and the channel directory is gone
