@@ -26,8 +26,8 @@ HEAD = struct.Struct(">BHHI")
 HEAD_SIZE = HEAD.size       # 9
 
 
-#: the channel between two workers carried something this worker cannot read: the channel is closed
-#: and the worker stops (the supervisor then stops the others: spec/cores.md §2.3)
+#: the channel between two workers carried something this worker cannot read: the channel is closed,
+#: as when the other worker dies (spec/cores.md §2.3), and opened again
 ChannelError = ClusterError
 
 

@@ -25,7 +25,7 @@ import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from pymq.errors import InvalidHeader, TransactionError
+from pymq.errors import ClusterError, InvalidHeader, TransactionError
 from pymq.protocol.frame import Frame
 from pymq.protocol.scanner import FrameScanner, encode_frame
 from pymq_server.admin import stomp_admin
@@ -58,7 +58,7 @@ class HomeSession(BrokerSession):
         self.mesh = mesh
         self.me = mesh.me
         self._writable = True
-        self._opened: set[int] = set()                  # owners holding a shadow of this connection
+        self.opened: set[int] = set()                   # owners holding a shadow of this connection
         self._remote_subs: dict[str, int] = {}          # subscription id -> owner
         self._touched: set[int] = set()                 # owners sent frames since the last gate
         self._gates: deque[Gate] = deque()              # receipts not yet given, in order
@@ -81,7 +81,7 @@ class HomeSession(BrokerSession):
             return
         self._writable = value
         kind = Kind.DRAINED if value else Kind.FULL
-        for owner in self._opened:
+        for owner in self.opened:
             self.mesh.send(owner, kind, self.me, self.id)
 
     def send_frame(self, command: str, headers: dict, body: bytes | IpcPieces = b"") -> None:
@@ -173,8 +173,8 @@ class HomeSession(BrokerSession):
     # -- forwarding ----------------------------------------------------------------------------------
     def _forward(self, owner: int, frame: Frame) -> None:
         mesh = self.mesh
-        if owner not in self._opened:
-            self._opened.add(owner)
+        if owner not in self.opened:
+            self.opened.add(owner)
             self._owner_gates[owner] = deque()
             user = self.user
             doc = {"user": user.name, "roles": sorted(user.roles), "version": self.version,
@@ -184,7 +184,11 @@ class HomeSession(BrokerSession):
                 mesh.send(owner, Kind.FULL, self.me, self.id)
         channel = mesh.send(owner, Kind.FRAME, self.me, self.id,
                             encode_frame(frame.command, frame.headers, frame.body, self.version))
-        if channel is not None and channel.full:
+        if channel is None:
+            # the owner died and is being restarted: nothing was sent, so nothing may be confirmed
+            raise ClusterError(f"worker {owner}, which owns {frame.headers.get('destination') or 'this delivery'}, "
+                               f"is restarting; try again", worker=owner)
+        if channel.full:
             # flow control per channel: this producer waits until the owner has read what is queued
             channel.hold(self)
             self.pause_input(f"channel-w{owner}")
@@ -252,7 +256,7 @@ class HomeSession(BrokerSession):
             gate.waiting -= 1
             self._open_gates()
         elif kind is Kind.CLOSED:
-            self._opened.discard(owner)
+            self.opened.discard(owner)
             if not self._disconnecting:
                 # the owner's side ended (an ERROR, written just before this): so does the connection
                 self.close()
@@ -305,7 +309,7 @@ class HomeSession(BrokerSession):
             consumer.active = False
         self._disconnecting = True
         receipt = frame.headers.get("receipt")
-        for owner in self._opened:
+        for owner in self.opened:
             # the owner deactivates its consumers, answers the receipt after its barrier, then closes
             self._forward(owner, frame)
         if receipt is None:
@@ -316,7 +320,7 @@ class HomeSession(BrokerSession):
         self._gates.append(gate)
         gate.waiting += 1
         self._local_gates.append(gate)
-        for owner in self._opened:
+        for owner in self.opened:
             gate.waiting += 1
             self._owner_gates[owner].append(gate)
         self._touched.clear()
@@ -325,9 +329,9 @@ class HomeSession(BrokerSession):
     def connection_lost(self) -> None:
         if self.closed:
             return
-        for owner in self._opened:
+        for owner in self.opened:
             self.mesh.send(owner, Kind.CLOSE, self.me, self.id)
-        self._opened.clear()
+        self.opened.clear()
         self.mesh.homes.pop(self.id, None)
         self._gates.clear()
         self._local_gates.clear()

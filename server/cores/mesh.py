@@ -10,12 +10,14 @@ envelopes of one connection are merged into one (the owner then parses them in o
 would a TCP read). While a channel's transport is over its high-water mark it is *full*: a home that
 forwards to it pauses reading its producer (:meth:`Channel.hold`) until the channel drains.
 
-Losing a channel means a worker died: the broker can no longer keep its guarantees (a destination's
-owner is gone), so this worker stops, and the supervisor stops the rest (spec/cores.md §2.3).
+Losing a channel means a worker died (or everything is stopping): what this worker held for it is let go
+(:meth:`Mesh.lost`), frames for its destinations are refused until it is back, and the channel is opened
+again once the supervisor has restarted it (spec/cores.md §2.3).
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -39,6 +41,8 @@ log = logging.getLogger("pymq.cores")
 CHANNEL_HIGH = 4 * 1024 * 1024
 #: how long a worker waits for the other workers' channels at start-up
 MESH_TIMEOUT_S = 60.0
+#: how long a worker tries to reach a restarting worker again before it gives up (and stops)
+RECONNECT_TIMEOUT_S = 120.0
 
 
 def socket_path(directory: str, k: int) -> str:
@@ -153,6 +157,7 @@ class Mesh:
         self.homes: dict[str, HomeSession] = {}                      # home sessions here, by id
         self.shadows: dict[tuple[int, str], ShadowProtocol] = {}     # (home, conn id) -> shadow here
         self.broker: Broker | None = None
+        #: called when this worker cannot go on (a restarted worker could not be reached again)
         self.on_lost: Callable[[str], None] = lambda why: None
         # admin questions this worker answers: op -> handler(args, reply)
         self.queries: dict[str, Callable[[dict, Callable[[Any], None]], None]] = {}
@@ -160,6 +165,7 @@ class Mesh:
         self.admin: Any = None          # this worker's AdminRouter (server/cores/admin.py)
         self._query_ids = 0
         self._complete = asyncio.Event()
+        self._reconnecting: set[asyncio.Task] = set()
         self._server: asyncio.base_events.Server | None = None
         self._stopping = False
 
@@ -168,24 +174,14 @@ class Mesh:
         """Listen, connect to the workers before this one, and wait until every channel is up."""
         self.broker = broker
         loop = self.loop
-        self._server = await loop.create_unix_server(lambda: Channel(self, None),
-                                                     path=socket_path(self.directory, self.me))
-        os.chmod(socket_path(self.directory, self.me), 0o600)
+        path = socket_path(self.directory, self.me)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)         # left by this worker's previous process (it died; it is restarting)
+        self._server = await loop.create_unix_server(lambda: Channel(self, None), path=path)
+        os.chmod(path, 0o600)
         deadline = loop.time() + MESH_TIMEOUT_S
         for j in range(self.me):
-            while True:
-                try:
-                    _, proto = await loop.create_unix_connection(lambda j=j: Channel(self, j),   # type: ignore[misc]
-                                                                 path=socket_path(self.directory, j))
-                    break
-                except (FileNotFoundError, ConnectionRefusedError):
-                    if loop.time() > deadline:
-                        raise ClusterError(f"worker {self.me}: worker {j} did not open its channel within "
-                                           f"{MESH_TIMEOUT_S:.0f}s") from None
-                    await asyncio.sleep(0.05)
-            channel = proto
-            channel.send(Kind.HELLO, self.me, "", str(self.me).encode())
-            self.channels[j] = channel
+            await self._connect(j, deadline)
         self._check_complete()
         try:
             await asyncio.wait_for(self._complete.wait(), max(0.1, deadline - loop.time()))
@@ -194,10 +190,30 @@ class Mesh:
             raise ClusterError(f"worker {self.me}: no channel from worker(s) {missing} within "
                                f"{MESH_TIMEOUT_S:.0f}s") from None
 
+    async def _connect(self, j: int, deadline: float) -> None:
+        """The channel to worker j (< this one), trying until ``deadline`` while j is not listening."""
+        loop = self.loop
+        while True:
+            try:
+                _, proto = await loop.create_unix_connection(lambda: Channel(self, j),
+                                                             path=socket_path(self.directory, j))
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if loop.time() > deadline or self._stopping:
+                    raise ClusterError(f"worker {self.me}: worker {j} did not open its channel within "
+                                       f"{MESH_TIMEOUT_S:.0f}s") from None
+                await asyncio.sleep(0.05)
+        channel = proto
+        channel.send(Kind.HELLO, self.me, "", str(self.me).encode())
+        self.channels[j] = channel
+
     def joined(self, channel: Channel, peer: int) -> None:
-        if not 0 <= peer < self.workers or peer == self.me or peer in self.channels:
+        if not 0 <= peer < self.workers or peer == self.me:
             self.lost(channel, f"HELLO from unexpected worker {peer}")
             return
+        old = self.channels.get(peer)
+        if old is not None:         # a restarted worker whose death this side has not read yet
+            self.lost(old, "replaced: the worker restarted")
         channel.peer = peer
         self.channels[peer] = channel
         self._check_complete()
@@ -207,17 +223,47 @@ class Mesh:
             self._complete.set()
 
     def lost(self, channel: Channel, why: str) -> None:
+        """A channel closed: its worker died (or is stopping). What this worker held for it goes: the
+        client connections with a shadow there are closed with an ERROR (their subscriptions,
+        transactions and deliveries there are gone), the shadows here of its clients are closed (their
+        unacknowledged messages return to their queues). The supervisor restarts the worker; this side
+        reconnects (to a lower id) or waits for it (a higher one) — spec/cores.md §2.3."""
         if channel.transport is not None and not channel.transport.is_closing():
             channel.transport.abort()
-        if self._stopping or channel.peer is None or self.channels.get(channel.peer) is not channel:
+        peer = channel.peer
+        if self._stopping or peer is None or self.channels.get(peer) is not channel:
             return
-        del self.channels[channel.peer]
-        log.error("worker %d: channel to worker %d lost (%s): this worker stops", self.me, channel.peer, why)
-        self.on_lost(f"channel to worker {channel.peer} lost ({why})")
+        del self.channels[peer]
+        self._complete.clear()
+        log.warning("worker %d: channel to worker %d lost (%s)", self.me, peer, why)
+        for home in [h for h in self.homes.values() if peer in h.opened]:
+            home.fail(ClusterError(f"worker {peer}, which holds destinations this connection used, stopped: its "
+                           f"subscriptions, transactions and unacknowledged messages there are gone; "
+                           f"reconnect"))
+        for (home_id, _), shadow in list(self.shadows.items()):
+            if home_id == peer:
+                shadow.from_home(Kind.CLOSE, b"")
+        if peer < self.me:
+            task = self.loop.create_task(self._reconnect(peer))
+            self._reconnecting.add(task)
+            task.add_done_callback(self._reconnecting.discard)
+
+    async def _reconnect(self, peer: int) -> None:
+        try:
+            await self._connect(peer, self.loop.time() + RECONNECT_TIMEOUT_S)
+        except ClusterError as exc:
+            if not self._stopping:
+                log.error("%s", exc.message)
+                self.on_lost(exc.message)
+            return
+        log.warning("worker %d: channel to worker %d open again", self.me, peer)
+        self._check_complete()
 
     def stop(self) -> None:
         """Shadows first: what their connections held goes back to its queues before storage closes."""
         self._stopping = True
+        for task in self._reconnecting:
+            task.cancel()
         for shadow in list(self.shadows.values()):
             if shadow.session is not None:
                 shadow.session.close()

@@ -4,10 +4,12 @@ The supervisor forks the workers before any event loop exists, waits until every
 then announces the port. It stops them all on SIGTERM or SIGINT (each stops cleanly: listeners close,
 clients are disconnected, storage is flushed) and forwards SIGHUP (each reloads).
 
-A worker that dies is **not restarted**: the destinations it owned have no other owner, and the
-others' channels to it are gone, so the supervisor fails loudly instead — it names the worker and how
-it ended, stops the others, and exits with status 1. Every persistent message that got its receipt is
-on disk in ``data_dir/worker-<k>/``; starting the broker again recovers all of it.
+A worker that dies is **restarted** (its own data directory: it recovers every persistent message that
+got its receipt), and the supervisor says so, naming the worker and how it ended. Until it is back its
+destinations are unavailable: the other workers close the client connections that used them (ERROR),
+refuse frames for them (ERROR, nothing confirmed), and close their shadows of its clients (their
+unacknowledged messages return to their queues); then they reconnect. More than ``MAX_RESTARTS``
+deaths within ``RESTART_WINDOW_S`` is not a passing fault: the supervisor stops every worker and exits 1.
 
 Before anything starts: ``data_dir/cores.json`` records the worker count the data was written with;
 another count is refused (moving destinations between workers is not built), as is a data directory
@@ -26,6 +28,8 @@ import socket
 import sys
 import tempfile
 import time
+from collections import deque
+from collections.abc import Callable
 
 from pymq.errors import ConfigError, ListenError, PymqError, StorageError
 from pymq_server.config import BrokerConfig
@@ -35,6 +39,9 @@ log = logging.getLogger("pymq.server")
 
 SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
 START_TIMEOUT_S = 120.0
+#: a worker that dies is restarted, at most this many times within the window; one more death stops all
+MAX_RESTARTS = 3
+RESTART_WINDOW_S = 60.0
 STOP_TIMEOUT_S = 30.0
 PR_SET_PDEATHSIG = 1
 
@@ -133,25 +140,32 @@ def run(config: BrokerConfig, use_uvloop: bool) -> int:
     holder, port = _reserve_port(config.host, config.port)
     channel_dir = tempfile.mkdtemp(prefix="pymq-cores-")     # 0700: only this user reaches the channels
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    # one pipe for every worker's "listening" line, kept open for the workers restarted later
     ready_r, ready_w = os.pipe()
     workers: dict[int, int] = {}        # pid -> worker
+
+    def spawn(k: int) -> int:
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r)
+            code = 1
+            try:
+                code = _child(config, k, port, channel_dir, ready_w, use_uvloop)
+            finally:
+                logging.shutdown()
+                sys.stderr.flush()
+                os._exit(code)
+        workers[pid] = k
+        return pid
+
     try:
         for k in range(config.workers):
-            pid = os.fork()
-            if pid == 0:
-                os.close(ready_r)
-                code = 1
-                try:
-                    code = _child(config, k, port, channel_dir, ready_w, use_uvloop)
-                finally:
-                    logging.shutdown()
-                    sys.stderr.flush()
-                    os._exit(code)
-            workers[pid] = k
-        os.close(ready_w)
-        code = _supervise(config, port, workers, ready_r, holder)
+            spawn(k)
+        code = _supervise(config, port, workers, ready_r, holder, spawn)
     finally:
         _stop_all(workers)
+        for fd in (ready_r, ready_w):
+            os.close(fd)
         if holder is not None:
             holder.close()
         shutil.rmtree(channel_dir, ignore_errors=True)
@@ -172,22 +186,28 @@ def _reap(workers: dict[int, int]) -> tuple[int, int, int] | None:
     return None
 
 
+def _ready_lines(ready_r: int, buf: bytearray, wait: float) -> list[int]:
+    """Workers that said they listen (a line "k" each on the ready pipe), waiting at most ``wait``."""
+    readable, _, _ = select.select([ready_r], [], [], wait)
+    if not readable:
+        return []
+    buf += os.read(ready_r, 256)
+    *lines, rest = bytes(buf).split(b"\n")
+    buf[:] = rest
+    return [int(x) for x in lines if x.strip()]
+
+
 def _supervise(config: BrokerConfig, port: int, workers: dict[int, int], ready_r: int,
-               holder: socket.socket | None) -> int:
+               holder: socket.socket | None, spawn: Callable[[int], int]) -> int:
     ready: set[int] = set()
     deadline = time.monotonic() + START_TIMEOUT_S
-    buf = b""
+    buf = bytearray()
     while len(ready) < config.workers:
         if time.monotonic() > deadline:
             print(f"pymq-server: workers {sorted(set(range(config.workers)) - ready)} did not start within "
                   f"{START_TIMEOUT_S:.0f}s", file=sys.stderr)
             return 1
-        readable, _, _ = select.select([ready_r], [], [], 0.1)
-        if readable:
-            chunk = os.read(ready_r, 256)
-            buf += chunk
-            *lines, buf = buf.split(b"\n")
-            ready.update(int(x) for x in lines if x.strip())
+        ready.update(_ready_lines(ready_r, buf, 0.1))
         ended = _reap(workers)
         if ended is not None:
             pid, k, status = ended
@@ -197,26 +217,39 @@ def _supervise(config: BrokerConfig, port: int, workers: dict[int, int], ready_r
             return code
         if signal.sigtimedwait({signal.SIGTERM, signal.SIGINT}, 0) is not None:
             return 0
-    os.close(ready_r)
     if holder is not None:
         holder.close()
     announce(f"pymq-server listening on {config.host}:{port}", config.log_format)
     announce(f"pymq-server workers: {config.workers} (pids "
              + ", ".join(str(p) for p, _ in sorted(workers.items(), key=lambda x: x[1])) + ")", config.log_format)
+    restarts: deque[float] = deque()
     while True:
-        info = signal.sigtimedwait(SIGNALS, 1.0)
+        info = signal.sigtimedwait(SIGNALS, 0.2)
         if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):
             return 0
         if info is not None and info.si_signo == signal.SIGHUP:
             for pid in workers:
                 os.kill(pid, signal.SIGHUP)
+        for k in _ready_lines(ready_r, buf, 0):
+            pid = next((p for p, w in workers.items() if w == k), 0)
+            print(f"pymq-server: worker {k} (pid {pid}) is back", file=sys.stderr, flush=True)
         ended = _reap(workers)
-        if ended is not None:
-            pid, k, status = ended
-            print(f"pymq-server: worker {k} (pid {pid}) {_describe(status)}; stopping the other workers "
-                  f"(its destinations have no other owner: start the broker again; every receipted "
-                  f"persistent message is on disk)", file=sys.stderr, flush=True)
+        if ended is None:
+            continue
+        pid, k, status = ended
+        now = time.monotonic()
+        while restarts and restarts[0] < now - RESTART_WINDOW_S:
+            restarts.popleft()
+        if len(restarts) >= MAX_RESTARTS:
+            print(f"pymq-server: worker {k} (pid {pid}) {_describe(status)}, the {len(restarts) + 1}th worker "
+                  f"death within {RESTART_WINDOW_S:.0f}s: stopping the other workers (every receipted "
+                  f"persistent message is on disk; start the broker again)", file=sys.stderr, flush=True)
             return 1
+        restarts.append(now)
+        new = spawn(k)
+        print(f"pymq-server: worker {k} (pid {pid}) {_describe(status)}; restarting it as pid {new} (its "
+              f"destinations are unavailable until it has recovered; connections that used them are "
+              f"closed)", file=sys.stderr, flush=True)
 
 
 def _stop_all(workers: dict[int, int]) -> None:

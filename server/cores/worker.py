@@ -22,10 +22,6 @@ from pymq_server.cores.ownership import worker_node_id
 
 log = logging.getLogger("pymq.cores")
 
-#: a channel that closes while this worker is not stopping is a dead worker, unless the supervisor's
-#: SIGTERM (sent to all workers at once) arrives within this grace: then it is a clean stop
-LOST_GRACE_S = 1.0
-
 
 def worker_config(config: BrokerConfig, k: int, port: int) -> BrokerConfig:
     """Worker k's settings: its own data directory and node id (its message ids name it), the shared
@@ -69,12 +65,10 @@ class Worker:
         stop = asyncio.Event()
 
         def lost(why: str) -> None:
-            def declare() -> None:
-                if not stop.is_set():
-                    self.failure = why
-                    log.error("worker %d: %s: stopping", self.k, why)
-                    stop.set()
-            loop.call_later(LOST_GRACE_S, declare)
+            if not stop.is_set():
+                self.failure = why
+                log.error("worker %d: %s: stopping", self.k, why)
+                stop.set()
 
         def clean_stop() -> None:
             mesh._stopping = True

@@ -127,10 +127,8 @@ def test_persistent_messages_survive_kill_9_of_every_worker(tmp_path):
             p.send("SEND", {"destination": dests[home], "persistent": "true", "receipt": "all",
                             "seq": f"{home}-end"}, b"keep")
             _receipt(p, "all")
-        for pid in cluster.workers_alive():
-            os.kill(pid, signal.SIGKILL)
+        os.killpg(cluster.proc.pid, signal.SIGKILL)     # the supervisor and every worker at once
         cluster.proc.wait(30)
-        assert cluster.proc.returncode == 1         # the supervisor says a worker died, and stops
     finally:
         stop_broker(cluster)
     again = start_broker(data)
@@ -146,20 +144,61 @@ def test_persistent_messages_survive_kill_9_of_every_worker(tmp_path):
         stop_broker(again)
 
 
-def test_a_worker_killed_stops_the_broker_loudly(broker):
-    c = broker.connect(0)
-    pids = broker.workers_alive()
-    assert len(pids) == 2
-    victim = pids[1]
+def _wait_for(cluster, text: str, count: int = 1, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if "".join(cluster.stderr).count(text) >= count:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{text!r} not {count} times in:\n" + "".join(cluster.stderr))
+
+
+def test_a_killed_worker_is_restarted_and_its_persistent_messages_come_back(broker):
+    dest = owned_by(1, prefix="/queue/restart.")[0]
+    p = broker.connect(0)
+    for i in range(10):
+        p.send("SEND", {"destination": dest, "persistent": "true", "seq": str(i)}, b"keep")
+    p.send("SEND", {"destination": dest, "persistent": "true", "seq": "10", "receipt": "r"}, b"keep")
+    _receipt(p, "r")
+    local = owned_by(0, prefix="/queue/restart.")[0]
+    bystander = broker.connect(0)                       # used only worker 0's destinations: unaffected
+    bystander.send("SUBSCRIBE", {"destination": local, "id": "l", "receipt": "l"})
+    _receipt(bystander, "l")
+    victim = broker.workers_alive()[1]
     os.kill(victim, signal.SIGKILL)
-    broker.proc.wait(30)
+    _wait_for(broker, f"(pid {victim}) was killed by signal 9 (SIGKILL); restarting it")
+    f = p.read(10)                                      # it used worker 1: told, and closed
+    assert f.command == "ERROR" and "worker 1" in f.headers["message"] and "reconnect" in f.headers["message"], f
+    _wait_for(broker, "is back")
+    assert broker.proc.poll() is None
+    bystander.send("SEND", {"destination": local, "receipt": "still"}, b"x")
+    frames = [bystander.read(), bystander.read()]
+    assert {fr.command for fr in frames} == {"MESSAGE", "RECEIPT"}
+    c = broker.connect(0)                               # the restarted worker's queue, from the other
+    c.send("SUBSCRIBE", {"destination": dest, "id": "s"})
+    got = [m.headers["seq"] for m in _drain_messages(c, 11)]
+    assert got == [str(i) for i in range(11)]
+
+
+def test_too_many_worker_deaths_stop_the_broker_loudly(broker):
+    from pymq_server.cores.supervisor import MAX_RESTARTS
+    c = broker.connect(0)
+    for n in range(MAX_RESTARTS + 1):
+        pids = broker.workers_alive()
+        assert len(pids) == 2, pids
+        victim = max(pids)                              # the newest: worker 1 after the first restart
+        os.kill(victim, signal.SIGKILL)
+        if n < MAX_RESTARTS:
+            _wait_for(broker, f"(pid {victim}) was killed by signal 9 (SIGKILL); restarting it")
+            _wait_for(broker, "is back", count=n + 1)
+    broker.proc.wait(60)
     assert broker.proc.returncode == 1
+    text = "".join(broker.stderr)
+    assert f"the {MAX_RESTARTS + 1}th worker death within 60s: stopping the other workers" in text, text
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.1)
     assert not any(_alive(p) for p in pids)
-    text = "".join(broker.stderr)
-    assert f"(pid {victim}) was killed by signal 9 (SIGKILL); stopping the other workers" in text, text
     with pytest.raises((ConnectionError, OSError)):
         c.read(5)
 
