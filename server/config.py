@@ -553,6 +553,10 @@ class BrokerConfig(_Section):
         1, description="worker processes, each owning a shard of the destinations (spec/cores.md); 1 = one "
                        "process. More than 1: no `cluster`, `websocket` or `tls_port: 0`; data in "
                        "`data_dir/worker-<k>/`")
+    worker_restarts: Annotated[int, Field(ge=0, le=1000)] = Field(
+        3, description="with `workers` > 1: a worker that dies is restarted, this many times within "
+                       "`worker_restart_window_ms`; one more death stops every worker (exit 1)")
+    worker_restart_window_ms: Millis = Field(60_000, description="the window `worker_restarts` counts in")
     log_level: Annotated[Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
                          BeforeValidator(_upper_level)] = Field("INFO", description="log level (any case)")
     log_format: Literal["text", "json"] = Field("text", description="`text` lines, or `json`: one JSON "

@@ -8,8 +8,9 @@ A worker that dies is **restarted** (its own data directory: it recovers every p
 got its receipt), and the supervisor says so, naming the worker and how it ended. Until it is back its
 destinations are unavailable: the other workers close the client connections that used them (ERROR),
 refuse frames for them (ERROR, nothing confirmed), and close their shadows of its clients (their
-unacknowledged messages return to their queues); then they reconnect. More than ``MAX_RESTARTS``
-deaths within ``RESTART_WINDOW_S`` is not a passing fault: the supervisor stops every worker and exits 1.
+unacknowledged messages return to their queues); then they reconnect. More than ``worker_restarts``
+deaths within ``worker_restart_window_ms`` is not a passing fault: the supervisor stops every worker and
+exits 1.
 
 Before anything starts: ``data_dir/cores.json`` records the worker count the data was written with;
 another count is refused (moving destinations between workers is not built), as is a data directory
@@ -39,9 +40,6 @@ log = logging.getLogger("pymq.server")
 
 SIGNALS = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD}
 START_TIMEOUT_S = 120.0
-#: a worker that dies is restarted, at most this many times within the window; one more death stops all
-MAX_RESTARTS = 3
-RESTART_WINDOW_S = 60.0
 STOP_TIMEOUT_S = 30.0
 PR_SET_PDEATHSIG = 1
 
@@ -223,6 +221,7 @@ def _supervise(config: BrokerConfig, port: int, workers: dict[int, int], ready_r
     announce(f"pymq-server workers: {config.workers} (pids "
              + ", ".join(str(p) for p, _ in sorted(workers.items(), key=lambda x: x[1])) + ")", config.log_format)
     restarts: deque[float] = deque()
+    window = config.worker_restart_window_ms / 1000
     while True:
         info = signal.sigtimedwait(SIGNALS, 0.2)
         if info is not None and info.si_signo in (signal.SIGTERM, signal.SIGINT):
@@ -238,12 +237,13 @@ def _supervise(config: BrokerConfig, port: int, workers: dict[int, int], ready_r
             continue
         pid, k, status = ended
         now = time.monotonic()
-        while restarts and restarts[0] < now - RESTART_WINDOW_S:
+        while restarts and restarts[0] < now - window:
             restarts.popleft()
-        if len(restarts) >= MAX_RESTARTS:
-            print(f"pymq-server: worker {k} (pid {pid}) {_describe(status)}, the {len(restarts) + 1}th worker "
-                  f"death within {RESTART_WINDOW_S:.0f}s: stopping the other workers (every receipted "
-                  f"persistent message is on disk; start the broker again)", file=sys.stderr, flush=True)
+        if len(restarts) >= config.worker_restarts:
+            print(f"pymq-server: worker {k} (pid {pid}) {_describe(status)}, worker death {len(restarts) + 1} "
+                  f"within {window:g}s (worker_restarts: {config.worker_restarts}): stopping the other workers "
+                  f"(every receipted persistent message is on disk; start the broker again)",
+                  file=sys.stderr, flush=True)
             return 1
         restarts.append(now)
         new = spawn(k)

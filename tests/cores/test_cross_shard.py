@@ -180,21 +180,33 @@ def test_a_killed_worker_is_restarted_and_its_persistent_messages_come_back(brok
     assert got == [str(i) for i in range(11)]
 
 
-def test_too_many_worker_deaths_stop_the_broker_loudly(broker):
-    from pymq_server.cores.supervisor import MAX_RESTARTS
+def test_too_many_worker_deaths_stop_the_broker_loudly(tmp_path):
+    restarts = 2
+    cfg = tmp_path / "broker.yaml"
+    # a window no machine is slow enough to leave: the count, not the time, decides
+    cfg.write_text(f"worker_restarts: {restarts}\nworker_restart_window_ms: 3600000\n")
+    broker = start_broker(str(tmp_path / "data"), "--config", str(cfg))
+    try:
+        _deaths_until_the_broker_stops(broker, restarts)
+    finally:
+        stop_broker(broker)
+
+
+def _deaths_until_the_broker_stops(broker, restarts: int) -> None:
     c = broker.connect(0)
-    for n in range(MAX_RESTARTS + 1):
+    for n in range(restarts + 1):
         pids = broker.workers_alive()
         assert len(pids) == 2, pids
         victim = max(pids)                              # the newest: worker 1 after the first restart
         os.kill(victim, signal.SIGKILL)
-        if n < MAX_RESTARTS:
+        if n < restarts:
             _wait_for(broker, f"(pid {victim}) was killed by signal 9 (SIGKILL); restarting it")
             _wait_for(broker, "is back", count=n + 1)
     broker.proc.wait(60)
     assert broker.proc.returncode == 1
     text = "".join(broker.stderr)
-    assert f"the {MAX_RESTARTS + 1}th worker death within 60s: stopping the other workers" in text, text
+    assert f"worker death {restarts + 1} within 3600s (worker_restarts: {restarts}): stopping the other workers" \
+        in text, text
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(_alive(p) for p in pids):
         time.sleep(0.1)
