@@ -6,6 +6,7 @@ import base64
 import json
 import re
 import socket
+import time
 import urllib.request
 
 from tests.cores.conftest import owned_by, start_broker, stop_broker
@@ -118,5 +119,50 @@ def test_dead_letters_belong_to_the_owner_of_their_queue(tmp_path):
         d.send("SUBSCRIBE", {"destination": "/queue/DLQ." + dest[len("/queue/"):], "id": "dlq"})
         dead = d.read()
         assert dead.command == "MESSAGE" and dead.body == b"poison", dead
+    finally:
+        stop_broker(cluster)
+
+
+def test_a_consumer_that_does_not_read_stops_its_remote_owner(tmp_path):
+    """A client whose output is full at its home (it does not read) makes the owner stop dispatching to
+    it (FULL), so the messages stay in the owner's queue instead of piling up in the home; once it reads,
+    everything arrives, in order."""
+    from tests.conftest import RawStomp
+    users = tmp_path / "users.yaml"
+    _passwd(users, "alice", "alice-pw", "admin")
+    admin_port = _free_port()
+    cluster = start_broker(str(tmp_path / "data"), "--users-file", str(users), "--admin-port", str(admin_port))
+    try:
+        dest = owned_by(1, prefix="/queue/slow.")[0]
+        name = dest[len("/queue/"):]
+        count, size = 600, 32 * 1024                    # 19 MiB: far over a connection's 1 MiB mark
+        consumer = None
+        for _ in range(200):                            # a consumer with a small window, homed at worker 0
+            c = RawStomp(cluster.port, rcvbuf=16 * 1024)
+            if c.connect("alice", "alice-pw").headers.get("pymq-worker") == "0":
+                consumer = c
+                break
+            c.sock.close()
+        assert consumer is not None
+        consumer.send("SUBSCRIBE", {"destination": dest, "id": "s", "ack": "auto"})   # and it reads no more
+        p = cluster.connect(1, login="alice", passcode="alice-pw")
+        body = b"x" * size
+        for i in range(count):
+            p.send("SEND", {"destination": dest, "persistent": "false", "seq": str(i)}, body)
+        p.send("SEND", {"destination": dest, "persistent": "false", "seq": "end", "receipt": "r"}, b"x")
+        _receipt(p, "r", timeout=60)
+        depth = 0
+        for _ in range(50):                             # let dispatch settle (bounded)
+            info = json.loads(_get(admin_port, f"/api/queues/{name}"))
+            depth = info["result"]["metrics"]["depth"]
+            time.sleep(0.1)
+        assert depth > count // 2, depth                # most are still at the owner, not in the home
+        got = []
+        consumer.sock.settimeout(30)
+        while len(got) < count + 1:
+            f = consumer.read(30)
+            assert f.command == "MESSAGE", f
+            got.append(f.headers["seq"])
+        assert got == [str(i) for i in range(count)] + ["end"]
     finally:
         stop_broker(cluster)
