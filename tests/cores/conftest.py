@@ -76,10 +76,17 @@ def owned_by(worker: int, prefix: str = "/queue/cores.", count: int = 1, start: 
 
 def start_broker(data_dir: str, *extra: str, workers: int = WORKERS, port: int = 0,
                  env: dict | None = None) -> Cluster:
+    env = dict(env or {})
+    if "TMPDIR" not in env:
+        # the channel directory under the test's own directory: a supervisor killed with -9 cannot
+        # remove it, and it must not be left in the machine's /tmp
+        run = os.path.join(os.path.dirname(data_dir), "run")
+        os.makedirs(run, exist_ok=True)
+        env["TMPDIR"] = run
     proc = subprocess.Popen([sys.executable, "-m", "pymq_server.cli", "--port", str(port), "--data-dir", data_dir,
                              "--workers", str(workers), "--log-level", "WARNING", *extra],
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
-                            env={**os.environ, **(env or {})}, start_new_session=True)
+                            env={**os.environ, **env}, start_new_session=True)
     lines: list[str] = []
     deadline = time.monotonic() + 60
     found = None
