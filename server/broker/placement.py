@@ -32,7 +32,6 @@ transaction commits, with the message already written by the device (apptx.py).
 """
 from __future__ import annotations
 
-import gc
 from typing import TYPE_CHECKING, Any, Final, Union
 from collections.abc import Mapping
 
@@ -323,12 +322,7 @@ class Placement:
             # only the log keeps these rows: one sealed segment, one stored record, no message objects
             return BulkResult(first_seq, n, len(dropped),
                               self._log_segment(log, body, rows, dropped, first_key, arrival, (priority, ttl)))
-        # tens of thousands of message objects at once: the cyclic collector would run hundreds of times in
-        # this loop, each pass walking every message the broker holds (about 40 % of a queue's bulk SEND,
-        # measured with bench/bench_spark.py); nothing here makes cycles, so it waits until the rows are placed
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        with bulk_rows.collector_paused():     # tens of thousands of objects at once (see there)
             made = bulk_rows.materialize_rows(rows, destination, first_key, client)
             dedup_ids = rows.column("dedup_id").to_pylist() if policy.dedup else [None] * n
             plans: list[Plan] = []
@@ -351,9 +345,6 @@ class Placement:
             stored = False
             for plan in plans:                                                       # 6-8 per row's message
                 stored = self.commit(plan, client)[1] or stored
-        finally:
-            if collecting:
-                gc.enable()
         if queue is not None and client is not None and queue.config.overflow == "block" and \
                 queue.config.max_depth and queue.depth >= queue.config.max_depth:
             queue.block_producer(client)

@@ -161,3 +161,21 @@ def test_both_read_paths_give_the_same_rows():
             assert decoded.column(name).equals(arrow.column(name)), name
     with pytest.raises(MessageFormatError, match="not a pymq message batch"):
         check_wire_schema(pa.schema([("seq", pa.int64())]))
+
+
+def test_the_collector_is_paused_while_bulk_rows_are_placed_and_restored_after():
+    import gc
+    assert gc.isenabled()
+    with bulk_rows.collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(MessageFormatError), bulk_rows.collector_paused():
+        raise MessageFormatError("a refused row")             # a placement rule refusing mid-frame
+    assert gc.isenabled()
+    gc.disable()                                              # someone else paused it: left paused
+    try:
+        with bulk_rows.collector_paused():
+            pass
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
