@@ -20,6 +20,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _with_admin_port(tmp_path):
+    """A 2-worker broker with an admin port and the administrator alice: (the broker, its admin port)."""
+    users = tmp_path / "users.yaml"
+    _passwd(users, "alice", "alice-pw", "admin")
+    admin_port = _free_port()
+    return start_broker(str(tmp_path / "data"), "--users-file", str(users), "--admin-port", str(admin_port)), \
+        admin_port
+
+
 def _get(port: int, path: str) -> str:
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
     req.add_header("Authorization", "Basic " + base64.b64encode(b"alice:alice-pw").decode())
@@ -28,10 +37,7 @@ def _get(port: int, path: str) -> str:
 
 
 def test_metrics_and_listings_cover_every_worker(tmp_path):
-    users = tmp_path / "users.yaml"
-    _passwd(users, "alice", "alice-pw", "admin")
-    admin_port = _free_port()
-    cluster = start_broker(str(tmp_path / "data"), "--users-file", str(users), "--admin-port", str(admin_port))
+    cluster, admin_port = _with_admin_port(tmp_path)
     try:
         queues = {k: owned_by(k, prefix="/queue/admin.")[0] for k in (0, 1)}
         p = cluster.connect(1, login="alice", passcode="alice-pw")
@@ -66,10 +72,7 @@ def _post(port: int, op: str, args: dict, auth: bytes = b"alice:alice-pw") -> di
 
 
 def test_queue_operations_run_at_the_owner_and_users_reach_every_worker(tmp_path):
-    users = tmp_path / "users.yaml"
-    _passwd(users, "alice", "alice-pw", "admin")
-    admin_port = _free_port()
-    cluster = start_broker(str(tmp_path / "data"), "--users-file", str(users), "--admin-port", str(admin_port))
+    cluster, admin_port = _with_admin_port(tmp_path)
     try:
         far = owned_by(1, prefix="/queue/made.")[0]
         name = far[len("/queue/"):]
@@ -128,10 +131,7 @@ def test_a_consumer_that_does_not_read_stops_its_remote_owner(tmp_path):
     it (FULL), so the messages stay in the owner's queue instead of piling up in the home; once it reads,
     everything arrives, in order."""
     from tests.conftest import RawStomp
-    users = tmp_path / "users.yaml"
-    _passwd(users, "alice", "alice-pw", "admin")
-    admin_port = _free_port()
-    cluster = start_broker(str(tmp_path / "data"), "--users-file", str(users), "--admin-port", str(admin_port))
+    cluster, admin_port = _with_admin_port(tmp_path)
     try:
         dest = owned_by(1, prefix="/queue/slow.")[0]
         name = dest[len("/queue/"):]
