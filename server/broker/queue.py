@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pymq_server.broker.backlog import Backlog
 from pymq_server.broker.consumer import AUTO, exclusive_owner
 from pymq_server.broker.entry import Entry, QueueHost
+from pymq_server.broker.groups import MessageGroups
 from pymq_server.broker.lastvalue import LastValues, Replacing
 from pymq_server.broker.ready import ReadyIndex
 from pymq_server.broker.states import ACQUIRED, READY, SCHEDULED, Event, transition
@@ -42,7 +43,7 @@ PAGED_KINDS = frozenset({"queue", "subscription", "temp"})
 READY_LOW, READY_TARGET = 256, 1024
 
 
-class MessageQueue(Replacing, QueueUpkeep):
+class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
     """A queue or subscription with its consumers (housekeeping and removals: upkeep.py)."""
 
     def __init__(self, host: QueueHost, name: str, destination: str, *, kind: str = "queue",
@@ -82,8 +83,10 @@ class MessageQueue(Replacing, QueueUpkeep):
         """Messages in the queue that are not completed: ready, paged, scheduled and in flight."""
         return self.ready.count + self.backlog.count + self.acquired + self.scheduled
 
-    def _depth_delta(self, delta: int, now: float | None = None) -> None:
-        depth = self.ready.count + self.backlog.count + self.acquired + self.scheduled
+    def _depth_delta(self, delta: int, now: float | None = None, arriving: int = 0) -> None:
+        # ``arriving``: counted in the depth although not in any of its places yet (a new entry on its
+        # way straight to a consumer, see _hand_new)
+        depth = self.ready.count + self.backlog.count + self.acquired + self.scheduled + arriving
         # the time-weighted depth and the peak (QueueStats), here: this runs twice per message
         stats = self.stats
         if now is None:
@@ -118,6 +121,8 @@ class MessageQueue(Replacing, QueueUpkeep):
         elif self.backlog.takes(entry, sole):
             self._depth_delta(1, now)          # behind the ready index, on disk or behind paged messages
             return entry
+        elif self.consumers and not self.ready.count and not self._dispatching and self._hand_new(entry, now):
+            pass
         else:
             self._push_ready(entry)
             self._depth_delta(1, now)
@@ -184,11 +189,7 @@ class MessageQueue(Replacing, QueueUpkeep):
             self.exclusive_consumers -= consumer.exclusive
         except ValueError:
             pass
-        if self.group_owners:
-            # its groups move: the next message of each goes to another consumer, flagged
-            for group in [g for g, c in self.group_owners.items() if c is consumer]:
-                del self.group_owners[group]
-        self.ready.epoch += 1       # entries other consumers rejected for its groups are open again
+        self._groups_leave(consumer)
 
     # -- dispatch -------------------------------------------------------------------------------
     def dispatch(self) -> None:
@@ -255,33 +256,35 @@ class MessageQueue(Replacing, QueueUpkeep):
         finally:
             self._dispatching = False
 
-    def _acceptor(self, consumer):
-        """What ``consumer`` may take: its selector's matches, and no message of a group another
-        live consumer owns (so each group is consumed in order by one consumer)."""
-        owners = self.group_owners
-        selector = consumer.selector
-
-        def accept(entry) -> bool:
-            message = entry.message
-            group = message.group_id
-            if group is not None:
-                owner = owners.get(group)
-                if owner is not None and owner is not consumer and owner.active:
-                    return False
-            return selector is None or selector.matches(message.selector_values())
-        return accept
-
-    def _assign_group(self, entry: Entry, consumer) -> None:
-        group = entry.message.group_id
-        owner = self.group_owners.get(group)
-        if owner is not consumer:
-            self.group_owners[group] = consumer
-            entry.first_in_group = True
-        else:
-            entry.first_in_group = False
-        if entry.message.headers.get("JMSXGroupSeq") == "-1":
-            del self.group_owners[group]       # the producer closed the group (ActiveMQ convention)
-            self.ready.epoch += 1
+    def _hand_new(self, entry: Entry, now: float) -> bool:
+        """A new entry while nothing else is ready: to the consumer dispatch would choose, without
+        passing through the ready index (the consumer of a busy queue waits for each message as it
+        arrives, so this is most deliveries). The same choice as dispatch — round-robin over consumers
+        with credit — or False when dispatch's rules need more than that (an exclusive consumer, a
+        group, a selector, an expired message), and dispatch decides."""
+        message = entry.message
+        if (message.group_id is not None or self.exclusive_consumers or self.config.exclusive
+                or (message.expires and message.expires <= self.host.now_ms())):
+            return False
+        consumers = self.consumers
+        n = len(consumers)
+        i = self._rr
+        for _ in range(n):
+            consumer = consumers[i % n]
+            i += 1
+            if not consumer.can_take():
+                continue
+            if consumer.selector is not None:
+                return False
+            self._rr = i % n
+            self._depth_delta(1, now, arriving=1)
+            self._dispatching = True
+            try:
+                self._acquire(entry, consumer)
+            finally:
+                self._dispatching = False
+            return True
+        return False
 
     def _acquire(self, entry: Entry, consumer) -> None:
         entry.state = _ACQUIRED if entry.state is READY else transition(entry.state, Event.ACQUIRE)

@@ -13,7 +13,7 @@ BROKER = os.path.join(os.path.dirname(__file__), "..", "..", "server", "broker")
 
 #: bottom to top; a module may import its own layer and the layers below it, never above
 LAYERS: list[tuple[str, set[str]]] = [
-    ("building blocks", {"destination", "message", "states", "ready", "stats", "queue", "entry", "lastvalue", "idle",
+    ("building blocks", {"destination", "message", "states", "ready", "stats", "queue", "entry", "lastvalue", "groups", "idle",
                          "consumer", "topic",
                          "schema", "log", "acl", "auth", "requests", "clients", "membership", "sequences",
                          "dedup", "flow", "stored_form", "segments", "bulk_rows",
