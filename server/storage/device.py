@@ -90,6 +90,11 @@ class HoldingDevice(abc.ABC):
         """Reserve room for a message; raises :class:`pymq.errors.StorageError` when full."""
         return Allocation(self.name, size, persistent)
 
+    def check_room(self, size: int) -> None:
+        """``allocate`` for a persistent message of ``size`` bytes, when the caller needs no Allocation
+        (the holding store's write-behind asks it for every message; a device may answer faster)."""
+        self.allocate(size, True)
+
     @abc.abstractmethod
     def write(self, message: StoredMessage, queues: Sequence[str],
               allocation: Allocation | None = None) -> None:

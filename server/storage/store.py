@@ -93,6 +93,7 @@ class HoldingStore:
         self._run_in_thread = run_in_thread
         #: (message, devices to leave out) -> (device, deciding rule); the adaptive layer's when configured
         self.choose: Callable = self._default_choice
+        self._default: Callable = self.choose       # the same bound method, to tell it from another choice
         self.selection = None          # the adaptive layer (seed 000) when configured
         self._placed: dict[tuple[str, str | None], list[int]] = {}
         #: devices that could not be opened at start-up (name -> why); ``maintain`` keeps trying
@@ -180,8 +181,36 @@ class HoldingStore:
         A device that refuses the message is left out and the choice made again (seed 000: the next
         device the adjusted rules rank); StorageError, naming every refusal, when none can take it.
         Nothing is counted or changed for a message that was refused."""
-        refused: list[str] = []
-        exclude: frozenset[str] = frozenset()
+        if message.persistent and queues and self.write_behind and self.choose is self._default:
+            # the common durable case, decided without the general loop: the default choice is the
+            # persistent device, and a file device takes it behind once it has room (spec/storage.md §9)
+            device = self.persistent_device
+            if device.kind == "file":
+                try:
+                    device.check_room(message.size)   # room now: a full disk refuses the SEND itself
+                except StorageError as exc:
+                    return self._hold(message, queues, [f"{device.name}: {exc.message}"],
+                                      frozenset((device.name,)))
+                self._hold_behind(message, device, queues)
+                return True
+        return self._hold(message, queues, [], frozenset())
+
+    def _hold_behind(self, message, device: HoldingDevice, queues: Sequence[str], rule: str | None = None) -> None:
+        """``message`` waits to be written to ``device``, which has room for it. The device is not
+        marked dirty: a message released before it is written needs no sync (``write_waiting`` marks
+        the device when it writes)."""
+        self._count(message, device, rule)
+        message.device = device
+        self._behind[message.key] = [message, device, list(queues), None]
+        self._behind_bytes += message.size
+        if len(self._behind) >= WRITE_BEHIND_MESSAGES or self._behind_bytes >= WRITE_BEHIND_BYTES:
+            self.write_waiting()
+        elif not self._behind_timer and self._call_later is not None:
+            self._behind_timer = True
+            self._call_later(WRITE_BEHIND_S, self._behind_due)
+
+    def _hold(self, message, queues: Sequence[str], refused: list[str], exclude: frozenset[str]) -> bool:
+        """``hold``'s general case: the rules choose, a device that refuses is left out."""
         stored = None
         while True:
             try:
@@ -201,21 +230,12 @@ class HoldingStore:
                 return False
             if self.write_behind and message.persistent and device.kind == "file" and self.selection is None:
                 try:
-                    device.allocate(message.size, True)    # room now: a full disk refuses the SEND itself
+                    device.check_room(message.size)    # room now: a full disk refuses the SEND itself
                 except StorageError as exc:
                     refused.append(f"{device.name}: {exc.message}")
                     exclude = exclude | {device.name}
                     continue
-                self._count(message, device, rule)
-                message.device = device
-                self._dirty.add(device)
-                self._behind[message.key] = [message, device, list(queues), None]
-                self._behind_bytes += message.size
-                if len(self._behind) >= WRITE_BEHIND_MESSAGES or self._behind_bytes >= WRITE_BEHIND_BYTES:
-                    self.write_waiting()
-                elif not self._behind_timer and self._call_later is not None:
-                    self._behind_timer = True
-                    self._call_later(WRITE_BEHIND_S, self._behind_due)
+                self._hold_behind(message, device, queues, rule)
                 return True
             if stored is None:
                 stored = StoredMessage(message.key, message.destination, message.seq, message.persistent,

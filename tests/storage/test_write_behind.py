@@ -11,6 +11,7 @@ import pytest
 
 from pymq.errors import StorageError
 from pymq_server.storage import store as store_mod
+from pymq_server.storage.device import StoredMessage
 from pymq_server.storage.file.device import FileDevice
 from pymq_server.storage.store import HoldingStore
 
@@ -237,3 +238,66 @@ def test_a_delivery_counted_while_waiting_is_recorded_once_the_message_is_writte
         assert device.deliveries(1) == {"/queue/a": 2}
     finally:
         device.close()
+
+
+def test_a_barrier_over_messages_released_before_they_were_written_starts_no_sync(tmp_path):
+    """A receipt whose persistent SENDs were all consumed (ack:auto) before they were written has nothing
+    to make durable: no flush, no fsync (issue 16: a `persistent:true` producer with a receipt every 100
+    messages paid a worker-thread fsync per receipt for an unchanged log)."""
+    store, device = make_store(tmp_path)
+    syncs = []
+    real_sync = device.sync
+    device.sync = lambda: (syncs.append(1), real_sync())[1]
+    for key in range(1, 101):
+        m = Msg(key)
+        store.hold(m, ["/queue/a"])
+        store.release(m, "/queue/a")
+        store.forget(m)
+    assert barrier(store) is None
+    assert syncs == [], "nothing was written, so nothing needed a sync"
+    kept = Msg(101)
+    store.hold(kept, ["/queue/a"])
+    assert barrier(store) is None
+    assert syncs == [1] and device.holds(101), "a message still waiting at the barrier is written and synced"
+
+
+def test_the_room_check_refuses_as_allocate_does_and_reserves_when_the_log_runs_out(tmp_path):
+    """``check_room`` (the store's per-message check) answers as ``allocate``: yes while the log and
+    page file have room reserved, a reservation when they do not, a refusal that changes nothing on a
+    full disk or in fault."""
+    from tests.storage.faults import FaultyIO
+
+    io = FaultyIO()
+    device = FileDevice("file", tmp_path / "s", fsync=False, page_size=4096, io=io)
+    device.open()
+    try:
+        device.check_room(100)
+        reserves = io.calls["reserve"]
+        for key in range(1, 3000):      # past the log's first reserved MiB
+            device.write(StoredMessage(key, "/queue/a", key, True, b"x" * 400), ["/queue/a"])
+            device.check_room(400)
+        assert io.calls["reserve"] > reserves, "the log's reservation was extended by the check"
+        io.disk_full()
+        with pytest.raises(StorageError, match="full"):
+            for _ in range(3000):
+                device.check_room(400)
+                device.write(StoredMessage(10_000 + _, "/queue/a", 1, True, b"x" * 400), ["/queue/a"])
+        io.heal()
+        device.check_room(400)
+        device._fail(OSError(5, "injected"))
+        with pytest.raises(StorageError, match="refuses new messages"):
+            device.check_room(10)
+        with pytest.raises(StorageError, match="refuses new messages"):
+            device.allocate(10, True)
+    finally:
+        try:
+            device.close()
+        except StorageError:
+            pass        # closing in fault says what was not saved (spec/storage.md §8): expected here
+    capped = FileDevice("capped", tmp_path / "c", fsync=False, page_size=4096, max_bytes=4 * 4096)
+    capped.open()
+    try:
+        with pytest.raises(StorageError, match="full"):
+            capped.check_room(100)      # the reserved pages alone fill max_bytes: a new page does not fit
+    finally:
+        capped.close()

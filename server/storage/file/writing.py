@@ -64,11 +64,39 @@ class WritePath(DeviceState):
         """Refuse now (StorageError) what ``write`` would refuse for lack of room or a fault; for a
         persistent message the log space of its PUT is reserved too (the holding store writes it
         behind, spec/storage.md §9)."""
+        if persistent:
+            self.check_room(size)
+        else:
+            with self._lock:
+                self._check_accepting()
+                pages = 1 + (self._continuation_count(size) if size > self._inline_max() else 0)
+                self._ensure_room(pages, 0)
+        return Allocation(self.name, size, persistent)
+
+    def check_room(self, size: int) -> None:
+        """``allocate`` for a persistent message of ``size`` bytes without the Allocation: the holding
+        store asks this for every persistent message it writes behind (spec/storage.md §9).
+
+        When everything is already reserved — the log segment holds room for this PUT and the headroom
+        past what was appended, a free page or a reserved one at the end of the page file, ``max_bytes``
+        not reached, no fault — the answer is yes without a system call or a reservation: the same
+        conditions ``_ensure_room`` tests, read in one place. Otherwise the full check runs (and
+        reserves, or refuses with StorageError, changing nothing)."""
         with self._lock:
+            wal, pf, alloc = self._wal, self._pf, self._alloc
+            if self._open and self._fault is None and not self.read_only and wal is not None and \
+                    pf is not None and size <= (self.page_size - _HDR - _SLOT) >> 2:
+                log_reserved, pages_reserved = wal.reserved, pf.reserved
+                if log_reserved is not None and pages_reserved is not None and \
+                        wal.size + size + _PUT_OVERHEAD + _LOG_HEADROOM <= log_reserved:
+                    free = alloc.free_count
+                    used_after = alloc.page_count - free + 1
+                    if (free or used_after * self.page_size <= pages_reserved) and \
+                            (self.max_bytes is None or used_after * self.page_size <= self.max_bytes):
+                        return
             self._check_accepting()
             pages = 1 + (self._continuation_count(size) if size > self._inline_max() else 0)
-            self._ensure_room(pages, size + _PUT_OVERHEAD if persistent else 0)
-        return Allocation(self.name, size, persistent)
+            self._ensure_room(pages, size + _PUT_OVERHEAD)
 
     def write(self, message: StoredMessage, queues: Sequence[str],
               allocation: Allocation | None = None) -> None:
