@@ -175,6 +175,52 @@ def test_large_message_pages_are_freed_with_the_message(tmp_path):
         device.close()
 
 
+def test_removing_a_message_whose_page_left_memory_reads_nothing_back(tmp_path):
+    """A checkpoint drops the buffers of the pages it wrote; acknowledging a message on such a page
+    afterwards reads nothing from the page file (the index keeps the length and the large flag; it read
+    the slot back, one pread per acknowledgement, before issue 16)."""
+    from tests.storage.faults import FaultyIO
+
+    io = FaultyIO()
+    device = opened(tmp_path, io=io)
+    try:
+        for key in range(1, 201):
+            device.write(msg(key, data=b"x" * 300), ["q"])
+        device.checkpoint()
+        reads = io.calls["pread"]
+        for key in range(1, 201):
+            device.remove(key, "q")
+        assert io.calls["pread"] == reads
+        assert device.status().messages == 0 and device.status().bytes_used == 0
+    finally:
+        device.close()
+
+
+def test_lengths_and_large_flags_come_back_with_recovery_so_removals_account_exactly(tmp_path):
+    """Entries rebuilt from a checkpoint's directories and from the log carry the length and the large
+    flag a write gave them: removing everything after a crash leaves no bytes and no pages behind."""
+    device = opened(tmp_path)
+    big = os.urandom(3 * PAGE + 17)
+    device.write(msg(1, data=big), ["q"])
+    device.write(msg(2, data=b"small"), ["q", "r"])
+    device.checkpoint()                     # 1 and 2 come back from the checkpoint's directories
+    device.write(msg(3, data=big), ["q"])
+    device.write(msg(4, data=b"tiny"), ["q"])
+    device.flush()                          # 3 and 4 from the log
+    device._simulate_crash()
+    device = opened(tmp_path)
+    try:
+        status = device.status()
+        assert status.messages == 4 and status.bytes_used == 2 * len(big) + len(b"small") + len(b"tiny")
+        for key, queue in ((1, "q"), (2, "q"), (2, "r"), (3, "q"), (4, "q")):
+            device.remove(key, queue)
+        assert device.status().messages == 0 and device.status().bytes_used == 0
+        device.checkpoint()
+        assert device.status().extra["pages_persistent"] <= 1, "the large messages' pages were freed"
+    finally:
+        device.close()
+
+
 def test_iterate_merges_persistent_and_non_persistent_in_time_sequence(tmp_path):
     device = opened(tmp_path)
     try:

@@ -257,12 +257,18 @@ def encode_wal_header(page_size: int, file_id: bytes, segment: int, salt: int, p
 def encode_frame(ftype: int, flags: int, salt: int, payload: bytes, prev: int) -> tuple[bytes, int]:
     """One frame and its checksum (the seed of the next frame)."""
     head = FRAME.pack(len(payload), ftype, flags, salt)
-    checksum = crc32c(payload, crc32c(head, prev))
-    return head + CRC.pack(checksum) + payload, checksum
+    # crc32c(payload, crc32c(head, prev)) in one call: the checksum chains (crc.py)
+    checksum = crc32c(head + payload, prev)
+    return b"".join((head, CRC.pack(checksum), payload)), checksum
+
+
+_NO_CONTINUATION = U32.pack(0)
 
 
 def encode_put(page: int, slot: int, slot_body: bytes, continuation: list[int] | tuple[int, ...],
                data: bytes) -> bytes:
+    if not continuation:
+        return b"".join((PUT_HEAD.pack(page, slot), slot_body, _NO_CONTINUATION, data))
     return b"".join((PUT_HEAD.pack(page, slot), slot_body, U32.pack(len(continuation)),
                      struct.pack(f"<{len(continuation)}I", *continuation), data))
 

@@ -135,7 +135,8 @@ class Recovery(DeviceState):
                                        page=number, slot=slot)
                 key, seq, refset_id, flags = fields[0], fields[1], fields[6], fields[7]
                 refs = changed.get(key) or refsets[refset_id]
-                self._add_entry(key, _Entry(seq, number, slot, refs, refset_id, True))
+                self._add_entry(key, _Entry(seq, number, slot, refs, refset_id, True, fields[4],
+                                            bool(flags & fmt.FLAG_LARGE)))
                 if key in changed:
                     self._changed_refs.add(key)
                 self._bytes_used += fields[4]
@@ -232,7 +233,8 @@ class Recovery(DeviceState):
             raise StorageError(f"log places message {key} at page {number} slot {slot}, "
                                f"which does not follow the page's state")
         self._put_record(page, key, seq, record, length, dest_id, refset_id, flags, data_crc)
-        self._add_entry(key, _Entry(seq, number, slot, self._refsets[refset_id], refset_id, True))
+        self._add_entry(key, _Entry(seq, number, slot, self._refsets[refset_id], refset_id, True, length,
+                                    bool(flags & fmt.FLAG_LARGE)))
         self._bytes_used += length
 
     def _sweep_unreferenced(self) -> None:

@@ -71,17 +71,22 @@ class _Page:
 
 
 class _Entry:
-    """One held message: where it lives and which queues still owe it."""
+    """One held message: where it lives, which queues still owe it, and its length (its slot holds it
+    too; kept here so that dropping the last reference reads nothing back: the page of a message
+    written before the last checkpoint is on disk only). ``large``: the record lists continuation pages."""
 
-    __slots__ = ("seq", "page", "slot", "refs", "refset", "persistent")
+    __slots__ = ("seq", "page", "slot", "refs", "refset", "persistent", "length", "large")
 
-    def __init__(self, seq: int, page: int, slot: int, refs: tuple, refset: int, persistent: bool) -> None:
+    def __init__(self, seq: int, page: int, slot: int, refs: tuple, refset: int, persistent: bool,
+                 length: int, large: bool) -> None:
         self.seq = seq
         self.page = page
         self.slot = slot
         self.refs = refs
         self.refset = refset
         self.persistent = persistent
+        self.length = length
+        self.large = large
 
 
 class _QueueLists:
@@ -325,7 +330,8 @@ class DeviceState:
         self._index[key] = entry
         self._messages += 1
         which = 0 if entry.persistent else 1
-        for queue in set(entry.refs):
+        refs = entry.refs
+        for queue in (refs if len(refs) == 1 else set(refs)):
             lists = self._queues.get(queue)
             if lists is None:
                 lists = self._queues[queue] = _QueueLists()
@@ -361,10 +367,9 @@ class DeviceState:
         self._changed_refs.discard(key)
         self._messages -= 1
         page = self._pages[entry.page]
-        fields = self._slot_fields(page, entry.slot)
-        self._bytes_used -= fields[4]
-        if fields[7] & fmt.FLAG_LARGE:
-            for number in self._continuation_pages(page, fields):
+        self._bytes_used -= entry.length
+        if entry.large:
+            for number in self._continuation_pages(page, self._slot_fields(page, entry.slot)):
                 self._free_page(self._pages[number])
         page.live[entry.slot // 8] &= ~(1 << (entry.slot % 8)) & 0xFF
         page.live_count -= 1

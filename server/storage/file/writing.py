@@ -101,7 +101,8 @@ class WritePath(DeviceState):
     def write(self, message: StoredMessage, queues: Sequence[str],
               allocation: Allocation | None = None) -> None:
         with self._lock:
-            self._check_accepting()
+            if not self._open or self.read_only or self._fault is not None:
+                self._check_accepting()
             key = message.key
             if key in self._index:
                 raise StorageError(f"message {key} is already held", key=key)
@@ -114,7 +115,7 @@ class WritePath(DeviceState):
             refs = tuple(queues)
             # room first (pages, disk space, log space), so a refusal changes nothing
             tail = self._tail[kind]
-            large = length > self._inline_max() and (tail is None or tail.room() < length)
+            large = length > (self.page_size - _HDR - _SLOT) >> 2 and (tail is None or tail.room() < length)
             cont_pages: list[_Page] = []
             if large:
                 count = self._continuation_count(length)
@@ -128,8 +129,13 @@ class WritePath(DeviceState):
             self._ensure_room((count if large else 0) + (1 if needs_page else 0),
                               length + _PUT_OVERHEAD if persistent else 0)
             try:
-                dest_id = self._name_id(message.destination, persistent)
-                refset_id = self._refset_id(refs, persistent)
+                # interned and already logged (the usual case): no call; else the interning methods
+                dest_id = self._name_ids.get(message.destination)
+                if dest_id is None or (persistent and dest_id not in self._durable_names):
+                    dest_id = self._name_id(message.destination, persistent)
+                refset_id = self._refset_ids.get(refs)
+                if refset_id is None or (persistent and refset_id not in self._durable_refsets):
+                    refset_id = self._refset_id(refs, persistent)
                 if large:
                     ps = self.page_size
                     for i in range(count):
@@ -152,11 +158,12 @@ class WritePath(DeviceState):
                 if persistent:
                     self._dirty.add(tail.number)
                     self._log(fmt.F_PUT, fmt.encode_put(tail.number, slot_index, slot_body,
-                                                        tuple(p.number for p in cont_pages), data), True)
+                                                        [p.number for p in cont_pages], data), True)
             except OSError as exc:
                 raise self._fail(exc) from exc
             # the interned refset tuple, not a copy per message: most messages keep theirs until they go
-            entry = _Entry(message.seq, tail.number, slot_index, self._refsets[refset_id], refset_id, persistent)
+            entry = _Entry(message.seq, tail.number, slot_index, self._refsets[refset_id], refset_id, persistent,
+                           length, large)
             self._add_entry(key, entry)
             self._bytes_used += length
             # bounded memory: log frames, and sealed non-persistent pages (paging: those are written out
@@ -170,18 +177,24 @@ class WritePath(DeviceState):
 
     def remove(self, key: int, queue: str) -> None:
         with self._lock:
-            self._check_writable()
+            if not self._open or self.read_only:
+                self._check_writable()
             entry = self._index.get(key)
             if entry is None:
                 raise KeyError(key)
-            refs = list(entry.refs)
-            try:
-                refs.remove(queue)
-            except ValueError:
-                raise KeyError(f"message {key} has no reference for {queue!r}") from None
+            refs = entry.refs
+            if len(refs) == 1 and refs[0] == queue:
+                remaining: tuple = ()        # the usual case: the last reference
+            else:
+                left = list(refs)
+                try:
+                    left.remove(queue)
+                except ValueError:
+                    raise KeyError(f"message {key} has no reference for {queue!r}") from None
+                remaining = tuple(left)
             if entry.persistent:
                 self._log(fmt.F_REMOVE, fmt.KEY_NAME.pack(key, self._name_ids[queue]), True)
-            self._drop_reference(key, entry, tuple(refs), queue)
+            self._drop_reference(key, entry, remaining, queue)
 
     def add_reference(self, key: int, queue: str) -> None:
         with self._lock:
