@@ -12,9 +12,10 @@ share the next one, so a busy broker still batches), ``grouped`` (additionally a
 ``run_in_thread`` so the broker's loop keeps serving; this module imports no event loop.
 
 Write-behind (spec/storage.md §9): a persistent message for the paged file device is checked for room at
-once (``allocate``: a full disk still refuses the SEND) but written to the device only when something
+once (``check_room``: a full disk still refuses the SEND) but written to the device only when something
 needs it there: a barrier (a receipt, a commit), ``flush_all``, more than ``WRITE_BEHIND_BYTES`` or
-``WRITE_BEHIND_MESSAGES`` waiting, or ``WRITE_BEHIND_S`` after the first one waited. A message whose
+``WRITE_BEHIND_MESSAGES`` waiting, or once it has waited half to all of ``WRITE_BEHIND_S`` (the timer's
+ticks). A barrier over nothing written since the last sync needs no sync. A message whose
 every reference is released before then (delivered with ``ack:auto``, or acknowledged, while it
 waited) is never written, nor its removal logged: a queue whose consumers keep up costs no more
 durable than not. Nothing that was promised changes: a message is durable at its receipt (the barrier
@@ -55,7 +56,10 @@ REPAIR_BACKOFF_S = (0.25, 5.0)
 #: delivery records reach the OS with the next write of the device's log, or after this long at most
 DELIVERY_FLUSH_S = 0.010
 
-#: write-behind bounds: messages and stored bytes waiting, and how long the first may wait
+#: write-behind bounds: messages and stored bytes waiting, and how long a message may wait. The timer
+#: ticks every half of WRITE_BEHIND_S while messages wait; each tick writes those held before the tick
+#: before it (so they waited between a half and the whole of WRITE_BEHIND_S), not the ones just held:
+#: a message its consumer takes within a tick or two is never written (spec/storage.md §9)
 WRITE_BEHIND_MESSAGES = 4096
 WRITE_BEHIND_BYTES = 1 << 20
 WRITE_BEHIND_S = 0.05
@@ -111,12 +115,13 @@ class HoldingStore:
         self.syncs = 0
         self.encode: Callable[[Any], bytes] = _no_encoder  # set by the broker: BrokerMessage -> bytes
         #: write-behind (module docstring): key -> [message, device, queues still referencing it,
-        #: delivery counts recorded meanwhile or None], in placement order; False turns it off (every
-        #: message written at ``hold``)
+        #: delivery counts recorded meanwhile or None, the timer's tick when it was held], in placement
+        #: order; False turns it off (every message written at ``hold``)
         self.write_behind = True
         self._behind: dict[int, list] = {}
         self._behind_bytes = 0
         self._behind_timer = False
+        self._behind_tick = 0
         self._behind_error: StorageError | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -201,13 +206,13 @@ class HoldingStore:
         the device when it writes)."""
         self._count(message, device, rule)
         message.device = device
-        self._behind[message.key] = [message, device, list(queues), None]
+        self._behind[message.key] = [message, device, list(queues), None, self._behind_tick]
         self._behind_bytes += message.size
         if len(self._behind) >= WRITE_BEHIND_MESSAGES or self._behind_bytes >= WRITE_BEHIND_BYTES:
             self.write_waiting()
         elif not self._behind_timer and self._call_later is not None:
             self._behind_timer = True
-            self._call_later(WRITE_BEHIND_S, self._behind_due)
+            self._call_later(WRITE_BEHIND_S / 2, self._behind_due)
 
     def _hold(self, message, queues: Sequence[str], refused: list[str], exclude: frozenset[str]) -> bool:
         """``hold``'s general case: the rules choose, a device that refuses is left out."""
@@ -291,18 +296,38 @@ class HoldingStore:
 
     # -- write-behind ---------------------------------------------------------------------------
     def _behind_due(self) -> None:
+        """The write-behind timer's tick: messages held before the previous tick have waited at least half
+        of ``WRITE_BEHIND_S`` (at most all of it) and are written; younger ones wait for the next tick."""
         self._behind_timer = False
-        self.write_waiting()
+        self._behind_tick += 1
+        self.write_waiting(held_before=self._behind_tick - 1)
+        if self._behind and self._call_later is not None:
+            self._behind_timer = True
+            self._call_later(WRITE_BEHIND_S / 2, self._behind_due)
 
-    def write_waiting(self) -> None:
-        """Write every message still waiting for its device, in placement order. A device that cannot
-        take one now (fault, disk gone) leaves it held by the heap, as a refusal at ``hold`` would have,
-        and the next barrier reports the error, so no receipt claims a durability it does not have."""
+    def write_waiting(self, held_before: int | None = None) -> None:
+        """Write every message still waiting for its device (or, with ``held_before``, those held before
+        that tick of the timer), in placement order. A device that cannot take one now (fault, disk
+        gone) leaves it held by the heap, as a refusal at ``hold`` would have, and the next barrier
+        reports the error, so no receipt claims a durability it does not have."""
         if not self._behind:
             return
-        waiting, self._behind = self._behind, {}
-        self._behind_bytes = 0
-        for message, device, queues, deliveries in waiting.values():
+        if held_before is None:
+            waiting, self._behind = self._behind, {}
+            self._behind_bytes = 0
+        else:
+            waiting = {}
+            for key, behind in self._behind.items():
+                if behind[4] >= held_before:
+                    break            # placement order is tick order: the rest are younger
+                waiting[key] = behind
+            if not waiting:
+                return
+            behind_map = self._behind
+            for key, behind in waiting.items():
+                del behind_map[key]
+                self._behind_bytes -= behind[0].size
+        for message, device, queues, deliveries, _ in waiting.values():
             stored = StoredMessage(message.key, message.destination, message.seq, message.persistent,
                                    self.encode(message))
             try:
