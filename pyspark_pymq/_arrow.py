@@ -217,22 +217,35 @@ WIRE_FIELDS: list[tuple[str, pa.DataType]] = [
 WIRE_NAMES = [name for name, _ in WIRE_FIELDS]
 
 
-def check_wire_schema(schema: pa.Schema) -> None:
-    """A range read's answer must be the message batch of spec/spark.md §5, column for column."""
+#: the columns of the message batch a read asks the broker for (``pymq-columns``, spec/spark.md §6): what
+#: the read schema is made of; ``content_type``, ``property_types`` and ``dedup_id`` (and ``properties``
+#: without ``includeProperties``) stay in the broker, about a fifth of the bytes of a small message
+READ_WIRE_COLUMNS = ("seq", "message_id", "timestamp", "expires", "priority", "delivery_mode", "body_type",
+                     "body", "group", "correlation_id", "type", "reply_to")
+
+
+def wire_columns(include_properties: bool) -> tuple[str, ...]:
+    return READ_WIRE_COLUMNS + ("properties",) if include_properties else READ_WIRE_COLUMNS
+
+
+def check_wire_schema(schema: pa.Schema, include_properties: bool = True) -> None:
+    """A range read's answer must be the message batch of spec/spark.md §5, column for column: all of them,
+    or (a broker that took ``pymq-columns``) the ones :func:`wire_columns` asks for, in §5's order."""
     got = [(f.name, f.type) for f in schema]
-    if got != WIRE_FIELDS:
+    wanted = set(wire_columns(include_properties))
+    if got != WIRE_FIELDS and got != [(n, t) for n, t in WIRE_FIELDS if n in wanted]:
         raise MessageFormatError(f"the broker's Arrow answer is not a pymq message batch (spec/spark.md §5): "
                                  f"got columns {', '.join(f'{n} {t}' for n, t in got)}")
 
 
 def wire_to_read(batch: pa.RecordBatch, destination: str, kind: str, include_properties: bool) -> pa.RecordBatch:
-    """A message batch of the wire (spec/spark.md §5) as the read schema, column-wise: constants for the
-    destination, ms to µs for times, 0 expiry to null, the group's UTF-8 as the binary key.  Range reads
-    carry no delivery state, so ``redelivered`` is false and ``deliveryCount`` 1, as in the per-message
-    path."""
+    """A message batch of the wire (spec/spark.md §5; every column, or those of :func:`wire_columns`) as the
+    read schema, column-wise: constants for the destination, ms to µs for times, 0 expiry to null, the
+    group's UTF-8 as the binary key.  Range reads carry no delivery state, so ``redelivered`` is false
+    and ``deliveryCount`` 1, as in the per-message path."""
     n = batch.num_rows
-    cols = batch.columns
-    expires = cols[3]
+    col = batch.column
+    expires = col("expires")
     never = pc.equal(expires, 0)
     expiration = pc.if_else(never, pa.scalar(None, pa.int64()), pc.multiply(expires, 1000)) \
         if pc.any(never).as_py() else pc.multiply(expires, 1000)
@@ -240,24 +253,24 @@ def wire_to_read(batch: pa.RecordBatch, destination: str, kind: str, include_pro
         _constant(destination, "string", n),
         _constant(kind, "string", n),
         _constant(0, "int32", n),
-        cols[0],
-        cols[1],
-        cols[10],
-        cols[9].cast(pa.binary()),
-        cols[8],
-        cols[6],
-        pc.multiply(cols[2], 1000).cast(_TS),
+        col("seq"),
+        col("message_id"),
+        col("correlation_id"),
+        col("group").cast(pa.binary()),
+        col("body"),
+        col("body_type"),
+        pc.multiply(col("timestamp"), 1000).cast(_TS),
         _constant(CREATE_TIME, "int32", n),
         expiration.cast(_TS),
-        cols[4],
-        cols[5],
+        col("priority"),
+        col("delivery_mode"),
         _constant(False, "bool", n),
         _constant(1, "int32", n),
-        _destinations_only(cols[12]),
-        cols[11],
+        _destinations_only(col("reply_to")),
+        col("type"),
     ]
     if include_properties:
-        columns.append(cols[13])
+        columns.append(col("properties"))
     return pa.RecordBatch.from_arrays(columns, schema=_SCHEMAS[include_properties])
 
 

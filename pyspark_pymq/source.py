@@ -53,8 +53,8 @@ from pymq.errors import (
 )
 from pymq.client.blocking import PendingRange, start_range
 from pymq.errors import TimeoutError as BrokerTimeout
-from pyspark_pymq._arrow import check_wire_schema, read_ddl, wire_to_read
-from pyspark_pymq._connections import CONNECTIONS
+from pyspark_pymq._arrow import check_wire_schema, read_ddl, wire_columns, wire_to_read
+from pyspark_pymq._connections import CONNECTIONS, settle_worker_heap
 from pyspark_pymq._decode import frames_to_batch
 from pyspark_pymq._filters import Pushdown, expression
 from pyspark_pymq._options import (
@@ -132,6 +132,7 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
     failures at most), so a retry neither skips nor repeats a row."""
     if p.start >= p.end:
         return
+    settle_worker_heap()
     kind = destination_kind(p.destination)
     keep = expression(list(p.filters)) if p.filters else None
     cursor = p.start
@@ -177,7 +178,7 @@ def read_partition(p: RangePartition) -> Iterator[Any]:
 def _ask(session: Any, p: RangePartition, lo: int, hi: int) -> PendingRange:
     return start_range(session, p.destination, from_seq=lo, to_seq=hi, max_messages=p.fetch_size,
                        max_bytes=ARROW_FETCH_BYTES, selector=p.selector, subscription=p.subscription,
-                       source=p.source, frames=True, arrow=True)
+                       source=p.source, frames=True, arrow=True, columns=wire_columns(p.include_properties))
 
 
 def _batches(r, p: RangePartition, kind: str) -> Iterator[Any]:
@@ -185,7 +186,7 @@ def _batches(r, p: RangePartition, kind: str) -> Iterator[Any]:
     per-message frames decoded (spec/spark.md §4)."""
     if r.arrow is not None:
         reader = pa.ipc.open_stream(r.arrow)
-        check_wire_schema(reader.schema)
+        check_wire_schema(reader.schema, p.include_properties)
         for batch in reader:
             yield wire_to_read(batch, p.destination, kind, p.include_properties)
     elif r.frames:

@@ -26,7 +26,7 @@ import ssl
 import threading
 import time
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED,
                                AckMode, BrowseCore, ConnectionCore, ConnectionSettings, ConnectionStatus,
@@ -825,15 +825,17 @@ class PendingRange:
 def start_range(session: Session, destination: Destination | str, *, from_seq: int | None = None,
                 to_seq: int | None = None, max_messages: int | None = None, max_bytes: int | None = None,
                 from_timestamp: int | None = None, selector: str | None = None, subscription: str | None = None,
-                source: str | None = None, frames: bool = False, arrow: bool = False) -> PendingRange:
+                source: str | None = None, frames: bool = False, arrow: bool = False,
+                columns: Sequence[str] | None = None) -> PendingRange:
     """:meth:`Session.read_range` in two halves, for readers that keep the next range in flight while
     they process the current one (the Spark connector's tasks): the request is sent now, the answer is
     taken with ``.result()``.  Answers come in the order asked.  Call it from the thread that uses the
-    session, as every session call."""
+    session, as every session call.  ``columns``: with ``arrow``, the message batch columns the answer
+    should carry (spec/spark.md §6; a broker that predates it sends them all)."""
     session._check()
     extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
                           from_timestamp=from_timestamp, selector=selector, subscription=subscription,
-                          source=source, arrow=arrow)
+                          source=source, arrow=arrow, columns=columns)
     return PendingRange(session, as_destination(destination), extra, frames)
 
 

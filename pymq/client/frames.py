@@ -4,6 +4,7 @@ written once.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol
 
 from pymq.destination import Destination, as_destination
@@ -75,15 +76,16 @@ ARROW_STREAM = "application/vnd.apache.arrow.stream"
 def range_headers(*, from_seq: int | None = None, to_seq: int | None = None, max_messages: int | None = None,
                   max_bytes: int | None = None, from_timestamp: int | None = None, selector: str | None = None,
                   subscription: str | None = None, source: str | None = None,
-                  arrow: bool = False) -> dict[str, object]:
+                  arrow: bool = False, columns: Sequence[str] | None = None) -> dict[str, object]:
     """The extra SUBSCRIBE headers of a range read (spec/stomp.md §9).  There is always a start (0 =
     the earliest): a range read is in sequence order, never delivery order.  ``source``: "log" or
     "queue" (default: the destination's retained log when it has one).  ``arrow``: ask for the answer
-    as one Arrow frame (spec/spark.md §6).  None values are left out."""
+    as one Arrow frame (spec/spark.md §6); ``columns``: only these columns of it (``pymq-columns``).  None
+    values are left out."""
     return {"pymq-from-seq": from_seq or 0, "pymq-to-seq": to_seq, "pymq-max-messages": max_messages,
             "pymq-max-bytes": max_bytes, "pymq-from-timestamp": from_timestamp,
             "selector": selector or None, "durable-subscription-name": subscription, "pymq-source": source,
-            "pymq-format": "arrow" if arrow else None}
+            "pymq-format": "arrow" if arrow else None, "pymq-columns": ",".join(columns) if columns else None}
 
 
 def bulk_frame(destination: Destination | str, data: bytes) -> Frame:

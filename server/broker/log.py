@@ -23,7 +23,7 @@ import fnmatch
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from pymq_server.broker import segments
+from pymq_server.broker import segments, slices
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.segments import SEGMENT_ROWS, Segment
 
@@ -196,7 +196,7 @@ class RetainedLog:
                 break
             want = None if max_messages is None else max_messages - count
             budget = None if max_bytes is None else max_bytes - sent
-            piece, kept, size, examined, full = segments.select(seg, start, stop, want, budget, from_ts, now,
+            piece, kept, size, examined, full = slices.select(seg, start, stop, want, budget, from_ts, now,
                                                                 first=count == 0)
             if piece is not None:
                 out.append(piece)

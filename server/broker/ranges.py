@@ -143,7 +143,11 @@ class ArrowBrowse(Browse):
                 chosen.append(message)
                 message = Browse.next(self)
             batches = [segments.from_messages(chosen)] if chosen else []
-        self.end_body = segments.ipc_pieces(segments.LOG_SCHEMA, batches)
+        # the reader's columns only (pymq-columns): a projection of the same buffers, nothing copied
+        schema, positions = segments.projected(request.columns)
+        if positions is not None:
+            batches = [batch.select(positions) for batch in batches]
+        self.end_body = segments.ipc_pieces(schema, batches)
 
     def next(self) -> BrokerMessage | None:
         return None                    # the rows travel in the end marker's body

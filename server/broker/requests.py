@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from pymq_server.broker.consumer import ACK_MODES, AUTO
 from pymq_server.broker.message import BROKER_HEADERS, TRANSPORT_HEADERS
+from pymq_server.broker.segments import COLUMNS_HEADER, parse_columns
 
 from pymq.errors import InvalidHeader, MissingHeader
 from pymq.protocol.numbers import INT32_MAX, INT64_MAX, parse_wire_int
@@ -217,6 +218,7 @@ class RangeRequest(NamedTuple):
     max_bytes: int | None = None
     from_timestamp: int | None = None
     arrow: bool = False                  # pymq-format: arrow: the answer as one Arrow frame (spec/spark.md §6)
+    columns: tuple[str, ...] | None = None   # pymq-columns: the Arrow answer's columns (None: all of them)
 
     @property
     def ranged(self) -> bool:
@@ -239,6 +241,11 @@ class SubscribeRequest(NamedTuple):
     exclusive: bool = False              # activemq.exclusive / exclusive: the queue's only receiver
 
 
+def _columns(headers: Mapping[str, str]) -> tuple[str, ...] | None:
+    text = headers.get(COLUMNS_HEADER)
+    return None if text is None else parse_columns(text)
+
+
 def parse_subscribe(headers: Mapping[str, str]) -> SubscribeRequest:
     destination = headers["destination"]
     sub_id = headers.get("id", destination)     # 1.0 allows no id: the destination identifies it
@@ -257,7 +264,8 @@ def parse_subscribe(headers: Mapping[str, str]) -> SubscribeRequest:
                                                     _int(headers, "pymq-from-seq"), _int(headers, "pymq-to-seq"),
                                                     _int(headers, "pymq-max-messages"),
                                                     _int(headers, "pymq-max-bytes"),
-                                                    _int(headers, "pymq-from-timestamp"), is_bulk(headers)))
+                                                    _int(headers, "pymq-from-timestamp"), is_bulk(headers),
+                                                    _columns(headers)))
     ack = headers.get("ack", AUTO)
     if ack not in ACK_MODES:
         raise InvalidHeader(f"ack mode {ack[:32]!r} is not one of auto, client, client-individual",

@@ -22,7 +22,7 @@ import bisect
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pymq.errors import MessageFormatError
+from pymq.errors import InvalidHeader, MessageFormatError
 from pymq.message import MAP_TYPE, RESERVED_HEADERS, content_body_type
 
 try:  # optional: the spark extra installs it
@@ -41,6 +41,34 @@ FORMAT_HEADER = "pymq-format"
 NOT_PROPERTIES = frozenset(RESERVED_HEADERS | {"JMSXGroupID"})
 BODY_TYPES = ("text", "bytes", "map")
 CONTENT_TYPES = {"text": "text/plain;charset=utf-8", "bytes": "application/octet-stream", "map": MAP_TYPE}
+
+
+#: the columns of the message batch (spec/spark.md §5), in order: ``LOG_SCHEMA``'s names
+LOG_COLUMNS = ("seq", "message_id", "timestamp", "expires", "priority", "delivery_mode", "body_type",
+               "content_type", "body", "group", "correlation_id", "type", "reply_to", "properties",
+               "property_types", "dedup_id")
+#: the header of a range read naming the columns its Arrow answer should carry (spec/spark.md §6)
+COLUMNS_HEADER = "pymq-columns"
+
+
+def parse_columns(text: str) -> tuple[str, ...]:
+    """The columns a ``pymq-columns`` header names, in the message batch's order (spec/spark.md §6):
+    comma-separated names of §5, at least one; an unknown or empty name is an error naming it."""
+    names = [name.strip() for name in text.split(",")]
+    for name in names:
+        if name not in LOG_COLUMNS:
+            raise InvalidHeader(f"header {COLUMNS_HEADER!r} names {name[:32]!r}, which is not a column of the "
+                                f"message batch (spec/spark.md §5: {', '.join(LOG_COLUMNS)})", header=COLUMNS_HEADER)
+    wanted = set(names)
+    return tuple(name for name in LOG_COLUMNS if name in wanted)
+
+
+def projected(columns: tuple[str, ...] | None) -> tuple[Any, list[int] | None]:
+    """(the answer's schema, the positions of its columns in a segment; None: every column)."""
+    if columns is None or len(columns) == len(LOG_COLUMNS):
+        return LOG_SCHEMA, None
+    positions = [LOG_COLUMNS.index(name) for name in columns]
+    return pa.schema([LOG_SCHEMA.field(i) for i in positions]), positions
 
 
 def available() -> bool:
@@ -88,7 +116,8 @@ class Segment:
     sealed from (None for a bulk append: those are made on demand); ``stored`` the storage record of a
     bulk append (released when the whole segment leaves the log)."""
 
-    __slots__ = ("_expires", "_seqs", "_sizes", "_stamps", "batch", "first_key", "messages", "stored")
+    __slots__ = ("_ends", "_expires", "_first_expiry", "_seqs", "_sizes", "_stamps", "batch", "first_key",
+                 "messages", "stored")
 
     def __init__(self, batch: Any, messages: list | None = None, stored: Any = None,
                  first_key: int | None = None) -> None:
@@ -97,6 +126,8 @@ class Segment:
         self._stamps = _int64_view(batch.column(2))
         self._expires = _int64_view(batch.column(3))
         self._sizes: Any = None          # body lengths, made by body_sizes() when first asked
+        self._ends: Any = None           # the body column's offsets: body bytes before each row, and after
+        self._first_expiry: int | None = -1   # the earliest non-zero expires (None: none), -1 not yet known
         self.messages = messages
         self.stored = stored
         self.first_key = first_key      # a bulk append's rows have keys first_key, first_key + 1, ...
@@ -125,52 +156,28 @@ class Segment:
         """The first row whose sequence number is >= ``seq``."""
         return bisect.bisect_left(self._seqs, seq, lo)
 
+    def first_expiry(self) -> int | None:
+        """The earliest JMSExpiration of the segment's rows that expire (None when none does): a read at
+        a time before it skips no row, and needs no look at the rows (computed once: sealed rows never
+        change)."""
+        if self._first_expiry == -1:
+            expires = self.batch.column(3)
+            self._first_expiry = pc.min(pc.filter(expires, pc.greater(expires, 0))).as_py()
+        return self._first_expiry
+
+    def body_ends(self) -> Any:
+        """The body column's offsets (``n + 1`` of them): ``ends[j] - ends[i]`` is the body bytes of rows
+        ``i:j``, so a byte budget is found by bisection, without a pass over the rows."""
+        if self._ends is None:
+            body = self.batch.column(8)
+            self._ends = memoryview(body.buffers()[1]).cast("i")[body.offset:body.offset + len(body) + 1]
+        return self._ends
+
     def body_sizes(self) -> Any:
         """Each row's body length (computed once, for max-bytes reads)."""
         if self._sizes is None:
             self._sizes = _int32_view(pc.binary_length(self.batch.column(8)))
         return self._sizes
-
-
-def select(seg: Segment, start: int, stop: int, want: int | None, budget: int | None, from_ts: int | None,
-           now: int, first: bool) -> tuple[Any, int, int, int | None, bool]:
-    """Rows ``start:stop`` of a segment as a range browse selects them (spec/stomp.md §9, the per-message
-    loop's rules, column-wise): expired rows and rows stamped before ``from_ts`` are skipped; at most
-    ``want`` rows are kept; a row is not kept once ``budget`` body bytes were kept (the first row of the
-    whole read always is, ``first``).  Returns (the kept rows or None, how many, their body bytes, the
-    last sequence number examined or None, True when no limit stopped inside these rows)."""
-    n = stop - start
-    rows = seg.batch.slice(start, n)
-    gone = pc.and_(pc.greater(rows.column(3), 0), pc.less_equal(rows.column(3), now))
-    if from_ts is not None:
-        gone = pc.or_(gone, pc.less(rows.column(2), from_ts))
-    keep = pc.invert(gone) if pc.any(gone).as_py() else None
-    positions = None if keep is None else pc.indices_nonzero(keep)
-    available = n if positions is None else len(positions)
-    # The per-message loop checks its limits before it examines a row: once ``want`` rows were kept (or
-    # the byte budget was reached), the next row -- kept or skipped -- stops the read unexamined.
-    limit, binds = available, False
-    if want is not None and want <= available:
-        limit, binds = max(0, want), True
-    sizes: Any = None                           # body lengths of the candidate rows, when a budget counts
-    if budget is not None and not first and budget <= 0:
-        limit, binds = 0, True                  # the budget was used up before these rows
-    elif budget is not None and limit:
-        sizes = pc.binary_length(rows.column(8))
-        if positions is not None:
-            sizes = pc.take(sizes, positions)
-        reached = pc.index(pc.greater_equal(pc.cumulative_sum(sizes.cast(pa.int64())), budget), True).as_py()
-        if 0 <= reached < limit:
-            limit, binds = reached + 1, True
-    cut = n
-    if binds:
-        cut = 0 if limit == 0 else (limit if positions is None else positions[limit - 1].as_py() + 1)
-    piece = rows.slice(0, cut) if keep is None else rows.slice(0, cut).filter(keep.slice(0, cut))
-    size = 0
-    if budget is not None and limit:
-        size = pc.sum(sizes.slice(0, limit)).as_py()
-    examined = seg.seq(start + cut - 1) if cut else None
-    return (piece if piece.num_rows else None), limit, size, examined, cut >= n
 
 
 def _int64_view(column) -> memoryview:

@@ -97,3 +97,18 @@ def test_connection_cache_is_bounded_and_drops_broken_connections(broker_factory
     assert cached.closed
     cache.clear()
     assert len(cache) == 0
+
+
+def test_a_worker_heap_is_settled_once(monkeypatch):
+    import gc
+
+    from pyspark_pymq import _connections
+    monkeypatch.setattr(_connections, "_heap_settled", False)
+    frozen_before = gc.get_freeze_count()
+    try:
+        assert _connections.settle_worker_heap() is True
+        # what was alive is out of the collector's passes (Spark collects after every task)
+        assert gc.get_freeze_count() > frozen_before
+        assert _connections.settle_worker_heap() is False
+    finally:
+        gc.unfreeze()

@@ -123,3 +123,16 @@ def test_read(case):
             assert [list(kv) for kv in row[name]] == value
         else:
             assert row[name] == value, name
+
+
+@pytest.mark.parametrize("case", VECTORS["columns"], ids=lambda c: repr(c["header"]))
+def test_columns(case):
+    from pymq.errors import InvalidHeader
+    from pymq_server.broker.requests import parse_subscribe
+    headers = {"destination": "/topic/t", "id": "r", "browser": "true", "pymq-format": "arrow",
+               "pymq-columns": case["header"]}
+    if case["columns"] is None:
+        with pytest.raises(InvalidHeader):
+            parse_subscribe(headers)
+    else:
+        assert list(parse_subscribe(headers).browse.columns) == case["columns"]

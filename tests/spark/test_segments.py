@@ -8,11 +8,11 @@ need_spark()
 
 import pyarrow as pa
 import pytest
-from pymq_server.broker import bulk_rows, segments
+from pymq_server.broker import bulk_rows, segments, slices
 from pymq_server.broker.message import BrokerMessage, message_from_request
 from pymq_server.broker.requests import parse_send
 
-from pymq.errors import MessageFormatError
+from pymq.errors import InvalidHeader, MessageFormatError
 
 
 def sent(seq: int, body: bytes = b"x", **headers) -> BrokerMessage:
@@ -179,3 +179,74 @@ def test_the_collector_is_paused_while_bulk_rows_are_placed_and_restored_after()
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+# -- the shortcut of select (nothing skipped) agrees with the row-by-row rules ----------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+NOW = 1_700_000_000_000
+
+
+@st.composite
+def _segment_reads(draw):
+    n = draw(st.integers(1, 30))
+    expiring = draw(st.booleans())
+    rows = []
+    seq = draw(st.integers(1, 5))
+    stamp = NOW - 10_000
+    for _ in range(n):
+        seq += draw(st.integers(1, 3))                 # gaps allowed
+        stamp += draw(st.integers(-50, 100))           # producers' stamps, not always in order
+        expires = draw(st.sampled_from([0, NOW - 1, NOW, NOW + 1, NOW + 5000])) if expiring else 0
+        rows.append((seq, stamp, expires, b"b" * draw(st.integers(0, 12))))
+    start = draw(st.integers(0, n - 1))
+    stop = draw(st.integers(start + 1, n))
+    want = draw(st.none() | st.integers(0, n + 1))
+    budget = draw(st.none() | st.integers(-3, 200))
+    from_ts = draw(st.none() | st.integers(NOW - 10_100, NOW - 9_000))
+    return rows, start, stop, want, budget, from_ts, draw(st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(_segment_reads())
+def test_select_answers_as_the_row_by_row_rules_do(read):
+    rows, start, stop, want, budget, from_ts, first = read
+    batch = segments.from_messages([
+        message_from_request(parse_send({"destination": "/topic/t", "timestamp": str(stamp), "expires": str(exp)},
+                                        body), key=seq, message_id=f"ID:n-{seq}", seq=seq, destination="/topic/t",
+                             now=NOW)
+        for seq, stamp, exp, body in rows])
+    seg = segments.Segment(batch)
+    got = slices.select(seg, start, stop, want, budget, from_ts, NOW, first)
+    reference = slices._select_filtered(seg, batch.slice(start, stop - start), start, stop - start, want, budget,
+                                          from_ts, NOW, first)
+    assert got[1:] == reference[1:]
+    assert (got[0] is None) == (reference[0] is None)
+    if got[0] is not None:
+        assert got[0].column(0).to_pylist() == reference[0].column(0).to_pylist()
+
+
+def test_a_segment_that_never_expires_is_read_without_looking_at_its_rows(monkeypatch):
+    seg = segments.Segment(segments.from_messages([sent(i, b"x" * 10) for i in range(1, 101)]))
+    assert seg.first_expiry() is None
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("a compute pass over the rows")
+    monkeypatch.setattr(slices, "_select_filtered", no_pass)
+    piece, kept, size, examined, full = slices.select(seg, 10, 100, 50, 95, None, NOW, False)
+    # 95 bytes reach the budget on the 10th row (which is still kept): rows 11..20
+    assert (kept, size, examined, full, piece.column(0).to_pylist()) == (10, 100, 20, False, list(range(11, 21)))
+
+
+def test_pymq_columns_names_columns_of_the_message_batch():
+    assert segments.parse_columns("body, seq,seq") == ("seq", "body")        # §5's order, once each
+    assert segments.LOG_COLUMNS == tuple(segments.LOG_SCHEMA.names)
+    schema, positions = segments.projected(("seq", "body"))
+    assert schema.names == ["seq", "body"] and positions == [0, 8]
+    assert segments.projected(None) == (segments.LOG_SCHEMA, None)
+    for bad in ("seq,bodies", "", "seq,"):
+        with pytest.raises(InvalidHeader) as err:
+            segments.parse_columns(bad)
+        assert err.value.header == "pymq-columns"
