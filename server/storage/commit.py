@@ -56,6 +56,18 @@ class GroupCommit:
             return
         self._pending.append(callback)
 
+    def join(self, callback: Waiter) -> None:
+        """Wait for the last sync already asked for, without asking for one more: the next sync when
+        commits wait for it, else the one in flight; at once when there is none. For a caller that
+        flushed nothing since its last commit (a barrier with no new writes): whatever it depends on was
+        registered by an earlier commit, which that sync covers."""
+        if self._pending:
+            self._pending.append(callback)
+        elif self._in_flight:
+            self._covered.append(callback)
+        else:
+            callback(None)
+
     @property
     def pending(self) -> int:
         """Waiters not yet durable (registered or covered by the sync in flight)."""

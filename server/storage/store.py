@@ -451,11 +451,13 @@ class HoldingStore:
                 inner(error if error is not None else behind_error)
         devices = list(self._dirty)
         self._dirty.clear()
-        if not devices:
+        joining = not devices
+        if joining:
             if not self._in_flight_devices():
                 callback(None)
                 return
-            # writes made before this barrier may be covered by a sync still running
+            # nothing written since the last barrier, whose commit a sync still to finish covers:
+            # wait for that sync (GroupCommit.join), not for one more of this barrier's own
             devices = [d for d in self.devices.values() if self._commit_for(d).pending]
         state: list = [len(devices), None]     # devices still to answer, first error
 
@@ -468,6 +470,9 @@ class HoldingStore:
                 callback(state[1])
 
         for device in devices:
+            if joining:
+                self._commit_for(device).join(functools.partial(self._committed, device, done=one_done))
+                continue
             try:
                 device.flush()
             except StorageError as exc:

@@ -48,6 +48,28 @@ def test_always_syncs_immediately_and_late_waiters_wait_for_the_next_sync():
     assert policy.syncs == 2 and policy.commits == 2
 
 
+def test_join_waits_for_the_last_sync_asked_for_and_asks_for_none():
+    """``join`` (a barrier with nothing new to sync) rides on the sync already asked for: the next one when
+    commits wait for it, else the one in flight, else none at all — it never makes the driver start one."""
+    policy = GroupCommit("always")
+    fired, cb = recorder()
+    policy.join(cb("idle"))
+    assert fired == [("idle", None)] and policy.next_sync_at(0.0) is None
+    policy.on_commit(cb("a"))
+    policy.sync_started(1.0)
+    policy.join(cb("rides on the sync in flight"))
+    assert policy.next_sync_at(1.1) is None
+    policy.on_commit(cb("b"))
+    policy.join(cb("rides on the next sync"))
+    assert policy.sync_done() == 2
+    assert [name for name, _ in fired] == ["idle", "a", "rides on the sync in flight"]
+    policy.sync_started(1.2)
+    assert policy.sync_failed(OSError("disk")) == 2
+    assert [name for name, _ in fired[-2:]] == ["b", "rides on the next sync"]
+    assert isinstance(fired[-1][1], OSError), "a failed sync fails the barriers that joined it too"
+    assert policy.next_sync_at(1.3) is None and policy.syncs == 2
+
+
 def test_grouped_starts_at_most_one_sync_per_interval():
     policy = GroupCommit("grouped", interval_ms=10)
     fired, cb = recorder()
@@ -197,6 +219,29 @@ def test_store_groups_concurrent_commits():
         return device
     device = asyncio.run(main())
     assert device.flushes == 100 and 1 <= device.syncs <= 2
+
+
+def test_store_a_barrier_with_nothing_new_waits_for_the_sync_in_flight_and_starts_no_other():
+    """Receipts whose messages were all consumed unwritten (issue 16's `qp` row) reach the barrier with
+    nothing to flush while an earlier receipt's sync runs: they wait for that sync and start no other (they
+    used to register a commit of their own, a second fsync per sync in flight)."""
+    async def main():
+        device = CountingDevice(sync_seconds=0.05)
+        committer = Committer(device, "always")
+        loop = asyncio.get_running_loop()
+        first = asyncio.ensure_future(committer.commit())
+        await asyncio.sleep(0.01)                       # its sync is in flight now
+        assert device.syncs == 0
+        joined = loop.create_future()
+        committer.store.barrier(lambda error: joined.set_result(error))   # nothing dirty
+        assert await joined is None
+        assert device.syncs == 1, "answered by the sync in flight"
+        await first
+        await asyncio.sleep(0.1)
+        committer.close()
+        return device
+    device = asyncio.run(main())
+    assert device.syncs == 1
 
 
 def test_store_reports_sync_failure_to_the_committer():
