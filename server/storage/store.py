@@ -122,6 +122,9 @@ class HoldingStore:
         self._behind_bytes = 0
         self._behind_timer = False
         self._behind_tick = 0
+        #: the admin figures' entry of the device messages are written behind to by the default choice
+        self._behind_counted: HoldingDevice | None = None
+        self._behind_placed: list[int] = [0, 0]
         self._behind_error: StorageError | None = None
 
     # -- lifecycle ------------------------------------------------------------------------------
@@ -204,7 +207,16 @@ class HoldingStore:
         """``message`` waits to be written to ``device``, which has room for it. The device is not
         marked dirty: a message released before it is written needs no sync (``write_waiting`` marks
         the device when it writes)."""
-        self._count(message, device, rule)
+        if rule is None and device is self._behind_counted:
+            placed = self._behind_placed         # _count for the default choice, without the look-up
+            message.rule = None
+            message.chosen = device.name
+            placed[0] += 1
+            placed[1] += message.size
+        else:
+            self._count(message, device, rule)
+            if rule is None:
+                self._behind_counted, self._behind_placed = device, self._placed[(device.name, None)]
         message.device = device
         self._behind[message.key] = [message, device, list(queues), None, self._behind_tick]
         self._behind_bytes += message.size
@@ -374,15 +386,17 @@ class HoldingStore:
         record rides with the device's next log write, which a busy broker makes anyway (every receipt's
         barrier flushes); an idle one flushes it at most ``DELIVERY_FLUSH_S`` later.  No fsync: a crash
         of the broker keeps it once flushed, a power cut may not (counts are at-least-once bookkeeping)."""
-        device = message.device
-        if device is None or device is self.memory or not message.persistent:
-            return
         behind = self._behind.get(message.key) if self._behind else None
         if behind is not None:
             # not on its device yet: the count is recorded right after the message is written
-            if behind[3] is None:
-                behind[3] = {}
-            behind[3][queue] = count
+            deliveries = behind[3]
+            if deliveries is None:
+                behind[3] = {queue: count}
+            else:
+                deliveries[queue] = count
+            return
+        device = message.device
+        if device is None or device is self.memory or not message.persistent:
             return
         device.record_delivery(message.key, queue, count)
         if device not in self._delivery_flush:

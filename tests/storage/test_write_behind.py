@@ -318,3 +318,24 @@ def test_the_room_check_refuses_as_allocate_does_and_reserves_when_the_log_runs_
             capped.check_room(100)      # the reserved pages alone fill max_bytes: a new page does not fit
     finally:
         capped.close()
+
+
+def test_messages_waiting_behind_count_in_the_admin_placement_figures_until_forgotten(tmp_path):
+    """The placement figures (admin ``storage``) count a message under the device that will hold it from
+    ``hold`` on, written or not, and drop it at ``forget`` (the write-behind path counts them itself)."""
+    store, device = make_store(tmp_path)
+    msgs = [Msg(k, size=100 + k) for k in range(1, 4)]
+    for m in msgs:
+        store.hold(m, ["/queue/a"])
+    heap = Msg(9, size=50, persistent=False)
+    store.hold(heap, ["/queue/a"])
+    figures = {p["device"]: (p["messages"], p["bytes"]) for p in store.placements()}
+    assert figures == {"file": (3, 306), "memory": (1, 50)}
+    assert all(m.chosen == "file" and m.rule is None for m in msgs)
+    assert barrier(store) is None                     # written now: still counted once
+    store.release(msgs[0], "/queue/a")
+    store.forget(msgs[0])
+    store.release(msgs[1], "/queue/a")
+    store.forget(msgs[1])
+    figures = {p["device"]: (p["messages"], p["bytes"]) for p in store.placements()}
+    assert figures == {"file": (1, 103), "memory": (1, 50)}
