@@ -48,6 +48,8 @@ from pymq_server.storage.memory import MemoryDevice
 
 log = logging.getLogger("pymq.storage")
 
+_NONE_EXCLUDED: frozenset[str] = frozenset()
+
 SYNC_POLICIES = ("always", "grouped", "never")
 
 #: back-off between attempts to repair or open a device: from the first to the last, doubling
@@ -189,6 +191,8 @@ class HoldingStore:
         A device that refuses the message is left out and the choice made again (seed 000: the next
         device the adjusted rules rank); StorageError, naming every refusal, when none can take it.
         Nothing is counted or changed for a message that was refused."""
+        refused: list[str] = []
+        exclude: frozenset[str] = _NONE_EXCLUDED
         if message.persistent and queues and self.write_behind and self.choose is self._default:
             # the common durable case, decided without the general loop: the default choice is the
             # persistent device, and a file device takes it behind once it has room (spec/storage.md §9)
@@ -197,37 +201,12 @@ class HoldingStore:
                 try:
                     device.check_room(message.size)   # room now: a full disk refuses the SEND itself
                 except StorageError as exc:
-                    return self._hold(message, queues, [f"{device.name}: {exc.message}"],
-                                      frozenset((device.name,)))
-                self._hold_behind(message, device, queues)
-                return True
-        return self._hold(message, queues, [], frozenset())
-
-    def _hold_behind(self, message, device: HoldingDevice, queues: Sequence[str], rule: str | None = None) -> None:
-        """``message`` waits to be written to ``device``, which has room for it. The device is not
-        marked dirty: a message released before it is written needs no sync (``write_waiting`` marks
-        the device when it writes)."""
-        if rule is None and device is self._behind_counted:
-            placed = self._behind_placed         # _count for the default choice, without the look-up
-            message.rule = None
-            message.chosen = device.name
-            placed[0] += 1
-            placed[1] += message.size
-        else:
-            self._count(message, device, rule)
-            if rule is None:
-                self._behind_counted, self._behind_placed = device, self._placed[(device.name, None)]
-        message.device = device
-        self._behind[message.key] = [message, device, list(queues), None, self._behind_tick]
-        self._behind_bytes += message.size
-        if len(self._behind) >= WRITE_BEHIND_MESSAGES or self._behind_bytes >= WRITE_BEHIND_BYTES:
-            self.write_waiting()
-        elif not self._behind_timer and self._call_later is not None:
-            self._behind_timer = True
-            self._call_later(WRITE_BEHIND_S / 2, self._behind_due)
-
-    def _hold(self, message, queues: Sequence[str], refused: list[str], exclude: frozenset[str]) -> bool:
-        """``hold``'s general case: the rules choose, a device that refuses is left out."""
+                    refused.append(f"{device.name}: {exc.message}")
+                    exclude = frozenset((device.name,))
+                else:
+                    self._hold_behind(message, device, queues)
+                    return True
+        # the general case: the rules choose, a device that refuses is left out
         stored = None
         while True:
             try:
@@ -274,6 +253,29 @@ class HoldingStore:
             if self.selection is not None:
                 self.selection.refused(device.name, stored.size)
             exclude = exclude | {device.name}
+
+    def _hold_behind(self, message, device: HoldingDevice, queues: Sequence[str], rule: str | None = None) -> None:
+        """``message`` waits to be written to ``device``, which has room for it. The device is not
+        marked dirty: a message released before it is written needs no sync (``write_waiting`` marks
+        the device when it writes)."""
+        if rule is None and device is self._behind_counted:
+            placed = self._behind_placed         # _count for the default choice, without the look-up
+            message.rule = None
+            message.chosen = device.name
+            placed[0] += 1
+            placed[1] += message.size
+        else:
+            self._count(message, device, rule)
+            if rule is None:
+                self._behind_counted, self._behind_placed = device, self._placed[(device.name, None)]
+        message.device = device
+        self._behind[message.key] = [message, device, list(queues), None, self._behind_tick]
+        self._behind_bytes += message.size
+        if len(self._behind) >= WRITE_BEHIND_MESSAGES or self._behind_bytes >= WRITE_BEHIND_BYTES:
+            self.write_waiting()
+        elif not self._behind_timer and self._call_later is not None:
+            self._behind_timer = True
+            self._call_later(WRITE_BEHIND_S / 2, self._behind_due)
 
     def _count(self, message, device: HoldingDevice, rule) -> None:
         """The admin placement figures: only messages a device took."""
