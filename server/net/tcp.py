@@ -290,7 +290,20 @@ class StompServerProtocol(asyncio.Protocol):
             if entry.first_in_group:
                 extra += "JMSXGroupFirstForConsumer:true\n"
             head = head + extra.encode()
-        self._write_message(head, message, conn.version)
+        body = message.body
+        if len(body) < SLICE and not self._closing:
+            # _write() for the one small piece of a MESSAGE, inlined: this runs once per delivery
+            data = b"".join((head, message.header_block(conn.version), b"\n", body, b"\x00"))
+            self._out.append(data)
+            self._out_bytes += len(data)
+            self._sent = True
+            if not self._flush_scheduled:
+                self._flush_scheduled = True
+                self.loop.call_soon(self._flush)
+            if self._out_bytes > self._high:
+                self._output_changed()
+        else:
+            self._write_message(head, message, conn.version)
 
     def send_browse(self, conn, sub_id: str, entry) -> None:
         conn._on_send(_MESSAGE)
