@@ -292,46 +292,69 @@ def read_ipc(data: Any) -> Any:
 
 # -- materializing rows as messages -----------------------------------------------------------------------
 
+#: the optional text columns of a row and the MESSAGE header each becomes, in the headers' order
+_OPTIONAL_HEADERS = (("correlation_id", "correlation-id"), ("reply_to", "reply-to"), ("type", "type"),
+                     ("group", "JMSXGroupID"), ("property_types", "pymq-types"), ("dedup_id", "pymq-dedup-id"))
+
+
+def _rows_of(batch: Any, start: int, stop: int | None) -> tuple[Any, dict[str, list | None]]:
+    """Rows ``start:stop`` and the columns row_headers needs as Python lists (None: every row null,
+    so the rows need not look at the column at all: most bulk rows leave most columns out)."""
+    part = batch.slice(start, (stop if stop is not None else batch.num_rows) - start)
+    n = part.num_rows
+    cols: dict[str, list | None] = {}
+    for name in ("timestamp", "expires", "priority", "delivery_mode", "content_type", "group", "correlation_id",
+                 "type", "reply_to", "properties", "property_types", "dedup_id"):
+        column = part.column(name)
+        cols[name] = None if n and column.null_count == n else column.to_pylist()
+    return part, cols
+
+
+def _headers(cols: dict[str, list | None], n: int) -> list[dict]:
+    content, props = cols["content_type"], cols["properties"]
+    optional = [(header, values) for column, header in _OPTIONAL_HEADERS
+                if (values := cols[column]) is not None]
+    modes, priorities = cols["delivery_mode"], cols["priority"]
+    stamps, expiries = cols["timestamp"], cols["expires"]
+    out = []
+    for i in range(n):
+        h: dict[str, str] = {}
+        if content is not None and content[i] is not None:
+            h["content-type"] = content[i]
+        for header, values in optional:
+            value = values[i]
+            if value is not None:
+                h[header] = value
+        if props is not None:
+            for name, value in props[i] or ():
+                h[name] = value
+        h["persistent"] = "false" if modes[i] == 1 else "true"      # type: ignore[index]
+        h["priority"] = str(priorities[i])                            # type: ignore[index]
+        h["timestamp"] = str(stamps[i])                               # type: ignore[index]
+        h["expires"] = str(expiries[i])                               # type: ignore[index]
+        out.append(h)
+    return out
+
+
 def row_headers(batch: Any, start: int = 0, stop: int | None = None) -> list[dict]:
     """The MESSAGE headers (without destination, message-id and pymq-seq) of rows ``start:stop``, as a
     SEND that carried the same values would have left them on the broker's message."""
-    part = batch.slice(start, (stop if stop is not None else batch.num_rows) - start)
-    cols = {name: part.column(name).to_pylist() for name in
-            ("timestamp", "expires", "priority", "delivery_mode", "content_type", "group", "correlation_id",
-             "type", "reply_to", "properties", "property_types", "dedup_id")}
-    out = []
-    for i in range(part.num_rows):
-        h: dict[str, str] = {}
-        if cols["content_type"][i] is not None:
-            h["content-type"] = cols["content_type"][i]
-        for column, header in (("correlation_id", "correlation-id"), ("reply_to", "reply-to"),
-                               ("type", "type"), ("group", "JMSXGroupID"), ("property_types", "pymq-types"),
-                               ("dedup_id", "pymq-dedup-id")):
-            value = cols[column][i]
-            if value is not None:
-                h[header] = value
-        for name, value in cols["properties"][i] or ():
-            h[name] = value
-        h["persistent"] = "false" if cols["delivery_mode"][i] == 1 else "true"
-        h["priority"] = str(cols["priority"][i])
-        h["timestamp"] = str(cols["timestamp"][i])
-        h["expires"] = str(cols["expires"][i])
-        out.append(h)
-    return out
+    part, cols = _rows_of(batch, start, stop)
+    return _headers(cols, part.num_rows)
 
 
 def materialize(batch: Any, destination: str, keys: Sequence[int], make: Any, start: int = 0,
                 stop: int | None = None) -> list:
     """Per-message objects for rows ``start:stop`` of a segment: ``make(key, message_id, destination,
-    seq, headers, body, persistent, priority, timestamp, expires)`` (the broker passes BrokerMessage)."""
-    stop = batch.num_rows if stop is None else stop
-    part = batch.slice(start, stop - start)
+    seq, headers, body, persistent, priority, timestamp, expires)`` (the broker passes BrokerMessage).
+    The typed values come from the columns themselves, not back from the header text."""
+    part, cols = _rows_of(batch, start, stop)
+    n = part.num_rows
     seqs = part.column("seq").to_pylist()
     ids = part.column("message_id").to_pylist()
     bodies = part.column("body").to_pylist()
-    out = []
-    for i, headers in enumerate(row_headers(batch, start, stop)):
-        out.append(make(keys[i], ids[i], destination, seqs[i], headers, bodies[i] or b"",
-                        headers["persistent"] == "true", int(headers["priority"]), int(headers["timestamp"]),
-                        int(headers["expires"])))
-    return out
+    modes, priorities = cols["delivery_mode"], cols["priority"]
+    stamps, expiries = cols["timestamp"], cols["expires"]
+    return [make(keys[i], ids[i], destination, seqs[i], headers, bodies[i] or b"", modes[i] != 1,  # type: ignore[index]
+                 priorities[i], stamps[i], expiries[i])                                          # type: ignore[index]
+            for i, headers in enumerate(_headers(cols, n))]
