@@ -110,6 +110,7 @@ def _child(config: BrokerConfig, k: int, port: int, channel_dir: str, ready_w: i
     if use_uvloop:
         from pymq_server.app import install_uvloop
         install_uvloop()
+    supervisor = os.getppid()
     worker = Worker(worker_config(config, k, port), config.node_id, k, config.workers, channel_dir)
     try:
         return asyncio.run(worker.run(ready_w))
@@ -122,6 +123,11 @@ def _child(config: BrokerConfig, k: int, port: int, channel_dir: str, ready_w: i
     except OSError as exc:
         print(f"pymq-server: worker {k}: start-up failed: {exc.strerror or exc}", file=sys.stderr)
         return 1
+    finally:
+        if os.getppid() != supervisor:
+            # the supervisor is gone (killed with -9: its own clean-up never ran) and the workers end
+            # with it; the channel directory would stay in the machine's temporary directory for good
+            shutil.rmtree(channel_dir, ignore_errors=True)
 
 
 def _describe(status: int) -> str:

@@ -287,3 +287,31 @@ def test_the_channels_are_reachable_by_the_brokers_user_only(tmp_path):
     finally:
         assert stop_broker(cluster) == 0        # a clean stop of every worker: status 0
     assert not list(run.glob("pymq-cores-*"))   # and the channel directory is gone
+
+
+def test_a_supervisor_killed_with_9_leaves_no_channel_directory(tmp_path):
+    """The supervisor's own clean-up cannot run after kill -9: its workers end with it (the parent-death
+    signal) and remove the channel directory themselves, so nothing stays in the temporary directory."""
+    run = tmp_path / "run"
+    run.mkdir()
+    cluster = start_broker(str(tmp_path / "data"), env={"TMPDIR": str(run)})
+    workers = cluster.workers_alive()
+    assert len(workers) == 2 and list(run.glob("pymq-cores-*"))
+    os.kill(cluster.proc.pid, signal.SIGKILL)          # the supervisor only: the workers are told by the kernel
+    cluster.proc.wait(10)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and (_running(workers) or list(run.glob("pymq-cores-*"))):
+        time.sleep(0.1)
+    assert not _running(workers)
+    assert not list(run.glob("pymq-cores-*"))
+
+
+def _running(pids: list[int]) -> list[int]:
+    alive = []
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            continue
+        alive.append(pid)
+    return alive
