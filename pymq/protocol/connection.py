@@ -93,6 +93,14 @@ REQUIRED_HEADERS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
+# REQUIRED_HEADERS by version, what receive_frame looks up per frame: the headers a command needs, or None
+# where _check_required must decide (a command unknown to the version, 1.0's UNSUBSCRIBE)
+_REQUIRED_BY_VERSION: dict[str, dict[str, tuple[str, ...] | None]] = {
+    version: {command: None if version not in per_version or (command, version) == ("UNSUBSCRIBE", "1.0")
+              else per_version[version] for command, per_version in REQUIRED_HEADERS.items()}
+    for version in VERSIONS}
+
+
 def negotiate_version(accept_version: str | None, supported: Iterable[str] = VERSIONS) -> str:
     """Highest version both ends speak; a CONNECT without accept-version speaks 1.0."""
     if not accept_version:
@@ -192,7 +200,14 @@ class StompConnection:
                                 f"({self.role.value} side)")
         if frame.body and command not in self._peer_may_send_body:
             raise MalformedFrame(f"{command} frames must not have a body")
-        self._check_required(frame)
+        required = _REQUIRED_BY_VERSION[self.version].get(command, ())
+        if required is None:
+            self._check_required(frame)
+        else:
+            headers = frame.headers
+            for name in required:
+                if name not in headers:
+                    self._check_required(frame)     # raises, naming the header
         if command in ("CONNECT", "STOMP") and self.role is Role.SERVER:
             # version settles only when we answer; until then, keep parsing as 1.0
             pass

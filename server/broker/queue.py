@@ -280,19 +280,20 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
             self._depth_delta(1, now, arriving=1)
             self._dispatching = True
             try:
-                self._acquire(entry, consumer)
+                self._acquire(entry, consumer, now)      # acquired the moment it arrived
             finally:
                 self._dispatching = False
             return True
         return False
 
-    def _acquire(self, entry: Entry, consumer) -> None:
+    def _acquire(self, entry: Entry, consumer, now: float | None = None) -> None:
         entry.state = _ACQUIRED if entry.state is READY else transition(entry.state, Event.ACQUIRE)
         entry.deliveries += 1
         if self.last_values is not None:
             self.last_values.gone(entry)
         entry.consumer = consumer
-        now = self.host.clock()
+        if now is None:
+            now = self.host.clock()
         entry.acquired_at = now
         self.acquired += 1
         stats = self.stats

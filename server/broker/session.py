@@ -27,6 +27,7 @@ from pymq_server.broker.intake import FrameIntake
 from pymq_server.broker.outlet import FrameOutlet
 from pymq_server.broker.receipts import ReceiptQueue
 from pymq_server.broker.requests import (
+    FORMAT_HEADER,
     AckRequest,
     BulkSendRequest,
     RangeRequest,
@@ -231,7 +232,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
             if destination.startswith("/pymq/cluster/") and self.is_cluster:
                 self.broker.cluster_control(self, headers, frame.body)
                 return None
-        if is_bulk(headers):
+        if FORMAT_HEADER in headers and is_bulk(headers):   # the look-up first: a call less per SEND
             return self._send_bulk(parse_bulk_send(headers, frame.body))
         request = parse_send(headers, frame.body)
         if request.transaction is not None:

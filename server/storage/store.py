@@ -191,6 +191,15 @@ class HoldingStore:
         A device that refuses the message is left out and the choice made again (seed 000: the next
         device the adjusted rules rank); StorageError, naming every refusal, when none can take it.
         Nothing is counted or changed for a message that was refused."""
+        if not message.persistent and self.choose is self._default:
+            # the common non-persistent case: the default choice is the heap, as the loop below would
+            # decide (memory.account inlined: once per message)
+            memory = self.memory
+            self._count(message, memory, None)
+            message.device = memory
+            memory.held_messages += 1
+            memory.held_bytes += message.size
+            return False
         refused: list[str] = []
         exclude: frozenset[str] = _NONE_EXCLUDED
         if message.persistent and queues and self.write_behind and self.choose is self._default:
@@ -299,7 +308,8 @@ class HoldingStore:
         """The last entry of a message is gone; heap-held messages leave the memory figures."""
         device = message.device
         if device is self.memory:
-            self.memory.account(message.size, -1)
+            device.held_messages -= 1           # memory.account(size, -1), inlined: once per message
+            device.held_bytes -= message.size
         if device is not None:
             # counted under the device its rule chose, even when the heap holds it
             placed = self._placed.get((message.chosen or device.name, message.rule))
