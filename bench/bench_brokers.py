@@ -254,12 +254,14 @@ def markdown_workers(rows: list[Row]) -> str:
             pairs = [(a, b) for a, b in pairs if a and b]
             if not pairs:
                 continue
+            cpu_ratios = [b.broker_cpu_us_per_msg / a.broker_cpu_us_per_msg for a, b in pairs
+                          if a.broker_cpu_us_per_msg]
             out.append(f"| {w.key}: {w.title} | {rng([a.result.rate for a, _ in pairs], '{:,.0f}')} | "
                        f"{rng([b.result.rate for _, b in pairs], '{:,.0f}')} | "
                        f"{rng([b.result.rate / a.result.rate for a, b in pairs if a.result.rate], '{:.2f}')} | "
                        f"{rng([a.broker_cpu_us_per_msg for a, _ in pairs], '{:.1f}')} / "
                        f"{rng([b.broker_cpu_us_per_msg for _, b in pairs], '{:.1f}')} | "
-                       f"{rng([b.broker_cpu_us_per_msg / a.broker_cpu_us_per_msg for a, b in pairs if a.broker_cpu_us_per_msg], '{:.2f}')} |")
+                       f"{rng(cpu_ratios, '{:.2f}')} |")
     return "\n".join(out)
 
 
@@ -324,7 +326,8 @@ def fmt_rate(v: float) -> str:
 
 def print_table(rows: list[Row]) -> None:
     hdr = (f"{'workload':11} {'broker':9} {'msg/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>8} "
-           f"{'brk µs/msg':>10} {'prod cpu':>8} {'cons cpu':>8} {'others':>6} {'sent':>8} {'recv':>8} {'lost':>5} {'dup':>4}")
+           f"{'brk µs/msg':>10} {'prod cpu':>8} {'cons cpu':>8} {'others':>6} {'sent':>8} {'recv':>8} "
+           f"{'lost':>5} {'dup':>4}")
     print(hdr)
     print("-" * len(hdr))
     for row in sorted(rows, key=lambda r: (order(r.workload), r.broker)):
@@ -338,7 +341,8 @@ def print_table(rows: list[Row]) -> None:
             continue
         print(f"{row.workload:11} {row.broker:9} {fmt_rate(r.rate):>9} {r.lat_p50_us / 1000:8.2f} "
               f"{r.lat_p99_us / 1000:8.2f} {r.lat_p999_us / 1000:8.2f} {row.broker_cpu_us_per_msg:10.1f} "
-              f"{r.producer_cpu_pct:7.0f}% {r.consumer_cpu_pct:7.0f}% {row.other_cpu_pct:5.0f}% {r.sent:8} {r.received:8} "
+              f"{r.producer_cpu_pct:7.0f}% {r.consumer_cpu_pct:7.0f}% {row.other_cpu_pct:5.0f}% "
+              f"{r.sent:8} {r.received:8} "
               f"{r.lost:5} {r.duplicated:4}" + (f"  ERROR {'; '.join(r.errors)[:200]}" if r.errors else ""))
 
 
@@ -563,7 +567,8 @@ def main(argv=None) -> int:
     if workers_name and workers_name not in brokers:
         brokers.insert(brokers.index("pymq") + 1 if "pymq" in brokers else 0, workers_name)
     groups = {s.strip() for s in a.workloads.split(",") if s.strip()}
-    unknown = [b for b in brokers if b not in BROKERS and b not in ("pymq-base", workers_name)] + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"})
+    unknown = ([b for b in brokers if b not in BROKERS and b not in ("pymq-base", workers_name)]
+               + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"}))
     if unknown:
         ap.error(f"unknown broker or workload: {', '.join(unknown)}")
     # A SIGTERM (CI's timeout, kill) must still stop the brokers: they run in sessions of their own and
@@ -622,7 +627,8 @@ def main(argv=None) -> int:
                             row.workload = f"{w.key}@h{h}"
                         row.round = rnd
                         r = row.result
-                        log(f"  r{rnd} {row.workload:5} {b.name:9} {r.rate:10,.0f} msg/s  p50 {r.lat_p50_us / 1000:7.2f} ms"
+                        log(f"  r{rnd} {row.workload:5} {b.name:9} {r.rate:10,.0f} msg/s"
+                            f"  p50 {r.lat_p50_us / 1000:7.2f} ms"
                             f"  p99 {r.lat_p99_us / 1000:7.2f} ms  broker {row.broker_cpu_us_per_msg:6.1f} µs/msg"
                             f"  client cpu {r.producer_cpu_pct:.0f}%/{r.consumer_cpu_pct:.0f}%"
                             f"  others {row.other_cpu_pct:.0f}%"

@@ -96,8 +96,8 @@ class Cluster:
             self.nodes.append(Node(f"n{i}", os.path.join(tmp, label, f"n{i}"), node_cfg,
                                    {"log_level": "WARNING"}))
 
-    def start(self, timeout: float = 60) -> "Cluster":
-        for node, port in zip(self.nodes, self.ports):
+    def start(self, timeout: float = 60) -> Cluster:
+        for node, port in zip(self.nodes, self.ports, strict=True):
             node.start(port)
         ids = {n.node_id for n in self.nodes}
         deadline = time.monotonic() + timeout
@@ -160,7 +160,8 @@ def _proxy_main(listen: list[int], targets: list[int], counters, ready) -> None:
                     if inbound and command == b"SEND" and b"pymq-forwarded" in headers:
                         counters[base + FWD_FRAMES] += 1
                         counters[base + FWD_BYTES] += size
-                    elif inbound and command == b"SEND" and headers.get(b"destination", b"").startswith(b"/pymq/cluster/"):
+                    elif (inbound and command == b"SEND"
+                          and headers.get(b"destination", b"").startswith(b"/pymq/cluster/")):
                         counters[base + CTL_FRAMES] += 1
                         counters[base + CTL_BYTES] += size
                     elif not inbound and command == b"RECEIPT":
@@ -242,7 +243,7 @@ class Layout:
         return len(self.stream[0])
 
     def node_topics(self, node: int) -> set:
-        return {t for t, n in zip(self.sub_topic, self.sub_node) if n == node}
+        return {t for t, n in zip(self.sub_topic, self.sub_node, strict=True) if n == node}
 
 
 def make_layout(nodes: int, subscriptions: int, messages: int, zipf_s: float, seed: int = 4) -> Layout:
@@ -343,7 +344,7 @@ async def _publishers(eps: list[Endpoint], specs: list[LoadSpec], shared) -> dic
     fake = SimpleNamespace(sent=[0] * len(eps), received=[0])     # paced by rate: no window
     start = time.monotonic_ns()
     await asyncio.gather(*(_produce(ep, spec, pid, start, result, fake) for pid, (ep, spec) in
-                           enumerate(zip(eps, specs))))
+                           enumerate(zip(eps, specs, strict=True))))
     return result
 
 
@@ -353,7 +354,7 @@ def _child(target, args, out_q, kind: str) -> None:
     asyncio.set_event_loop(loop)
     try:
         out_q.put((kind, loop.run_until_complete(target(*args)), None))
-    except BaseException as e:  # reported to the parent as a harness error
+    except BaseException as e:  # noqa: BLE001 - a child reports any error to the parent (a harness error)
         out_q.put((kind, None, f"{type(e).__name__}: {e}"))
 
 
@@ -427,7 +428,7 @@ def predict_false_positives(layout: Layout, sent: dict, capacity: int, fpr: floa
             predicted += sum(1 for peer in range(n) if peer != origin and t not in topics[peer]
                              and filters[peer].might_contain(name))
     hits = negatives = 0
-    for mine, f in zip(topics, filters):
+    for mine, f in zip(topics, filters, strict=True):
         for t in range(1, TOPICS + 1):
             if t not in mine:
                 negatives += 1
@@ -448,7 +449,8 @@ def run_filters(tmp: str, redis: str, layout: Layout, mode: str, rate: float, se
         cluster.start()
         # -- subscriptions: 4 connections per node, two subscriber processes
         per_conn: dict[tuple, list] = {}
-        for sid, (topic, node, conn) in enumerate(zip(layout.sub_topic, layout.sub_node, layout.sub_conn)):
+        subscriptions = zip(layout.sub_topic, layout.sub_node, layout.sub_conn, strict=True)
+        for sid, (topic, node, conn) in enumerate(subscriptions):
             per_conn.setdefault((node, conn), []).append((sid, "/topic/" + layout.topic_name(topic)))
         msgs_on: dict[int, int] = {}
         for producer in layout.stream:
@@ -491,8 +493,8 @@ def run_filters(tmp: str, redis: str, layout: Layout, mode: str, rate: float, se
             time.sleep(0.1)
         before = [cluster.status(i) for i in range(n)]
         wire0 = proxies.snapshot()
-        res.setup_ctl_frames = sum(b[CTL_FRAMES] - a[CTL_FRAMES] for a, b in zip(setup0, wire0))
-        res.setup_ctl_bytes = sum(b[CTL_BYTES] - a[CTL_BYTES] for a, b in zip(setup0, wire0))
+        res.setup_ctl_frames = sum(b[CTL_FRAMES] - a[CTL_FRAMES] for a, b in zip(setup0, wire0, strict=True))
+        res.setup_ctl_bytes = sum(b[CTL_BYTES] - a[CTL_BYTES] for a, b in zip(setup0, wire0, strict=True))
         cpu0 = cluster.cpu_seconds()
         # -- the stream: one producer per node, paced
         specs = [LoadSpec(destination="/topic/zipf.unused", size=SIZE, count=layout.per_producer, duration=3600,
@@ -539,7 +541,7 @@ def run_filters(tmp: str, redis: str, layout: Layout, mode: str, rate: float, se
         for i in range(n):
             d = {k: after[i][k] - before[i][k] for k in ("forwarded", "forwarded_topic_messages",
                                                           "received_forwarded", "discarded_false_positive")}
-            w = [b - a for a, b in zip(wire0[i], wire1[i])]
+            w = [b - a for a, b in zip(wire0[i], wire1[i], strict=True)]
             d.update(node=f"n{i}", subscriptions=sum(1 for x in layout.sub_node if x == i),
                      topics=want[i], popular=len(after[i]["popular"]), wire_fwd_frames_in=w[FWD_FRAMES],
                      wire_fwd_bytes_in=w[FWD_BYTES], wire_ctl_bytes_in=w[CTL_BYTES],
@@ -577,7 +579,8 @@ def run_filters(tmp: str, redis: str, layout: Layout, mode: str, rate: float, se
         log(f"  {mode:9}: {res.published:,} published, {res.deliveries:,}/{res.deliveries_expected:,} deliveries, "
             f"{res.received_forwarded:,} forwarded copies received ({res.wire_fwd_bytes:,} B of forwarded frames), "
             f"{res.discarded_false_positive:,} discarded" + _faults(res))
-    except Exception as e:  # node start, SDK, a child's error, queue.Empty: a harness error, reported
+    # node start, SDK, a child's error, queue.Empty: any of them is a harness error, reported with the run
+    except Exception as e:  # noqa: BLE001 - recorded in the run's errors; the other runs go on
         res.errors.append(f"{type(e).__name__}: {e}")
     finally:
         for p in procs:            # our own children, by their handles
@@ -630,14 +633,16 @@ def print_filters(runs: list[FilterRun], layout: Layout, rate: float) -> dict:
           f"{layout.conns_per_node} connections per node; {layout.per_producer * layout.nodes:,} messages of "
           f"{SIZE} B published by one producer per node at {rate:,.0f} msg/s in all")
     hdr = (f"{'mode':10} {'capacity':>8} {'fwd msgs':>9} {'fwd copies':>10} {'recv fwd':>9} {'discarded':>9} "
-           f"{'wire fwd B':>11} {'wire ctl B':>10} {'wire all B':>11} {'setup ctl B':>11} {'FP/recv':>8} {'FP/neg':>9} {'model FPR':>9} "
+           f"{'wire fwd B':>11} {'wire ctl B':>10} {'wire all B':>11} {'setup ctl B':>11} {'FP/recv':>8} "
+           f"{'FP/neg':>9} {'model FPR':>9} "
            f"{'cpu s':>6} {'deliveries':>10} {'lost':>5} {'dup':>4} {'misrt':>5}")
     print(hdr)
     print("-" * len(hdr))
     for r in runs:
         cap = f"{r.filter_capacity:,}" if r.mode != "broadcast" else "-"
         print(f"{r.mode:10} {cap:>8} {r.forwarded_messages:9,} {r.forwarded_frames:10,} {r.received_forwarded:9,} "
-              f"{r.discarded_false_positive:9,} {r.wire_fwd_bytes:11,} {r.wire_ctl_bytes:10,} {r.wire_bytes_total:11,} {r.setup_ctl_bytes:11,} "
+              f"{r.discarded_false_positive:9,} {r.wire_fwd_bytes:11,} {r.wire_ctl_bytes:10,} "
+              f"{r.wire_bytes_total:11,} {r.setup_ctl_bytes:11,} "
               f"{r.fp_over_received:8.4f} {r.fp_over_negatives:9.2e} {r.expected_fpr:9.2e} {r.cluster_cpu_s:6.1f} "
               f"{r.deliveries:10,} {r.lost:5} {r.duplicated:4} {r.misrouted:5}"
               + (f"  ERROR {'; '.join(r.errors)[:200]}" if r.errors else ""))
@@ -668,8 +673,8 @@ def print_filters(runs: list[FilterRun], layout: Layout, rate: float) -> dict:
     for r in runs:
         if r.setup_ctl_frames and not r.failed:
             print(f"  {r.mode}: control frames while subscribing (filter digests, consumer maps): "
-                  f"{r.setup_ctl_frames:,} frames, {r.setup_ctl_bytes:,} B ({r.setup_ctl_bytes / r.setup_ctl_frames:,.0f} "
-                  "B each)")
+                  f"{r.setup_ctl_frames:,} frames, {r.setup_ctl_bytes:,} B "
+                  f"({r.setup_ctl_bytes / r.setup_ctl_frames:,.0f} B each)")
     if base is not None:
         print(f"  broadcast: {base.negatives:,} of {base.negatives + base.positives:,} forwarded copies went to a "
               f"peer without a subscriber ({base.discarded_false_positive:,} discarded there); wire bytes per "
@@ -701,7 +706,8 @@ def run_throughput(cluster: Cluster, variant: str, quick: bool, tag: str) -> Thr
     n = len(cluster.nodes)
     spec = LoadSpec(destination=f"/queue/bench.cluster.{tag}.{n}.{variant}", producers=6, consumers=6, size=SIZE,
                     count=5_000 if quick else 40_000, duration=3.0 if quick else 15.0,
-                    rotate_send_headers=[{"JMSXGroupID": f"g{i}"} for i in range(GROUPS)] if variant == "grouped" else [])
+                    rotate_send_headers=([{"JMSXGroupID": f"g{i}"} for i in range(GROUPS)]
+                                         if variant == "grouped" else []))
     st0 = [cluster.status(i)["forwarded"] for i in range(n)]
     at = []
 
@@ -717,7 +723,8 @@ def run_throughput(cluster: Cluster, variant: str, quick: bool, tag: str) -> Thr
     others = busy1 - busy0 - (cpu1 - cpu0) - r.producer_cpu_s - r.consumer_cpu_s
     row.other_cpu_pct = 100 * max(0.0, others) / (t1 - t0) if t1 > t0 else 0.0
     row.forwarded = sum(cluster.status(i)["forwarded"] for i in range(n)) - sum(st0)
-    log(f"  {n} node{'s' if n > 1 else ' '} {variant:9} {r.rate:10,.0f} msg/s  cluster {row.cluster_us_per_msg:6.1f} µs/msg"
+    log(f"  {n} node{'s' if n > 1 else ' '} {variant:9} {r.rate:10,.0f} msg/s"
+        f"  cluster {row.cluster_us_per_msg:6.1f} µs/msg"
         f"  forwarded {row.forwarded:,}  client cpu {r.producer_cpu_pct:.0f}%/{r.consumer_cpu_pct:.0f}%"
         f"  others {row.other_cpu_pct:.0f}%" + (f"  LOST {r.lost}" if r.lost else "")
         + (f"  DUP {r.duplicated}" if r.duplicated else "") + (f"  ERRORS {r.errors}" if r.errors else ""))
@@ -757,9 +764,8 @@ def print_throughput(rows: list[ThroughputRow], rounds: int) -> dict:
         b = base.get(row.variant)
         ratio = r.rate / b.result.rate if b is not None and b.result.rate and not row.failed else 0.0
         if ratio:
-            ratios.setdefault(row.variant, {})[row.nodes] = {"throughput": ratio,
-                                                             "cpu_per_msg": row.cluster_us_per_msg / b.cluster_us_per_msg
-                                                             if b.cluster_us_per_msg else 0.0}
+            cpu_per_msg = row.cluster_us_per_msg / b.cluster_us_per_msg if b.cluster_us_per_msg else 0.0
+            ratios.setdefault(row.variant, {})[row.nodes] = {"throughput": ratio, "cpu_per_msg": cpu_per_msg}
         print(f"{row.variant:10} {row.nodes:5} {r.rate:9,.0f} {ratio:9.2f} {row.cluster_us_per_msg:14.1f} "
               f"{row.forwarded:9,} {r.lat_p50_us / 1000:7.2f} {r.lat_p99_us / 1000:7.2f} {r.producer_cpu_pct:7.0f}% "
               f"{r.consumer_cpu_pct:7.0f}% {row.other_cpu_pct:5.0f}% {r.sent:7} {r.received:7} {r.lost:5} "
@@ -821,7 +827,7 @@ def main(argv=None) -> int:
                             row = run_throughput(c, variant, a.quick, f"{os.getpid()}r{rnd}")
                             row.round = rnd
                             tp_rows.append(row)
-            except Exception as e:  # a cluster that does not form: reported as a harness error
+            except Exception as e:  # noqa: BLE001 - a cluster that does not form: reported as a harness error
                 failed.append(f"throughput: {type(e).__name__}: {e}")
             finally:
                 for c in clusters:

@@ -120,13 +120,13 @@ async def run_workload(name: str, messages: int, data_dir: str) -> tuple[float, 
         producer.data_received(send_batch)
         sent += BATCH
         target = sent * fanout
-        await _settle(lambda: sum(t.messages for _, t in consumers) >= target)
+        await _settle(lambda target=target: sum(t.messages for _, t in consumers) >= target)
         if client_acks:
             proto = consumers[0][0]
             proto.data_received(b"".join(b"ACK\nid:%d\n\n\x00" % (acked + i + 1) for i in range(BATCH)))
             acked += BATCH
         if persistent:
-            await _settle(lambda: ptransport.receipts >= sent // 100)
+            await _settle(lambda sent=sent: ptransport.receipts >= sent // 100)
         best = min(best, time.process_time() - batch_started)
     elapsed = time.process_time() - started
     depth = sum(q.depth for q in broker.queues.values())

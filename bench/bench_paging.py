@@ -135,7 +135,7 @@ def fill(port: int, count: int, size: int, persistent: bool) -> tuple[float, str
                     confirmed = int(hdrs[b"receipt-id"])
                 elif command == b"ERROR":
                     return time.monotonic() - started, f"error: {hdrs.get(b'message', body)!r}"
-    except socket.timeout:
+    except TimeoutError:
         return time.monotonic() - started, f"stalled (no receipt for {STALL_S:.0f} s after {confirmed + 1} confirmed)"
     finally:
         conn.close()
@@ -165,7 +165,7 @@ def drain(port: int, count: int) -> tuple[float, dict]:
                 expected += 1
             seen_max = max(seen_max, n)
             conn.send("ACK", {"id": headers[b"ack"].decode()})
-    except socket.timeout:
+    except TimeoutError:
         problems["missing"] = count - expected
     finally:
         conn.close()

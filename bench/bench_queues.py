@@ -153,7 +153,8 @@ def print_selectors(rows: list[SelectorRow]) -> dict:
         if not sel or base is None or not base.rate or not base.broker_us_per_msg:
             continue
         key = "live" if arr == "live" else f"backlog {depth}"
-        ratios[key] = {"throughput": row.rate / base.rate, "cpu_per_msg": row.broker_us_per_msg / base.broker_us_per_msg}
+        ratios[key] = {"throughput": row.rate / base.rate,
+                       "cpu_per_msg": row.broker_us_per_msg / base.broker_us_per_msg}
         print(f"  {key:13} throughput {ratios[key]['throughput']:.3f}, broker cpu/msg {ratios[key]['cpu_per_msg']:.1f}")
     backlog = sorted((row.depth, row.broker_us_per_msg) for row in by.values()
                      if row.arrangement == "backlog" and row.selectors and row.broker_us_per_msg)
@@ -162,7 +163,8 @@ def print_selectors(rows: list[SelectorRow]) -> dict:
         # deepest point, and say what a 100k backlog would take: that one is not run.
         d, us = backlog[-1]
         a = us / d
-        print(f"  cost per message with selectors grows with depth ({', '.join(f'{d}: {u:.0f} µs' for d, u in backlog)});"
+        print("  cost per message with selectors grows with depth "
+              f"({', '.join(f'{d}: {u:.0f} µs' for d, u in backlog)});"
               f" at that slope a 100,000-message backlog would take ~{a * 100_000 * 100_000 / 1e6 / 60:,.0f} min"
               " of broker CPU to drain (not run)")
         ratios["backlog_us_per_msg_per_waiting_msg"] = a
@@ -256,7 +258,7 @@ def _child(target, args, out_q, kind: str) -> None:
     asyncio.set_event_loop(loop)
     try:
         out_q.put((kind, loop.run_until_complete(target(*args)), None))
-    except BaseException as e:  # reported to the parent, which counts it as a harness error
+    except BaseException as e:  # noqa: BLE001 - to the parent, which counts it as a harness error
         out_q.put((kind, None, f"{type(e).__name__}: {e}"))
 
 
@@ -564,7 +566,8 @@ def bench_depth(tmp: str, run_id: str, target: int, persistent: bool, quick: boo
         res.phases.append(run.phase("load", load=True))
         res.phases.append(run.phase("seed-rate", load=False))
         run.account()
-    except Exception as e:  # broker start, SDK, a child's error, queue.Empty: a harness error, reported
+    # broker start, SDK, a child's error, queue.Empty: any of them is a harness error, reported with the run
+    except Exception as e:  # noqa: BLE001 - recorded in the run's errors; the other runs go on
         res.errors.append(f"{type(e).__name__}: {e}")
     finally:
         if run is not None:

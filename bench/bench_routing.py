@@ -98,11 +98,11 @@ def bench_moves(quick: bool) -> None:
         for strategy in RoutingStrategy:
             before = [GroupRouter(nodes, strategy).route(k) for k in keys]
             joined = GroupRouter(nodes + ["node-new"], strategy)
-            row[("join", strategy)] = sum(joined.route(k) != b for k, b in zip(keys, before)) / n_groups
+            row[("join", strategy)] = sum(joined.route(k) != b for k, b in zip(keys, before, strict=True)) / n_groups
             left = []
             for leaver in nodes:
                 router = GroupRouter([x for x in nodes if x != leaver], strategy)
-                left.append(sum(router.route(k) != b for k, b in zip(keys, before)) / n_groups)
+                left.append(sum(router.route(k) != b for k, b in zip(keys, before, strict=True)) / n_groups)
             row[("leave", strategy)] = sum(left) / len(left)
         for event, ideal in (("join", 1 / (n + 1)), ("leave", 1 / n)):
             print(f"  {n:>3}  {event:<6}{row[(event, RoutingStrategy.MODULO)]:>9.1%}"
@@ -159,8 +159,10 @@ def bench_seed004(quick: bool, zipf_s: float, payload: int, subscribers: int | N
     # Two sizings: for the whole topic space (what a node that cannot predict its load would do), and for
     # the node's own distinct topics (tight: the measured FP rate should then sit near the configured one).
     configs = {
-        f"filters ({n_topics:,} @ {configured:.0%})": lambda n: impl.SubscriptionFilter.for_capacity(n_topics, configured),
-        f"filters (own @ {configured:.0%})": lambda n: impl.SubscriptionFilter.for_capacity(len(wanted[n]), configured),
+        f"filters ({n_topics:,} @ {configured:.0%})":
+            lambda n: impl.SubscriptionFilter.for_capacity(n_topics, configured),
+        f"filters (own @ {configured:.0%})":
+            lambda n: impl.SubscriptionFilter.for_capacity(len(wanted[n]), configured),
     }
     filters: dict[str, dict] = {}
     for cname, make in configs.items():

@@ -3,9 +3,9 @@ over `stomp://` (to a running pymq-server) and over `vm://` (the broker in the s
 blocking SDK (`pymq`) or the asyncio one (`pymq.aio`, `--api aio`).
 
 Run alone:  python bench/bench_sdk.py --url vm://default [--api aio] [--count 20000] [--size 128] [--json -]
-Compare:    python bench/bench_sdk.py --compare [--rounds 3] [--quick]   starts a pymq-server for stomp://, then runs the
-            blocking and the asyncio loops over stomp:// and vm://, non-persistent and persistent, each in a
-            fresh process, and prints msg/s with the aio/blocking ratio (the blocking SDK is the baseline).
+Compare:    python bench/bench_sdk.py --compare [--rounds 3] [--quick]   starts a pymq-server for stomp://, then
+            runs the blocking and the asyncio loops over stomp:// and vm://, non-persistent and persistent, each
+            in a fresh process, and prints msg/s with the aio/blocking ratio (the blocking SDK is the baseline).
 bench_brokers.py runs it as a subprocess against the pymq broker it started, and sets it beside the bench's
 own load client against the same broker (the baseline of the same run).
 
@@ -238,7 +238,8 @@ def _print_pair(url: str, persistent: bool, pair: dict) -> None:
         if "error" in r:
             print(f"{scheme:9} {mode:14} {api:8}  not measured: {r['error']}")
         else:
-            print(f"{scheme:9} {mode:14} {api:8}  send {r['send_rate']:9.0f} msg/s   receive {r['recv_rate']:9.0f} msg/s"
+            print(f"{scheme:9} {mode:14} {api:8}  send {r['send_rate']:9.0f} msg/s"
+                  f"   receive {r['recv_rate']:9.0f} msg/s"
                   f"   lost {r['lost']} dup {r['duplicated']}")
     if "error" not in a and "error" not in b and b.get("send_rate") and b.get("recv_rate"):
         print(f"{scheme:9} {mode:14} {'aio/blk':8}  send {a['send_rate'] / b['send_rate']:9.2f}x        "
@@ -281,7 +282,8 @@ def main(argv=None) -> int:
         if "error" in r:
             print(f"sdk {a.url}: {r['error']}")
         else:
-            print(f"sdk {r['api']:8} {r['url']:9} {'persistent' if r['persistent'] else 'non-persistent':14} send {r['send_rate']:9.0f} msg/s (cpu {r['send_cpu_pct']:.0f}%)   "
+            print(f"sdk {r['api']:8} {r['url']:9} {'persistent' if r['persistent'] else 'non-persistent':14} "
+                  f"send {r['send_rate']:9.0f} msg/s (cpu {r['send_cpu_pct']:.0f}%)   "
                   f"receive {r['recv_rate']:9.0f} msg/s (cpu {r['recv_cpu_pct']:.0f}%)   "
                   f"lost {r['lost']} dup {r['duplicated']}")
         if a.json:

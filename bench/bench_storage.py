@@ -5,8 +5,9 @@ Run by hand: ``python bench/bench_storage.py [--quick] [--dir PATH] [--messages 
 Sections (figures, and ratios against a baseline measured in the same run):
 1. page allocator: allocate+free pairs per second, compiled vs twin;
 2. write throughput of 1 KiB persistent messages: ``never`` (flush only), ``always`` done naively (one
-   fsync per message, one producer), and through the holding store's group commit (the broker's path) with 64 concurrent producers
-   under ``always`` and ``grouped`` (5 ms); receipts are counted only once durable under the policy;
+   fsync per message, one producer), and through the holding store's group commit (the broker's path) with 64
+   concurrent producers under ``always`` and ``grouped`` (5 ms); receipts are counted only once durable under
+   the policy;
 3. recovery of N persistent messages (1,000,000; 100,000 with --quick): open after a clean close (index
    from page directories), open after a crash (plus log replay since the last checkpoint), and a full
    ``recover()`` pass that reads every message back;
@@ -121,7 +122,8 @@ def bench_writes(root: str, quick: bool) -> None:
                                   ("grouped 5 ms, 64 producers", "grouped", 5.0)):
         results[label] = asyncio.run(driven(policy, window, n, 64))
     for label, (rate, syncs) in results.items():
-        extra = f"  fsyncs {syncs:6d} ({1000 * syncs / (n if 'producers' in label else 300 if quick else 2000):.0f} per 1000 msg)" if syncs else ""
+        messages = n if "producers" in label else 300 if quick else 2000
+        extra = f"  fsyncs {syncs:6d} ({1000 * syncs / messages:.0f} per 1000 msg)" if syncs else ""
         print(f"   {label:28}: {rate:10.0f} msg/s{extra}")
     base = results["always, 1 producer"][0]
     print(f"   grouped / always (1 producer, fsync per message): "

@@ -22,6 +22,7 @@ other or with the broker.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -148,7 +149,7 @@ def flooder(addr, seconds: float, queue: str, out, batch: int = 100, size: int =
                 stamps.append(time.monotonic() - start)
     sock.close()
     during = [t for t in stamps if t <= seconds]
-    gaps = [b - a for a, b in zip([0.0] + during, during)] or [seconds]
+    gaps = [b - a for a, b in itertools.pairwise([0.0, *during])] or [seconds]
     out.put({"sent": flood_sent, "receipts_during": flood_receipts, "receipts_total": len(stamps),
              "sent_total": sent[0], "first_receipt_s": during[0] if during else None,
              "max_gap_s": max(gaps + ([seconds - during[-1]] if during else [])),

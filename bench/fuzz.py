@@ -67,7 +67,7 @@ def run_broker_fuzz(twin: str, seconds: float, steps: int) -> dict:
                     max_examples=20, stateful_step_count=steps, deadline=None, database=None,
                     suppress_health_check=list(HealthCheck), print_blob=True,
                     phases=[Phase.generate]))            # no shrinking here: report and go on
-            except Exception as exc:  # one finding must not end the run: record it with its example
+            except Exception as exc:  # noqa: BLE001 - one finding must not end the run: record it, go on
                 result["failures"].append(f"{type(exc).__name__}: {str(exc)[:2000]}")
     finally:
         broker.stop()
@@ -182,7 +182,8 @@ def main(argv=None) -> int:
         else:
             r = run_atheris(what, share, pathlib.Path(args.corpus), asan)
             report["atheris"].append(r)
-            print(f"atheris [{what}{', ASan' if asan else ''}]: {r['executions']} executions ({r['exec_per_s']}/s) in {r['seconds']} s, "
+            print(f"atheris [{what}{', ASan' if asan else ''}]: {r['executions']} executions "
+                  f"({r['exec_per_s']}/s) in {r['seconds']} s, "
                   f"coverage {r['coverage']} edges / {r['features']} features, corpus {r['corpus_before']} -> "
                   f"{r['corpus_after']}; {'FAILURE: ' + r['failure'] if r['failure'] else 'no failure'}",
                   flush=True)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import array
 import asyncio
 import multiprocessing as mp
+import queue
 import resource
 import signal
 import time
@@ -181,7 +182,7 @@ def destination_of(spec: LoadSpec, index: int) -> str:
     return spec.destination if spec.destinations <= 1 else f"{spec.destination}.{index % spec.destinations}"
 
 
-def endpoint_for(ep: "Endpoint | list[Endpoint]", index: int) -> "Endpoint":
+def endpoint_for(ep: Endpoint | list[Endpoint], index: int) -> Endpoint:
     """Producer `index` (or consumer `index`) of a run spread over several brokers (cluster nodes) uses
     endpoint index % len; a single endpoint serves everyone."""
     return ep[index % len(ep)] if isinstance(ep, (list, tuple)) else ep
@@ -460,7 +461,7 @@ def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], shared, out_q,
         loop.run_until_complete(asyncio.gather(*(_produce(endpoint_for(ep, p), spec, p, start_ns, result, shared)
                                                  for p in pids)))
         cpu = _cpu_self() - cpu0
-    except BaseException as e:  # reported to the parent, which turns it into a harness error
+    except BaseException as e:  # noqa: BLE001 - to the parent, which turns it into a harness error
         error, cpu = f"{type(e).__name__}: {e}", 0.0
     out_q.put(("producer", {"pids": pids, "per_producer": result, "cpu_s": cpu, "error": error}))
 
@@ -540,7 +541,8 @@ async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
         ready.set()
         await loop.run_in_executor(None, shared.go.wait, 120)
         t_go = time.monotonic()
-        while shared.expected.value < 0 and time.monotonic() - t_go < hard_deadline_s:
+        # a poll: the parent process sets shared.expected, a multiprocessing Value (it cannot set an asyncio.Event)
+        while shared.expected.value < 0 and time.monotonic() - t_go < hard_deadline_s:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
         cpu0 = _cpu_self()
         subscribed_ns = time.monotonic_ns()
@@ -581,9 +583,10 @@ async def _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out):
     cpu = _cpu_self() - cpu0
     for c in conns:
         await close_connection(c, timeout=2)
-    for cidx, t in zip(cidxs, tallies):
-        out.append({"cidx": cidx, "gave_up": gave_up, "received": t.received, "dups": t.dups, "bad": t.bad, "first_ns": t.first_ns,
-                    "subscribed_ns": subscribed_ns,
+    # one tally per consumer, appended in cidxs order (each _consume appends before its first await)
+    for cidx, t in zip(cidxs, tallies, strict=True):
+        out.append({"cidx": cidx, "gave_up": gave_up, "received": t.received, "dups": t.dups, "bad": t.bad,
+                    "first_ns": t.first_ns, "subscribed_ns": subscribed_ns,
                     "last_ns": t.last_ns, "lat": t.lat.tobytes(), "seen": [bytes(s) for s in t.seen]})
     return cpu
 
@@ -598,7 +601,7 @@ def _consumer_main(ep, spec, cidxs, ready, shared, hard_deadline_s, out_q) -> No
     try:
         cpu = loop.run_until_complete(
             _consumer_run(ep, spec, cidxs, ready, shared, hard_deadline_s, out))
-    except BaseException as e:
+    except BaseException as e:  # noqa: BLE001 - to the parent, which turns it into a harness error
         error = f"{type(e).__name__}: {e}"
     out_q.put(("consumer", {"cidxs": cidxs, "per_consumer": out, "cpu_s": cpu, "error": error}))
 
@@ -714,7 +717,7 @@ def run_load(ep: Endpoint | list[Endpoint], spec: LoadSpec, on_started=None) -> 
         while len(messages) < len(procs) and time.monotonic() < wait_until:
             try:
                 kind, payload = out_q.get(timeout=0.5)
-            except Exception:  # queue.Empty: check the children are alive
+            except queue.Empty:  # check the children are alive
                 if not any(p.is_alive() for p in procs) and out_q.empty():
                     break
                 continue

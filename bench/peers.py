@@ -232,7 +232,8 @@ class PymqBroker(Broker):
             tail = (r.stderr or r.stdout).strip().splitlines()[-1:]
             raise PeerUnavailable(f"pymq-server --help exited {r.returncode}: {' '.join(tail)}")
         r = subprocess.run([os.path.join(os.path.dirname(exe), "python"), "-c",
-                            "import pymq, os; print(getattr(pymq, '__version__', '?'), os.path.dirname(pymq.__file__))"],
+                            "import pymq, os; "
+                            "print(getattr(pymq, '__version__', '?'), os.path.dirname(pymq.__file__))"],
                            capture_output=True, text=True, timeout=60, cwd="/")  # not this checkout's pymq
         self.version = r.stdout.strip() or "?"
 
@@ -363,7 +364,8 @@ class ActiveMQBroker(Broker):
         if not os.path.exists(jar) or shutil.which("java") is None:
             apt_install(["activemq"], self.log)
         # Debian keeps the versioned jar beside the unversioned link in /usr/share/java.
-        versioned = [j for j in os.listdir("/usr/share/java") if j.startswith("activemq-broker-") and j.endswith(".jar")]
+        versioned = [j for j in os.listdir("/usr/share/java")
+                     if j.startswith("activemq-broker-") and j.endswith(".jar")]
         self.version = versioned[0][len("activemq-broker-") : -len(".jar")] if versioned else "5.x"
 
     def _launch(self) -> subprocess.Popen:

@@ -179,7 +179,7 @@ def main(argv=None) -> int:
                                        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                 time.sleep(0.5)
                 cpu = []
-                r = run_load(endpoint(b), spec, on_started=lambda: cpu.append(b.cpu_seconds()))
+                r = run_load(endpoint(b), spec, on_started=lambda cpu=cpu: cpu.append(b.cpu_seconds()))
                 cpu_s = b.cpu_seconds() - cpu[0] if cpu else 0.0
                 spy.send_signal(2)  # SIGINT: py-spy writes what it has and exits
                 try:
