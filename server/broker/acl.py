@@ -143,6 +143,8 @@ class AccessControl:
         return (own if own is not None else self.defaults).allows(user, permission)
 
     def check(self, user: User, destination: str, permission: str) -> None:
+        if ADMIN_ROLE in user.roles:        # allows() says so first; asked here, it is one call per SEND
+            return
         if not self.allows(user, destination, permission):
             raise AccessDenied(f"user '{user.name}' may not {permission} on {destination}: missing permission "
                                f"'{permission}'", user=user.name, destination=destination, permission=permission)
