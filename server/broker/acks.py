@@ -78,6 +78,15 @@ class DeliveryLedger:
     def settle(self, consumer: Consumer, request: AckRequest) -> MessageQueue:
         """Complete (ACK) or release (NACK) what ``request`` covers; the queue to dispatch once the
         batch of frames is handled (several releases go back before anything goes out again)."""
+        if not request.nack and consumer.ack_mode != CLIENT:
+            # an ACK of one delivery (client-individual: one per message), take() inlined
+            token = request.token
+            entry = consumer.unacked.pop(token)
+            if self.version == "1.2":
+                self.tokens.pop(token, None)
+            consumer.in_flight -= 1
+            entry.queue.complete(entry)
+            return consumer.queue
         entries = self.take(consumer, request.token)
         if request.nack:
             for entry in entries:
