@@ -9,17 +9,18 @@ retained logs, default durability: persistent messages, ``sync_policy: always``)
 SparkSession (``local[2]``), then measures:
 
 * **batch write** (after a warm-up write of N/10 rows of each kind): N rows (``value`` 100 bytes,
-  ``key``) written with ``df.write.format("pymq")`` to a retained topic (durable), and to a queue while a STOMP consumer takes the messages, against the same
-  DataFrame written as Parquet and into a Python sink that drops Spark's Arrow batches (the API's ceiling
-  for writes);
+  ``key``) written with ``df.write.format("pymq")`` to a retained topic (durable), and to a queue while a
+  STOMP consumer takes the messages, against the same DataFrame written as Parquet and into a Python sink
+  that drops Spark's Arrow batches (the API's ceiling for writes);
 * **batch read**: those N messages read back into ``count()`` and into a full scan
   (``sum(length(value))``), against the same two queries over the Parquet file and over a Python data
   source that yields ready Arrow batches of the read schema (the API's ceiling); best of five runs each
   (``READ_RUNS``), the three queries in turns;
 * **streaming**: the N messages read by a stream at 100k messages per trigger into Spark's ``noop`` sink
   (messages/s and the median trigger time), against Spark's ``rate-micro-batch`` source at the same rows
-  per trigger and against a Python streaming source of ready Arrow batches (the API's ceiling); and end-to-end latency (JMS timestamp at send to the end of the micro-batch that saw the
-  message) while a producer sends at a steady rate.
+  per trigger and against a Python streaming source of ready Arrow batches (the API's ceiling); and
+  end-to-end latency (JMS timestamp at send to the end of the micro-batch that saw the message) while a
+  producer sends at a steady rate.
 
 Parquet and the rate source are what Spark does with no broker at all, so the ratios say how close the
 connector gets to free.  Every figure is printed with its baseline from the same run; nothing is
