@@ -78,8 +78,11 @@ def rows_to_bulk(batch: pa.RecordBatch, default_destination: str | None, default
         body = body.fill_null(b"")
     kinds = _col(batch, "bodyType")
     default_kind = "text" if text_column else "bytes"
+    body_type: pa.Array | None
     if kinds is None:
-        body_type = pa.repeat(pa.scalar(default_kind), n)
+        # a column of "bytes" would say what a missing one says (spec/spark.md §7: null is bytes): leave
+        # it out, 9 bytes a row less to send, parse and store
+        body_type = None if default_kind == "bytes" else pa.repeat(pa.scalar(default_kind), n)
     else:
         problems.mask("value", pc.and_kleene(pc.is_valid(kinds),
                                              pc.invert(pc.is_in(kinds, pa.array(["text", "bytes", "map"])))),
@@ -89,7 +92,8 @@ def rows_to_bulk(batch: pa.RecordBatch, default_destination: str | None, default
             _check_text_rows(problems, body, body_type)
         body = _check_map_rows(problems, body, body_type)
     out["body"] = body
-    out["body_type"] = body_type
+    if body_type is not None:
+        out["body_type"] = body_type
 
     # destination
     destinations = _destinations(problems, batch, default_destination, n)

@@ -272,3 +272,23 @@ def test_the_connector_reads_the_same_rows_with_fewer_columns(retained):
         expected = _arrow.wire_to_read(whole, "/topic/proj", "topic", include)
         assert got.to_pydict() == pa.Table.from_batches([expected]).to_pydict()
         assert got.column("key").to_pylist() == [b"g", None, b"h", b"g", None]
+
+
+def test_a_binary_value_column_is_sent_without_body_types_and_still_makes_bytes_messages(retained):
+    from pyspark_pymq._bulk import rows_to_bulk
+    batch = pa.RecordBatch.from_pydict({"value": pa.array([b"\x00\xff", b"b"], pa.binary())})
+    [(dest, bulk)] = rows_to_bulk(batch, "/topic/bytes", {"delivery_mode": 2, "priority": 4, "time_to_live": 0},
+                                  0, None, 1_700_000_000_000)
+    assert "body_type" not in bulk.schema.names          # a column of "bytes" says what a missing one says
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, bulk.schema) as w:
+        w.write_batch(bulk)
+    with pymq.connect(retained.url) as conn:
+        s = conn.create_session()
+        s.send_arrow(dest, sink.getvalue().to_pybytes())
+        messages = s.read_range(pymq.Topic("bytes")).messages
+        table = pa.ipc.open_stream(s.read_range(pymq.Topic("bytes"), arrow=True).arrow).read_all()
+    assert [type(m) for m in messages] == [pymq.BytesMessage, pymq.BytesMessage]
+    assert [m.body for m in messages] == [b"\x00\xff", b"b"]
+    assert table.column("body_type").to_pylist() == ["bytes", "bytes"]
+    assert table.column("content_type").to_pylist() == ["application/octet-stream"] * 2
