@@ -296,12 +296,7 @@ class StompServerProtocol(asyncio.Protocol):
             data = b"".join((head, message.header_block(conn.version), b"\n", body, b"\x00"))
             self._out.append(data)
             self._out_bytes += len(data)
-            self._sent = True
-            if not self._flush_scheduled:
-                self._flush_scheduled = True
-                self.loop.call_soon(self._flush)
-            if self._out_bytes > self._high:
-                self._output_changed()
+            self._queued()
         else:
             self._write_message(head, message, conn.version)
 
@@ -335,6 +330,10 @@ class StompServerProtocol(asyncio.Protocol):
             self._out_bytes += size
             if size >= SLICE:
                 self._large += 1
+        self._queued()
+
+    def _queued(self) -> None:
+        """Pieces were queued: a flush at the end of this loop turn, backpressure past the mark."""
         self._sent = True
         if not self._flush_scheduled:
             self._flush_scheduled = True
