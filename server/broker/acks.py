@@ -58,33 +58,34 @@ class DeliveryLedger:
     def take(self, consumer: Consumer, token: str) -> list[Entry]:
         """Entries an ack/nack of ``token`` covers: cumulative in client mode, just the one otherwise;
         in delivery order."""
+        if consumer.ack_mode != CLIENT:
+            return [self._take_one(consumer, token)]
         unacked = consumer.unacked
         tokens = self.tokens if self.version == "1.2" else None
-        if consumer.ack_mode == CLIENT:
-            taken = []
-            for t in list(unacked):
-                taken.append(unacked.pop(t))
-                if tokens is not None:
-                    tokens.pop(t, None)
-                if t == token:
-                    break
-        else:
-            taken = [unacked.pop(token)]
+        taken = []
+        for t in list(unacked):
+            taken.append(unacked.pop(t))
             if tokens is not None:
-                tokens.pop(token, None)
+                tokens.pop(t, None)
+            if t == token:
+                break
         consumer.in_flight -= len(taken)
         return taken
+
+    def _take_one(self, consumer: Consumer, token: str) -> Entry:
+        """The one delivery ``token`` names (client-individual, auto): out of the ledger."""
+        entry = consumer.unacked.pop(token)
+        if self.version == "1.2":
+            self.tokens.pop(token, None)
+        consumer.in_flight -= 1
+        return entry
 
     def settle(self, consumer: Consumer, request: AckRequest) -> MessageQueue:
         """Complete (ACK) or release (NACK) what ``request`` covers; the queue to dispatch once the
         batch of frames is handled (several releases go back before anything goes out again)."""
         if not request.nack and consumer.ack_mode != CLIENT:
             # an ACK of one delivery (client-individual: one per message), take() inlined
-            token = request.token
-            entry = consumer.unacked.pop(token)
-            if self.version == "1.2":
-                self.tokens.pop(token, None)
-            consumer.in_flight -= 1
+            entry = self._take_one(consumer, request.token)
             entry.queue.complete(entry)
             return consumer.queue
         entries = self.take(consumer, request.token)

@@ -74,17 +74,9 @@ class BrokerMessage:
         """The encoded header lines every MESSAGE frame of this message repeats, for a connection of
         ``version`` (cached: 1.2 escapes CR, 1.1 has no CR escape, 1.0 escapes nothing)."""
         if version == "1.2":
-            block = self._block
-            if block is None:
-                # _encode_block(True, True) with frame_headers() inlined: once per message, on every delivery path
-                headers = {"destination": self.destination, "message-id": self.message_id,
-                           "pymq-seq": str(self.seq)}
-                headers.update(self.headers)
-                block = encode_headers(headers, True, True)
-                if self.body:
-                    block += b"content-length:%d\n" % len(self.body)
-                self._block = block
-            return block
+            if self._block is None:
+                self._block = self._encode_block(True, True)
+            return self._block
         cache = self._block_raw
         if cache is None:
             cache = self._block_raw = {}

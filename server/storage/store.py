@@ -192,14 +192,8 @@ class HoldingStore:
         device the adjusted rules rank); StorageError, naming every refusal, when none can take it.
         Nothing is counted or changed for a message that was refused."""
         if not message.persistent and self.choose is self._default:
-            # the common non-persistent case: the default choice is the heap, as the loop below would
-            # decide (memory.account inlined: once per message)
-            memory = self.memory
-            self._count(message, memory, None)
-            message.device = memory
-            memory.held_messages += 1
-            memory.held_bytes += message.size
-            return False
+            # the common non-persistent case: the default choice is the heap, as the loop below would decide
+            return self._hold_in_heap(message, self.memory, None)
         refused: list[str] = []
         exclude: frozenset[str] = _NONE_EXCLUDED
         if message.persistent and queues and self.write_behind and self.choose is self._default:
@@ -229,10 +223,7 @@ class HoldingStore:
                 # the heap holds it: the memory device itself, a message no durable queue needs, or a
                 # non-persistent message for a device that keeps only persistent ones (only the paged
                 # store has non-logged pages for them)
-                self._count(message, device, rule)
-                message.device = self.memory
-                self.memory.account(message.size, 1)
-                return False
+                return self._hold_in_heap(message, device, rule)
             if self.write_behind and message.persistent and device.kind == "file" and self.selection is None:
                 try:
                     device.check_room(message.size)    # room now: a full disk refuses the SEND itself
@@ -262,6 +253,16 @@ class HoldingStore:
             if self.selection is not None:
                 self.selection.refused(device.name, stored.size)
             exclude = exclude | {device.name}
+
+    def _hold_in_heap(self, message, device: HoldingDevice, rule: str | None) -> bool:
+        """The heap holds ``message`` (counted under ``device``, the one its rule chose); False: nothing
+        stored (memory.account inlined: once per non-persistent message)."""
+        self._count(message, device, rule)
+        memory = self.memory
+        message.device = memory
+        memory.held_messages += 1
+        memory.held_bytes += message.size
+        return False
 
     def _hold_behind(self, message, device: HoldingDevice, queues: Sequence[str], rule: str | None = None) -> None:
         """``message`` waits to be written to ``device``, which has room for it. The device is not
