@@ -137,7 +137,7 @@ class FrameScanner:
         """Bytes held for a frame that has not completed yet."""
         return len(self._buf) - self._pos + self._have
 
-    def feed(self, data: bytes) -> list[Frame]:
+    def feed(self, data: bytes | memoryview) -> list[Frame]:
         if self._failed is not None:
             raise self._failed
         frames: list[Frame] = []
@@ -230,7 +230,7 @@ class FrameScanner:
         self._pending = None
         return Frame(command, headers, body)
 
-    def _gather(self, data: bytes, frames: list[Frame]) -> bytes | None:
+    def _gather(self, data: bytes | memoryview, frames: list[Frame]) -> bytes | None:
         """Feed ``data`` to the large body being gathered: None while it is incomplete; once it is, the
         frame is appended to ``frames`` and the bytes fed past its NUL are returned."""
         chunks = self._chunks

@@ -169,7 +169,7 @@ class StompConnection:
                 self.receive_frame(frame)
         return frames
 
-    def parse(self, data: bytes) -> list[Frame]:
+    def parse(self, data: bytes | memoryview) -> list[Frame]:
         """Frames completed by ``data``, *not yet* checked against the state table: the caller passes
         each to :meth:`receive_frame` when it handles it.  A broker must do that — the state change
         of a DISCONNECT at the end of a read must not apply before the ACKs in front of it are

@@ -25,7 +25,7 @@ class FrameIntake:
     closed: bool
 
     def __init__(self) -> None:
-        self._held: list[bytes] | None = None        # bytes that arrived while input was held
+        self._held: list[bytes | memoryview] | None = None   # bytes that arrived while input was held
         self._deferred: list[Frame] = []             # parsed frames waiting for input to resume
         self._pauses: set[str] = set()               # why input is paused (memory, full queues)
         self._redispatch: set = set()                # queues that got credit or messages back this batch
@@ -47,7 +47,7 @@ class FrameIntake:
     def fail(self, exc: PymqError, frame: Frame | None = None) -> None:
         raise NotImplementedError
 
-    def data_received(self, data: bytes) -> None:
+    def data_received(self, data: bytes | memoryview) -> None:
         if self.closed:
             return
         if self._held is not None:          # authenticating, or paused by producer flow control
@@ -55,7 +55,7 @@ class FrameIntake:
             return
         self._consume(data)
 
-    def _consume(self, data: bytes) -> None:
+    def _consume(self, data: bytes | memoryview) -> None:
         frame: Frame | None = None
         conn = self.conn
         try:

@@ -92,7 +92,8 @@ class StompServerProtocol(asyncio.Protocol):
         self._pauses: set[str] = set()      # why reading is paused: session, connect, output, budget
         self._turn_bytes = 0                # handed to the session during this loop turn
         self._turn_scheduled = False
-        self._backlog: bytes | None = None  # read, over this turn's budget: handled next turn
+        # read, over this turn's budget: handled next turn (a view: the rest of a read is never copied)
+        self._backlog: bytes | memoryview | None = None
         self._connected = False             # CONNECTED sent
         self._unauth = unauthenticated_bytes(broker)
         self._unauth_held = 0               # this connection's share of the broker-wide account
@@ -131,7 +132,7 @@ class StompServerProtocol(asyncio.Protocol):
         if self._closing:
             return
         if self._backlog is not None:       # already over budget this turn (reading is paused)
-            self._backlog += data
+            self._backlog = b"".join((self._backlog, data))
             return
         self._take(data)
 
@@ -158,8 +159,10 @@ class StompServerProtocol(asyncio.Protocol):
         self._flush()
 
     # -- input -----------------------------------------------------------------------------------
-    def _take(self, data: bytes) -> None:
-        """Hand ``data`` to the session within this turn's read budget; keep the rest for later turns."""
+    def _take(self, data: bytes | memoryview) -> None:
+        """Hand ``data`` to the session within this turn's read budget; keep the rest for later turns.
+        Both halves of a read cut by the budget are views of it: a 256 KiB read handed over 16 KiB a turn
+        is not copied again each turn (it was: the whole rest every time, 8 copies of each byte)."""
         session = self.session
         if session is None:                 # nothing is read before connection_made
             return
@@ -170,8 +173,9 @@ class StompServerProtocol(asyncio.Protocol):
                 self._pause("budget")
                 self._schedule_turn()
                 return
-            self._backlog = data[room:]
-            data = data[:room]
+            view = data if isinstance(data, memoryview) else memoryview(data)
+            self._backlog = view[room:]
+            data = view[:room]
             self._pause("budget")
         self._turn_bytes += len(data)
         self._schedule_turn()

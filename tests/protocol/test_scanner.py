@@ -113,6 +113,22 @@ def test_large_body_streamed_in_pieces(codec):
     assert len(frames) == 1 and frames[0].body == body
 
 
+def test_views_of_a_read_are_fed_as_bytes_are(codec):
+    """The broker's TCP layer hands a read over in views of it (server/net/tcp.py, the read budget): the
+    same frames as bytes give, small and large bodies alike, and nothing kept refers to a view."""
+    body = bytes(range(256)) * 800
+    data = (codec.encode_frame("SEND", {"destination": "/queue/big"}, body, "1.2")
+            + codec.encode_frame("SEND", {"destination": "/queue/a"}, b"x" * 10, "1.2"))
+    read = bytes(data)
+    scanner = codec.FrameScanner(version="1.2")
+    frames = []
+    view = memoryview(read)
+    for i in range(0, len(read), 16 * 1024):
+        frames += scanner.feed(view[i:i + 16 * 1024])
+    assert [(f.command, f.body) for f in frames] == [("SEND", body), ("SEND", b"x" * 10)]
+    assert all(type(f.body) is bytes for f in frames) and scanner.buffered == 0
+
+
 def test_a_large_body_is_gathered_across_feeds(codec):
     """A body of LARGE_BODY or more that has not fully arrived is gathered chunk by chunk and joined once:
     the same frames, the same ``buffered`` count and the same errors as the scan buffer gave."""

@@ -271,16 +271,25 @@ class Checkpointing(DeviceState):
         finally:
             io.close(fd)
 
-    def _dirty_regions(self) -> list[tuple[int, bytes]]:
-        """Copies of every persistent byte range the page file lacks; marks them written."""
+    def _dirty_regions(self) -> list[tuple[int, bytes | memoryview]]:
+        """Copies of every persistent byte range the page file lacks; marks them written.  A continuation
+        page that is a view of a message's own bytes (writing.py) is handed over as it is, not copied:
+        those bytes never change; the part of the page past them is written as zeros."""
         ps = self.page_size
-        writes = []
+        writes: list[tuple[int, bytes | memoryview]] = []
+        zeros: bytes | None = None
         for number in self._dirty:
             page = self._pages[number]
             base = number * ps
             buf = self._resident(page)
             if page.cont:
-                writes.append((base, bytes(buf)))
+                if isinstance(buf, memoryview):
+                    writes.append((base, buf))
+                    if len(buf) < ps:
+                        zeros = zeros if zeros is not None else bytes(ps)
+                        writes.append((base + len(buf), memoryview(zeros)[len(buf):]))
+                else:
+                    writes.append((base, bytes(buf)))
                 page.on_disk = True
                 continue
             if not page.on_disk:

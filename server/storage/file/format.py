@@ -262,6 +262,17 @@ def encode_frame(ftype: int, flags: int, salt: int, payload: bytes, prev: int) -
     return b"".join((head, CRC.pack(checksum), payload)), checksum
 
 
+def encode_frame_head(ftype: int, flags: int, salt: int, pieces: tuple[bytes, ...], prev: int) -> tuple[bytes, int]:
+    """The 16-byte header of a frame whose payload is ``pieces`` back to back, and its checksum: the same
+    bytes as :func:`encode_frame` gives for ``b"".join(pieces)``, with the payload never joined (the
+    checksum runs over the pieces in turn).  A large record is logged this way, from its own bytes."""
+    head = FRAME.pack(sum(len(p) for p in pieces), ftype, flags, salt)
+    checksum = crc32c(head, prev)
+    for piece in pieces:
+        checksum = crc32c(piece, checksum)
+    return head + CRC.pack(checksum), checksum
+
+
 _NO_CONTINUATION = U32.pack(0)
 
 
@@ -269,8 +280,13 @@ def encode_put(page: int, slot: int, slot_body: bytes, continuation: list[int] |
                data: bytes) -> bytes:
     if not continuation:
         return b"".join((PUT_HEAD.pack(page, slot), slot_body, _NO_CONTINUATION, data))
+    return encode_put_head(page, slot, slot_body, continuation) + data
+
+
+def encode_put_head(page: int, slot: int, slot_body: bytes, continuation: list[int] | tuple[int, ...]) -> bytes:
+    """A PUT payload up to the message bytes (``encode_put`` is this followed by them)."""
     return b"".join((PUT_HEAD.pack(page, slot), slot_body, U32.pack(len(continuation)),
-                     struct.pack(f"<{len(continuation)}I", *continuation), data))
+                     struct.pack(f"<{len(continuation)}I", *continuation)))
 
 
 def decode_put(payload: bytes) -> tuple[int, int, tuple, tuple[int, ...], bytes]:

@@ -52,10 +52,12 @@ class _Page:
                  "disk_slots", "disk_data_start", "on_disk", "generation")
 
     def __init__(self, number: int, kind: int, page_size: int, generation: int, cont: bool = False,
-                 buf: bytearray | None = None) -> None:
+                 buf: bytearray | memoryview | None = None) -> None:
         self.number = number
         self.kind = kind
         self.cont = cont
+        #: the page's bytes while in memory; a persistent continuation page written from a message's own
+        #: (immutable) bytes is a view of them, maybe shorter than a page (writing.py, checkpointing.py)
         self.buf = buf
         self.slots = 0
         self.data_start = page_size
@@ -261,9 +263,21 @@ class DeviceState:
         wal.append(ftype, payload, commit)
         self._log_bytes += wal.size - end_before
 
-    def _new_page(self, kind: int, cont: bool = False) -> _Page:
+    def _log_pieces(self, ftype: int, pieces: tuple[bytes, ...], commit: bool) -> None:
+        """``_log`` of a payload given as pieces (a large message's PUT: logged from its own bytes)."""
+        if not self._logging:
+            return
+        wal = self.wal
+        end_before = wal.size
+        wal.append_pieces(ftype, pieces, commit)
+        self._log_bytes += wal.size - end_before
+
+    def _new_page(self, kind: int, cont: bool = False, buf: memoryview | None = None) -> _Page:
+        """A page from the allocator, its bytes zero in memory (or ``buf``: a continuation page's view of
+        the message bytes it holds)."""
         number = self._alloc.allocate(kind)
-        page = _Page(number, kind, self.page_size, self._generation, cont, bytearray(self.page_size))
+        page = _Page(number, kind, self.page_size, self._generation, cont,
+                     bytearray(self.page_size) if buf is None else buf)
         self._pages[number] = page
         if kind == PERSISTENT:
             self._dirty.add(number)
@@ -277,7 +291,7 @@ class DeviceState:
             self._dirty.add(number)
         return page
 
-    def _resident(self, page: _Page) -> bytearray:
+    def _resident(self, page: _Page) -> bytearray | memoryview:
         buf = page.buf
         if buf is None:
             buf = page.buf = self.pf.read_page(page.number)
@@ -389,7 +403,7 @@ class DeviceState:
 
     def _slot_fields(self, page: _Page, slot: int) -> tuple:
         at = _HDR + _SLOT * slot
-        raw: bytes | bytearray
+        raw: bytes | bytearray | memoryview
         if page.buf is not None:
             raw = page.buf[at:at + _SLOT]
         else:

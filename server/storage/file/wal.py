@@ -19,6 +19,8 @@ from .fileio import OS_IO, FileIO
 
 #: space reserved ahead of a segment's end at a time (see fileio.py: appends into it cannot hit ENOSPC)
 RESERVE_CHUNK = 1 << 20
+#: a buffered piece at least this long is written on its own, from its own bytes; smaller ones are joined
+WRITE_ALONE = 64 * 1024
 
 
 def segment_path(directory: str, number: int) -> str:
@@ -57,7 +59,7 @@ class Segment:
         self.fd = io.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
         #: bytes from the start of the file held for it (None: the platform cannot reserve)
         self.reserved: int | None = 0
-        self._buffer: list[bytes] = [header]
+        self._buffer: list[bytes | memoryview] = [header]
         self._buffered = len(header)
         self._checksum = fmt.CRC.unpack_from(header, fmt.WAL_HEADER.size)[0]
         self.written = 0            # bytes handed to the OS
@@ -71,6 +73,20 @@ class Segment:
         self._buffer.append(frame)
         self._buffered += len(frame)
         self.size += len(frame)
+        self.frames += 1
+        return self.size
+
+    def append_pieces(self, ftype: int, pieces: tuple[bytes, ...], commit: bool) -> int:
+        """``append`` of a frame whose payload is ``pieces`` back to back, none of them copied: a large
+        record (a bulk SEND's stored form) goes to the file from its own bytes.  The bytes in the file are
+        the same as ``append(ftype, b"".join(pieces), commit)`` writes."""
+        head, self._checksum = fmt.encode_frame_head(ftype, fmt.FRAME_COMMIT if commit else 0, self.salt,
+                                                     pieces, self._checksum)
+        size = len(head) + sum(len(p) for p in pieces)
+        self._buffer.append(head)
+        self._buffer.extend(pieces)
+        self._buffered += size
+        self.size += size
         self.frames += 1
         return self.size
 
@@ -101,11 +117,28 @@ class Segment:
         return self._checksum
 
     def flush(self) -> None:
-        if not self._buffer:
+        buffer = self._buffer
+        if not buffer:
             return
-        data = b"".join(self._buffer)
-        self._buffer.clear()
+        self._buffer = []
         self._buffered = 0
+        if len(buffer) == 1 or all(len(piece) < WRITE_ALONE for piece in buffer):
+            self._write(b"".join(buffer) if len(buffer) > 1 else buffer[0])
+            return
+        # a large piece is written from its own bytes (no join: no copy of it, no fresh memory for one)
+        small: list[bytes | memoryview] = []
+        for piece in buffer:
+            if len(piece) < WRITE_ALONE:
+                small.append(piece)
+                continue
+            if small:
+                self._write(b"".join(small))
+                small = []
+            self._write(piece)
+        if small:
+            self._write(b"".join(small))
+
+    def _write(self, data: bytes | memoryview) -> None:
         view = memoryview(data)
         while view:
             done = self.io.write(self.fd, view)

@@ -138,10 +138,16 @@ class WritePath(DeviceState):
                     refset_id = self._refset_id(refs, persistent)
                 if large:
                     ps = self.page_size
+                    # a persistent message's pages are views of its own bytes (immutable: nothing copied,
+                    # no fresh memory); the checkpoint writes them from there and then drops them
+                    shared = memoryview(data) if persistent and type(data) is bytes else None
                     for i in range(count):
-                        page = self._new_page(kind, cont=True)
-                        chunk = data[i * ps:(i + 1) * ps]
-                        self._resident(page)[:len(chunk)] = chunk
+                        if shared is not None:
+                            page = self._new_page(kind, cont=True, buf=shared[i * ps:(i + 1) * ps])
+                        else:
+                            page = self._new_page(kind, cont=True)
+                            chunk = data[i * ps:(i + 1) * ps]
+                            self._resident(page)[:len(chunk)] = chunk
                         cont_pages.append(page)
                         if kind == NON_PERSISTENT:
                             self._np_unwritten[page.number] = page
@@ -157,8 +163,14 @@ class WritePath(DeviceState):
                                                          refset_id, flags, crc32c(data))
                 if persistent:
                     self._dirty.add(tail.number)
-                    self._log(fmt.F_PUT, fmt.encode_put(tail.number, slot_index, slot_body,
-                                                        [p.number for p in cont_pages], data), True)
+                    if large and type(data) is bytes:
+                        # logged from the message's own bytes: the frame's pieces, never joined
+                        self._log_pieces(fmt.F_PUT, (fmt.encode_put_head(tail.number, slot_index, slot_body,
+                                                                         [p.number for p in cont_pages]),
+                                                     data), True)
+                    else:
+                        self._log(fmt.F_PUT, fmt.encode_put(tail.number, slot_index, slot_body,
+                                                            [p.number for p in cont_pages], data), True)
             except OSError as exc:
                 raise self._fail(exc) from exc
             # the interned refset tuple, not a copy per message: most messages keep theirs until they go
