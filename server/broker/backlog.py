@@ -23,7 +23,9 @@ Runs, oldest first:
   per batch, not per message. Record: per message ``key u64, seq u64, persistent u8, destination length
   u16, chosen length u16, rule length u16, frame length u32``, those strings (UTF-8), the stored frame;
 * **stored** — messages a device already holds with a reference for this queue (persistent ones): only
-  their keys stay in memory (8 bytes each); the bytes are read back from the device.
+  their keys stay in memory (8 bytes each); the bytes are read back from the device;
+* **block** — the rows of a bulk SEND (blocks.py), in memory as the frame's Arrow batch, made into
+  messages a step at a time as the queue takes them.
 
 Refused writes (a full disk) keep the batch in memory: the memory limit then pauses producers as
 before paging existed. Nothing here is durable state: after a restart recovery rebuilds queues from the
@@ -151,7 +153,8 @@ class Backlog:
 
     def __init__(self, pager: Pager | None) -> None:
         self.pager = pager
-        self.runs: deque[list] = deque()     # ["held", entries, bytes] | ["batch", device, key, n] | ["stored", ...]
+        # ["held", entries, bytes] | ["batch", device, key, n] | ["stored", ...] | ["block", BulkBlock]
+        self.runs: deque[list] = deque()
         self.count = 0
 
     def takes(self, entry: Entry, sole: bool) -> bool:
@@ -164,7 +167,8 @@ class Backlog:
         runs = self.runs
         last = runs[-1] if runs else None
         message = entry.message
-        if not sole:
+        if not sole or not pager.flow.short():
+            # shared (paging it out frees nothing), or memory has room: it waits in memory, behind the rest
             self._held(entry, last, False)
         elif entry.stored:
             device, chosen, rule = message.device, message.chosen, message.rule
@@ -177,6 +181,14 @@ class Backlog:
         else:
             self._held(entry, last, True)
         return True
+
+    def take_block(self, block: Any) -> int:
+        """A bulk block joins the backlog's tail (blocks.py); how many rows it adds."""
+        n = block.waiting
+        if n:
+            self.runs.append(["block", block])
+            self.count += n
+        return n
 
     def _held(self, entry: Entry, last: list | None, pageable: bool) -> None:
         if last is None or last[0] != "held" or last[3] != pageable:
@@ -206,6 +218,17 @@ class Backlog:
         if kind == "held":
             self.runs.popleft()
             entries = run[1]
+        elif kind == "block":
+            block = run[1]
+            entries = []
+            for message, deliveries in block.take(STORED_STEP):
+                entry = Entry(message, queue, now)
+                entry.stored = block.stored
+                entry.deliveries = deliveries
+                message.refs += 1
+                entries.append(entry)
+            if not block.waiting:
+                self.runs.popleft()
         elif kind == "batch":
             self.runs.popleft()
             entries = []
@@ -237,6 +260,8 @@ class Backlog:
             kind = run[0]
             if kind == "held":
                 yield from (entry.message for entry in list(run[1]))
+            elif kind == "block":
+                yield from run[1].peek()
             elif kind == "batch":
                 yield from pager.read_batch(run[1], run[2], None)   # type: ignore[union-attr]
             else:

@@ -64,6 +64,15 @@ class MemoryFlow:
 
     def message_gone(self, message: BrokerMessage) -> None:
         """The last entry of ``message`` finished (acked, expired, dead-lettered or purged)."""
+        bulk = message.bulk
+        if bulk is not None:
+            # a row of a bulk block: the block's record carries the figures, and goes with its last row
+            if bulk.settle(message):
+                self.store.block_done(bulk)
+                self.message_gone(bulk.holder)
+            elif bulk.stored:
+                self.store.block_changed(bulk)
+            return
         self.store.forget(message)
         # paged_out(), inlined: this runs once per message
         self.held_bytes -= message.size

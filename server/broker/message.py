@@ -38,7 +38,7 @@ class BrokerMessage:
 
     __slots__ = ("key", "message_id", "destination", "seq", "headers", "body", "persistent", "priority",
                  "timestamp", "expires", "deliver_at", "group_id", "producer", "size", "device",
-                 "_block", "_block_raw", "_values", "refs", "rule", "chosen", "client_id", "user")
+                 "_block", "_block_raw", "_values", "refs", "rule", "chosen", "client_id", "user", "bulk")
 
     def __init__(self, key: int, message_id: str, destination: str, seq: int, headers: dict,
                  body: bytes, persistent: bool, priority: int, timestamp: int, expires: int,
@@ -63,6 +63,7 @@ class BrokerMessage:
         self.client_id: str | None = None   # the producing connection's client id and user (storage rules)
         self.user: str | None = None
         self.refs = 0                   # queue entries still pointing at it (storage frees at 0)
+        self.bulk: Any = None           # the queue's bulk block (blocks.py) a row of a bulk SEND came from
         self._block: bytes | None = None
         self._block_raw: dict[str, bytes] | None = None
         self._values: dict[str, Any] | None = None

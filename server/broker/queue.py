@@ -132,6 +132,19 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
             heapq.heappush(self._expiring, (message.expires, message.seq, entry))
         return entry
 
+    def enqueue_block(self, block, now: float | None = None) -> None:
+        """A bulk SEND's rows as one unit (blocks.py): they wait in the backlog, behind every ready entry,
+        and become entries as the queue takes them. A queue without a backlog takes them one by one."""
+        if self.backlog.pager is None:
+            for message, deliveries in block.take(block.waiting):
+                self.enqueue(message, stored=block.stored, now=now, deliveries=deliveries)
+            return
+        n = self.backlog.take_block(block)
+        self.stats.added += n
+        self._depth_delta(n, now)
+        if self.consumers:
+            self.dispatch()
+
     def _dead_on_arrival(self, entry: Entry) -> bool:
         """A recovered message that was out for its last allowed delivery when the broker stopped: that
         delivery failed, so it is dead now rather than given a fresh budget (issue 11: poison messages)."""

@@ -21,6 +21,7 @@ from typing import Any
 from collections.abc import Iterable
 
 from pymq_server.broker import bulk_rows
+from pymq_server.broker.blocks import STATE_PREFIX, BulkBlock
 from pymq_server.broker.acl import DestinationAcl
 from pymq_server.broker.dedup import DuplicateWindow
 from pymq_server.broker.destinations import Destinations
@@ -32,7 +33,7 @@ from pymq_server.broker.sequences import SequenceBook
 from pymq_server.broker.stored_form import decode_stored
 from pymq_server.broker.subscriptions import Subscriptions
 from pymq_server.storage.device import StoredMessage
-from pymq_server.storage.store import HoldingStore
+from pymq_server.storage.store import HoldingStore, block_state_key
 
 log = logging.getLogger("pymq.broker")
 
@@ -50,11 +51,19 @@ class Recovery:
         self.logs = logs
         self.dedup = dedup
         self.flow = flow
+        #: catalog records of stored bulk blocks' settled rows (blocks.py), taken as their blocks come back
+        self._block_states: dict[str, bytes] = {}
 
     def run(self) -> int:
         """Rebuild catalog state and queues from storage; returns the number of messages recovered."""
         self._catalog()
-        return self.messages(self.store.recover())
+        count = self.messages(self.store.recover())
+        if not self.store.unopened:
+            # records of blocks no device holds (released, their catalog record not yet deleted)
+            for key in self._block_states:
+                self.store.put_meta(key, None)
+            self._block_states.clear()
+        return count
 
     def _catalog(self) -> None:
         reserved: dict[str, int] = {}
@@ -71,6 +80,8 @@ class Recovery:
                 self.subscriptions.restore_client_id(key[7:], json.loads(value))
             elif key.startswith("acl:"):
                 acls[key[4:]] = DestinationAcl.from_dict(json.loads(value))
+            elif key.startswith(STATE_PREFIX):
+                self._block_states[key] = value
         self.seqs.load(reserved)
         for key, record in durable:
             self.subscriptions.restore(key, record)
@@ -114,10 +125,27 @@ class Recovery:
                     queue = self.destinations.queue(RECOVERED_QUEUE, create=True)
                     device.add_reference(stored.key, queue.name)
                     device.remove(stored.key, ref)
+                if segment is not None:
+                    self._block(queue, ref, message, *segment)
+                    continue
                 queue.enqueue(message, stored=True, deliveries=deliveries.get(ref, 0), sole=sole)
             count += 1
         self.logs.end_restore()
         return count
+
+    def _block(self, queue: MessageQueue, ref: str, record: Any, rows: Any, first_key: int) -> None:
+        """A queue's bulk block back (blocks.py): its rows but those its catalog record says are settled,
+        with their delivery counts."""
+        block = BulkBlock(rows, record, queue.name, first_key, True)
+        block.restore(self._block_states.pop(block_state_key(record.key, ref), None))
+        if ref != queue.name and block.recorded:         # kept under /queue/recovered: the record follows
+            self.store.put_meta(block_state_key(record.key, ref), None)
+            self.store.block_changed(block)
+        if not block.left:
+            self.store.block_done(block)
+            self.flow.message_gone(record)
+            return
+        queue.enqueue_block(block)
 
     def _queue_for(self, ref: str) -> MessageQueue | None:
         if ref.startswith("/queue/$"):

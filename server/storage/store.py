@@ -71,6 +71,11 @@ WRITE_BEHIND_S = 0.05
 BarrierCallback = Callable[["StorageError | None"], None]
 
 
+def block_state_key(record_key: int, queue: str) -> str:
+    """The catalog record of a stored bulk block's settled rows (spec/storage.md §11)."""
+    return f"rows:{record_key}:{queue}"
+
+
 def _no_encoder(message: Any) -> bytes:
     raise RuntimeError("HoldingStore.encode is set by the broker before anything is stored")
 
@@ -128,6 +133,8 @@ class HoldingStore:
         self._behind_counted: HoldingDevice | None = None
         self._behind_placed: list[int] = [0, 0]
         self._behind_error: StorageError | None = None
+        #: stored bulk blocks (broker/blocks.py) whose catalog record of settled rows is behind
+        self._blocks_changed: set = set()
 
     # -- lifecycle ------------------------------------------------------------------------------
     def open(self) -> None:
@@ -393,6 +400,34 @@ class HoldingStore:
         self._dirty.add(device)
         return True
 
+    # -- bulk blocks (broker/blocks.py): one record, rows settled one by one ----------------------
+    def block_changed(self, block) -> None:
+        """A row of a stored block was settled or delivered: its catalog record is written within
+        ``DELIVERY_FLUSH_S`` (or by the next barrier), as a removal or a delivery record would be."""
+        changed = self._blocks_changed
+        if not changed and self._call_later is not None:
+            self._call_later(DELIVERY_FLUSH_S, functools.partial(self._write_blocks, True))
+        changed.add(block)
+
+    def _write_blocks(self, flush: bool = False) -> None:
+        changed, self._blocks_changed = self._blocks_changed, set()
+        for block in changed:
+            self.put_meta(block_state_key(block.holder.key, block.queue), block.state())
+            block.recorded = True
+        if flush and changed:
+            try:
+                self.catalog.flush()
+            except StorageError as exc:     # the device is in fault now; the next barrier reports it
+                log.error("flush of device %s failed: %s", self.catalog.name, exc.message)
+
+    def block_done(self, block) -> None:
+        """The last row of ``block`` is gone: its record's reference goes, and its catalog record."""
+        self._blocks_changed.discard(block)
+        if block.stored:
+            self.release(block.holder, block.queue)
+            if block.recorded:
+                self.put_meta(block_state_key(block.holder.key, block.queue), None)
+
     def delivered(self, message, queue: str, count: int) -> None:
         """A stored persistent message went to a consumer that must acknowledge it, for the ``count``-th
         time: the device records it (issue 11: a poison message keeps its count across restarts).  The
@@ -410,6 +445,10 @@ class HoldingStore:
             return
         device = message.device
         if device is None or device is self.memory or not message.persistent:
+            bulk = message.bulk
+            if bulk is not None and bulk.stored and message.persistent:
+                bulk.delivered(message, count)      # a row of a stored block: in the block's record
+                self.block_changed(bulk)
             return
         device.record_delivery(message.key, queue, count)
         if device not in self._delivery_flush:
@@ -469,6 +508,8 @@ class HoldingStore:
         once, when the last of them has answered, with the first error any of them met.
         """
         self.write_waiting()
+        if self._blocks_changed:
+            self._write_blocks()
         behind_error, self._behind_error = self._behind_error, None
         if behind_error is not None:
             # a message written behind could not be stored: this barrier cannot claim durability
@@ -578,6 +619,8 @@ class HoldingStore:
         """Flush and sync every device (a clean stop); returns what failed, per device, instead of
         stopping at the first (a device in fault cannot sync; the others still must)."""
         self.write_waiting()
+        if self._blocks_changed:
+            self._write_blocks()
         failed = []
         if self._behind_error is not None:
             failed.append(self._behind_error.message)

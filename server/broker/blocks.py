@@ -1,0 +1,146 @@
+"""A bulk SEND's rows waiting in a queue as one unit: a *bulk block* (spec/spark.md §7.1).
+
+The rows of one bulk SEND to a queue are stored as one record (the SEND's own body, as a retained log's
+segment is: bulk_rows.segment_record) and wait in the queue's backlog as one run (backlog.py). A row
+becomes a message object only when the queue takes it from the backlog for its ready index, so placing
+a frame costs the broker a few operations whatever its row count, and a consumer that keeps up makes the
+same objects a SEND-by-SEND producer would have, no more.
+
+Rows are settled one by one (an ACK, an expiry, a dead-letter move, a purge): the block keeps which of
+its rows are gone and, for a consumer that must acknowledge, each row's delivery count while it is out.
+The stored record is released when its last row is gone. Until then, a block whose record a device keeps
+has a catalog record ``rows:<record key>:<queue>`` (spec/storage.md §11) saying which rows are gone and
+the counts, rewritten with the next barrier after a change (as a removal rides with the next flush), so
+recovery brings back exactly the rows not settled, with their counts.
+
+A row is known by its *offset*: its sequence number minus the block's first (the frame's rows have
+consecutive numbers), which survives a restart whatever rows recovery leaves out.
+"""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from pymq_server.broker import segments
+
+if TYPE_CHECKING:
+    from pymq_server.broker.message import BrokerMessage
+
+#: the catalog record of a stored block's settled rows: ``rows:<record key>:<queue name>`` (store.py)
+STATE_PREFIX = "rows:"
+
+
+class BulkBlock:
+    """The rows of one bulk SEND in one queue (module docstring)."""
+
+    __slots__ = ("rows", "holder", "queue", "destination", "first_seq", "first_key", "stored", "at",
+                 "left", "done_below", "done_above", "counts", "recorded", "producer", "client_id", "user")
+
+    def __init__(self, rows: Any, holder: BrokerMessage, queue: str, first_key: int, stored: bool,
+                 first_seq: int | None = None) -> None:
+        self.rows = rows                   # the completed rows still to take (log schema, segments.py)
+        self.holder = holder               # the message object standing for the stored record
+        self.queue = queue                 # the queue's (storage) name
+        self.destination = holder.destination
+        self.first_seq = holder.seq if first_seq is None else first_seq
+        self.first_key = first_key
+        self.stored = stored               # a device keeps the record with a reference for ``queue``
+        self.at = 0                        # rows[:at] are message objects already
+        self.left = rows.num_rows          # rows not settled yet (taken or not)
+        self.done_below = 0                # every offset below it is settled (or was never in the block)
+        self.done_above: set[int] = set()  # settled offsets above done_below
+        self.counts: dict[int, int] = {}   # offset -> delivery count, while out to a consumer that acks
+        self.recorded = False              # a catalog record of its state exists (stored blocks)
+        self.producer = ""                 # the producing connection (no-local), its client id and user
+        self.client_id: str | None = None
+        self.user: str | None = None
+
+    # -- rows to message objects ------------------------------------------------------------------
+    @property
+    def waiting(self) -> int:
+        """Rows not taken yet (they count in the queue's backlog)."""
+        return self.rows.num_rows - self.at
+
+    def _made(self, start: int, stop: int) -> list[BrokerMessage]:
+        from pymq_server.broker.message import BrokerMessage
+        seqs = self.rows.column(0).slice(start, stop - start).to_pylist()
+        key0 = self.first_key - self.first_seq
+        return segments.materialize(self.rows, self.destination, [key0 + s for s in seqs], BrokerMessage,
+                                    start, stop)
+
+    def take(self, n: int) -> list[tuple[BrokerMessage, int]]:
+        """The next ``n`` rows (at most) as messages of this block, with their delivery counts."""
+        start = self.at
+        stop = min(start + n, self.rows.num_rows)
+        self.at = stop
+        made = self._made(start, stop)
+        counts = self.counts
+        first_seq = self.first_seq
+        producer, client_id, user = self.producer, self.client_id, self.user
+        out = []
+        for message in made:
+            message.bulk = self
+            message.producer, message.client_id, message.user = producer, client_id, user
+            out.append((message, counts.get(message.seq - first_seq, 0) if counts else 0))
+        return out
+
+    def peek(self) -> list[BrokerMessage]:
+        """The rows not taken yet, as messages that are not the queue's (browsing)."""
+        return self._made(self.at, self.rows.num_rows)
+
+    # -- settling rows ----------------------------------------------------------------------------
+    def settle(self, message: BrokerMessage) -> bool:
+        """Row ``message`` is gone from the queue; True when it was the block's last."""
+        offset = message.seq - self.first_seq
+        if self.counts:
+            self.counts.pop(offset, None)
+        if offset == self.done_below:
+            below = offset + 1
+            above = self.done_above
+            while below in above:
+                above.discard(below)
+                below += 1
+            self.done_below = below
+        else:
+            self.done_above.add(offset)
+        self.left -= 1
+        return self.left == 0
+
+    def delivered(self, message: BrokerMessage, count: int) -> None:
+        self.counts[message.seq - self.first_seq] = count
+
+    # -- the catalog record -----------------------------------------------------------------------
+    def state(self) -> bytes:
+        """The catalog record: ``{"below": n, "done": [[a, b], ...], "counts": [[offset, count], ...]}``,
+        settled offsets as ``below`` and half-open ranges above it (spec/storage.md §11)."""
+        ranges: list[list[int]] = []
+        for offset in sorted(self.done_above):
+            if ranges and ranges[-1][1] == offset:
+                ranges[-1][1] = offset + 1
+            else:
+                ranges.append([offset, offset + 1])
+        return json.dumps({"below": self.done_below, "done": ranges,
+                           "counts": sorted([k, v] for k, v in self.counts.items())},
+                          separators=(",", ":")).encode()
+
+    def restore(self, state: bytes | None) -> None:
+        """Recovery: leave out the rows the record says are settled, and give the others their counts.
+        Offsets the rows no longer have (non-persistent rows, gone at a restart) count as settled."""
+        import pyarrow.compute as pc
+
+        below, done, counts = 0, [], []
+        if state is not None:
+            record = json.loads(state)
+            below, done, counts = int(record["below"]), record["done"], record["counts"]
+            self.recorded = True
+        offsets = pc.subtract(self.rows.column(0), self.first_seq)
+        keep = pc.greater_equal(offsets, below)
+        for lo, hi in done:
+            keep = pc.and_(keep, pc.invert(pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi))))
+        self.rows = self.rows.filter(keep)
+        self.left = self.rows.num_rows
+        present = set(pc.subtract(self.rows.column(0), self.first_seq).to_pylist())
+        self.done_below = min(present) if present else 0
+        last = max(present) if present else -1
+        self.done_above = set(range(self.done_below, last + 1)) - present
+        self.counts = {int(k): int(v) for k, v in counts if int(k) in present}
