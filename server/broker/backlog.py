@@ -5,13 +5,17 @@ message that only this queue holds does not wait in memory: it joins the backlog
 disk. The queue takes messages back from the backlog's head when its ready index runs low and memory has
 room (always at least one run when its consumers have nothing to take, so a drain never stalls).
 
+A bulk SEND's rows join the backlog as one run too (a *block*, blocks.py), whatever the memory.
+
 Order: the backlog is FIFO and lies behind every ready entry; once a queue has a backlog every new
 message joins it, even when memory is no longer short, until it is empty — so messages come back in the
-order they came. Priorities order the ready index only: a message of higher priority that arrives behind
-a backlog waits its turn there (as ActiveMQ's store cursors do). Likewise a consumer's selector (or a
-message group another consumer owns) is matched against what is in memory: while memory is short, a
-queue whose in-memory window holds only messages nobody may take reads no further (memory has room again
-once those are consumed or expire; a known limit, spec/stomp.md §8).
+order they came (one that joins while memory has room waits in memory). Priorities order the ready index
+only: a message of higher priority that arrives behind a backlog waits its turn there (as ActiveMQ's
+store cursors do). Likewise a consumer's selector (or a message group another consumer owns) is matched
+against what is in memory; when nothing there suits a consumer the queue reads further while memory has
+room (upkeep.py ``_page_more``), but while memory is short, a queue whose in-memory window holds only
+messages nobody may take reads no further (memory has room again once those are consumed or expire; a
+known limit, spec/stomp.md §8).
 
 Runs, oldest first:
 
@@ -253,15 +257,16 @@ class Backlog:
         self.count -= len(entries)
         return entries
 
-    def messages(self) -> Iterator[BrokerMessage]:
-        """Every message of the backlog in order, read without taking them (browsing)."""
+    def messages(self, lo: int = 0, hi: int | None = None) -> Iterator[BrokerMessage]:
+        """Every message of the backlog in order, read without taking them (browsing); a bulk block's
+        rows only from sequence number ``lo`` (and below ``hi``), others whatever their number."""
         pager = self.pager
         for run in list(self.runs):
             kind = run[0]
             if kind == "held":
                 yield from (entry.message for entry in list(run[1]))
             elif kind == "block":
-                yield from run[1].peek()
+                yield from run[1].peek(lo, hi)
             elif kind == "batch":
                 yield from pager.read_batch(run[1], run[2], None)   # type: ignore[union-attr]
             else:

@@ -18,7 +18,9 @@ consecutive numbers), which survives a restart whatever rows recovery leaves out
 """
 from __future__ import annotations
 
+import bisect
 import json
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pymq_server.broker import segments
@@ -84,9 +86,16 @@ class BulkBlock:
             out.append((message, counts.get(message.seq - first_seq, 0) if counts else 0))
         return out
 
-    def peek(self) -> list[BrokerMessage]:
-        """The rows not taken yet, as messages that are not the queue's (browsing)."""
-        return self._made(self.at, self.rows.num_rows)
+    def peek(self, lo: int = 0, hi: int | None = None, step: int = 256) -> Iterator[BrokerMessage]:
+        """The rows not taken yet with ``lo <= seq < hi``, as messages that are not the queue's (browsing,
+        range reads), made a step at a time as the reader goes; rows are in sequence order, so the range
+        is found by bisection, not by making every row."""
+        seqs = self.rows.column(0)
+        n = self.rows.num_rows
+        start = max(self.at, bisect.bisect_left(range(n), lo, key=lambda i: seqs[i].as_py())) if lo else self.at
+        stop = n if hi is None else bisect.bisect_left(range(n), hi, key=lambda i: seqs[i].as_py())
+        for at in range(start, stop, step):
+            yield from self._made(at, min(at + step, stop))
 
     # -- settling rows ----------------------------------------------------------------------------
     def settle(self, message: BrokerMessage) -> bool:

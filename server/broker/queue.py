@@ -133,8 +133,7 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         return entry
 
     def enqueue_block(self, block, now: float | None = None) -> None:
-        """A bulk SEND's rows as one unit (blocks.py): they wait in the backlog, behind every ready entry,
-        and become entries as the queue takes them. A queue without a backlog takes them one by one."""
+        """A bulk SEND's rows as one unit (blocks.py), in the backlog; a queue without one takes them all."""
         if self.backlog.pager is None:
             for message, deliveries in block.take(block.waiting):
                 self.enqueue(message, stored=block.stored, now=now, deliveries=deliveries)
@@ -246,7 +245,10 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
                 else:
                     entry = ready.take_first(self._acceptor(consumer), consumer.scan)
                     if entry is None:
-                        idle += 1
+                        if backlog.count and self._page_more():
+                            i -= 1           # more rows in memory for this consumer to look at
+                        else:
+                            idle += 1
                         continue
                     if entry.message.group_id is not None:
                         self.grouped_ready -= 1

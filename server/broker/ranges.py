@@ -166,7 +166,7 @@ def _queue_range(queue: MessageQueue, lo: int, hi: int | None) -> Iterator[Broke
     (paged messages are behind every ready one), read from disk as the range goes."""
     yield from (e.message for e in queue.ready.by_seq(lo, hi))
     if queue.backlog.count:
-        yield from (m for m in queue.backlog.messages() if m.seq >= lo and (hi is None or m.seq < hi))
+        yield from (m for m in queue.backlog.messages(lo, hi) if m.seq >= lo and (hi is None or m.seq < hi))
 
 
 class RangeReader:

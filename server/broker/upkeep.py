@@ -56,6 +56,18 @@ class QueueUpkeep:
         if entries:
             self._depth_delta(-len(entries), now)
 
+    def _page_more(self) -> bool:
+        """A consumer with a selector (or a group owned elsewhere) found nothing it may take in the ready
+        index: the backlog's next step joins it while memory has room (a bulk block's rows are in memory
+        already, so this costs no read), and True when it did. While memory is short nothing more comes
+        in (the known limit in backlog.py's docstring)."""
+        backlog = self.backlog
+        assert backlog.pager is not None      # a backlog with entries has a pager
+        if not backlog.pager.flow.room():
+            return False
+        self._admit(backlog.take(self))
+        return True
+
     def purge(self) -> int:
         """Remove every waiting message (ready, and the backlog's, read back one run at a time)."""
         count = self._purge(self.ready.clear())
