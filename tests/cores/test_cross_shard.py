@@ -315,3 +315,28 @@ def _running(pids: list[int]) -> list[int]:
             continue
         alive.append(pid)
     return alive
+
+
+def test_a_bulk_send_to_a_queue_another_worker_owns_is_one_block_there(broker):
+    # the frame crosses to the owner, which keeps the rows as one block; consumers anywhere get every row
+    # once, in order, and acknowledgements settle them at the owner (spec/spark.md §7.1)
+    pa = pytest.importorskip("pyarrow")
+    (dest,) = owned_by(1)
+    batch = pa.RecordBatch.from_pydict({"body": pa.array([f"r{i}".encode() for i in range(300)])})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    p = broker.connect(0)
+    p.send("SEND", {"destination": dest, "receipt": "bulk", "pymq-format": "arrow",
+                    "content-type": "application/vnd.apache.arrow.stream"}, sink.getvalue().to_pybytes())
+    receipt = p.read(10)
+    assert receipt.command == "RECEIPT" and receipt.headers["pymq-count"] == "300", receipt
+    c = broker.connect(0)
+    c.send("SUBSCRIBE", {"destination": dest, "id": "s", "ack": "client-individual"})
+    got = _drain_messages(c, 300)
+    assert [m.body for m in got] == [f"r{i}".encode() for i in range(300)]
+    for m in got:
+        c.send("ACK", {"id": m.headers["ack"]})
+    c.send("UNSUBSCRIBE", {"id": "s", "receipt": "gone"})
+    _receipt(c, "gone")
+    _empty(broker.connect(1), dest)
