@@ -23,6 +23,7 @@ Threading and durability contract (every device honours it; tests in tests/stora
 from __future__ import annotations
 
 import abc
+import dataclasses
 from dataclasses import dataclass, field
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -99,6 +100,11 @@ class HoldingDevice(abc.ABC):
     def write(self, message: StoredMessage, queues: Sequence[str],
               allocation: Allocation | None = None) -> None:
         """Hold ``message`` with one reference per queue (subscription) that must deliver it."""
+
+    def write_parts(self, message: StoredMessage, parts: tuple[bytes, ...], queues: Sequence[str]) -> None:
+        """``write`` of a message whose bytes are ``parts`` back to back (``message.data`` is not read): a
+        device that can keep them without joining them says so by overriding this (the file device)."""
+        self.write(dataclasses.replace(message, data=b"".join(parts)), queues)
 
     @abc.abstractmethod
     def remove(self, key: int, queue: str) -> None:

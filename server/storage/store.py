@@ -121,6 +121,9 @@ class HoldingStore:
         self._clock = time.monotonic
         self.syncs = 0
         self.encode: Callable[[Any], bytes] = _no_encoder  # set by the broker: BrokerMessage -> bytes
+        #: the same bytes as pieces (a large body stays the message's own bytes: written behind with
+        #: ``write_parts``, never joined); set by the broker
+        self.encode_parts: Callable[[Any], tuple[bytes, ...]] = lambda message: (self.encode(message),)
         #: write-behind (module docstring): key -> [message, device, queues still referencing it,
         #: delivery counts recorded meanwhile or None, the timer's tick when it was held], in placement
         #: order; False turns it off (every message written at ``hold``)
@@ -360,10 +363,14 @@ class HoldingStore:
                 del behind_map[key]
                 self._behind_bytes -= behind[0].size
         for message, device, queues, deliveries, _ in waiting.values():
+            parts = self.encode_parts(message)
             stored = StoredMessage(message.key, message.destination, message.seq, message.persistent,
-                                   self.encode(message))
+                                   parts[0] if len(parts) == 1 else b"")
             try:
-                device.write(stored, queues)
+                if len(parts) == 1:
+                    device.write(stored, queues)
+                else:
+                    device.write_parts(stored, parts, queues)
             except Exception as exc:  # noqa: BLE001 - a refusal or a device bug: the message stays in the heap
                 error = exc if isinstance(exc, StorageError) else StorageError(
                     f"holding device {device.name} failed to write message {message.message_id}: "

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from pymq.protocol.scanner import encode_frame
 from pymq_server.broker.message import BrokerMessage
-from pymq_server.broker.stored_form import decode_stored, encode_stored, stored_message
+from pymq_server.broker.stored_form import (LARGE_BODY, decode_stored, encode_stored, encode_stored_parts,
+                                            stored_message)
 
 names = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=12).filter(
     lambda n: n not in ("destination", "message-id", "pymq-seq", "content-length", "pymq-deliver-at"))
@@ -47,3 +48,19 @@ def test_the_fast_path_shares_the_wire_header_block():
     block = m.header_block("1.2")
     assert data == b"MESSAGE\n" + block + b"\n" + b"body\0"
     assert m.header_block("1.2") is block     # encoded once, for the disk and the wire
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.dictionaries(names, values, max_size=4), st.sampled_from([0, 5, LARGE_BODY - 1, LARGE_BODY, LARGE_BODY + 7]),
+       st.sampled_from([0, 0, 1700000001234]), st.booleans())
+def test_the_stored_form_as_parts_joins_to_the_stored_form(headers, size, deliver_at, length_header):
+    """A large body stays its own bytes object among the parts (the file device keeps it, no copy)."""
+    if length_header:
+        headers = {**headers, "content-length": str(size)}
+    m = message(headers, bytes(range(256)) * (size // 256) + b"x" * (size % 256), deliver_at)
+    parts = encode_stored_parts(m)
+    assert b"".join(parts) == encode_stored(m)
+    plain = size >= LARGE_BODY and not deliver_at and not length_header
+    assert len(parts) == (3 if plain else 1)
+    if plain:
+        assert parts[1] is m.body

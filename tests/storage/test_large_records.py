@@ -14,6 +14,7 @@ import shutil
 
 from pymq_server.storage.device import StoredMessage
 from pymq_server.storage.file import FileDevice
+from pymq_server.storage.memory import MemoryDevice
 from pymq_server.storage.file import format as fmt
 from pymq_server.storage.file.wal import WRITE_ALONE, Segment, list_segments, read_frames, segment_path
 
@@ -132,3 +133,38 @@ def test_a_large_record_survives_a_crash_after_its_sync_and_a_cut_log_keeps_the_
             fh.write(log[:cut])
         assert recovered(directory) == {1: (first.data, ["/topic/log"])}, cut
         shutil.rmtree(directory)
+
+
+def test_a_message_given_as_parts_is_stored_as_its_joined_bytes_are(tmp_path):
+    """``write_parts`` (the holding store's way for a bulk SEND's stored form: header block, body, NUL)
+    logs and stores the bytes ``write`` of the joined message does; pages inside the body are views of it,
+    a page spanning two parts a copy; a small message given as parts is joined; another device joins."""
+    head, body, tail = b"MESSAGE\nk:v\n\n" * 7, bytes(range(256)) * 60 + b"end", b"\0"
+    parts = (head, body, tail)
+    whole = b"".join(parts)
+    stores = {}
+    for way in ("joined", "parts"):
+        device = FileDevice("file", str(tmp_path / way), PAGE)
+        device.open()
+        small = StoredMessage(1, "/topic/log", 1, True, b"")
+        big = StoredMessage(2, "/topic/log", 2, True, whole if way == "joined" else b"")
+        if way == "joined":
+            device.write(StoredMessage(1, "/topic/log", 1, True, b"small one"), ["/topic/log"])
+            device.write(big, ["/topic/log"])
+        else:
+            device.write_parts(small, (b"small", b" one"), ["/topic/log"])
+            device.write_parts(big, parts, ["/topic/log"])
+            cont = [p for _, p in sorted(device._pages.items()) if p.cont]
+            assert b"".join(bytes(p.buf) for p in cont) == whole
+            assert sum(1 for p in cont if p.buf.obj is body) == len(whole) // PAGE - 1   # all but two pages
+        device.checkpoint()
+        assert device.read(2).data == whole and device.read(1).data == b"small one"
+        device.close()
+        device = FileDevice("file", str(tmp_path / way), PAGE)
+        device.open()
+        stores[way] = sorted((m.key, m.data) for m, _ in device.recover())
+        device.close()
+    assert stores["parts"] == stores["joined"] == [(1, b"small one"), (2, whole)]
+    other = MemoryDevice("memory")
+    other.write_parts(StoredMessage(3, "/topic/log", 3, True, b""), parts, ["/topic/log"])
+    assert other.read(3).data == whole

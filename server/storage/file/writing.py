@@ -29,6 +29,46 @@ _LOG_HEADROOM = 64 * 1024
 _PUT_OVERHEAD = 4096
 
 
+def _crc_of(data: bytes, parts: tuple[bytes, ...] | None) -> int:
+    """The crc32c of the message: of ``data``, or of ``parts`` one after the other (the checksum chains)."""
+    if parts is None:
+        return crc32c(data)
+    crc = 0
+    for part in parts:
+        crc = crc32c(part, crc)
+    return crc
+
+
+def _page_images(parts: tuple[bytes, ...], page_size: int, count: int) -> list[memoryview]:
+    """The bytes of ``count`` continuation pages holding ``parts`` back to back: a page inside one part (or
+    the rest of the last part) is a view of it (nothing copied); a page that spans parts is copied
+    together.  The last one may be shorter than a page (the checkpoint writes the rest as zeros)."""
+    images: list[memoryview] = []
+    views = [memoryview(p) for p in parts if len(p)]
+    index, at = 0, 0                 # the part the next page starts in, and where in it
+    for _ in range(count):
+        if not views:
+            break
+        view = views[index]
+        if len(view) - at >= page_size or index == len(views) - 1:
+            images.append(view[at:at + page_size])
+            at = min(at + page_size, len(view))
+        else:
+            image = bytearray()
+            while len(image) < page_size and index < len(views):
+                view = views[index]
+                take = view[at:at + page_size - len(image)]
+                image += take
+                at += len(take)
+                if at == len(views[index]):
+                    index, at = index + 1, 0
+            images.append(memoryview(image))
+            continue
+        if at == len(view):
+            index, at = index + 1, 0
+    return images
+
+
 class WritePath(DeviceState):
     """Writes, removals, references, delivery counts, catalog records and ``flush``."""
 
@@ -99,7 +139,11 @@ class WritePath(DeviceState):
             self._ensure_room(pages, size + _PUT_OVERHEAD)
 
     def write(self, message: StoredMessage, queues: Sequence[str],
-              allocation: Allocation | None = None) -> None:
+              allocation: Allocation | None = None, parts: tuple[bytes, ...] | None = None) -> None:
+        """Store ``message`` with a reference for each of ``queues``.  ``parts``: the message bytes as
+        pieces whose concatenation they are (``message.data`` is then not read): a large message is kept
+        and logged from them, never joined (the holding store hands a bulk SEND's stored form over this
+        way: its header block, the SEND's own body, the NUL); a small one is joined."""
         with self._lock:
             if not self._open or self.read_only or self._fault is not None:
                 self._check_accepting()
@@ -110,12 +154,16 @@ class WritePath(DeviceState):
                 raise StorageError(f"message {key} written without a queue", key=key)
             persistent = bool(message.persistent)
             kind = PERSISTENT if persistent else NON_PERSISTENT
-            data = message.data
-            length = len(data)
+            data = message.data if parts is None else b""
+            length = len(data) if parts is None else sum(len(p) for p in parts)
             refs = tuple(queues)
             # room first (pages, disk space, log space), so a refusal changes nothing
             tail = self._tail[kind]
             large = length > (self.page_size - _HDR - _SLOT) >> 2 and (tail is None or tail.room() < length)
+            if parts is not None and not large:
+                data, parts = b"".join(parts), None
+            elif large and parts is None and type(data) is bytes:
+                parts = (data,)
             cont_pages: list[_Page] = []
             if large:
                 count = self._continuation_count(length)
@@ -138,19 +186,21 @@ class WritePath(DeviceState):
                     refset_id = self._refset_id(refs, persistent)
                 if large:
                     ps = self.page_size
-                    # a persistent message's pages are views of its own bytes (immutable: nothing copied,
-                    # no fresh memory); the checkpoint writes them from there and then drops them
-                    shared = memoryview(data) if persistent and type(data) is bytes else None
-                    for i in range(count):
-                        if shared is not None:
-                            page = self._new_page(kind, cont=True, buf=shared[i * ps:(i + 1) * ps])
-                        else:
+                    if parts is not None and persistent:
+                        # a persistent message's pages are views of its own bytes (immutable: nothing
+                        # copied, no fresh memory), but for a page that spans two parts; the checkpoint
+                        # writes them from there and then drops them
+                        for image in _page_images(parts, ps, count):
+                            cont_pages.append(self._new_page(kind, cont=True, buf=image))
+                    else:
+                        whole = data if parts is None else b"".join(parts)
+                        for i in range(count):
                             page = self._new_page(kind, cont=True)
-                            chunk = data[i * ps:(i + 1) * ps]
+                            chunk = whole[i * ps:(i + 1) * ps]
                             self._resident(page)[:len(chunk)] = chunk
-                        cont_pages.append(page)
-                        if kind == NON_PERSISTENT:
-                            self._np_unwritten[page.number] = page
+                            cont_pages.append(page)
+                            if kind == NON_PERSISTENT:
+                                self._np_unwritten[page.number] = page
                     record = struct.pack(f"<{count}I", *(p.number for p in cont_pages))
                 if needs_page or tail is None:
                     if tail is not None:
@@ -160,14 +210,14 @@ class WritePath(DeviceState):
                     self._tail[kind] = tail
                 flags = (fmt.FLAG_PERSISTENT if persistent else 0) | (fmt.FLAG_LARGE if large else 0)
                 slot_index, slot_body = self._put_record(tail, key, message.seq, record, length, dest_id,
-                                                         refset_id, flags, crc32c(data))
+                                                         refset_id, flags, _crc_of(data, parts))
                 if persistent:
                     self._dirty.add(tail.number)
-                    if large and type(data) is bytes:
+                    if parts is not None:
                         # logged from the message's own bytes: the frame's pieces, never joined
                         self._log_pieces(fmt.F_PUT, (fmt.encode_put_head(tail.number, slot_index, slot_body,
                                                                          [p.number for p in cont_pages]),
-                                                     data), True)
+                                                     *parts), True)
                     else:
                         self._log(fmt.F_PUT, fmt.encode_put(tail.number, slot_index, slot_body,
                                                             [p.number for p in cont_pages], data), True)
@@ -186,6 +236,9 @@ class WritePath(DeviceState):
                     self._flush_locked()
                 except StorageError:
                     pass     # the message is held; the device is in fault now and its barrier says so
+
+    def write_parts(self, message: StoredMessage, parts: tuple[bytes, ...], queues: Sequence[str]) -> None:
+        self.write(message, queues, parts=parts)
 
     def remove(self, key: int, queue: str) -> None:
         with self._lock:
