@@ -108,3 +108,29 @@ def test_ids_across_a_new_digit_and_the_content_type_without_a_body_type_column(
     empty = bulk_rows.complete_bulk(batch.slice(0, 0), first_seq=1, first_key=1, node_id="n", now=5,
                                     persistent=True, priority=4, ttl=0)
     assert empty.num_rows == 0 and pc.sum(empty.column("seq")).as_py() is None
+
+
+def test_columns_of_one_value_are_shared_between_frames_not_made_again(monkeypatch):
+    """A default, all-null or 0..n-1 column is a slice of one shared column: two frames' segments point at
+    the same buffer, hold the values a column of their own would, and are accounted by what they use."""
+    def frame(n):
+        return bulk_rows.complete_bulk(pa.RecordBatch.from_pydict({"body": pa.array([b"x"] * n)}), first_seq=1,
+                                       first_key=1, node_id="n", now=5, persistent=True, priority=4, ttl=0)
+
+    def address(batch, name):
+        return batch.column(name).buffers()[-1].address
+
+    a, b = frame(10), frame(3000)
+    for name in ("content_type", "body_type", "priority", "delivery_mode", "group", "properties"):
+        assert address(a, name) == address(b, name), name
+    assert address(a, "seq") != address(b, "seq")               # numbered per frame
+    assert b.column("content_type").to_pylist() == ["application/octet-stream"] * 3000
+    assert b.column("priority").to_pylist() == [4] * 3000 and b.column("group").null_count == 3000
+    assert b.column("seq").to_pylist() == list(range(1, 3001))
+    assert a.nbytes < 5000                      # its ten rows, not the shared columns (98 KB and more)
+    # a frame larger than the shared columns gets its own, with the same values
+    monkeypatch.setattr(bulk_rows, "SHARED_ROWS", 100)
+    big = frame(150)
+    assert address(big, "content_type") != address(a, "content_type")
+    assert big.column("content_type").to_pylist() == ["application/octet-stream"] * 150
+    assert big.column("seq").to_pylist() == list(range(1, 151))
