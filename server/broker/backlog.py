@@ -227,7 +227,6 @@ class Backlog:
             entries = []
             for message, deliveries in block.take(STORED_STEP):
                 entry = Entry(message, queue, now)
-                entry.stored = block.stored
                 entry.deliveries = deliveries
                 message.refs += 1
                 entries.append(entry)

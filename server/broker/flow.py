@@ -72,7 +72,9 @@ class MemoryFlow:
                 self.message_gone(bulk.holder)
             elif bulk.stored:
                 self.store.block_changed(bulk)
-            return
+            if message.device is None:
+                return
+            # a row placed again on its own (a cluster's move to a peer's outbox): its own figures too
         self.store.forget(message)
         # paged_out(), inlined: this runs once per message
         self.held_bytes -= message.size

@@ -136,7 +136,7 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         """A bulk SEND's rows as one unit (blocks.py), in the backlog; a queue without one takes them all."""
         if self.backlog.pager is None:
             for message, deliveries in block.take(block.waiting):
-                self.enqueue(message, stored=block.stored, now=now, deliveries=deliveries)
+                self.enqueue(message, now=now, deliveries=deliveries)    # the block's record: not theirs
             return
         n = self.backlog.take_block(block)
         self.stats.added += n
@@ -322,9 +322,9 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         timeout = self.config.delivery_timeout_ms
         if timeout:
             heapq.heappush(self._timeouts, (now + timeout / 1000.0, entry.message.seq, entry.deliveries, entry))
-        if entry.stored and consumer.ack_mode != AUTO:
-            # the count (and so the redelivered flag) must survive a restart; an auto-ack delivery
-            # completes the entry at once, so there is nothing to remember
+        if consumer.ack_mode != AUTO and (entry.stored or entry.message.bulk is not None):
+            # the count (and so the redelivered flag) must survive a restart (a bulk row's: in its block's
+            # record); an auto-ack delivery completes the entry at once, so there is nothing to remember
             self.host.delivered(entry.message, self.name, entry.deliveries)
         consumer.deliver(entry)
 

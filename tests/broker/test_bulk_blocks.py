@@ -170,6 +170,26 @@ def test_a_selector_finds_its_row_deep_in_a_block(broker_factory):
     assert wait_for(lambda: _held(b) == (0, [], 0)), _held(b)
 
 
+def test_a_row_placed_again_on_its_own_keeps_the_figures_right(broker_factory):
+    # a cluster's re-route places a queue's message object again (spec/cluster.md §5); a block's row so
+    # placed is stored on its own and counted until its last entry goes, and the block still settles it
+    b = broker_factory()
+    with pymq.connect(b.url) as conn:
+        s = conn.create_session()
+        s.send_arrow("/queue/again", rows(3))
+
+        def move():
+            q = b.broker.destinations.queue("again", create=False)
+            entries = q.backlog.take(q)
+            q._admit(entries)
+            b.broker.router.reroute(entries[0].message, None)
+        b.call(move)
+        assert _held(b)[2] == 2        # the block's record, and the row's own message
+        c = s.create_consumer(pymq.Queue("again"))
+        assert sorted(c.receive(5).text for _ in range(4)) == ["r0", "r0", "r1", "r2"]
+    assert wait_for(lambda: _held(b) == (0, [], 0)), _held(b)
+
+
 def test_memory_short_and_a_queue_without_backlog_still_take_blocks(broker_factory):
     # a last-value queue keeps everything in memory (no backlog): its rows are placed one by one
     b = broker_factory(queues={"lv": {"last_value_key": "k"}})
