@@ -69,6 +69,7 @@ class Taker:
     """A consumer that takes one message and keeps it (unacknowledged)."""
 
     selector = None
+    ack_mode = "client-individual"   # keeps what it takes until told
     active = True
     exclusive = False
     scan = [0, [-1] * 10]
