@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 
-pa = pytest.importorskip("pyarrow")
-
 import yaml
 
 import pymq
 from tests.conftest import RawStomp, wait_for
 from tests.storage.disks import BrokerProcess
+
+pa = pytest.importorskip("pyarrow")
 
 ARROW = {"pymq-format": "arrow", "content-type": "application/vnd.apache.arrow.stream"}
 
