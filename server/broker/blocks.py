@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -28,8 +29,15 @@ from pymq_server.broker import segments
 if TYPE_CHECKING:
     from pymq_server.broker.message import BrokerMessage
 
+log = logging.getLogger("pymq.broker")
+
 #: the catalog record of a stored block's settled rows: ``rows:<record key>:<queue name>`` (store.py)
 STATE_PREFIX = "rows:"
+
+
+def _offset(value: Any) -> int:
+    """A row offset or count from the catalog record, within what Arrow's int64 arithmetic takes."""
+    return max(0, min(int(value), 1 << 62))
 
 
 class BulkBlock:
@@ -139,9 +147,17 @@ class BulkBlock:
 
         below, done, counts = 0, [], []
         if state is not None:
-            record = json.loads(state)
-            below, done, counts = int(record["below"]), record["done"], record["counts"]
             self.recorded = True
+            try:
+                record = json.loads(state)
+                below = _offset(record["below"])
+                done = [(_offset(lo), _offset(hi)) for lo, hi in record["done"]]
+                counts = [(_offset(k), _offset(v)) for k, v in record["counts"]]
+            except (ValueError, TypeError, KeyError) as exc:
+                # not what this broker writes: every row comes back (at least once), none is lost
+                log.error("the settled rows of bulk record %s in %s are unreadable (%s): all its rows come "
+                          "back", self.holder.key, self.queue, exc)
+                below, done, counts = 0, [], []
         offsets = pc.subtract(self.rows.column(0), self.first_seq)
         keep = pc.greater_equal(offsets, below)
         for lo, hi in done:
@@ -152,4 +168,4 @@ class BulkBlock:
         self.done_below = min(present) if present else 0
         last = max(present) if present else -1
         self.done_above = set(range(self.done_below, last + 1)) - present
-        self.counts = {int(k): int(v) for k, v in counts if int(k) in present}
+        self.counts = {k: v for k, v in counts if k in present}

@@ -174,3 +174,42 @@ def test_a_block_behind_ready_messages_and_before_later_ones():
     assert [seq for _, seq, *_ in log] == [1, 2, 3, 4, 5, 6, 7, 8]     # one consumer: all in order
     assert settled == blocks == [4]
     assert figures[0] == 0
+
+
+def _settle(block, offsets):
+    made = {m.seq - block.first_seq: m for m, _ in block.take(block.waiting)}
+    for offset in offsets:
+        block.settle(made[offset])
+    return made
+
+
+def test_the_catalog_record_brings_back_exactly_the_rows_not_settled():
+    block = _block(100, [(None, False)] * 10)
+    made = _settle(block, [0, 1, 2, 5, 7, 8])
+    block.delivered(made[3], 2)
+    block.delivered(made[4], 1)
+    state = block.state()
+    assert state == b'{"below":3,"done":[[5,6],[7,9]],"counts":[[3,2],[4,1]]}'
+    again = _block(100, [(None, False)] * 10)
+    again.restore(state)
+    assert [(m.seq, n) for m, n in again.take(10)] == [(103, 2), (104, 1), (106, 0), (109, 0)]
+    assert again.left == 4 and again.recorded
+
+
+@pytest.mark.parametrize("state", [b"", b"not json", b"[]", b'{"below": "x", "done": [], "counts": []}',
+                                   b'{"below": 0, "done": [[1, 2, 3]], "counts": []}',
+                                   b'{"below": 0, "done": [], "counts": [["a", 1]]}', b'{"done": []}',
+                                   b"\xff\xfe", b'{"below": 0, "done": 7, "counts": []}'])
+def test_an_unreadable_record_brings_every_row_back(state):
+    block = _block(7, [(None, False)] * 3)
+    block.restore(state)
+    assert [(m.seq, n) for m, n in block.take(10)] == [(7, 0), (8, 0), (9, 0)] and block.left == 3
+
+
+def test_settled_offsets_past_the_rows_and_huge_numbers_are_harmless():
+    block = _block(7, [(None, False)] * 3)
+    block.restore(b'{"below": 99999999999999999999, "done": [], "counts": [[1, 5]]}')
+    assert block.left == 0 and block.take(10) == []
+    block = _block(7, [(None, False)] * 3)
+    block.restore(b'{"below": 1, "done": [[-5, 0], [2, 99999999999999999999]], "counts": [[1, 5], [2, 9]]}')
+    assert [(m.seq, n) for m, n in block.take(10)] == [(8, 5)]
