@@ -10,7 +10,6 @@ messages already ready, spec/spark.md §7.1, which is where the two may differ b
 """
 from __future__ import annotations
 
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -21,7 +20,8 @@ from pymq_server.broker.blocks import BulkBlock
 from pymq_server.broker.message import BrokerMessage, now_ms
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.config import QueueConfig
-from tests.broker.test_hand_new import Consumer, Odd
+from tests.broker.test_hand_new import Consumer, play_consumers
+from tests.broker.test_hand_new import Host as HandNewHost
 
 pa = pytest.importorskip("pyarrow")
 
@@ -38,37 +38,18 @@ class Pager:
     flow = Flow()
 
 
-class Host:
-    clock = staticmethod(time.monotonic)
-    now_ms = staticmethod(now_ms)
+class Host(HandNewHost):
+    """A queue's host with a pager (so the queue keeps a backlog) that settles blocks' rows as they go."""
 
-    def __init__(self, paged: bool) -> None:
-        self.pager = Pager() if paged else None
+    def __init__(self) -> None:
+        self.pager = Pager()
         self.settled: list = []           # blocks whose last row went, in order
         self.gone = 0
-
-    def schedule_at_ms(self, when_ms, fn, *args) -> None:
-        pass
-
-    def call_soon(self, fn, *args) -> None:
-        pass
-
-    def release_reference(self, message, queue) -> None:
-        pass
 
     def message_gone(self, message) -> None:
         self.gone += 1
         if message.bulk is not None and message.bulk.settle(message):
             self.settled.append(message.bulk.first_seq)
-
-    def on_expired(self, entry) -> None:
-        pass
-
-    def dead_letter(self, entry, reason) -> None:
-        pass
-
-    def delivered(self, message, queue, deliveries) -> None:
-        pass
 
 
 def _single(n: int, group: str | None, expired: bool) -> BrokerMessage:
@@ -108,7 +89,7 @@ operations = st.lists(st.one_of(
 
 
 def _play(ops, as_blocks: bool) -> tuple:
-    host = Host(paged=True)
+    host = Host()
     queue = MessageQueue(host, "q", "/queue/q", config=QueueConfig())  # type: ignore[arg-type]
     log: list = []
     consumers: list[Consumer] = []
@@ -132,25 +113,8 @@ def _play(ops, as_blocks: bool) -> tuple:
                     queue.enqueue(_single(first + i, *spec))
                 queue._dispatching = False
                 queue.dispatch()
-        elif op[0] in ("ack", "nack") and consumers:
-            consumer = consumers[op[1] % len(consumers)]
-            if consumer.held:
-                entry = consumer.held.pop(0)
-                if op[0] == "ack":
-                    queue.complete(entry)
-                else:
-                    queue.release(entry)
-                queue.dispatch()
-        elif op[0] == "add":
-            consumer = Consumer(f"c{len(log)}-{len(consumers)}", op[1], Odd() if op[2] else None, op[3], log)
-            consumers.append(consumer)
-            queue.add_consumer(consumer)
-        elif op[0] == "leave" and consumers:
-            consumer = consumers.pop(op[1] % len(consumers))
-            queue.remove_consumer(consumer)
-            for entry in consumer.held:
-                queue.release(entry, failed=False, dispatch=False)
-            queue.dispatch()
+        else:
+            play_consumers(queue, op, consumers, log)
     stats = queue.stats
     figures = (queue.depth, queue.acquired, stats.added, stats.delivered, stats.expired, stats.peak_depth,
                stats.acknowledged, stats.failed, host.gone)

@@ -12,25 +12,13 @@ import pytest
 import yaml
 
 import pymq
+from tests.arrow_rows import rows
 from tests.conftest import RawStomp, wait_for
 from tests.storage.disks import BrokerProcess
 
 pa = pytest.importorskip("pyarrow")
 
 ARROW = {"pymq-format": "arrow", "content-type": "application/vnd.apache.arrow.stream"}
-
-
-def ipc(**columns) -> bytes:
-    batch = pa.RecordBatch.from_pydict(columns)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch)
-    return sink.getvalue().to_pybytes()
-
-
-def rows(n: int, start: int = 0, **extra) -> bytes:
-    return ipc(body=pa.array([f"r{i}".encode() for i in range(start, start + n)]),
-               body_type=pa.array(["text"] * n), **extra)
 
 
 def _queue(b, name):

@@ -91,6 +91,30 @@ operations = st.lists(st.one_of(
 ), max_size=60)
 
 
+def play_consumers(queue: MessageQueue, op: tuple, consumers: list, log: list) -> None:
+    """The consumers' side of a run: ``ack`` or ``nack`` the oldest message a consumer holds, ``add`` a
+    consumer (prefetch, Odd selector or not, exclusive or not), or one ``leave`` (what it held released)."""
+    if op[0] in ("ack", "nack") and consumers:
+        consumer = consumers[op[1] % len(consumers)]
+        if consumer.held:
+            entry = consumer.held.pop(0)
+            if op[0] == "ack":
+                queue.complete(entry)
+            else:
+                queue.release(entry)
+            queue.dispatch()
+    elif op[0] == "add":
+        consumer = Consumer(f"c{len(log)}-{len(consumers)}", op[1], Odd() if op[2] else None, op[3], log)
+        consumers.append(consumer)
+        queue.add_consumer(consumer)
+    elif op[0] == "leave" and consumers:
+        consumer = consumers.pop(op[1] % len(consumers))
+        queue.remove_consumer(consumer)
+        for entry in consumer.held:
+            queue.release(entry, failed=False, dispatch=False)
+        queue.dispatch()
+
+
 def _play(ops, shortcut: bool) -> tuple[list, tuple]:
     queue = MessageQueue(Host(), "q", "/queue/q", config=QueueConfig())
     if not shortcut:
@@ -102,22 +126,8 @@ def _play(ops, shortcut: bool) -> tuple[list, tuple]:
         if op[0] == "send":
             n += 1
             queue.enqueue(_message(n, op[1], op[2], op[3]))
-        elif op[0] == "ack" and consumers:
-            consumer = consumers[op[1] % len(consumers)]
-            if consumer.held:
-                entry = consumer.held.pop(0)
-                queue.complete(entry)
-                queue.dispatch()
-        elif op[0] == "add":
-            consumer = Consumer(f"c{len(log)}-{len(consumers)}", op[1], Odd() if op[2] else None, op[3], log)
-            consumers.append(consumer)
-            queue.add_consumer(consumer)
-        elif op[0] == "leave" and consumers:
-            consumer = consumers.pop(op[1] % len(consumers))
-            queue.remove_consumer(consumer)
-            for entry in consumer.held:
-                queue.release(entry, failed=False, dispatch=False)
-            queue.dispatch()
+        else:
+            play_consumers(queue, op, consumers, log)
     stats = queue.stats
     figures = (queue.depth, queue.acquired, queue.ready.count, stats.added, stats.delivered, stats.expired,
                stats.peak_depth, stats.acknowledged, dict((g, c.name) for g, c in queue.group_owners.items()))

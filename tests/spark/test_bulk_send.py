@@ -14,22 +14,10 @@ import pymq
 from pymq.errors import MessageFormatError, PymqError, QueueFull
 from pyspark_pymq._options import ReadOptions, WriteOptions
 from pyspark_pymq.source import BatchReader, read_partition
+from tests.arrow_rows import rows
 from tests.conftest import RawStomp
 
 pytestmark = pytest.mark.spark
-
-
-def ipc(**columns) -> bytes:
-    batch = pa.RecordBatch.from_pydict(columns)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as w:
-        w.write_batch(batch)
-    return sink.getvalue().to_pybytes()
-
-
-def rows(n: int, start: int = 0, **extra) -> bytes:
-    return ipc(body=pa.array([f"r{i}".encode() for i in range(start, start + n)]),
-               body_type=pa.array(["text"] * n), **extra)
 
 
 def arrow_seqs(session, dest, **kw) -> list[int]:
