@@ -237,3 +237,38 @@ def test_a_full_disk_through_the_fault_layer_refuses_at_once_without_a_fault(bro
     assert device.status().extra["refusals"] >= 1
     io.heal()
     assert roundtrip(broker.port, {"destination": "/queue/z"}, body(100)) == "RECEIPT"
+
+
+def test_a_bulk_send_to_a_queue_on_a_full_disk_is_refused_whole(small_disk, broker_processes):
+    # a bulk SEND to a queue is one stored record (spec/spark.md §7.1): on a full disk it is refused
+    # with an ERROR and places no row; every frame receipted before is drained whole, once, in order, and
+    # after a kill -9 the same rows come back
+    import pyarrow as pa
+
+    from tests.arrow_rows import ipc
+
+    disk = small_disk(8 << 20)
+    disk.fill("ballast", 4 << 20)
+    bp = broker_processes(disk.path / "data")
+    client = RawStomp(bp.port)
+    assert client.connect().command == "CONNECTED"
+    receipted, error = [], None
+    for frame_no in range(40):
+        rows = [f"b{frame_no:03d}{i:04d}".encode() + b"x" * 992 for i in range(250)]
+        client.send("SEND", {"destination": "/queue/bulkfull", "receipt": str(frame_no), "pymq-format": "arrow",
+                             "content-type": "application/vnd.apache.arrow.stream"}, ipc(body=pa.array(rows)))
+        answer = client.read(15)
+        if answer.command == "RECEIPT":
+            receipted.append(frame_no)
+            continue
+        error = answer
+        break
+    client.close()
+    assert receipted and error is not None, (receipted, error)
+    assert error.headers.get("pymq-code") == "storage" and "full" in error.headers["message"], error.headers
+    expected = [f"b{f:03d}{i:04d}".encode() for f in receipted for i in range(250)]
+    bp.kill()                                          # kill -9: the receipted frames are durable
+    restarted = broker_processes(disk.path / "data")
+    got = drain(restarted.port, "/queue/bulkfull", timeout=2.0)
+    assert [g[:8] for g in got] == expected
+    assert restarted.terminate() == 0
