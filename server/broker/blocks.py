@@ -50,6 +50,7 @@ class BulkBlock:
                  first_seq: int | None = None) -> None:
         self.rows = rows                   # the completed rows still to take (log schema, segments.py)
         self.holder = holder               # the message object standing for the stored record
+        holder.refs += 1                   # one holder of it (with a log's segment, other queues' blocks)
         self.queue = queue                 # the queue's (storage) name
         self.destination = holder.destination
         self.first_seq = holder.seq if first_seq is None else first_seq

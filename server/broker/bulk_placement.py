@@ -1,9 +1,10 @@
 """A bulk SEND's rows through the placement path (spec/spark.md §7): the rules of placement.py, in
 their order, applied to the frame as a whole and column-wise. Every row is checked before any is numbered;
-then the rows that only a topic's retained log keeps become one sealed segment and one stored record, the
-rows for a queue one stored record and one bulk block (blocks.py), each without a per-message object; other
-rows (a topic's subscribers, a queue routed in a cluster or making room with ``drop-oldest``) become
-messages placed one by one through :meth:`Placement.commit`.
+then the rows become one stored record (the SEND's own body) held by the topic's retained log as a sealed
+segment and by each queue that takes them — the queue, or the topic's subscriptions — as a bulk block
+(blocks.py), with no per-message object; where a row must be placed on its own (a subscription's selector,
+routing in a cluster, ``drop-oldest`` making room, storage rules choosing per message) every row becomes a
+message placed one by one through :meth:`Placement.commit`.
 
 A mixin of :class:`placement.Placement`, whose state (store, sequences, logs, dedup window, cluster) it uses.
 """
@@ -91,16 +92,12 @@ class BulkPlacement:
         first_key = self.seqs.take("", n)
         rows = complete(batch, first_seq, first_key)
         log = self.logs.get(destination) if policy.log else None
-        if isinstance(target, Topic) and log is not None and not target.subscriptions and not self.cluster.active:
-            # only the log keeps these rows: one sealed segment, one stored record, no message objects
+        units = self._units(target, queue, log, peers, make_room, client)
+        if units is not None:
+            # one stored record; the log's segment and a block in each queue: no message object per row
             return BulkResult(first_seq, n, len(dropped),
-                              self._log_segment(log, body, rows, dropped, first_key, arrival, (priority, ttl)))
-        if queue is not None and peers is None and not make_room and log is None and \
-                self.store.choose is self.store._default:
-            # one block in the queue, one stored record: rows become messages as consumers take them
-            return BulkResult(first_seq, n, len(dropped),
-                              self._queue_block(queue, body, rows, dropped, first_key, arrival, (priority, ttl),
-                                                client, policy.dedup))
+                              self._hold_as_unit(destination, log, units, body, rows, dropped, first_key, arrival,
+                                                 (priority, ttl), client, policy.dedup))
         with bulk_rows.collector_paused():     # tens of thousands of objects at once (see there)
             made = bulk_rows.materialize_rows(rows, destination, first_key, client)
             dedup_ids = rows.column("dedup_id").to_pylist() if policy.dedup else [None] * n
@@ -161,39 +158,50 @@ class BulkPlacement:
             return min(queue.ready.count, queue.depth + n - cfg.max_depth)
         return 0
 
-    def _log_segment(self, log: RetainedLog, body: bytes, rows: Any, dropped: list[int], first_key: int,
-                     arrival: int, defaults: tuple[int, int]) -> bool:
-        """Rules 6–8 for rows only a retained log keeps: one stored record (the SEND's own body), one segment."""
-        holder, stored = self._hold_record(log.name, log.destination, body, rows, dropped, first_key, arrival,
-                                           defaults, True)
-        log.append_segment(rows, first_key, holder)
-        return stored
+    def _units(self, target: Any, queue: MessageQueue | None, log: RetainedLog | None, peers: list | None,
+               make_room: int, client: Client | None) -> list[MessageQueue] | None:
+        """The queues that take the frame's rows as one bulk block each (a topic's subscriptions, or the
+        queue), with the log's segment: None when some row must be placed on its own (a selector
+        subscription, a queue's log or routing in a cluster, ``drop-oldest`` making room, storage rules
+        choosing per message)."""
+        if self.cluster.active:
+            return None
+        if queue is None and not target.subscriptions and log is not None:
+            return []                       # only the log keeps them
+        if self.store.choose is not self.store._default:
+            return None
+        if queue is not None:
+            return [queue] if peers is None and not make_room and log is None else None
+        subs = [sub for sub in target.subscriptions.values()
+                if not (sub.no_local and client is not None and sub.owner == client.id)]
+        if any(sub.selector is not None for sub in subs) or (not subs and log is None):
+            return None
+        return [sub.queue for sub in subs]
 
-    def _queue_block(self, queue: MessageQueue, body: bytes, rows: Any, dropped: list[int], first_key: int,
-                     arrival: int, defaults: tuple[int, int], client: Client | None, dedup: bool) -> bool:
-        """Rules 6–8 for a queue's rows: one stored record, one bulk block in the queue (blocks.py)."""
-        holder, stored = self._hold_record(queue.name, queue.destination, body, rows, dropped, first_key, arrival,
-                                           defaults, dedup, queue.durable)
-        block = BulkBlock(rows, holder, queue.name, first_key, stored)
-        if client is not None:
-            block.producer, block.client_id, block.user = client.id, client.client_id, client.user.name
-        queue.enqueue_block(block)
-        if client is not None and queue.config.overflow == "block" and queue.config.max_depth and \
-                queue.depth >= queue.config.max_depth:
-            queue.block_producer(client)
-        return stored
-
-    def _hold_record(self, ref: str, destination: str, body: bytes, rows: Any, dropped: list[int], first_key: int,
-                     arrival: int, defaults: tuple[int, int], dedup: bool, durable: bool = True) -> tuple[Any, bool]:
-        """A bulk SEND's one record (the SEND's own body) held with a reference for ``ref`` (a log or a
-        queue), its rows' dedup ids remembered: (the record's message object, whether a device stores it)."""
+    def _hold_as_unit(self, destination: str, log: RetainedLog | None, queues: list[MessageQueue], body: bytes,
+                      rows: Any, dropped: list[int], first_key: int, arrival: int, defaults: tuple[int, int],
+                      client: Client | None, dedup: bool) -> bool:
+        """Rules 6–8 for rows kept as a unit: one stored record (the SEND's own body) with a reference for
+        the log and each durable queue, the log's sealed segment, a bulk block in each queue (blocks.py)."""
+        refs = ([log.name] if log is not None else []) + [q.name for q in queues if q.durable]
         key = self.seqs.next("")
         holder = bulk_rows.segment_record(body, rows, dropped, destination, key, f"ID:{self.node_id}-{key}",
                                           first_key, self.node_id, arrival, (self.default_persistent, *defaults))
-        stored = self.store.hold(holder, [ref]) if holder.persistent and durable else False
+        stored = self.store.hold(holder, refs) if holder.persistent and refs else False
         self.flow.held(holder)
         if dedup:
             for dedup_id in rows.column("dedup_id").drop_null().to_pylist():
                 self.dedup.remember(destination, dedup_id)
-        return holder, stored
+        if log is not None:
+            log.append_segment(rows, first_key, holder)
+        for queue in queues:
+            block = BulkBlock(rows, holder, queue.name, first_key, stored and queue.durable)
+            if client is not None:
+                block.producer, block.client_id, block.user = client.id, client.client_id, client.user.name
+            queue.enqueue_block(block)
+            if client is not None and queue.config.overflow == "block" and queue.config.max_depth and \
+                    queue.depth >= queue.config.max_depth:
+                queue.block_producer(client)
+        return stored
+
 

@@ -11,7 +11,7 @@ producers are paused, so consumers keep acknowledging and memory drains.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, TYPE_CHECKING, Protocol
 from collections.abc import Callable
 
 if TYPE_CHECKING:
@@ -68,8 +68,7 @@ class MemoryFlow:
         if bulk is not None:
             # a row of a bulk block: the block's record carries the figures, and goes with its last row
             if bulk.settle(message):
-                self.store.block_done(bulk)
-                self.message_gone(bulk.holder)
+                self.block_done(bulk)
             elif bulk.stored:
                 self.store.block_changed(bulk)
             if message.device is None:
@@ -81,6 +80,15 @@ class MemoryFlow:
         self.held_messages -= 1
         if self.high and self.held_bytes < self.config.max_memory * 0.8:
             self._below_high()
+
+    def block_done(self, block: Any) -> None:
+        """A bulk block's last row is gone: its record's reference for the queue goes, and the record's
+        message object with its last holder (a retained log's segment, other subscriptions' blocks)."""
+        self.store.block_done(block)
+        holder = block.holder
+        holder.refs -= 1
+        if not holder.refs:
+            self.message_gone(holder)
 
     # -- paging (backlog.py) -------------------------------------------------------------------------
     def resident(self) -> int:

@@ -142,8 +142,7 @@ class Recovery:
             self.store.put_meta(block_state_key(record.key, ref), None)
             self.store.block_changed(block)
         if not block.left:
-            self.store.block_done(block)
-            self.flow.message_gone(record)
+            self.flow.block_done(block)
             return
         queue.enqueue_block(block)
 

@@ -277,3 +277,85 @@ def test_a_restart_brings_back_exactly_the_rows_not_settled_with_their_counts(tm
     finally:
         if bp.proc.poll() is None:
             bp.kill()
+
+
+# -- a topic's subscriptions: one record, a block in each --------------------------------------------------
+
+def _subscription(b, name):
+    return b.call(lambda: b.broker.subscriptions.find(name).queue)
+
+
+def test_a_topic_bulk_send_is_one_record_and_a_block_in_each_subscription(broker_factory):
+    b = broker_factory()
+    with pymq.connect(b.url, client_id="keep") as conn:
+        s = conn.create_session()
+        s.create_durable_subscriber(pymq.Topic("fan"), "d").close()      # durable, nobody connected
+        live = s.create_consumer(pymq.Topic("fan"))                       # non-durable, live
+        s.send_arrow("/topic/fan", rows(400))
+        kept = _subscription(b, "sub:keep:d")
+        assert b.call(lambda: (kept.depth, [r[0] for r in kept.backlog.runs])) == (400, ["block"])
+        assert _held(b) == (1, [], 1)                                    # one record for both
+        assert [live.receive(5).text for _ in range(400)] == [f"r{i}" for i in range(400)]
+        assert _held(b)[0] == 1                                          # the durable one still owes it all
+        durable = s.create_durable_subscriber(pymq.Topic("fan"), "d")
+        assert [durable.receive(5).text for _ in range(400)] == [f"r{i}" for i in range(400)]
+        assert durable.receive(0.2) is None and live.receive(0.2) is None
+    assert wait_for(lambda: _held(b) == (0, [], 0)), _held(b)
+
+
+def test_a_retained_topic_keeps_its_segment_after_the_subscribers_have_their_rows(broker_factory):
+    b = broker_factory(retention={"/topic/*": {"ms": 3_600_000}})
+    with pymq.connect(b.url) as conn:
+        s = conn.create_session()
+        live = s.create_consumer(pymq.Topic("kept"))
+        s.send_arrow("/topic/kept", rows(50))
+        assert [live.receive(5).text for _ in range(50)] == [f"r{i}" for i in range(50)]
+        assert wait_for(lambda: _held(b) == (1, [], 1)), _held(b)          # the log still holds the record
+        assert [m.text for m in s.read_range(pymq.Topic("kept")).messages] == [f"r{i}" for i in range(50)]
+
+
+def test_selector_and_no_local_subscriptions_get_what_they_would_one_by_one(broker_factory):
+    b = broker_factory()
+    props = pa.map_(pa.string(), pa.string())
+    body = rows(20, properties=pa.array([[("n", str(i))] for i in range(20)], props),
+                property_types=pa.array(["n=i"] * 20))
+    with pymq.connect(b.url) as conn, pymq.connect(b.url) as other:
+        s, o = conn.create_session(), other.create_session()
+        mine = s.create_consumer(pymq.Topic("sel"), no_local=True)       # the producer's own connection
+        theirs = o.create_consumer(pymq.Topic("sel"))
+        s.send_arrow("/topic/sel", body)
+        assert [theirs.receive(5).text for _ in range(20)] == [f"r{i}" for i in range(20)]
+        assert mine.receive(0.3) is None
+        picky = o.create_consumer(pymq.Topic("sel"), selector="n >= 15")  # a selector: rows one by one
+        s.send_arrow("/topic/sel", body)
+        assert [picky.receive(5).text for _ in range(5)] == [f"r{i}" for i in range(15, 20)]
+        assert picky.receive(0.2) is None
+        assert len([theirs.receive(5) for _ in range(20)]) == 20
+    assert wait_for(lambda: _held(b) == (0, [], 0)), _held(b)
+
+
+def test_a_durable_subscription_comes_back_after_kill_9_with_exactly_its_unsettled_rows(tmp_path):
+    data = tmp_path / "data"
+    bp = BrokerProcess(data)
+    try:
+        with pymq.connect(bp.url, client_id="dur") as conn:
+            s = conn.create_session(ack_mode=pymq.CLIENT_ACKNOWLEDGE)
+            sub = s.create_durable_subscriber(pymq.Topic("kill"), "k")
+            s.send_arrow("/topic/kill", rows(200))
+            got = [sub.receive(5) for _ in range(80)]
+            got[-1].acknowledge()                          # client mode: what the session consumed, r0..r79
+            got += [sub.receive(5) for _ in range(40)]     # r80..r119 out, not acknowledged
+            assert [m.text for m in got] == [f"r{i}" for i in range(120)]
+            s.create_producer(pymq.Queue("elsewhere")).send("w")   # its receipt's barrier: the ACK is durable
+            bp.kill()
+        bp = BrokerProcess(data)
+        with pymq.connect(bp.url, client_id="dur") as conn:
+            sub = conn.create_session().create_durable_subscriber(pymq.Topic("kill"), "k")
+            back = [sub.receive(5) for _ in range(120)]
+            assert [m.text for m in back] == [f"r{i}" for i in range(80, 200)]
+            assert all(m.redelivered for m in back[:40])  # (later ones too if the prefetch had them out)
+            assert sub.receive(0.5) is None
+        assert bp.terminate() == 0
+    finally:
+        if bp.proc.poll() is None:
+            bp.kill()
