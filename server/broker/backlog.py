@@ -259,13 +259,21 @@ class Backlog:
     def messages(self, lo: int = 0, hi: int | None = None) -> Iterator[BrokerMessage]:
         """Every message of the backlog in order, read without taking them (browsing); a bulk block's
         rows only from sequence number ``lo`` (and below ``hi``), others whatever their number."""
+        yield from self.pieces(lo, hi, blocks_as_rows=False)
+
+    def pieces(self, lo: int = 0, hi: int | None = None, blocks_as_rows: bool = True) -> Iterator[Any]:
+        """:meth:`messages`, with a bulk block's waiting rows as one (segment, start, stop) each (an Arrow
+        range read slices them: no message made)."""
         pager = self.pager
         for run in list(self.runs):
             kind = run[0]
             if kind == "held":
                 yield from (entry.message for entry in list(run[1]))
             elif kind == "block":
-                yield from run[1].peek(lo, hi)
+                if blocks_as_rows:
+                    yield run[1].waiting_rows(lo, hi)
+                else:
+                    yield from run[1].peek(lo, hi)
             elif kind == "batch":
                 yield from pager.read_batch(run[1], run[2], None)   # type: ignore[union-attr]
             else:

@@ -18,7 +18,6 @@ consecutive numbers), which survives a restart whatever rows recovery leaves out
 """
 from __future__ import annotations
 
-import bisect
 import json
 import logging
 from collections.abc import Iterator
@@ -44,7 +43,8 @@ class BulkBlock:
     """The rows of one bulk SEND in one queue (module docstring)."""
 
     __slots__ = ("rows", "holder", "queue", "destination", "first_seq", "first_key", "stored", "at",
-                 "left", "done_below", "done_above", "counts", "recorded", "producer", "client_id", "user")
+                 "left", "done_below", "done_above", "counts", "recorded", "producer", "client_id", "user",
+                 "_segment")
 
     def __init__(self, rows: Any, holder: BrokerMessage, queue: str, first_key: int, stored: bool,
                  first_seq: int | None = None) -> None:
@@ -62,6 +62,7 @@ class BulkBlock:
         self.done_above: set[int] = set()  # settled offsets above done_below
         self.counts: dict[int, int] = {}   # offset -> delivery count, while out to a consumer that acks
         self.recorded = False              # a catalog record of its state exists (stored blocks)
+        self._segment: segments.Segment | None = None     # the rows as a sealed segment (range reads)
         self.producer = ""                 # the producing connection (no-local), its client id and user
         self.client_id: str | None = None
         self.user: str | None = None
@@ -95,14 +96,20 @@ class BulkBlock:
             out.append((message, counts.get(message.seq - first_seq, 0) if counts else 0))
         return out
 
+    def waiting_rows(self, lo: int = 0, hi: int | None = None) -> tuple[segments.Segment, int, int]:
+        """(the rows as a sealed segment, start, stop): the rows not taken yet with ``lo <= seq < hi``,
+        found by bisection (rows are in sequence order) for range reads, which slice them in Arrow."""
+        seg = self._segment
+        if seg is None:
+            seg = self._segment = segments.Segment(self.rows)
+        start = max(self.at, seg.index(lo)) if lo else self.at
+        stop = len(seg) if hi is None else seg.index(hi, start)
+        return seg, start, max(start, stop)
+
     def peek(self, lo: int = 0, hi: int | None = None, step: int = 256) -> Iterator[BrokerMessage]:
         """The rows not taken yet with ``lo <= seq < hi``, as messages that are not the queue's (browsing,
-        range reads), made a step at a time as the reader goes; rows are in sequence order, so the range
-        is found by bisection, not by making every row."""
-        seqs = self.rows.column(0)
-        n = self.rows.num_rows
-        start = max(self.at, bisect.bisect_left(range(n), lo, key=lambda i: seqs[i].as_py())) if lo else self.at
-        stop = n if hi is None else bisect.bisect_left(range(n), hi, key=lambda i: seqs[i].as_py())
+        range reads per message), made a step at a time as the reader goes."""
+        _, start, stop = self.waiting_rows(lo, hi)
         for at in range(start, stop, step):
             yield from self._made(at, min(at + step, stop))
 
@@ -164,6 +171,7 @@ class BulkBlock:
         for lo, hi in done:
             keep = pc.and_(keep, pc.invert(pc.and_(pc.greater_equal(offsets, lo), pc.less(offsets, hi))))
         self.rows = self.rows.filter(keep)
+        self._segment = None
         self.left = self.rows.num_rows
         present = set(pc.subtract(self.rows.column(0), self.first_seq).to_pylist())
         self.done_below = min(present) if present else 0

@@ -5,8 +5,8 @@ has one, else the live queue — a queue, a temporary queue, or a topic's durabl
 reader that owns it may create by reading it first). The reader hands back a :class:`Browse`; the
 session writes its messages and then the ``browser:end`` marker with the bounds. A range asked in Arrow
 (``pymq-format: arrow``, spec/spark.md §6) is an :class:`ArrowBrowse`: no message frames, one end marker
-whose body is an Arrow IPC stream — slices of the log's sealed segments, or (a queue, a subscription, a
-selector) the messages chosen by the same rules one by one. Ranges of a queue follow sequence numbers
+whose body is an Arrow IPC stream — slices of the log's sealed segments (and of a queue's bulk blocks), or
+(a queue's messages, a selector) the messages chosen by the same rules one by one. Ranges of a queue follow sequence numbers
 through the ready index (``ReadyIndex.by_seq``: a merge of sorted runs, no sort of the queue per read).
 ``ack_upto`` completes the ready messages below a sequence number (a range reader that consumes,
 spec/stomp.md §9).
@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 
-from pymq_server.broker import segments
+from pymq_server.broker import segments, slices
 from pymq_server.broker.clients import Client
 from pymq_server.broker.destinations import Destinations, Kind
 from pymq_server.broker.log import RetainedLog, RetainedLogs
@@ -75,23 +75,33 @@ class Browse:
 
     def next(self) -> BrokerMessage | None:
         """The next message to send, or None when the browse is complete."""
-        request = self.request
-        max_messages, max_bytes, from_ts = request.max_messages, self.max_bytes, request.from_timestamp
-        selector = self._selector
         for message in self._candidates:
-            if (max_messages is not None and self.count >= max_messages) or \
-                    (max_bytes is not None and self.count and self._sent_bytes >= max_bytes):
-                self._exhausted = False
+            verdict = self._consider(message)
+            if verdict:
+                return message
+            if verdict is None:
                 return None
-            self._next_seq = message.seq + 1
-            if message.expired(self._now_ms()) or (from_ts is not None and message.timestamp < from_ts):
-                continue
-            if selector is not None and not selector.matches(message.selector_values()):  # type: ignore[attr-defined]
-                continue
-            self.count += 1
-            self._sent_bytes += message.size
-            return message
         return None
+
+    def _consider(self, message: BrokerMessage) -> bool | None:
+        """The range rules for the next candidate: True to send it, False to skip it (expired, stamped
+        before ``pymq-from-timestamp``, refused by the selector), None when a limit ends the read before it."""
+        request = self.request
+        max_messages, max_bytes = request.max_messages, self.max_bytes
+        if (max_messages is not None and self.count >= max_messages) or \
+                (max_bytes is not None and self.count and self._sent_bytes >= max_bytes):
+            self._exhausted = False
+            return None
+        self._next_seq = message.seq + 1
+        from_ts = request.from_timestamp
+        if message.expired(self._now_ms()) or (from_ts is not None and message.timestamp < from_ts):
+            return False
+        selector = self._selector
+        if selector is not None and not selector.matches(message.selector_values()):  # type: ignore[attr-defined]
+            return False
+        self.count += 1
+        self._sent_bytes += message.size
+        return True
 
     @property
     def stopped(self) -> bool:
@@ -136,6 +146,8 @@ class ArrowBrowse(Browse):
                 request.from_timestamp, self._now_ms())
             self._next_seq = None if last is None else last + 1
             self._exhausted = not stopped
+        elif self._queue is not None and self._selector is None and request.ranged:
+            batches = self._queue_rows()
         else:
             chosen = []
             message = Browse.next(self)
@@ -149,6 +161,43 @@ class ArrowBrowse(Browse):
             batches = [batch.select(positions) for batch in batches]
         self.end_body = segments.ipc_pieces(schema, batches)
 
+    def _queue_rows(self) -> list:
+        """A queue's range in Arrow: its messages by the per-message rules, a bulk block's waiting rows
+        sliced as a log's segment is (slices.select: the same rules, column-wise), in sequence order."""
+        assert self._queue is not None
+        request = self.request
+        batches: list = []
+        chosen: list = []
+        now = self._now_ms()
+        for item in _queue_range(self._queue, request.from_seq or 0, request.to_seq, rows=True):
+            if isinstance(item, BrokerMessage):
+                verdict = self._consider(item)
+                if verdict is None:
+                    break
+                if verdict:
+                    chosen.append(item)
+                continue
+            if chosen:
+                batches.append(segments.from_messages(chosen))
+                chosen = []
+            seg, start, stop = item
+            want = None if request.max_messages is None else request.max_messages - self.count
+            budget = None if self.max_bytes is None else self.max_bytes - self._sent_bytes
+            piece, kept, size, examined, full = slices.select(seg, start, stop, want, budget,
+                                                              request.from_timestamp, now, self.count == 0)
+            if piece is not None:
+                batches.append(piece)
+            self.count += kept
+            self._sent_bytes += size
+            if examined is not None:
+                self._next_seq = examined + 1
+            if not full:
+                self._exhausted = False
+                break
+        if chosen:
+            batches.append(segments.from_messages(chosen))
+        return batches
+
     def next(self) -> BrokerMessage | None:
         return None                    # the rows travel in the end marker's body
 
@@ -161,12 +210,15 @@ class ArrowBrowse(Browse):
         return headers
 
 
-def _queue_range(queue: MessageQueue, lo: int, hi: int | None) -> Iterator[BrokerMessage]:
+def _queue_range(queue: MessageQueue, lo: int, hi: int | None, rows: bool = False) -> Iterator:
     """A queue's messages with ``lo <= seq < hi`` in sequence order: the ready index's, then the backlog's
-    (paged messages are behind every ready one), read from disk as the range goes."""
+    (paged messages are behind every ready one), read from disk as the range goes; with ``rows``, a bulk
+    block's waiting rows as one (segment, start, stop) each instead of messages (backlog.py)."""
     yield from (e.message for e in queue.ready.by_seq(lo, hi))
     if queue.backlog.count:
-        yield from (m for m in queue.backlog.messages(lo, hi) if m.seq >= lo and (hi is None or m.seq < hi))
+        for item in queue.backlog.pieces(lo, hi, blocks_as_rows=rows):
+            if isinstance(item, tuple) or (item.seq >= lo and (hi is None or item.seq < hi)):
+                yield item
 
 
 class RangeReader:

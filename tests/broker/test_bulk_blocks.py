@@ -359,3 +359,34 @@ def test_a_durable_subscription_comes_back_after_kill_9_with_exactly_its_unsettl
     finally:
         if bp.proc.poll() is None:
             bp.kill()
+
+
+def test_an_arrow_range_of_a_queue_slices_its_blocks_and_agrees_with_the_per_message_read(broker_factory):
+    # an Arrow range read takes a block's waiting rows as slices of its rows (no message made), with the
+    # per-message read's rules: the same rows, the same next sequence number, for every limit
+    import time as _time
+    b = broker_factory()
+    now = int(_time.time() * 1000)
+    with pymq.connect(b.url) as conn:
+        s = conn.create_session()
+        p = s.create_producer(pymq.Queue("ranged"))
+        p.send("a")
+        s.send_arrow("/queue/ranged", rows(30))
+        p.send("b")
+        s.send_arrow("/queue/ranged", rows(20, start=100, expires=pa.array([now - 1000 if i % 7 == 3 else 0
+                                                                           for i in range(20)], pa.int64())))
+        p.send("c")
+        whole = s.read_range(pymq.Queue("ranged")).messages
+        first = whole[0].sequence
+        for lo, hi, count, size in [(None, None, None, None), (first + 5, None, None, None), (first, first + 40, 7, None),
+                                    (first + 2, None, None, 500), (first + 31, None, 12, None), (first + 40, None, 3, 1),
+                                    (first + 33, first + 45, None, None), (first + 60, None, None, None)]:
+            per = s.read_range(pymq.Queue("ranged"), from_seq=lo, to_seq=hi, max_messages=count, max_bytes=size)
+            arrow = s.read_range(pymq.Queue("ranged"), from_seq=lo, to_seq=hi, max_messages=count, max_bytes=size,
+                                 arrow=True)
+            table = pa.ipc.open_stream(arrow.arrow).read_all()
+            assert table.column("seq").to_pylist() == [m.sequence for m in per.messages], (lo, hi, count, size)
+            assert table.column("body").to_pylist() == [m.body if isinstance(m.body, bytes) else m.text.encode()
+                                                        for m in per.messages]
+            assert arrow.next_seq == per.next_seq, (lo, hi, count, size)
+        assert len(whole) == 3 + 30 + 20 - 3                              # three rows expired
