@@ -5,9 +5,10 @@ has one, else the live queue — a queue, a temporary queue, or a topic's durabl
 reader that owns it may create by reading it first). The reader hands back a :class:`Browse`; the
 session writes its messages and then the ``browser:end`` marker with the bounds. A range asked in Arrow
 (``pymq-format: arrow``, spec/spark.md §6) is an :class:`ArrowBrowse`: no message frames, one end marker
-whose body is an Arrow IPC stream — slices of the log's sealed segments (and of a queue's bulk blocks), or
-(a queue's messages, a selector) the messages chosen by the same rules one by one. Ranges of a queue follow sequence numbers
-through the ready index (``ReadyIndex.by_seq``: a merge of sorted runs, no sort of the queue per read).
+whose body is an Arrow IPC stream — slices of the log's sealed segments (and of a queue's bulk blocks),
+or (a queue's messages, a selector) the messages chosen by the same rules one by one. Ranges of a queue
+follow sequence numbers through the ready index (``ReadyIndex.by_seq``: a merge of sorted runs, no sort of
+the queue per read).
 ``ack_upto`` completes the ready messages below a sequence number (a range reader that consumes,
 spec/stomp.md §9).
 
