@@ -9,6 +9,7 @@ import asyncio
 import socket
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -208,3 +209,23 @@ def wait_for(predicate, timeout: float = 5.0, interval: float = 0.01) -> bool:
             return True
         time.sleep(interval)
     return predicate()
+
+
+@pytest.fixture
+def broker_processes():
+    """``start(data_dir, *args, config=None) -> BrokerProcess`` (tests/storage/disks.py: a real ``pymq-server``
+    child, for kill -9 and restarts); every one still running is killed afterwards."""
+    from tests.storage.disks import BrokerProcess
+
+    started: list = []
+
+    def start(data_dir, *args: str, config: str | None = None):
+        bp = BrokerProcess(Path(data_dir), *args, config=config)
+        started.append(bp)
+        return bp
+
+    yield start
+    for bp in started:
+        if bp.proc.poll() is None:
+            bp.proc.kill()
+            bp.proc.wait(10)

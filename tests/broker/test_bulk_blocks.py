@@ -14,7 +14,6 @@ import yaml
 import pymq
 from tests.arrow_rows import rows
 from tests.conftest import RawStomp, wait_for
-from tests.storage.disks import BrokerProcess
 
 pa = pytest.importorskip("pyarrow")
 
@@ -207,76 +206,72 @@ def _subscribe(port, prefetch="100"):
 
 
 @pytest.mark.parametrize("stop", ["kill -9", "clean"])
-def test_a_restart_brings_back_exactly_the_rows_not_settled_with_their_counts(tmp_path, stop):
+def test_a_restart_brings_back_exactly_the_rows_not_settled_with_their_counts(tmp_path, stop, broker_processes):
     data = tmp_path / "data"
     config = _config(tmp_path)
-    bp = BrokerProcess(data, config=config)
-    try:
-        producer = RawStomp(bp.port)
-        producer.connect()
-        producer.send("SEND", {"destination": "/queue/blocks", "receipt": "r", **ARROW}, rows(100))
-        assert producer.read(10).command == "RECEIPT"
-        producer.send("SEND", {"destination": "/queue/blocks", "receipt": "r2", **ARROW},
-                      rows(20, start=100, delivery_mode=pa.array([1, 2] * 10, pa.int32())))
-        assert producer.read(10).command == "RECEIPT"
-        producer.close()
-        client = _subscribe(bp.port, prefetch="60")
-        frames = [client.read(10) for _ in range(60)]
-        assert [f.body for f in frames] == [f"r{i}".encode() for i in range(60)]
-        # settle rows 0-29 and 45-49 (out of order); 30-44 and 50-59 stay out, delivered once
-        for f in frames[:30] + frames[45:49]:
-            client.send("ACK", {"id": f.headers["ack"]})
-        client.send("ACK", {"id": frames[49].headers["ack"], "receipt": "done"})   # a receipt: all durable
-        out = {int(f.body[1:]) for f in frames[30:45] + frames[50:]}
-        receipts = 0
-        while True:                 # the RECEIPT, and the rows the credit the ACKs gave back brought
-            try:
-                frame = client.read(0.5 if receipts else 10)
-            except TimeoutError:
-                break
-            if frame.command == "MESSAGE":
-                out.add(int(frame.body[1:]))
-            else:
-                assert frame.command == "RECEIPT"
-                receipts += 1
-        assert receipts == 1 and len(out) == 60       # 25 still out, and 35 more
-        other = RawStomp(bp.port)      # some other work that writes the log: what a busy broker does
-        other.connect()
-        other.send("SEND", {"destination": "/queue/elsewhere", "receipt": "w"}, b"w")
-        assert other.read(10).command == "RECEIPT"
-        other.close()
-        if stop == "kill -9":
-            bp.kill()
+    bp = broker_processes(data, config=config)
+    producer = RawStomp(bp.port)
+    producer.connect()
+    producer.send("SEND", {"destination": "/queue/blocks", "receipt": "r", **ARROW}, rows(100))
+    assert producer.read(10).command == "RECEIPT"
+    producer.send("SEND", {"destination": "/queue/blocks", "receipt": "r2", **ARROW},
+                  rows(20, start=100, delivery_mode=pa.array([1, 2] * 10, pa.int32())))
+    assert producer.read(10).command == "RECEIPT"
+    producer.close()
+    client = _subscribe(bp.port, prefetch="60")
+    frames = [client.read(10) for _ in range(60)]
+    assert [f.body for f in frames] == [f"r{i}".encode() for i in range(60)]
+    # settle rows 0-29 and 45-49 (out of order); 30-44 and 50-59 stay out, delivered once
+    for f in frames[:30] + frames[45:49]:
+        client.send("ACK", {"id": f.headers["ack"]})
+    client.send("ACK", {"id": frames[49].headers["ack"], "receipt": "done"})   # a receipt: all durable
+    out = {int(f.body[1:]) for f in frames[30:45] + frames[50:]}
+    receipts = 0
+    while True:                 # the RECEIPT, and the rows the credit the ACKs gave back brought
+        try:
+            frame = client.read(0.5 if receipts else 10)
+        except TimeoutError:
+            break
+        if frame.command == "MESSAGE":
+            out.add(int(frame.body[1:]))
         else:
-            client.close()
-            assert bp.terminate() == 0
-        client.close()
-        bp = BrokerProcess(data, config=config)
-        client = _subscribe(bp.port, prefetch="1000")
-        expected = [*range(30, 45), *range(50, 100), *range(101, 120, 2)]      # the non-persistent rows are gone
-        frames = [client.read(10) for _ in range(len(expected))]
-        assert [f.body for f in frames] == [f"r{i}".encode() for i in expected]
-        for f in frames:
-            was_out = int(f.body[1:]) in out
-            assert (f.headers.get("redelivered") == "true") == was_out, f.headers
-            assert f.headers.get("JMSXDeliveryCount", "1") == ("2" if was_out else "1")
-        with pytest.raises(TimeoutError):
-            client.read(0.5)
-        for f in frames:
-            client.send("ACK", {"id": f.headers["ack"]})
-        client.send("DISCONNECT", {"receipt": "bye"})
-        client.read(10)
+            assert frame.command == "RECEIPT"
+            receipts += 1
+    assert receipts == 1 and len(out) == 60       # 25 still out, and 35 more
+    other = RawStomp(bp.port)      # some other work that writes the log: what a busy broker does
+    other.connect()
+    other.send("SEND", {"destination": "/queue/elsewhere", "receipt": "w"}, b"w")
+    assert other.read(10).command == "RECEIPT"
+    other.close()
+    if stop == "kill -9":
+        bp.kill()
+    else:
         client.close()
         assert bp.terminate() == 0
-        bp = BrokerProcess(data, config=config)       # everything settled: nothing comes back
-        client = _subscribe(bp.port)
-        with pytest.raises(TimeoutError):
-            client.read(1.0)
-        client.close()
-        assert bp.terminate() == 0
-    finally:
-        if bp.proc.poll() is None:
-            bp.kill()
+    client.close()
+    bp = broker_processes(data, config=config)
+    client = _subscribe(bp.port, prefetch="1000")
+    expected = [*range(30, 45), *range(50, 100), *range(101, 120, 2)]      # the non-persistent rows are gone
+    frames = [client.read(10) for _ in range(len(expected))]
+    assert [f.body for f in frames] == [f"r{i}".encode() for i in expected]
+    for f in frames:
+        was_out = int(f.body[1:]) in out
+        assert (f.headers.get("redelivered") == "true") == was_out, f.headers
+        assert f.headers.get("JMSXDeliveryCount", "1") == ("2" if was_out else "1")
+    with pytest.raises(TimeoutError):
+        client.read(0.5)
+    for f in frames:
+        client.send("ACK", {"id": f.headers["ack"]})
+    client.send("DISCONNECT", {"receipt": "bye"})
+    client.read(10)
+    client.close()
+    assert bp.terminate() == 0
+    bp = broker_processes(data, config=config)       # everything settled: nothing comes back
+    client = _subscribe(bp.port)
+    with pytest.raises(TimeoutError):
+        client.read(1.0)
+    client.close()
+    assert bp.terminate() == 0
 
 
 # -- a topic's subscriptions: one record, a block in each --------------------------------------------------
@@ -334,31 +329,27 @@ def test_selector_and_no_local_subscriptions_get_what_they_would_one_by_one(brok
     assert wait_for(lambda: _held(b) == (0, [], 0)), _held(b)
 
 
-def test_a_durable_subscription_comes_back_after_kill_9_with_exactly_its_unsettled_rows(tmp_path):
+def test_a_durable_subscription_comes_back_after_kill_9_with_exactly_its_unsettled_rows(tmp_path, broker_processes):
     data = tmp_path / "data"
-    bp = BrokerProcess(data)
-    try:
-        with pymq.connect(bp.url, client_id="dur") as conn:
-            s = conn.create_session(ack_mode=pymq.CLIENT_ACKNOWLEDGE)
-            sub = s.create_durable_subscriber(pymq.Topic("kill"), "k")
-            s.send_arrow("/topic/kill", rows(200))
-            got = [sub.receive(5) for _ in range(80)]
-            got[-1].acknowledge()                          # client mode: what the session consumed, r0..r79
-            got += [sub.receive(5) for _ in range(40)]     # r80..r119 out, not acknowledged
-            assert [m.text for m in got] == [f"r{i}" for i in range(120)]
-            s.create_producer(pymq.Queue("elsewhere")).send("w")   # its receipt's barrier: the ACK is durable
-            bp.kill()
-        bp = BrokerProcess(data)
-        with pymq.connect(bp.url, client_id="dur") as conn:
-            sub = conn.create_session().create_durable_subscriber(pymq.Topic("kill"), "k")
-            back = [sub.receive(5) for _ in range(120)]
-            assert [m.text for m in back] == [f"r{i}" for i in range(80, 200)]
-            assert all(m.redelivered for m in back[:40])  # (later ones too if the prefetch had them out)
-            assert sub.receive(0.5) is None
-        assert bp.terminate() == 0
-    finally:
-        if bp.proc.poll() is None:
-            bp.kill()
+    bp = broker_processes(data)
+    with pymq.connect(bp.url, client_id="dur") as conn:
+        s = conn.create_session(ack_mode=pymq.CLIENT_ACKNOWLEDGE)
+        sub = s.create_durable_subscriber(pymq.Topic("kill"), "k")
+        s.send_arrow("/topic/kill", rows(200))
+        got = [sub.receive(5) for _ in range(80)]
+        got[-1].acknowledge()                          # client mode: what the session consumed, r0..r79
+        got += [sub.receive(5) for _ in range(40)]     # r80..r119 out, not acknowledged
+        assert [m.text for m in got] == [f"r{i}" for i in range(120)]
+        s.create_producer(pymq.Queue("elsewhere")).send("w")   # its receipt's barrier: the ACK is durable
+        bp.kill()
+    bp = broker_processes(data)
+    with pymq.connect(bp.url, client_id="dur") as conn:
+        sub = conn.create_session().create_durable_subscriber(pymq.Topic("kill"), "k")
+        back = [sub.receive(5) for _ in range(120)]
+        assert [m.text for m in back] == [f"r{i}" for i in range(80, 200)]
+        assert all(m.redelivered for m in back[:40])  # (later ones too if the prefetch had them out)
+        assert sub.receive(0.5) is None
+    assert bp.terminate() == 0
 
 
 def test_an_arrow_range_of_a_queue_slices_its_blocks_and_agrees_with_the_per_message_read(broker_factory):
@@ -378,8 +369,9 @@ def test_an_arrow_range_of_a_queue_slices_its_blocks_and_agrees_with_the_per_mes
         p.send("c")
         whole = s.read_range(pymq.Queue("ranged")).messages
         first = whole[0].sequence
-        for lo, hi, count, size in [(None, None, None, None), (first + 5, None, None, None), (first, first + 40, 7, None),
-                                    (first + 2, None, None, 500), (first + 31, None, 12, None), (first + 40, None, 3, 1),
+        for lo, hi, count, size in [(None, None, None, None), (first + 5, None, None, None),
+                                    (first, first + 40, 7, None), (first + 2, None, None, 500),
+                                    (first + 31, None, 12, None), (first + 40, None, 3, 1),
                                     (first + 33, first + 45, None, None), (first + 60, None, None, None)]:
             per = s.read_range(pymq.Queue("ranged"), from_seq=lo, to_seq=hi, max_messages=count, max_bytes=size)
             arrow = s.read_range(pymq.Queue("ranged"), from_seq=lo, to_seq=hi, max_messages=count, max_bytes=size,

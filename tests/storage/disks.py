@@ -137,20 +137,3 @@ class BrokerProcess:
     def kill(self) -> None:
         self.proc.kill()
         self.proc.wait(10)
-
-
-@pytest.fixture
-def broker_processes():
-    """``start(data_dir, *args, config=None) -> BrokerProcess``; every one is stopped afterwards."""
-    started: list[BrokerProcess] = []
-
-    def start(data_dir, *args: str, config: str | None = None) -> BrokerProcess:
-        bp = BrokerProcess(Path(data_dir), *args, config=config)
-        started.append(bp)
-        return bp
-
-    yield start
-    for bp in started:
-        if bp.proc.poll() is None:
-            bp.proc.kill()
-            bp.proc.wait(10)

@@ -17,7 +17,7 @@ import time
 import pymq
 from tests.conftest import RawStomp, wait_for
 
-from .disks import broker_processes, small_disk  # noqa: F401  (fixtures)
+from .disks import small_disk  # noqa: F401  (a fixture)
 from .faults import FaultyIO
 
 BODY = 50_000
