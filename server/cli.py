@@ -177,8 +177,9 @@ def main(argv: list[str] | None = None) -> int:
         except PymqError as exc:
             print(f"pymq-server: {exc.message}", file=sys.stderr)
             return EXIT_STARTUP
+    from pymq_server.app import install_uvloop, tune_collector
+    tune_collector()
     if not args.no_uvloop:
-        from pymq_server.app import install_uvloop
         install_uvloop()
     try:
         asyncio.run(_run(config))

@@ -144,8 +144,8 @@ class BulkBlock:
                 ranges[-1][1] = offset + 1
             else:
                 ranges.append([offset, offset + 1])
-        return json.dumps({"below": self.done_below, "done": ranges,
-                           "counts": sorted([k, v] for k, v in self.counts.items())},
+        # (offset, count) pairs sorted as they are: JSON writes a tuple as an array, so no list per row
+        return json.dumps({"below": self.done_below, "done": ranges, "counts": sorted(self.counts.items())},
                           separators=(",", ":")).encode()
 
     def restore(self, state: bytes | None) -> None:

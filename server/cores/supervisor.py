@@ -106,9 +106,10 @@ def _child(config: BrokerConfig, k: int, port: int, channel_dir: str, ready_w: i
         pass
     import asyncio
 
+    from pymq_server.app import install_uvloop, tune_collector
     from pymq_server.cores.worker import Worker, worker_config
+    tune_collector()
     if use_uvloop:
-        from pymq_server.app import install_uvloop
         install_uvloop()
     supervisor = os.getppid()
     worker = Worker(worker_config(config, k, port), config.node_id, k, config.workers, channel_dir)
