@@ -1,7 +1,8 @@
 """Producer flow control by message memory (spec/stomp.md §8).
 
 Every message the broker holds in memory counts its body bytes until its last queue entry (or
-retained-log reference) is gone, or until its queue pages it out (backlog.py). Paging starts when the
+retained-log reference) is gone, or until its queue pages it out (backlog.py) or its log does (a bulk
+segment's record, log.py). Paging starts when the
 *resident estimate* — those bytes plus :data:`MESSAGE_OVERHEAD` per message, what the objects around a
 body cost — passes :data:`PAGE_OUT_AT` of ``max_memory``, so with paging the bytes stay below the limit;
 above ``max_memory`` (messages that cannot be paged: shared by several queues, delayed, or refused by a

@@ -15,6 +15,13 @@ A per-message read (:meth:`range`) yields message objects, made from a bulk segm
 not kept; an Arrow read (:meth:`read_arrow`) slices segments (and builds the tail's rows for that read).
 Persistent messages keep a storage reference named ``log:<destination>``; a bulk segment is one stored
 record, released when its last row leaves the log.  Without pyarrow nothing is sealed: the log is its tail.
+
+A log may hold more than memory: once message memory is short (``MemoryFlow.short``, the point where
+queues page out), the oldest bulk segments whose stored record has every row and nothing but the log
+holds them leave memory (``Segment.page_out``), keeping only sequence numbers, timestamps and expiry.
+A read takes such a segment's rows back from its record, the way recovery rebuilds them
+(``bulk_rows.restored_segment``), for that read only.  Without this a log kept for longer than memory
+lasts paused every producer until retention trimmed it.
 """
 from __future__ import annotations
 
@@ -23,6 +30,7 @@ import fnmatch
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from pymq.errors import StorageError
 from pymq_server.broker import segments, slices
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.segments import SEGMENT_ROWS, Segment
@@ -50,6 +58,8 @@ class RetainedLog:
         self._rows = 0
         self._stored: dict[int, bool] = {}     # message key -> holds a storage reference
         self._restoring: list | None = None    # recovery: rows handed over in any order
+        self._unpaged = 0                      # segments below this index are paged out or not pageable
+        self._loaded: tuple[Segment, Segment] | None = None    # the paged segment read last, and its rows
         self.trimmed = 0
 
     def __len__(self) -> int:
@@ -87,6 +97,53 @@ class RetainedLog:
             holder.refs += 1
         self._push(Segment(batch, None, holder, first_key))
         self._rows += batch.num_rows
+        pager = getattr(self.host, "pager", None)
+        if pager is not None and pager.flow.short():
+            self._page_out(pager)
+
+    # -- paging (see the module's docstring) ----------------------------------------------------------
+    def _page_out(self, pager: Any) -> None:
+        """Page the oldest pageable segments out while memory is short (the newest stays: it was just
+        appended and is the likeliest to be read)."""
+        flow, store = pager.flow, pager.store
+        k = settled = max(self._unpaged, self._first)    # below ``settled``: paged, or never pageable
+        last = len(self._segments) - 1
+        while k < last and flow.short():
+            seg = self._segments[k]
+            holder = seg.stored
+            k += 1
+            if not seg.paged and holder is not None and holder.refs != 1:
+                continue      # queues' bulk blocks share its rows: pageable once they are done, not now
+            if not (seg.paged or holder is None or seg.messages is not None or holder.device is None
+                    or holder.device.kind == "memory" or not segments.all_persistent(seg.batch)):
+                if store.waiting(holder):
+                    store.write_waiting()      # written behind not yet: written now, read back later
+                if holder.device is not None and holder.device.kind != "memory":   # (a refused write stays)
+                    seg.page_out()
+                    holder.body = b""          # its record has it; the rows were a view of it or built from it
+                    flow.paged_out(holder)
+            if settled == k - 1:
+                settled = k   # (a memory record, or rows a restart drops, stay: a restart would not find them)
+        self._unpaged = settled
+
+    def _resident(self, seg: Segment) -> Segment:
+        """``seg`` with its rows in memory: itself, or (paged out) its rows read back from its stored
+        record, kept until another paged segment is read."""
+        if not seg.paged:
+            return seg
+        loaded = self._loaded
+        if loaded is not None and loaded[0] is seg:
+            return loaded[1]
+        from pymq_server.broker import bulk_rows
+        from pymq_server.broker.stored_form import decode_stored
+        holder = seg.stored
+        restored = bulk_rows.restored_segment(decode_stored(holder.device.read(holder.key)))
+        if restored is None or restored[0].num_rows != len(seg) or restored[1] != seg.first_key:
+            raise StorageError(f"{self.destination}: the stored record {holder.key} of a paged-out segment "
+                               f"does not hold its {len(seg)} rows")
+        resident = Segment(restored[0], None, holder, seg.first_key)
+        self._loaded = (seg, resident)
+        return resident
 
     def _push(self, segment: Segment) -> None:
         self._segments.append(segment)
@@ -170,6 +227,7 @@ class RetainedLog:
         first = seg.first_key
         if first is None:
             raise ValueError("only a bulk append's segment is kept without message objects")
+        seg = self._resident(seg)
         return segments.materialize(seg.batch, self.destination, range(first + lo, first + hi),
                                     BrokerMessage, lo, hi)
 
@@ -196,8 +254,8 @@ class RetainedLog:
                 break
             want = None if max_messages is None else max_messages - count
             budget = None if max_bytes is None else max_bytes - sent
-            piece, kept, size, examined, full = slices.select(seg, start, stop, want, budget, from_ts, now,
-                                                                first=count == 0)
+            piece, kept, size, examined, full = slices.select(self._resident(seg), start, stop, want, budget,
+                                                                from_ts, now, first=count == 0)
             if piece is not None:
                 out.append(piece)
             count += kept
@@ -248,6 +306,12 @@ class RetainedLog:
             self._segments[self._first] = None      # type: ignore[call-overload]
             self._first += 1
             self._row = 0
+            if self._loaded is not None and self._loaded[0] is seg:
+                self._loaded = None
+            if seg.paged:
+                pager = self.host.pager
+                assert pager is not None                  # only a log with a pager pages segments out
+                pager.flow.paged_in(seg.stored)           # counted again as it goes (message_gone uncounts it)
             if seg.stored is not None:
                 # a bulk segment's stored record goes with its last row
                 self.host.release_reference(seg.stored, self.name)
@@ -267,6 +331,7 @@ class RetainedLog:
         if self._first > 64 and self._first * 2 > len(self._segments):
             del self._segments[:self._first]
             del self._firsts[:self._first]
+            self._unpaged = max(0, self._unpaged - self._first)
             self._first = 0
         if self._tail_head > 1024 and self._tail_head * 2 > len(self._tail):
             del self._tail[:self._tail_head]
@@ -278,6 +343,7 @@ class RetainedLog:
             self._drop_head(self._segments[self._first] if self._first < len(self._segments) else None)
         self._segments, self._firsts, self._first, self._row = [], [], 0, 0
         self._tail, self._tail_head = [], 0
+        self._unpaged, self._loaded = 0, None
         return n
 
 

@@ -136,6 +136,23 @@ class Segment:
         return len(self._seqs)
 
     @property
+    def paged(self) -> bool:
+        """The rows are out of memory (:meth:`page_out`); their stored record has them."""
+        return self.batch is None
+
+    def page_out(self) -> None:
+        """Let the rows go from memory, keeping what lookups and retention read without them: the
+        sequence numbers, timestamps and expiry, copied out of the batch (24 bytes a row, against the
+        100-odd of a row).  Reads take the rows back from the segment's stored record
+        (``RetainedLog._resident``)."""
+        self.first_expiry()
+        self._seqs = _copied(self._seqs)
+        self._stamps = _copied(self._stamps)
+        self._expires = _copied(self._expires)
+        self._sizes = self._ends = None
+        self.batch = None
+
+    @property
     def first(self) -> int:
         return self._seqs[0]
 
@@ -183,6 +200,16 @@ class Segment:
 def _int64_view(column) -> memoryview:
     # a zero-copy view of an int64 column without nulls (seq, timestamp, expires are never null here)
     return memoryview(column.buffers()[1]).cast("q")[column.offset:column.offset + len(column)]
+
+
+def all_persistent(batch: Any) -> bool:
+    """Every row of ``batch`` (log schema) is persistent: its stored record brings back every row."""
+    return bool(pc.all(pc.equal(batch.column(5), 2)).as_py())
+
+
+def _copied(view: memoryview) -> memoryview:
+    # the same int64 values in memory of their own (the batch they viewed may go)
+    return memoryview(view.tobytes()).cast("q")
 
 
 def _int32_view(column) -> memoryview:
