@@ -316,9 +316,10 @@ class TcpTransport(Transport):
         channel = self.channel
         assert channel is not None
         with self._wlock:
-            data = self.conn.send(frame)
+            parts = self.conn.send_parts(frame)
             try:
-                channel.sendall(data)
+                for part in parts:      # a large body is written from its own bytes (send_parts)
+                    channel.sendall(part)
             except (OSError, ssl.SSLError) as exc:
                 raise ConnectionClosed(f"sending to the broker failed: {exc}") from None
             self._last_send = time.monotonic()

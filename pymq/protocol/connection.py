@@ -16,6 +16,7 @@ Usage (server side)::
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pymq import enums
 from pymq.errors import (InvalidHeader, MalformedFrame, MissingHeader, ProtocolError, UnknownCommand,
@@ -23,6 +24,23 @@ from pymq.errors import (InvalidHeader, MalformedFrame, MissingHeader, ProtocolE
 from pymq.protocol.frame import ALL_COMMANDS, BODY_COMMANDS, VERSIONS, Frame
 from pymq.protocol.numbers import INT32_MAX, parse_wire_int
 from pymq.protocol.scanner import DEFAULT_MAX_FRAME_SIZE, FrameScanner, encode_frame
+
+if TYPE_CHECKING:
+    from pymq.protocol._scanner_py import Headers
+
+#: a body at least this long is sent apart from its frame's head (:meth:`StompConnection.send_parts`)
+LARGE_BODY = 64 * 1024
+
+
+def encode_frame_parts(command: str, headers: Headers, body: bytes, version: str) -> tuple[bytes, ...]:
+    """``encode_frame(command, headers, body, version)`` as (head, body, NUL) for a body of
+    :data:`LARGE_BODY` or more, else as one piece.  The head is ``encode_frame`` of the frame without its
+    body, its blank line moved behind the content-length line that ``encode_frame`` writes last: one
+    header encoder (both scanner twins'), the same bytes (tests/protocol/test_frame_parts.py)."""
+    if len(body) < LARGE_BODY:
+        return (encode_frame(command, headers, body, version),)
+    bare = encode_frame(command, headers, b"", version)       # ...headers "\n" "\0"
+    return bare[:-2] + b"content-length:%d\n\n" % len(body), body, b"\x00"
 
 
 class Role(enums.Enum):
@@ -239,6 +257,14 @@ class StompConnection:
     def send(self, frame: Frame) -> bytes:
         self._on_send(frame)
         return encode_frame(frame.command, frame.headers, frame.body, self.version)
+
+    def send_parts(self, frame: Frame) -> tuple[bytes, ...]:
+        """:meth:`send` as pieces whose concatenation it is: a body of :data:`LARGE_BODY` or more stays
+        apart from the head and the NUL (a transport writes it from the caller's own bytes, where the
+        encoded frame would be two copies of it: a bulk SEND's 4 MiB, megabytes a second from a Spark
+        sink); a smaller frame is one piece."""
+        self._on_send(frame)
+        return encode_frame_parts(frame.command, frame.headers, frame.body, self.version)
 
     def send_frame(self, frame: Frame) -> Frame:
         """Validate and account for an outgoing frame without encoding it (vm:// transport)."""
