@@ -241,6 +241,10 @@ class TcpTransport(Transport):
             raise tls_failure(self.where, exc, verifying=True) from None
         except OSError as exc:
             sock.close()
+            if self.ssl_context is not None and isinstance(exc, (ConnectionResetError, BrokenPipeError)):
+                # the same refusal as a close after the handshake: a peer that closes while our CONNECT
+                # is still unread in its socket makes its kernel answer with a reset instead of a FIN
+                raise closed_after_handshake(self.where) from None
             raise ConnectFailed(f"connection to {self.where} failed: {exc}") from None
         except PymqError:
             sock.close()

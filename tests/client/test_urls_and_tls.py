@@ -7,7 +7,11 @@ test broker, with a CA and certificates made in the test.
 from __future__ import annotations
 
 import asyncio
+import select
+import socket
 import ssl
+import struct
+import threading
 import uuid
 from pathlib import Path
 
@@ -319,3 +323,36 @@ def test_both_sdks_over_the_brokers_own_tls_port(broker_factory, pki, tmp_path):
         with pytest.raises(TlsError, match="certificate is not trusted"):
             attempt()
     assert _sessions(broker) == before
+
+
+def test_a_reset_right_after_the_handshake_is_the_certificate_refusal_too(pki):
+    """A TLS 1.3 server refusing the client's certificate closes after the handshake; when the client's
+    CONNECT is already in its socket, its kernel sends a reset, not a FIN. That race made
+    test_mutual_tls fail once with ConnectFailed; here the reset is forced (SO_LINGER 0 after CONNECT
+    arrived) and must read as the same TlsError."""
+    authority, server, _, _ = pki
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(server.cert), str(server.key))
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def serve() -> None:
+        for _ in range(2):                                       # the blocking SDK, then pymq.aio
+            conn, _ = listener.accept()
+            tls = context.wrap_socket(conn, server_side=True)   # the handshake completes
+            select.select([tls], [], [], 5)                      # the client's CONNECT has arrived, unread
+            tls.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            tls.close()                                          # a reset
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    url = f"stomps://localhost:{port}?ca_file={authority.ca_file}"
+    try:
+        for attempt in (lambda: pymq.connect(url, timeout=5), lambda: run(pymq.aio.connect(url, timeout=5))):
+            with pytest.raises(TlsError) as info:
+                attempt()
+            assert info.value.reason == "CLOSED_AFTER_HANDSHAKE"
+            assert "client certificate (cert_file=, key_file=)" in str(info.value)
+    finally:
+        thread.join(5)
+        listener.close()
