@@ -31,9 +31,10 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pymq.errors import StorageError
-from pymq_server.broker import segments, slices
+from pymq_server.broker import bulk_rows, segments, slices
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.segments import SEGMENT_ROWS, Segment
+from pymq_server.broker.stored_form import decode_stored
 
 if TYPE_CHECKING:
     from pymq_server.broker.queue import QueueHost
@@ -110,20 +111,20 @@ class RetainedLog:
         last = len(self._segments) - 1
         while k < last and flow.short():
             seg = self._segments[k]
-            holder = seg.stored
             k += 1
-            if not seg.paged and holder is not None and holder.refs != 1:
-                continue      # queues' bulk blocks share its rows: pageable once they are done, not now
-            if not (seg.paged or holder is None or seg.messages is not None or holder.device is None
-                    or holder.device.kind == "memory" or not segments.all_persistent(seg.batch)):
+            pageable = _pageable(seg)
+            if pageable is None:
+                continue          # queues' bulk blocks share its rows: pageable once they are done, not now
+            if pageable:
+                holder = seg.stored
                 if store.waiting(holder):
                     store.write_waiting()      # written behind not yet: written now, read back later
-                if holder.device is not None and holder.device.kind != "memory":   # (a refused write stays)
+                if holder.device.kind != "memory":     # (a write refused just now left it in the heap)
                     seg.page_out()
                     holder.body = b""          # its record has it; the rows were a view of it or built from it
                     flow.paged_out(holder)
             if settled == k - 1:
-                settled = k   # (a memory record, or rows a restart drops, stay: a restart would not find them)
+                settled = k
         self._unpaged = settled
 
     def _resident(self, seg: Segment) -> Segment:
@@ -134,8 +135,6 @@ class RetainedLog:
         loaded = self._loaded
         if loaded is not None and loaded[0] is seg:
             return loaded[1]
-        from pymq_server.broker import bulk_rows
-        from pymq_server.broker.stored_form import decode_stored
         holder = seg.stored
         restored = bulk_rows.restored_segment(decode_stored(holder.device.read(holder.key)))
         if restored is None or restored[0].num_rows != len(seg) or restored[1] != seg.first_key:
@@ -349,6 +348,19 @@ class RetainedLog:
 
 def _seq(message) -> int:
     return message.seq
+
+
+def _pageable(seg: Segment) -> bool | None:
+    """Whether ``seg`` can leave memory: True now; None not yet (queues' bulk blocks still share its
+    record); False never (paged already, messages sent one by one, a record only memory holds, or rows a
+    restart would drop: non-persistent ones are not in the record's rebuilt rows)."""
+    holder = seg.stored
+    if seg.paged or holder is None or seg.messages is not None or holder.device is None \
+            or holder.device.kind == "memory":
+        return False
+    if holder.refs != 1:
+        return None
+    return segments.all_persistent(seg.batch)
 
 
 class RetainedLogs:

@@ -105,3 +105,28 @@ def test_paged_segments_come_back_after_a_restart_and_go_with_retention(broker_f
         assert len(paged) == 2 and messages == 2 - sum(paged) and held == resident
         assert _bodies_per_message(s) == _expected((SEGMENTS - 2) * ROWS)
         assert _bodies_arrow(s) == _expected((SEGMENTS - 2) * ROWS)
+
+
+def test_a_paged_segment_whose_device_fails_is_an_error_for_that_read_not_for_the_broker(broker_factory):
+    from pymq.errors import PymqError, StorageError
+
+    b = broker_factory(max_memory=MEMORY, retention={"/topic/big": {"ms": 3_600_000}})
+    with pymq.connect(b.url) as conn:
+        s = conn.create_session()
+        firsts = [int(s.send_arrow("/topic/big", _rows(k * ROWS))["pymq-first-seq"]) for k in range(SEGMENTS)]
+        assert _state(b)[0][0]                                          # the oldest is paged out
+        device = b.call(lambda: b.broker.store.persistent_device)
+
+        def dead(key):
+            raise StorageError("device gone (test)")
+        b.call(lambda: setattr(device, "read", dead))
+    for arrow in (True, False):
+        with pymq.connect(b.url) as conn:
+            s = conn.create_session()
+            with pytest.raises(PymqError, match="device gone"):
+                s.read_range(pymq.Topic("big"), from_seq=firsts[0], max_messages=10, arrow=arrow, timeout=5)
+    with pymq.connect(b.url) as conn:                                   # the broker still serves
+        s = conn.create_session()
+        r = s.read_range(pymq.Topic("big"), from_seq=firsts[-1], max_messages=3)
+        assert [m.body for m in r.messages] == _expected((SEGMENTS - 1) * ROWS, (SEGMENTS - 1) * ROWS + 3)
+        s.send_arrow("/topic/big", _rows(SEGMENTS * ROWS))
