@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 from pymq import enums
 from pymq.client.frames import ARROW_STREAM, send_frame, subscribe_headers
-from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress, parse_url
+from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress, parse_url, redacted
 from pymq.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, as_destination
 from pymq.errors import ConnectFailed, ConnectionClosed, IllegalStateError, PymqError, error_from_headers
 from pymq.message import (PERSISTENT, BytesMessage, MapMessage, MapValue, Message, MessageBody,
@@ -128,7 +128,7 @@ class ConnectionSettings:
         if tls is not None and not isinstance(tls, (TlsOptions, ssl.SSLContext)):
             raise ConnectFailed(f"tls= must be a pymq.TlsOptions or an ssl.SSLContext, not {type(tls).__name__}")
         if tls is not None and not (isinstance(self.address, StompAddress) and self.address.tls is not None):
-            raise ConnectFailed(f"tls= was given for {url!r}, which is not a TLS URL; use stomps://host:port")
+            raise ConnectFailed(f"tls= was given for {redacted(url)}, which is not a TLS URL; use stomps://host:port")
         self.tls = tls
 
     def _credentials(self, username: str | None, password: str | None) -> tuple[str | None, str | None]:
