@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import gc
+import struct
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from pymq_server.broker.segments import BODY_TYPES, CONTENT_TYPES, NOT_PROPERTIE
 #: rows a bulk SEND may carry (its bytes are bounded by the broker's max_frame_size)
 MAX_BULK_ROWS = 1_000_000
 _DESTINATION_PREFIXES = ("/queue/", "/topic/", "/temp-queue/")
+_INT32, _INT64 = struct.Struct("<i"), struct.Struct("<q")
 
 if pa is not None:
     #: what a bulk SEND may carry: name -> the Arrow types accepted (cast to the log schema's type)
@@ -41,6 +43,11 @@ if pa is not None:
         "property_types": (pa.string(),),
         "dedup_id": (pa.string(),),
     }
+
+    #: the accepted variable-width types: the format of their offsets (int32, or int64 for large_*)
+    _OFFSETS = {pa.binary(): _INT32, pa.string(): _INT32, pa.map_(pa.string(), pa.string()): _INT32,
+                pa.large_binary(): _INT64, pa.large_string(): _INT64}
+
 
 def read_bulk(body: Any, max_rows: int = MAX_BULK_ROWS) -> Any:
     """The rows of a bulk SEND's body (an Arrow IPC stream), checked column by column (spec/spark.md §7):
@@ -69,6 +76,8 @@ def read_bulk(body: Any, max_rows: int = MAX_BULK_ROWS) -> Any:
     rows = sum(b.num_rows for b in batches)
     if rows > max_rows:
         raise MessageFormatError(f"a bulk SEND carries at most {max_rows} rows, this one {rows}")
+    for b in batches:
+        _check_buffers(b)
     if not batches:
         batch = pa.RecordBatch.from_pylist([], schema=schema)
     elif len(batches) == 1:
@@ -77,6 +86,30 @@ def read_bulk(body: Any, max_rows: int = MAX_BULK_ROWS) -> Any:
         batch = pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
     _check_bulk(batch)
     return batch
+
+
+def _check_buffers(batch) -> None:
+    """Every buffer of ``batch`` is what its type says, before anything reads a value of it.
+
+    The IPC reader checks only what it needs to hand the batch out (buffer sizes, a variable-width
+    column's first and last offsets); a middle offset running backwards or past the data was read by
+    pyarrow's kernels as it stood (the first delivery, or recovery, died of SIGSEGV: issue 24).
+    ``Array.validate(full=True)`` (pyarrow's own full validation) checks per column: every offset
+    monotone and within its data, UTF-8 of utf8 columns, each null count against its validity bitmap,
+    the children of the map column (key nulls, entries' offsets).  We check ourselves what it accepts
+    but we do not: a variable-width column's first offset is 0 (the IPC writer always starts there)."""
+    for name, column in zip(batch.schema.names, batch.columns, strict=True):
+        try:
+            column.validate(full=True)
+        except (pa.ArrowInvalid, pa.ArrowException) as exc:
+            raise MessageFormatError(f"column '{name}' of the bulk SEND is not valid Arrow: {exc}",
+                                     column=name) from None
+        offset = _OFFSETS.get(column.type)
+        if offset is not None and len(column):
+            offsets = column.buffers()[1]
+            if offsets is not None and offset.unpack_from(offsets, offset.size * column.offset)[0] != 0:
+                raise MessageFormatError(f"column '{name}' of the bulk SEND does not start at offset 0",
+                                         column=name)
 
 
 def _first_row(mask) -> int:
