@@ -51,8 +51,11 @@ final class BrokerLink {
         /** A MESSAGE frame (reader thread; must not block). */
         void message(Frame frame);
 
-        /** The link failed or was closed ({@code expected}: by {@link #close}); called once. */
-        void ended(JMSException cause, boolean expected);
+        /**
+         * {@code link} failed or was closed ({@code expected}: by {@link #close}); called once per link, on
+         * whichever thread ended it, possibly after the link's owner has already replaced it.
+         */
+        void ended(BrokerLink link, JMSException cause, boolean expected);
     }
 
     /** Where to connect: host, port and whether to speak TLS. */
@@ -74,6 +77,12 @@ final class BrokerLink {
     private volatile JMSException failure;
     private volatile boolean closing;
     private ScheduledExecutorService beats;
+    /**
+     * Tests only: runs on the thread that ends a link, after its pending requests have failed and before
+     * the listener hears of it; a test widens that window (a TLS close widens it in life) to provoke the
+     * races it hides.  Null in production.
+     */
+    static volatile java.util.function.Consumer<BrokerLink> endingForTests;
     final String version;
     final String session;
     final String server;
@@ -304,7 +313,11 @@ final class BrokerLink {
             w.completeExceptionally(cause);
         }
         receipts.clear();
-        listener.ended(cause, closing);
+        java.util.function.Consumer<BrokerLink> hook = endingForTests;
+        if (hook != null) {
+            hook.accept(this);
+        }
+        listener.ended(this, cause, closing);
     }
 
     boolean failed() {

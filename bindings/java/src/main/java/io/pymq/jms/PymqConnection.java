@@ -55,6 +55,8 @@ public class PymqConnection implements QueueConnection, TopicConnection {
     private final String user;
     private final String password;
     private volatile BrokerLink link;
+    private final Object linkLock = new Object();
+    private BrokerLink endHandled;            // the link whose end was handled (guarded by linkLock)
     private volatile String clientId;
     private volatile boolean clientIdFixed;   // set by the factory, or by setClientID, or the connection was used
     private final Object startLock = new Object();
@@ -101,8 +103,8 @@ public class PymqConnection implements QueueConnection, TopicConnection {
                     }
 
                     @Override
-                    public void ended(JMSException cause, boolean expected) {
-                        linkEnded(cause, expected);
+                    public void ended(BrokerLink ended, JMSException cause, boolean expected) {
+                        linkEnded(ended, cause, expected);
                     }
                 });
     }
@@ -193,7 +195,18 @@ public class PymqConnection implements QueueConnection, TopicConnection {
         return a;
     }
 
-    private void linkEnded(JMSException cause, boolean expected) {
+    /**
+     * A link ended.  Only the connection's current link speaks for it: the link setClientID replaced ends
+     * on its own reader thread, possibly after the new link is in use (a TLS close makes that window
+     * wide), and must not wake what waits on the new one (issue 28.5).
+     */
+    private void linkEnded(BrokerLink ended, JMSException cause, boolean expected) {
+        synchronized (linkLock) {
+            if (ended != link || ended == endHandled) {
+                return;
+            }
+            endHandled = ended;
+        }
         for (Subscriber s : subscribers.values()) {
             s.wake();
         }
@@ -328,13 +341,18 @@ public class PymqConnection implements QueueConnection, TopicConnection {
             throw new jakarta.jms.InvalidClientIDException("a client id must be a non-empty string");
         }
         BrokerLink fresh = open(id);
-        BrokerLink old = link;
-        closing = true;          // the old link's end is expected
-        link = fresh;
-        old.close();
-        closing = false;
+        BrokerLink old;
+        synchronized (linkLock) {
+            old = link;
+            link = fresh;
+        }
+        old.close();             // its end is no longer the connection's: linkEnded ignores it
         clientId = id;
         clientIdFixed = true;
+        JMSException lost = fresh.failure();
+        if (lost != null) {      // the new link ended before it was current: its end was ignored then
+            linkEnded(fresh, lost, false);
+        }
     }
 
     @Override
