@@ -36,7 +36,7 @@ _RESERVED = frozenset({
     "destination", "message-id", "subscription", "ack", "receipt", "transaction", "content-length",
     "content-type", "persistent", "priority", "expires", "expiration", "timestamp", "correlation-id",
     "reply-to", "type", "redelivered", "pymq-types", "pymq-seq", "transformation", "browser",
-    "pymq-dedup-id",
+    "pymq-dedup-id", "pymq-jms-types",
 })
 _TYPE_CODES = {bool: "b", int: "i", float: "f"}
 

@@ -51,7 +51,7 @@ var reserved = map[string]bool{
 	"transaction": true, "content-length": true, "content-type": true, "persistent": true, "priority": true,
 	"expires": true, "expiration": true, "timestamp": true, "correlation-id": true, "reply-to": true,
 	"type": true, "redelivered": true, "pymq-types": true, "pymq-seq": true, "transformation": true,
-	"browser": true, "pymq-dedup-id": true,
+	"browser": true, "pymq-dedup-id": true, "pymq-jms-types": true,
 }
 
 // Message is a JMS message as pymq carries it over STOMP.

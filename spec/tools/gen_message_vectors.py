@@ -4,7 +4,9 @@ Run by hand after a deliberate change to §7 or to ``pymq.message.from_frame``:
 ``python spec/tools/gen_message_vectors.py``.  The expected values are what the Python SDK's
 ``from_frame`` returns for each frame; ``tests/bindings/test_message_vectors.py`` checks that they still
 are, and the Go and TypeScript bindings run the same file.  Inputs stay inside what every language can
-express exactly: integers below 2^53, floats that are exact in binary, UTF-8 or Latin-1 text.
+express exactly: integers below 2^53, floats that are exact in binary, UTF-8 or Latin-1 text.  A case
+with ``expect_jms`` also says, by hand, the Java class a JMS binding gives each property (the
+``pymq-jms-types`` rule of §7); the Python SDK and the other bindings ignore it.
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ DESCRIPTION = (
     "Input: 'headers' (pairs, first wins, as the scanner hands them over) and 'body_hex'. Expected: "
     "'kind' text|bytes|map with 'text', 'bytes_hex' or 'map' (JSON; a bytes value is {\"$bytes\": base64}); "
     "the JMS fields (null when absent); 'properties' as {name: {type: string|int|float|bool, value}}, "
-    "every header that is not a JMS header or protocol machinery, typed by pymq-types."
+    "every header that is not a JMS header or protocol machinery, typed by pymq-types. 'expect_jms' (some "
+    "cases): the Java class a JMS binding returns from getObjectProperty, narrowed by pymq-jms-types."
 )
 
 
@@ -72,6 +75,14 @@ CASES = [
         ("content-length", "0"), ("receipt", "r"), ("transaction", "t"), ("browser", "true"),
         ("transformation", "x"), ("expiration", "100"), ("kept", "yes")], b""),
     case("escaped characters survive", [("note", "a:b\nc\\d"), ("k:ey", "v")], b""),
+    dict(case("JMS types: a header for Java, not a property", [
+        ("pymq-types", "qty=i,tenth=f,s=i,b=i,big=i,r=f"), ("pymq-jms-types", "qty=int,tenth=float,s=short,b=byte"),
+        ("qty", "-3"), ("tenth", "0.1"), ("s", "-2"), ("b", "7"), ("big", "9007199254740991"), ("r", "0.5")], b""),
+         expect_jms={"qty": "Integer", "tenth": "Float", "s": "Short", "b": "Byte", "big": "Long", "r": "Double"}),
+    dict(case("JMS types never change a value: out of range, untyped or not a number", [
+        ("pymq-types", "wide=i,n=i,x=f"), ("pymq-jms-types", "wide=int,label=int,n=byte,x=int,ghost=int"),
+        ("wide", "2147483648"), ("label", "7"), ("n", "twelve"), ("x", "1.5")], b""),
+         expect_jms={"wide": "Long", "label": "String", "n": "String", "x": "Double"}),
 ]
 
 

@@ -25,7 +25,7 @@ export type MapValue = string | number | boolean | null | Uint8Array;
 const RESERVED = new Set([
   'destination', 'message-id', 'subscription', 'ack', 'receipt', 'transaction', 'content-length',
   'content-type', 'persistent', 'priority', 'expires', 'expiration', 'timestamp', 'correlation-id',
-  'reply-to', 'type', 'redelivered', 'pymq-types', 'pymq-seq', 'transformation', 'browser', 'pymq-dedup-id',
+  'reply-to', 'type', 'redelivered', 'pymq-types', 'pymq-seq', 'transformation', 'browser', 'pymq-dedup-id', 'pymq-jms-types',
 ]);
 const TYPE_CODES: Record<PropertyType, string> = { string: '', int: 'i', float: 'f', bool: 'b' };
 

@@ -22,8 +22,10 @@ import java.util.Set;
  *
  * <p>Properties hold the JMS property types; on the wire the integral ones become {@code i}, the floating
  * ones {@code f}, booleans {@code b} (the {@code pymq-types} header), strings stay plain, so a Python,
- * Go or TypeScript receiver gets the same values back.  Received integral values are {@code Long} and
- * floating ones {@code Double}; the getters convert as {@link TypedValues} explains.
+ * Go or TypeScript receiver gets the same values back, and {@code pymq-jms-types} names the JMS type of
+ * each Integer, Short, Byte and Float, so a Java receiver's getObjectProperty returns the type that was set
+ * (JMS 3.1 §3.5.4).  Integral values from other clients are {@code Long} and floating ones {@code Double};
+ * the getters convert as {@link TypedValues} explains.
  * {@code JMSXDeliveryCount} reads as an Integer (1 on the first delivery).
  */
 public class PymqMessage implements Message {
@@ -32,7 +34,7 @@ public class PymqMessage implements Message {
             "destination", "message-id", "subscription", "ack", "receipt", "transaction", "content-length",
             "content-type", "persistent", "priority", "expires", "expiration", "timestamp", "correlation-id",
             "reply-to", "type", "redelivered", "pymq-types", "pymq-seq", "transformation", "browser",
-            "pymq-dedup-id", "pymq-delivery-time");
+            "pymq-dedup-id", "pymq-delivery-time", WireFormat.JMS_TYPES);
 
     String messageId;
     long timestamp;

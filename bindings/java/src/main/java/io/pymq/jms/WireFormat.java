@@ -77,21 +77,86 @@ final class WireFormat {
             h.add(new Header("type", m.type));
         }
         StringBuilder types = new StringBuilder();
+        StringBuilder jmsTypes = new StringBuilder();
         for (Map.Entry<String, Object> p : m.properties.entrySet()) {
             Object v = p.getValue();
-            String code = typeCode(v);
             h.add(new Header(p.getKey(), propertyText(v)));
-            if (code != null) {
-                if (types.length() > 0) {
-                    types.append(',');
-                }
-                types.append(p.getKey()).append('=').append(code);
-            }
+            append(types, p.getKey(), typeCode(v));
+            append(jmsTypes, p.getKey(), jmsTypeCode(v));
         }
         if (types.length() > 0) {
             h.add(new Header("pymq-types", types.toString()));
         }
+        if (jmsTypes.length() > 0) {
+            h.add(new Header(JMS_TYPES, jmsTypes.toString()));
+        }
         return h;
+    }
+
+    private static void append(StringBuilder list, String name, String code) {
+        if (code != null) {
+            if (list.length() > 0) {
+                list.append(',');
+            }
+            list.append(name).append('=').append(code);
+        }
+    }
+
+    /**
+     * The header naming the JMS type of each property narrower than its {@code pymq-types} code
+     * (spec/stomp.md §7): {@code int}, {@code short}, {@code byte} for an {@code i}, {@code float} for an
+     * {@code f}.  The other SDKs skip it (their integers and reals are 64-bit); it lets a Java receiver
+     * give back the type that was set, as JMS requires of getObjectProperty.
+     */
+    static final String JMS_TYPES = "pymq-jms-types";
+
+    static String jmsTypeCode(Object v) {
+        if (v instanceof Integer) {
+            return "int";
+        }
+        if (v instanceof Short) {
+            return "short";
+        }
+        if (v instanceof Byte) {
+            return "byte";
+        }
+        return v instanceof Float ? "float" : null;
+    }
+
+    /**
+     * {@code value} (typed by pymq-types) as the JMS type {@code code} names, when it is that kind of value
+     * and fits; else unchanged (a foreign or altered header never turns into a wrong value).
+     */
+    static Object narrowed(Object value, String code, String text) {
+        if (value instanceof Long l) {
+            switch (code) {
+                case "int" -> {
+                    return l == l.intValue() ? (Object) l.intValue() : value;
+                }
+                case "short" -> {
+                    return l == l.shortValue() ? (Object) l.shortValue() : value;
+                }
+                case "byte" -> {
+                    return l == l.byteValue() ? (Object) l.byteValue() : value;
+                }
+                default -> {
+                    return value;
+                }
+            }
+        }
+        if (value instanceof Double d && code.equals("float")) {
+            try {
+                // the sender wrote Float.toString: read as a float it is the float that was set
+                float exact = Float.parseFloat(text.strip());
+                if (Float.isInfinite(exact) == d.isInfinite() && Float.isNaN(exact) == d.isNaN()
+                        && (exact != 0f || d == 0.0)) {
+                    return exact;
+                }
+            } catch (NumberFormatException e) {
+                // not a float's text: the double stands
+            }
+        }
+        return value;
     }
 
     static String typeCode(Object v) {
@@ -166,6 +231,17 @@ final class WireFormat {
             }
             String code = types.get(name);
             m.properties.put(name, code == null || code.isEmpty() ? e.getValue() : typed(e.getValue(), code));
+        }
+        String narrow = h.get(JMS_TYPES);
+        if (narrow != null && !narrow.isEmpty()) {
+            for (String item : narrow.split(",", -1)) {
+                int eq = item.lastIndexOf('=');
+                String name = eq < 0 ? "" : item.substring(0, eq);
+                Object v = m.properties.get(name);
+                if (eq > 0 && v != null && types.containsKey(name)) {
+                    m.properties.put(name, narrowed(v, item.substring(eq + 1), h.get(name)));
+                }
+            }
         }
         Object count = m.properties.get("JMSXDeliveryCount");
         if (count != null) {

@@ -141,6 +141,8 @@ class InteropTest {
         assertEquals("bool", props.get("flag").get("type").asText());
         assertTrue(props.get("flag").get("value").asBoolean());
         assertEquals("x=1,y:2", props.get("label").get("value").asText());
+        assertEquals("float", props.get("f").get("type").asText());
+        assertFalse(props.has("pymq-jms-types"), "Java's type header is no property for Python: " + props);
         assertEquals("corr-7", text.get("correlation_id").asText());
         assertEquals("order", text.get("type").asText());
         assertEquals("/queue/interop-replies", text.get("reply_to").asText());

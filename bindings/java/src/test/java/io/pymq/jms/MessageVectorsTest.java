@@ -22,10 +22,10 @@ import static org.junit.jupiter.api.Assertions.assertNull;
 /** spec/vectors/messages.json: MESSAGE frames decode as the Python SDK's from_frame decodes them. */
 class MessageVectorsTest {
     static String typeName(Object v) {
-        if (v instanceof Long || v instanceof Integer) {
+        if (v instanceof Long || v instanceof Integer || v instanceof Short || v instanceof Byte) {
             return "int";
         }
-        if (v instanceof Double) {
+        if (v instanceof Double || v instanceof Float) {
             return "float";
         }
         if (v instanceof Boolean) {
@@ -36,8 +36,11 @@ class MessageVectorsTest {
 
     /** A decoded value as the vectors' JSON holds it (numbers compared as doubles, bytes as $bytes). */
     static Object view(Object v) {
-        if (v instanceof Long || v instanceof Integer) {
+        if (v instanceof Long || v instanceof Integer || v instanceof Short || v instanceof Byte) {
             return ((Number) v).doubleValue();
+        }
+        if (v instanceof Float f) {
+            return Double.parseDouble(Float.toString(f));   // the decimal the sender wrote, as Python reads it
         }
         if (v instanceof byte[] b) {
             return Map.of("$bytes", Base64.getEncoder().encodeToString(b));
@@ -123,5 +126,19 @@ class MessageVectorsTest {
         Map<String, List<Object>> got = new LinkedHashMap<>();
         m.properties().forEach((k, val) -> got.put(k, List.of(typeName(val), view(val))));
         assertEquals(want, got);
+        // the Java class of each property: a case's expect_jms, else what every integer and real becomes
+        Map<String, String> classes = new LinkedHashMap<>();
+        Map<String, String> wantClasses = new LinkedHashMap<>();
+        JsonNode jms = c.get("expect_jms");
+        m.properties().forEach((k, val) -> {
+            classes.put(k, val.getClass().getSimpleName());
+            String t = want.get(k).get(0).toString();
+            wantClasses.put(k, jms != null && jms.has(k) ? jms.get(k).asText()
+                    : t.equals("int") ? "Long" : t.equals("float") ? "Double" : t.equals("bool") ? "Boolean" : "String");
+        });
+        if (m.properties().containsKey("JMSXDeliveryCount")) {
+            wantClasses.put("JMSXDeliveryCount", "Long");    // an Integer once the session hands the message over
+        }
+        assertEquals(wantClasses, classes);
     }
 }

@@ -182,6 +182,8 @@ class ProviderTest {
         t.setStringProperty("label", "a:b\nc");
         t.setShortProperty("s", (short) -2);
         t.setByteProperty("b", (byte) 7);
+        t.setFloatProperty("tenth", 0.1f);
+        t.setIntProperty("min", Integer.MIN_VALUE);
         t.setStringProperty("JMSXGroupID", "g-1");
         p.send(t);
         assertNotNull(t.getJMSMessageID(), "a persistent send waits for the receipt and gets the broker's id");
@@ -213,7 +215,16 @@ class ProviderTest {
         assertEquals(DeliveryMode.PERSISTENT, gotT.getJMSDeliveryMode());
         assertTrue(gotT.getJMSExpiration() > gotT.getJMSTimestamp());
         assertEquals(3, gotT.getIntProperty("qty"));
-        assertEquals(3L, gotT.getObjectProperty("qty"));
+        // JMS 3.1 §3.5.4: getObjectProperty gives back the type that was set (issue 27.6)
+        assertEquals(Integer.valueOf(3), gotT.getObjectProperty("qty"));
+        assertEquals(Long.valueOf(9_007_199_254_740_993L), gotT.getObjectProperty("big"));
+        assertEquals(Double.valueOf(0.1), gotT.getObjectProperty("ratio"));
+        assertEquals(Float.valueOf(1.5f), gotT.getObjectProperty("f"));
+        assertEquals(Float.valueOf(0.1f), gotT.getObjectProperty("tenth"));
+        assertEquals(Short.valueOf((short) -2), gotT.getObjectProperty("s"));
+        assertEquals(Byte.valueOf((byte) 7), gotT.getObjectProperty("b"));
+        assertEquals(Integer.valueOf(Integer.MIN_VALUE), gotT.getObjectProperty("min"));
+        assertFalse(gotT.propertyExists("pymq-jms-types"), "the type header is not a property");
         assertEquals(9_007_199_254_740_993L, gotT.getLongProperty("big"));
         assertEquals(0.1, gotT.getDoubleProperty("ratio"));
         assertEquals(1.5f, gotT.getFloatProperty("f"));
