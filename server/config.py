@@ -490,6 +490,9 @@ class BrokerConfig(_Section):
                               "event-loop turn: a pipelining client shares the loop with everyone else")
     max_headers: Annotated[int, Field(ge=1, le=100_000)] = Field(1000, description="headers per frame")
     max_connections: Positive = Field(10_000, description="connections the broker accepts at once")
+    max_pending_logins: Positive = Field(64, description="password checks (scrypt, about 16 MiB and tens of "
+                                         "ms each, off the event loop) waiting or running at once; a login "
+                                         "over it (CONNECT, admin HTTP) is refused with `resource-limit`")
     max_subscriptions_per_connection: Positive = Field(10_000, description="subscriptions per connection")
     max_transactions_per_connection: Positive = Field(1_000, description="open transactions per "
                                                                          "connection")

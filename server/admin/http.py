@@ -126,13 +126,21 @@ class AdminHttp:
         return await self._authenticate(login, password, peer)
 
     async def _authenticate(self, login: str, password: str, peer: str | None):
-        auth = self.server.broker.authenticator
+        """The broker's one login check (Broker.authenticate): a password hash in its bounded pool,
+        never on the loop; ``resource-limit`` when too many are waiting."""
         if login.startswith("cluster:"):
             raise AuthenticationFailed("cluster nodes do not use the admin HTTP interface")
-        if auth.needs_slow_check(login, password):
-            return await asyncio.get_running_loop().run_in_executor(
-                None, auth.authenticate, login, password, peer)
-        return auth.authenticate(login, password, peer)
+        answer: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        def done(user, error) -> None:
+            if not answer.done():
+                if error is not None:
+                    answer.set_exception(error)
+                else:
+                    answer.set_result(user)
+
+        self.server.broker.authenticate(login, password, peer, None, done)
+        return await answer
 
     def _session_user(self, request: web.Request, changing: bool):
         token = request.cookies.get(COOKIE)

@@ -9,9 +9,11 @@ Users file (YAML)::
 file is refused at load time.  With no users file, there is one user, ``guest``/``guest``, accepted only
 from a loopback address (what RabbitMQ does), so a fresh broker is never open to the network.
 
-scrypt is deliberately slow (tens of ms), so verification runs off the event loop and a successful
-(user, password) pair is remembered by its SHA-256 for the life of the process: reconnect storms cost
-a dictionary lookup, and the cache holds no password.
+scrypt is deliberately slow (tens of ms), so verification runs off the event loop — every check
+:meth:`Authenticator.needs_slow_check` says is slow, by the same rules :meth:`Authenticator.authenticate`
+follows — in a small pool of its own, at most ``max_pending_logins`` at once (:class:`PasswordChecks`),
+and a successful (user, password) pair is remembered by its SHA-256 for the life of the process:
+reconnect storms cost a dictionary lookup, and the cache holds no password.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field
 import yaml
 from pymq_server.config import load_users_file, normalise_subject
 
-from pymq.errors import AuthenticationFailed, ConfigError
+from pymq.errors import AuthenticationFailed, ConfigError, ResourceLimit
 
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 16384, 8, 1
 
@@ -115,11 +117,37 @@ class Authenticator:
                            if u.certificate_subject}
         self._verified = {}
 
-    def needs_slow_check(self, login: str | None, passcode: str | None) -> bool:
-        if login is None or login.startswith("cluster:"):
+    def needs_slow_check(self, login: str | None, passcode: str | None, certificate: str | None = None) -> bool:
+        """Whether :meth:`authenticate` would compute a password hash for these credentials (scrypt: tens
+        of milliseconds, so the caller runs it off the event loop).  The same rules as ``authenticate``
+        decide it, so nothing slow is ever answered on the loop: a CONNECT without ``login`` checks
+        guest's password when there is no users file, and an unknown user is checked against a dummy
+        hash (the answer takes as long as for a known one)."""
+        if certificate is not None and self._certificate_user(login, certificate) is not None:
             return False
-        key = (login, hashlib.sha256((passcode or "").encode()).digest())
-        return key not in self._verified
+        credentials = self._password_credentials(login, passcode)
+        if credentials is None:
+            return False
+        return (credentials[0], hashlib.sha256(credentials[1].encode()).digest()) not in self._verified
+
+    def _certificate_user(self, login: str | None, certificate: str) -> User | None:
+        if (login or "").startswith("cluster:"):
+            return None
+        user = self.by_subject.get(normalise_subject(certificate))
+        if user is not None and (not login or login == user.name):
+            return user
+        return None
+
+    def _password_credentials(self, login: str | None, passcode: str | None) -> tuple[str, str] | None:
+        """The (login, password) whose hash ``authenticate`` checks; None when it checks no password
+        (a cluster node's shared secret, an anonymous login, a CONNECT refused for having no login)."""
+        if login is not None and login.startswith("cluster:"):
+            return None
+        if login is None or login == "":
+            if self.users_file:
+                return None
+            return "guest", passcode if passcode is not None else "guest"
+        return login, passcode or ""
 
     def authenticate(self, login: str | None, passcode: str | None, peer_host: str | None,
                      certificate: str | None = None) -> User:
@@ -127,9 +155,9 @@ class Authenticator:
         (except the loopback rule, which is a configuration matter worth spelling out).
         ``certificate``: the RFC 4514 subject of the peer's verified TLS client certificate; when a user
         lists it as ``certificate_subject`` and the CONNECT names no other login, that is the user."""
-        if certificate is not None and not (login or "").startswith("cluster:"):
-            user = self.by_subject.get(normalise_subject(certificate))
-            if user is not None and (not login or login == user.name):
+        if certificate is not None:
+            user = self._certificate_user(login, certificate)
+            if user is not None:
                 if user.loopback_only and not is_loopback(peer_host):
                     raise AuthenticationFailed(f"user '{user.name}' can only connect via localhost",
                                                user=user.name)
@@ -140,18 +168,20 @@ class Authenticator:
             if not secret or not hmac.compare_digest((passcode or "").encode(), secret.encode()):
                 raise AuthenticationFailed(f"access refused for cluster node '{login[8:]}'", user=login)
             return User(login, "", frozenset({"admin", "cluster"}))
-        if login is None or login == "":
-            if not self.users_file:
-                login, passcode = "guest", passcode if passcode is not None else "guest"
-            elif self.allow_anonymous:
+        credentials = self._password_credentials(login, passcode)
+        if credentials is None:
+            if self.allow_anonymous:
                 return ANONYMOUS
-            else:
-                raise AuthenticationFailed("login required: CONNECT has no 'login' header")
+            raise AuthenticationFailed("login required: CONNECT has no 'login' header")
+        login, password = credentials
         user = self.users.get(login)
-        key = (login, hashlib.sha256((passcode or "").encode()).digest())
+        key = (login, hashlib.sha256(password.encode()).digest())
         ok = self._verified.get(key)
         if ok is None:
-            ok = user is not None and verify_password(passcode or "", user.password_hash)
+            # an unknown user costs the same hash as a known one (guest's, never accepted for it): the
+            # time taken does not tell whether a user exists
+            ok = verify_password(password, user.password_hash if user is not None else _GUEST_HASH)
+            ok = ok and user is not None
             if ok:
                 self._verified[key] = True
         if not ok or user is None:
@@ -161,6 +191,26 @@ class Authenticator:
             raise AuthenticationFailed(f"user '{login}' can only connect via localhost "
                                        f"(configure a users file to allow remote users)", user=login)
         return user
+
+
+class PasswordChecks:
+    """How many password checks are queued or running in worker threads, broker-wide, and the bound on
+    them (``max_pending_logins``).  A check is refused *before* any work is queued once the bound is
+    reached, so a flood of CONNECTs with wrong passwords costs the broker a counter, not an unbounded
+    queue of scrypt runs in front of everyone's login."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.pending = 0
+
+    def begin(self) -> None:
+        if self.pending >= self.limit:
+            raise ResourceLimit(f"the broker is already checking {self.pending} passwords "
+                                f"(max_pending_logins {self.limit}); try again", limit=self.limit)
+        self.pending += 1
+
+    def end(self) -> None:
+        self.pending -= 1
 
 
 def load_users(path: str) -> dict[str, User]:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 
 from pymq_server.broker.acl import AccessControl
 from pymq_server.broker.bulk_rows import BulkResult
-from pymq_server.broker.auth import Authenticator, User
+from pymq_server.broker.auth import Authenticator, PasswordChecks, User
 from pymq_server.broker.backlog import Pager
 from pymq_server.broker.clients import Client
 from pymq_server.broker.consumer import Consumer
@@ -55,6 +55,8 @@ class Runtime(Protocol):
     def call_later(self, delay: float, fn: Callable[..., Any], *args: Any) -> object: ...
 
     def run_in_thread(self, work: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None: ...
+
+    def run_cpu_bound(self, work: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None: ...
 
 
 def _not_wired(*args: object) -> None:
@@ -96,6 +98,7 @@ class Broker:
         self.clock: Callable[[], float] = runtime.time
         self.now_ms: Callable[[], int] = now_ms
         self.authenticator = authenticator or Authenticator(config.users_file, config.allow_anonymous)
+        self.password_checks = PasswordChecks(config.max_pending_logins)
         self.node_id = config.node_id
         self.sessions: dict[str, Client] = {}
         self.client_ids: dict[str, Client] = {}
@@ -182,11 +185,13 @@ class Broker:
 
     def authenticate(self, login: str | None, passcode: str | None, peer_host: str | None,
                      certificate: str | None, done: Callable[[User | None, PymqError | None], None]) -> bool:
-        """Check a CONNECT's credentials and call ``done(user, None)`` or ``done(None, error)``: at once
-        when the answer is known (False), else later from a worker thread (True: scrypt is slow by
-        design, so the loop never waits for it; the connection holds its input meanwhile)."""
+        """Check a CONNECT's (or an admin HTTP request's) credentials and call ``done(user, None)`` or
+        ``done(None, error)``: at once when the answer is known without a password hash (False), else
+        later from the hashing pool (True: scrypt is slow by design, so the loop never runs it; the
+        connection holds its input meanwhile).  At most ``max_pending_logins`` hashes wait or run at
+        once: past that the check is refused at once with ``resource-limit``."""
         auth = self.authenticator
-        if not auth.needs_slow_check(login, passcode):
+        if not auth.needs_slow_check(login, passcode, certificate):
             try:
                 user = auth.authenticate(login, passcode, peer_host, certificate)
             except PymqError as exc:
@@ -194,17 +199,24 @@ class Broker:
                 return False
             done(user, None)
             return False
+        checks = self.password_checks
+        try:
+            checks.begin()
+        except ResourceLimit as exc:
+            done(None, exc)
+            return False
 
         def work() -> User:
             return auth.authenticate(login, passcode, peer_host, certificate)
 
         def finished(user: User | None, error: BaseException | None) -> None:
+            checks.end()
             if error is not None and not isinstance(error, PymqError):
                 log.error("authentication crashed", exc_info=error)
                 error = AuthenticationFailed("authentication failed: internal error")
             done(user, error)
 
-        self.runtime.run_in_thread(work, finished)
+        self.runtime.run_cpu_bound(work, finished)
         return True
 
     # -- what a session asks ------------------------------------------------------------------------------
