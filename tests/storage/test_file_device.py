@@ -251,10 +251,10 @@ def test_a_page_holds_one_kind_only(tmp_path):
             device.write(msg(key, persistent=key % 2 == 0, data=os.urandom(64)), ["q"])
         kinds = {}
         for key in range(1, 200):
-            entry = device._index[key]
+            entry = device.where(key)
             kinds.setdefault(entry.page, set()).add(entry.persistent)
         assert all(len(k) == 1 for k in kinds.values())
-        table = device._alloc.table()
+        table = device.store.pages.alloc.table()
         for page, k in kinds.items():
             assert table[page] == (page_alloc.PERSISTENT if True in k else page_alloc.NON_PERSISTENT)
     finally:
@@ -296,7 +296,7 @@ def test_damaged_message_bytes_are_reported_not_returned(tmp_path):
 def test_damaged_directory_fails_recovery_loudly(tmp_path):
     device = opened(tmp_path)
     device.write(msg(1), ["q"])
-    page = device._index[1].page
+    page = device.where(1).page
     device.close()
     with open(tmp_path / "pages", "r+b") as fh:
         fh.seek(page * PAGE + fmt.PAGE_HEADER_SIZE + 3)

@@ -89,7 +89,8 @@ def run_ops(device: FileDevice, model: Model, rng: random.Random, count: int, ne
             else:
                 model.catalog[name] = value
         device.flush()
-        marks.append((device._wal.number, device._wal.size, model.snapshot()))
+        segment = device.store.log.current
+        marks.append((segment.number, segment.size, model.snapshot()))
 
 
 def expected_at(marks, segment: int, cut: int, base):

@@ -114,7 +114,7 @@ class FileDeviceMachine(RuleBasedStateMachine):
         status = self.device.status()
         assert status.messages == len(self.live)
         assert status.bytes_used == sum(m.size for m, _ in self.live.values())
-        self.device._alloc.check()
+        self.device.store.pages.alloc.check()
 
     @invariant()
     def queues_iterate_in_time_sequence(self):

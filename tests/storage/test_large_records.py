@@ -64,13 +64,13 @@ def test_a_large_message_is_held_as_views_of_its_bytes_and_its_last_page_is_zero
         old = _message(1, 6 * PAGE, fill=0xFF)
         device.write(old, ["/topic/log"])
         device.checkpoint()
-        old_pages = {n for n, p in device._pages.items() if p.cont}
+        old_pages = {n for n, p in device.store.pages.pages.items() if p.cont}
         device.remove(1, "/topic/log")
         device.checkpoint()
         device.checkpoint()                   # freed pages are reusable once a checkpoint without them is durable
         message = _message(2, 3 * PAGE + 100)
         device.write(message, ["/topic/log"])
-        cont = sorted((n, p) for n, p in device._pages.items() if p.cont)
+        cont = sorted((n, p) for n, p in device.store.pages.pages.items() if p.cont)
         assert len(cont) == 4
         # no copy: each page is a view of the message's own bytes, the last one shorter than a page
         assert all(isinstance(p.buf, memoryview) and p.buf.obj is message.data for _, p in cont)
@@ -154,7 +154,7 @@ def test_a_message_given_as_parts_is_stored_as_its_joined_bytes_are(tmp_path):
         else:
             device.write_parts(small, (b"small", b" one"), ["/topic/log"])
             device.write_parts(big, parts, ["/topic/log"])
-            cont = [p for _, p in sorted(device._pages.items()) if p.cont]
+            cont = [p for _, p in sorted(device.store.pages.pages.items()) if p.cont]
             assert b"".join(bytes(p.buf) for p in cont) == whole
             assert sum(1 for p in cont if p.buf.obj is body) == len(whole) // PAGE - 1   # all but two pages
         device.checkpoint()

@@ -301,7 +301,8 @@ def test_the_room_check_refuses_as_allocate_does_and_reserves_when_the_log_runs_
                 device.write(StoredMessage(10_000 + _, "/queue/a", 1, True, b"x" * 400), ["/queue/a"])
         io.heal()
         device.check_room(400)
-        device._fail(OSError(5, "injected"))
+        with device.store.lock:
+            device.store.fail(OSError(5, "injected"))
         with pytest.raises(StorageError, match="refuses new messages"):
             device.check_room(10)
         with pytest.raises(StorageError, match="refuses new messages"):

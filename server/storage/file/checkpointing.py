@@ -1,19 +1,15 @@
-"""The file device's durability: ``sync`` (fsync of the log), checkpoints and the repair of a fault
-(spec/storage.md §4 and §8).
+"""Durability of an open file store: ``sync`` (the log's fsync), checkpoints, and the repair of a fault.
 
-A checkpoint snapshots under ``_lock`` (new log segment, copies of the dirty page regions, the payload
-of ``checkpoint.py``), writes without it (page regions, checkpoint pages, fsync, then the alternate meta
-page, fsync), and publishes under it (pages freed before the snapshot become reusable, the file end is
-trimmed, older segments deleted).  A crash before the meta page is durable leaves the previous
-generation whole; a checkpoint that fails undoes every in-memory mark it made.  ``_sync_lock`` keeps syncs
-and checkpoints apart, so a segment is never closed under an fsync.
+A checkpoint writes the new regions of persistent pages, the checkpoint payload (page table, live
+bitmaps, names, catalog) and then the alternate meta page; the log restarts in a new segment.  Pages
+freed before a checkpoint become reusable only once it is durable, so the last durable checkpoint never
+points at overwritten bytes.  Trailing free pages are cut from the end of the file (spec/storage.md §4).
+A repair is a checkpoint that starts a new log chain (§8).
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
-import threading
 import time
 from collections.abc import Callable
 
@@ -24,8 +20,9 @@ from . import checkpoint as ckpt
 from . import format as fmt
 from .crc import crc32c
 from .pagefile import Meta
-from .wal import Segment, list_segments, new_salt, segment_path
-from .state import _HDR, _SLOT, DeviceState, _describe, log
+from .state import OpenStore, describe, log
+from .status import StoreStatus
+from .writing import WritePath
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
@@ -49,33 +46,44 @@ def return_freed_memory() -> None:
         _TRIM(0)
 
 
-class Checkpointing(DeviceState):
-    """``sync``, ``checkpoint`` and ``repair``."""
+class Checkpointer:
+    """``sync``, ``checkpoint`` and ``repair`` of an open store."""
 
-    checkpoint_bytes: int
-    checkpoint_in_sync: bool
-    checkpoint_hook: Callable[[str], None] | None
-    _fsync: bool
-    _sync_lock: threading.Lock
-    _flush_locked: Callable[[], None]
-    _take_deliveries: Callable[[], dict]
+    __slots__ = ("store", "writes", "checkpoint_bytes", "checkpoint_in_sync", "hook")
+
+    def __init__(self, store: OpenStore, writes: WritePath, checkpoint_bytes: int, checkpoint_in_sync: bool,
+                 hook: Callable[[str], None] | None = None) -> None:
+        self.store = store
+        self.writes = writes
+        self.checkpoint_bytes = checkpoint_bytes
+        self.checkpoint_in_sync = checkpoint_in_sync
+        #: test hook, called with a phase name inside checkpoints ("switched", "before-meta", "after-meta")
+        self.hook = hook
 
     @property
-    def checkpoint_due(self) -> bool:
-        return self._log_bytes >= self.checkpoint_bytes and self._fault is None
+    def due(self) -> bool:
+        store = self.store
+        return store.log.since_checkpoint >= self.checkpoint_bytes and store.fault is None \
+            and store.status is StoreStatus.OPEN
+
+    @property
+    def overdue(self) -> bool:
+        """Nobody checkpoints (sync policy "never"): the log is four times past due."""
+        return self.store.log.since_checkpoint > 4 * self.checkpoint_bytes
 
     def sync(self) -> None:
         """Make everything flushed durable; in fault StorageError (nothing since the fault is durable,
         and nothing will be until the repair's checkpoint)."""
-        with self._sync_lock:
-            with self._lock:
-                self._check_open()
-                if self.read_only:
+        store = self.store
+        with store.sync_lock:
+            with store.lock:
+                store.check_open()
+                if store.read_only:
                     return
-                if self._fault is not None:
-                    raise StorageError(f"file device {self.name!r} cannot make writes durable: {self._fault}",
-                                       device=self.name)
-                segments = [*self._old_segments, self.wal]
+                if store.fault is not None:
+                    raise StorageError(f"file device {store.name!r} cannot make writes durable: {store.fault}",
+                                       device=store.name)
+                segments = store.log.segments()
             started = time.perf_counter()
             try:
                 for seg in segments:
@@ -83,105 +91,122 @@ class Checkpointing(DeviceState):
             except OSError as exc:
                 # after a failed fsync the kernel may have dropped the dirty pages: never trust this log
                 # again (retrying the fsync could "succeed" without the data); the repair rewrites it all
-                with self._lock:
-                    raise self._fail(exc, "fsync of the log") from exc
+                with store.lock:
+                    raise store.fail(exc, "fsync of the log") from exc
             elapsed = time.perf_counter() - started
-            with self._lock:
-                self._syncs += 1
-                self._latency = elapsed if self._syncs == 1 else 0.9 * self._latency + 0.1 * elapsed
-            if self.checkpoint_in_sync and self.checkpoint_due:
+            with store.lock:
+                figures = store.figures
+                figures.syncs += 1
+                figures.latency = elapsed if figures.syncs == 1 else 0.9 * figures.latency + 0.1 * elapsed
+            if self.checkpoint_in_sync and self.due:
                 try:
-                    self._checkpoint_locked()
+                    self.checkpoint_locked()
                 except StorageError as exc:
-                    log.error("checkpoint of file device %r failed, retried later: %s", self.name, exc.message)
+                    log.error("checkpoint of file device %r failed, retried later: %s", store.name, exc.message)
 
     def checkpoint(self) -> None:
         """Write a checkpoint now (the log restarts empty); may run in the worker thread.  StorageError
         when it fails; a failed checkpoint changes nothing durable (unless it met a failing log, which
         puts the device in fault)."""
-        with self._sync_lock:
-            with self._lock:
-                self._check_writable()
-                if self._fault is not None:
-                    raise StorageError(f"file device {self.name!r} is in fault ({self._fault}); its repair "
-                                       f"writes the next checkpoint", device=self.name)
-            self._checkpoint_locked()
+        store = self.store
+        with store.sync_lock:
+            with store.lock:
+                store.check_writable()
+                if store.fault is not None:
+                    raise StorageError(f"file device {store.name!r} is in fault ({store.fault}); its repair "
+                                       f"writes the next checkpoint", device=store.name)
+            self.checkpoint_locked()
+
+    def checkpoint_if_overdue(self) -> None:
+        """``flush``'s bound on the log when nothing syncs: a checkpoint unless one runs already."""
+        store = self.store
+        if not store.sync_lock.acquire(blocking=False):
+            return
+        try:
+            self.checkpoint_locked()
+        except StorageError as exc:
+            log.error("checkpoint of file device %r failed, retried later: %s", store.name, exc.message)
+        finally:
+            store.sync_lock.release()
 
     def repair(self) -> bool:
         """Leave fault by writing a checkpoint that starts a new log chain; True when back in service.
         May run in a worker thread (the store calls it with a back-off)."""
-        with self._sync_lock:
-            with self._lock:
-                if not self._open or self.read_only:
+        store = self.store
+        with store.sync_lock:
+            with store.lock:
+                if store.status is StoreStatus.CLOSED or store.read_only:
                     return False
-                if self._fault is None:
+                if store.fault is None:
                     return True
             try:
-                self._checkpoint_locked(new_chain=True)
+                self.checkpoint_locked(new_chain=True)
             except StorageError as exc:
-                log.info("file device %r still in fault: %s", self.name, exc.message)
+                log.info("file device %r still in fault: %s", store.name, exc.message)
                 return False
-            with self._lock:
-                reason, self._fault = self._fault, None
-            log.warning("file device %r is back in service (it was in fault: %s)", self.name, reason)
+            with store.lock:
+                reason = store.repaired()
+            log.warning("file device %r is back in service (it was in fault: %s)", store.name, reason)
             return True
 
-    def _checkpoint_locked(self, new_chain: bool = False) -> None:
-        """Snapshot under ``_lock``, write without it, publish under it.  Caller holds ``_sync_lock``.
+    def checkpoint_locked(self, new_chain: bool = False) -> None:
+        """Snapshot under ``lock``, write without it, publish under it.  Caller holds ``sync_lock``.
 
         ``new_chain`` (the repair of a fault): the current segment is abandoned unflushed and the new one
         starts a new chain, so a crash before this checkpoint is durable replays the old log only up to
         what it validly holds, and never continues into frames written after the fault.  A failure
         before the meta page is written changes nothing durable; every in-memory mark made for the
         checkpoint is undone and the next one retries."""
-        hook = self.checkpoint_hook
-        ps = self.page_size
-        with self._lock:
+        store = self.store
+        hook = self.hook
+        pages, wal = store.pages, store.log
+        alloc = pages.alloc
+        with store.lock:
             if new_chain:
-                if self._wal is not None:
-                    self._wal.discard()
+                if wal.segment is not None:
+                    wal.segment.discard()
             else:
-                self._flush_locked()          # raises (and enters fault) when the log cannot be written
-            old = self._wal
+                self.writes.flush_locked()     # raises (and enters fault) when the log cannot be written
+            old = wal.segment
             try:
                 if new_chain or old is None:
-                    seg = self._new_segment(0, 0)
+                    seg = wal.start(0, 0)
                 else:
-                    seg = self._new_segment(old.salt, old.checksum)
+                    seg = wal.start(old.salt, old.checksum)
             except OSError as exc:
-                self._errors += 1
-                self._checkpoint_error = _describe(exc)
-                raise StorageError(f"file device {self.name!r}: checkpoint could not start a log segment: "
-                                   f"{_describe(exc)}", device=self.name) from exc
+                store.figures.errors += 1
+                store.figures.checkpoint_error = describe(exc)
+                raise StorageError(f"file device {store.name!r}: checkpoint could not start a log segment: "
+                                   f"{describe(exc)}", device=store.name) from exc
             if old is not None:
-                self._old_segments.append(old)
-            generation = self._generation + 1
+                wal.old_segments.append(old)
+            generation = store.generation + 1
             marks = [(page, page.on_disk, page.disk_slots, page.disk_data_start)
-                     for page in (self._pages[n] for n in self._dirty)]
-            writes = self._dirty_regions()
-            if not self._ckpt_freed:
-                for number in self._ckpt_pages:
-                    self._alloc.free(number)
-                self._ckpt_freed = True
-            self._alloc.begin_checkpoint()
-            payload, pages = self._encode_checkpoint(generation)
+                     for page in (pages.pages[n] for n in pages.dirty)]
+            writes = pages.dirty_regions()
+            if not pages.ckpt_freed:
+                for number in pages.ckpt_pages:
+                    alloc.free(number)
+                pages.ckpt_freed = True
+            alloc.begin_checkpoint()
+            payload, ckpt_pages = self._encode(generation)
             # names and refsets in the payload count as durable only once the checkpoint is
-            snapshot_names, snapshot_refsets = set(self._names), set(self._refsets)
-            log_bytes, self._log_bytes = self._log_bytes, 0
+            snapshot_names, snapshot_refsets = set(store.names.names), set(store.names.refsets)
+            log_bytes, wal.since_checkpoint = wal.since_checkpoint, 0
             if new_chain:
-                self._logging = True          # later changes go to the new chain, after the snapshot
-            meta = Meta(generation, seg.number, seg.salt, self._alloc.page_count, pages[0], len(pages),
+                wal.logging = True          # later changes go to the new chain, after the snapshot
+            meta = Meta(generation, seg.number, seg.salt, alloc.page_count, ckpt_pages[0], len(ckpt_pages),
                         len(payload), crc32c(payload))
-        pf = self.pf
+        pf = store.page_file
         try:
-            with self._lock:
+            with store.lock:
                 pf.reserve(meta.page_count)
             if hook:
                 hook("switched")
-            self._sync_dir()
+            store.sync_dir()
             for offset, data in writes:
                 pf.write_at(offset, data)
-            pf.write_checkpoint(pages, generation, payload)
+            pf.write_checkpoint(ckpt_pages, generation, payload)
             pf.sync()
             if hook:
                 hook("before-meta")
@@ -190,149 +215,76 @@ class Checkpointing(DeviceState):
             if hook:
                 hook("after-meta")
         except BaseException as exc:
-            with self._lock:
-                self._alloc.end_checkpoint(durable=False)
-                for number in pages:
-                    self._alloc.free(number)
+            with store.lock:
+                alloc.end_checkpoint(durable=False)
+                for number in ckpt_pages:
+                    alloc.free(number)
                 for page, on_disk, disk_slots, disk_data_start in marks:
-                    if self._pages.get(page.number) is page:     # not freed meanwhile
+                    if pages.pages.get(page.number) is page:     # not freed meanwhile
                         page.on_disk, page.disk_slots, page.disk_data_start = on_disk, disk_slots, disk_data_start
-                        self._dirty.add(page.number)
-                self._log_bytes += log_bytes
-                self._errors += 1
-                self._checkpoint_error = _describe(exc)
+                        pages.dirty.add(page.number)
+                wal.since_checkpoint += log_bytes
+                store.figures.errors += 1
+                store.figures.checkpoint_error = describe(exc)
                 if new_chain:
-                    self._logging = False
+                    wal.logging = False
                     seg.discard()
             if not isinstance(exc, Exception):
                 raise
-            raise StorageError(f"file device {self.name!r}: checkpoint failed: {_describe(exc)}",
-                               device=self.name) from exc
-        with self._lock:
-            self._alloc.end_checkpoint(durable=True)
-            self._durable_names |= snapshot_names
-            self._durable_refsets |= snapshot_refsets
-            self._generation = generation
-            self._ckpt_pages = pages
-            self._ckpt_freed = False
-            self._checkpoints += 1
-            self._checkpoint_error = ""
+            raise StorageError(f"file device {store.name!r}: checkpoint failed: {describe(exc)}",
+                               device=store.name) from exc
+        with store.lock:
+            alloc.end_checkpoint(durable=True)
+            store.names.durable_names |= snapshot_names
+            store.names.durable_refsets |= snapshot_refsets
+            store.generation = generation
+            pages.ckpt_pages = ckpt_pages
+            pages.ckpt_freed = False
+            store.figures.checkpoints += 1
+            store.figures.checkpoint_error = ""
             try:
-                end = self._alloc.trim()
-                if pf.size() > end * ps:
+                end = alloc.trim()
+                if pf.size() > end * store.page_size:
                     pf.truncate(end)
             except OSError as exc:
-                self._errors += 1      # a longer file than needed: the next checkpoint trims again
-                log.warning("file device %r could not trim its page file: %s", self.name, _describe(exc))
-            stale, self._old_segments = self._old_segments, []
-            for page in self._pages.values():   # checkpointed pages need not stay in memory
-                if page.kind == PERSISTENT and page.number not in self._dirty \
-                        and self._tail[PERSISTENT] is not page:
-                    page.buf = None
+                store.figures.errors += 1      # a longer file than needed: the next checkpoint trims again
+                log.warning("file device %r could not trim its page file: %s", store.name, describe(exc))
+            pages.drop_checkpointed()
         writes.clear()                          # the copies of the page regions this checkpoint wrote
         return_freed_memory()
-        for old_seg in stale:
-            old_seg.close()
-            try:
-                os.unlink(old_seg.path)
-            except FileNotFoundError:
-                pass
-        for number in list_segments(self.directory):
-            if number < meta.wal_segment:
-                try:
-                    os.unlink(segment_path(self.directory, number))
-                except FileNotFoundError:
-                    pass
+        wal.drop_older_than(meta.wal_segment)
 
-    def _new_segment(self, prev_salt: int, prev_checksum: int) -> Segment:
-        """Open the next log segment with its header on disk; nothing changes if that fails."""
-        seg = Segment(self.directory, self._next_segment, self.page_size, self.pf.file_id,
-                      new_salt(prev_salt), prev_checksum, fsync=self._fsync, io=self.io)
-        try:
-            seg.flush()
-        except OSError:
-            seg.close()
-            try:
-                os.unlink(seg.path)
-            except OSError:
-                pass
-            raise
-        self._next_segment += 1
-        self._wal = seg
-        return seg
-
-    def _sync_dir(self) -> None:
-        if not self._fsync:
-            return
-        io = self.io
-        fd = io.open(self.directory, os.O_RDONLY)
-        try:
-            io.fsync(fd)
-        finally:
-            io.close(fd)
-
-    def _dirty_regions(self) -> list[tuple[int, bytes | memoryview]]:
-        """Copies of every persistent byte range the page file lacks; marks them written.  A continuation
-        page that is a view of a message's own bytes (writing.py) is handed over as it is, not copied:
-        those bytes never change; the part of the page past them is written as zeros."""
-        ps = self.page_size
-        writes: list[tuple[int, bytes | memoryview]] = []
-        zeros: bytes | None = None
-        for number in self._dirty:
-            page = self._pages[number]
-            base = number * ps
-            buf = self._resident(page)
-            if page.cont:
-                if isinstance(buf, memoryview):
-                    writes.append((base, buf))
-                    if len(buf) < ps:
-                        zeros = zeros if zeros is not None else bytes(ps)
-                        writes.append((base + len(buf), memoryview(zeros)[len(buf):]))
-                else:
-                    writes.append((base, bytes(buf)))
-                page.on_disk = True
-                continue
-            if not page.on_disk:
-                self._write_page_header(page)
-                writes.append((base, bytes(buf[:_HDR])))
-                page.on_disk = True
-            if page.slots > page.disk_slots:
-                lo, hi = _HDR + _SLOT * page.disk_slots, _HDR + _SLOT * page.slots
-                writes.append((base + lo, bytes(buf[lo:hi])))
-                page.disk_slots = page.slots
-            if page.data_start < page.disk_data_start:
-                writes.append((base + page.data_start, bytes(buf[page.data_start:page.disk_data_start])))
-                page.disk_data_start = page.data_start
-        self._dirty.clear()
-        return writes
-
-    def _encode_checkpoint(self, generation: int) -> tuple[bytes, list[int]]:
+    def _encode(self, generation: int) -> tuple[bytes, list[int]]:
+        """The checkpoint payload and the SYSTEM pages that will carry it."""
+        store = self.store
+        pages, index, names = store.pages, store.index, store.names
         state = ckpt.CheckpointState()
-        for page in self._pages.values():
+        for page in pages.pages.values():
             if page.kind == PERSISTENT and not page.cont:
                 state.pages.append((page.number, page.slots, page.data_start,
                                     bytes(page.live[:(page.slots + 7) // 8])))
-        state.names = dict(self._names)
-        ids = self._name_ids
-        state.refsets = {rid: tuple(ids[q] for q in refs) for rid, refs in self._refsets.items()}
-        index = self._index
-        state.refs = {key: tuple(ids[q] for q in index[key].refs) for key in self._changed_refs}
-        state.catalog = dict(self._catalog)
-        if self._unlogged_deliveries:       # a repair's checkpoint comes without a flush
-            self._take_deliveries()
-        state.deliveries = {(key, ids[queue]): count for key, counts in self._deliveries.items()
+        state.names = dict(names.names)
+        ids = names.ids
+        state.refsets = {rid: tuple(ids[q] for q in refs) for rid, refs in names.refsets.items()}
+        entries = index.entries
+        state.refs = {key: tuple(ids[q] for q in entries[key].refs) for key in index.changed}
+        state.catalog = dict(store.catalog)
+        if index.unlogged:       # a repair's checkpoint comes without a flush
+            index.take_deliveries()
+        state.deliveries = {(key, ids[queue]): count for key, counts in index.deliveries.items()
                             for queue, count in counts.items()}
-        tail = self._tail[PERSISTENT]
+        tail = pages.tail[PERSISTENT]
         state.tail = tail.number if tail is not None else 0
-        state.next_name, state.next_refset = self._next_name, self._next_refset
+        state.next_name, state.next_refset = names.next_name, names.next_refset
         body = ckpt.encode_body(state)
-        cap = self.pf.checkpoint_capacity()
-        pages: list[int] = []
+        cap = store.page_file.checkpoint_capacity()
+        alloc = pages.alloc
+        taken: list[int] = []
         while True:
-            size = len(body) + fmt.SECTION.size + self._alloc.page_count
-            if len(pages) * cap >= size:
+            size = len(body) + fmt.SECTION.size + alloc.page_count
+            if len(taken) * cap >= size:
                 break
-            pages.append(self._alloc.allocate(SYSTEM))
-        payload = ckpt.encode(self._alloc.table(), body)
-        assert len(payload) <= len(pages) * cap
-        return payload, pages
+            taken.append(alloc.allocate(SYSTEM))
+        payload = ckpt.encode(alloc.table(), body)
+        assert len(payload) <= len(taken) * cap
+        return payload, taken

@@ -25,42 +25,56 @@ Job: hold persistent and non-persistent messages on local disk; keep persistent 
   that starts a new log chain: the checkpoint alone holds the whole state, so nothing the untrusted tail
   held is needed.  A checkpoint that fails otherwise changes nothing durable and is simply retried.
 
-Where: this module opens, closes, reads and reports; the class is put together from the write path
-(``writing.py``), durability (``checkpointing.py``: sync, checkpoints, repair) and recovery
-(``recovery.py``), all over the shared in-memory state of ``state.py``.  The bytes are ``format.py``'s.
+How it is put together: ``open`` makes an :class:`~.state.OpenStore` (the explicit state of the open
+store, with its status: open or fault; closed is no open store) and three parts that act on it — the write
+path (``writing.py``), the checkpointer (``checkpointing.py``: sync, checkpoints, repair) and recovery
+(``recovery.py``); this class is the holding-device interface over them: lifecycle, reads and status.  The
+bytes are ``format.py``'s; every write to the disk passes the open store's one gate (``fileio.WriteGate``).
 
 Threading (see ``..device``): the broker thread calls everything but ``sync``/``checkpoint``, which
-may run in one worker thread.  ``_lock`` guards the in-memory state (held briefly by both threads);
-``_sync_lock`` serialises syncs and checkpoints so a log segment is never closed under an fsync.
+may run in one worker thread; the open store's ``lock`` and ``sync_lock`` say how they share it.
 """
 from __future__ import annotations
 
 import fcntl
-import heapq
 import os
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 from pymq.errors import StorageError
 
-from ..device import DeviceStatus, HoldingDevice, StoredMessage
-from ..page_alloc import NON_PERSISTENT, PERSISTENT, SYSTEM, PageAllocator
+from ..device import Allocation, DeviceStatus, HoldingDevice, StoredMessage
+from ..page_alloc import NON_PERSISTENT, PERSISTENT, SYSTEM
 from . import format as fmt
-from .checkpointing import Checkpointing
+from .checkpointing import Checkpointer
 from .fileio import OS_IO, FileIO
-from .pagefile import PageFile
 from .recovery import Recovery
+from .state import OpenStore
+from .status import StoreStatus
 from .writing import WritePath
 
 DEFAULT_PAGE_SIZE = 64 * 1024
 DEFAULT_CHECKPOINT_BYTES = 32 * 1024 * 1024
 
 
-class FileDevice(Recovery, Checkpointing, WritePath, HoldingDevice):
+class Location(NamedTuple):
+    """Where a held message is (inspection and tests)."""
+
+    page: int
+    slot: int
+    persistent: bool
+
+
+class FileDevice(HoldingDevice):
     """Paged file store with a write-ahead log; the broker's embedded default device."""
 
     kind = "file"
+    #: the holding store may keep a persistent message back a moment before writing it here
+    #: (spec/storage.md §9): each write costs a log frame and a slot the message's quick release saves
+    writes_behind = True
+    #: keeps non-persistent messages in pages of their own, never logged: the place queues page out to
+    pages_out = True
 
     def __init__(self, name: str, directory: str | os.PathLike, page_size: int = DEFAULT_PAGE_SIZE, *,
                  checkpoint_bytes: int = DEFAULT_CHECKPOINT_BYTES, max_bytes: int | None = None,
@@ -84,131 +98,232 @@ class FileDevice(Recovery, Checkpointing, WritePath, HoldingDevice):
         self.checkpoint_in_sync = checkpoint_in_sync
         self._fsync = fsync
         self.io: FileIO = io or OS_IO
-        self._lock = threading.Lock()
-        self._sync_lock = threading.Lock()
-        self._open = False
-        #: why the device is in fault (refusing writes, not logging), or None while in service
-        self._fault: str | None = None
-        #: log frames are written (False in fault: the log's tail is not trusted until a checkpoint)
-        self._logging = True
-        #: test hook, called with a phase name inside checkpoints ("switched", "before-meta", "after-meta")
-        self.checkpoint_hook: Callable[[str], None] | None = None
-        self._reset_state()
+        self._hook: Callable[[str], None] | None = None
+        self._store: OpenStore | None = None
+        self._writes: WritePath | None = None
+        self._checkpointer: Checkpointer | None = None
+        self._recovery: Recovery | None = None
+
+    @property
+    def checkpoint_hook(self) -> Callable[[str], None] | None:
+        """Test hook, called with a phase name inside checkpoints ("switched", "before-meta", "after-meta")."""
+        return self._hook
+
+    @checkpoint_hook.setter
+    def checkpoint_hook(self, hook: Callable[[str], None] | None) -> None:
+        self._hook = hook
+        if self._checkpointer is not None:
+            self._checkpointer.hook = hook
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+    @property
+    def store_status(self) -> StoreStatus:
+        """Closed, open or fault (``status.py``)."""
+        store = self._store
+        return StoreStatus.CLOSED if store is None else store.status
+
+    @property
+    def store(self) -> OpenStore:
+        """The open store (StorageError when closed): its state, for inspection and tests."""
+        store = self._store
+        if store is None:
+            raise StorageError(f"file device {self.name!r} is not open", device=self.name)
+        return store
 
     def open(self) -> None:
-        if self._open:
+        if self._store is not None:
             raise StorageError(f"file device {self.name!r} is already open")
         started = time.perf_counter()
         os.makedirs(self.directory, exist_ok=True)
-        self._lock_fd = os.open(os.path.join(self.directory, "LOCK"),
+        store = OpenStore(self.name, self.directory, self.page_size, io=self.io, fsync=self._fsync,
+                          read_only=self.read_only, max_bytes=self.max_bytes)
+        store.lock_fd = os.open(os.path.join(self.directory, "LOCK"),
                                 os.O_RDONLY | os.O_CREAT if self.read_only else os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(self._lock_fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+            fcntl.flock(store.lock_fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
+            os.close(store.lock_fd)
             raise StorageError(f"store {self.directory} is in use by another process", path=self.directory) \
                 from exc
+        writes = WritePath(store)
+        checkpointer = Checkpointer(store, writes, self.checkpoint_bytes, self.checkpoint_in_sync, self._hook)
+        recovery = Recovery(store, checkpointer)
         path = os.path.join(self.directory, "pages")
         try:
             if not os.path.exists(path):
                 if self.read_only:
                     raise StorageError(f"no store in {self.directory}", path=self.directory)
-                self._create(path)
+                recovery.create(path)
             else:
-                self._recover_from_disk(path)
+                recovery.open_existing(path)
         except BaseException:
-            self._release_files()
-            self._reset_state()
+            store.release_files()
             raise
-        self._open = True
-        self._last_recovery["open_s"] = time.perf_counter() - started
+        self.page_size = store.page_size          # an existing store keeps its own
+        self._store, self._writes, self._checkpointer, self._recovery = store, writes, checkpointer, recovery
+        store.figures.recovery["open_s"] = time.perf_counter() - started
 
     def close(self) -> None:
         """Checkpoint and release the files.  A device in fault tries one repair (its removals since
         the fault are otherwise lost, so those messages would come back after the restart); if that
         fails too the files are released anyway and StorageError says what was not saved."""
-        if not self._open:
+        store = self._store
+        if store is None:
             return
         try:
             if self.read_only:
                 return
-            if self._fault is not None:
-                if not self.repair():
-                    raise StorageError(f"file device {self.name!r} closed in fault ({self._fault}): changes "
+            if store.fault is not None:
+                if not self._parts()[1].repair():
+                    raise StorageError(f"file device {self.name!r} closed in fault ({store.fault}): changes "
                                        f"since the fault were not saved; everything acknowledged was",
                                        device=self.name)
                 return
             self.flush()
-            self.checkpoint()
+            self._parts()[1].checkpoint()
         finally:
-            self._release_files()
-            self._open = False
+            self._drop()
 
-    def set_io(self, io: FileIO) -> None:
-        """Route every later system call through ``io`` (tests: inject faults into an open device)."""
-        with self._lock:
-            self.io = io
-            if self._pf is not None:
-                self._pf.io = io
-            for seg in [*self._old_segments, self._wal]:
-                if seg is not None:
-                    seg.io = io
-
-    def _release_files(self) -> None:
-        for seg in self._old_segments:
-            seg.close()
-        if self._wal is not None:
-            self._wal.close()
-        if self._pf is not None:
-            self._pf.close()
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-        self._old_segments, self._wal, self._pf, self._lock_fd = [], None, None, -1
+    def _drop(self) -> None:
+        store = self._store
+        if store is not None:
+            store.release_files()
+            store.move(StoreStatus.CLOSED)
+            store.io.closed_for = "the store is closed"
+        self._store = self._writes = self._checkpointer = self._recovery = None
 
     def _simulate_crash(self) -> None:
         """Drop every unflushed byte and release the files, as ``kill -9`` would (tests only)."""
-        self._release_files()
-        self._open = False
+        self._drop()
 
-    def _create(self, path: str) -> None:
-        self._pf = PageFile(path, self.page_size, fsync=self._fsync, io=self.io)
-        self._pf.create()
-        self._alloc = PageAllocator(fmt.RESERVED_PAGES)
-        self._wal = self._new_segment(0, 0)
-        self._sync_dir()
-        self._checkpoint_locked()
+    def set_io(self, io: FileIO) -> None:
+        """Route every later system call through ``io`` (tests: inject faults into an open device)."""
+        self.io = io
+        store = self._store
+        if store is not None:
+            with store.lock:
+                store.io.inner = io
 
+    def _parts(self) -> tuple[WritePath, Checkpointer, Recovery]:
+        writes, checkpointer, recovery = self._writes, self._checkpointer, self._recovery
+        if writes is None or checkpointer is None or recovery is None:
+            raise StorageError(f"file device {self.name!r} is not open", device=self.name)
+        return writes, checkpointer, recovery
+
+    # -- faults -------------------------------------------------------------------------------------------
     @property
     def fault(self) -> str | None:
         """Why the device refuses new messages (None: in service)."""
-        return self._fault
+        store = self._store
+        return None if store is None else store.fault
 
     @property
     def needs_repair(self) -> bool:
-        return self._open and self._fault is not None and not self.read_only
+        store = self._store
+        return store is not None and store.fault is not None and not self.read_only
 
+    def repair(self) -> bool:
+        checkpointer = self._checkpointer
+        return checkpointer.repair() if checkpointer is not None else False
+
+    # -- the write path -------------------------------------------------------------------------------------
+    def allocate(self, size: int, persistent: bool) -> Allocation:
+        return self._parts()[0].allocate(self.name, size, persistent)
+
+    def check_room(self, size: int) -> None:
+        writes = self._writes
+        if writes is None:
+            raise StorageError(f"file device {self.name!r} is not open", device=self.name)
+        writes.check_room(size)
+
+    def write(self, message: StoredMessage, queues: Sequence[str], allocation: Allocation | None = None) -> None:
+        writes = self._writes
+        if writes is None:
+            raise StorageError(f"file device {self.name!r} is not open", device=self.name)
+        writes.write(message, queues)
+
+    def write_parts(self, message: StoredMessage, parts: tuple[bytes, ...], queues: Sequence[str]) -> None:
+        self._parts()[0].write(message, queues, parts)
+
+    def remove(self, key: int, queue: str) -> None:
+        writes = self._writes
+        if writes is None:
+            raise StorageError(f"file device {self.name!r} is not open", device=self.name)
+        writes.remove(key, queue)
+
+    def add_reference(self, key: int, queue: str) -> None:
+        self._parts()[0].add_reference(key, queue)
+
+    def record_delivery(self, key: int, queue: str, count: int) -> None:
+        writes = self._writes
+        if writes is not None:
+            writes.record_delivery(key, queue, count)
+
+    def deliveries(self, key: int) -> dict[str, int]:
+        return self._parts()[0].deliveries(key)
+
+    def put_meta(self, key: str, value: bytes | None) -> None:
+        self._parts()[0].put_meta(key, value)
+
+    def iter_meta(self) -> Iterable[tuple[str, bytes]]:
+        return self._parts()[0].iter_meta()
+
+    def flush(self) -> None:
+        writes, checkpointer, _ = self._parts()
+        writes.flush()
+        if checkpointer.overdue:
+            # nobody syncs (policy "never"): bound the log here rather than let it grow forever
+            checkpointer.checkpoint_if_overdue()
+
+    # -- durability -----------------------------------------------------------------------------------------
+    def sync(self) -> None:
+        self._parts()[1].sync()
+
+    def checkpoint(self) -> None:
+        self._parts()[1].checkpoint()
+
+    @property
+    def checkpoint_due(self) -> bool:
+        checkpointer = self._checkpointer
+        return checkpointer is not None and checkpointer.due
+
+    # -- reads ----------------------------------------------------------------------------------------------
     def read(self, key: int) -> StoredMessage:
-        with self._lock:
-            self._check_open()
-            if key not in self._index:
+        store = self.store
+        with store.lock:
+            store.check_open()
+            if key not in store.index:
                 raise KeyError(key)
             try:
-                return self._read_locked(key)
+                return store.index.read(key)
             except OSError as exc:
-                self._errors += 1
+                store.figures.errors += 1
                 raise StorageError(f"file device {self.name!r}: {exc}", device=self.name) from exc
 
     def references(self, key: int) -> list[str]:
         """The queues that still owe message ``key`` (KeyError if not held)."""
-        with self._lock:
-            return list(self._index[key].refs)
+        store = self.store
+        with store.lock:
+            entry = store.index.get(key)
+            if entry is None:
+                raise KeyError(key)
+            return list(entry.refs)
+
+    def where(self, key: int) -> Location:
+        """Where message ``key`` is held (KeyError if not held)."""
+        store = self.store
+        with store.lock:
+            entry = store.index.get(key)
+            if entry is None:
+                raise KeyError(key)
+            return Location(entry.page, entry.slot, entry.persistent)
 
     def holds(self, key: int) -> bool:
-        return key in self._index
+        store = self._store
+        return store is not None and key in store.index
 
     def __contains__(self, key: int) -> bool:
-        return key in self._index
+        return self.holds(key)
 
     def iterate(self, queue: str) -> Iterator[StoredMessage]:
         """A queue's messages in time-sequence order, merging its persistent and non-persistent lists.
@@ -216,63 +331,71 @@ class FileDevice(Recovery, Checkpointing, WritePath, HoldingDevice):
         Seed 002's removal order: (seq, key) ascending across both page kinds.  A message removed
         while the iterator runs is skipped.
         """
-        with self._lock:
-            self._check_open()
-            lists = self._queues.get(queue)
-            if lists is None:
-                return
-            merged = list(heapq.merge(lists.ordered_list(0), lists.ordered_list(1)))
-        for _seq, key in merged:
-            with self._lock:
-                entry = self._index.get(key)
+        store = self.store
+        with store.lock:
+            store.check_open()
+            order = store.index.queue_order(queue)
+        for _seq, key in order:
+            with store.lock:
+                entry = store.index.get(key)
                 if entry is None or queue not in entry.refs:
                     continue
-                message = self._read_locked(key)
+                message = store.index.read(key)
             yield message
 
     def queue_depth(self, queue: str) -> int:
-        lists = self._queues.get(queue)
-        return len(lists) if lists is not None else 0
+        store = self._store
+        return 0 if store is None else store.index.queue_depth(queue)
 
+    def recover(self) -> Iterator[tuple[StoredMessage, list[str]]]:
+        return self._parts()[2].recover()
+
+    # -- status ---------------------------------------------------------------------------------------------
     def status(self) -> DeviceStatus:
         """Figures for the storage monitor.  ``bytes_free`` is what a message may still use: free pages
         inside the file plus what the disk still has (and, with ``max_bytes``, never more than the
         bound leaves); the monitor makes the device unavailable for messages larger than that."""
-        disk = self.io.free_space(self.directory) if self._open else None
-        with self._lock:
-            alloc = self._alloc
-            ps = self.page_size
+        store = self._store
+        if store is None:
+            return DeviceStatus(name=self.name, kind=self.kind, capacity=self.max_bytes, online=False,
+                                extra={"status": StoreStatus.CLOSED.value})
+        disk = store.io.free_space(self.directory)
+        with store.lock:
+            alloc = store.pages.alloc
+            ps = store.page_size
             file_bytes = alloc.page_count * ps
             in_file = alloc.free_count * ps
-            tail = self._tail.get(PERSISTENT)
+            tail = store.pages.tail.get(PERSISTENT)
             if tail is not None and tail.buf is not None:
                 in_file += max(0, tail.room())
             free = None
             if disk is not None:
-                reserved = self._pf.reserved if self._pf is not None else None
+                reserved = store.pf.reserved if store.pf is not None else None
                 if reserved is not None:
                     disk += max(0, reserved - file_bytes)     # held for the file already
                 free = in_file + disk
             if self.max_bytes is not None:
                 bounded = max(0, self.max_bytes - (alloc.page_count - alloc.free_count) * ps)
                 free = bounded if free is None else min(free, bounded)
-            seg = self._wal
+            seg = store.log.segment
+            figures = store.figures
             extra = {
+                "status": store.status.value,
                 "page_size": ps, "pages": alloc.page_count, "file_bytes": file_bytes,
                 "pages_persistent": alloc.count(PERSISTENT),
                 "pages_non_persistent": alloc.count(NON_PERSISTENT),
                 "pages_free": alloc.free_count, "pages_system": alloc.count(SYSTEM),
-                "log_bytes": self._log_bytes, "log_segment": seg.number if seg else 0,
-                "generation": self._generation, "checkpoints": self._checkpoints,
-                "syncs": self._syncs, "recovery": dict(self._last_recovery),
-                "disk_free": disk, "refusals": self._refusals,
+                "log_bytes": store.log.since_checkpoint, "log_segment": seg.number if seg else 0,
+                "generation": store.generation, "checkpoints": figures.checkpoints,
+                "syncs": figures.syncs, "recovery": dict(figures.recovery),
+                "disk_free": disk, "refusals": figures.refusals,
             }
-            if self._fault is not None:
-                extra["fault"] = self._fault
-            if self._checkpoint_error:
-                extra["checkpoint_error"] = self._checkpoint_error
+            if store.fault is not None:
+                extra["fault"] = store.fault
+            if figures.checkpoint_error:
+                extra["checkpoint_error"] = figures.checkpoint_error
             return DeviceStatus(
-                name=self.name, kind=self.kind, messages=self._messages, bytes_used=self._bytes_used,
-                bytes_free=free, capacity=self.max_bytes, errors=self._errors,
-                write_latency_s=self._latency, online=self._open and self._fault is None,
+                name=self.name, kind=self.kind, messages=len(store.index), bytes_used=store.index.bytes_used,
+                bytes_free=free, capacity=self.max_bytes, errors=figures.errors,
+                write_latency_s=figures.latency, online=store.fault is None,
                 extra=extra)

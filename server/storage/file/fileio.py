@@ -81,6 +81,9 @@ class FileIO:
             return False
         raise OSError(err, os.strerror(err))
 
+    def unlink(self, path: str) -> None:
+        os.unlink(path)
+
     def free_space(self, path: str) -> int | None:
         """Bytes an unprivileged writer may still use on the file system holding ``path``."""
         try:
@@ -92,6 +95,81 @@ class FileIO:
 
 #: the real thing
 OS_IO = FileIO()
+
+
+class WriteGate(FileIO):
+    """The one door every write of an open store goes through (spec/storage.md §8).
+
+    The open store hands this object, not the operating system, to its page file and its log segments, so
+    every call that changes the disk (``open`` for writing, ``write``, ``pwrite``, ``reserve``, ``truncate``,
+    ``datasync``, ``fsync``, ``unlink``) passes :meth:`check` first.  While ``closed_for`` is set, each such
+    call raises :class:`StoreClosedForWrites` before touching the disk; reads go through unchanged.  Nothing
+    closes it yet but the store's own close; a store that learns it no longer owns its files (high
+    availability: a newer live broker took them over) closes the gate here, in one place, and no later
+    write of any component can reach the disk.  ``inner`` is the operating system (tests put a fault layer
+    there, also on an open store: ``FileDevice.set_io``)."""
+
+    __slots__ = ("inner", "closed_for")
+
+    def __init__(self, inner: FileIO) -> None:
+        self.inner = inner
+        #: why writes are refused (None: open)
+        self.closed_for: str | None = None
+
+    def check(self) -> None:
+        if self.closed_for is not None:
+            raise StoreClosedForWrites(self.closed_for)
+
+    def open(self, path: str, flags: int, mode: int = 0o644) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
+            self.check()
+        return self.inner.open(path, flags, mode)
+
+    def close(self, fd: int) -> None:
+        self.inner.close(fd)
+
+    def write(self, fd: int, data: memoryview) -> int:
+        self.check()
+        return self.inner.write(fd, data)
+
+    def pwrite(self, fd: int, data: memoryview, offset: int) -> int:
+        self.check()
+        return self.inner.pwrite(fd, data, offset)
+
+    def pread(self, fd: int, size: int, offset: int) -> bytes:
+        return self.inner.pread(fd, size, offset)
+
+    def datasync(self, fd: int) -> None:
+        self.check()
+        self.inner.datasync(fd)
+
+    def fsync(self, fd: int) -> None:
+        self.check()
+        self.inner.fsync(fd)
+
+    def truncate(self, fd: int, length: int) -> None:
+        self.check()
+        self.inner.truncate(fd, length)
+
+    def reserve(self, fd: int, offset: int, length: int) -> bool:
+        self.check()
+        return self.inner.reserve(fd, offset, length)
+
+    def unlink(self, path: str) -> None:
+        self.check()
+        self.inner.unlink(path)
+
+    def free_space(self, path: str) -> int | None:
+        return self.inner.free_space(path)
+
+
+class StoreClosedForWrites(OSError):
+    """A write reached a store whose gate is closed (an OSError, so every write path already treats it as
+    a failed system call: the store goes to fault and refuses, nothing is half-written)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(errno.EROFS, f"the store takes no more writes: {reason}")
+        self.reason = reason
 
 #: errors that mean "the disk cannot hold more" rather than "the disk is failing"
 NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
