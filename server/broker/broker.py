@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from collections.abc import Callable, Iterator
 
 from pymq_server.broker.acl import AccessControl
-from pymq_server.broker.bulk_rows import BulkResult
+from pymq_server.broker.bulk_rows import MAX_DECODED_BYTES, BulkResult
 from pymq_server.broker.auth import Authenticator, PasswordChecks, User
 from pymq_server.broker.backlog import Pager
 from pymq_server.broker.clients import Client
@@ -69,10 +69,11 @@ class QueueServices:
     router exists: queues are made by a lower layer than the one that moves their messages)."""
 
     __slots__ = ("clock", "now_ms", "release_reference", "message_gone", "delivered", "pager", "dead_letter",
-                 "on_expired", "_runtime")
+                 "on_expired", "max_decoded", "_runtime")
 
     def __init__(self, runtime: Runtime, store: HoldingStore, flow: MemoryFlow) -> None:
         self._runtime = runtime
+        self.max_decoded = max(MAX_DECODED_BYTES, flow.config.max_frame_size)
         self.clock = runtime.time
         self.now_ms = now_ms
         self.release_reference = store.release

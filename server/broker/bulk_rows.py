@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from pymq.errors import MessageFormatError
-from pymq_server.broker import segments
+from pymq_server.broker import bulk_stream, segments
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.segments import BODY_TYPES, CONTENT_TYPES, NOT_PROPERTIES, pa, pc
 
 #: rows a bulk SEND may carry (its bytes are bounded by the broker's max_frame_size)
 MAX_BULK_ROWS = 1_000_000
+#: the bytes a bulk SEND's buffers may take once decompressed, unless told (the default max_frame_size)
+MAX_DECODED_BYTES = 64 * 1024 * 1024
 _DESTINATION_PREFIXES = ("/queue/", "/topic/", "/temp-queue/")
 _INT32, _INT64 = struct.Struct("<i"), struct.Struct("<q")
 
@@ -49,17 +51,17 @@ if pa is not None:
                 pa.large_binary(): _INT64, pa.large_string(): _INT64}
 
 
-def read_bulk(body: Any, max_rows: int = MAX_BULK_ROWS) -> Any:
+def read_bulk(body: Any, max_rows: int = MAX_BULK_ROWS, max_bytes: int = MAX_DECODED_BYTES) -> Any:
     """The rows of a bulk SEND's body (an Arrow IPC stream), checked column by column (spec/spark.md §7):
     one batch of the bulk columns, cast to the log schema's types.  A precise MessageFormatError names
-    the column (and the first bad row) of anything the broker would not take; nothing is half-read."""
+    the column (and the first bad row) of anything the broker would not take; nothing is half-read.
+
+    In this order, so that nothing is built from what was not checked: each IPC message's metadata
+    (bulk_stream: row counts, field nodes, buffer bounds, declared decompressed sizes within
+    ``max_bytes``), the schema (the bulk columns and types only: nothing dictionary-encoded or nested but
+    ``properties``), every buffer of every batch (:func:`_check_buffers`), then the values."""
     segments.require()
-    try:
-        reader = pa.ipc.open_stream(pa.py_buffer(body))
-        batches = list(reader)
-        schema = reader.schema
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OSError) as exc:
-        raise MessageFormatError(f"the bulk SEND's body is not an Arrow IPC stream: {exc}") from None
+    schema, batches = bulk_stream.read_stream(body, max_rows, max_bytes)
     names = schema.names
     if len(set(names)) != len(names):
         raise MessageFormatError(f"the bulk batch names a column twice: {', '.join(names)}")
@@ -73,17 +75,16 @@ def read_bulk(body: Any, max_rows: int = MAX_BULK_ROWS) -> Any:
                                      f"{' or '.join(str(t) for t in accepted)}, not {field.type}")
     if "body" not in names:
         raise MessageFormatError("a bulk SEND needs a 'body' column")
-    rows = sum(b.num_rows for b in batches)
-    if rows > max_rows:
-        raise MessageFormatError(f"a bulk SEND carries at most {max_rows} rows, this one {rows}")
+    read = []
     for b in batches:
         _check_buffers(b)
-    if not batches:
+        read.append(b)
+    if not read:
         batch = pa.RecordBatch.from_pylist([], schema=schema)
-    elif len(batches) == 1:
-        batch = batches[0]
+    elif len(read) == 1:
+        batch = read[0]
     else:
-        batch = pa.Table.from_batches(batches, schema).combine_chunks().to_batches()[0]
+        batch = pa.Table.from_batches(read, schema).combine_chunks().to_batches()[0]
     _check_bulk(batch)
     return batch
 
@@ -136,8 +137,8 @@ def _no_line_break(column) -> bool:
     validity, offsets, data = column.buffers()
     if data is None:
         return True
-    ends = memoryview(offsets).cast("i")
-    start, end = ends[column.offset], ends[column.offset + len(column)]
+    start = _INT32.unpack_from(offsets, 4 * column.offset)[0]
+    end = _INT32.unpack_from(offsets, 4 * (column.offset + len(column)))[0]
     values = memoryview(data)[start:end].tobytes()
     return b"\n" not in values and b"\r" not in values
 
@@ -345,14 +346,16 @@ def segment_record(body: bytes, rows: Any, dropped: Sequence[int], destination: 
     return holder
 
 
-def restored_segment(message: BrokerMessage) -> tuple[Any, int] | None:
+def restored_segment(message: BrokerMessage, max_bytes: int = MAX_DECODED_BYTES) -> tuple[Any, int] | None:
     """(rows, first key) of a stored segment record, or None when ``message`` is not one: the SEND's rows
     completed again as they were (see :func:`segment_record`), its non-persistent rows left out (as with
     messages sent one by one, recovery keeps the persistent ones)."""
     h = message.headers
     if h.get(SEGMENT_HEADER) != "arrow":
         return None
-    batch = read_bulk(message.body)
+    # read and checked as the SEND was (a record an older broker stored unchecked is refused here, and
+    # recovery quarantines it); decompressed within max(the default, the broker's max_frame_size)
+    batch = read_bulk(message.body, max_bytes=max(max_bytes, MAX_DECODED_BYTES))
     batch = drop_rows(batch, [int(i) for i in h.get("pymq-dropped", "").split(",") if i])
     persistent, priority, ttl = (int(x) for x in h["pymq-defaults"].split(","))
     first_key = int(h[FIRST_KEY_HEADER])

@@ -57,3 +57,4 @@ class QueueHost(Protocol):
     def delivered(self, message: BrokerMessage, queue: str, count: int) -> None: ...  # to keep across restarts
 
     pager: Pager | None                        # paging (backlog.py); None: queues keep every message in memory
+    max_decoded: int                           # bytes a stored bulk record may decompress to (max_frame_size)

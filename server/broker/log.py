@@ -136,7 +136,7 @@ class RetainedLog:
         if loaded is not None and loaded[0] is seg:
             return loaded[1]
         holder = seg.stored
-        restored = bulk_rows.restored_segment(decode_stored(holder.device.read(holder.key)))
+        restored = bulk_rows.restored_segment(decode_stored(holder.device.read(holder.key)), self.host.max_decoded)
         if restored is None or restored[0].num_rows != len(seg) or restored[1] != seg.first_key:
             raise StorageError(f"{self.destination}: the stored record {holder.key} of a paged-out segment "
                                f"does not hold its {len(seg)} rows")

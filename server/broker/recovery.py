@@ -101,7 +101,7 @@ class Recovery:
             dedup_id = first_alias(message.headers, "dedup-id")
             if dedup_id is not None:
                 self.dedup.remember(message.destination, dedup_id)
-            segment = bulk_rows.restored_segment(message)
+            segment = bulk_rows.restored_segment(message, self.flow.config.max_frame_size)
             if segment is not None:
                 rows, first_key = segment
                 seqs.observe("", first_key + rows.num_rows)

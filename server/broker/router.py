@@ -135,7 +135,7 @@ class Router:
         kind, name = destinations.resolve(request.destination)
         # the rows read and checked, and the permission, before the queue or topic is created by this use:
         # a refused bulk SEND creates nothing
-        batch = bulk_rows.read_bulk(request.body)
+        batch = bulk_rows.read_bulk(request.body, max_bytes=self.config.max_frame_size)
         if kind is Kind.QUEUE:
             target: Target = destinations.queue_for(client.user, name, "produce")
         elif kind is Kind.TOPIC:

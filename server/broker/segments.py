@@ -187,7 +187,7 @@ class Segment:
         ``i:j``, so a byte budget is found by bisection, without a pass over the rows."""
         if self._ends is None:
             body = self.batch.column(8)
-            self._ends = memoryview(body.buffers()[1]).cast("i")[body.offset:body.offset + len(body) + 1]
+            self._ends = _view(body.buffers()[1], "i", 4, body.offset, len(body) + 1)
         return self._ends
 
     def body_sizes(self) -> Any:
@@ -199,7 +199,14 @@ class Segment:
 
 def _int64_view(column) -> memoryview:
     # a zero-copy view of an int64 column without nulls (seq, timestamp, expires are never null here)
-    return memoryview(column.buffers()[1]).cast("q")[column.offset:column.offset + len(column)]
+    return _view(column.buffers()[1], "q", 8, column.offset, len(column))
+
+
+def _view(buffer: Any, fmt: str, width: int, offset: int, n: int) -> Any:
+    """Values ``offset:offset + n`` of a fixed-width buffer, zero-copy.  A buffer may be longer than its
+    values need by any number of bytes (valid Arrow; a bulk SEND's buffers are the sender's): the values
+    are cut out as bytes before the cast, which needs a whole number of items."""
+    return memoryview(buffer)[width * offset:width * (offset + n)].cast(fmt)  # type: ignore[call-overload]
 
 
 def all_persistent(batch: Any) -> bool:
@@ -214,7 +221,7 @@ def _copied(view: memoryview) -> memoryview:
 
 def _int32_view(column) -> memoryview:
     data = column.buffers()[1]
-    return memoryview(data).cast("i")[column.offset:column.offset + len(column)]
+    return _view(data, "i", 4, column.offset, len(column))
 
 
 def from_messages(messages: Sequence) -> Any:

@@ -92,3 +92,52 @@ def test_bodies_whose_buffers_lie_are_refused_and_nothing_is_kept(broker_process
         conn.create_session().send_arrow("/queue/lies", rows(2), timeout=20)
     assert _drain(bp.url, "lies", 2) == ["r0", "r1"]          # the refused rows are nowhere
     assert _depth(bp.url, "lies") == 0
+
+
+def _peak_rss(pid: int) -> int:
+    """The process's peak resident set (VmHWM), bytes."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_decompression_bomb_is_refused_before_it_is_inflated(broker_processes, tmp_path):
+    """Issue 24: an 8.5 KB bulk SEND (ZSTD) inflated to a 256 MiB row; four added 1 GiB of RSS and a
+    consumer received a 268 MB MESSAGE, four times max_frame_size."""
+    from tests.hostile.bulk_bodies import bomb
+    bp = broker_processes(tmp_path / "data")
+    body = bomb()
+    assert len(body) < 16 * 1024
+    before = _peak_rss(bp.proc.pid)
+    for _ in range(4):
+        headers = _refused(bp.port, "/queue/bomb", body)
+        assert headers["pymq-code"] == "message-format" and "max_frame_size" in headers["message"], headers
+    assert _peak_rss(bp.proc.pid) - before < 64 * 1024 * 1024
+    with pymq.connect(bp.url, timeout=20) as conn:
+        conn.create_session().send_arrow("/queue/bomb", rows(1), timeout=20)
+    assert _drain(bp.url, "bomb", 1) == ["r0"]
+
+
+def _metadata_lies() -> dict[str, bytes]:
+    from tests.hostile import bulk_bodies as bb
+    plain = bb.body_column([0, 1, 2, 3])
+    mapped = bb.stream(pa.RecordBatch.from_pydict({
+        "body": pa.array([b"ab", b"c"]), "properties": pa.array([[("k", "v")], []], pa.map_(pa.string(), pa.string()))}))
+    return {
+        "raised-row-count": bb.with_rows(plain, 1000),
+        "row-count-2**62": bb.with_rows(plain, 2**62),
+        "map-keys-null": bb.with_node(mapped, 3, null_count=1),
+        "buffer-past-the-body": bb.with_buffer(plain, 2, length=4096),
+        "non-utf8-column-name": plain.replace(b"body", b"b\xffdy", 1),
+    }
+
+
+@pytest.mark.parametrize("case", list(_metadata_lies()))
+def test_metadata_that_lies_is_a_precise_error(broker_processes, tmp_path, case):
+    bp = broker_processes(tmp_path / "data")
+    headers = _refused(bp.port, "/queue/meta", _metadata_lies()[case])
+    assert headers["pymq-code"] == "message-format", headers
+    assert bp.proc.poll() is None, bp.log
+    assert "Traceback" not in bp.log, bp.log
