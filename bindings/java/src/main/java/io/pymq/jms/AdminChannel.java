@@ -33,15 +33,25 @@ final class AdminChannel implements PymqConnection.Subscriber {
     private final String replyTo;
     private final String subId;
     private final Map<String, CompletableFuture<Frame>> waiting = new ConcurrentHashMap<>();
+    private final List<Header> subscribeHeaders;
+    /** Completes an admin request whose answer went with a lost link: it is asked again on the next one. */
+    private static final class Lost extends JMSException {
+        private static final long serialVersionUID = 1L;
+
+        Lost() {
+            super("the link was lost during an admin request", "connection-closed");
+        }
+    }
 
     AdminChannel(PymqConnection connection) throws JMSException {
         this.connection = connection;
         this.replyTo = "/temp-queue/pymq-admin-" + UUID.randomUUID().toString().replace("-", "").substring(0, 12);
         this.subId = connection.nextId("admin-");
+        this.subscribeHeaders = List.of(new Header("destination", replyTo), new Header("id", subId),
+                new Header("ack", "auto"));
         connection.register(subId, this);
         try {
-            connection.link().call("SUBSCRIBE", List.of(new Header("destination", replyTo), new Header("id", subId),
-                    new Header("ack", "auto")), null);
+            connection.link().call("SUBSCRIBE", subscribeHeaders, null);
         } catch (JMSException e) {
             connection.unregister(subId);
             throw e;
@@ -49,10 +59,22 @@ final class AdminChannel implements PymqConnection.Subscriber {
     }
 
     @Override
-    public void deliver(Frame frame) {
+    public void deliver(Frame frame, BrokerLink link) {
         CompletableFuture<Frame> w = waiting.remove(frame.get("correlation-id", ""));
         if (w != null) {
             w.complete(frame);
+        }
+    }
+
+    @Override
+    public List<Header> resubscribe() {
+        return subscribeHeaders;
+    }
+
+    @Override
+    public void linkLost() {
+        for (CompletableFuture<Frame> w : waiting.values()) {
+            w.completeExceptionally(new Lost());
         }
     }
 
@@ -63,8 +85,24 @@ final class AdminChannel implements PymqConnection.Subscriber {
         }
     }
 
-    /** Runs {@code op} with a JSON object body; returns the answer's JSON text of {@code result}. */
+    /**
+     * Runs {@code op} with a JSON object body; returns the answer's JSON text of {@code result}.  Asked
+     * again (a few times) when a failover connection loses its link meanwhile: the operations the provider
+     * uses only read.
+     */
     JsonValue call(String op, String argsJson) throws JMSException {
+        for (int attempt = 1; ; attempt++) {
+            try {
+                return callOnce(op, argsJson);
+            } catch (Lost e) {
+                if (attempt >= 3) {
+                    throw e;
+                }
+            }
+        }
+    }
+
+    private JsonValue callOnce(String op, String argsJson) throws JMSException {
         String corr = UUID.randomUUID().toString();
         CompletableFuture<Frame> w = new CompletableFuture<>();
         waiting.put(corr, w);
@@ -81,7 +119,11 @@ final class AdminChannel implements PymqConnection.Subscriber {
             }
             return root.get("result");
         } catch (ExecutionException e) {
-            throw connection.link().failure() != null ? connection.link().failure() : new JMSException(e.toString());
+            if (e.getCause() instanceof Lost lost) {
+                throw lost;
+            }
+            JMSException f = link.failure();
+            throw f != null ? f : new JMSException(e.toString());
         } catch (TimeoutException e) {
             throw new JMSException("no answer to admin operation " + op + " within " + link.timeoutMs + " ms", "timeout");
         } catch (InterruptedException e) {

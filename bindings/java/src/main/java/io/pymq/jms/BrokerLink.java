@@ -49,7 +49,7 @@ final class BrokerLink {
 
     interface Listener {
         /** A MESSAGE frame (reader thread; must not block). */
-        void message(Frame frame);
+        void message(BrokerLink link, Frame frame);
 
         /**
          * {@code link} failed or was closed ({@code expected}: by {@link #close}); called once per link, on
@@ -59,7 +59,7 @@ final class BrokerLink {
     }
 
     /** Where to connect: host, port and whether to speak TLS. */
-    record Endpoint(String host, int port, boolean tls) {
+    record Endpoint(String host, int port, boolean tls) implements java.io.Serializable {
     }
 
     private final Socket socket;
@@ -274,7 +274,7 @@ final class BrokerLink {
     private void dispatch(List<Frame> frames) {
         for (Frame f : frames) {
             switch (f.command()) {
-                case "MESSAGE" -> listener.message(f);
+                case "MESSAGE" -> listener.message(this, f);
                 case "RECEIPT" -> {
                     CompletableFuture<Frame> waiter = receipts.remove(f.get("receipt-id", ""));
                     if (waiter != null) {

@@ -16,7 +16,11 @@ import java.net.URI;
 import java.net.URISyntaxException;
 import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 
 /**
  * The pymq ConnectionFactory: the one class an application names; everything else is {@code jakarta.jms}.
@@ -50,6 +54,9 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
     private long heartBeatReceive = 10_000;
     private boolean syncSend = true;
     private transient SSLSocketFactory sslSocketFactory;
+    private List<Member> members;
+    private BrokerGroup group;
+    private transient volatile TransportListener transportListener;
 
     public PymqConnectionFactory() {
     }
@@ -58,31 +65,84 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
         setBrokerURL(brokerUrl);
     }
 
-    /** Reads a broker URL (see the class documentation); an unknown option is an error naming it. */
+    /** One broker of the URL: where it is, its own credentials (null when absent) and its options. */
+    record Member(BrokerLink.Endpoint endpoint, String user, String password, Map<String, String> options)
+            implements Serializable {
+    }
+
+    /**
+     * Reads a broker URL (see the class documentation): one broker, or a group of brokers to fail over
+     * between (spec/ha.md §4).  An unknown option or a bad value is an IllegalArgumentException naming it.
+     */
     public void setBrokerURL(String url) {
+        List<Member> read = new ArrayList<>();
+        BrokerGroup g = BrokerGroup.parse(url, m -> read.add(member(m)));
+        // the options of every member apply to the connection, in order (they are the provider's settings)
+        for (Member m : read) {
+            m.options().forEach(this::option);
+        }
+        Member first = read.get(0);
+        host = first.endpoint().host();
+        port = first.endpoint().port();
+        tls = first.endpoint().tls();
+        if (first.user() != null) {
+            user = first.user();
+            password = first.password();
+        }
+        String u = m0option(read, "user");
+        if (u != null) {
+            user = u;
+        }
+        String p = m0option(read, "password");
+        if (p != null) {
+            password = p;
+        }
+        members = List.copyOf(read);
+        group = g;
+    }
+
+    private static String m0option(List<Member> read, String key) {
+        return read.get(0).options().get(key);
+    }
+
+    /** One single-broker URL, checked whole (IllegalArgumentException naming what is wrong). */
+    static Member member(String url) {
         URI uri;
         try {
             uri = new URI(url);
         } catch (URISyntaxException e) {
-            throw new IllegalArgumentException("not a broker URL: " + url + " (" + e.getMessage() + ")", e);
+            throw new IllegalArgumentException("not a broker URL: " + BrokerGroup.redacted(url) + " (" + e.getReason() + ")", e);
         }
         String scheme = uri.getScheme() == null ? "" : uri.getScheme().toLowerCase(Locale.ROOT);
+        boolean secure;
         switch (scheme) {
-            case "stomp", "tcp" -> tls = false;
-            case "stomp+ssl", "stomp+tls", "ssl", "stomps" -> tls = true;
-            default -> throw new IllegalArgumentException("unsupported URL " + url
+            case "stomp", "tcp" -> secure = false;
+            case "stomp+ssl", "stomp+tls", "ssl", "stomps" -> secure = true;
+            default -> throw new IllegalArgumentException("unsupported URL " + BrokerGroup.redacted(url)
                     + ": use stomp://host:port or stomp+ssl://host:port");
         }
-        if (uri.getHost() != null) {
-            host = uri.getHost();
+        if (uri.getRawAuthority() != null && uri.getHost() == null) {
+            throw new IllegalArgumentException("not a host:port in " + BrokerGroup.redacted(url));
         }
-        port = uri.getPort() > 0 ? uri.getPort() : 61613;
+        if (uri.getPort() > 65535) {
+            throw new IllegalArgumentException("port " + uri.getPort() + " out of range in " + BrokerGroup.redacted(url));
+        }
+        if (uri.getRawPath() != null && !uri.getRawPath().isEmpty() && !uri.getRawPath().equals("/")) {
+            throw new IllegalArgumentException("a STOMP URL has no path: " + BrokerGroup.redacted(url));
+        }
+        String h = uri.getHost() == null ? "127.0.0.1" : uri.getHost();
+        if (h.startsWith("[") && h.endsWith("]")) {
+            h = h.substring(1, h.length() - 1);
+        }
+        String u = null;
+        String pw = null;
         if (uri.getRawUserInfo() != null) {
             String info = uri.getRawUserInfo();
             int colon = info.indexOf(':');
-            user = decode(colon < 0 ? info : info.substring(0, colon));
-            password = colon < 0 ? null : decode(info.substring(colon + 1));
+            u = decode(colon < 0 ? info : info.substring(0, colon));
+            pw = colon < 0 ? null : decode(info.substring(colon + 1));
         }
+        Map<String, String> options = new LinkedHashMap<>();
         if (uri.getRawQuery() != null) {
             for (String pair : uri.getRawQuery().split("&")) {
                 if (pair.isEmpty()) {
@@ -91,18 +151,36 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
                 int eq = pair.indexOf('=');
                 String key = decode(eq < 0 ? pair : pair.substring(0, eq));
                 String value = eq < 0 ? "" : decode(pair.substring(eq + 1));
-                switch (key) {
-                    case "clientId" -> clientId = value;
-                    case "prefetch" -> setPrefetch(Integer.parseInt(value));
-                    case "timeout" -> setTimeout(Long.parseLong(value));
-                    case "heartBeat" -> setHeartBeat(value);
-                    case "syncSend" -> syncSend = Boolean.parseBoolean(value);
-                    case "user" -> user = value;
-                    case "password" -> password = value;
-                    default -> throw new IllegalArgumentException("unknown option \"" + key + "\" in " + url
-                            + "; known: clientId, prefetch, timeout, heartBeat, syncSend, user, password");
+                if (!OPTIONS.contains(key)) {
+                    throw new IllegalArgumentException("unknown option \"" + key + "\" in " + BrokerGroup.redacted(url)
+                            + "; known: " + String.join(", ", OPTIONS));
                 }
+                options.put(key, value);
             }
+        }
+        // the values are checked here too, so a bad one refuses the URL before anything is set
+        new PymqConnectionFactory().applyAll(options);
+        return new Member(new BrokerLink.Endpoint(h, uri.getPort() > 0 ? uri.getPort() : 61613, secure), u, pw,
+                Map.copyOf(options));
+    }
+
+    private static final List<String> OPTIONS = List.of("clientId", "prefetch", "timeout", "heartBeat", "syncSend",
+            "user", "password");
+
+    private void applyAll(Map<String, String> options) {
+        options.forEach(this::option);
+    }
+
+    private void option(String key, String value) {
+        switch (key) {
+            case "clientId" -> clientId = value;
+            case "prefetch" -> setPrefetch(Integer.parseInt(value));
+            case "timeout" -> setTimeout(Long.parseLong(value));
+            case "heartBeat" -> setHeartBeat(value);
+            case "syncSend" -> syncSend = Boolean.parseBoolean(value);
+            case "user" -> user = value;
+            case "password" -> password = value;
+            default -> throw new IllegalArgumentException("unknown option \"" + key + "\"");
         }
     }
 
@@ -112,7 +190,19 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
 
     /** The broker URL these settings describe (without credentials). */
     public String getBrokerURL() {
-        return (tls ? "stomp+ssl://" : "stomp://") + host + ":" + port;
+        if (group != null && group.failover) {
+            StringBuilder b = new StringBuilder("failover:(");
+            for (int i = 0; i < members.size(); i++) {
+                BrokerLink.Endpoint e = members.get(i).endpoint();
+                b.append(i > 0 ? "," : "").append(e.tls() ? "stomp+ssl://" : "stomp://").append(hostPort(e));
+            }
+            return b.append(")").toString();
+        }
+        return (tls ? "stomp+ssl://" : "stomp://") + hostPort(new BrokerLink.Endpoint(host, port, tls));
+    }
+
+    private static String hostPort(BrokerLink.Endpoint e) {
+        return (e.host().contains(":") ? "[" + e.host() + "]" : e.host()) + ":" + e.port();
     }
 
     public void setUser(String user) {
@@ -190,6 +280,44 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
         return new BrokerLink.Endpoint(host, port, tls);
     }
 
+    /**
+     * The brokers to connect to, in the URL's order, with their own credentials: the URL's group, or the
+     * one broker the setters describe.
+     */
+    List<Member> brokers() {
+        if (group == null || !group.failover) {
+            return List.of(new Member(endpoint(), null, null, Map.of()));
+        }
+        return members;
+    }
+
+    /** The brokers of the URL as written, with their own credentials (the failover vectors read them). */
+    List<Member> urlMembers() {
+        return members;
+    }
+
+    /** Whether a lost connection is replaced (a failover URL: spec/ha.md §4). */
+    boolean failover() {
+        return group != null && group.failover;
+    }
+
+    BrokerGroup.Options failoverOptions() {
+        return group != null ? group.options : BrokerGroup.Options.DEFAULTS;
+    }
+
+    /**
+     * Listens to every connection this factory makes: {@code transportInterrupted} when a failover
+     * connection loses its broker, {@code transportResumed} when it is back (ActiveMQ's
+     * {@code setTransportListener}).
+     */
+    public void setTransportListener(TransportListener listener) {
+        transportListener = listener;
+    }
+
+    TransportListener transportListener() {
+        return transportListener;
+    }
+
     SSLSocketFactory sslSocketFactory() {
         return sslSocketFactory;
     }
@@ -201,37 +329,37 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
     // -- ConnectionFactory ------------------------------------------------------------------------------
     @Override
     public Connection createConnection() throws JMSException {
-        return createConnection(user, password);
+        return new PymqConnection(this, user, password, false);
     }
 
     @Override
     public Connection createConnection(String userName, String password) throws JMSException {
-        return new PymqConnection(this, userName, password);
+        return new PymqConnection(this, userName, password, true);
     }
 
     @Override
     public QueueConnection createQueueConnection() throws JMSException {
-        return createQueueConnection(user, password);
+        return new PymqConnection(this, user, password, false);
     }
 
     @Override
     public QueueConnection createQueueConnection(String userName, String password) throws JMSException {
-        return new PymqConnection(this, userName, password);
+        return new PymqConnection(this, userName, password, true);
     }
 
     @Override
     public TopicConnection createTopicConnection() throws JMSException {
-        return createTopicConnection(user, password);
+        return new PymqConnection(this, user, password, false);
     }
 
     @Override
     public TopicConnection createTopicConnection(String userName, String password) throws JMSException {
-        return new PymqConnection(this, userName, password);
+        return new PymqConnection(this, userName, password, true);
     }
 
     @Override
     public JMSContext createContext() {
-        return createContext(user, password, JMSContext.AUTO_ACKNOWLEDGE);
+        return context(user, password, JMSContext.AUTO_ACKNOWLEDGE, false);
     }
 
     @Override
@@ -241,15 +369,19 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
 
     @Override
     public JMSContext createContext(int sessionMode) {
-        return createContext(user, password, sessionMode);
+        return context(user, password, sessionMode, false);
     }
 
     @Override
     public JMSContext createContext(String userName, String password, int sessionMode) {
+        return context(userName, password, sessionMode, true);
+    }
+
+    private JMSContext context(String userName, String password, int sessionMode, boolean explicit) {
         PymqContext.checkMode(sessionMode);
         PymqConnection connection;
         try {
-            connection = new PymqConnection(this, userName, password);
+            connection = new PymqConnection(this, userName, password, explicit);
         } catch (JMSException e) {
             throw PymqContext.runtime(e);
         }

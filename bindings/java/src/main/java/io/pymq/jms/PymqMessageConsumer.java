@@ -25,8 +25,12 @@ import java.util.concurrent.TimeUnit;
  * lives on.
  */
 public class PymqMessageConsumer implements QueueReceiver, TopicSubscriber, PymqConnection.Subscriber {
+    /** A MESSAGE frame and the link it came by (acknowledging it is only possible on that link). */
+    record Arrival(Frame frame, BrokerLink link) {
+    }
+
     /** Wakes a blocked receive: the consumer or its connection closed. */
-    private static final Frame WAKE = new Frame("WAKE", List.of());
+    private static final Arrival WAKE = new Arrival(new Frame("WAKE", List.of()), null);
 
     final PymqSession session;
     final PymqDestination destination;
@@ -34,7 +38,8 @@ public class PymqMessageConsumer implements QueueReceiver, TopicSubscriber, Pymq
     final boolean noLocal;
     final String durableName;
     final String subId;
-    private final LinkedBlockingQueue<Frame> inbox = new LinkedBlockingQueue<>();
+    private final LinkedBlockingQueue<Arrival> inbox = new LinkedBlockingQueue<>();
+    private final List<Header> subscribeHeaders;
     private volatile MessageListener listener;
     volatile boolean closed;
     private volatile boolean unsubscribed;
@@ -60,6 +65,7 @@ public class PymqMessageConsumer implements QueueReceiver, TopicSubscriber, Pymq
             headers.add(new Header("no-local", "true"));
         }
         headers.addAll(extra);
+        this.subscribeHeaders = List.copyOf(headers);
         connection.register(subId, this);
         try {
             connection.link().call("SUBSCRIBE", headers, null);
@@ -71,16 +77,29 @@ public class PymqMessageConsumer implements QueueReceiver, TopicSubscriber, Pymq
 
     // -- frames from the reader thread ------------------------------------------------------------------
     @Override
-    public void deliver(Frame frame) {
+    public void deliver(Frame frame, BrokerLink link) {
         synchronized (this) {
             if (closed) {
                 return;        // a locally closed consumer: its UNSUBSCRIBE gives the message back
             }
             if (listener != null) {
-                session.dispatch(this, frame);
+                session.dispatch(this, frame, link);
             } else {
-                inbox.add(frame);
+                inbox.add(new Arrival(frame, link));
             }
+        }
+    }
+
+    /** After a failover: the same SUBSCRIBE (id, destination, selector, ack mode, names) on the new link. */
+    @Override
+    public List<Header> resubscribe() {
+        return closed || unsubscribed ? null : subscribeHeaders;
+    }
+
+    /** After a failover: what the lost link delivered is dropped here (the broker redelivers it). */
+    void dropStale(BrokerLink fresh) {
+        synchronized (this) {
+            inbox.removeIf(a -> a != WAKE && a.link() != fresh);
         }
     }
 
@@ -89,16 +108,24 @@ public class PymqMessageConsumer implements QueueReceiver, TopicSubscriber, Pymq
         inbox.add(WAKE);
     }
 
-    /** Takes the frames delivered here and not yet handed to the application (recover, rollback). */
-    List<Frame> drainBuffered() {
-        List<Frame> out = new ArrayList<>();
+    /** Takes the messages delivered here and not yet handed to the application (recover, rollback). */
+    List<PymqSession.Delivery> drainBuffered() {
+        List<PymqSession.Delivery> out = new ArrayList<>();
+        for (Arrival a : drainArrivals()) {
+            out.add(new PymqSession.Delivery(this, a.frame().get("ack", ""), null, a.link()));
+        }
+        return out;
+    }
+
+    private List<Arrival> drainArrivals() {
+        List<Arrival> out = new ArrayList<>();
         synchronized (this) {
-            for (Frame f : inbox) {
-                if (f != WAKE) {
-                    out.add(f);
+            for (Arrival a : inbox) {
+                if (a != WAKE) {
+                    out.add(a);
                 }
             }
-            inbox.removeIf(f -> f != WAKE);
+            inbox.removeIf(a -> a != WAKE);
         }
         return out;
     }
@@ -129,8 +156,8 @@ public class PymqMessageConsumer implements QueueReceiver, TopicSubscriber, Pymq
             if (listener != null) {
                 session.startDispatcher();
                 // messages that arrived before the listener was set go to it, in order
-                for (Frame f : drainBuffered()) {
-                    session.dispatch(this, f);
+                for (Arrival a : drainArrivals()) {
+                    session.dispatch(this, a.frame(), a.link());
                 }
             }
         }
@@ -165,7 +192,7 @@ public class PymqMessageConsumer implements QueueReceiver, TopicSubscriber, Pymq
                         return null;
                     }
                 }
-                Frame f;
+                Arrival f;
                 if (noWait) {
                     f = inbox.poll();
                 } else if (deadline == 0) {
@@ -189,14 +216,17 @@ public class PymqMessageConsumer implements QueueReceiver, TopicSubscriber, Pymq
                 }
                 if (!connection.started()) {       // stopped while waiting: keep it for later
                     synchronized (this) {
-                        List<Frame> rest = new ArrayList<>();
+                        List<Arrival> rest = new ArrayList<>();
                         inbox.drainTo(rest);
                         inbox.add(f);
                         inbox.addAll(rest);
                     }
                     continue;
                 }
-                return session.consume(this, f);
+                if (f.link() != connection.currentLink()) {
+                    continue;              // delivered by a lost link: the broker redelivers it
+                }
+                return session.consume(this, f.frame(), f.link());
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();

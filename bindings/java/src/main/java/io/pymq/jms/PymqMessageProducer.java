@@ -309,12 +309,32 @@ public class PymqMessageProducer implements QueueSender, TopicPublisher {
             headers.add(new Header("AMQ_SCHEDULED_DELAY", Long.toString(deliveryDelay)));
         }
         boolean transacted = session.mode == jakarta.jms.Session.SESSION_TRANSACTED;
+        byte[] body = m.bodyBytes();
+        PymqConnection connection = session.connection;
+        BrokerLink link = connection.link();      // while a failover connection reconnects: waits
         if (transacted) {
             headers.add(new Header("transaction", session.transaction()));
+            session.txWorked();
         }
-        byte[] body = m.bodyBytes();
-        BrokerLink link = session.connection.link();
-        if (listener != null) {
+        if (connection.failover() && !transacted) {
+            // every SEND asks for a receipt and is re-sent after a failover with its dedup id (spec/ha.md §4.4)
+            if (listener != null) {
+                session.sendStarted();
+                CompletableFuture<Frame> receipt;
+                try {
+                    receipt = connection.sendReliably(headers, body);
+                } catch (JMSException e) {
+                    session.sendFinished();
+                    throw e;
+                }
+                complete(receipt, m, message, false, listener);
+            } else {
+                CompletableFuture<Frame> receipt = connection.sendReliably(headers, body);
+                if (mode == DeliveryMode.PERSISTENT && connection.factory().isSyncSend()) {
+                    setId(m, message, connection.awaitSend(receipt).get("message-id"));
+                }
+            }
+        } else if (listener != null) {
             session.sendStarted();
             CompletableFuture<Frame> receipt;
             try {
@@ -323,21 +343,7 @@ public class PymqMessageProducer implements QueueSender, TopicPublisher {
                 session.sendFinished();
                 throw e;
             }
-            receipt.whenCompleteAsync((frame, error) -> {
-                try {
-                    if (error == null) {
-                        if (!transacted) {
-                            setId(m, message, frame.get("message-id"));
-                        }
-                        listener.onCompletion(message);
-                    } else {
-                        listener.onException(message, error instanceof JMSException j ? j
-                                : new JMSException(String.valueOf(error)));
-                    }
-                } finally {
-                    session.sendFinished();
-                }
-            }, session.completions());
+            complete(receipt, m, message, transacted, listener);
         } else if (!transacted && mode == DeliveryMode.PERSISTENT && session.connection.factory().isSyncSend()) {
             Frame receipt = link.call("SEND", headers, body);
             setId(m, message, receipt.get("message-id"));
@@ -347,6 +353,27 @@ public class PymqMessageProducer implements QueueSender, TopicPublisher {
         if (m != message) {
             copyHeaders(m, message);
         }
+    }
+
+    /** Calls the completion listener of an asynchronous send once its receipt (or error) is in. */
+    private void complete(CompletableFuture<Frame> receipt, PymqMessage m, Message message, boolean transacted,
+                          CompletionListener listener) {
+        receipt.whenCompleteAsync((frame, error) -> {
+            try {
+                if (error == null) {
+                    if (!transacted) {
+                        setId(m, message, frame.get("message-id"));
+                    }
+                    listener.onCompletion(message);
+                } else {
+                    Throwable t = error instanceof java.util.concurrent.CompletionException c && c.getCause() != null
+                            ? c.getCause() : error;
+                    listener.onException(message, t instanceof JMSException j ? j : new JMSException(String.valueOf(t)));
+                }
+            } finally {
+                session.sendFinished();
+            }
+        }, session.completions());
     }
 
     private static void setId(PymqMessage m, Message original, String id) {

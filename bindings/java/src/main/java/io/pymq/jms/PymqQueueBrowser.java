@@ -80,13 +80,18 @@ public class PymqQueueBrowser implements QueueBrowser {
         Frame wake = new Frame("WAKE", List.of());
         connection.register(subId, new PymqConnection.Subscriber() {
             @Override
-            public void deliver(Frame frame) {
+            public void deliver(Frame frame, BrokerLink link) {
                 frames.add(frame);
             }
 
             @Override
             public void wake() {
                 frames.add(wake);
+            }
+
+            @Override
+            public void linkLost() {
+                frames.add(wake);      // the page went with the link: the browse fails, the connection goes on
             }
         });
         try {

@@ -35,6 +35,7 @@ import java.io.Serializable;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -65,10 +66,10 @@ public class PymqSession implements QueueSession, TopicSession {
     private static final Object STOP = new Object();
 
     /** One message handed to the application, and how to acknowledge it. */
-    record Delivery(PymqMessageConsumer consumer, String ackId, PymqMessage message) {
+    record Delivery(PymqMessageConsumer consumer, String ackId, PymqMessage message, BrokerLink link) {
     }
 
-    private record Pending(PymqMessageConsumer consumer, Frame frame) {
+    private record Pending(PymqMessageConsumer consumer, Frame frame, BrokerLink link) {
     }
 
     final PymqConnection connection;
@@ -81,6 +82,8 @@ public class PymqSession implements QueueSession, TopicSession {
     /** closed consumers whose subscription ends at the next acknowledge/commit/rollback/recover */
     private final List<PymqMessageConsumer> closing = new ArrayList<>();
     private String tx;
+    private boolean txWork;              // the open transaction sent or consumed something (guarded by this)
+    private boolean rollbackOnly;        // it was lost with a link (failover): commit rolls back (guarded by this)
     // listener dispatch
     private final LinkedBlockingQueue<Object> dispatchQueue = new LinkedBlockingQueue<>();
     private volatile Thread dispatcher;
@@ -118,13 +121,66 @@ public class PymqSession implements QueueSession, TopicSession {
         return Thread.currentThread() == dispatcher;
     }
 
-    String transaction() {
+    synchronized String transaction() {
         return tx;
     }
 
     private void begin() throws JMSException {
-        tx = "tx-" + UUID.randomUUID().toString().replace("-", "").substring(0, 16);
-        connection.link().send("BEGIN", List.of(new Header("transaction", tx)), null);
+        begin(connection.link());
+    }
+
+    private void begin(BrokerLink on) throws JMSException {
+        String id = "tx-" + UUID.randomUUID().toString().replace("-", "").substring(0, 16);
+        synchronized (this) {
+            tx = id;
+            txWork = false;
+        }
+        on.send("BEGIN", List.of(new Header("transaction", id)), null);
+    }
+
+    /** The open transaction did something (a send or an acknowledgement inside it). */
+    synchronized void txWorked() {
+        txWork = true;
+    }
+
+    // -- failover (spec/ha.md §4.5) ---------------------------------------------------------------------
+    /** The link was lost: a transaction that did something can only roll back now (the broker aborted it). */
+    synchronized void linkLost() {
+        if (mode == SESSION_TRANSACTED && txWork) {
+            rollbackOnly = true;
+        }
+    }
+
+    /**
+     * A failover connection has a new link: deliveries of the old one are forgotten (the broker gives them
+     * back, redelivered; acknowledging them is no longer possible) and a transacted session begins a new
+     * transaction there.  Listeners keep running.
+     */
+    void relinked(BrokerLink fresh) throws JMSException {
+        synchronized (this) {
+            unacked.removeIf(d -> d.link() != fresh);
+        }
+        List<Object> held = new ArrayList<>();
+        dispatchQueue.drainTo(held);
+        for (Object o : held) {
+            if (!(o instanceof Pending p) || p.link() == fresh) {
+                dispatchQueue.add(o);
+            }
+        }
+        for (PymqMessageConsumer c : consumers) {
+            c.dropStale(fresh);
+        }
+        if (mode == SESSION_TRANSACTED && !closed) {
+            begin(fresh);
+        }
+    }
+
+    private static TransactionRolledBackException rolledBack(String why, JMSException cause) {
+        TransactionRolledBackException t = new TransactionRolledBackException(why, "transaction");
+        if (cause != null) {
+            t.setLinkedException(cause);
+        }
+        return t;
     }
 
     boolean consumesFrom(Destination d) {
@@ -138,26 +194,29 @@ public class PymqSession implements QueueSession, TopicSession {
 
     // -- delivery ------------------------------------------------------------------------------------------
     /** The message of a frame, as the application receives it. */
-    private Delivery delivery(PymqMessageConsumer consumer, Frame f) {
+    private Delivery delivery(PymqMessageConsumer consumer, Frame f, BrokerLink link) {
         PymqMessage m = WireFormat.fromFrame(f);
         m.properties.put("JMSXDeliveryCount", m.deliveryCount);   // JMS: an int, 1 on the first delivery
         m.received();
         if (mode == CLIENT_ACKNOWLEDGE) {
             m.acknowledger = this::acknowledge;
         }
-        return new Delivery(consumer, f.get("ack", ""), m);
+        return new Delivery(consumer, f.get("ack", ""), m, link);
     }
 
     /** A message taken by {@code receive}: acknowledged (or recorded) as the mode says. */
-    Message consume(PymqMessageConsumer consumer, Frame f) throws JMSException {
-        Delivery d = delivery(consumer, f);
+    Message consume(PymqMessageConsumer consumer, Frame f, BrokerLink link) throws JMSException {
+        Delivery d = delivery(consumer, f, link);
         consumed(d);
         return d.message();
     }
 
     private void consumed(Delivery d) throws JMSException {
+        if (d.link() != connection.currentLink()) {
+            return;     // delivered by a lost link: the broker gives it back, redelivered (spec/ha.md §4.5)
+        }
         switch (mode) {
-            case AUTO_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE -> connection.link().send("ACK", List.of(new Header("id", d.ackId())), null);
+            case AUTO_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE -> d.link().send("ACK", List.of(new Header("id", d.ackId())), null);
             case CLIENT_ACKNOWLEDGE -> {
                 synchronized (this) {
                     unacked.add(d);
@@ -165,16 +224,17 @@ public class PymqSession implements QueueSession, TopicSession {
             }
             default -> {
                 synchronized (this) {
-                    connection.link().send("ACK", List.of(new Header("id", d.ackId()), new Header("transaction", tx)), null);
+                    d.link().send("ACK", List.of(new Header("id", d.ackId()), new Header("transaction", tx)), null);
                     unacked.add(d);
+                    txWork = true;
                 }
             }
         }
     }
 
     /** A frame for a consumer with a listener (reader thread). */
-    void dispatch(PymqMessageConsumer consumer, Frame f) {
-        dispatchQueue.add(new Pending(consumer, f));
+    void dispatch(PymqMessageConsumer consumer, Frame f, BrokerLink link) {
+        dispatchQueue.add(new Pending(consumer, f, link));
     }
 
     synchronized void startDispatcher() {
@@ -219,15 +279,18 @@ public class PymqSession implements QueueSession, TopicSession {
                 if (listener == null) {
                     continue;
                 }
-                runListener(p.consumer(), listener, p.frame());
+                if (p.link() != connection.currentLink()) {
+                    continue;      // from a lost link: the broker redelivers it
+                }
+                runListener(p.consumer(), listener, p.frame(), p.link());
             }
         } catch (InterruptedException e) {
             Thread.currentThread().interrupt();
         }
     }
 
-    private void runListener(PymqMessageConsumer consumer, MessageListener listener, Frame f) {
-        Delivery d = delivery(consumer, f);
+    private void runListener(PymqMessageConsumer consumer, MessageListener listener, Frame f, BrokerLink link) {
+        Delivery d = delivery(consumer, f, link);
         boolean failed = false;
         synchronized (listenerLock) {
             inListener = true;
@@ -250,7 +313,7 @@ public class PymqSession implements QueueSession, TopicSession {
             try {
                 if (!givenBack && !closed && !connection.isClosed()) {
                     if (failed && (mode == AUTO_ACKNOWLEDGE || mode == DUPS_OK_ACKNOWLEDGE)) {
-                        giveBack(List.of(d.ackId()));
+                        giveBack(List.of(d));
                     } else {
                         consumed(d);
                     }
@@ -291,10 +354,12 @@ public class PymqSession implements QueueSession, TopicSession {
     }
 
     /** NACKs: the broker redelivers these messages (in their original order), counting the delivery. */
-    private void giveBack(List<String> ackIds) throws JMSException {
+    private void giveBack(List<Delivery> deliveries) throws JMSException {
         BrokerLink link = connection.link();
-        for (String id : ackIds) {
-            link.send("NACK", List.of(new Header("id", id)), null);
+        for (Delivery d : deliveries) {
+            if (d.link() == link) {       // one of a lost link is given back by the broker itself
+                link.send("NACK", List.of(new Header("id", d.ackId())), null);
+            }
         }
     }
 
@@ -303,14 +368,12 @@ public class PymqSession implements QueueSession, TopicSession {
      * here: NACKed so the broker redelivers all of it from the oldest (recover, rollback).
      */
     private void giveBackAll() throws JMSException {
-        List<String> ids = new ArrayList<>();
+        List<Delivery> ids = new ArrayList<>();
         synchronized (this) {
-            for (Delivery d : unacked) {
-                ids.add(d.ackId());
-            }
+            ids.addAll(unacked);
             unacked.clear();
             if (current != null && !currentGivenBack) {
-                ids.add(current.ackId());
+                ids.add(current);
                 currentGivenBack = true;
             }
         }
@@ -321,15 +384,13 @@ public class PymqSession implements QueueSession, TopicSession {
         dispatchQueue.drainTo(held);
         for (Object o : held) {
             if (o instanceof Pending p) {
-                ids.add(p.frame().get("ack", ""));
+                ids.add(new Delivery(p.consumer(), p.frame().get("ack", ""), null, p.link()));
             } else {
                 dispatchQueue.add(o);
             }
         }
         for (PymqMessageConsumer c : consumers) {
-            for (Frame f : c.drainBuffered()) {
-                ids.add(f.get("ack", ""));
-            }
+            ids.addAll(c.drainBuffered());
         }
         giveBack(ids);
     }
@@ -342,11 +403,16 @@ public class PymqSession implements QueueSession, TopicSession {
             return;
         }
         List<Delivery> done;
+        BrokerLink link = connection.link();
         synchronized (this) {
-            done = new ArrayList<>(unacked);
+            done = new ArrayList<>();
+            for (Delivery d : unacked) {
+                if (d.link() == link) {
+                    done.add(d);    // one of a lost link is redelivered: acknowledging it is not possible
+                }
+            }
             unacked.clear();
         }
-        BrokerLink link = connection.link();
         for (int i = 0; i < done.size(); i++) {
             List<Header> h = List.of(new Header("id", done.get(i).ackId()));
             if (i == done.size() - 1) {
@@ -365,10 +431,43 @@ public class PymqSession implements QueueSession, TopicSession {
             throw new IllegalStateException("commit() needs a transacted session");
         }
         awaitSends();
-        String committing = tx;
+        BrokerLink link = connection.link();    // while reconnecting: waits, and the loss is known by then
+        boolean lost;
+        synchronized (this) {
+            lost = rollbackOnly;
+        }
+        if (lost) {
+            rollbackAfterLoss();
+            throw rolledBack("the transaction was rolled back: the connection failed over while it was open "
+                    + "(spec/ha.md section 4.5)", null);
+        }
+        String committing = transaction();
+        CompletableFuture<Frame> receipt;
         try {
-            connection.link().call("COMMIT", List.of(new Header("transaction", committing)), null);
+            receipt = link.request("COMMIT", List.of(new Header("transaction", committing)), null);
         } catch (JMSException e) {
+            if (connection.failover() && PymqConnection.isLoss(e)) {
+                // the COMMIT never left: the broker aborted the transaction with the lost link
+                rollbackAfterLoss();
+                throw rolledBack("the transaction was rolled back: the connection was lost before COMMIT", e);
+            }
+            throw e;
+        }
+        try {
+            link.await(receipt, "COMMIT");
+        } catch (JMSException e) {
+            if (connection.failover() && PymqConnection.isLoss(e)) {
+                synchronized (this) {
+                    unacked.clear();
+                    rollbackOnly = false;       // the next transaction starts clean
+                    txWork = false;
+                }
+                TransactionInDoubtException d = new TransactionInDoubtException("the connection was lost after COMMIT "
+                        + "was sent and before its receipt: the transaction was applied whole or not at all, and the "
+                        + "outcome is unknown (spec/ha.md section 4.5)", "transaction");
+                d.setLinkedException(e);
+                throw d;
+            }
             if (connection.isClosed() && !(e instanceof TransactionRolledBackException)) {
                 // the broker aborts the open transactions of a connection that ends
                 TransactionRolledBackException t = new TransactionRolledBackException(
@@ -385,6 +484,18 @@ public class PymqSession implements QueueSession, TopicSession {
         begin();
     }
 
+    /** commit() of a transaction lost with its link: what rollback() does, on the link there is now. */
+    private void rollbackAfterLoss() throws JMSException {
+        BrokerLink link = connection.link();     // waits for the reconnection, which began a new transaction
+        link.call("ABORT", List.of(new Header("transaction", tx)), null);
+        synchronized (this) {
+            rollbackOnly = false;
+        }
+        giveBackAll();
+        endClosedConsumers();
+        begin();
+    }
+
     @Override
     public void rollback() throws JMSException {
         checkOpen();
@@ -393,6 +504,9 @@ public class PymqSession implements QueueSession, TopicSession {
         }
         awaitSends();
         connection.link().call("ABORT", List.of(new Header("transaction", tx)), null);
+        synchronized (this) {
+            rollbackOnly = false;
+        }
         giveBackAll();
         endClosedConsumers();
         begin();

@@ -105,13 +105,53 @@ public final class Broker {
         return start(List.of(), new java.util.HashMap<>());
     }
 
+    /** A broker process of a test's own, on a data directory it names (a takeover: the next one on the same). */
+    public static final class Own {
+        public final String address;
+        public final Process process;
+
+        Own(String address, Process process) {
+            this.address = address;
+            this.process = process;
+        }
+
+        /** kill -9: the process gets no chance to close anything. */
+        public void kill() throws InterruptedException {
+            process.destroyForcibly();
+            process.waitFor(30, TimeUnit.SECONDS);
+        }
+    }
+
+    /** Starts pymq-server on {@code dataDir} and {@code port} (0: any), or skips (fails under CI) without one. */
+    public static Own startOn(Path dataDir, int port) {
+        if (System.getenv("PYMQ_SERVER") == null && !inCi()) {
+            address();   // skips with the reason when there is no broker command at all
+        }
+        try {
+            Process[] p = new Process[1];
+            String addr = start(List.of(), new java.util.HashMap<>(), dataDir, port, p);
+            return new Own(addr, p[0]);
+        } catch (Exception e) {
+            if (inCi()) {
+                Assertions.fail("cannot start a broker: " + e.getMessage());
+            }
+            Assumptions.assumeTrue(false, "cannot start a broker: " + e.getMessage());
+            return null;
+        }
+    }
+
     private static String start(List<String> extra, java.util.Map<String, String> listeners) throws IOException, InterruptedException {
+        return start(extra, listeners, Files.createTempDirectory("pymq-java-test-"), 0, new Process[1]);
+    }
+
+    private static String start(List<String> extra, java.util.Map<String, String> listeners, Path dataDir, int port,
+                                Process[] started) throws IOException, InterruptedException {
         String cmd = System.getenv("PYMQ_SERVER");
         List<String> command = new ArrayList<>(List.of((cmd == null || cmd.isBlank() ? "pymq-server" : cmd).strip().split("\\s+")));
-        Path dataDir = Files.createTempDirectory("pymq-java-test-");
-        command.addAll(List.of("--host", "127.0.0.1", "--port", "0", "--data-dir", dataDir.toString()));
+        command.addAll(List.of("--host", "127.0.0.1", "--port", Integer.toString(port), "--data-dir", dataDir.toString()));
         command.addAll(extra);
         Process process = new ProcessBuilder(command).redirectOutput(ProcessBuilder.Redirect.DISCARD).start();
+        started[0] = process;
         CompletableFuture<String> found = new CompletableFuture<>();
         StringBuilder log = new StringBuilder();
         Thread reader = new Thread(() -> {

@@ -25,6 +25,8 @@ public final class Proxy implements AutoCloseable {
     private final List<Socket> sockets = new CopyOnWriteArrayList<>();
     private volatile int cutConnection = -1;
     private volatile String cutCommand;
+    private volatile int dropConnection = -1;
+    private volatile String dropCommand;
     private final List<String> clientChunks = new CopyOnWriteArrayList<>();
 
     public Proxy(String target) throws IOException {
@@ -54,6 +56,12 @@ public final class Proxy implements AutoCloseable {
     public void cutOnClientCommand(int n, String command) {
         cutCommand = command;
         cutConnection = n;
+    }
+
+    /** The broker's frames starting with {@code command} never reach the client of connection {@code n}. */
+    public void dropServerCommand(int n, String command) {
+        dropCommand = command;
+        dropConnection = n;
     }
 
     /** Whether the client of connection {@code n} wrote {@code text} (within one read) so far. */
@@ -105,6 +113,22 @@ public final class Proxy implements AutoCloseable {
                         close(from);
                         close(to);
                         return;
+                    }
+                    String drop = dropCommand;
+                    if (!fromClient && n == dropConnection && drop != null) {
+                        String text = new String(buf, 0, len, StandardCharsets.ISO_8859_1);
+                        StringBuilder kept = new StringBuilder();
+                        String[] frames = text.split("\0", -1);
+                        for (int i = 0; i < frames.length - 1; i++) {
+                            if (!frames[i].stripLeading().startsWith(drop + "\n")) {
+                                kept.append(frames[i]).append('\0');
+                            }
+                        }
+                        kept.append(frames[frames.length - 1]);   // a frame's start, its rest comes next
+                        byte[] rest = kept.toString().getBytes(StandardCharsets.ISO_8859_1);
+                        out.write(rest);
+                        out.flush();
+                        continue;
                     }
                     out.write(buf, 0, len);
                     out.flush();

@@ -1,0 +1,253 @@
+package io.pymq.jms;
+
+import io.pymq.testing.Broker;
+import io.pymq.testing.Proxy;
+import jakarta.jms.Connection;
+import jakarta.jms.DeliveryMode;
+import jakarta.jms.JMSException;
+import jakarta.jms.Message;
+import jakarta.jms.MessageConsumer;
+import jakarta.jms.MessageProducer;
+import jakarta.jms.Queue;
+import jakarta.jms.Session;
+import jakarta.jms.TextMessage;
+import jakarta.jms.Topic;
+import jakarta.jms.TransactionRolledBackException;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
+
+import java.net.ServerSocket;
+import java.nio.file.Path;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+import java.util.function.BooleanSupplier;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/**
+ * Failover (spec/ha.md §4) against real brokers: broker A is killed with SIGKILL and broker B starts on A's
+ * data directory at another port (the same store in a new process: a takeover as the HA server side will
+ * make it), and the connection, whose URL names both, carries on without application code.
+ */
+class FailoverTest {
+    private static void await(BooleanSupplier done, String what) throws InterruptedException {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+        while (!done.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("timed out waiting for " + what);
+            }
+            Thread.sleep(10);
+        }
+    }
+
+    private static int freePort() throws Exception {
+        try (ServerSocket s = new ServerSocket(0)) {
+            return s.getLocalPort();
+        }
+    }
+
+    private static List<String> drain(MessageConsumer c) throws JMSException {
+        List<String> out = new ArrayList<>();
+        for (Message m = c.receive(1500); m != null; m = c.receive(500)) {
+            out.add(((TextMessage) m).getText());
+        }
+        return out;
+    }
+
+    @Test
+    void aTakeoverOnTheSameStoreIsFollowedWithoutApplicationCode(@TempDir Path data) throws Exception {
+        Broker.Own a = Broker.startOn(data, 0);
+        int portB = freePort();
+        String id = UUID.randomUUID().toString().substring(0, 8);
+        PymqConnectionFactory cf = new PymqConnectionFactory("failover:(stomp://" + a.address + ",stomp://127.0.0.1:"
+                + portB + ")?initialReconnectDelay=50&maxReconnectDelay=400&timeout=60000");
+        List<String> events = new CopyOnWriteArrayList<>();
+        cf.setTransportListener(new TransportListener() {
+            @Override
+            public void transportInterrupted() {
+                events.add("interrupted");
+            }
+
+            @Override
+            public void transportResumed() {
+                events.add("resumed");
+            }
+        });
+        Connection c = cf.createConnection();
+        Broker.Own b = null;
+        try {
+            List<JMSException> failures = new CopyOnWriteArrayList<>();
+            c.setClientID("ha-" + id);
+            c.setExceptionListener(failures::add);
+            c.start();
+            Session producing = c.createSession();
+            Queue listened = producing.createQueue("ha-listened-" + id);
+            Queue clientAcked = producing.createQueue("ha-client-" + id);
+            Queue transacted = producing.createQueue("ha-tx-" + id);
+            Topic topic = producing.createTopic("ha-topic-" + id);
+            MessageProducer producer = producing.createProducer(null);
+
+            List<String> heard = Collections.synchronizedList(new ArrayList<>());
+            Session listening = c.createSession();
+            listening.createConsumer(listened).setMessageListener(m -> {
+                try {
+                    heard.add(((TextMessage) m).getText());
+                } catch (JMSException e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            Session clientSession = c.createSession(Session.CLIENT_ACKNOWLEDGE);
+            MessageConsumer clientConsumer = clientSession.createConsumer(clientAcked);
+            Session durableSession = c.createSession();
+            MessageConsumer durable = durableSession.createDurableSubscriber(topic, "d", "n > 0", false);
+            Session txSession = c.createSession(Session.SESSION_TRANSACTED);
+            MessageProducer txProducer = txSession.createProducer(transacted);
+
+            producer.send(listened, producing.createTextMessage("before"));
+            await(() -> heard.contains("before"), "the listener before the takeover");
+            producer.send(clientAcked, producing.createTextMessage("held"));
+            Message held = clientConsumer.receive(5000);
+            assertEquals("held", ((TextMessage) held).getText());
+            assertFalse(held.getJMSRedelivered());
+            txProducer.send(txSession.createTextMessage("lost with the transaction"));
+
+            a.kill();
+            await(() -> events.contains("interrupted"), "transportInterrupted");
+            // a send made while no broker is there waits for the next one
+            CompletableFuture<Void> during = CompletableFuture.runAsync(() -> {
+                try {
+                    producer.send(listened, producing.createTextMessage("during"));
+                } catch (JMSException e) {
+                    throw new IllegalStateException(e);
+                }
+            });
+            Thread.sleep(300);
+            assertFalse(during.isDone(), "a send waits while the connection reconnects");
+            b = Broker.startOn(data, portB);
+            during.get(60, TimeUnit.SECONDS);
+            await(() -> events.contains("resumed"), "transportResumed");
+            assertEquals(List.of("interrupted", "resumed"), events);
+
+            // listeners kept running
+            producer.send(listened, producing.createTextMessage("after"));
+            await(() -> heard.contains("during") && heard.contains("after"), "the listener after the takeover");
+
+            // the unacknowledged delivery comes back redelivered; acknowledging the old one does nothing
+            held.acknowledge();
+            Message again = clientConsumer.receive(5000);
+            assertNotNull(again, "the unacknowledged message is delivered again");
+            assertEquals("held", ((TextMessage) again).getText());
+            assertTrue(again.getJMSRedelivered());
+            again.acknowledge();
+
+            // the open transaction fails at commit, whole; the next one starts clean
+            assertThrows(TransactionRolledBackException.class, txSession::commit);
+            txProducer.send(txSession.createTextMessage("committed"));
+            txSession.commit();
+            MessageConsumer txReader = producing.createConsumer(transacted);
+            assertEquals(List.of("committed"), drain(txReader));
+
+            // the durable subscription is the same one, selector included
+            TextMessage yes = producing.createTextMessage("selected");
+            yes.setIntProperty("n", 1);
+            TextMessage no = producing.createTextMessage("not selected");
+            no.setIntProperty("n", 0);
+            producer.send(topic, no);
+            producer.send(topic, yes);
+            assertEquals(List.of("selected"), drain(durable));
+
+            assertTrue(failures.isEmpty(), "the exception listener hears nothing while a broker answers: " + failures);
+            durable.close();
+            durableSession.unsubscribe("d");
+        } finally {
+            c.close();
+            a.kill();
+            if (b != null) {
+                b.kill();
+            }
+        }
+    }
+
+    @Test
+    void sendsWithoutTheirReceiptGoAgainAndTheBrokerKeepsOneCopy() throws Exception {
+        try (Proxy proxy = new Proxy(Broker.address())) {
+            String id = UUID.randomUUID().toString().substring(0, 8);
+            PymqConnectionFactory cf = new PymqConnectionFactory("failover:(stomp://" + proxy.address()
+                    + ")?initialReconnectDelay=20&timeout=30000");
+            Connection c = cf.createConnection();
+            try {
+                Session s = c.createSession();
+                Queue q = s.createQueue("ha-resend-" + id);
+                MessageProducer p = s.createProducer(q);
+                proxy.dropServerCommand(1, "RECEIPT");      // the broker takes the SENDs; their receipts never arrive
+                CompletableFuture<Void> persistent = CompletableFuture.runAsync(() -> {
+                    try {
+                        p.send(s.createTextMessage("persistent"));
+                    } catch (JMSException e) {
+                        throw new IllegalStateException(e);
+                    }
+                });
+                PymqConnection pc = (PymqConnection) c;
+                await(() -> proxy.clientWrote(1, "persistent"), "the persistent SEND");
+                Session other = c.createSession();
+                MessageProducer quick = other.createProducer(q);
+                quick.setDeliveryMode(DeliveryMode.NON_PERSISTENT);
+                for (int i = 1; i <= 3; i++) {
+                    quick.send(other.createTextMessage("quick-" + i));
+                }
+                Thread.sleep(200);      // the broker has them all (nothing to wait on: their receipts are dropped)
+                assertFalse(persistent.isDone(), "a persistent send waits for its receipt");
+                proxy.cutAll();
+                persistent.get(30, TimeUnit.SECONDS);
+                assertTrue(proxy.connections() >= 2, "the connection was made again");
+                c.start();
+                MessageConsumer consumer = s.createConsumer(q);
+                List<String> got = drain(consumer);
+                Collections.sort(got);
+                assertEquals(List.of("persistent", "quick-1", "quick-2", "quick-3"), got,
+                        "every SEND once: re-sent with its dedup id, the broker dropped the copies");
+                assertEquals(PymqConnection.Status.OPEN, pc.status());
+            } finally {
+                c.close();
+            }
+        }
+    }
+
+    @Test
+    void theExceptionListenerHearsOnlyWhenEveryAttemptIsSpent() throws Exception {
+        Proxy proxy = new Proxy(Broker.address());
+        PymqConnectionFactory cf = new PymqConnectionFactory("failover:(stomp://" + proxy.address()
+                + ")?initialReconnectDelay=20&maxReconnectAttempts=3");
+        List<String> events = new CopyOnWriteArrayList<>();
+        cf.setTransportListener(new TransportListener() {
+            @Override
+            public void transportInterrupted() {
+                events.add("interrupted");
+            }
+        });
+        Connection c = cf.createConnection();
+        List<JMSException> failures = new CopyOnWriteArrayList<>();
+        c.setExceptionListener(failures::add);
+        Session s = c.createSession();
+        Queue q = s.createQueue("ha-spent-" + UUID.randomUUID());
+        MessageConsumer consumer = s.createConsumer(q);
+        c.start();
+        proxy.close();              // no broker answers at that address any more
+        await(() -> !failures.isEmpty(), "the exception listener");
+        assertEquals(List.of("interrupted"), events);
+        assertEquals(1, failures.size());
+        assertTrue(failures.get(0).getMessage().contains("3 attempts"), failures.get(0).getMessage());
+        assertThrows(JMSException.class, () -> consumer.receive(100), "calls of an ended connection say why");
+        assertThrows(JMSException.class, () -> s.createProducer(q).send(s.createTextMessage("x")));
+        c.close();
+    }
+}
