@@ -221,10 +221,11 @@ class Broker:
         return True
 
     # -- what a session asks ------------------------------------------------------------------------------
-    def send(self, client: Client | None, request: SendRequest) -> SendResult:
-        """Place one SEND (``client`` None: the broker itself, e.g. the admin's move); a producer is
-        paused while message memory is high (spec/stomp.md §8)."""
-        result = self.router.send(client, request)
+    def send(self, client: Client | None, request: SendRequest, admitted: bool = False) -> SendResult:
+        """Place one SEND (``client`` None: the broker itself, e.g. the admin's move; ``admitted``: a
+        COMMIT's SEND, checked with its transaction); a producer is paused while message memory is high
+        (spec/stomp.md §8)."""
+        result = self.router.send(client, request, admitted)
         if self.flow.high and client is not None:
             self.flow.block(client)
         return result
@@ -236,10 +237,10 @@ class Broker:
             self.flow.block(client)
         return result
 
-    def admit(self, client: Client, request: SendRequest, ahead: dict[str, int],
-              dedup_ids: set[tuple[str, str]]) -> None:
-        """Raise what :meth:`send` would refuse ``request`` for, changing nothing (a COMMIT's check)."""
-        self.router.admit(client, request, ahead, dedup_ids)
+    def admit(self, client: Client, request: SendRequest, unit: dict[str, Any]) -> None:
+        """Raise what :meth:`send` would refuse ``request`` for, changing nothing but ``unit`` (what the
+        transaction's earlier SENDs add: a COMMIT's check)."""
+        self.router.admit(client, request, unit)
 
     def subscribe(self, client: Client, request: SubscribeRequest) -> Consumer:
         return self.subscriptions.consumer(client, request)

@@ -6,13 +6,16 @@ segment and by each queue that takes them — the queue, or the topic's subscrip
 routing in a cluster, ``drop-oldest`` making room, storage rules choosing per message) every row becomes a
 message placed one by one through :meth:`Placement.commit`.
 
-A mixin of :class:`placement.Placement`, whose state (store, sequences, logs, dedup window, cluster) it uses.
+Composed into :class:`placement.Placement`, whose state (store, sequences, logs, dedup window, cluster) it
+reads, and whose commit it calls for rows placed one by one.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 from pymq_server.broker import bulk_rows, segments
+from pymq_server.broker import placement_rules as rules
+from pymq_server.broker.placement_rules import Plan
 from pymq_server.broker.blocks import BulkBlock
 from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.clients import Client
@@ -20,34 +23,17 @@ from pymq_server.broker.message import now_ms
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.topic import Topic
 
-from pymq.errors import QueueFull, SchemaViolation
 
 if TYPE_CHECKING:
-    from pymq_server.broker.dedup import DuplicateWindow
-    from pymq_server.broker.flow import MemoryFlow
-    from pymq_server.broker.log import RetainedLog, RetainedLogs
-    from pymq_server.broker.membership import ClusterMembership
-    from pymq_server.broker.placement import Plan
-    from pymq_server.broker.requests import SendResult
-    from pymq_server.broker.sequences import SequenceBook
-    from pymq_server.storage.store import HoldingStore
+    from pymq_server.broker.placement import Placement
+    from pymq_server.broker.log import RetainedLog
 
 
 class BulkPlacement:
-    """Placement's bulk SEND path (module docstring)."""
+    """Placement's bulk SEND path (module docstring), over the state of the :class:`Placement` it serves."""
 
-    # Placement's state, set by its __init__
-    node_id: str
-    default_persistent: bool
-    store: HoldingStore
-    seqs: SequenceBook
-    logs: RetainedLogs
-    dedup: DuplicateWindow
-    flow: MemoryFlow
-    cluster: ClusterMembership
-
-    def commit(self, plan: Any, client: Client | None, stored_by: Any = None) -> SendResult:
-        raise NotImplementedError     # Placement's
+    def __init__(self, placement: Placement) -> None:
+        self.placement = placement
 
     def place_rows(self, path: Any, policy: Any, target: Any, batch: Any, body: bytes,
                    client: Client | None) -> BulkResult:
@@ -61,9 +47,11 @@ class BulkPlacement:
             priority, ttl = queue.config.default_priority, queue.config.default_expiration_ms
         arrival = now_ms()
 
+        node_id, persistent = self.placement.node_id, self.placement.default_persistent
+
         def complete(rows: Any, first_seq: int, first_key: int) -> Any:
-            return bulk_rows.complete_bulk(rows, first_seq=first_seq, first_key=first_key, node_id=self.node_id,
-                                           now=arrival, persistent=self.default_persistent, priority=priority,
+            return bulk_rows.complete_bulk(rows, first_seq=first_seq, first_key=first_key, node_id=node_id,
+                                           now=arrival, persistent=persistent, priority=priority,
                                            ttl=ttl)
 
         # 1 duplicates (look-up): the dedup column against the window, and against earlier rows of the frame
@@ -71,27 +59,33 @@ class BulkPlacement:
         batch = bulk_rows.drop_rows(batch, dropped)
         n = batch.num_rows
         peers: list | None = None
-        make_room = 0
+        grows: list[bool] = []
         if queue is not None and n:
+            cfg = queue.config
             schema = queue.schema if policy.schema else None
-            route = policy.routing and queue.kind == "queue" and self.cluster.active
-            headers = segments.row_headers(complete(batch, 0, 0)) if schema is not None or route else []
+            route = policy.routing and queue.kind == "queue" and self.placement.cluster.active
+            depth = policy.depth and bool(cfg.max_depth)
+            needs_rows = schema is not None or route or (depth and cfg.last_value_key is not None)
+            headers = segments.row_headers(complete(batch, 0, 0)) if needs_rows else []
             if schema is not None:                                               # 2 schema, every row
-                for i, row in enumerate(headers):
-                    try:
-                        schema.check(row, destination)
-                    except SchemaViolation as exc:
-                        raise SchemaViolation(f"bulk SEND row {i}: {exc}") from None
+                rules.check_schema(schema, destination, headers, numbered=True)
             if route:                                                            # 3 routing, row by row
-                peers = [self.cluster.route_queue(queue, row) for row in headers]
-            if policy.depth:                                                     # 4 depth, the frame at once
-                make_room = self._room(queue, n if peers is None else peers.count(None))
+                peers = [self.placement.cluster.route_queue(queue, row) for row in headers]
+            if depth:                                                            # 4 depth, the frame at once
+                if needs_rows:
+                    local = headers if peers is None else [row for row, peer in zip(headers, peers, strict=True) if peer is None]
+                    grows = rules.growing(queue, local, None)
+                else:
+                    grows = [True] * n
+                rules.check_depth(queue, sum(grows), None, what=f"the bulk SEND's {n} rows")
+        make_room = queue is not None and bool(grows) and queue.config.overflow == "drop-oldest" and \
+            queue.depth + sum(grows) > queue.config.max_depth
         if n == 0:
-            return BulkResult(self.seqs.peek(destination), 0, len(dropped), False)
-        first_seq = self.seqs.take(destination, n)                               # 5 one block of numbers
-        first_key = self.seqs.take("", n)
+            return BulkResult(self.placement.seqs.peek(destination), 0, len(dropped), False)
+        first_seq = self.placement.seqs.take(destination, n)                               # 5 one block of numbers
+        first_key = self.placement.seqs.take("", n)
         rows = complete(batch, first_seq, first_key)
-        log = self.logs.get(destination) if policy.log else None
+        log = self.placement.logs.get(destination) if policy.log else None
         units = self._units(target, queue, log, peers, make_room, client)
         if units is not None:
             # one stored record; the log's segment and a block in each queue: no message object per row
@@ -105,70 +99,46 @@ class BulkPlacement:
             for i, message in enumerate(made):
                 if queue is None:
                     assert isinstance(target, Topic)
-                    routed = policy.routing and self.cluster.active
-                    outboxes = self.cluster.topic_outboxes(target, message) if routed else []
-                    plans.append((path, message, [sub.queue for sub in target.targets(message)], outboxes,
-                                  log, None, None, dedup_ids[i], destination))
+                    routed = policy.routing and self.placement.cluster.active
+                    outboxes = self.placement.cluster.topic_outboxes(target, message) if routed else []
+                    plans.append(Plan(path, message, [sub.queue for sub in target.targets(message)], outboxes,
+                                      log, None, None, dedup_ids[i], destination))
                 else:
                     peer = None if peers is None else peers[i]
                     if peer is None:
-                        plans.append((path, message, [queue], [], log, None, None, dedup_ids[i], destination))
+                        # drop-oldest makes room as each row that makes the queue deeper enters, as for a SEND
+                        drop = queue if make_room else None
+                        plans.append(Plan(path, message, [queue], [], log, drop, None, dedup_ids[i], destination))
                     else:
-                        plans.append((path, message, [self.cluster.outbox(peer)], [], None, None, None,
-                                      dedup_ids[i], destination))
-            for _ in range(make_room):
-                queue.drop_oldest()  # type: ignore[union-attr]
+                        plans.append(Plan(path, message, [self.placement.cluster.outbox(peer)], [], None, None, None,
+                                          dedup_ids[i], destination))
             stored = False
             for plan in plans:                                                       # 6-8 per row's message
-                stored = self.commit(plan, client)[1] or stored
-        if queue is not None and client is not None and queue.config.overflow == "block" and \
-                queue.config.max_depth and queue.depth >= queue.config.max_depth:
+                stored = self.placement.commit(plan, client)[1] or stored
+        if queue is not None and client is not None and rules.must_block(queue):
             queue.block_producer(client)
         return BulkResult(first_seq, n, len(dropped), stored)
 
     def _duplicate_rows(self, destination: str, batch: Any) -> list[int]:
-        """Rows whose dedup id reached the destination within the window, or appears earlier in the frame."""
+        """Rule 1 over the frame's dedup column (placement_rules.duplicate_rows)."""
         if "dedup_id" not in batch.schema.names:
             return []
         ids = batch.column("dedup_id")
         if ids.null_count == len(ids):
             return []
-        out, earlier = [], set()
-        for i, dedup_id in enumerate(ids.to_pylist()):
-            if dedup_id is None:
-                continue
-            if dedup_id in earlier:
-                self.dedup.duplicates += 1
-                out.append(i)
-            elif self.dedup.seen(destination, dedup_id):
-                out.append(i)
-            earlier.add(dedup_id)
-        return out
-
-    @staticmethod
-    def _room(queue: MessageQueue, n: int) -> int:
-        """Rule 4 for ``n`` rows at once: raises for ``reject``, or how many to drop for ``drop-oldest``."""
-        cfg = queue.config
-        if not cfg.max_depth or queue.depth + n <= cfg.max_depth:
-            return 0
-        if cfg.overflow == "reject":
-            raise QueueFull(f"queue '{queue.destination}' holds {queue.depth} of {cfg.max_depth} messages; the "
-                            f"bulk SEND's {n} rows were refused", destination=queue.destination)
-        if cfg.overflow == "drop-oldest":
-            return min(queue.ready.count, queue.depth + n - cfg.max_depth)
-        return 0
+        return rules.duplicate_rows(self.placement.dedup, destination, ids.to_pylist())
 
     def _units(self, target: Any, queue: MessageQueue | None, log: RetainedLog | None, peers: list | None,
-               make_room: int, client: Client | None) -> list[MessageQueue] | None:
+               make_room: bool, client: Client | None) -> list[MessageQueue] | None:
         """The queues that take the frame's rows as one bulk block each (a topic's subscriptions, or the
         queue), with the log's segment: None when some row must be placed on its own (a selector
         subscription, a queue's log or routing in a cluster, ``drop-oldest`` making room, storage rules
         choosing per message)."""
-        if self.cluster.active:
+        if self.placement.cluster.active:
             return None
         if queue is None and not target.subscriptions and log is not None:
             return []                       # only the log keeps them
-        if self.store.choose is not self.store._default:
+        if self.placement.store.choose is not self.placement.store._default:
             return None
         if queue is not None:
             return [queue] if peers is None and not make_room and log is None else None
@@ -184,14 +154,15 @@ class BulkPlacement:
         """Rules 6–8 for rows kept as a unit: one stored record (the SEND's own body) with a reference for
         the log and each durable queue, the log's sealed segment, a bulk block in each queue (blocks.py)."""
         refs = ([log.name] if log is not None else []) + [q.name for q in queues if q.durable]
-        key = self.seqs.next("")
-        holder = bulk_rows.segment_record(body, rows, dropped, destination, key, f"ID:{self.node_id}-{key}",
-                                          first_key, self.node_id, arrival, (self.default_persistent, *defaults))
-        stored = self.store.hold(holder, refs) if holder.persistent and refs else False
-        self.flow.held(holder)
+        key = self.placement.seqs.next("")
+        node_id = self.placement.node_id
+        holder = bulk_rows.segment_record(body, rows, dropped, destination, key, f"ID:{node_id}-{key}", first_key,
+                                          node_id, arrival, (self.placement.default_persistent, *defaults))
+        stored = self.placement.store.hold(holder, refs) if holder.persistent and refs else False
+        self.placement.flow.held(holder)
         if dedup:
             for dedup_id in rows.column("dedup_id").drop_null().to_pylist():
-                self.dedup.remember(destination, dedup_id)
+                self.placement.dedup.remember(destination, dedup_id)
         if log is not None:
             log.append_segment(rows, first_key, holder)
         for queue in queues:

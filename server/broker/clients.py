@@ -50,6 +50,26 @@ class Client(Protocol):
         ...
 
 
+def own_reply_to(client: Client, reply_to: str) -> str | None:
+    """The global name (``/temp-queue/tmp.<connection>.<local>``) of ``client``'s own temporary queue or topic
+    a ``reply-to`` names by its local name, made on first use so that others can reply to it (spec/stomp.md
+    §3); None when ``reply_to`` is already global. One rule for every place a SEND enters: the router, and a
+    multi-worker home that forwards the SEND to another worker (server/cores/home.py)."""
+    if reply_to.startswith("/temp-queue/"):
+        local = reply_to[len("/temp-queue/"):]
+        if local.startswith("tmp."):
+            return None
+        queue = client.temp_queue(local)
+        assert queue is not None
+        return queue.destination
+    local = reply_to[len("/temp-topic/"):]
+    if local.startswith("tmp."):
+        return None
+    topic = client.temp_topic(local)
+    assert topic is not None
+    return topic.destination
+
+
 def durable_owner(client: Client) -> str:
     """Who owns a client's durable subscriptions: its client id, else its user (spec/stomp.md §4)."""
     return client.client_id or client.user.name

@@ -130,11 +130,16 @@ class Destinations(TemporaryTopics):
         """Queue ``name``, created on first use unless auto-creation is off (or ``create`` says)."""
         queue = self.queues.get(name)
         if queue is None:
-            if not (self.config.auto_create if create is None else create):
-                raise UnknownDestination(f"queue '/queue/{name}' does not exist (auto-creation is off)",
-                                         destination="/queue/" + name)
+            self.check_creatable(name, create)
             queue = self.create_queue(name)
         return queue
+
+    def check_creatable(self, name: str, create: bool | None = None) -> None:
+        """What :meth:`queue` would refuse to create queue ``name`` for, raised without creating it."""
+        if not (self.config.auto_create if create is None else create):
+            raise UnknownDestination(f"queue '/queue/{name}' does not exist (auto-creation is off)",
+                                     destination="/queue/" + name)
+        names.check_name(name, "/queue/" + name)
 
     def create_queue(self, name: str, config: QueueConfig | None = None) -> MessageQueue:
         names.check_name(name, "/queue/" + name)

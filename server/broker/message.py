@@ -155,17 +155,18 @@ def message_from_request(request: SendRequest, *, key: int, message_id: str, seq
     The message takes ``request.properties`` as its headers (a request is placed once) and writes the
     mapped fields back in canonical form, so every MESSAGE frame shows what the broker applied."""
     now = now_ms() if now is None else now
-    # one unpacking instead of a descriptor lookup per field: this runs once per SEND
-    (_, headers, body, _, _, persistent, priority, expires, ttl, delay, deliver_at, timestamp, _, _,
-     _) = request
+    headers, persistent, priority, expires = request.properties, request.persistent, request.priority, request.expires
+    deliver_at, timestamp = request.deliver_at, request.timestamp
     if persistent is None:
         persistent = default_persistent
     if priority is None:
         priority = default_priority
     if not expires:
         # ``expires`` wins over ``expiration`` even when it is 0; without either, the queue's TTL
+        ttl = request.ttl
         expires = min(now + ttl, INT64_MAX) if ttl and expires is None else (now + default_ttl if default_ttl else 0)
     if not deliver_at:
+        delay = request.delay
         deliver_at = min(now + delay, INT64_MAX) if delay else 0
     if deliver_at:
         # JMSDeliveryTime, in place of the scheduling headers the request consumed (spec/stomp.md §4)
@@ -176,5 +177,5 @@ def message_from_request(request: SendRequest, *, key: int, message_id: str, seq
     headers["priority"] = _DIGITS[priority]
     headers["timestamp"] = str(timestamp)
     headers["expires"] = str(expires) if expires else "0"
-    return BrokerMessage(key, message_id, destination, seq, headers, body, persistent, priority,
+    return BrokerMessage(key, message_id, destination, seq, headers, request.body, persistent, priority,
                          timestamp, expires, deliver_at, producer)

@@ -22,42 +22,25 @@ from collections.abc import Callable
 
 from pymq_server.broker import bulk_rows
 from pymq_server.broker.bulk_rows import BulkResult
-from pymq_server.broker.clients import Client
+from pymq_server.broker.clients import Client, own_reply_to
 from pymq_server.broker.destinations import Destinations, Kind
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
-from pymq_server.broker.queue import Entry, MessageQueue
+from pymq_server.broker.placement_rules import Ahead, Prospect
+from pymq_server.broker.queue import Entry
 from pymq_server.broker.requests import BulkSendRequest, SendRequest, SendResult, parse_send
 from pymq_server.broker.schema import MessageSchema
 from pymq_server.broker.stored_form import stored_message
 from pymq_server.broker.subscriptions import Subscriptions
 from pymq_server.broker.topic import Topic
-from pymq_server.config import BrokerConfig
+from pymq_server.config import BrokerConfig, QueueConfig
 from pymq_server.storage.device import HoldingDevice, StoredMessage
 
 from pymq.errors import AccessDenied, DestinationError, PymqError, UnknownDestination
 from pymq.protocol.scanner import FrameScanner
 
 log = logging.getLogger("pymq.broker")
-
-def _own_temporary(client: Client, reply_to: str) -> str | None:
-    """The global name of ``client``'s temporary queue or topic a ``reply-to`` names by its local name
-    (None: already global)."""
-    if reply_to.startswith("/temp-queue/"):
-        local = reply_to[len("/temp-queue/"):]
-        if local.startswith("tmp."):
-            return None
-        queue = client.temp_queue(local)
-        assert queue is not None
-        return queue.destination
-    local = reply_to[len("/temp-topic/"):]
-    if local.startswith("tmp."):
-        return None
-    topic = client.temp_topic(local)
-    assert topic is not None
-    return topic.destination
-
 
 #: what the claim of one pending row decided: its plan, or None (discarded), and the topic it counts for
 PendingPlan = tuple[Plan, Topic | None]
@@ -75,59 +58,106 @@ class Router:
         self.expired = 0
 
     # -- SEND and cluster inbound -------------------------------------------------------------------
-    def send(self, client: Client | None, request: SendRequest) -> SendResult:
+    def send(self, client: Client | None, request: SendRequest, admitted: bool = False) -> SendResult:
         """Route one SEND: (the id the message got, None for a dropped duplicate; whether it stored data
         a receipt must wait for).  ``client`` None: the broker itself re-sends (the admin's move and
-        retry, server/admin/messages.py), which checked permissions already."""
-        destinations = self.destinations
-        destination, properties = request[0], request[1]
-        forwarded, subscription = request[13], request[14]
-        kind, name = destinations.resolve(destination)
+        retry, server/admin/messages.py), which checked permissions already. ``admitted``: a COMMIT's
+        SEND, checked with the rest of its transaction by :meth:`admit`."""
+        kind, name = self.destinations.resolve(request.destination)
+        path = self._entry(client, request, kind)
+        if path is EntryPath.CLUSTER_INBOUND:
+            self.cluster.on_forwarded()
+        reply_to = request.properties.get("reply-to")
+        if reply_to is not None and client is not None and reply_to.startswith(("/temp-queue/", "/temp-topic/")):
+            # a connection's own temporary queue or topic, named so that others can reply to it
+            # (spec/stomp.md §3)
+            own = own_reply_to(client, reply_to)
+            if own is not None:
+                properties = dict(request.properties)
+                properties["reply-to"] = own
+                request = request._replace(properties=properties)
+        target = self._target(client, request, kind, name, path, create=True)
+        assert target is not None and not isinstance(target, Prospect)
+        result = self.placement.place(path, target, request, client, admitted)
+        if isinstance(target, Topic):
+            target.published += 1
+        return result
+
+    def admit(self, client: Client, request: SendRequest, unit: dict[str, Ahead]) -> None:
+        """Everything :meth:`send` would refuse this SEND for, checked without creating or numbering
+        anything (a transaction validates every operation before applying one: transactions.py): the
+        same entry rules, then placement's rules as a dry run. ``unit`` holds what the earlier SENDs of
+        the transaction add to each destination, and grows with this one."""
+        kind, name = self.destinations.resolve(request.destination)
+        path = self._entry(client, request, kind)
+        target = self._target(client, request, kind, name, path, create=False)
+        if target is None:
+            return                      # a destination use would make, and no rule refuses a message to it
+        ahead = unit.get(target.destination)
+        if ahead is None:
+            ahead = unit[target.destination] = Ahead()
+        self.placement.admit(path, target, request, ahead)
+
+    def _entry(self, client: Client | None, request: SendRequest, kind: Kind) -> EntryPath:
+        """The rules of the entry, before placement: who may send a forwarded message, the ``produce``
+        permission; the entry path the SEND takes."""
+        forwarded = request.forwarded
         if forwarded is not None and client is not None:
             if not client.is_cluster:
                 raise AccessDenied("only cluster nodes may send forwarded messages", user=client.user.name,
-                                   destination=destination, permission="forward")
-            self.cluster.on_forwarded()
+                                   destination=request.destination, permission="forward")
         else:
             forwarded = None
         if client is not None and kind is not Kind.TEMP_QUEUE and kind is not Kind.TEMP_TOPIC:
             # first: a refused SEND creates nothing (no queue or topic by use, no reply-to temporary queue)
-            destinations.acl.check(client.user, destination, "produce")
-        reply_to = properties.get("reply-to")
-        if reply_to is not None and client is not None and reply_to.startswith(("/temp-queue/", "/temp-topic/")):
-            # a connection's own temporary queue or topic, named so that others can reply to it
-            # (spec/stomp.md §3)
-            own = _own_temporary(client, reply_to)
-            if own is not None:
-                properties = dict(properties)
-                properties["reply-to"] = own
-                request = request._replace(properties=properties)
-        path = EntryPath.SEND if forwarded is None else EntryPath.CLUSTER_INBOUND
+            self.destinations.acl.check(client.user, request.destination, "produce")
+        if forwarded is not None:
+            return EntryPath.CLUSTER_INBOUND
+        return EntryPath.PUBLISH if kind is Kind.TOPIC or kind is Kind.TEMP_TOPIC else EntryPath.SEND
+
+    def _target(self, client: Client | None, request: SendRequest, kind: Kind, name: str, path: EntryPath,
+                create: bool) -> Target | Prospect | None:
+        """Where a SEND goes. ``create`` False (a COMMIT's check): nothing is made — a queue use would
+        create is a Prospect, a topic or temporary topic use would make is None (nothing refuses a
+        message to it) — and what :meth:`send` would refuse for is raised the same."""
+        destinations = self.destinations
         if kind is Kind.QUEUE:
-            queue = destinations.queues.get(name) or destinations.queue(name)
-            return self.placement.place(path, queue, request, client)
+            queue = destinations.queues.get(name)
+            if queue is not None:
+                return queue
+            if create:
+                return destinations.queue(name)
+            destinations.check_creatable(name)
+            return self._prospect("/queue/" + name, destinations.configured(name), name)
         if kind is Kind.TOPIC:
-            if forwarded is not None and subscription is not None:
+            subscription = request.subscription
+            if path is EntryPath.CLUSTER_INBOUND and subscription is not None:
                 # a handed-over durable subscription's message: straight into that subscription
                 sub = self.subscriptions.find(subscription)
                 if sub is None:
                     raise UnknownDestination(f"no durable subscription {subscription!r} here")
-                return self.placement.place(path, sub.queue, request, client)
-            topic = destinations.topics.get(name) or destinations.topic(name)
-            result = self.placement.place(EntryPath.PUBLISH if forwarded is None else path, topic, request,
-                                          client)
-            topic.published += 1
-            return result
+                return sub.queue
+            topic = destinations.topics.get(name)
+            if topic is None and create:
+                topic = destinations.topic(name)
+            return topic
         if kind is Kind.TEMP_TOPIC:
-            topic = destinations.temp_topic_target(client, name)
-            result = self.placement.place(path if forwarded is not None else EntryPath.PUBLISH, topic, request,
-                                          client)
-            topic.published += 1
-            return result
+            if create or name.startswith("tmp.") or client is None:
+                return destinations.temp_topic_target(client, name)
+            return client.temp_topic(name, create=False)     # one's own: made on first use
         if client is None and not name.startswith("tmp."):
-            raise UnknownDestination(f"temporary queue '{destination}' belongs to a connection",
-                                     destination=destination)
-        return self.placement.place(path, destinations.temp_target(client, name), request, client)  # type: ignore[arg-type]
+            raise UnknownDestination(f"temporary queue '{request.destination}' belongs to a connection",
+                                     destination=request.destination)
+        if create or name.startswith("tmp."):
+            return destinations.temp_target(client, name)  # type: ignore[arg-type]
+        assert client is not None
+        own = client.temp_queue(name, create=False)         # one's own: made on first use
+        return own if own is not None else self._prospect(request.destination, self.config.queue_defaults, name)
+
+    @staticmethod
+    def _prospect(destination: str, config: QueueConfig, name: str) -> Prospect:
+        schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
+        return Prospect(destination, config, schema)
 
     def send_bulk(self, client: Client, request: BulkSendRequest) -> BulkResult:
         """A bulk SEND: its rows read and checked column by column, then placed as a unit (spec/spark.md §7)."""
@@ -146,55 +176,6 @@ class Router:
         if isinstance(target, Topic):
             target.published += result.count
         return result
-
-    def admit(self, client: Client, request: SendRequest, ahead: dict[str, int],
-              dedup_ids: set[tuple[str, str]]) -> None:
-        """Everything :meth:`send` would refuse this SEND for, checked without creating or numbering
-        anything (a transaction validates every operation before applying one: transactions.py).
-        ``ahead`` counts what earlier SENDs of the transaction add to each destination and ``dedup_ids``
-        their duplicate ids; both grow with this one."""
-        destinations = self.destinations
-        destination = request[0]
-        kind, name = destinations.resolve(destination)
-        if request[13] is not None and not client.is_cluster:
-            raise AccessDenied("only cluster nodes may send forwarded messages", user=client.user.name,
-                               destination=destination, permission="forward")
-        if kind is Kind.TOPIC:
-            destinations.acl.check(client.user, destination, "produce")
-            return
-        if kind is Kind.TEMP_TOPIC:
-            if name.startswith("tmp.") and name not in destinations.temp_topics:
-                raise UnknownDestination(f"temporary topic '{destination}' does not exist (its connection has "
-                                         f"closed)", destination=destination)
-            return                      # one's own: made on first use
-        queue: MessageQueue | None
-        if kind is Kind.QUEUE:
-            destinations.acl.check(client.user, destination, "produce")
-            queue = destinations.queues.get(name)
-            if queue is None and not self.config.auto_create:
-                raise UnknownDestination(f"queue '{destination}' does not exist (auto-creation is off)",
-                                         destination=destination)
-        elif name.startswith("tmp."):
-            queue = destinations.temp_queues.get(name)
-            if queue is None:
-                raise UnknownDestination(f"temporary queue '{destination}' does not exist (its connection "
-                                         f"has closed)", destination=destination)
-        else:
-            queue = client.temp_queue(name, create=False)      # one's own: made on first use
-        if queue is not None:
-            config, schema, target = queue.config, queue.schema, queue.destination
-        else:
-            config = destinations.configured(name) if kind is Kind.QUEUE else self.config.queue_defaults
-            schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
-            target = destination
-        dedup_id = request[12]
-        if dedup_id is not None:
-            if (target, dedup_id) in dedup_ids:
-                return
-            dedup_ids.add((target, dedup_id))
-        if self.placement.admit(EntryPath.SEND, queue, config, schema, target, request[1], dedup_id,
-                                ahead.get(target, 0)):
-            ahead[target] = ahead.get(target, 0) + 1
 
     # -- dead letters and expiry ---------------------------------------------------------------------
     def dead_letter(self, entry: Entry, reason: str) -> None:
@@ -305,11 +286,10 @@ class Router:
     def pending_write(plan: Plan) -> tuple[StoredMessage, list[str]] | None:
         """What the device writes in the claiming transaction: the message and its references (None:
         nothing keeps it — only non-durable subscribers, or nobody)."""
-        _, message, queues, outboxes, log, _, _, _, _ = plan
-        refs = [q.name for q in queues if q.durable] + [o.name for o in outboxes]
-        if log is not None:
-            refs.append(log.name)
-        return (stored_message(message), refs) if refs else None
+        refs = [q.name for q in plan.queues if q.durable] + [o.name for o in plan.outboxes]
+        if plan.log is not None:
+            refs.append(plan.log.name)
+        return (stored_message(plan.message), refs) if refs else None
 
     def commit_pending(self, pending: PendingPlan, device: HoldingDevice | None) -> None:
         """After the claiming transaction committed: the message enters its queues (``device``: the

@@ -250,9 +250,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
             self.receipts.unsynced = True
         return result.receipt_headers() if request.receipt is not None else None
 
-    def _send(self, request: SendRequest) -> str | None:
-        """The id the message got (None: dropped as a duplicate)."""
-        message_id, stored = self.broker.send(self, request)
+    def _send(self, request: SendRequest, admitted: bool = False) -> str | None:
+        """The id the message got (None: dropped as a duplicate); ``admitted``: a COMMIT's SEND."""
+        message_id, stored = self.broker.send(self, request, admitted)
         if stored:
             self.receipts.unsynced = True
         return message_id
@@ -342,7 +342,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         ops = self.transactions.commit(frame.headers["transaction"], self._admit)
         for op in ops:
             if isinstance(op, SendRequest):
-                self._send(op)
+                self._send(op, admitted=True)
                 continue
             try:
                 consumer = self.deliveries.resolve(op, self.consumers)
@@ -350,8 +350,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
                 continue  # released meanwhile (consumer gone) and already back in its queue
             self._redispatch.add(self.deliveries.settle(consumer, op))
 
-    def _admit(self, request: SendRequest, ahead: dict[str, int], dedup_ids: set[tuple[str, str]]) -> None:
-        self.broker.admit(self, request, ahead, dedup_ids)
+    def _admit(self, request: SendRequest, unit: dict[str, Any]) -> None:
+        self.broker.admit(self, request, unit)
 
     def _on_abort(self, frame: Frame) -> None:
         self.transactions.abort(frame.headers["transaction"])

@@ -15,7 +15,7 @@ disk) is the one thing validation cannot foresee.
 """
 from __future__ import annotations
 
-from typing import Union
+from typing import Any, Union
 from collections.abc import Callable
 
 from pymq_server.broker.requests import AckRequest, SendRequest
@@ -24,9 +24,9 @@ from pymq.errors import PymqError, ResourceLimit, TransactionError
 
 #: what a transaction holds: its SENDs and its ACK/NACKs
 TransactionOp = Union[SendRequest, AckRequest]
-#: checks one SEND as if every earlier one were applied: (request, messages ahead per destination,
-#: duplicate ids seen) -> None, or the PymqError the SEND would get
-Admission = Callable[[SendRequest, "dict[str, int]", "set[tuple[str, str]]"], None]
+#: checks one SEND as if every earlier one were applied: (request, what the earlier SENDs add per
+#: destination, which the check updates) -> None, or the PymqError the SEND would get
+Admission = Callable[[SendRequest, "dict[str, Any]"], None]
 
 
 def refusal(exc: PymqError, tx: str, position: int, count: int, op: TransactionOp) -> PymqError:
@@ -75,12 +75,11 @@ class Transactions:
         ops = self._open.pop(tx, None)
         if ops is None:
             raise TransactionError(f"COMMIT of unknown transaction {tx!r}", transaction=tx)
-        ahead: dict[str, int] = {}
-        dedup_ids: set[tuple[str, str]] = set()
+        unit: dict[str, Any] = {}
         for position, op in enumerate(ops, 1):
             if isinstance(op, SendRequest):
                 try:
-                    admit(op, ahead, dedup_ids)
+                    admit(op, unit)
                 except PymqError as exc:
                     raise refusal(exc, tx, position, len(ops), op) from None
         return ops

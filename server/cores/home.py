@@ -30,6 +30,7 @@ from pymq.protocol.frame import Frame
 from pymq.protocol.scanner import FrameScanner, encode_frame
 from pymq_server.admin import stomp_admin
 from pymq_server.admin.stomp_admin import ADMIN_DESTINATION
+from pymq_server.broker.clients import own_reply_to
 from pymq_server.broker.segments import IpcPieces
 from pymq_server.broker.session import BrokerSession
 from pymq_server.cores.envelope import Kind
@@ -158,16 +159,16 @@ class HomeSession(BrokerSession):
 
     def _own_reply_to(self, frame: Frame) -> Frame:
         """A reply-to naming one of this connection's temporary destinations by its local name is made
-        global here (the owner cannot: the temporary destination lives with its connection)."""
+        global here, by the router's rule (clients.own_reply_to): the owner cannot, the temporary
+        destination lives with its connection."""
         reply_to = frame.headers.get("reply-to")
         if reply_to is None or not reply_to.startswith(("/temp-queue/", "/temp-topic/")):
             return frame
-        prefix, _, local = reply_to[1:].partition("/")
-        if local.startswith("tmp."):
+        own = own_reply_to(self, reply_to)
+        if own is None:
             return frame
-        made = self.temp_queue(local) if prefix == "temp-queue" else self.temp_topic(local)
         headers = dict(frame.headers)
-        headers["reply-to"] = made.destination      # the router's rewrite (router._own_temporary), done here
+        headers["reply-to"] = own
         return Frame(frame.command, headers, frame.body)
 
     # -- forwarding ----------------------------------------------------------------------------------

@@ -20,14 +20,14 @@ LAYERS: list[tuple[str, set[str]]] = [
                          "backlog", "upkeep"}),
     ("destinations", {"destinations", "temporary"}),
     ("subscriptions", {"subscriptions"}),
-    ("router and range reader", {"placement", "bulk_placement", "router", "ranges"}),
+    ("router and range reader", {"placement", "placement_rules", "bulk_placement", "router", "ranges"}),
     ("recovery", {"recovery"}),
     ("facade", {"broker"}),
     ("connections", {"session", "intake", "outlet", "acks", "receipts", "transactions", "apptx"}),
 ]
 LAYER_OF = {module: i for i, (_, modules) in enumerate(LAYERS) for module in modules}
 #: what the connection side may use of the core: the facade and the building blocks, nothing in between
-CORE_LAYERS = {"destinations", "subscriptions", "placement", "router", "ranges", "recovery"}
+CORE_LAYERS = {"destinations", "subscriptions", "placement", "placement_rules", "router", "ranges", "recovery"}
 
 
 def _modules() -> list[str]:
