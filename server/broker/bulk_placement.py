@@ -73,7 +73,8 @@ class BulkPlacement:
                 peers = [self.placement.cluster.route_queue(queue, row) for row in headers]
             if depth:                                                            # 4 depth, the frame at once
                 if needs_rows:
-                    local = headers if peers is None else [row for row, peer in zip(headers, peers, strict=True) if peer is None]
+                    local = headers if peers is None else \
+                        [row for row, peer in zip(headers, peers, strict=True) if peer is None]
                     grows = rules.growing(queue, local, None)
                 else:
                     grows = [True] * n
