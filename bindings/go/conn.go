@@ -13,22 +13,25 @@
 // sends an EOL when it has written nothing for the negotiated interval, and declares the broker dead after
 // twice the broker's interval without traffic.
 //
-// With Options.Reconnect, a lost link (socket error, EOF, missed heart-beats) is replaced with backoff, and
-// every subscription is made again with the same id and headers.  What is lost, and what is not:
+// With a failover URL (spec/ha.md §4: "failover:(stomp://a,stomp://b)?options" or a comma list) or
+// Options.Reconnect, a lost link (socket error, EOF, missed heart-beats) is replaced with backoff, every
+// subscription is made again with the same id and headers, and the SENDs without their receipt go again
+// with their pymq-dedup-id (the broker drops a copy it has).  What is lost, and what is not:
 // unacknowledged messages go back to their queue when the link dies and the broker redelivers them
 // (Redelivered, DeliveryCount counted up), so delivery is at least once; messages buffered but not yet
 // received are dropped here for the same reason, and Ack/Nack of a message from the old link returns
-// ErrStaleMessage; a request in flight (a Send waiting for its receipt) returns an error wrapping
-// ErrDisconnected, and the message may or may not have arrived; open transactions are aborted by the broker
-// (ErrTxLost); temporary queues die with the link; a non-durable topic subscription misses what was
-// published while it was away (a durable one, with a ClientID, does not).  Calls made while reconnecting
-// wait for the new link (within their context).  An ERROR frame is final: the broker refused something,
-// and reconnecting would meet the same refusal.
+// ErrStaleMessage; a transaction that did something is rolled back by the broker (its Commit returns
+// ErrTxLost; a Commit whose receipt was lost, ErrTxInDoubt); temporary queues die with the link; a
+// non-durable topic subscription misses what was published while it was away (a durable one, with a
+// ClientID, does not).  Calls made while reconnecting wait for the new link (within their context).  An
+// ERROR frame is final: the broker refused something, and reconnecting would meet the same refusal.
 package pymq
 
 import (
 	"context"
+	crand "crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand"
@@ -134,7 +137,20 @@ type Conn struct {
 	subs      map[string]*Subscription
 	nextID    int
 	closeOnce sync.Once
+
+	// failover (spec/ha.md §4): the back-off, the group's members, and the SENDs without their receipt
+	fo      *FailoverOptions
+	picker  *picker
+	connID  string
+	sendSeq atomic.Int64
+	sendMu  sync.Mutex
+	window  []*pendingSend
+	slots   chan struct{} // one per SEND in the window
 }
+
+// SendWindow is how many SENDs of a reconnecting connection may wait for their receipt; Send blocks
+// (within its context) while that many do.
+const SendWindow = 1000
 
 // Dial connects to addr and completes the STOMP handshake, within Options.Timeout.
 // addr is "host:port", "stomp://host:port", or "stomp+ssl://host:port" (also "ssl://", "tls://") for TLS.
@@ -144,8 +160,17 @@ func Dial(addr string, opts Options) (*Conn, error) {
 	return DialContext(ctx, addr, opts)
 }
 
-// DialContext is Dial within ctx.
+// DialContext is Dial within ctx.  A failover URL ("failover:(stomp://a:61613,stomp://b:61613)?options" or
+// "stomp://a:61613,stomp://b:61613", spec/ha.md §4) connects to the first broker of the group that answers
+// and fails over between them (its options replace Options.Reconnect's).
 func DialContext(ctx context.Context, addr string, opts Options) (*Conn, error) {
+	if isGroupURL(addr) {
+		g, err := ParseBrokerURL(addr)
+		if err != nil {
+			return nil, err
+		}
+		return dialGroup(ctx, g, opts)
+	}
 	hostport, useTLS := addr, opts.TLS != nil
 	for _, prefix := range []string{"stomp+ssl://", "stomp+tls://", "ssl://", "tls://", "stomps://"} {
 		if strings.HasPrefix(addr, prefix) {
@@ -201,17 +226,14 @@ func DialContext(ctx context.Context, addr string, opts Options) (*Conn, error) 
 // Connect completes the STOMP handshake over nc, a connection you made (a proxy, a tunnel, an in-memory
 // pipe in tests), within ctx.  To reconnect after a loss it needs Options.Reconnect.Dial.
 func Connect(ctx context.Context, nc net.Conn, opts Options) (*Conn, error) {
-	if opts.Login == "" {
-		opts.Login, opts.Passcode = "guest", "guest"
-	}
-	c := &Conn{opts: opts, ready: make(chan struct{}), closed: make(chan struct{}),
-		subs: map[string]*Subscription{}, status: StatusConnecting}
+	c := newConn(opts)
 	if opts.Reconnect != nil {
 		if opts.Reconnect.Dial == nil {
 			nc.Close()
 			return nil, errors.New("pymq: Options.Reconnect needs a Dial function to make new connections with Connect")
 		}
 		c.redial = opts.Reconnect.Dial
+		c.fo = opts.Reconnect.failoverOptions()
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -225,6 +247,91 @@ func Connect(ctx context.Context, nc net.Conn, opts Options) (*Conn, error) {
 	c.publish(l)
 	l.start()
 	return c, nil
+}
+
+func newConn(opts Options) *Conn {
+	var id [8]byte
+	_, _ = crand.Read(id[:])
+	return &Conn{opts: opts, ready: make(chan struct{}), closed: make(chan struct{}),
+		subs: map[string]*Subscription{}, status: StatusConnecting, connID: hex.EncodeToString(id[:]),
+		slots: make(chan struct{}, SendWindow)}
+}
+
+// failoverOptions are Reconnect's settings as spec/ha.md §4.2's options (the first attempt after a loss
+// is immediate; ±20 % jitter).
+func (r *Reconnect) failoverOptions() *FailoverOptions {
+	o := DefaultFailoverOptions
+	o.InitialReconnectDelay, o.MaxReconnectDelay = 100, 10000
+	if r.InitialDelay > 0 {
+		o.InitialReconnectDelay = int(r.InitialDelay.Milliseconds())
+	}
+	if r.MaxDelay > 0 {
+		o.MaxReconnectDelay = int(r.MaxDelay.Milliseconds())
+	}
+	if r.Multiplier >= 1 {
+		o.BackOffMultiplier = r.Multiplier
+	}
+	if r.MaxAttempts > 0 {
+		o.MaxReconnectAttempts = r.MaxAttempts
+	}
+	return &o
+}
+
+// isGroupURL: a failover URL or a comma list (a single address keeps its own grammar).
+func isGroupURL(addr string) bool {
+	t := strings.TrimSpace(addr)
+	return strings.Contains(t, ",") || (len(t) >= 9 && strings.EqualFold(t[:9], "failover:"))
+}
+
+// dialGroup connects to the first member of g that answers: (1 + StartupMaxReconnectAttempts) passes over
+// the list (-1: until one answers), with the back-off between attempts.  A broker that refuses the login is
+// final.
+func dialGroup(ctx context.Context, g *BrokerGroup, opts Options) (*Conn, error) {
+	c := newConn(opts)
+	o := g.Options
+	c.picker = newPicker(g, opts.TLS)
+	c.fo = &o
+	if o.MaxReconnectAttempts != 0 {
+		c.redial = c.picker.dial
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, opts.timeout())
+		defer cancel()
+	}
+	var last error
+	attempt := 0
+	for pass := 0; o.StartupMaxReconnectAttempts < 0 || pass <= o.StartupMaxReconnectAttempts; pass++ {
+		for k := 0; k < len(g.Brokers); k++ {
+			attempt++
+			select {
+			case <-ctx.Done():
+				if last == nil {
+					last = ctx.Err()
+				}
+				return nil, last
+			case <-time.After(o.jittered(attempt, c.picker.rnd)):
+			}
+			nc, err := c.picker.dial(ctx)
+			if err != nil {
+				last = err
+				continue
+			}
+			l, err := c.handshake(ctx, nc, 1)
+			if err != nil {
+				var se *ServerError
+				if errors.As(err, &se) {
+					return nil, err
+				}
+				last = err
+				continue
+			}
+			c.publish(l)
+			l.start()
+			return c, nil
+		}
+	}
+	return nil, last
 }
 
 // publish makes l the link in use.
@@ -332,9 +439,17 @@ func (c *Conn) current(ctx context.Context) (*link, error) {
 			}
 			continue
 		}
+		var limit <-chan time.Time // the failover timeout option bounds a wait for the next link
+		if c.fo != nil && c.fo.Timeout >= 0 {
+			t := time.NewTimer(time.Duration(c.fo.Timeout) * time.Millisecond)
+			defer t.Stop()
+			limit = t.C
+		}
 		select {
 		case <-ready:
 		case <-c.closed:
+		case <-limit:
+			return nil, fmt.Errorf("%w: still reconnecting after %d ms (the failover timeout)", ErrDisconnected, c.fo.Timeout)
 		case <-ctx.Done():
 			return nil, fmt.Errorf("pymq: waiting for the connection: %w", ctx.Err())
 		}
@@ -357,6 +472,13 @@ func (c *Conn) fail(err error) {
 		close(c.closed)
 		if l != nil {
 			l.fail(err)
+		}
+		c.sendMu.Lock()
+		window := c.window
+		c.window = nil
+		c.sendMu.Unlock()
+		for _, p := range window {
+			p.finish(nil, err)
 		}
 		for _, s := range subs {
 			s.end()
@@ -396,33 +518,19 @@ func (c *Conn) linkLost(l *link, err error) {
 	go c.reconnect(l.gen + 1)
 }
 
-// reconnect replaces the lost link with backoff, and subscribes every subscription again on the new one
-// before it goes into use (so no call sees a half-restored connection).
+// reconnect replaces the lost link with the back-off of spec/ha.md §4.2, and makes the connection whole on
+// the new one (subscriptions, then the unreceipted SENDs) before it goes into use, so no call sees a
+// half-restored connection.
 func (c *Conn) reconnect(gen uint64) {
-	r := c.opts.Reconnect
-	delay := r.InitialDelay
-	if delay <= 0 {
-		delay = 100 * time.Millisecond
-	}
-	maxDelay := r.MaxDelay
-	if maxDelay <= 0 {
-		maxDelay = 10 * time.Second
-	}
-	mult := r.Multiplier
-	if mult < 1 {
-		mult = 2
-	}
+	o := c.fo
+	rnd := rand.New(rand.NewSource(time.Now().UnixNano()))
 	var last error
-	for attempt := 1; r.MaxAttempts == 0 || attempt <= r.MaxAttempts; attempt++ {
-		jitter := time.Duration((rand.Float64()*0.4 - 0.2) * float64(delay))
+	attempt := 0
+	for ; o.MaxReconnectAttempts < 0 || attempt < o.MaxReconnectAttempts; attempt++ {
 		select {
 		case <-c.closed:
 			return
-		case <-time.After(delay + jitter):
-		}
-		delay = time.Duration(float64(delay) * mult)
-		if delay > maxDelay {
-			delay = maxDelay
+		case <-time.After(o.jittered(attempt+1, rnd)):
 		}
 		l, err := c.restore(gen)
 		if err == nil {
@@ -434,7 +542,13 @@ func (c *Conn) reconnect(gen uint64) {
 				return
 			}
 			c.mu.Unlock()
+			// the unreceipted SENDs go again first, in order, with their dedup ids; then the link is in use
+			c.sendMu.Lock()
+			for _, p := range c.window {
+				c.transmit(p, l)
+			}
 			c.publish(l)
+			c.sendMu.Unlock()
 			return
 		}
 		last = err
@@ -444,7 +558,7 @@ func (c *Conn) reconnect(gen uint64) {
 			return
 		}
 	}
-	c.fail(disconnectedBy(fmt.Errorf("gave up after %d attempts: %w", r.MaxAttempts, last)))
+	c.fail(disconnectedBy(fmt.Errorf("gave up after %d attempts: %w", attempt, last)))
 }
 
 // restore dials, completes the handshake and subscribes again; the link is running but not in use yet.
@@ -529,7 +643,11 @@ func (c *Conn) send(ctx context.Context, destination string, m *Message, tx *Tx)
 			return err
 		}
 		defer cancel()
+		tx.did()
 		return l.write(ctx, "SEND", append(headers, stomp.Header{Name: "transaction", Value: tx.ID}), m.Body)
+	}
+	if c.fo != nil {
+		return c.sendReliably(ctx, headers, m)
 	}
 	if m.NonPersistent || c.opts.AsyncSend {
 		return c.write(ctx, "SEND", headers, m.Body)
@@ -579,4 +697,116 @@ func (c *Conn) CloseContext(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+// pendingSend is a SEND of a reconnecting connection waiting for its receipt (spec/ha.md §4.4).
+type pendingSend struct {
+	headers []stomp.Header
+	body    []byte
+	done    chan struct{}
+	once    sync.Once
+	frame   *stomp.Frame
+	err     error
+	sent    bool // written on some link (guarded by Conn.sendMu)
+}
+
+func (p *pendingSend) finish(f *stomp.Frame, err error) {
+	p.once.Do(func() {
+		p.frame, p.err = f, err
+		close(p.done)
+	})
+}
+
+// sendReliably sends through the window: the SEND carries a pymq-dedup-id (the message's DedupID, else
+// "<connection>:<n>") and asks for a receipt; after a reconnect it goes again with the same id, and the
+// broker drops a copy it already has.  A persistent Send (without AsyncSend) waits for the receipt.
+func (c *Conn) sendReliably(ctx context.Context, headers []stomp.Header, m *Message) error {
+	if m.DedupID == "" {
+		m.DedupID = c.connID + ":" + strconv.FormatInt(c.sendSeq.Add(1), 10)
+		headers = append(headers, stomp.Header{Name: "pymq-dedup-id", Value: m.DedupID})
+	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	select {
+	case c.slots <- struct{}{}:
+	case <-c.closed:
+		return c.Err()
+	case <-ctx.Done():
+		return fmt.Errorf("pymq: %d sends wait for their receipt: %w", SendWindow, ctx.Err())
+	}
+	p := &pendingSend{headers: headers, body: m.Body, done: make(chan struct{})}
+	c.sendMu.Lock()
+	if err := c.Err(); err != nil {
+		c.sendMu.Unlock()
+		<-c.slots
+		return err
+	}
+	c.window = append(c.window, p)
+	c.mu.Lock()
+	l := c.link
+	c.mu.Unlock()
+	if l != nil && !l.failed() {
+		c.transmit(p, l)
+	}
+	c.sendMu.Unlock()
+	if m.NonPersistent || c.opts.AsyncSend {
+		return nil
+	}
+	select {
+	case <-p.done:
+		if p.err != nil {
+			return p.err
+		}
+		m.ID = p.frame.Value("message-id")
+		return nil
+	case <-ctx.Done():
+		c.sendMu.Lock()
+		never := !p.sent
+		if never { // it never left: withdrawn, so a late reconnect does not send what the caller gave up on
+			c.dropLocked(p)
+		}
+		c.sendMu.Unlock()
+		if never {
+			p.finish(nil, ctx.Err())
+			return fmt.Errorf("pymq: SEND not sent: %w", ctx.Err())
+		}
+		return fmt.Errorf("pymq: no RECEIPT for SEND (it goes again with its dedup id after a reconnect): %w", ctx.Err())
+	}
+}
+
+// transmit writes p on l (under sendMu, so SENDs keep their order); its receipt settles it, a loss leaves
+// it in the window for the next link.
+func (c *Conn) transmit(p *pendingSend, l *link) {
+	p.sent = true
+	wait, err := l.submit(context.Background(), "SEND", p.headers, p.body)
+	if err != nil {
+		if !errors.Is(err, ErrDisconnected) {
+			c.settle(p, nil, err)
+		}
+		return
+	}
+	go func() {
+		f, err := wait()
+		if err == nil || !errors.Is(err, ErrDisconnected) {
+			c.settle(p, f, err)
+		}
+	}()
+}
+
+func (c *Conn) settle(p *pendingSend, f *stomp.Frame, err error) {
+	c.sendMu.Lock()
+	c.dropLocked(p)
+	c.sendMu.Unlock()
+	p.finish(f, err)
+}
+
+// dropLocked takes p out of the window (under sendMu).
+func (c *Conn) dropLocked(p *pendingSend) {
+	for i, q := range c.window {
+		if q == p {
+			c.window = append(c.window[:i:i], c.window[i+1:]...)
+			<-c.slots
+			return
+		}
+	}
 }

@@ -17,9 +17,13 @@ var (
 	// ErrStaleMessage is returned by Ack and Nack for a message that came on a connection that has since
 	// been replaced by a reconnect: the broker already took it back and redelivers it.
 	ErrStaleMessage = errors.New("pymq: the message came on an earlier connection; the broker redelivers it")
-	// ErrTxLost is returned by a transaction begun on a connection that has since been replaced: the
-	// broker aborted it when that connection ended.
+	// ErrTxLost is returned by Commit of a transaction that had done something on a connection that has
+	// since been replaced: the broker aborted it when that connection ended (JMS's
+	// TransactionRolledBackException).
 	ErrTxLost = errors.New("pymq: the transaction's connection was lost; the broker aborted it")
+	// ErrTxInDoubt is returned by a Commit whose RECEIPT was lost with the connection: the broker applied
+	// the transaction whole or not at all, and which is not known; it is never sent again.
+	ErrTxInDoubt = errors.New("pymq: the connection was lost before the COMMIT's receipt; the outcome is unknown")
 	// ErrHeartBeat is the cause of a connection declared dead because the broker went silent.
 	ErrHeartBeat = errors.New("pymq: no heart-beat from the broker")
 )

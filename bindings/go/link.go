@@ -91,8 +91,15 @@ func (c *Conn) handshake(ctx context.Context, nc net.Conn, gen uint64) (*link, e
 	if host == "" {
 		host = "/"
 	}
+	login, passcode := opts.Login, opts.Passcode
+	if c.picker != nil {
+		login, passcode = c.picker.credentials(opts)
+	}
+	if login == "" {
+		login, passcode = "guest", "guest"
+	}
 	headers := []stomp.Header{{Name: "accept-version", Value: accept}, {Name: "host", Value: host},
-		{Name: "login", Value: opts.Login}, {Name: "passcode", Value: opts.Passcode},
+		{Name: "login", Value: login}, {Name: "passcode", Value: passcode},
 		{Name: "heart-beat", Value: fmt.Sprintf("%d,%d", hb.Send.Milliseconds(), hb.Receive.Milliseconds())}}
 	if opts.ClientID != "" {
 		headers = append(headers, stomp.Header{Name: "client-id", Value: opts.ClientID})
@@ -376,6 +383,45 @@ func (l *link) write(ctx context.Context, command string, headers []stomp.Header
 	}
 	l.lastWrite.Store(time.Now().UnixNano())
 	return nil
+}
+
+// submit writes a frame with a receipt header now and returns how to wait for its RECEIPT (until the
+// RECEIPT or the link's failure).
+func (l *link) submit(ctx context.Context, command string, headers []stomp.Header, body []byte) (func() (*stomp.Frame, error), error) {
+	id := l.c.id("r-")
+	ch := make(chan *stomp.Frame, 1)
+	l.mu.Lock()
+	if l.err != nil {
+		l.mu.Unlock()
+		return nil, l.lostErr()
+	}
+	l.receipts[id] = ch
+	l.mu.Unlock()
+	forget := func() {
+		l.mu.Lock()
+		delete(l.receipts, id)
+		l.mu.Unlock()
+	}
+	h := make([]stomp.Header, 0, len(headers)+1)
+	h = append(append(h, headers...), stomp.Header{Name: "receipt", Value: id})
+	if err := l.write(ctx, command, h, body); err != nil {
+		forget()
+		return nil, err
+	}
+	return func() (*stomp.Frame, error) {
+		defer forget()
+		select {
+		case f := <-ch:
+			return f, nil
+		case <-l.done:
+			select {
+			case f := <-ch:
+				return f, nil
+			default:
+			}
+			return nil, l.lostErr()
+		}
+	}, nil
 }
 
 // request writes a frame with a receipt header and waits for the RECEIPT, the link's failure or ctx.

@@ -81,6 +81,10 @@ type Message struct {
 	HasSequence   bool
 	Properties    map[string]any
 	Headers       []stomp.Header // the MESSAGE frame's headers, as received
+	// DedupID is the pymq-dedup-id (spec/stomp.md §9): the broker drops a second message with the same id
+	// on the same destination within its window.  A reconnecting connection gives every Send one when it
+	// is empty (spec/ha.md §4.4).
+	DedupID string
 
 	transformation string
 	delivery       *delivery // how to acknowledge it; nil for messages not received from a subscription
@@ -295,7 +299,8 @@ func (m *Message) sendHeaders() []stomp.Header {
 	if m.Timestamp != 0 {
 		h = append(h, stomp.Header{Name: "timestamp", Value: strconv.FormatInt(m.Timestamp, 10)})
 	}
-	for _, f := range [][2]string{{"correlation-id", m.CorrelationID}, {"reply-to", m.ReplyTo}, {"type", m.Type}} {
+	for _, f := range [][2]string{{"correlation-id", m.CorrelationID}, {"reply-to", m.ReplyTo}, {"type", m.Type},
+		{"pymq-dedup-id", m.DedupID}} {
 		if f[1] != "" {
 			h = append(h, stomp.Header{Name: f[0], Value: f[1]})
 		}
@@ -378,6 +383,7 @@ func MessageFromFrame(f *stomp.Frame) *Message {
 	m.CorrelationID = h["correlation-id"]
 	m.ReplyTo = h["reply-to"]
 	m.Type = h["type"]
+	m.DedupID = h["pymq-dedup-id"]
 	m.Redelivered = strings.ToLower(h["redelivered"]) == "true"
 	if seq, ok := h["pymq-seq"]; ok && seq != "" && strings.Trim(seq, "0123456789") == "" {
 		if v, err := strconv.ParseInt(seq, 10, 64); err == nil {

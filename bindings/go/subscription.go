@@ -272,6 +272,7 @@ func (c *Conn) acknowledge(ctx context.Context, m *Message, command string, tx *
 	headers := wireAckHeaders(l.version, d)
 	if tx != nil {
 		headers = append(headers, stomp.Header{Name: "transaction", Value: tx.ID})
+		tx.did()
 	}
 	return l.write(ctx, command, headers, nil)
 }

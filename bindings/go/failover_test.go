@@ -1,0 +1,369 @@
+package pymq_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	pymq "github.com/pymq/pymq/bindings/go"
+	"github.com/pymq/pymq/bindings/go/internal/vectors"
+)
+
+// TestFailoverURLVectors: spec/vectors/failover_urls.json (spec/ha.md §4.1-4.2): every URL parsed or
+// refused with its kind, and the waits before each attempt.
+func TestFailoverURLVectors(t *testing.T) {
+	var v struct {
+		Parse []struct {
+			Name, URL string
+			Failover  bool
+			Brokers   []struct {
+				Host               string
+				Port               int
+				TLS                bool
+				Username, Password *string
+			}
+			Options map[string]any
+		}
+		Refuse []struct{ Name, URL, Error string }
+		Delays []struct {
+			Name, URL string
+			DelaysMs  []float64 `json:"delays_ms"`
+		}
+	}
+	if err := vectors.Load("failover_urls.json", &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range v.Parse {
+		g, err := pymq.ParseBrokerURL(c.URL)
+		if err != nil {
+			t.Errorf("%s: %v", c.Name, err)
+			continue
+		}
+		if g.Failover != c.Failover || len(g.Brokers) != len(c.Brokers) {
+			t.Errorf("%s: failover=%v brokers=%v", c.Name, g.Failover, g.Brokers)
+			continue
+		}
+		for i, w := range c.Brokers {
+			b := g.Brokers[i]
+			user, pass := (*string)(nil), (*string)(nil)
+			if b.HasUser {
+				user = &b.Username
+			}
+			if b.HasPass {
+				pass = &b.Password
+			}
+			if b.Host != w.Host || b.Port != w.Port || b.TLS != w.TLS || !sameStr(user, w.Username) || !sameStr(pass, w.Password) {
+				t.Errorf("%s: broker %d = %+v, want %+v", c.Name, i, b, w)
+			}
+		}
+		o := g.Options
+		got := map[string]any{"initialReconnectDelay": float64(o.InitialReconnectDelay),
+			"maxReconnectDelay": float64(o.MaxReconnectDelay), "useExponentialBackOff": o.UseExponentialBackOff,
+			"backOffMultiplier": o.BackOffMultiplier, "jitter": o.Jitter,
+			"maxReconnectAttempts": float64(o.MaxReconnectAttempts), "startupMaxReconnectAttempts": float64(o.StartupMaxReconnectAttempts),
+			"randomize": o.Randomize, "timeout": float64(o.Timeout)}
+		for k, want := range c.Options {
+			if got[k] != want {
+				t.Errorf("%s: option %s = %v, want %v", c.Name, k, got[k], want)
+			}
+		}
+	}
+	for _, c := range v.Refuse {
+		_, err := pymq.ParseBrokerURL(c.URL)
+		var ue *pymq.URLError
+		if !errors.As(err, &ue) || ue.Kind != c.Error {
+			t.Errorf("refuse %s (%q): got %v, want kind %s", c.Name, c.URL, err, c.Error)
+		} else if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("refuse %s: the message shows a password: %v", c.Name, err)
+		}
+	}
+	for _, c := range v.Delays {
+		g, err := pymq.ParseBrokerURL(c.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range c.DelaysMs {
+			got := float64(g.Options.DelayBefore(i+1)) / float64(time.Millisecond)
+			if math.Abs(got-want) > 1e-6 {
+				t.Errorf("%s: attempt %d waits %v ms, want %v", c.Name, i+1, got, want)
+			}
+		}
+	}
+}
+
+func sameStr(a, b *string) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+// kill9 ends a's process with SIGKILL: it closes nothing.
+func kill9(a *testBroker) {
+	a.mu.Lock()
+	cmd, waited := a.cmd, a.waited
+	a.cmd = nil
+	a.mu.Unlock()
+	_ = cmd.Process.Kill()
+	<-waited
+}
+
+func freePort(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
+}
+
+// TestFailoverFollowsATakeover: broker A is killed with SIGKILL and B starts on A's data directory at
+// another port; a connection whose URL names both carries on: OnStatus says reconnecting then open, a
+// send made meanwhile waits and goes through, subscriptions (a durable one with its selector) are made
+// again, the message held unacknowledged comes back redelivered, and the transaction that had sent
+// something fails at Commit with ErrTxLost while the next one commits.
+func TestFailoverFollowsATakeover(t *testing.T) {
+	a := ownBroker(t)
+	portB := freePort(t)
+	log := newStatusLog()
+	url := "failover:(stomp://" + a.addr + ",stomp://127.0.0.1:" + portB + ")?initialReconnectDelay=50&maxReconnectDelay=400"
+	c, err := pymq.Dial(url, pymq.Options{ClientID: "go-ha-" + strconv.FormatInt(time.Now().UnixNano(), 36), OnStatus: log.record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	held := queue(t)
+	topic := "/topic/go-ha-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	sHeld := subscribe(t, c, held, pymq.SubscribeOptions{Ack: pymq.AckClientIndividual})
+	sDur := subscribe(t, c, topic, pymq.SubscribeOptions{DurableName: "d", Selector: "n > 0"})
+	send(t, c, held, pymq.NewTextMessage("held"))
+	first := expect(t, sHeld)
+	txDest := queue(t)
+	tx, err := c.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Send(bg, txDest, pymq.NewTextMessage("lost with the transaction")); err != nil {
+		t.Fatal(err)
+	}
+
+	done := make(chan error, 1)
+	kill9(a)
+	log.await(t, pymq.StatusReconnecting, 1, 20*time.Second)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 60*time.Second)
+		defer cancel()
+		done <- c.Send(ctx, held, pymq.NewTextMessage("during"))
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a send returned while no broker was there: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	// the takeover: a new process on A's store, at B's address
+	b := &testBroker{command: a.command, dataDir: a.dataDir, others: map[string]string{}, changed: make(chan struct{}, 1)}
+	if err := b.start(portB); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.stop)
+	if err := <-done; err != nil {
+		t.Fatalf("the send made during the outage: %v", err)
+	}
+	log.await(t, pymq.StatusOpen, 2, 30*time.Second)
+
+	if err := first.Ack(bg); !errors.Is(err, pymq.ErrStaleMessage) {
+		t.Fatalf("acking a message of the lost link: want ErrStaleMessage, got %v", err)
+	}
+	again := expect(t, sHeld)
+	if again.Text() != "held" || !again.Redelivered {
+		t.Fatalf("want held redelivered, got %q redelivered=%v", again.Text(), again.Redelivered)
+	}
+	if err := again.Ack(bg); err != nil {
+		t.Fatal(err)
+	}
+	if during := expect(t, sHeld); during.Text() != "during" {
+		t.Fatalf("want the message sent during the outage, got %q", during.Text())
+	}
+	if err := tx.Send(bg, txDest, pymq.NewTextMessage("after the loss")); err != nil {
+		t.Fatalf("sends in a lost transaction go on: %v", err)
+	}
+	if err := tx.Commit(bg); !errors.Is(err, pymq.ErrTxLost) {
+		t.Fatalf("commit of a transaction lost with its link: want ErrTxLost, got %v", err)
+	}
+	tx2, err := c.Begin(bg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx2.Send(bg, txDest, pymq.NewTextMessage("committed")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx2.Commit(bg); err != nil {
+		t.Fatal(err)
+	}
+	sTx := subscribe(t, c, txDest, pymq.SubscribeOptions{})
+	if got := expect(t, sTx); got.Text() != "committed" {
+		t.Fatalf("the transaction's queue holds %q first", got.Text())
+	}
+	if extra := receive(t, sTx, 500*time.Millisecond); extra != nil {
+		t.Fatalf("the rolled-back transaction delivered %q", extra.Text())
+	}
+	for _, n := range []int{0, 1} {
+		m := pymq.NewTextMessage("n=" + strconv.Itoa(n))
+		_ = m.SetProperty("n", n)
+		send(t, c, topic, m)
+	}
+	if got := expect(t, sDur); got.Text() != "n=1" {
+		t.Fatalf("the durable subscription with its selector: got %q", got.Text())
+	}
+	if extra := receive(t, sDur, 500*time.Millisecond); extra != nil {
+		t.Fatalf("the selector let %q through", extra.Text())
+	}
+}
+
+// receiptDropper forwards a connection to the broker but drops the broker's RECEIPT frames on the first
+// connection, until cut: the broker has the SENDs, the client never hears so.
+type receiptDropper struct {
+	addr  string
+	mu    sync.Mutex
+	n     int
+	conns []net.Conn
+}
+
+func newReceiptDropper(t *testing.T, broker string) *receiptDropper {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	p := &receiptDropper{addr: ln.Addr().String()}
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			upstream, err := net.Dial("tcp", broker)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.n++
+			first := p.n == 1
+			p.conns = append(p.conns, client, upstream)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(upstream, client); upstream.Close() }()
+			go func() {
+				defer client.Close()
+				if !first {
+					_, _ = io.Copy(client, upstream)
+					return
+				}
+				buf := make([]byte, 64<<10)
+				var pending []byte
+				for {
+					n, err := upstream.Read(buf)
+					pending = append(pending, buf[:n]...)
+					var out []byte
+					for {
+						i := bytes.IndexByte(pending, 0)
+						if i < 0 {
+							break
+						}
+						frame := pending[:i+1]
+						pending = pending[i+1:]
+						if !bytes.HasPrefix(bytes.TrimLeft(frame, "\r\n"), []byte("RECEIPT\n")) {
+							out = append(out, frame...)
+						}
+					}
+					if len(out) > 0 {
+						if _, err := client.Write(out); err != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return p
+}
+
+func (p *receiptDropper) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// TestUnreceiptedSendsGoAgainOnce: SENDs the broker took but whose receipts were lost go again after the
+// reconnect with their dedup ids, and the broker keeps one copy of each.
+func TestUnreceiptedSendsGoAgainOnce(t *testing.T) {
+	proxy := newReceiptDropper(t, needBroker(t))
+	log := newStatusLog()
+	c, err := pymq.Dial("failover:(stomp://"+proxy.addr+")?initialReconnectDelay=20", pymq.Options{OnStatus: log.record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dest := queue(t)
+	persistent := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+		defer cancel()
+		persistent <- c.Send(ctx, dest, pymq.NewTextMessage("persistent"))
+	}()
+	for i := 1; i <= 3; i++ {
+		m := pymq.NewTextMessage("quick-" + strconv.Itoa(i))
+		m.NonPersistent = true
+		if err := c.Send(bg, dest, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case err := <-persistent:
+		t.Fatalf("a persistent send returned without its receipt: %v", err)
+	case <-time.After(300 * time.Millisecond): // the broker has them all; only the receipts are missing
+	}
+	proxy.cut()
+	if err := <-persistent; err != nil {
+		t.Fatalf("the persistent send after the reconnect: %v", err)
+	}
+	got := drain(t, dest)
+	sort.Strings(got)
+	if strings.Join(got, ",") != "persistent,quick-1,quick-2,quick-3" {
+		t.Fatalf("every SEND once (re-sent with its dedup id, the copy dropped): got %v", got)
+	}
+}
+
+// TestFailoverGivesUpAfterItsAttempts: with maxReconnectAttempts the connection ends (Err, Done) once they
+// are spent, and calls fail.
+func TestFailoverGivesUpAfterItsAttempts(t *testing.T) {
+	proxy := newCutProxy(t, needBroker(t))
+	c, err := pymq.Dial("failover:(stomp://"+proxy.addr+",stomp://127.0.0.1:"+freePort(t)+")?initialReconnectDelay=10&maxReconnectAttempts=3", pymq.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	proxy.stop()
+	select {
+	case <-c.Done():
+	case <-time.After(20 * time.Second):
+		t.Fatal("the connection never gave up")
+	}
+	if err := c.Err(); !errors.Is(err, pymq.ErrDisconnected) || !strings.Contains(err.Error(), "3 attempts") {
+		t.Fatalf("Err: %v", err)
+	}
+	if err := c.Send(bg, queue(t), pymq.NewTextMessage("x")); err == nil {
+		t.Fatal("a send of an ended connection must fail")
+	}
+}
