@@ -551,6 +551,21 @@ def _storage_status(c: AdminClient, a):
     return c.call("storage"), _show_storage
 
 
+@command("storage", "quarantine")
+def _storage_quarantine(c: AdminClient, a):
+    return c.call("list-quarantine"), lambda rows: table(
+        rows, [("NODE", "node"), ("DEVICE", "device"), ("KEY", "key"), ("KIND", "kind"),
+               ("DESTINATION", "destination"), ("SEQ", "seq"), ("BYTES", "size"), ("REASON", "reason")])
+
+
+@command("storage", "quarantine-drop")
+def _storage_quarantine_drop(c: AdminClient, a):
+    r = c.call("drop-quarantined", key=a.key, node=a.node, device=a.device)
+    if not r["dropped"]:
+        raise CliError(f"no quarantined record {a.key!r}" + (f" on node {a.node}" if a.node else ""), NOT_FOUND)
+    return r, lambda r: print(f"dropped {len(r['dropped'])} quarantined record(s): its device frees the space")
+
+
 @command("storage", "rules")
 def _storage_rules(c: AdminClient, a):
     return c.call("list-rules"), _show_rules
@@ -721,6 +736,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     st = group("storage", "holding devices and the storage rules that choose among them")
     st.add_parser("status", help="devices with usage, errors and scores")
+    st.add_parser("quarantine", help="stored records recovery could not decode, kept aside (with the reason)")
+    qd = st.add_parser("quarantine-drop", help="delete a quarantined record (its references go, the space is freed)")
+    qd.add_argument("key")
+    qd.add_argument("--node", help="the node (worker) that holds it, as 'quarantine' lists")
+    qd.add_argument("--device", help="the device, when two hold the same key")
     st.add_parser("rules", help="the rules, ranked")
     for name in ("rule-add", "rule-replace"):
         rp = st.add_parser(name, help=f"{name.split('-')[1]} a rule (spec/storage_rules.md)")

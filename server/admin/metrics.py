@@ -115,6 +115,8 @@ class BrokerCollector:
         yield CounterMetricFamily("pymq_expired", "Messages that expired, all queues", value=figures["expired"])
         yield CounterMetricFamily("pymq_dropped_no_subscriber", "Topic messages nobody subscribed to",
                                   value=figures["dropped_no_subscriber"])
+        yield GaugeMetricFamily("pymq_quarantined_records", "Stored records recovery could not decode, set aside "
+                                "and kept (admin operation list-quarantine)", value=len(broker.quarantine))
 
         store = admin.server.store
         if store is not None:

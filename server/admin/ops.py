@@ -23,6 +23,7 @@ from pymq.errors import ConfigError, ConnectionClosed, PymqError, UnknownDestina
 from pymq_server.admin import messages, users
 from pymq_server.admin.checks import Offload, queue_name, require_admin, text_arg, user_name
 from pymq_server.broker.acl import may_monitor
+from pymq_server.storage.store import block_state_key
 from pymq_server.admin.rates import PERIOD_S, RateSampler, process_rss, wall_ms
 
 log = logging.getLogger("pymq.admin")
@@ -374,6 +375,48 @@ def storage(admin: Admin, user, args: dict) -> dict:
             "syncs": store.syncs}
 
 
+def list_quarantine(admin: Admin, user, args: dict) -> list:
+    """Stored records recovery could not decode and set aside (spec/storage.md §12)."""
+    require_admin(user, "list quarantined records")
+    return admin.broker.quarantine.listing(admin.broker.node_id)
+
+
+def drop_quarantined(admin: Admin, user, args: dict) -> dict:
+    """Remove a quarantined record's references, so its device frees it: ``{node, key}`` (a broker of
+    several workers runs this in each; only the one whose node id matches drops it), ``device`` when two
+    devices hold the same key.  ``{"dropped": [...]}``: what was dropped here."""
+    require_admin(user, "drop quarantined records")
+    broker = admin.broker
+    node, key, device = text_arg(args, "node", required=False), text_arg(args, "key"), \
+        text_arg(args, "device", required=False)
+    if node is not None and node != broker.node_id:
+        return {"dropped": []}
+    dropped = []
+    for record in [r for r in broker.quarantine.records.values() if r.key == key and device in (None, r.device)]:
+        broker.quarantine.take(record.device, record.key)
+        if record.kind == "catalog":
+            broker.store.put_meta(record.key, None)
+        else:
+            for ref in record.references:
+                broker.store.release(_Stored(record.handle, int(record.key)), ref)
+                broker.store.put_meta(block_state_key(int(record.key), ref), None)
+        log.warning("administrator '%s' dropped quarantined %s record %s of device %s", user_name(user),
+                    record.kind, record.key, record.device)
+        dropped.append(record.describe(broker.node_id))
+    if dropped:
+        broker.barrier(lambda error: None)      # written now, not with whatever next asks for a barrier
+    return {"dropped": dropped}
+
+
+class _Stored:
+    """What HoldingStore.release needs of a stored record (its device and key)."""
+
+    __slots__ = ("device", "key", "size")
+
+    def __init__(self, device: Any, key: int) -> None:
+        self.device, self.key, self.size = device, key, 0
+
+
 def _selection(admin: Admin, user):
     require_admin(user, "change storage rules")
     layer = admin.server.store.selection
@@ -494,6 +537,8 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
     "replace-rule": replace_rule,
     "remove-rule": remove_rule,
     "list-rules": list_rules,
+    "list-quarantine": list_quarantine,
+    "drop-quarantined": drop_quarantined,
     "connections": connections,
     "close-connection": close_connection,
     "list-consumers": list_consumers,
@@ -518,7 +563,7 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
 READ_ONLY = frozenset({
     "status", "overview", "list-queues", "queue-info", "metrics", "list-destinations", "list-topics",
     "list-subscriptions", "acl", "storage", "list-rules", "connections", "list-consumers", "cluster",
-    "list-outboxes",
+    "list-outboxes", "list-quarantine",
     "browse-queue", "get-message", "list-dead-letter-queues", "list-users",
 })
 

@@ -30,6 +30,7 @@ from pymq_server.broker.membership import STANDALONE, ClusterMembership
 from pymq_server.broker.message import BrokerMessage, now_ms
 from pymq_server.broker.placement import Placement
 from pymq_server.broker.queue import Entry, MessageQueue
+from pymq_server.broker.quarantine import Quarantine
 from pymq_server.broker.ranges import Browse, RangeReader
 from pymq_server.broker.recovery import Recovery
 from pymq_server.broker.requests import (AckUptoRequest, BulkSendRequest, RangeRequest, SendRequest, SendResult,
@@ -122,6 +123,7 @@ class Broker:
         self.host.dead_letter = self.router.dead_letter
         self.host.on_expired = self.router.on_expired
         self.cluster: ClusterMembership = STANDALONE
+        self.quarantine = Quarantine()            # stored records that did not decode (quarantine.py)
 
     # -- runtime ----------------------------------------------------------------------------------
     def run_in_thread(self, work: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None:
@@ -148,7 +150,7 @@ class Broker:
 
     def _recovery(self) -> Recovery:
         return Recovery(self.store, self.seqs, self.destinations, self.subscriptions, self.logs, self.dedup,
-                        self.flow)
+                        self.flow, self.quarantine)
 
     def attach_cluster(self, node: ClusterMembership) -> None:
         """Join a cluster, after recovery: from now on ``node`` routes and hears of local changes.  What

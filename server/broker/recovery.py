@@ -27,7 +27,9 @@ from pymq_server.broker.dedup import DuplicateWindow
 from pymq_server.broker.destinations import Destinations
 from pymq_server.broker.flow import MemoryFlow
 from pymq_server.broker.log import RetainedLogs
+from pymq_server.broker.message import now_ms
 from pymq_server.broker.queue import MessageQueue
+from pymq_server.broker.quarantine import BULK, CATALOG, MESSAGE, Quarantine, QuarantinedRecord, reason_of
 from pymq_server.broker.requests import first_alias
 from pymq_server.broker.sequences import SequenceBook
 from pymq_server.broker.stored_form import decode_stored
@@ -43,7 +45,8 @@ RECOVERED_QUEUE = "recovered"
 
 class Recovery:
     def __init__(self, store: HoldingStore, seqs: SequenceBook, destinations: Destinations,
-                 subscriptions: Subscriptions, logs: RetainedLogs, dedup: DuplicateWindow, flow: MemoryFlow) -> None:
+                 subscriptions: Subscriptions, logs: RetainedLogs, dedup: DuplicateWindow, flow: MemoryFlow,
+                 quarantine: Quarantine | None = None) -> None:
         self.store = store
         self.seqs = seqs
         self.destinations = destinations
@@ -51,6 +54,7 @@ class Recovery:
         self.logs = logs
         self.dedup = dedup
         self.flow = flow
+        self.quarantine = quarantine if quarantine is not None else Quarantine()
         #: catalog records of stored bulk blocks' settled rows (blocks.py), taken as their blocks come back
         self._block_states: dict[str, bytes] = {}
 
@@ -67,24 +71,35 @@ class Recovery:
 
     def _catalog(self) -> None:
         reserved: dict[str, int] = {}
-        durable: list[tuple[str, dict]] = []
+        durable: list[tuple[str, str, dict]] = []
         acls = self.destinations.acl.acls
         for key, value in self.store.iter_meta():
-            if key.startswith("seq:"):
-                reserved[key[4:]] = int(value)
-            elif key.startswith("dsub:"):
-                durable.append((key[5:], json.loads(value)))
-            elif key.startswith("queue:"):
-                self.destinations.restore_queue(key[6:], json.loads(value))
-            elif key.startswith("client:"):
-                self.subscriptions.restore_client_id(key[7:], json.loads(value))
-            elif key.startswith("acl:"):
-                acls[key[4:]] = DestinationAcl.from_dict(json.loads(value))
-            elif key.startswith(STATE_PREFIX):
-                self._block_states[key] = value
+            try:
+                if key.startswith("seq:"):
+                    reserved[key[4:]] = int(value)
+                elif key.startswith("dsub:"):
+                    durable.append((key, key[5:], json.loads(value)))
+                elif key.startswith("queue:"):
+                    self.destinations.restore_queue(key[6:], json.loads(value))
+                elif key.startswith("client:"):
+                    self.subscriptions.restore_client_id(key[7:], json.loads(value))
+                elif key.startswith("acl:"):
+                    acls[key[4:]] = DestinationAcl.from_dict(json.loads(value))
+                elif key.startswith(STATE_PREFIX):
+                    self._block_states[key] = value
+            except Exception as exc:  # noqa: BLE001 - whatever a foreign record raises, the broker starts
+                self._set_aside_meta(key, value, exc)
         self.seqs.load(reserved)
-        for key, record in durable:
-            self.subscriptions.restore(key, record)
+        for key, name, record in durable:
+            try:
+                self.subscriptions.restore(name, record)
+            except Exception as exc:  # noqa: BLE001 - as above
+                self._set_aside_meta(key, b"", exc)
+
+    def _set_aside_meta(self, key: str, value: Any, exc: Exception) -> None:
+        self.quarantine.add(QuarantinedRecord(CATALOG, self.store.catalog.name, key, reason_of(exc),
+                                              len(value) if isinstance(value, (bytes, str)) else 0,
+                                              at_ms=now_ms()))
 
     def messages(self, records: Iterable[tuple[Any, StoredMessage, list[str]]]) -> int:
         """Put recovered (device, stored message, references) back where the references say; how many.
@@ -92,16 +107,21 @@ class Recovery:
         count = 0
         seqs = self.seqs
         for device, stored, refs in records:
-            deliveries = device.deliveries(stored.key)      # per queue, recorded before the restart
-            message = decode_stored(stored)
-            message.device = device
+            # its numbers are never handed out again, whether it decodes or not
             seqs.observe("", stored.key)
             seqs.observe(stored.destination, stored.seq)
+            try:
+                message = decode_stored(stored)
+                segment = bulk_rows.restored_segment(message, self.flow.config.max_frame_size)
+            except Exception as exc:  # noqa: BLE001 - a record that does not decode is set aside, never fatal
+                self._set_aside(device, stored, refs, exc)
+                continue
+            deliveries = device.deliveries(stored.key)      # per queue, recorded before the restart
+            message.device = device
             self.flow.paged_in(message)          # held, counted without pausing anyone (nobody sends yet)
             dedup_id = first_alias(message.headers, "dedup-id")
             if dedup_id is not None:
                 self.dedup.remember(message.destination, dedup_id)
-            segment = bulk_rows.restored_segment(message, self.flow.config.max_frame_size)
             if segment is not None:
                 rows, first_key = segment
                 seqs.observe("", first_key + rows.num_rows)
@@ -132,6 +152,16 @@ class Recovery:
             count += 1
         self.logs.end_restore()
         return count
+
+    def _set_aside(self, device: Any, stored: StoredMessage, refs: list[str], exc: Exception) -> None:
+        """Quarantine a stored record that does not decode (quarantine.py): left on its device with its
+        references, and its blocks' catalog records of settled rows kept (not deleted as orphans)."""
+        is_bulk = bulk_rows.SEGMENT_HEADER.encode() in bytes(stored.data[:4096])
+        for ref in refs:
+            self._block_states.pop(block_state_key(stored.key, ref), None)
+        self.quarantine.add(QuarantinedRecord(BULK if is_bulk else MESSAGE, device.name, str(stored.key),
+                                              reason_of(exc), len(stored.data), stored.destination, stored.seq,
+                                              tuple(refs), now_ms(), device))
 
     def _block(self, queue: MessageQueue, ref: str, record: Any, rows: Any, first_key: int) -> None:
         """A queue's bulk block back (blocks.py): its rows but those its catalog record says are settled,

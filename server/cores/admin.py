@@ -9,8 +9,9 @@ worker 0 opens, and the STOMP destination ``/pymq/admin`` at a connection's home
   ``grant``/``revoke`` (``destination``) run at the owner — a queue created through worker 0 for a
   name worker 1 owns is created in worker 1, where SENDs to it go;
 * the listings (``list-queues``, ``list-topics``, ``list-destinations``, ``list-subscriptions``,
-  ``list-consumers``, ``list-dead-letter-queues``, ``connections``) run in every worker as the same
-  user, and the answers are joined;
+  ``list-consumers``, ``list-dead-letter-queues``, ``connections``, ``list-quarantine``) run in every
+  worker as the same user, and the answers are joined; so does ``drop-quarantined`` (the worker whose
+  node id the request names drops the record);
 * a change of the users file (``add-user``, ``set-password``, ``set-roles``, ``remove-user``) runs here,
   then every other worker reloads the file (``reload``);
 * everything else (``status``, ``overview``, ``storage``, rules, ``cluster``...) answers for this worker.
@@ -37,7 +38,8 @@ from pymq_server.cores.mesh import Mesh
 
 #: operations whose answer is a listing: every worker's, joined
 MERGED_OPS = frozenset({"list-queues", "list-topics", "list-destinations", "list-subscriptions",
-                        "list-consumers", "list-dead-letter-queues", "connections"})
+                        "list-consumers", "list-dead-letter-queues", "connections", "list-quarantine",
+                        "drop-quarantined"})
 #: operations on one queue, named by ``name`` (move-messages: ``from``)
 QUEUE_OPS = frozenset({"create-queue", "alter-queue", "drop-queue", "purge-queue", "queue-info",
                        "browse-queue", "get-message", "drop-messages", "retry-dead-letters", "move-messages"})

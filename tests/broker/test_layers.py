@@ -16,7 +16,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("building blocks", {"destination", "message", "states", "ready", "stats", "queue", "entry", "lastvalue", "groups", "idle",
                          "consumer", "topic",
                          "schema", "log", "acl", "auth", "requests", "clients", "membership", "sequences",
-                         "dedup", "flow", "stored_form", "segments", "slices", "bulk_rows", "bulk_stream", "blocks",
+                         "dedup", "flow", "stored_form", "segments", "slices", "bulk_rows", "bulk_stream", "blocks", "quarantine",
                          "backlog", "upkeep"}),
     ("destinations", {"destinations", "temporary"}),
     ("subscriptions", {"subscriptions"}),
