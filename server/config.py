@@ -439,12 +439,14 @@ class WebSocketConfig(_Section):
     port: Port = Field(15674, description="port of the WebSocket listener (0 picks a free one)")
     path: str = Field("/stomp", pattern=r"^/[^\s?#]*$", description="URL path clients connect to")
     tls: bool = Field(False, description="serve `wss://` with the `tls:` certificate")
-    allowed_origins: list[Annotated[str, Field(min_length=1)]] = Field(
-        ["*"], description="browser pages allowed to connect, as origins (`https://app.example.com`); `*` "
-                           "allows any. A handshake with another `Origin` header is refused with 403 "
-                           "(clients that send no Origin, i.e. not browsers, are not affected). Narrow it "
-                           "in production: any web page the operator visits could otherwise reach the "
-                           "broker with that browser's network position")
+    allowed_origins: list[Annotated[str, Field(min_length=1)]] | None = Field(
+        None, description="browser pages allowed to connect, as origins (`https://app.example.com`); `*` "
+                          "allows any. Unset: pages served from this machine only (an origin whose host is "
+                          "`localhost`, 127.0.0.0/8 or `[::1]`, any scheme and port). A handshake with "
+                          "another `Origin` header is refused with 403 (clients that send no Origin, i.e. "
+                          "not browsers, are not affected). Whatever is allowed, a page whose origin is not "
+                          "on this machine never logs in as a loopback-only user (`guest` without a users "
+                          "file): the browser would lend it the machine's network position")
 
 
 # -- the broker ---------------------------------------------------------------------------------------

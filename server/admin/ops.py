@@ -19,7 +19,7 @@ from typing import Any
 from collections.abc import Callable
 
 import pymq
-from pymq.errors import ConfigError, ConnectionClosed, PymqError, UnknownDestination
+from pymq.errors import ConfigError, ConnectionClosed, DestinationError, PymqError, UnknownDestination
 from pymq_server.admin import messages, users
 from pymq_server.admin.checks import Offload, queue_name, require_admin, text_arg, user_name
 from pymq_server.broker.acl import may_monitor
@@ -352,7 +352,11 @@ def revoke(admin: Admin, user, args: dict) -> dict:
 
 def acl(admin: Admin, user, args: dict) -> dict:
     destination = text_arg(args, "destination") or ""
-    admin.broker.resolve(destination)
+    kind, _ = admin.broker.resolve(destination)
+    if kind.value.startswith("temp-"):
+        # a temporary destination belongs to its connection: no access list, nothing to tell others
+        raise DestinationError(f"'{destination}' is temporary: it belongs to its connection and has no "
+                               f"permissions", destination=destination)
     admin.broker.acl.check_sees(user, destination)
     return admin.broker.acl.describe(destination)
 

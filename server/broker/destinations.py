@@ -27,6 +27,7 @@ from pymq_server.broker import destination as names
 from pymq_server.broker.acl import AccessControl, DestinationAcl
 from pymq_server.broker.auth import User
 from pymq_server.broker.clients import Client
+from pymq_server.broker.deadletters import DEAD_LETTER_CONFIG, DeadLetterNames
 from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.idle import IdleWatch
 from pymq_server.broker.schema import MessageSchema
@@ -42,7 +43,7 @@ Kind = names.Kind
 _CACHE_LIMIT = 100_000
 
 
-class Destinations(TemporaryTopics):
+class Destinations(TemporaryTopics, DeadLetterNames):
     def __init__(self, config: BrokerConfig, store: HoldingStore, host: QueueHost, acl: AccessControl) -> None:
         self.config = config
         self.store = store
@@ -56,15 +57,13 @@ class Destinations(TemporaryTopics):
         self.internal: dict[str, MessageQueue] = {}        # queues clients cannot address ($cluster.out.*)
         self.declared: dict[str, dict] = {}                # explicitly created queues: name -> catalog record
         self._resolved: dict[str, tuple[names.Kind, str]] = {}
-        #: dead-letter queue names made with a prefix other than the default one -> the queue they serve
-        self.dead_letter_sources: dict[str, str] = {}
-        #: destinations known not to be system-owned (every SEND asks: a set look-up instead of the name
-        #: rules); cleared when a queue with another dead-letter prefix appears or goes
+        self.dead_letter_sources: dict[str, str] = {}       # reserved dead-letter names (deadletters.py)
         self._not_system: set[str] = set()
         #: durable subscription key with ':' as '.' -> its creator (set by the subscriptions layer), so a
         #: subscription's dead-letter queue ``DLQ.sub.<owner>.<name>`` is readable by its creator only
         self.subscription_creator: Callable[[str], str | None] = lambda dotted: None
         acl.system_source = self.system_source
+        self.reserve_configured()
 
     # -- names ------------------------------------------------------------------------------------
     def resolve(self, destination: str) -> tuple[names.Kind, str]:
@@ -78,42 +77,6 @@ class Destinations(TemporaryTopics):
             if len(self._resolved) < _CACHE_LIMIT:
                 self._resolved[destination] = resolved
         return resolved
-
-    # -- system-owned destinations ------------------------------------------------------------------
-    def system_source(self, destination: str) -> DestinationAcl | None:
-        """The access list a system-owned destination inherits (an empty one when it serves nothing
-        that exists), or None when ``destination`` is not system-owned."""
-        if destination in self._not_system:
-            return None
-        if not destination.startswith("/queue/"):
-            return None
-        name = destination[7:]
-        expiry = self.config.expiry_queue
-        if expiry and name == expiry:
-            return DestinationAcl()
-        source = self.dead_letter_sources.get(name)
-        if source is None:
-            prefix = self.config.queue_defaults.dead_letter_prefix
-            if not prefix or not name.startswith(prefix):
-                if len(self._not_system) < _CACHE_LIMIT:
-                    self._not_system.add(destination)
-                return None
-            source = name[len(prefix):]
-            creator = self.subscription_creator(source)
-            if creator is not None:
-                return DestinationAcl(creator)
-        if source not in self.queues:
-            # a queue that does not exist (yet) has no dead letters: nobody but an administrator reads
-            # them, so a consumer attached early cannot collect a queue's dead letters once it exists
-            return DestinationAcl()
-        own = self.acl.acls.get("/queue/" + source)
-        return own if own is not None else self.acl.defaults
-
-    def _note_dead_letter_name(self, name: str, config: QueueConfig) -> None:
-        default = self.config.queue_defaults.dead_letter_prefix
-        if config.dead_letter and config.dead_letter_prefix != default:
-            self.dead_letter_sources[config.dead_letter_prefix + name] = name
-            self._not_system.clear()
 
     # -- queues ----------------------------------------------------------------------------------
     def queue_for(self, user: User, name: str, permission: str) -> MessageQueue:
@@ -149,7 +112,6 @@ class Destinations(TemporaryTopics):
         if config.schema:
             queue.schema = MessageSchema.from_dict(config.schema, f"queue {name}")
         self.queues[name] = queue
-        self._note_dead_letter_name(name, config)
         return queue
 
     def configured(self, name: str) -> QueueConfig:
@@ -160,9 +122,8 @@ class Destinations(TemporaryTopics):
         settings = self.config.queues.get(name)
         if settings:
             return queue_config(settings, f"queue {name}", base=self.config.queue_defaults)
-        if name.startswith(self.config.queue_defaults.dead_letter_prefix):
-            # a dead-letter queue never dead-letters again
-            return QueueConfig(max_deliveries=0, dead_letter=False)
+        if name.startswith(self.config.queue_defaults.dead_letter_prefix) or name in self.dead_letter_sources:
+            return DEAD_LETTER_CONFIG           # a dead-letter queue never dead-letters again
         return self.config.queue_defaults
 
     def declare_queue(self, name: str, settings: dict | None, user: User | None, grants: dict | None = None,
@@ -186,6 +147,7 @@ class Destinations(TemporaryTopics):
             config = existing.config                # a claim of a configured queue: as configured
         else:
             config = queue_config(settings or {}, f"queue {name}", base=self.config.queue_defaults)
+        self.check_reserved(name, user)             # another queue's dead-letter queue: never one's own
         if existing is not None and record is not None:
             if user is not None:
                 if self.system_source(destination) is not None:
@@ -196,20 +158,22 @@ class Destinations(TemporaryTopics):
                 raise DestinationExists(f"queue '{destination}' already exists with a different "
                                         f"configuration ({diff})", destination=destination)
             return existing, False
+        self.check_dead_letter_name(name, config, user, create_checked=False)    # a taken name: for anyone
         if user is not None:
             self.acl.check_create(user, destination, claim=existing is not None)
         if existing is not None and configured and existing.config != config:
             diff = "; ".join(existing.config.differences(config))
             raise DestinationExists(f"queue '{destination}' is configured by the broker's configuration file "
                                     f"with other settings ({diff})", destination=destination)
-        self._check_dead_letter_target(name, config)
+        dead_letters = self.check_dead_letter_name(name, config, user)     # and one its declarer may create
         self.acl.checked_grants(grants)                 # a bad principal refuses before the queue exists
         if existing is None:
             existing = self.create_queue(name, config)
         else:
             existing.config = config
             existing.schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
-            self._note_dead_letter_name(name, config)
+        if dead_letters is not None:
+            self.reserve_dead_letter_name(name, dead_letters, persist=persist)
         self.acl.own(destination, user.name if user is not None else None, grants, keep=True)
         record = {"config": config.to_dict(), "acl": self.acl.acls[destination].to_dict()}
         self.declared[name] = record
@@ -217,17 +181,6 @@ class Destinations(TemporaryTopics):
             self.store.put_meta("queue:" + name, json.dumps(record).encode())
             self.store.put_meta("acl:" + destination, None)     # the queue's record holds its ACL now
         return existing, True
-
-    def _check_dead_letter_target(self, name: str, config: QueueConfig) -> None:
-        """A queue may not name another user's queue as its dead-letter queue (a custom prefix would
-        otherwise write into a queue its owner never granted)."""
-        if not config.dead_letter or config.dead_letter_prefix == self.config.queue_defaults.dead_letter_prefix:
-            return
-        target = config.dead_letter_prefix + name
-        if target in self.declared or (target in self.queues and self.dead_letter_sources.get(target) != name):
-            raise DestinationExists(f"queue '/queue/{name}': its dead-letter queue '/queue/{target}' would be a "
-                                    f"queue that exists already; choose another dead_letter_prefix",
-                                    destination="/queue/" + target)
 
     def restore_queue(self, name: str, record: dict) -> None:
         """A declared queue found in the catalog at start: its settings and its ACL as they were (none: an
@@ -238,6 +191,7 @@ class Destinations(TemporaryTopics):
         else:
             self.acl.acls[queue.destination] = DestinationAcl.from_dict(record["acl"])
         self.declared[name] = record
+        self.restore_reservation(name, record)
 
     def alter_queue(self, name: str, settings: dict, user: User) -> tuple[MessageQueue, list[str]]:
         """Change some settings of queue ``name`` (the others keep theirs): its owner, a holder of
@@ -257,9 +211,10 @@ class Destinations(TemporaryTopics):
             return queue, []
         old = queue.config
         if (config.dead_letter, config.dead_letter_prefix) != (old.dead_letter, old.dead_letter_prefix):
-            # as at declaration: dead letters may not be pointed into a queue that exists already
-            self._check_dead_letter_target(name, config)
-            self._note_dead_letter_name(name, config)
+            # as at declaration: a free name its changer may create, reserved from now on
+            dead_letters = self.check_dead_letter_name(name, config, user)
+            if dead_letters is not None:
+                self.reserve_dead_letter_name(name, dead_letters, persist=True)
         if config.schema != queue.config.schema:
             queue.schema = MessageSchema.from_dict(config.schema, f"queue {name}") if config.schema else None
         queue.alter(config)
@@ -287,12 +242,13 @@ class Destinations(TemporaryTopics):
         del self.queues[name]
         self.declared.pop(name, None)
         self.acl.forget(queue.destination)
-        for dead, source in list(self.dead_letter_sources.items()):
-            if source == name:
-                del self.dead_letter_sources[dead]
-                self._not_system.clear()
         self.store.put_meta("queue:" + name, None)
         self.store.put_meta("acl:" + queue.destination, None)
+        self.release_dead_letter_names(name)
+        source = self.dead_letter_sources.get(name)
+        if source is not None and source in self.queues:
+            # its source still names it: emptied, and there again at once (the name stays reserved)
+            self.reserve_dead_letter_name(source, name, persist=True)
         return dropped
 
     def purge_queue(self, name: str, user: User) -> int:
@@ -321,20 +277,21 @@ class Destinations(TemporaryTopics):
         return queue
 
     # -- permissions -------------------------------------------------------------------------------
-    def _grantable(self, destination: str) -> None:
+    def grantable(self, destination: str) -> None:
+        """Temporary queues and topics belong to their connection: no access list to read or change."""
         kind, _ = self.resolve(destination)
-        if kind is Kind.TEMP_QUEUE:
-            raise DestinationError(f"temporary queue '{destination}' belongs to its connection: it has no "
-                                   f"permissions to grant", destination=destination)
+        if kind is Kind.TEMP_QUEUE or kind is Kind.TEMP_TOPIC:
+            raise DestinationError(f"temporary {kind.value.split('-')[1]} '{destination}' belongs to its "
+                                   f"connection: it has no permissions", destination=destination)
 
     def grant(self, user: User, destination: str, principal: str, permissions: list[str]) -> dict:
-        self._grantable(destination)
+        self.grantable(destination)
         acl = self.acl.grant(user, destination, principal, permissions)
         self._persist_acl(destination)
         return acl.to_dict()
 
     def revoke(self, user: User, destination: str, principal: str, permissions: list[str]) -> dict:
-        self._grantable(destination)
+        self.grantable(destination)
         acl = self.acl.revoke(user, destination, principal, permissions)
         self._persist_acl(destination)
         return acl.to_dict()

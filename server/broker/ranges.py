@@ -236,7 +236,10 @@ class RangeReader:
         destination = request.destination
         kind, name = destinations.resolve(destination)
         selector = self.subscriptions.compile_selector(request.selector)
-        if kind is not Kind.TEMP_QUEUE:
+        if kind is Kind.TEMP_TOPIC:
+            # only its connection: another one learned the topic's message count from the bounds
+            destinations.owned_temp_topic(client, destination, name, "browse")
+        elif kind is not Kind.TEMP_QUEUE:
             # before anything exists because of this browse: a refused one creates no queue, topic,
             # log or durable subscription (a temporary queue is checked where it is handed out)
             destinations.acl.check(client.user, destination, "browse")
@@ -302,4 +305,8 @@ class RangeReader:
             return self.subscriptions.for_reader(client, name, durable_name, shared, permission)
         if kind is Kind.TOPIC:
             self.destinations.acl.check(client.user, destination, permission)
+        elif kind is Kind.TEMP_QUEUE:
+            return self.destinations.owned_temp_queue(client, destination, name, permission)
+        elif kind is Kind.TEMP_TOPIC:
+            self.destinations.owned_temp_topic(client, destination, name, permission)
         return None

@@ -218,7 +218,10 @@ class BrokerSession(FrameIntake, FrameOutlet):
                 self._held = []
             self._resume()
 
-        if self.broker.authenticate(login, passcode, self.peer_host, certificate, finish):
+        # where the login comes from, for loopback-only users: the link may know better than the address
+        # (a browser page served from elsewhere, over WebSocket)
+        where = getattr(self.link, "login_host", self.peer_host)
+        if self.broker.authenticate(login, passcode, where, certificate, finish):
             self._held = []             # the check runs in a worker thread: later frames wait for it
 
     # -- SEND --------------------------------------------------------------------------------------

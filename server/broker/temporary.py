@@ -42,10 +42,11 @@ class TemporaryTopics:
         assert own is not None
         return own
 
-    def owned_temp_topic(self, client: Client, destination: str, name: str) -> Topic:
-        """A temporary topic ``client`` may subscribe to: only the connection that made it (JMS)."""
+    def owned_temp_topic(self, client: Client, destination: str, name: str, what: str = "subscribe to") -> Topic:
+        """A temporary topic ``client`` may subscribe to or browse: only the connection that made it (JMS);
+        another connection learns nothing of it, not even whether it exists."""
         topic = self.temp_topics.get(name) if name.startswith("tmp.") else client.temp_topic(name)
         if topic is None or topic.owner is not client:
             raise AccessDenied(f"only the connection that created temporary topic '{destination}' may "
-                               f"subscribe to it", destination=destination)
+                               f"{what} it", destination=destination)
         return topic

@@ -73,6 +73,7 @@ class StompServerProtocol(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.session: BrokerSession | None = None
         self.certificate_subject: str | None = None
+        self.login_host: str | None = None
         cfg = broker.config
         self._high = cfg.write_buffer_high
         self._low = cfg.write_buffer_low
@@ -122,6 +123,9 @@ class StompServerProtocol(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         host = peer[0] if isinstance(peer, tuple) else None
         self.certificate_subject = peer_subject(transport)   # mutual TLS: read by CONNECT
+        # where a login is judged to come from (loopback-only users): a browser page's origin when it is
+        # not this machine's (server/net/websocket.py), else the peer's address
+        self.login_host = transport.get_extra_info("foreign_origin") or host
         session = self.session = self.session_type(self.broker, self, host, self.broker.new_connection_id())
         session.conn.limit_until_connected(cfg.max_connect_frame_size)
         # a client that never sends CONNECT must not hold a connection forever

@@ -23,12 +23,19 @@ TCP ones.
 Before the upgrade: the request must complete within ``connect_timeout_ms`` and its head is bounded by
 h11 (16 KiB); a path other than ``websocket.path`` gets 404, an ``Origin`` outside
 ``websocket.allowed_origins`` 403, a request that is not a WebSocket upgrade 426 (400 when malformed).
+
+Browser pages (spec/stomp.md §11): unless ``allowed_origins`` says otherwise only pages served from this
+machine may connect, and a page from elsewhere — allowed or not by that list — is never judged to be on
+loopback: its connection's ``login_host`` is its origin, so a loopback-only user (``guest`` without a
+users file, an administrator) cannot be used by any web page the broker's own user happens to open.
 """
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from typing import Any
+from urllib.parse import urlsplit
 
 from wsproto import ConnectionType, WSConnection
 from wsproto.connection import ConnectionState
@@ -58,6 +65,8 @@ class WebSocketTransport(asyncio.Transport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "websocket":
             return self._connection
+        if name == "foreign_origin":            # a page served from elsewhere (see the module docstring)
+            return self._connection.foreign_origin
         return self._socket.get_extra_info(name, default)
 
     def is_closing(self) -> bool:
@@ -120,7 +129,7 @@ class WebSocketConnection(asyncio.Protocol):
     """One socket of the WebSocket listener: the HTTP upgrade, then STOMP over WebSocket messages."""
 
     def __init__(self, broker, loop: asyncio.AbstractEventLoop, path: str,
-                 allowed_origins: frozenset[str] | None) -> None:
+                 allowed_origins: OriginRule) -> None:
         self.broker = broker
         self.loop = loop
         self.path = path
@@ -129,6 +138,7 @@ class WebSocketConnection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.stomp: StompServerProtocol | None = None
         self.subprotocol: str | None = None
+        self.foreign_origin: str | None = None     # the Origin of a page not served from this machine
         self._deadline: asyncio.TimerHandle | None = None
         self._closed = False
 
@@ -193,13 +203,14 @@ class WebSocketConnection(asyncio.Protocol):
             return
         origin = next((value.decode("latin-1") for name, value in request.extra_headers
                        if name.lower() == b"origin"), None)
-        if origin is not None and self.allowed_origins is not None \
-                and origin.rstrip("/").lower() not in self.allowed_origins:
+        if origin is not None and not self.allowed_origins.allows(origin):
             log.info("websocket from %s refused: origin %s is not in websocket.allowed_origins",
                      self._peer(), origin)
             self._reject(RejectConnection(status_code=403),
                          f"origin {origin} may not connect (websocket.allowed_origins)")
             return
+        if origin is not None and not loopback_origin(origin):
+            self.foreign_origin = origin
         # the client's preference order; none offered (or none of ours) is still STOMP
         self.subprotocol = next((p for p in request.subprotocols if p in SUBPROTOCOLS), None)
         self.send(AcceptConnection(subprotocol=self.subprotocol))
@@ -257,8 +268,40 @@ class WebSocketConnection(asyncio.Protocol):
         return peer[0] if isinstance(peer, tuple) else "?"
 
 
-def origins(allowed: list[str] | None) -> frozenset[str] | None:
-    """The ``websocket.allowed_origins`` setting as the listener compares it (None: any origin)."""
-    if allowed is None or "*" in allowed:
-        return None
-    return frozenset(o.rstrip("/").lower() for o in allowed)
+class OriginRule:
+    """``websocket.allowed_origins`` as the listener applies it: a set of origins, any (``*``), or, unset,
+    the pages of this machine (loopback origins)."""
+
+    def __init__(self, allowed: list[str] | None) -> None:
+        self.any = allowed is not None and "*" in allowed
+        self.listed = None if allowed is None else frozenset(o.rstrip("/").lower() for o in allowed)
+
+    def allows(self, origin: str) -> bool:
+        if self.any:
+            return True
+        if self.listed is None:
+            return loopback_origin(origin)
+        return origin.rstrip("/").lower() in self.listed
+
+
+def origins(allowed: list[str] | None) -> OriginRule:
+    """The ``websocket.allowed_origins`` setting as the listener compares it."""
+    return OriginRule(allowed)
+
+
+def loopback_origin(origin: str) -> bool:
+    """Whether a page's ``Origin`` is served from this machine: ``http(s)://`` with the host ``localhost``
+    (or a name under it) or a loopback address.  ``null`` (a file, a sandboxed frame) is not."""
+    try:
+        parts = urlsplit(origin.strip())
+        host = parts.hostname
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or not host:
+        return False
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

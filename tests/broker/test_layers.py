@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                          "schema", "log", "acl", "auth", "requests", "clients", "membership", "sequences",
                          "dedup", "flow", "stored_form", "segments", "slices", "bulk_rows", "bulk_stream", "blocks", "quarantine",
                          "backlog", "upkeep"}),
-    ("destinations", {"destinations", "temporary"}),
+    ("destinations", {"destinations", "temporary", "deadletters"}),
     ("subscriptions", {"subscriptions"}),
     ("router and range reader", {"placement", "placement_rules", "bulk_placement", "router", "ranges"}),
     ("recovery", {"recovery"}),

@@ -16,6 +16,7 @@ import base64
 import itertools
 import json
 import os
+import re
 import time
 import urllib.error
 import urllib.request
@@ -53,13 +54,23 @@ def _table(section: str, first: str) -> list[list[str]]:
     return rows[2:]
 
 
+def code_for(text: str, principal: str) -> str:
+    """A row's code for one principal: ``x``, or ``x for a and b, else y``."""
+    m = re.fullmatch(r"(\S+) for (.+), else (\S+)", text)
+    if m is None:
+        return text
+    named = {p.strip() for p in m.group(2).split(" and ")}
+    assert named <= set(PRINCIPALS), text
+    return m.group(1) if principal in named else m.group(3)
+
+
 def destination_cells() -> list[tuple[str, str, str, bool, str]]:
     cells = []
     for row in _table("### Destination matrix", "operation"):
         op, kind, *marks, code = row
         assert len(marks) == len(PRINCIPALS), row
         for principal, mark in zip(PRINCIPALS, marks):
-            cells.append((op, kind, principal, MARKS[mark], code))
+            cells.append((op, kind, principal, MARKS[mark], code_for(code, principal)))
     return cells
 
 
@@ -83,11 +94,28 @@ _configured_names = iter(sorted(CONFIGURED, key=lambda n: int(n[3:])))
 def test_the_matrix_covers_every_operation_and_kind():
     ops = {c[0] for c in CELLS}
     assert ops == {"create", "declare/alter", "alter", "drop", "purge", "produce", "consume", "browse", "ack-up-to",
-                   "durable subscribe", "durable unsubscribe", "grant/revoke", "metrics", "list"}
+                   "durable subscribe", "durable unsubscribe", "grant/revoke", "metrics", "list",
+                   "dead-letter prefix"}
     kinds = {c[1] for c in CELLS}
     assert kinds == {"new name", "declared queue", "auto-created queue", "configured queue", "topic",
                      "temp queue", "temp topic", "dead-letter queue", "expiry queue", "admin destination",
-                     "durable subscription"}
+                     "durable subscription", "custom dead-letter queue", "subscription dead-letter queue"}
+
+
+#: derived names (issue 24 item 5): every operation that applies to them, for every principal
+DERIVED = {"temp queue", "temp topic", "dead-letter queue", "custom dead-letter queue",
+           "subscription dead-letter queue", "expiry queue"}
+
+
+def test_every_operation_on_a_derived_name_is_in_the_matrix():
+    have = {(c[0], c[1]) for c in CELLS}
+    queue_ops = {"create", "alter", "drop", "purge", "produce", "consume", "browse", "ack-up-to", "grant/revoke",
+                 "metrics", "list", "dead-letter prefix"}
+    for kind in DERIVED - {"temp queue", "temp topic"}:
+        assert {(op, kind) for op in queue_ops} <= have, kind
+    for kind in ("temp queue", "temp topic"):
+        ops = {"produce", "consume", "browse", "ack-up-to", "grant/revoke", "metrics", "list"}
+        assert {(op, kind) for op in ops} <= have, kind
     assert {c[0] for c in WIDE} == {"storage rules", "cluster ops", "prometheus", "status"}
 
 
@@ -213,7 +241,8 @@ def admin_http(rb: RunningBroker, user: str | None, op: str, args: dict) -> Any:
 #: the permission each operation needs, which "granted" (bob) gets
 NEEDS = {"create": "create", "declare/alter": "consume", "alter": "manage", "drop": "manage", "purge": "purge", "produce": "produce",
          "consume": "consume", "browse": "browse", "ack-up-to": "consume", "durable subscribe": "consume",
-         "durable unsubscribe": "consume", "grant/revoke": "manage", "metrics": "browse", "list": "browse"}
+         "durable unsubscribe": "consume", "grant/revoke": "manage", "metrics": "browse", "list": "browse",
+         "dead-letter prefix": "create"}
 _serial = itertools.count()
 
 
@@ -295,6 +324,22 @@ def make(rb: RunningBroker, kind: str, op: str) -> Made:
         send(rb, "root", f"/queue/DLQ.{source}")      # only the broker and administrators put messages there
         grant(rb, "alice", "/queue/" + source, "user:bob", perm)
         return Made(kind, f"/queue/DLQ.{source}", f"DLQ.{source}")
+    if kind == "custom dead-letter queue":
+        source = f"csrc{n}"
+        admin_stomp(rb, "alice", "create-queue", {"name": source, "config": {"dead_letter_prefix": f"dl{n}."}})
+        send(rb, "root", f"/queue/dl{n}.{source}")   # the queue was made with its source: reserved for it
+        grant(rb, "alice", "/queue/" + source, "user:bob", perm)
+        return Made(kind, f"/queue/dl{n}.{source}", f"dl{n}.{source}")
+    if kind == "subscription dead-letter queue":
+        topic = f"stopic{n}"
+        grant(rb, "root", "/topic/" + topic, "user:alice", "consume")
+        c = connect(rb, "alice")
+        request(c, "SUBSCRIBE", {"destination": "/topic/" + topic, "id": "d", "durable-subscription-name": f"s{n}"})
+        request(c, "UNSUBSCRIBE", {"id": "d"})              # detached; the subscription stays
+        c.close()
+        grant(rb, "root", "/topic/" + topic, "user:bob", perm)     # on the topic: not inherited
+        send(rb, "root", f"/queue/DLQ.sub.alice.s{n}")
+        return Made(kind, f"/queue/DLQ.sub.alice.s{n}", f"DLQ.sub.alice.s{n}")
     if kind == "expiry queue":
         rb.call(lambda: rb.broker.acl.forget("/queue/" + EXPIRY))
         send(rb, "root", "/queue/" + EXPIRY)
@@ -323,6 +368,9 @@ def perform(rb: RunningBroker, op: str, made: Made, principal: str) -> bool | No
     dest = made.destination
     if op in ("create", "declare/alter"):
         admin_stomp(rb, user, "create-queue", {"name": made.name})
+    elif op == "dead-letter prefix":
+        # a new queue whose dead-letter queue would be this destination
+        admin_stomp(rb, user, "create-queue", {"name": made.name[1:], "config": {"dead_letter_prefix": made.name[0]}})
     elif op == "alter":
         admin_stomp(rb, user, "alter-queue", {"name": made.name, "config": {"max_deliveries": 7}})
     elif op == "drop":
@@ -401,6 +449,11 @@ def visible(rb: RunningBroker, op: str, made: Made, user: str | None) -> bool:
                 assert listed == seen[-1]
             else:
                 seen.append(made.name in [q["name"] for q in call(rb, user, "list-queues", {})])
+                if made.kind in ("temp queue", "temp topic"):
+                    # not among the queues: no queue-info, no topic listing, for anyone
+                    assert made.destination not in json.dumps(call(rb, user, "list-destinations", {}))
+                    assert made.name not in [t["name"] for t in call(rb, user, "list-topics", {})]
+                    continue
                 try:
                     call(rb, user, "queue-info", {"name": made.name})
                     info = True
@@ -428,8 +481,18 @@ def test_destination_cell(matrix_broker, op, kind, principal, allowed, code):
         except Refused as exc:
             assert not allowed, f"refused but the matrix allows it: {exc}"
             assert exc.code == code, exc
-            settle(rb, sessions)
-            assert snapshot(rb) == before, "a refused operation changed the broker"
+            if _on_owner_connection(made, principal) is not None:
+                # the ERROR closed the owner's own connection, and its temporaries went with it (STOMP:
+                # every error ends its connection); nothing else may change
+                sessions = 0
+                settle(rb, sessions)
+                after = snapshot(rb)
+                for key in ("temp", "temp_topics"):
+                    before.pop(key), after.pop(key)
+            else:
+                settle(rb, sessions)
+                after = snapshot(rb)
+            assert after == before, "a refused operation changed the broker"
             return
         if shown is not None:                   # metrics and lists answer; the cell says what they show
             assert shown == allowed

@@ -362,8 +362,12 @@ def test_a_socket_that_never_upgrades_is_closed(broker_factory):
         assert time.monotonic() - started < 5
 
 
-def test_allowed_origins(broker_factory):
-    broker = broker_factory(websocket={"port": 0, "allowed_origins": ["https://app.example.com"]})
+def test_allowed_origins(broker_factory, tmp_path):
+    from pymq_server.broker.auth import save_user
+    users = tmp_path / "users.yaml"
+    save_user(str(users), "webuser", "s3cret", ["app"])
+    broker = broker_factory(users_file=str(users),
+                            websocket={"port": 0, "allowed_origins": ["https://app.example.com"]})
 
     async def go():
         async with aiohttp.ClientSession() as session:
@@ -373,7 +377,58 @@ def test_allowed_origins(broker_factory):
             assert info.value.status == 403
             for origin in ("https://app.example.com", None):   # the listed page; a non-browser client
                 ws = await session.ws_connect(ws_url(broker), protocols=("v12.stomp",), origin=origin)
-                assert (await WsStomp(ws).connect()).command == "CONNECTED"
+                assert (await WsStomp(ws).connect("webuser", "s3cret")).command == "CONNECTED"
                 await ws.close()
     run(go())
     assert no_sessions_left(broker)
+
+
+async def _origin_login(broker, origin, login=None, passcode=None):
+    """Upgrade with ``origin`` and CONNECT: the HTTP status of a refused upgrade, else the STOMP answer."""
+    async with aiohttp.ClientSession() as session:
+        try:
+            ws = await session.ws_connect(ws_url(broker), protocols=("v12.stomp",), origin=origin)
+        except aiohttp.WSServerHandshakeError as exc:
+            return exc.status
+        client = WsStomp(ws)
+        headers = {"accept-version": "1.2", "host": "/"}
+        if login is not None:
+            headers.update(login=login, passcode=passcode)
+        await client.send("CONNECT", headers)
+        frame = await client.read()
+        await ws.close()
+        return frame.command if frame.command == "CONNECTED" else frame.headers.get("pymq-code")
+
+
+def test_by_default_only_pages_of_this_machine_may_connect(broker_factory):
+    """Landed main allowed any origin by default, and with no users file a page from anywhere logged in as
+    ``guest``, an administrator, through the browser of anyone on the broker's machine."""
+    broker = broker_factory(**WS)
+
+    async def go():
+        assert await _origin_login(broker, "https://evil.example.net") == 403
+        assert await _origin_login(broker, "null") == 403                      # a file, a sandboxed frame
+        for origin in ("http://localhost:8080", "http://127.0.0.1", "https://[::1]:9000", None):
+            assert await _origin_login(broker, origin) == "CONNECTED", origin
+    run(go())
+    assert no_sessions_left(broker)
+
+
+def test_a_page_from_elsewhere_never_logs_in_as_a_loopback_only_user(broker_factory, tmp_path):
+    """Even with ``allowed_origins: ['*']``: the connection comes from 127.0.0.1, but the page does not."""
+    broker = broker_factory(websocket={"port": 0, "allowed_origins": ["*"]})
+
+    async def go():
+        assert await _origin_login(broker, "https://evil.example.net") == "authentication-failed"
+        assert await _origin_login(broker, "https://evil.example.net", "guest", "guest") == "authentication-failed"
+        assert await _origin_login(broker, "http://localhost:3000", "guest", "guest") == "CONNECTED"
+    run(go())
+    from pymq_server.broker.auth import save_user
+    users = tmp_path / "users.yaml"
+    save_user(str(users), "webuser", "s3cret", ["app"])
+    remote = broker_factory(users_file=str(users), websocket={"port": 0, "allowed_origins": ["*"]})
+
+    async def users_file():
+        # a user not bound to loopback logs in from any allowed page
+        assert await _origin_login(remote, "https://evil.example.net", "webuser", "s3cret") == "CONNECTED"
+    run(users_file())
