@@ -39,9 +39,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pymq_server.broker.message import BrokerMessage  # noqa: E402
-from pymq_server.broker.stored_form import encode_stored  # noqa: E402
+from pymq_server.broker.stored_form import STORED_CODEC  # noqa: E402
 from pymq_server.storage.file import FileDevice  # noqa: E402
-from pymq_server.storage import store as store_module  # noqa: E402
+from pymq_server.storage import behind as behind_module  # noqa: E402
 from pymq_server.storage.store import HoldingStore  # noqa: E402
 
 QUEUE = "/queue/bench.durable"
@@ -64,10 +64,9 @@ def cpu_us(fn, n: int) -> float:
 
 def one_round(n: int, tmp: str) -> dict[str, float]:
     # every message waits until this bench writes it (the bounds would write them while they are held)
-    store_module.WRITE_BEHIND_MESSAGES = store_module.WRITE_BEHIND_BYTES = 1 << 62
+    behind_module.WRITE_BEHIND_MESSAGES = behind_module.WRITE_BEHIND_BYTES = 1 << 62
     device = FileDevice("file", os.path.join(tmp, "file"), checkpoint_in_sync=False)
-    store = HoldingStore([device], persistent_device="file", sync_policy="always")
-    store.encode = encode_stored
+    store = HoldingStore([device], persistent_device="file", sync_policy="always", codec=STORED_CODEC)
     store.open()
     refs = [QUEUE]
     out: dict[str, float] = {}

@@ -104,7 +104,7 @@ def bench_writes(root: str, quick: bool) -> None:
         async def producer() -> None:
             for key in keys:
                 device.write(StoredMessage(key, "/queue/b", key, True, BODY), ["/queue/b"])
-                store._dirty.add(device)       # what HoldingStore.hold records for the broker
+                store.mark_dirty(device)       # what HoldingStore.hold records for the broker
                 durable = loop.create_future()
                 store.barrier(durable.set_result)
                 await durable                  # the receipt: durable under the policy

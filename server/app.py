@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pymq_server.admin.ops import Admin
 from pymq_server.broker.broker import Broker
 from pymq_server.broker.session import BrokerSession
+from pymq_server.broker.stored_form import STORED_CODEC
 from pymq_server.config import BrokerConfig
 from pymq_server.net.runtime import AsyncioRuntime
 from pymq_server.net.tcp import StompServerProtocol
@@ -297,7 +298,7 @@ class BrokerServer:
         devices, persistent = build_devices(cfg)
         store = self.store = HoldingStore(devices, persistent_device=persistent, sync_policy=cfg.sync_policy,
                                           sync_window_ms=cfg.sync_window_ms, call_later=runtime.call_later,
-                                          run_in_thread=runtime.run_in_thread)
+                                          run_in_thread=runtime.run_in_thread, codec=STORED_CODEC)
         if cfg.cluster:
             # Write-behind (spec/storage.md §9) is for a standalone broker for now: with it on, the cluster
             # test that moves an idle durable subscription with its messages missed the first message in 2

@@ -74,10 +74,7 @@ class Pager:
 
     @property
     def batch_device(self) -> Any:
-        device = self.store.persistent_device
-        if device.kind == "file" and not device.needs_repair:
-            return device
-        return next((d for d in self.store.devices.values() if d.kind == "file" and not d.needs_repair), None)
+        return self.store.paging_device()
 
     def write_batch(self, entries: list[Entry], queue: str) -> tuple[Any, int] | None:
         """Write heap-held messages as one non-persistent record; (device, key), or None when refused."""

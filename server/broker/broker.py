@@ -37,7 +37,6 @@ from pymq_server.broker.requests import (AckUptoRequest, BulkSendRequest, RangeR
                                          SubscribeRequest)
 from pymq_server.broker.router import Router
 from pymq_server.broker.sequences import SequenceBook
-from pymq_server.broker.stored_form import encode_stored, encode_stored_parts
 from pymq_server.broker.subscriptions import Subscriptions
 from pymq_server.broker.topic import Topic, TopicSubscription
 from pymq_server.config import BrokerConfig, QueueConfig
@@ -106,8 +105,6 @@ class Broker:
         self.client_ids: dict[str, Client] = {}
         self.admin: Any = None                    # the admin operations (server/admin/ops.py), set by the server
         self._conn_ids = itertools.count(1)
-        store.encode = encode_stored
-        store.encode_parts = encode_stored_parts
         # the layers, bottom up
         self.seqs = SequenceBook(store)
         self.flow = MemoryFlow(config, store, self.call_soon)

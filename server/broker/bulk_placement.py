@@ -139,7 +139,7 @@ class BulkPlacement:
             return None
         if queue is None and not target.subscriptions and log is not None:
             return []                       # only the log keeps them
-        if self.placement.store.choose is not self.placement.store._default:
+        if self.placement.store.uses_rules:
             return None
         if queue is not None:
             return [queue] if peers is None and not make_room and log is None else None

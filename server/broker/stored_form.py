@@ -2,7 +2,8 @@
 
 A message is stored as its MESSAGE frame (spec/stomp.md framing; spec/storage.md) plus
 ``pymq-deliver-at`` when its delivery is delayed; the holding store writes what :func:`encode_stored`
-returns, and recovery reads it back with :func:`decode_stored`. :func:`rule_context_of` gives the
+returns (through :data:`STORED_CODEC`, the codec it is made with), and recovery reads it back with
+:func:`decode_stored`. :func:`rule_context_of` gives the
 storage-rule context of a message (spec/storage_rules.md §2).
 """
 from __future__ import annotations
@@ -43,6 +44,22 @@ def encode_stored_parts(message: BrokerMessage) -> tuple[bytes, ...]:
             and "content-length" not in message.headers:
         return b"MESSAGE\n" + message.header_block("1.2") + b"\n", body, b"\0"
     return (encode_stored(message),)
+
+
+class StoredCodec:
+    """The holding store's codec (``storage.storable.StoredCodec``): what it writes for a message."""
+
+    __slots__ = ()
+
+    def encode(self, message: BrokerMessage) -> bytes:
+        return encode_stored(message)
+
+    def encode_parts(self, message: BrokerMessage) -> tuple[bytes, ...]:
+        return encode_stored_parts(message)
+
+
+#: the codec the broker's holding store is made with (server/app.py)
+STORED_CODEC = StoredCodec()
 
 
 def stored_message(message: BrokerMessage) -> StoredMessage:

@@ -79,6 +79,13 @@ class HoldingDevice(abc.ABC):
     #: what it holds survives a crash of the broker process (spec/storage_rules.md §6.4): a persistent
     #: message goes to a device that is not durable only when a rule says ``downgrade_durability``
     durable: bool = True
+    #: the holding store may keep a persistent message back a moment before writing it here, and never
+    #: write it if it is released first (spec/storage.md §9): for a device whose every write costs a log
+    #: frame (the file device); a device that batches its writes itself (SQL, grid) does not need it
+    writes_behind: bool = False
+    #: keeps non-persistent messages in storage of their own that is never logged nor recovered, so the
+    #: broker can page heap-held messages out to it (the file device's non-persistent pages)
+    pages_out: bool = False
 
     # open, close, flush and sync are hooks a device without a backing store or buffer leaves empty
     def open(self) -> None:  # noqa: B027 - a hook (see above)
@@ -123,6 +130,14 @@ class HoldingDevice(abc.ABC):
 
     def sync(self) -> None:  # noqa: B027
         """Make everything flushed so far durable (may run in a worker thread)."""
+
+    @property
+    def checkpoint_due(self) -> bool:
+        """A device with a log says when it should be trimmed (``checkpoint``); the store asks after syncs."""
+        return False
+
+    def checkpoint(self) -> None:  # noqa: B027
+        """Trim the device's log (may run in a worker thread; never inside a sync)."""
 
     # -- delivery state (spec/storage.md, frame DELIVERED): what survives a restart besides the message
     def record_delivery(self, key: int, queue: str, count: int) -> None:  # noqa: B027 - devices that keep it override

@@ -23,6 +23,7 @@ from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import RULES, EntryPath, Rule
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.requests import BulkSendRequest, parse_send
+from pymq_server.broker.stored_form import STORED_CODEC
 from pymq_server.config import BrokerConfig, QueueConfig
 from pymq_server.storage.sql import send_in_transaction
 from pymq_server.storage.store import HoldingStore
@@ -188,7 +189,8 @@ class Cell:
         runtime = FakeRuntime()
         devices, persistent = build_devices(config)
         self.store = HoldingStore(devices, persistent_device=persistent, sync_policy="never",
-                                  call_later=runtime.call_later, run_in_thread=runtime.run_in_thread)
+                                  call_later=runtime.call_later, run_in_thread=runtime.run_in_thread,
+                                  codec=STORED_CODEC)
         self.store.open()
         self.broker = Broker(config, self.store, runtime)
         self.broker.recover()

@@ -187,7 +187,7 @@ class Committer:
 
     async def commit(self) -> None:
         done = asyncio.get_running_loop().create_future()
-        self.store._dirty.add(self.device)        # what hold()/release() record for the broker
+        self.store.mark_dirty(self.device)        # what hold()/release() record for the broker
         self.store.barrier(lambda error: done.set_result(error))
         error = await done
         if error is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from pymq.errors import StorageError
-from pymq_server.storage import store as store_mod
+from pymq_server.storage import behind as store_mod
 from pymq_server.storage.device import StoredMessage
 from pymq_server.storage.file.device import FileDevice
 from pymq_server.storage.store import HoldingStore
@@ -30,6 +30,7 @@ class Msg:
         self.device = None
         self.rule = None
         self.chosen = None
+        self.bulk = None
 
 
 class Timers:
@@ -45,11 +46,18 @@ class Timers:
             fn(*args)
 
 
+class TestCodec:
+    def encode(self, m) -> bytes:
+        return b"MESSAGE\ndestination:/queue/a\n\n" + m.body + b"\0"
+
+    def encode_parts(self, m) -> tuple[bytes, ...]:
+        return (self.encode(m),)
+
+
 def make_store(tmp_path, timers: Timers | None = None, **device_kw) -> tuple[HoldingStore, FileDevice]:
     device = FileDevice("file", tmp_path / "s", fsync=False, **device_kw)
     store = HoldingStore([device], persistent_device="file", sync_policy="always",
-                         call_later=timers.call_later if timers else None)
-    store.encode = lambda m: b"MESSAGE\ndestination:/queue/a\n\n" + m.body + b"\0"
+                         call_later=timers.call_later if timers else None, codec=TestCodec())
     store.open()
     return store, device
 

@@ -161,6 +161,11 @@ class FileDevice(HoldingDevice):
             raise
         self.page_size = store.page_size          # an existing store keeps its own
         self._store, self._writes, self._checkpointer, self._recovery = store, writes, checkpointer, recovery
+        # while open, the calls made once or more per message go straight to the part that does them (the
+        # methods below answer "not open" once these are gone)
+        self.check_room = writes.check_room           # type: ignore[method-assign]
+        self.remove = writes.remove                   # type: ignore[method-assign]
+        self.record_delivery = writes.record_delivery  # type: ignore[method-assign]
         store.figures.recovery["open_s"] = time.perf_counter() - started
 
     def close(self) -> None:
@@ -191,6 +196,8 @@ class FileDevice(HoldingDevice):
             store.move(StoreStatus.CLOSED)
             store.io.closed_for = "the store is closed"
         self._store = self._writes = self._checkpointer = self._recovery = None
+        for name in ("check_room", "remove", "record_delivery"):
+            self.__dict__.pop(name, None)
 
     def _simulate_crash(self) -> None:
         """Drop every unflushed byte and release the files, as ``kill -9`` would (tests only)."""

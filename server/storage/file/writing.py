@@ -23,6 +23,9 @@ from .pages import HDR, SLOT, Page
 from .state import OpenStore, describe
 from .status import StoreStatus
 
+_OPEN = StoreStatus.OPEN
+_CLOSED = StoreStatus.CLOSED
+
 _AUTO_FLUSH_BYTES = 1 << 20
 #: log space a message's write reserves beyond its own frames, for the removals and catalog records that
 #: follow it (they are never refused: a consumer must always be able to acknowledge)
@@ -134,7 +137,7 @@ class WritePath:
         with store.lock:
             wal, pf, alloc = self.log.segment, store.pf, self.pages.alloc
             ps = store.page_size
-            if store.status is StoreStatus.OPEN and not store.read_only and wal is not None and \
+            if store.status is _OPEN and not store.read_only and wal is not None and \
                     pf is not None and size <= (ps - HDR - SLOT) >> 2:
                 log_reserved, pages_reserved = wal.reserved, pf.reserved
                 if log_reserved is not None and pages_reserved is not None and \
@@ -155,7 +158,7 @@ class WritePath:
         way: its header block, the SEND's own body, the NUL); a small one is joined."""
         store = self.store
         with store.lock:
-            if store.status is not StoreStatus.OPEN or store.read_only:
+            if store.status is not _OPEN or store.read_only:
                 store.check_accepting()
             key = message.key
             index = self.index
@@ -250,7 +253,7 @@ class WritePath:
     def remove(self, key: int, queue: str) -> None:
         store = self.store
         with store.lock:
-            if store.status is StoreStatus.CLOSED or store.read_only:
+            if store.status is _CLOSED or store.read_only:
                 store.check_writable()
             index = self.index
             entry = index.entries.get(key)
