@@ -9,17 +9,23 @@ functions, so the semantics live in one place: content-type rules (cached per di
 bodies without a content-type, and every integer that is not plain short digits
 (``parse_wire_int`` then raises exactly the twin's error, or accepts a 19-digit value).
 
-Invariants: every buffer size is checked before it grows (a column over 2 GiB is an error, raised after
-all rows as the twin raises it); errors in a row come in the twin's order (pymq-seq, timestamp, expires,
+Invariants: every buffer size is checked before it is computed or grows (no product or doubling can
+wrap: row counts, first guesses and capacities are bounded by the column limit, itself at most 2**31 - 1,
+before they are multiplied; a column over 2 GiB is an error, raised after all rows as the twin raises it);
+each row's header names and values are checked to be text first (``_check_text``), as the twin does; errors in a row come in the twin's order (pymq-seq, timestamp, expires,
 priority, JMSXDeliveryCount); memory is owned by ``_Var``/``_Fixed`` objects and freed with them.
 """
 from libc.stdint cimport int32_t, int64_t, uint8_t
 from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcpy
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
-from cpython.dict cimport PyDict_GetItem
+from cpython.dict cimport PyDict_GetItem, PyDict_Next
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+
+cdef extern from "Python.h":
+    bint PyUnicode_CheckExact(object o)
+    bint PyUnicode_IS_ASCII(object o)
 
 import pyarrow as pa
 
@@ -57,12 +63,16 @@ cdef class _Var:
     cdef int64_t limit
 
     def __cinit__(self, Py_ssize_t rows, Py_ssize_t guess, int64_t limit):
-        self.limit = limit
+        # int32 offsets hold at most 2**31 - 1: a larger limit (the twin's MAX_COLUMN_BYTES is a module
+        # attribute) would wrap them, so it is clamped; every size below is checked before it is computed
+        self.limit = limit if limit < _MAX_INT32 else _MAX_INT32
+        if rows < 0 or rows >= (<Py_ssize_t>0x7FFFFFFFFFFFFFFF) // 8:
+            raise MemoryError()
         self.offsets = <int32_t*>malloc((rows + 1) * sizeof(int32_t))
         self.valid = <uint8_t*>calloc(rows // 8 + 1, 1)
         # a guess (first body size x rows) can be far over what the column may hold: never reserve more
         # than the column limit up front; growth is by doubling, checked against the limit
-        self.cap = guess if guess < limit else limit
+        self.cap = guess if 0 <= guess < self.limit else self.limit
         if self.cap > _FIRST_RESERVATION:
             self.cap = _FIRST_RESERVATION          # grown by doubling as rows really arrive
         if self.cap < 64:
@@ -86,9 +96,12 @@ cdef class _Var:
             self.over = True
         else:
             if need > self.cap:
+                # doubling, never past the limit (<= 2**31 - 1, so never near int64's end)
                 cap = self.cap * 2
                 while cap < need:
                     cap *= 2
+                if cap > self.limit:
+                    cap = self.limit
                 grown = <char*>realloc(self.data, cap)
                 if grown == NULL:
                     raise MemoryError()
@@ -138,6 +151,8 @@ cdef class _Fixed:
 
     def __cinit__(self, Py_ssize_t rows, Py_ssize_t width):
         self.width = width
+        if rows < 0 or rows >= ((<Py_ssize_t>0x7FFFFFFFFFFFFFFF) - 8) // width:
+            raise MemoryError()
         self.data = <char*>malloc(rows * width + 8)
         self.valid = <uint8_t*>calloc(rows // 8 + 1, 1)
         if self.data == NULL or self.valid == NULL:
@@ -169,6 +184,20 @@ cdef class _Fixed:
             validity = pa.py_buffer(PyBytes_FromStringAndSize(<char*>self.valid, self.n // 8 + 1))
         data = pa.py_buffer(PyBytes_FromStringAndSize(self.data, self.n * self.width))
         return pa.Array.from_buffers(arrow_type, self.n, [validity, data], null_count=self.nulls)
+
+
+cdef int _check_text(dict headers) except -1:
+    """The twin's ``check_text``, first in every row: ASCII names and values pass on a flag read; anything
+    else is left to the twin's function, which raises exactly its error (or passes valid non-ASCII text)."""
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* key
+    cdef PyObject* value
+    while PyDict_Next(headers, &pos, &key, &value):
+        if not (PyUnicode_CheckExact(<object>key) and PyUnicode_CheckExact(<object>value)
+                and PyUnicode_IS_ASCII(<object>key) and PyUnicode_IS_ASCII(<object>value)):
+            _py.check_text(headers)
+            return 0
+    return 0
 
 
 cdef inline object _get(dict headers, str name):
@@ -238,13 +267,16 @@ def frames_to_batch(frames, str destination, str kind, bint include_properties):
     cdef int64_t limit = _py.MAX_COLUMN_BYTES
     if n:
         first = frames[0][1]
-        body_guess = (len(first) + 16) * n
+        # a first guess of the bodies' size, never more than a column may hold (and never overflowing:
+        # one huge body shared by many frames made this product wrap)
+        body_guess = len(first) + 16
+        body_guess = limit if body_guess >= limit // n + 1 else body_guess * n
     cdef _Fixed seqs = _Fixed(n, 8)
-    cdef _Var ids = _Var(n, 40 * n, limit)
+    cdef _Var ids = _Var(n, 40 * n if n < limit // 40 else limit, limit)
     cdef _Var corrs = _Var(n, 16, limit)
     cdef _Var keys = _Var(n, 16, limit)
     cdef _Var values = _Var(n, body_guess, limit)
-    cdef _Var body_types = _Var(n, 5 * n, limit)
+    cdef _Var body_types = _Var(n, 5 * n if n < limit // 5 else limit, limit)
     cdef _Fixed stamps = _Fixed(n, 8)
     cdef _Fixed expires = _Fixed(n, 8)
     cdef _Fixed prios = _Fixed(n, 4)
@@ -263,6 +295,7 @@ def frames_to_batch(frames, str destination, str kind, bint include_properties):
             if type(frame[0]) is not dict:
                 raise TypeError(f"a frame's headers must be a dict, not {type(frame[0]).__name__}")
             headers = frame[0]
+            _check_text(headers)
             raw_body = frame[1]
             body = raw_body if type(raw_body) is bytes else bytes(raw_body)
             raw = _get(headers, "pymq-seq")

@@ -9,7 +9,8 @@ checks in a short run: the broker stays up, a refused stream gets ERROR then clo
 still served), split between a ``pymq-server`` with the compiled core and one with
 ``PYMQ_NO_EXTENSIONS=1``; it runs in batches with fresh seeds and restarts a broker that died (and counts
 that as a failure).  The other half goes to the atheris targets of ``bench/fuzz_targets.py`` — the
-compiled scanner against its twin, and the selector front end with both evaluators — each in its own
+compiled scanner against its twin, the selector front end with both evaluators, and the broker's reader of
+bulk SEND bodies (Arrow IPC, spec/spark.md §7) — each in its own
 process with a corpus kept under ``--corpus`` (default ``.fuzz-corpus/``, ignored by git) so later runs
 start where earlier ones stopped.  Without atheris (``pip install atheris``) that half is skipped and
 said so.  ``--asan`` builds AddressSanitizer copies of the compiled scanner and evaluator with gcc from
@@ -152,7 +153,7 @@ def main(argv=None) -> int:
     if args.only != "atheris":
         parts += [("broker", "c"), ("broker", "py")]
     if args.only != "broker" and have_atheris:
-        parts += [("atheris", "scanner"), ("atheris", "selector")]
+        parts += [("atheris", "scanner"), ("atheris", "selector"), ("atheris", "bulk")]
     share = total / max(1, len(parts))
     report: dict = {"minutes": args.minutes, "broker": [], "atheris": [],
                     "atheris_available": have_atheris, "asan": args.asan}

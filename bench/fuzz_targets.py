@@ -1,7 +1,15 @@
-"""Coverage-guided (atheris / libFuzzer) targets for the compiled scanner and the selector front end.
+"""Coverage-guided (atheris / libFuzzer) targets for the compiled scanner, the selector front end and the
+broker's reader of bulk SEND bodies.
 
     python bench/fuzz_targets.py scanner -max_total_time=60 -print_final_stats=1 [corpus_dir]
     python bench/fuzz_targets.py selector -max_total_time=60 -print_final_stats=1 [corpus_dir]
+    python bench/fuzz_targets.py bulk -max_total_time=60 -print_final_stats=1 [corpus_dir]
+
+``bulk`` feeds the bytes to ``bulk_rows.read_bulk`` (an Arrow IPC stream, spec/spark.md §7): it must
+refuse with a MessageFormatError or give a batch that pyarrow's own full validation accepts and that the
+broker then uses all the way (rows completed, made into messages, a segment's views, an Arrow answer)
+without any other exception; a crash of the process (pyarrow reading a buffer it should not) is found
+as such.  Seeds are valid bodies of every bulk column type, plain and ZSTD-compressed.
 
 Run by ``python -m bench.fuzz`` (which sets the time and collects the figures).  Each target is
 *differential*: the same input goes to the compiled module and to its pure-Python twin, and any
@@ -24,7 +32,11 @@ with atheris.instrument_imports():
     from pymq.selector import IMPLEMENTATIONS, SelectorLimits, compile_selector
     from pymq.selector import _lexer, _parser  # noqa: F401  (instrumented for coverage)
 
+    from pymq_server.broker import bulk_rows, bulk_stream  # noqa: F401  (instrumented for coverage)
+
 from pymq.protocol import _scanner_c
+from pymq_server.broker import segments
+from pymq_server.broker.message import BrokerMessage
 
 LIMITS = SelectorLimits(max_length=4096, max_terms=512)
 VALUES = [{}, {"x": 3, "p": "aab%_", "b": True, "s": "red", "n": None},
@@ -76,7 +88,29 @@ def selector_target(data: bytes) -> None:
         raise AssertionError(f"selector twins disagree on {text!r}: {results!r}")
 
 
-TARGETS = {"scanner": scanner_target, "selector": selector_target}
+def bulk_target(data: bytes) -> None:
+    try:
+        batch = bulk_rows.read_bulk(data, max_bytes=8 * 1024 * 1024)
+    except errors.MessageFormatError:
+        return
+    batch.validate(full=True)                       # an independent judge of what was accepted
+    rows = bulk_rows.complete_bulk(batch, first_seq=1, first_key=1, node_id="n", now=5, persistent=True,
+                                   priority=4, ttl=0)
+    segments.materialize(rows, "/queue/q", range(1, rows.num_rows + 1), BrokerMessage)
+    segment = segments.Segment(rows)
+    segment.body_ends()
+    segment.body_sizes()
+    segment.first_expiry()
+    segments.ipc_pieces(segments.LOG_SCHEMA, [rows]).join()
+
+
+TARGETS = {"scanner": scanner_target, "selector": selector_target, "bulk": bulk_target}
+
+
+def _bulk_seeds() -> list[bytes]:
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    from tests.hostile.bulk_bodies import seed_bodies
+    return seed_bodies()
 
 SEEDS = {
     "scanner": [b"\x05\x02\x02SEND\ndestination:/q\ncontent-length:3\n\nabc\x00",
@@ -91,6 +125,8 @@ def main() -> None:
     name = sys.argv[1]
     argv = [sys.argv[0]] + sys.argv[2:]
     corpus = [a for a in argv[1:] if not a.startswith("-")]
+    if name == "bulk":
+        SEEDS["bulk"] = _bulk_seeds()
     for directory in corpus:
         import os
         os.makedirs(directory, exist_ok=True)

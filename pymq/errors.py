@@ -228,8 +228,14 @@ def error_from_headers(headers: Mapping[str, str], body: str = "") -> PymqError:
 
 def error_headers(err: PymqError) -> dict[str, str]:
     """Headers that describe ``err`` in an ERROR frame (the inverse of :func:`error_from_headers`)."""
-    headers = {"message": err.message or str(err), "pymq-code": err.code}
+    headers = {"message": _header_text(err.message or str(err)), "pymq-code": err.code}
     for key, value in vars(err).items():
         if key != "message" and isinstance(value, (str, int, float)):
-            headers["pymq-field-" + key.replace("_", "-")] = str(value)
+            headers["pymq-field-" + key.replace("_", "-")] = _header_text(str(value))
     return headers
+
+
+def _header_text(text: str) -> str:
+    # a header cannot carry NUL (STOMP has no escape for it): a message that quotes a peer's text (a column
+    # name of a bulk SEND, a header value) would otherwise make the ERROR frame itself malformed
+    return text.replace("\0", "\ufffd") if "\0" in text else text

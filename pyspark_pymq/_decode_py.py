@@ -8,6 +8,8 @@ body the bytes between the blank line and the NUL.
 
 Rules, column by column (the Spark types are those of ``pyspark_pymq._arrow.READ_FIELDS``):
 
+* every header name and value is text UTF-8 can carry, checked first in each row (a value that is not a
+  ``str``: TypeError; a lone surrogate: MessageFormatError naming the header);
 * ``offset`` is ``pymq-seq``, required; integers follow ``pymq.protocol.numbers`` (digits only, at most
   19, bounded), so a bad one is the same ``InvalidHeader`` whichever twin decodes it;
 * ``value`` is the body as sent, whatever its kind and charset (a map body keeps its JSON wire form), so
@@ -58,6 +60,25 @@ def body_kind(body: bytes) -> str:
     return TEXT
 
 
+def check_text(headers: dict) -> None:
+    """Every header name and value of a frame is text that UTF-8 can carry, checked before anything else
+    of the row: a value that is not a ``str`` is a TypeError, one holding a lone surrogate (the SDK's
+    scanner never makes one, but a caller may pass any dict) a MessageFormatError naming the header.
+    Both twins raise the same error for the same row whatever else is wrong in it (the compiled one used
+    to meet it wherever it first encoded the value, the twin at the end)."""
+    for name, value in headers.items():
+        if type(name) is not str or type(value) is not str:
+            raise TypeError(f"a frame's header names and values must be str, not {type(name).__name__}: "
+                            f"{type(value).__name__}")
+        if not (name.isascii() and value.isascii()):
+            try:
+                name.encode("utf-8")
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise MessageFormatError(f"header {name!r} of a MESSAGE is not valid Unicode text (it holds a "
+                                         f"lone surrogate)") from None
+
+
 def _flag(value: str | None, word: str) -> bool:
     return value is not None and value.lower() == word
 
@@ -95,6 +116,7 @@ def frames_to_batch(frames: Sequence[tuple[dict, bytes]], destination: str, kind
     for headers, body in frames:
         if type(headers) is not dict:
             raise TypeError(f"a frame's headers must be a dict, not {type(headers).__name__}")
+        check_text(headers)
         seqs.append(_seq(headers))
         ids.append(headers.get("message-id"))
         corrs.append(headers.get("correlation-id"))

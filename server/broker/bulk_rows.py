@@ -130,8 +130,8 @@ def _within(column, low: int, high: int) -> bool:
 
 
 def _no_line_break(column) -> bool:
-    """No value of a string column holds a CR or LF, decided on the column's value bytes at once (memchr)
-    instead of a regular expression per row; a column that may hold one is searched row by row."""
+    """No value of a string column holds a CR, LF or NUL, decided on the column's value bytes at once
+    (memchr) instead of a regular expression per row; a column that may hold one is searched row by row."""
     if not len(column):
         return True
     validity, offsets, data = column.buffers()
@@ -140,7 +140,7 @@ def _no_line_break(column) -> bool:
     start = _INT32.unpack_from(offsets, 4 * column.offset)[0]
     end = _INT32.unpack_from(offsets, 4 * (column.offset + len(column)))[0]
     values = memoryview(data)[start:end].tobytes()
-    return b"\n" not in values and b"\r" not in values
+    return b"\n" not in values and b"\r" not in values and b"\0" not in values
 
 
 def _check_bulk(batch) -> None:
@@ -174,26 +174,43 @@ def _check_bulk(batch) -> None:
     if c is not None and len(c):
         keys = c.keys                    # every row's property names, flattened (offsets say whose)
         bad = pc.or_(pc.is_in(keys, pa.array(sorted(NOT_PROPERTIES))),
-                     pc.or_(pc.match_substring_regex(keys, r"[,=\r\n]"), pc.equal(pc.utf8_length(keys), 0)))
+                     pc.or_(pc.match_substring_regex(keys, r"[,=\r\n\x00]"), pc.equal(pc.utf8_length(keys), 0)))
         position = _first_row(bad)
         if position >= 0:
             offsets = c.offsets.to_pylist()
             row = bisect.bisect_right(offsets, position + offsets[0]) - 1
             _bad("properties", row, f"{keys[position].as_py()!r} is not a property name (reserved, empty, or "
-                                    f"containing ',', '=' or a line break)")
+                                    f"containing ',', '=', a line break or NUL)")
+        if not _no_nul(c.items):
+            position = _first_row(pc.match_substring(c.items, "\0"))
+            offsets = c.offsets.to_pylist()
+            row = bisect.bisect_right(offsets, position + offsets[0]) - 1
+            _bad("properties", row, "a property value must not contain NUL (it travels as a STOMP header)")
     c = col("property_types")
     if c is not None:
         ok = pc.match_substring_regex(c, r"^([^,=\r\n]+=[ifb])(,[^,=\r\n]+=[ifb])*$")
         row = _first_row(pc.and_(pc.invert(ok), pc.is_valid(c)))
         if row >= 0:
             _bad("property_types", row, f"must look like 'count=i,ratio=f,flag=b', got {c[row].as_py()!r}")
-    for name in ("group", "correlation_id", "type", "dedup_id", "property_types"):
+    for name in ("group", "correlation_id", "type", "dedup_id", "property_types", "reply_to"):
         c = col(name)
         if c is None or _no_line_break(c):
             continue
-        row = _first_row(pc.match_substring_regex(c, r"[\r\n]"))
+        row = _first_row(pc.match_substring_regex(c, r"[\r\n\x00]"))
         if row >= 0:
-            _bad(name, row, "must not contain a line break (it travels as a STOMP header)")
+            _bad(name, row, "must not contain a line break or NUL (it travels as a STOMP header)")
+
+
+def _no_nul(column) -> bool:
+    """No value of a string column holds NUL (a STOMP header cannot carry one), decided on its bytes."""
+    if not len(column):
+        return True
+    data = column.buffers()[2]
+    if data is None:
+        return True
+    start = _INT32.unpack_from(column.buffers()[1], 4 * column.offset)[0]
+    end = _INT32.unpack_from(column.buffers()[1], 4 * (column.offset + len(column)))[0]
+    return b"\0" not in memoryview(data)[start:end].tobytes()
 
 
 #: columns of one value (a default, all nulls, 0..n-1) are made once and shared: a frame's segment keeps a

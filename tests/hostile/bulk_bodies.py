@@ -195,7 +195,17 @@ def mutate(data: bytes, rng) -> bytes:
     """One random mutation of ``data``: a bit flip, an edge value over an aligned int32 or int64, a cut,
     a raised row count or field node, bytes duplicated or removed."""
     out = bytearray(data)
-    kind = rng.randrange(8)
+    kind = rng.randrange(10)
+    if kind >= 8:
+        # a byte of the record batch's body (values, offsets, bitmaps) rather than of the framing: what a
+        # corrupted buffer looks like, and often still valid Arrow (so the rows go on to be delivered)
+        try:
+            start, length = body_of(data)
+        except Exception:
+            return bytes(out)
+        if 0 < length and start + length <= len(out):
+            out[start + rng.randrange(length)] = rng.randrange(256)
+        return bytes(out)
     if kind == 0 and out:
         i = rng.randrange(len(out))
         out[i] ^= 1 << rng.randrange(8)

@@ -76,6 +76,8 @@ def _bodies() -> dict[str, bytes]:
         "offsets-backwards": body_column([0, 8, 4, 12]),
         "middle-offset-past-the-data": body_column([0, 40, 8, 12]),
         "invalid-utf8-body": body_column([0, 2, 4], b"\xff\xfeok", pa.string()),
+        # valid UTF-8, but a NUL cannot travel in a STOMP header: every consumer of the row was closed
+        "nul-in-group": stream(pa.RecordBatch.from_pydict({"body": pa.array([b"a"]), "group": pa.array(["g\0"])})),
         "invalid-utf8-group": stream(pa.RecordBatch.from_arrays(
             [pa.array([b"a", b"b"]), variable([0, 1, 3], b"g\xc3\x28", pa.string())], names=["body", "group"])),
     }

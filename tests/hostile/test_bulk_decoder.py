@@ -108,3 +108,17 @@ def test_mutated_bodies_are_refused_or_used_whole():
         _use(batch)
         accepted += 1
     assert refused and accepted
+
+
+@pytest.mark.parametrize("column, value", [
+    ("group", pa.array(["g\0"])), ("correlation_id", pa.array(["c\0"])), ("type", pa.array(["\0"])),
+    ("dedup_id", pa.array(["d\0"])), ("reply_to", pa.array(["/queue/r\0"])),
+    ("properties", pa.array([[("k", "v\0")]], pa.map_(pa.string(), pa.string()))),
+    ("properties", pa.array([[("k\0", "v")]], pa.map_(pa.string(), pa.string()))),
+])
+def test_a_nul_in_a_column_that_becomes_a_header_is_refused(column, value):
+    """A row's text columns become MESSAGE headers, and a STOMP header cannot carry NUL: such a row made
+    every MESSAGE of it malformed (its consumers were closed, the queue poisoned)."""
+    body = bb.stream(pa.RecordBatch.from_pydict({"body": pa.array([b"x"]), column: value}))
+    with pytest.raises(MessageFormatError, match=f"column '{column}'.*NUL"):
+        bulk_rows.read_bulk(body)
