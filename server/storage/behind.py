@@ -171,4 +171,4 @@ class WriteBehind:
             self.error = error
         chooser = self.chooser
         chooser.forget(message)
-        chooser.in_heap(message, chooser.memory, None)
+        chooser.in_heap(message, None)

@@ -7,8 +7,8 @@ out. Without rules the choice is the simple default — persistent messages to t
 rest to memory — which the holding store applies itself (one device, nothing to fall over to).
 
 The chooser also keeps the admin's placement figures — messages and bytes per (device, deciding rule),
-counting only what a device took — and the memory device's figures for messages the heap holds. A
-message is counted under the device its rule *chose* (``Storable.chosen``) and uncounted by ``forget``.
+counting only what a device took (a message the heap holds counts under memory, whatever device its rule
+chose) — and the memory device's figures for those messages. ``forget`` uncounts a message.
 """
 from __future__ import annotations
 
@@ -50,8 +50,10 @@ class DeviceChooser:
         #: the rules' choice (``use_selection``); without rules the store applies the default choice
         self.choose: Choice = _no_rules
         self._placed: dict[tuple[str | None, str | None], list[int]] = {}
-        # the figures of (persistent device, no rule), looked up once: most messages go there
+        # the figures of (persistent device, no rule) and (memory, no rule), looked up once: most messages
+        # go there
         self._default_placed: list[int] | None = None
+        self._heap_placed: list[int] | None = None
 
     @property
     def uses_rules(self) -> bool:
@@ -93,12 +95,19 @@ class DeviceChooser:
         """``device`` took ``message`` (chosen by ``rule``): the placement figures count it there."""
         message.rule = rule
         message.chosen = name = device.name
-        if rule is None and device is self.persistent_device:
+        placed: list[int] | None
+        if rule is not None:
+            placed = self._figures(name, rule)
+        elif device is self.persistent_device:
             placed = self._default_placed
             if placed is None:
                 placed = self._default_placed = self._figures(name, None)
+        elif device is self.memory:
+            placed = self._heap_placed
+            if placed is None:
+                placed = self._heap_placed = self._figures(name, None)
         else:
-            placed = self._figures(name, rule)
+            placed = self._figures(name, None)
         placed[0] += 1
         placed[1] += message.size
 
@@ -108,11 +117,11 @@ class DeviceChooser:
             placed = self._placed[(device, rule)] = [0, 0]
         return placed
 
-    def in_heap(self, message: Storable, chosen: HoldingDevice, rule: str | None) -> None:
-        """The heap holds ``message`` (counted under ``chosen``, the device its rule chose; the memory
-        device's figures grow; memory.account inlined: once per non-persistent message)."""
-        self.count(message, chosen, rule)
+    def in_heap(self, message: Storable, rule: str | None) -> None:
+        """The heap holds ``message``: it counts under the memory device, whichever device ``rule`` chose (a
+        message is never counted where it is not; memory.account inlined: once per non-persistent message)."""
         memory = self.memory
+        self.count(message, memory, rule)
         message.device = memory
         memory.held_messages += 1
         memory.held_bytes += message.size
@@ -130,7 +139,6 @@ class DeviceChooser:
             device.held_messages -= 1           # memory.account(size, -1), inlined: once per message
             device.held_bytes -= message.size
         if device is not None:
-            # counted under the device its rule chose, even when the heap holds it
             placed = self._placed.get((message.chosen or device.name, message.rule))
             if placed is not None:
                 placed[0] -= 1

@@ -147,12 +147,9 @@ class HoldingStore:
         if self.chooser.selection is not None:
             return self._hold_by_rules(message, queues)
         # the default choice: one device, nothing to fall over to
-        if not message.persistent:
-            self.chooser.in_heap(message, self.memory, None)
-            return False
         device = self.persistent_device
-        if device is self.memory or not queues:
-            self.chooser.in_heap(message, device, None)
+        if not message.persistent or device is self.memory or not queues:
+            self.chooser.in_heap(message, None)
             return False
         refusal: str | None
         if self.write_behind and device.writes_behind:
@@ -188,10 +185,10 @@ class HoldingStore:
                     raise
                 raise StorageError(f"no holding device could take message {message.message_id}: "
                                    f"{'; '.join(refused)}; {exc.message}") from None
-            if device is self.memory or not queues or (not message.persistent and not device.pages_out):
-                # the heap holds it: the memory device itself, a message no durable queue needs, or a
-                # non-persistent message for a device that keeps only persistent ones
-                chooser.in_heap(message, device, rule)
+            if device is self.memory or not queues:
+                # the heap holds it: the rule chose memory, or no durable queue needs it. A non-persistent
+                # message a rule sends to another device is held there, for real (spec/storage_rules.md §6.4)
+                chooser.in_heap(message, rule)
                 return False
             if stored is None:
                 stored = StoredMessage(message.key, message.destination, message.seq, message.persistent,
