@@ -43,6 +43,8 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 from collections.abc import Iterator
 
+from pymq_server.broker.blocks import UNREADABLE
+from pymq_server.broker.states import Event, transition
 from pymq_server.broker.stored_form import decode_stored, encode_stored
 from pymq_server.storage.device import StoredMessage
 
@@ -226,6 +228,9 @@ class Backlog:
                 entry = Entry(message, queue, now)
                 entry.deliveries = deliveries
                 message.refs += 1
+                if UNREADABLE in message.headers:
+                    self._unreadable(queue, entry)
+                    continue
                 entries.append(entry)
             if not block.waiting:
                 self.runs.popleft()
@@ -252,6 +257,18 @@ class Backlog:
                 entries.append(entry)
         self.count -= len(entries)
         return entries
+
+    def _unreadable(self, queue: Any, entry: Entry) -> None:
+        """A block's row that could not be made into a message (blocks.py ``_made_safely``): dead-lettered
+        with the reason, settled in its block, never delivered (a consumer closed with a generic error for
+        it, and every one after it, was a poisoned queue: issue 24)."""
+        self.count -= 1
+        entry.state = transition(entry.state, Event.DEAD)
+        queue.stats.dead_lettered += 1
+        queue.host.dead_letter(entry, "the bulk row could not be made into a message: "
+                               + entry.message.headers[UNREADABLE])
+        queue._drop(entry)
+        queue._depth_delta(-1)
 
     def messages(self, lo: int = 0, hi: int | None = None) -> Iterator[BrokerMessage]:
         """Every message of the backlog in order, read without taking them (browsing); a bulk block's

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pymq_server.broker import segments
+from pymq_server.broker.quarantine import reason_of
 
 if TYPE_CHECKING:
     from pymq_server.broker.message import BrokerMessage
@@ -32,6 +33,9 @@ log = logging.getLogger("pymq.broker")
 
 #: the catalog record of a stored block's settled rows: ``rows:<record key>:<queue name>`` (store.py)
 STATE_PREFIX = "rows:"
+#: the header of a row's stand-in when the row could not be made into a message: why (backlog.py moves it
+#: to the dead-letter queue with that reason; a browse shows it)
+UNREADABLE = "pymq-unreadable-row"
 
 
 def _offset(value: Any) -> int:
@@ -80,12 +84,34 @@ class BulkBlock:
         return segments.materialize(self.rows, self.destination, [key0 + s for s in seqs], BrokerMessage,
                                     start, stop)
 
+    def _made_safely(self, start: int, stop: int) -> list[BrokerMessage]:
+        """:meth:`_made`, with a row that cannot become a message replaced by a stand-in saying why
+        (:data:`UNREADABLE`), which the backlog dead-letters instead of delivering.  Defence in depth:
+        every row passed bulk_rows.read_bulk's checks, at the SEND or at recovery, so this is for what
+        those checks do not foresee — a consumer must never be closed with a generic error for a row."""
+        try:
+            return self._made(start, stop)
+        except Exception as exc:  # noqa: BLE001 - whatever it is, one row must not poison the queue
+            log.error("rows %d-%d of bulk record %s in %s could not be made into messages (%s): looking at "
+                      "them one by one", start, stop - 1, self.holder.key, self.queue, reason_of(exc))
+        out: list[BrokerMessage] = []
+        for row in range(start, stop):
+            try:
+                out += self._made(row, row + 1)
+            except Exception as exc:  # noqa: BLE001 - as above
+                from pymq_server.broker.message import BrokerMessage
+                seq = int(self.rows.column(0)[row].as_py())
+                key = self.first_key - self.first_seq + seq
+                out.append(BrokerMessage(key, f"ID:unreadable-{key}", self.destination, seq,
+                                         {UNREADABLE: reason_of(exc)}, b"", True, 4, 0, 0))
+        return out
+
     def take(self, n: int) -> list[tuple[BrokerMessage, int]]:
         """The next ``n`` rows (at most) as messages of this block, with their delivery counts."""
         start = self.at
         stop = min(start + n, self.rows.num_rows)
         self.at = stop
-        made = self._made(start, stop)
+        made = self._made_safely(start, stop)
         counts = self.counts
         first_seq = self.first_seq
         producer, client_id, user = self.producer, self.client_id, self.user
@@ -111,7 +137,7 @@ class BulkBlock:
         range reads per message), made a step at a time as the reader goes."""
         _, start, stop = self.waiting_rows(lo, hi)
         for at in range(start, stop, step):
-            yield from self._made(at, min(at + step, stop))
+            yield from self._made_safely(at, min(at + step, stop))
 
     # -- settling rows ----------------------------------------------------------------------------
     def settle(self, message: BrokerMessage) -> bool:
