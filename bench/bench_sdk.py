@@ -6,6 +6,9 @@ Run alone:  python bench/bench_sdk.py --url vm://default [--api aio] [--count 20
 Compare:    python bench/bench_sdk.py --compare [--rounds 3] [--quick]   starts a pymq-server for stomp://, then
             runs the blocking and the asyncio loops over stomp:// and vm://, non-persistent and persistent, each
             in a fresh process, and prints msg/s with the aio/blocking ratio (the blocking SDK is the baseline).
+            --baseline DIR also runs each loop with another build's SDK first on the path (DIR holds its
+            ``pymq`` package, e.g. ``git archive <commit> pymq | tar -x -C DIR`` plus the compiled modules), in
+            the same rounds, and prints this build's rate over that one's.
 bench_brokers.py runs it as a subprocess against the pymq broker it started, and sets it beside the bench's
 own load client against the same broker (the baseline of the same run).
 
@@ -164,7 +167,7 @@ def run_aio(url: str, count: int, size: int, seconds: float, queue: str, text: b
     return asyncio.run(_run_aio(url, count, size, seconds, queue, text, persistent))
 
 
-def compare(quick: bool, count: int, size: int, seconds: float, rounds: int = 1) -> int:
+def compare(quick: bool, count: int, size: int, seconds: float, rounds: int = 1, baseline: str | None = None) -> int:
     """Blocking vs asyncio SDK over stomp:// and vm://, each run in a fresh process.  With ``rounds``
     the pair runs that many times, alternating which goes first, and the median row is shown (this
     machine is shared: back-to-back pairs and medians keep others' load off the ratio)."""
@@ -187,17 +190,24 @@ def compare(quick: bool, count: int, size: int, seconds: float, rounds: int = 1)
             print(f"stomp:// not measured: {e}")
             broker = None
             urls = [f"vm://bench-{os.getpid()}"]
+        builds = ["new", "base"] if baseline else ["new"]
         for persistent in (False, True):
             for url in urls:
-                runs: dict[str, list[dict]] = {"blocking": [], "aio": []}
+                runs: dict[str, list[dict]] = {f"{api}{'' if b == 'new' else '@base'}": []
+                                               for b in builds for api in ("blocking", "aio")}
                 for rnd in range(rounds):
-                    for api in (("blocking", "aio") if rnd % 2 == 0 else ("aio", "blocking")):
+                    order = [(api, b) for api in ("blocking", "aio") for b in builds]
+                    for api, build in (order if rnd % 2 == 0 else order[::-1]):
+                        env = dict(os.environ)
+                        if build == "base":
+                            env["PYTHONPATH"] = os.pathsep.join(filter(None, [os.path.abspath(baseline or ""),
+                                                                              env.get("PYTHONPATH")]))
                         argv = [sys.executable, os.path.abspath(__file__), "--url", url, "--api", api,
                                 "--count", str(count), "--size", str(size), "--seconds", str(seconds),
                                 "--queue", f"bench.sdk.{api}.{os.getpid()}.{len(rows)}", "--json", "-"]
                         argv += ["--persistent"] if persistent else []
                         # cwd: the embedded broker makes a directory named after it there
-                        p = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=work)
+                        p = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=work, env=env)
                         lines = p.stdout.strip().splitlines()
                         try:
                             r = json.loads(lines[-1])
@@ -206,9 +216,12 @@ def compare(quick: bool, count: int, size: int, seconds: float, rounds: int = 1)
                         r.setdefault("api", api)
                         if "error" in r or r.get("lost") or r.get("duplicated"):
                             failed = True
-                        runs[api].append(r)
+                        runs[f"{api}{'' if build == 'new' else '@base'}"].append(r)
                         rows.append(r)
-                _print_pair(url, persistent, {api: _median(rs) for api, rs in runs.items()})
+                medians = {key: _median(rs) for key, rs in runs.items()}
+                _print_pair(url, persistent, medians)
+                if baseline:
+                    _print_against_base(url, persistent, medians)
     finally:
         if broker is not None:
             broker.stop()
@@ -246,6 +259,21 @@ def _print_pair(url: str, persistent: bool, pair: dict) -> None:
               f"receive {a['recv_rate'] / b['recv_rate']:9.2f}x")
 
 
+def _print_against_base(url: str, persistent: bool, medians: dict) -> None:
+    scheme = url.split("://")[0] + "://"
+    mode = "persistent" if persistent else "non-persistent"
+    for api in ("blocking", "aio"):
+        new, base = medians.get(api, {}), medians.get(f"{api}@base", {})
+        if "error" in base:
+            print(f"{scheme:9} {mode:14} {api + '@base':14}  not measured: {base['error']}")
+            continue
+        if "error" in new or not base.get("send_rate") or not base.get("recv_rate"):
+            continue
+        print(f"{scheme:9} {mode:14} {api + '@base':14}  send {base['send_rate']:9.0f} msg/s   receive "
+              f"{base['recv_rate']:9.0f} msg/s   new/base: send {new['send_rate'] / base['send_rate']:.2f}x  "
+              f"receive {new['recv_rate'] / base['recv_rate']:.2f}x")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--url", default="vm://default")
@@ -262,13 +290,15 @@ def main(argv=None) -> int:
                     help="blocking vs aio over stomp:// (a pymq-server started here) and vm://, both "
                          "persistence modes, with the aio/blocking ratio")
     ap.add_argument("--rounds", type=int, default=1, help="--compare: runs per pair, median shown")
+    ap.add_argument("--baseline", help="--compare: a directory holding another build's pymq package, measured in "
+                                       "the same rounds (this build's rate over its rate is printed)")
     ap.add_argument("--quick", action="store_true", help="2,000 messages, 3 s")
     ap.add_argument("--json", help="write the result as JSON to this file ('-' for stdout)")
     a = ap.parse_args(argv)
     if a.quick:
         a.count, a.seconds = min(a.count, 2_000), 3.0
     if a.compare:
-        return compare(a.quick, a.count, a.size, a.seconds, 1 if a.quick else a.rounds)
+        return compare(a.quick, a.count, a.size, a.seconds, 1 if a.quick else a.rounds, a.baseline)
     try:
         r = (run_aio if a.api == "aio" else run)(a.url, a.count, a.size, a.seconds, a.queue, a.text,
                                                   a.persistent)

@@ -13,9 +13,8 @@ its producers, consumers and browsers are used by one thread at a time (a second
 """
 from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED,
                                AckMode, ConnectionStatus, RangeResult)
-from pymq.client.admin import QueueManager
 from pymq.client.blocking import (Connection, ConnectionFactory, MessageConsumer, MessageProducer, QueueBrowser,
-                                  Requestor, Session, connect, reply)
+                                  QueueManager, Requestor, Session, connect, reply)
 from pymq.client.url import TlsOptions
 from pymq.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from pymq.errors import PymqError

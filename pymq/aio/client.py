@@ -1,38 +1,47 @@
-"""The asyncio JMS-style API: AsyncConnectionFactory → AsyncConnection → AsyncSession → producers, consumers.
+"""The JMS-style API, written once: ConnectionFactory → Connection → Session → producers, consumers, browsers.
 
-A thin shell over the client core (:mod:`pymq.client._core`), the same one the blocking SDK uses: the
-state, the frames and the acknowledgement rules are written once there, and this module adds futures,
-tasks and ``await``.
+The asyncio shell (``pymq.aio``) is written in ``pymq/aio/client.py``; the blocking shell (``pymq``,
+``pymq/client/blocking.py``) is generated from it by ``tools/unasync.py``, which drops ``async``/``await``
+and takes the waiting primitives from :mod:`pymq.client._waiting` (events, queues and threads) instead
+of :mod:`pymq.aio._waiting` (futures and tasks); the few lines that differ are marked ``# async:`` /
+``# sync:`` in the source.  Both shells sit on the one client core (:mod:`pymq.client._core`),
+which holds the state, the frames and the acknowledgement rules; this module adds only the waiting.
 
-Invariants:
+Invariants (the blocking shell's words in brackets):
+
 * A connection's ``status`` moves CONNECTING → OPEN → CLOSING → CLOSED (or straight to CLOSED when the
-  broker is lost); only OPEN accepts new work.  Every task the connection or a session starts (listener
-  dispatchers, asynchronous exception listeners, the transport's heart-beat) is owned and ended by
-  ``close()``.
+  broker is lost); only OPEN accepts new work.  ``close()`` ends every task (thread) a connection or
+  session runs: listener dispatchers, asynchronous exception listeners, the transport's heart-beat.
 * Every wait has a timeout: receipts and DISCONNECT use the factory's ``timeout``, ``receive`` and
   ``request`` take one (``None`` = JMS's wait-forever, the caller's explicit choice).
 * A consumer's buffer holds at most ``prefetch`` messages: consumers subscribe with ``client`` or
-  ``client-individual`` acks and a ``prefetch-count``, so the broker's credit bounds the buffer
-  (``prefetch=0`` asks for no limit).  A browse holds at most the queue's depth at browse time.
-* A session belongs to one task at a time: a second task calling into it while the first is suspended
-  inside it gets :class:`IllegalStateError` at once (JMS's single-threaded session rule).  Listeners
-  run in the session's dispatcher task, one message at a time, and may use their own session.
+  ``client-individual`` acks and a ``prefetch-count``, so the broker's credit bounds the buffer and a
+  slow consumer never stalls the connection's reader (``prefetch=0`` asks for no limit).  AUTO_ACKNOWLEDGE
+  acks each message when ``receive`` returns it (or the listener returns); DUPS_OK_ACKNOWLEDGE acks
+  cumulatively in batches; CLIENT_ACKNOWLEDGE acks everything the session consumed when
+  ``message.acknowledge()`` is called; SESSION_TRANSACTED wraps sends and acks in a broker transaction
+  that ``commit()`` makes visible at once and ``rollback()`` discards (consumed messages come back
+  first, in their order, marked redelivered).
+* A session belongs to one task (thread) at a time: a second one calling into it while the first is
+  inside gets :class:`IllegalStateError` at once (JMS's single-threaded session).  Listeners run in the
+  session's dispatcher task (thread), one message at a time, and may use their own session.  An
+  asyncio connection belongs to its event loop; a blocking one is thread-safe.
 """
 from __future__ import annotations
 
-import asyncio
-import collections
-import functools
-import inspect
 import logging
 import ssl
-from typing import (Any, Concatenate,
-                    ParamSpec, Protocol, TypeVar, Union)
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Generator
+import time
+from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from pymq.client._core import (EXCLUSIVE_HEADERS, SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore,
-                               ConnectionSettings, ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult,
-                               SessionCore, ack_mode_of, browse_queue, durable_headers, durable_topic, reply_message,
+from pymq.aio._waiting import (Flag, Guard, ListenerQueue, Lock, Receipt, Wakeup, Worker, call_listener, check_loop,
+                               current_loop, guarded, spawn)
+from pymq.aio.transport import AsyncTransport, transport_for
+from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, EXCLUSIVE_HEADERS,
+                               SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore, ConnectionSettings,
+                               ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult, SessionCore,
+                               ack_mode_of, browse_queue, durable_headers, durable_topic, reply_message,
                                request_message, shared_durable_headers, shared_headers, unsubscribe_frame)
 from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, alter_call, create_call,
                                destinations_call, drop_call, grant_call, info_call, list_call, metrics_call,
@@ -44,77 +53,41 @@ from pymq.errors import ConnectionClosed, IllegalStateError, PymqError
 from pymq.errors import TimeoutError as PymqTimeout
 from pymq.message import NON_PERSISTENT, Message, MessageBody
 from pymq.protocol.frame import Frame
-from pymq.aio.transport import AsyncTransport, transport_for
+# async:
+import asyncio
+import inspect
+from collections.abc import Awaitable, Generator
+from typing import Union
+# end
 
-log = logging.getLogger("pymq.aio")
-
-MessageListener = Callable[[Message], Union[None, Awaitable[None]]]
-ExceptionListener = Callable[[PymqError], Union[None, Awaitable[None]]]
+log = logging.getLogger("pymq.client")
 _T = TypeVar("_T")
 
+__all__ = ["AsyncConnectionFactory", "AsyncConnection", "AsyncSession", "AsyncMessageProducer",
+           "AsyncMessageConsumer", "AsyncQueueBrowser", "AsyncRequestor", "AsyncQueueManager", "AsyncPendingReceipt",
+           "AsyncPendingRange", "RangeResult", "connect", "reply", "start_range", "start_send_arrow", "AckMode",
+           "ConnectionStatus", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED"]
 
-class _Expired(Exception):
-    """Set on one of our own futures when its wait ran out of time (never escapes _wait)."""
-
-
-def _expire(fut: asyncio.Future[Any]) -> None:
-    if not fut.done():
-        fut.set_exception(_Expired())
-
-
-async def _wait(fut: Awaitable[object], timeout: float | None) -> bool:
-    """Await ``fut`` for at most ``timeout`` seconds (None: no limit); False if the time ran out.
-
-    For a plain future of ours (receipts, arrivals) one timer handle does it: ``wait_for`` would add
-    a second future and callbacks on every receipt, the hot path of persistent sends."""
-    if timeout is None:
-        await fut
-        return True
-    if isinstance(fut, asyncio.Future) and not isinstance(fut, asyncio.Task):
-        if fut.done():
-            return True
-        handle = fut.get_loop().call_later(timeout, _expire, fut)
-        try:
-            await fut
-        except _Expired:
-            return False
-        finally:
-            handle.cancel()
-        return True
-    try:
-        await asyncio.wait_for(fut, timeout)
-    except asyncio.TimeoutError:
-        return False
-    return True
-
-
-class _Receipt:
-    """One receipt awaited by a task."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.future: asyncio.Future[Headers] = loop.create_future()
-
-    def resolve(self, headers: Headers) -> None:
-        if not self.future.done():
-            self.future.set_result(headers)
-
-    def fail(self, error: PymqError) -> None:
-        if not self.future.done():
-            self.future.set_exception(error)
+# async:
+MessageListener = Callable[[Message], Union[None, Awaitable[None]]]
+ExceptionListener = Callable[[PymqError], Union[None, Awaitable[None]]]
+# sync:
+# MessageListener = Callable[[Message], None]
+# ExceptionListener = Callable[[PymqError], None]
+# end
 
 
 # -- factory and connect ---------------------------------------------------------------------------------
 
 class AsyncConnectionFactory(ConnectionSettings):
-    """Connection settings; ``await create_connection()`` returns a stopped connection (JMS semantics).
+    """Connection settings; ``create_connection()`` returns a stopped connection (JMS semantics).
 
-    ``url`` follows :mod:`pymq.client.url`; explicit ``username``/``password``/``tls`` win over the URL."""
+    ``url`` follows :mod:`pymq.client.url` (``stomp://user:pass@host:port``, ``stomps://...?ca_file=``,
+    ``vm://name``); explicit ``username``/``password``/``tls`` win over what the URL says."""
 
     async def create_connection(self, username: str | None = None,
                                 password: str | None = None) -> AsyncConnection:
-        """A new, stopped connection (``await start()`` to receive); the arguments override the factory's."""
+        """A new, stopped connection (``start()`` it to receive); the arguments override the factory's."""
         transport = transport_for(self.address, heartbeat=self.heartbeat, ssl_context=self._ssl_context(),
                                   server_hostname=self._server_hostname())
         conn = AsyncConnection(self, transport)
@@ -122,6 +95,7 @@ class AsyncConnectionFactory(ConnectionSettings):
         return conn
 
 
+# async:
 class _Connecting:
     """What :func:`connect` returns: await it for the connection, or ``async with`` it to close on exit."""
 
@@ -147,32 +121,37 @@ class _Connecting:
     async def __aexit__(self, *exc: object) -> None:
         if self._conn is not None:
             await self._conn.close()
+# end
 
 
 def connect(url: str = "vm://default", *, username: str | None = None, password: str | None = None,
-            client_id: str | None = None, timeout: float = 10.0,
-            heartbeat: tuple[int, int] = (10_000, 10_000), prefetch: int = 1000, sync_send: bool = True,
-            host: str | None = None, tls: TlsOptions | ssl.SSLContext | None = None,
-            start: bool = True) -> _Connecting:
-    """Open a connection (started unless ``start=False``)::
-
-        conn = await pymq.aio.connect("stomp://127.0.0.1:61613")
-        async with pymq.aio.connect("vm://default") as conn: ...
+            client_id: str | None = None, timeout: float = 10.0, heartbeat: tuple[int, int] = (10_000, 10_000),
+            prefetch: int = 1000, sync_send: bool = True, host: str | None = None,
+            tls: TlsOptions | ssl.SSLContext | None = None, start: bool = True) -> _Connecting:
+    """Open a connection (started, unless ``start=False``): ``pymq.connect("stomp://127.0.0.1:61613")``;
+    in ``pymq.aio``, ``await pymq.aio.connect(url)`` or ``async with pymq.aio.connect(url) as conn``.
 
     Credentials come from ``username``/``password``, else from the URL (``stomp://user:pass@host``),
     else none (the broker's guest).  TLS: a ``stomps://`` URL with its options, which ``tls=``
-    (:class:`~pymq.TlsOptions` or an ``ssl.SSLContext``) overrides.
-    """
+    (:class:`~pymq.TlsOptions` or an ``ssl.SSLContext``) overrides."""
     factory = AsyncConnectionFactory(url, username=username, password=password, client_id=client_id,
                                      timeout=timeout, heartbeat=heartbeat, prefetch=prefetch, sync_send=sync_send,
                                      host=host, tls=tls)
+    # async:
     return _Connecting(factory, start)
+    # sync:
+    # conn = factory.create_connection()
+    # if start:
+    #     conn.start()
+    # return conn
+    # end
 
 
 # -- connection --------------------------------------------------------------------------------------------
 
 class AsyncConnection(ConnectionCore):
-    """A connection to a broker, shared by any number of tasks of its event loop."""
+    """A connection to a broker; ``status`` is a :class:`ConnectionStatus`.  Thread-safe in the blocking
+    SDK; in ``pymq.aio`` shared by any number of tasks of its event loop."""
 
     factory: AsyncConnectionFactory
     _sessions: list[AsyncSession]  # type: ignore[assignment]
@@ -181,10 +160,12 @@ class AsyncConnection(ConnectionCore):
         super().__init__(factory)
         self.exception_listener: ExceptionListener | None = None
         self._transport = transport
-        self._loop = asyncio.get_running_loop()   # made by create_connection, inside its loop
-        self._started = asyncio.Event()   # also set when the connection ends, to wake every waiter
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop = current_loop()          # the loop it belongs to (made inside it by create_connection)
+        self._started = Flag()               # also set when the connection ends, to wake every waiter
         self._queue_manager: AsyncQueueManager | None = None
+        # async:
+        self._tasks: set[asyncio.Task[Any]] = set()   # asynchronous exception listeners
+        # end
         transport.on_frame = self._frame_received
         transport.on_lost = self._on_lost
 
@@ -210,25 +191,37 @@ class AsyncConnection(ConnectionCore):
 
     async def close(self) -> None:
         """Close every session, say DISCONNECT (waiting for its receipt), close the transport and end
-        the tasks this connection owns.  Closing twice is harmless."""
-        if self.status in (ConnectionStatus.CLOSING, ConnectionStatus.CLOSED):
-            if self.status is ConnectionStatus.CLOSED:
-                await self._transport.close()     # a lost connection still releases its socket
-                await self._end_tasks()
+        what the connection runs (listener dispatchers).  Closing twice is harmless."""
+        if self.status is ConnectionStatus.CLOSING:
+            return
+        if self.status is ConnectionStatus.CLOSED:
+            await self._transport.close()     # a lost connection still releases its socket and reader
+            # async:
+            await self._end_tasks()
+            # end
             return
         self.status = ConnectionStatus.CLOSING
         for session in list(self._sessions):
             await session._close_local(unsubscribe=False)   # DISCONNECT ends the subscriptions
         if self._error is None and not self._transport.closed:
+            # the DISCONNECT receipt confirms the broker processed every frame sent before it (a
+            # producer held back by flow control may need a while): wait the full timeout, and say so
+            # when it never comes, since unconfirmed non-persistent sends may then be lost
             try:
-                await self._request(Frame("DISCONNECT", {}), timeout=min(5.0, self.factory.timeout))
+                await self._request(Frame("DISCONNECT", {}), timeout=self.factory.timeout)
+            except PymqTimeout:
+                log.warning("the broker did not confirm DISCONNECT within %ss; messages sent without a "
+                            "receipt may not have reached it", self.factory.timeout)
             except PymqError:
                 pass
         await self._transport.close()
         self.status = ConnectionStatus.CLOSED
-        self._started.set()
+        self._started.set()                  # wakes receivers waiting for start: they see CLOSED
+        # async:
         await self._end_tasks()
+        # end
 
+    # async:
     async def _end_tasks(self) -> None:
         me = asyncio.current_task()
         tasks = [t for t in self._tasks if t is not me and not t.done()]
@@ -236,6 +229,7 @@ class AsyncConnection(ConnectionCore):
             task.cancel()
         if tasks:
             await asyncio.gather(*tasks, return_exceptions=True)
+    # end
 
     async def __aenter__(self) -> AsyncConnection:
         return self
@@ -248,30 +242,26 @@ class AsyncConnection(ConnectionCore):
         """True once the connection is closed (deliberately or because it was lost)."""
         return self.status is ConnectionStatus.CLOSED or self._transport.closed
 
+    # async:
     def _check_open(self) -> None:
         super()._check_open()
         if self._transport.closed:
             raise IllegalStateError("the connection is closed")
+    # end
 
     def _check_usable(self) -> None:
         super()._check_usable()
-        try:
-            loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            loop = None
-        if loop is not self._loop:
-            raise IllegalStateError("this connection belongs to another event loop; pymq.aio objects "
-                                    "are used from the loop that created them")
+        check_loop(self._loop)
 
     def queue_manager(self) -> AsyncQueueManager:
-        """Create, drop, purge and inspect queues; grant and revoke permissions (``await`` each)."""
+        """Create, drop, purge and inspect queues; grant and revoke permissions."""
         self._check_open()
         if self._queue_manager is None:
             self._queue_manager = AsyncQueueManager(self)
         return self._queue_manager
 
     # -- sessions ----------------------------------------------------------------------------------
-    def create_session(self, transacted: bool = False, ack_mode: int = AckMode.AUTO_ACKNOWLEDGE) -> AsyncSession:
+    def create_session(self, transacted: bool = False, ack_mode: int = AUTO_ACKNOWLEDGE) -> AsyncSession:
         """A session: ``transacted=True``, or one of the acknowledge modes (``pymq.CLIENT_ACKNOWLEDGE``...)."""
         self._check_usable()
         session = AsyncSession(self, SESSION_TRANSACTED if transacted else ack_mode_of(ack_mode))
@@ -291,16 +281,16 @@ class AsyncConnection(ConnectionCore):
 
     async def _request(self, frame: Frame, timeout: float | None = None) -> Headers:
         """Send ``frame`` with a receipt and wait for it; an ERROR answering it raises here."""
-        waiter = _Receipt(self._loop)
+        waiter = Receipt()
         rid, framed = self._expect(frame, waiter)
         try:
             if frame.command == "SEND" and self._transport.paused:
                 await self._transport.writable(max(30.0, self.factory.timeout))
             self._send(framed)
             timeout = self.factory.timeout if timeout is None else timeout
-            if not await _wait(waiter.future, timeout):
+            if not await waiter.wait(timeout):
                 raise PymqTimeout(f"no receipt for {frame.command} within {timeout:g}s")
-            return waiter.future.result()
+            return waiter.result()
         finally:
             self._forget(rid)
 
@@ -308,72 +298,47 @@ class AsyncConnection(ConnectionCore):
         unexpected = self._lost(error)
         self._started.set()
         listener = self.exception_listener
-        if listener is not None and unexpected:
-            try:
-                result = listener(error)
-            except Exception:
-                log.exception("exception listener failed")
-                return
-            if inspect.isawaitable(result):
-                self._own(self._run_listener(result))
+        if listener is None or not unexpected:
+            return
+    # async:
+        try:
+            result = listener(error)
+        except Exception:
+            log.exception("exception listener failed")
+            return
+        if inspect.isawaitable(result):
+            task = self._loop.create_task(self._run_listener(result))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _run_listener(self, awaitable: Awaitable[None]) -> None:
         try:
             await awaitable
         except Exception:
             log.exception("exception listener failed")
-
-    def _own(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
-        task = self._loop.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-
-# -- the one-task rule ------------------------------------------------------------------------------------
-
-class _OfSession(Protocol):
-    @property
-    def _session(self) -> AsyncSession: ...
+    # sync:
+    #     try:
+    #         listener(error)
+    #     except Exception:
+    #         log.exception("exception listener failed")
+    # end
 
 
-_S = TypeVar("_S", bound=_OfSession)
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _guarded(method: Callable[Concatenate[_S, _P], Awaitable[_R]]
-             ) -> Callable[Concatenate[_S, _P], Coroutine[object, None, _R]]:
-    """Run a coroutine method with its session owned by the calling task (re-entrant for that task)."""
-
-    @functools.wraps(method)
-    async def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        session = self._session
-        if not session._enter():             # already ours: a listener using its own session
-            return await method(self, *args, **kwargs)
-        try:
-            return await method(self, *args, **kwargs)
-        finally:
-            session._leave()
-    return wrapper
-
-
-# -- session -------------------------------------------------------------------------------------------
+# -- session ---------------------------------------------------------------------------------------------
 
 class AsyncSession(SessionCore):
-    """A single-task context for producing and consuming (see the module docstring)."""
+    """A single-task (single-thread) context for producing and consuming (see the module docstring)."""
 
     connection: AsyncConnection
     _consumers: list[AsyncMessageConsumer]  # type: ignore[assignment]
 
     def __init__(self, connection: AsyncConnection, ack_mode: int) -> None:
         super().__init__(connection, ack_mode)
-        self._owner: asyncio.Task[Any] | None = None
-        self._released: asyncio.Future[None] | None = None   # the dispatcher waiting for the owner to leave
+        self._guard = Guard(lambda: self._closed)
         self._producers: list[AsyncMessageProducer] = []
-        self._listener_queue: collections.deque[AsyncMessageConsumer] = collections.deque()
-        self._dispatch_wakeup: asyncio.Future[None] | None = None
-        self._dispatcher: asyncio.Task[None] | None = None
+        #: one entry per message that arrived for a listener (None: look at the session's state)
+        self._listener_queue: ListenerQueue[AsyncMessageConsumer] = ListenerQueue()
+        self._dispatcher: Worker | None = None
         self._in_listener = False
         if self.transacted:
             self._begin()
@@ -381,35 +346,6 @@ class AsyncSession(SessionCore):
     @property
     def _session(self) -> AsyncSession:
         return self
-
-    # -- the one-task rule ---------------------------------------------------------------------------
-    def _enter(self) -> bool:
-        """Own the session for the calling task; False when it owns it already."""
-        if self._closed:
-            raise IllegalStateError("the session is closed")
-        me = asyncio.current_task()
-        owner = self._owner
-        if owner is me:
-            return False
-        if owner is not None:
-            raise IllegalStateError("the session is in use by another task; a session is used by one "
-                                    "task at a time (create one session per task)")
-        self._owner = me
-        return True
-
-    def _leave(self) -> None:
-        self._owner = None
-        released = self._released
-        if released is not None and not released.done():
-            released.set_result(None)
-
-    def _check_owner(self) -> None:
-        """For calls that do not wait: refuse while another task is suspended inside the session."""
-        self._check()
-        owner = self._owner
-        if owner is not None and owner is not asyncio.current_task():
-            raise IllegalStateError("the session is in use by another task; a session is used by one "
-                                    "task at a time (create one session per task)")
 
     # -- factories -------------------------------------------------------------------------------------
     def create_producer(self, destination: Destination | str | None = None) -> AsyncMessageProducer:
@@ -419,7 +355,7 @@ class AsyncSession(SessionCore):
         self._producers.append(producer)
         return producer
 
-    @_guarded
+    @guarded
     async def create_consumer(self, destination: Destination | str, selector: str | None = None, *,
                               no_local: bool = False, prefetch: int | None = None,
                               exclusive: bool = False) -> AsyncMessageConsumer:
@@ -429,7 +365,7 @@ class AsyncSession(SessionCore):
         return await self._subscribe(as_destination(destination), selector, no_local=no_local, prefetch=prefetch,
                                      extra=EXCLUSIVE_HEADERS if exclusive else None)
 
-    @_guarded
+    @guarded
     async def create_durable_consumer(self, topic: Topic | str, name: str, selector: str | None = None, *,
                                       no_local: bool = False,
                                       prefetch: int | None = None) -> AsyncMessageConsumer:
@@ -439,14 +375,14 @@ class AsyncSession(SessionCore):
 
     create_durable_subscriber = create_durable_consumer
 
-    @_guarded
+    @guarded
     async def create_shared_consumer(self, topic: Topic | str, name: str, selector: str | None = None, *,
                                      prefetch: int | None = None) -> AsyncMessageConsumer:
         """JMS 2.0 shared non-durable subscription: consumers with the same name share the messages."""
         return await self._subscribe(as_destination(topic), selector, prefetch=prefetch,
                                      extra=shared_headers(name))
 
-    @_guarded
+    @guarded
     async def create_shared_durable_consumer(self, topic: Topic | str, name: str,
                                              selector: str | None = None, *,
                                              prefetch: int | None = None) -> AsyncMessageConsumer:
@@ -454,17 +390,18 @@ class AsyncSession(SessionCore):
         return await self._subscribe(as_destination(topic), selector, prefetch=prefetch,
                                      extra=shared_durable_headers(name))
 
-    @_guarded
+    @guarded
     async def unsubscribe(self, name: str, *, shared: bool = False) -> None:
         """Delete durable subscription ``name`` (it must have no active consumer)."""
         await self.connection._request(unsubscribe_frame(name, shared))
 
     def create_browser(self, queue: Queue | str, selector: str | None = None) -> AsyncQueueBrowser:
-        """A browser of ``queue``'s waiting messages (``async for``; nothing is removed)."""
-        self._check_owner()
+        """A browser of ``queue``'s waiting messages (nothing is removed)."""
+        self._check()
+        self._guard.check()
         return AsyncQueueBrowser(self, browse_queue(queue), selector)
 
-    @_guarded
+    @guarded
     async def read_range(self, destination: Destination | str, *, from_seq: int | None = None,
                          to_seq: int | None = None, max_messages: int | None = None,
                          max_bytes: int | None = None, from_timestamp: int | None = None,
@@ -473,15 +410,16 @@ class AsyncSession(SessionCore):
                          frames: bool = False, arrow: bool = False) -> RangeResult:
         """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
         from a destination's retained log, a queue, or (``subscription``) a durable subscription.
-        ``frames=True``: each message's ``(headers, body)`` in ``RangeResult.frames`` instead;
-        ``arrow=True``: the broker's one Arrow frame in ``RangeResult.arrow`` when it answers in Arrow
-        (spec/spark.md §6)."""
+
+        ``frames=True`` leaves each message as the broker sent it, a ``(headers, body)`` pair in
+        ``RangeResult.frames`` (``messages`` is then empty): the seam for readers that decode many
+        messages at once without making a Message of each (the Spark connector's Arrow decoder).
+        ``arrow=True`` asks the broker for one Arrow frame (spec/spark.md §6): its IPC stream is then in
+        ``RangeResult.arrow``; a broker without Arrow answers per message as usual."""
         extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
                               from_timestamp=from_timestamp, selector=selector, subscription=subscription,
                               source=source, arrow=arrow)
-        browse = _AsyncBrowse(self.connection, as_destination(destination), extra, raw=frames)
-        await _collect(self, browse, timeout)
-        return browse.result()
+        return await AsyncPendingRange(self, as_destination(destination), extra, frames).result(timeout)
 
     async def bounds(self, destination: Destination | str, *, subscription: str | None = None,
                      source: str | None = None) -> tuple[int, int]:
@@ -489,46 +427,44 @@ class AsyncSession(SessionCore):
         result = await self.read_range(destination, max_messages=0, subscription=subscription, source=source)
         return result.earliest, result.latest
 
-    @_guarded
+    @guarded
     async def ack_upto(self, destination: Destination | str, seq: int, *,
                        subscription: str | None = None) -> None:
         """Acknowledge every waiting message below sequence number ``seq`` (a reader that owns the
         queue or durable subscription, acknowledging a committed batch)."""
         await self.connection._request(ack_upto_frame(destination, seq, subscription))
 
-    @_guarded
+    @guarded
     async def send_arrow(self, destination: Destination | str, data: bytes, *,
                          timeout: float | None = None) -> Headers:
         """A bulk SEND (spec/spark.md §7): ``data`` is an Arrow IPC stream of rows, which the broker
         appends as a unit; returns the receipt's headers (``pymq-first-seq``, ``pymq-count``,
         ``pymq-duplicates``) once the rows are durable.  Not inside a transaction."""
-        if self.transacted:
-            raise IllegalStateError("a bulk SEND is its own unit: send it from a session that is not transacted")
-        return await self.connection._request(bulk_frame(destination, data), timeout)
+        return await start_send_arrow(self, destination, data).result(timeout)
 
     async def create_queue(self, name: str, **config: object) -> Queue:
-        """A Queue; with settings (QueueConfig fields, see :meth:`AsyncQueueManager.create`) it is also
-        created on the broker, owned by this user: the same settings again are a no-op, different ones
-        raise DestinationExists.  (A coroutine because with settings it waits for the broker.)"""
+        """A Queue; with settings (QueueConfig fields, see ``QueueManager.create``) it is also created on
+        the broker, owned by this user: the same settings again are a no-op, different ones raise
+        DestinationExists.  (A coroutine in ``pymq.aio``, since with settings it waits for the broker.)"""
         self._check()
         if config:
             return await self.connection.queue_manager()._run(create_call(name, None, dict(config)))
         return Queue(name)
 
     # -- transactions and acknowledgement ----------------------------------------------------------------
-    @_guarded
+    @guarded
     async def commit(self) -> None:
         """Make this transaction's sends visible and its receives acknowledged, atomically."""
         await self.connection._request(self._commit_frame())
         self._begin()
 
-    @_guarded
+    @guarded
     async def rollback(self) -> None:
         """Discard this transaction's sends; the messages it received come back first, in their
         original order, marked redelivered."""
         await self._recover(rollback=True)
 
-    @_guarded
+    @guarded
     async def recover(self) -> None:
         """Redeliver every message consumed but not yet acknowledged, first and in their original
         order (non-transacted sessions)."""
@@ -557,7 +493,8 @@ class AsyncSession(SessionCore):
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def close(self) -> None:
-        """Roll back an open transaction, close the consumers (unsubscribing) and end the dispatcher."""
+        """Roll back an open transaction, close the consumers (unsubscribing) and end the listener
+        dispatcher (a listener that is running may finish its message, within the connection's timeout)."""
         if self._closed:
             return
         if self.transacted and self._tx is not None and not self.connection.closed:
@@ -576,16 +513,9 @@ class AsyncSession(SessionCore):
         self._closed = True
         self._wake()
         dispatcher = self._dispatcher
-        if dispatcher is not None and dispatcher is not asyncio.current_task() and not dispatcher.done():
-            # a listener that is running may finish its message, within the connection's timeout;
-            # an idle dispatcher (or one waiting for start) just ends
-            if not self._in_listener or not await _wait(asyncio.shield(dispatcher),
-                                                        self.connection.factory.timeout):
-                dispatcher.cancel()
-            try:
-                await dispatcher
-            except (asyncio.CancelledError, PymqError):
-                pass
+        if dispatcher is not None:
+            # a running listener may finish its message; an idle dispatcher (or one waiting for start) just ends
+            await dispatcher.stop(self.connection.factory.timeout if self._in_listener else 0)
         if self in self.connection._sessions:
             self.connection._sessions.remove(self)
 
@@ -596,9 +526,7 @@ class AsyncSession(SessionCore):
         await self.close()
 
     def _wake(self) -> None:
-        wakeup = self._dispatch_wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
+        self._listener_queue.put(None)
         for consumer in self._consumers:
             consumer._wake()
 
@@ -618,60 +546,50 @@ class AsyncSession(SessionCore):
         return consumer
 
     # -- listeners ---------------------------------------------------------------------------------------
-    def _to_listener(self, consumer: AsyncMessageConsumer) -> None:
-        self._listener_queue.append(consumer)
-        wakeup = self._dispatch_wakeup
-        if wakeup is not None and not wakeup.done():
-            wakeup.set_result(None)
-
     def _start_dispatcher(self) -> None:
         if self._dispatcher is None:
-            self._dispatcher = self.connection._own(self._dispatch_loop())
+            self._dispatcher = spawn(self._dispatch_loop, "pymq-session-dispatch")
 
     async def _dispatch_loop(self) -> None:
-        q = self._listener_queue
+        queue = self._listener_queue
         conn = self.connection
-        loop = conn._loop
+        guard = self._guard
         while True:
-            while not q:
-                if self._closed or conn.closed:
-                    return
-                self._dispatch_wakeup = loop.create_future()
-                await self._dispatch_wakeup
+            consumer = await queue.get()      # one entry per message that arrived for a listener
             if self._closed or conn.closed:
                 return
-            if not conn._started.is_set():
-                await conn._started.wait()
+            if consumer is None:
                 continue
-            consumer = q.popleft()            # one entry per message that arrived for a listener
+            while not conn._started.is_set():
+                await conn._started.wait(0.5)
+                if self._closed or conn.closed:
+                    return
             if consumer._closed or consumer._listener is None:
                 consumer._wake()              # the listener was removed: receive() takes it
                 continue
-            while self._owner is not None:   # the application is inside the session: wait its turn
-                self._released = loop.create_future()
-                await self._released
-                if self._closed:
-                    return
-            listener = consumer._listener
-            if consumer._closed or listener is None or not consumer._buffer:
-                continue
-            self._owner = asyncio.current_task()
-            self._in_listener = True
+            # a listener runs when the session is free: wait for the task (thread) inside it to leave
+            # (JMS: the session serialises its listeners with the application's own use of it)
+            if not await guard.enter_waiting():
+                return                        # the session closed while the message waited
             try:
+                listener = consumer._listener
+                if consumer._closed or listener is None or not consumer._buffer or conn.closed:
+                    continue
+                self._in_listener = True
                 await consumer._dispatch(consumer._buffer.popleft(), listener)
             finally:
                 self._in_listener = False
-                self._leave()
+                guard.leave()
 
 
 # -- producer ---------------------------------------------------------------------------------------------
 
 class AsyncMessageProducer(ProducerCore):
-    """Sends messages; created by a session and used from its task."""
+    """Sends messages; created by a session and used from its task (thread)."""
 
     _session: AsyncSession
 
-    @_guarded
+    @guarded
     async def send(self, message: MessageBody, destination: Destination | str | None = None, *,
                    delivery_mode: int | None = None, priority: int | None = None,
                    time_to_live: int | None = None, delivery_delay: int | None = None,
@@ -679,9 +597,10 @@ class AsyncMessageProducer(ProducerCore):
         """Send ``message`` (a Message, or str/bytes/dict made into one); returns the Message sent.
 
         Persistent messages outside a transaction wait for the broker's receipt, which comes once
-        the message is durable (disable with ``sync_send=False``).  ``transaction``: the application's
-        SQLAlchemy ``Connection``/``Session`` or ``AsyncConnection``/``AsyncSession``; the message is
-        written in that database transaction and seen only if it commits.
+        the message is durable (disable with ``ConnectionFactory(sync_send=False)``).
+        ``transaction``: the application's SQLAlchemy ``Connection`` or ``Session`` (in ``pymq.aio`` also
+        their ``AsyncConnection``/``AsyncSession``); the message is written in that database transaction
+        and seen only if it commits (spec/storage.md, "SQL device").
         """
         if transaction is not None:
             self._check()
@@ -714,19 +633,21 @@ async def _send_in_transaction(producer: AsyncMessageProducer, message: MessageB
     from pymq.client.apptx import insert_pending, pending_row
     msg, target, data = pending_row(producer, message, destination, delivery_mode=delivery_mode,
                                     priority=priority, time_to_live=time_to_live)
+    # async:
     run_sync = getattr(transaction, "run_sync", None)
     if run_sync is not None and inspect.iscoroutinefunction(run_sync):
         # SQLAlchemy's AsyncConnection / AsyncSession: the insert runs on their synchronous side
         await run_sync(lambda sync: insert_pending(sync, target, data, persistent=msg.persistent))
-    else:
-        insert_pending(transaction, target, data, persistent=msg.persistent)
+        return msg
+    # end
+    insert_pending(transaction, target, data, persistent=msg.persistent)
     return msg
 
 
 # -- consumer ---------------------------------------------------------------------------------------------
 
 class AsyncMessageConsumer(ConsumerCore):
-    """Receives from one destination; created by a session and used from its task."""
+    """Receives from one destination; created by a session and used from its task (thread)."""
 
     _session: AsyncSession
     _listener: MessageListener | None
@@ -734,52 +655,49 @@ class AsyncMessageConsumer(ConsumerCore):
     def __init__(self, session: AsyncSession, destination: Destination, selector: str | None,
                  prefetch: int) -> None:
         super().__init__(session, destination, selector, prefetch)
-        self._waiter: asyncio.Future[None] | None = None
+        self._wakeup = Wakeup()
 
-    # the transport's callback
+    # the transport's callback (thread): never waits
     def _notify(self) -> None:
         if self._listener is not None:
-            self._session._to_listener(self)
+            self._session._listener_queue.put(self)
             return
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if self._waiting:
+            self._waiting = False            # one wake-up per wait; a stale one only costs a re-check
+            self._wakeup.set()
 
     def _wake(self) -> None:
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._wakeup.set()
 
-    @_guarded
+    @guarded
     async def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to ``timeout`` seconds (None: forever); None on timeout."""
-        if self._listener is not None:
-            raise IllegalStateError("receive() cannot be used on a consumer with a message listener")
+        if self._closed or self._listener is not None:
+            self._check_receive()
         conn = self._session.connection
-        loop = conn._loop
-        deadline = None if timeout is None else loop.time() + timeout
         buffer = self._buffer
+        started = conn._started
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            if buffer and started.is_set():
+                return self._take(buffer.popleft())
             if self._closed:
                 raise IllegalStateError("the consumer is closed")
             conn._check_open()
-            remaining = None if deadline is None else max(0.0, deadline - loop.time())
-            if not conn._started.is_set():
-                if remaining == 0.0 or not await _wait(conn._started.wait(), remaining):
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if not started.is_set():
+                if remaining is not None and remaining <= 0:
                     return None
+                await started.wait(remaining)
                 continue
-            if buffer:
-                return self._take(buffer.popleft())
             self._before_wait()
-            if remaining == 0.0:
+            if remaining is not None and remaining <= 0:
                 return None
-            self._waiter = waiter = loop.create_future()
-            self._waiting = True
+            self._waiting = True              # read by _notify after it appends: no lost wake-up
             try:
-                if not await _wait(waiter, remaining):
-                    return None
+                if not buffer and not self._closed:
+                    await self._wakeup.wait(remaining)
             finally:
-                self._waiter = None
                 self._waiting = False
 
     async def receive_no_wait(self) -> Message | None:
@@ -787,10 +705,11 @@ class AsyncMessageConsumer(ConsumerCore):
         return await self.receive(timeout=0)
 
     def __aiter__(self) -> AsyncIterator[Message]:
+        """Messages until the consumer or its connection closes (``async for`` in ``pymq.aio``)."""
         return self
 
     async def __anext__(self) -> Message:
-        """Messages until the consumer or its connection closes."""
+        """The next message; the iteration ends when the consumer, its session or connection closes."""
         while True:
             try:
                 message = await self.receive()
@@ -811,25 +730,26 @@ class AsyncMessageConsumer(ConsumerCore):
         self.set_message_listener(listener)
 
     def set_message_listener(self, listener: MessageListener | None) -> None:
-        """Deliver messages to ``listener`` (a function or a coroutine function) in the session's
-        dispatcher task, one at a time; ``None`` returns the consumer to ``receive``."""
+        """Deliver messages to ``listener`` in the session's dispatcher task (thread), one at a time (in
+        ``pymq.aio`` it may be a coroutine function); ``None`` returns the consumer to ``receive``."""
         if self._closed:
             raise IllegalStateError("the consumer is closed")
         session = self._session
-        session._check_owner()
+        # async:
+        session._check()
+        session._guard.check()
+        # end
         self._listener = listener
         if listener is not None:
             session._start_dispatcher()
             for _ in range(len(self._buffer)):   # messages that arrived before go to it, in order
-                session._to_listener(self)
+                session._listener_queue.put(self)
 
     async def _dispatch(self, frame: Frame, listener: MessageListener) -> None:
-        """Run ``listener`` for ``frame`` (the dispatcher task, owning the session)."""
+        """Run ``listener`` for ``frame`` (the dispatcher, owning the session)."""
         message, delivery = self._for_listener(frame)
         try:
-            result = listener(message)
-            if inspect.isawaitable(result):
-                await result
+            await call_listener(listener, message)
         except Exception:
             log.exception("message listener of %s raised; the message will be redelivered", self.destination)
             try:
@@ -865,29 +785,26 @@ class AsyncMessageConsumer(ConsumerCore):
         await self.close()
 
 
-# -- browser ------------------------------------------------------------------------------------------------
+# -- browsing and range reads --------------------------------------------------------------------------------
 
 class _AsyncBrowse(BrowseCore):
     def __init__(self, connection: AsyncConnection, destination: Destination,
                  extra: dict[str, object], *, raw: bool = False) -> None:
         super().__init__(connection, destination, extra, raw=raw)
-        self.waiter: asyncio.Future[None] | None = None
+        self.arrived = Flag()
 
     def _notify(self) -> None:
-        waiter = self.waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self.arrived.set()
 
 
 async def _browse(session: AsyncSession, browse: _AsyncBrowse, timeout: float | None) -> AsyncIterator[Message]:
     """Subscribe with ``browser:true`` and yield each message as it arrives, until the broker's end
     marker (then ``browse.end`` holds its headers)."""
     conn = session.connection
-    loop = conn._loop
     try:
         await conn._request(browse.subscribe)
         limit = conn.factory.timeout if timeout is None else timeout
-        deadline = loop.time() + limit
+        deadline = time.monotonic() + limit
         while True:
             message = browse._next()
             if message is not None:
@@ -896,38 +813,18 @@ async def _browse(session: AsyncSession, browse: _AsyncBrowse, timeout: float | 
             if browse.end is not None:
                 return
             conn._check_open()
-            remaining = deadline - loop.time()
-            browse.waiter = loop.create_future()
-            if remaining <= 0 or not await _wait(browse.waiter, remaining):
-                raise PymqTimeout(f"the browse of {browse.destination} did not finish within {limit:g}s")
-    finally:
-        browse._close()
-
-
-async def _collect(session: AsyncSession, browse: _AsyncBrowse, timeout: float | None) -> None:
-    """A whole browse into ``browse`` (messages, or pairs when raw), until the broker's end marker."""
-    conn = session.connection
-    loop = conn._loop
-    try:
-        await conn._request(browse.subscribe)
-        limit = conn.factory.timeout if timeout is None else timeout
-        deadline = loop.time() + limit
-        while True:
-            if browse._collect():
+            remaining = deadline - time.monotonic()
+            browse.arrived.clear()
+            if browse.frames or browse.end is not None:
                 continue
-            if browse.end is not None:
-                return
-            conn._check_open()
-            remaining = deadline - loop.time()
-            browse.waiter = loop.create_future()
-            if remaining <= 0 or not await _wait(browse.waiter, remaining):
+            if remaining <= 0 or not await browse.arrived.wait(remaining):
                 raise PymqTimeout(f"the browse of {browse.destination} did not finish within {limit:g}s")
     finally:
         browse._close()
 
 
 class AsyncQueueBrowser:
-    """Looks at a queue's messages in delivery order without removing them (``async for``)."""
+    """Looks at a queue's messages in delivery order without removing them."""
 
     def __init__(self, session: AsyncSession, queue: Destination, selector: str | None) -> None:
         self._session = session
@@ -940,11 +837,12 @@ class AsyncQueueBrowser:
         the browse subscription itself after its ``browser:end`` marker."""
         if self._closed:
             raise IllegalStateError("the browser is closed")
-        self._session._check_owner()
+        self._session._guard.check()
         browse = _AsyncBrowse(self._session.connection, self.queue, {"selector": self.selector or None})
         return _browse(self._session, browse, timeout)
 
     def __aiter__(self) -> AsyncIterator[Message]:
+        """The waiting messages, each once, as the broker sends them (a new snapshot each time)."""
         return self._browse(None)
 
     async def messages(self, timeout: float | None = None) -> list[Message]:
@@ -964,14 +862,108 @@ class AsyncQueueBrowser:
         await self.close()
 
 
+class AsyncPendingReceipt:
+    """A frame sent with a receipt, waited for later: :meth:`result` returns the RECEIPT's headers, or
+    raises the ERROR the broker answered it with (or pymq's TimeoutError).  An abandoned one leaves
+    nothing behind once its receipt arrives (or the connection goes)."""
+
+    __slots__ = ("_command", "_conn", "_rid", "_waiter")
+
+    def __init__(self, conn: AsyncConnection, frame: Frame) -> None:
+        self._conn = conn
+        self._command = frame.command
+        self._waiter = Receipt()
+        self._rid, framed = conn._expect(frame, self._waiter)
+        try:
+            conn._send(framed)
+        except PymqError:
+            conn._forget(self._rid)
+            raise
+
+    async def result(self, timeout: float | None = None) -> Headers:
+        """The RECEIPT's headers (the broker's ERROR raised; pymq's TimeoutError when none comes)."""
+        waiter = self._waiter
+        timeout = self._conn.factory.timeout if timeout is None else timeout
+        if not await waiter.wait(timeout):
+            self._conn._forget(self._rid)
+            raise PymqTimeout(f"no receipt for {self._command} within {timeout:g}s")
+        return waiter.result()
+
+
+def start_send_arrow(session: AsyncSession, destination: Destination | str, data: bytes) -> AsyncPendingReceipt:
+    """:meth:`Session.send_arrow` in two halves, for writers that build the next bulk SEND while the
+    broker appends (and makes durable) the one before (the Spark connector's sink): the frame is sent
+    now, ``.result()`` waits for its receipt.  Call it from the task (thread) that uses the session."""
+    session._check()
+    if session.transacted:
+        raise IllegalStateError("a bulk SEND is its own unit: send it from a session that is not transacted")
+    return AsyncPendingReceipt(session.connection, bulk_frame(destination, data))
+
+
+class AsyncPendingRange:
+    """A range read asked for and not yet collected (:func:`start_range`): the SUBSCRIBE is on the wire,
+    and the broker answers it while the caller does other work.  :meth:`result` waits for the receipt and
+    the ``browser:end`` marker.  An abandoned one leaves nothing behind: the browse unregisters itself
+    when its end marker arrives, and an unwaited receipt is dropped."""
+
+    __slots__ = ("_browse", "_conn", "_destination", "_subscribed")
+
+    def __init__(self, session: AsyncSession, destination: Destination, extra: dict[str, object],
+                 frames: bool = False) -> None:
+        conn = self._conn = session.connection
+        self._destination = destination
+        self._browse = _AsyncBrowse(conn, destination, extra, raw=frames)
+        try:
+            self._subscribed = AsyncPendingReceipt(conn, self._browse.subscribe)
+        except PymqError:
+            self._browse._close()
+            raise
+
+    async def result(self, timeout: float | None = None) -> RangeResult:
+        """The answer (raises pymq's TimeoutError when the receipt or the end marker does not come)."""
+        conn, browse = self._conn, self._browse
+        limit = conn.factory.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        try:
+            await self._subscribed.result(limit)
+            while True:
+                if browse._collect():
+                    continue
+                if browse.end is not None:
+                    return browse.result()
+                conn._check_open()
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise PymqTimeout(f"the browse of {self._destination} did not finish within {limit:g}s")
+                browse.arrived.clear()
+                if not browse.frames and browse.end is None:
+                    await browse.arrived.wait(remaining)
+        finally:
+            browse._close()
+
+
+def start_range(session: AsyncSession, destination: Destination | str, *, from_seq: int | None = None,
+                to_seq: int | None = None, max_messages: int | None = None, max_bytes: int | None = None,
+                from_timestamp: int | None = None, selector: str | None = None, subscription: str | None = None,
+                source: str | None = None, frames: bool = False, arrow: bool = False,
+                columns: Sequence[str] | None = None) -> AsyncPendingRange:
+    """:meth:`Session.read_range` in two halves, for readers that keep the next range in flight while
+    they process the current one (the Spark connector's tasks): the request is sent now, the answer is
+    taken with ``.result()``.  Answers come in the order asked.  Call it from the task (thread) that uses
+    the session, as every session call.  ``columns``: with ``arrow``, the message batch columns the answer
+    should carry (spec/spark.md §6; a broker that predates it sends them all)."""
+    session._check()
+    extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
+                          from_timestamp=from_timestamp, selector=selector, subscription=subscription,
+                          source=source, arrow=arrow, columns=columns)
+    return AsyncPendingRange(session, as_destination(destination), extra, frames)
+
+
 # -- request/reply --------------------------------------------------------------------------------------------
 
 class AsyncRequestor:
-    """Request/reply over a temporary queue::
-
-        async with AsyncRequestor(session, Queue("svc")) as requestor:
-            answer = await requestor.request("ping", timeout=5)
-    """
+    """Request/reply over a temporary queue: ``Requestor(session, Queue("svc")).request("ping", timeout=5)``
+    (awaited in ``pymq.aio``); a context manager that closes its reply consumer and producer."""
 
     def __init__(self, session: AsyncSession, destination: Destination | str) -> None:
         self.session = session
@@ -982,14 +974,13 @@ class AsyncRequestor:
 
     async def request(self, message: MessageBody, timeout: float | None = 10.0) -> Message:
         """Send ``message`` and wait for its reply (raises pymq's TimeoutError when none comes)."""
-        if self._consumer is None:     # subscribe before the first request can be answered
+        if self._consumer is None:     # subscribed before the first request can be answered
             self._consumer = await self.session.create_consumer(self.reply_queue)
         msg = request_message(message, self.reply_queue)
         await self._producer.send(msg, delivery_mode=NON_PERSISTENT)
-        loop = self.session.connection._loop
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            remaining = None if deadline is None else deadline - loop.time()
+            remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 raise PymqTimeout(f"no reply from {self.destination} within {timeout}s")
             answer = await self._consumer.receive(remaining)
@@ -1018,34 +1009,35 @@ async def reply(session: AsyncSession, request: Message, response: MessageBody) 
 
 # -- queue administration --------------------------------------------------------------------------------------
 
-class _FutureInbox(AdminInbox):
+class _Inbox(AdminInbox):
+    """The admin reply subscription, with a flag per request waited for."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.futures: dict[str, asyncio.Future[None]] = {}
+        self.flags: dict[str, Flag] = {}
 
     def _answered(self, corr: str) -> None:
-        fut = self.futures.get(corr)
-        if fut is not None and not fut.done():
-            fut.set_result(None)
+        flag = self.flags.get(corr)
+        if flag is not None:
+            flag.set()
 
     def _wake(self) -> None:
-        for fut in list(self.futures.values()):
-            if not fut.done():
-                fut.set_result(None)
+        for flag in list(self.flags.values()):
+            flag.set()
 
 
 class AsyncQueueManager:
-    """Queue administration over an :class:`AsyncConnection` (the blocking ``QueueManager``'s operations)."""
+    """Queue administration over a connection (seed 001): thread-safe like the blocking connection."""
 
     def __init__(self, connection: AsyncConnection) -> None:
         self.connection = connection
-        self._inbox: _FutureInbox | None = None
-        self._subscribing: asyncio.Lock = asyncio.Lock()
+        self._inbox: _Inbox | None = None
+        self._subscribing = Lock()
 
-    async def _ensure(self) -> _FutureInbox:
+    async def _ensure(self) -> _Inbox:
         async with self._subscribing:
             if self._inbox is None:
-                inbox = _FutureInbox()
+                inbox = _Inbox()
                 sub_id = self.connection._register(inbox)
                 await self.connection._request(inbox.subscribe(sub_id))
                 self._inbox = inbox
@@ -1057,31 +1049,41 @@ class AsyncQueueManager:
         return await self._run(AdminCall(op, dict(args), lambda value: value), timeout)
 
     async def _run(self, call: AdminCall[_T], timeout: float | None = None) -> _T:
+        """Run ``call``; its result, or the broker's error raised here."""
         inbox = await self._ensure()
         conn = self.connection
         corr, frame = inbox.request(call)
-        fut = inbox.futures[corr] = conn._loop.create_future()
+        answered = inbox.flags[corr] = Flag()
         try:
             conn._send(frame)
             wait = conn.factory.timeout if timeout is None else timeout
-            if not await _wait(fut, wait):
+            if not await answered.wait(wait):
                 raise PymqTimeout(f"no answer to admin operation {call.op!r} within {wait:g}s")
             conn._check_open()
             answer = inbox.answers.get(corr)
         finally:
-            inbox.futures.pop(corr, None)
+            inbox.flags.pop(corr, None)
             inbox.answers.pop(corr, None)
         if answer is None:
             raise PymqTimeout(f"no answer to admin operation {call.op!r}")
         return admin_result(call, answer)
 
+    # -- the operations ------------------------------------------------------------------------
     async def create(self, name: Queue | str, *, grants: dict[str, list[str]] | None = None,
                      **config: object) -> Queue:
-        """Create queue ``name`` (see the blocking ``QueueManager.create`` for the settings)."""
+        """Create queue ``name`` owned by this connection's user with ``config`` (QueueConfig fields:
+        max_deliveries, dead_letter, dead_retention_ms, default_expiration_ms, default_priority,
+        delivery_timeout_ms, max_depth, overflow, redelivery_delay_ms, redelivery_multiplier,
+        redelivery_max_delay_ms, schema, routing_key).  The same config again is a no-op; a different one
+        raises DestinationExists.  ``routing_key`` (group | correlation-id | message-id) says which id picks a
+        message's node in a cluster (spec/routing.md §2.3)."""
         return await self._run(create_call(name, grants, config))
 
     async def alter(self, name: Queue | str, **config: object) -> JsonObject:
-        """Change some settings of queue ``name`` (see the blocking ``QueueManager.alter``)."""
+        """Change some settings of queue ``name`` (the QueueConfig fields of :meth:`create`); the others
+        keep their values.  Only its owner or an administrator may.  The answer says what changed
+        (``changes``) and describes the queue; which settings reach messages already waiting is
+        spec/admin.md "Altering a queue".  Kept across restarts."""
         return await self._run(alter_call(name, config))
 
     alter_queue = alter     # the name seed 001's queue manager gives it

@@ -4,23 +4,19 @@
 same connection: a private temporary reply queue and correlation ids.  Refusals come back as the same
 exception classes the broker would raise (``DestinationExists``, ``AccessDenied``, ...), with the
 broker's message.  The operations are described once here (:class:`AdminCall`: the request and how to
-read its answer); :class:`QueueManager` runs them blocking, ``pymq.aio.AsyncQueueManager`` with await.
+read its answer); the SDK shells' ``QueueManager`` (blocking) and ``AsyncQueueManager`` run them.
 """
 from __future__ import annotations
 
 import itertools
 import json
-import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Generic, TypeVar
 from collections.abc import Callable
 
 from pymq.destination import Destination, Queue, as_destination
-from pymq.errors import ERROR_CODES, MessageFormatError, PymqError, TimeoutError
+from pymq.errors import ERROR_CODES, MessageFormatError, PymqError
 from pymq.protocol.frame import Frame
-
-if TYPE_CHECKING:
-    from pymq.client.blocking import Connection
 
 ADMIN_DESTINATION = "/pymq/admin"
 
@@ -166,112 +162,3 @@ def admin_result(call: AdminCall[T], frame: Frame) -> T:
         if key not in ("code", "message"):
             setattr(refusal, key, value)
     raise refusal
-
-
-class _ThreadInbox(AdminInbox):
-    def __init__(self) -> None:
-        super().__init__()
-        self.events: dict[str, threading.Event] = {}
-
-    def _answered(self, corr: str) -> None:
-        event = self.events.get(corr)
-        if event is not None:
-            event.set()
-
-    def _wake(self) -> None:
-        for event in list(self.events.values()):
-            event.set()
-
-
-class QueueManager:
-    """Queue administration over a blocking :class:`~pymq.Connection` (thread-safe like it)."""
-
-    def __init__(self, connection: Connection) -> None:
-        self.connection = connection
-        self._lock = threading.Lock()
-        self._inbox: _ThreadInbox | None = None
-
-    def _ensure(self) -> _ThreadInbox:
-        with self._lock:
-            if self._inbox is None:
-                inbox = _ThreadInbox()
-                sub_id = self.connection._register(inbox)
-                self.connection._request(inbox.subscribe(sub_id))
-                self._inbox = inbox
-            return self._inbox
-
-    def call(self, op: str, timeout: float | None = None, **args: object) -> Any:
-        """Run admin operation ``op`` (spec/admin.md) with ``args``; its JSON result, or the broker's
-        error raised here.  The methods below are the typed way to the common operations."""
-        return self._run(AdminCall(op, dict(args), lambda value: value), timeout)
-
-    def _run(self, call: AdminCall[T], timeout: float | None = None) -> T:
-        """Run ``call``; its result, or the broker's error raised here."""
-        inbox = self._ensure()
-        corr, frame = inbox.request(call)
-        event = inbox.events[corr] = threading.Event()
-        try:
-            self.connection._send(frame)
-            wait = self.connection.factory.timeout if timeout is None else timeout
-            if not event.wait(wait):
-                raise TimeoutError(f"no answer to admin operation {call.op!r} within {wait}s")
-            self.connection._check_open()
-            answer = inbox.answers.get(corr)
-        finally:
-            inbox.events.pop(corr, None)
-            inbox.answers.pop(corr, None)
-        if answer is None:
-            raise TimeoutError(f"no answer to admin operation {call.op!r}")
-        return admin_result(call, answer)
-
-    # -- the operations ------------------------------------------------------------------------
-    def create(self, name: Queue | str, *, grants: dict[str, list[str]] | None = None, **config: object) -> Queue:
-        """Create queue ``name`` owned by this connection's user with ``config`` (QueueConfig fields:
-        max_deliveries, dead_letter, dead_retention_ms, default_expiration_ms, default_priority,
-        delivery_timeout_ms, max_depth, overflow, redelivery_delay_ms, redelivery_multiplier,
-        redelivery_max_delay_ms, schema, routing_key).  The same config again is a no-op; a different one
-        raises DestinationExists.  ``routing_key`` (group | correlation-id | message-id) says which id picks a
-        message's node in a cluster (spec/routing.md §2.3)."""
-        return self._run(create_call(name, grants, config))
-
-    def alter(self, name: Queue | str, **config: object) -> JsonObject:
-        """Change some settings of queue ``name`` (the QueueConfig fields of :meth:`create`); the others
-        keep their values.  Only its owner or an administrator may.  The answer says what changed
-        (``changes``) and describes the queue; which settings reach messages already waiting is
-        spec/admin.md "Altering a queue".  Kept across restarts."""
-        return self._run(alter_call(name, config))
-
-    alter_queue = alter     # the name seed 001's queue manager gives it
-
-    def drop(self, name: Queue | str, *, force: bool = False) -> int:
-        """Delete queue ``name`` and its messages; how many it held.  With consumers attached it is refused
-        (IllegalStateError) unless ``force``, which detaches them."""
-        return self._run(drop_call(name, force))
-
-    def purge(self, name: Queue | str) -> int:
-        """Remove every waiting message; how many there were."""
-        return self._run(purge_call(name))
-
-    def list(self) -> list[JsonObject]:
-        """Every queue, one JSON object each: name, destination, declared, owner and its metrics."""
-        return self._run(list_call())
-
-    def info(self, name: Queue | str) -> JsonObject:
-        """Queue ``name``: its settings (``config``), ``acl``, ``metrics`` and ``rates``, as a JSON object."""
-        return self._run(info_call(name))
-
-    def metrics(self, name: Queue | str) -> JsonObject:
-        """Queue ``name``'s metrics (depth, added, removed, expired, delivered, acknowledged...), as a JSON object."""
-        return self._run(metrics_call(name))
-
-    def destinations(self) -> JsonObject:
-        """The broker's destinations: ``queues``, ``topics`` and retained ``logs``, each a sorted list."""
-        return self._run(destinations_call())
-
-    def grant(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
-        """Give ``principal`` ``permissions`` (produce, consume, browse) on ``destination``; its new ACL."""
-        return self._run(grant_call("grant", destination, principal, permissions))
-
-    def revoke(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
-        """Take ``permissions`` on ``destination`` away from ``principal``; its new ACL."""
-        return self._run(grant_call("revoke", destination, principal, permissions))

@@ -1,105 +1,105 @@
-"""The blocking JMS-style API: ConnectionFactory → Connection → Session → producers, consumers, browsers.
+# Generated from pymq/aio/client.py by tools/unasync.py: do not edit; change pymq/aio/client.py and run
+# `python tools/unasync.py` (tests/client/test_unasync.py checks the two agree).
+"""The JMS-style API, written once: ConnectionFactory → Connection → Session → producers, consumers, browsers.
 
-A thin shell over the client core (:mod:`pymq.client._core`), which holds the state, the frames and
-the acknowledgement rules; this module adds threads and waiting.
+The asyncio shell (``pymq.aio``) is written in ``pymq/aio/client.py``; the blocking shell (``pymq``,
+``pymq/client/blocking.py``) is generated from it by ``tools/unasync.py``, which drops ``async``/``await``
+and takes the waiting primitives from :mod:`pymq.client._waiting` (events, queues and threads) instead
+of :mod:`pymq.aio._waiting` (futures and tasks); the few lines that differ are marked ``# async:`` /
+``# sync:`` in the source.  Both shells sit on the one client core (:mod:`pymq.client._core`),
+which holds the state, the frames and the acknowledgement rules; this module adds only the waiting.
 
-Threading (the JMS rules): a :class:`Connection` is thread-safe; a :class:`Session` and everything it
-creates belong to one thread at a time.  Using a session from a second thread while the first is inside
-one of its calls raises :class:`IllegalStateError` at once instead of corrupting acknowledgement state;
-so does anything done on a closed object.  Message listeners run on the session's own dispatcher thread,
-one message at a time.
+Invariants (the blocking shell's words in brackets):
 
-Acknowledgement over STOMP: consumers always subscribe with broker-side credit (``client-individual``
-or ``client`` acks and a prefetch), so a slow consumer holds at most ``prefetch`` messages and never
-stalls the connection's reader.  AUTO_ACKNOWLEDGE acks each message when ``receive`` returns it (or the
-listener returns); DUPS_OK_ACKNOWLEDGE acks cumulatively in batches; CLIENT_ACKNOWLEDGE acks everything
-the session consumed when ``message.acknowledge()`` is called; SESSION_TRANSACTED wraps sends and acks
-in a broker transaction that ``commit()`` makes visible at once and ``rollback()`` discards (consumed
-messages come back first, in their order, marked redelivered).
+* A connection's ``status`` moves CONNECTING → OPEN → CLOSING → CLOSED (or straight to CLOSED when the
+  broker is lost); only OPEN accepts new work.  ``close()`` ends every task (thread) a connection or
+  session runs: listener dispatchers, asynchronous exception listeners, the transport's heart-beat.
+* Every wait has a timeout: receipts and DISCONNECT use the factory's ``timeout``, ``receive`` and
+  ``request`` take one (``None`` = JMS's wait-forever, the caller's explicit choice).
+* A consumer's buffer holds at most ``prefetch`` messages: consumers subscribe with ``client`` or
+  ``client-individual`` acks and a ``prefetch-count``, so the broker's credit bounds the buffer and a
+  slow consumer never stalls the connection's reader (``prefetch=0`` asks for no limit).  AUTO_ACKNOWLEDGE
+  acks each message when ``receive`` returns it (or the listener returns); DUPS_OK_ACKNOWLEDGE acks
+  cumulatively in batches; CLIENT_ACKNOWLEDGE acks everything the session consumed when
+  ``message.acknowledge()`` is called; SESSION_TRANSACTED wraps sends and acks in a broker transaction
+  that ``commit()`` makes visible at once and ``rollback()`` discards (consumed messages come back
+  first, in their order, marked redelivered).
+* A session belongs to one task (thread) at a time: a second one calling into it while the first is
+  inside gets :class:`IllegalStateError` at once (JMS's single-threaded session).  Listeners run in the
+  session's dispatcher task (thread), one message at a time, and may use their own session.  An
+  asyncio connection belongs to its event loop; a blocking one is thread-safe.
 """
 from __future__ import annotations
 
-import functools
 import logging
-import queue as _queue
 import ssl
-import threading
 import time
-from typing import TYPE_CHECKING, Concatenate, ParamSpec, Protocol, TypeVar
-from collections.abc import Callable, Iterator, Sequence
+from typing import Any, TypeVar
+from collections.abc import Iterator, Callable, Sequence
 
-from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED,
-                               AckMode, BrowseCore, ConnectionCore, ConnectionSettings, ConnectionStatus,
-                               ConsumerCore, Headers, ProducerCore, ack_mode_of, RangeResult, SessionCore, browse_queue,
-                               EXCLUSIVE_HEADERS, durable_headers, durable_topic, reply_message, request_message,
-                               shared_durable_headers, shared_headers, unsubscribe_frame)
-from pymq.client.frames import ack_upto_frame, bulk_frame, range_headers
+from pymq.client._waiting import (Flag, Guard, ListenerQueue, Lock, Receipt, Wakeup, Worker, call_listener, check_loop,
+                                  current_loop, guarded, spawn)
 from pymq.client.transport import Transport, transport_for
+from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, EXCLUSIVE_HEADERS,
+                               SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore, ConnectionSettings,
+                               ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult, SessionCore,
+                               ack_mode_of, browse_queue, durable_headers, durable_topic, reply_message,
+                               request_message, shared_durable_headers, shared_headers, unsubscribe_frame)
+from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, alter_call, create_call,
+                               destinations_call, drop_call, grant_call, info_call, list_call, metrics_call,
+                               purge_call)
+from pymq.client.frames import ack_upto_frame, bulk_frame, range_headers
 from pymq.client.url import TlsOptions
 from pymq.destination import Destination, Queue, Topic, as_destination
-from pymq.errors import ConnectionClosed, IllegalStateError, PymqError, TimeoutError
+from pymq.errors import ConnectionClosed, IllegalStateError, PymqError
+from pymq.errors import TimeoutError as PymqTimeout
 from pymq.message import NON_PERSISTENT, Message, MessageBody
 from pymq.protocol.frame import Frame
 
-if TYPE_CHECKING:
-    from pymq.client.admin import QueueManager
-
 log = logging.getLogger("pymq.client")
+_T = TypeVar("_T")
 
-__all__ = ["ConnectionFactory", "Connection", "Session", "MessageProducer", "MessageConsumer", "QueueBrowser",
-           "Requestor", "RangeResult", "connect", "reply", "AckMode", "ConnectionStatus", "AUTO_ACKNOWLEDGE",
-           "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED"]
+__all__ = ["ConnectionFactory", "Connection", "Session", "MessageProducer",
+           "MessageConsumer", "QueueBrowser", "Requestor", "QueueManager", "PendingReceipt",
+           "PendingRange", "RangeResult", "connect", "reply", "start_range", "start_send_arrow", "AckMode",
+           "ConnectionStatus", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED"]
 
 MessageListener = Callable[[Message], None]
 ExceptionListener = Callable[[PymqError], None]
 
 
-class _Waiter:
-    """One receipt waited for by a thread."""
-
-    __slots__ = ("event", "error", "headers")
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-        self.error: PymqError | None = None
-        self.headers: Headers = {}
-
-    def resolve(self, headers: Headers) -> None:
-        self.headers = headers
-        self.event.set()
-
-    def fail(self, error: PymqError) -> None:
-        self.error = error
-        self.event.set()
-
-
 # -- factory and connect ---------------------------------------------------------------------------------
 
 class ConnectionFactory(ConnectionSettings):
-    """Connection settings; ``create_connection()`` returns a stopped Connection (JMS semantics).
+    """Connection settings; ``create_connection()`` returns a stopped connection (JMS semantics).
 
     ``url`` follows :mod:`pymq.client.url` (``stomp://user:pass@host:port``, ``stomps://...?ca_file=``,
     ``vm://name``); explicit ``username``/``password``/``tls`` win over what the URL says."""
 
-    def create_connection(self, username: str | None = None, password: str | None = None) -> Connection:
-        """A new, stopped Connection (call ``start()`` to receive); ``username``/``password`` override the factory's."""
+    def create_connection(self, username: str | None = None,
+                          password: str | None = None) -> Connection:
+        """A new, stopped connection (``start()`` it to receive); the arguments override the factory's."""
         transport = transport_for(self.address, heartbeat=self.heartbeat, ssl_context=self._ssl_context(),
                                   server_hostname=self._server_hostname())
-        user, secret = self._credentials(username, password)
-        return Connection(transport, self, user, secret)
+        conn = Connection(self, transport)
+        conn._open(*self._credentials(username, password))
+        return conn
+
 
 
 def connect(url: str = "vm://default", *, username: str | None = None, password: str | None = None,
             client_id: str | None = None, timeout: float = 10.0, heartbeat: tuple[int, int] = (10_000, 10_000),
             prefetch: int = 1000, sync_send: bool = True, host: str | None = None,
             tls: TlsOptions | ssl.SSLContext | None = None, start: bool = True) -> Connection:
-    """Open a connection (started, unless ``start=False``): ``pymq.connect("stomp://127.0.0.1:61613")``.
+    """Open a connection (started, unless ``start=False``): ``pymq.connect("stomp://127.0.0.1:61613")``;
+    in ``pymq.aio``, ``await pymq.aio.connect(url)`` or ``async with pymq.aio.connect(url) as conn``.
 
     Credentials come from ``username``/``password``, else from the URL (``stomp://user:pass@host``),
     else none (the broker's guest).  TLS: a ``stomps://`` URL with its options, which ``tls=``
     (:class:`~pymq.TlsOptions` or an ``ssl.SSLContext``) overrides."""
-    factory = ConnectionFactory(url, username=username, password=password, client_id=client_id, timeout=timeout,
-                                heartbeat=heartbeat, prefetch=prefetch, sync_send=sync_send, host=host, tls=tls)
+    factory = ConnectionFactory(url, username=username, password=password, client_id=client_id,
+                                timeout=timeout, heartbeat=heartbeat, prefetch=prefetch, sync_send=sync_send,
+                                host=host, tls=tls)
     conn = factory.create_connection()
     if start:
         conn.start()
@@ -109,27 +109,30 @@ def connect(url: str = "vm://default", *, username: str | None = None, password:
 # -- connection --------------------------------------------------------------------------------------------
 
 class Connection(ConnectionCore):
-    """A connection to a broker; thread-safe.  ``status`` is a :class:`ConnectionStatus`."""
+    """A connection to a broker; ``status`` is a :class:`ConnectionStatus`.  Thread-safe in the blocking
+    SDK; in ``pymq.aio`` shared by any number of tasks of its event loop."""
 
     factory: ConnectionFactory
     _sessions: list[Session]  # type: ignore[assignment]
 
-    def __init__(self, transport: Transport, factory: ConnectionFactory, username: str | None,
-                 password: str | None) -> None:
+    def __init__(self, factory: ConnectionFactory, transport: Transport) -> None:
         super().__init__(factory)
-        self._transport = transport
-        self._lock = threading.Lock()
-        self._started = threading.Event()
         self.exception_listener: ExceptionListener | None = None
+        self._transport = transport
+        self._loop = current_loop()          # the loop it belongs to (made inside it by create_connection)
+        self._started = Flag()               # also set when the connection ends, to wake every waiter
         self._queue_manager: QueueManager | None = None
         transport.on_frame = self._frame_received
         transport.on_lost = self._on_lost
+
+    def _open(self, username: str | None, password: str | None) -> None:
         try:
-            connected = transport.connect(self._connect_headers(username, password), factory.timeout)
+            connected = self._transport.connect(self._connect_headers(username, password),
+                                                self.factory.timeout)
         except BaseException:
             self.status = ConnectionStatus.CLOSED
             raise
-        self._opened(connected, transport.version, username)
+        self._opened(connected, self._transport.version, username)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -138,30 +141,28 @@ class Connection(ConnectionCore):
         self._started.set()
 
     def stop(self) -> None:
-        """Pause delivery; ``receive`` calls wait and listeners are not called until ``start``."""
+        """Pause delivery; ``receive`` waits and listeners are not called until ``start``."""
         self._check_usable()
         self._started.clear()
 
     def close(self) -> None:
-        """Close every session, say DISCONNECT (waiting for its receipt) and close the transport."""
-        if self.status is ConnectionStatus.CLOSED:
-            self._transport.close()          # a lost connection still ends its threads
-            return
+        """Close every session, say DISCONNECT (waiting for its receipt), close the transport and end
+        what the connection runs (listener dispatchers).  Closing twice is harmless."""
         if self.status is ConnectionStatus.CLOSING:
+            return
+        if self.status is ConnectionStatus.CLOSED:
+            self._transport.close()     # a lost connection still releases its socket and reader
             return
         self.status = ConnectionStatus.CLOSING
         for session in list(self._sessions):
-            try:
-                session._close_local()
-            except PymqError:
-                pass
-        if self._error is None and not self.closed:
+            session._close_local(unsubscribe=False)   # DISCONNECT ends the subscriptions
+        if self._error is None and not self._transport.closed:
             # the DISCONNECT receipt confirms the broker processed every frame sent before it (a
             # producer held back by flow control may need a while): wait the full timeout, and say so
             # when it never comes, since unconfirmed non-persistent sends may then be lost
             try:
                 self._request(Frame("DISCONNECT", {}), timeout=self.factory.timeout)
-            except TimeoutError:
+            except PymqTimeout:
                 log.warning("the broker did not confirm DISCONNECT within %ss; messages sent without a "
                             "receipt may not have reached it", self.factory.timeout)
             except PymqError:
@@ -176,16 +177,23 @@ class Connection(ConnectionCore):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def queue_manager(self) -> QueueManager:
-        """Create, drop, purge and inspect queues; grant and revoke permissions (thread-safe)."""
-        self._check_open()
-        with self._lock:
-            if self._queue_manager is None:
-                from pymq.client.admin import QueueManager
-                self._queue_manager = QueueManager(self)
-            return self._queue_manager
+    @property
+    def closed(self) -> bool:
+        """True once the connection is closed (deliberately or because it was lost)."""
+        return self.status is ConnectionStatus.CLOSED or self._transport.closed
 
-    # -- sessions ---------------------------------------------------------------------------------
+    def _check_usable(self) -> None:
+        super()._check_usable()
+        check_loop(self._loop)
+
+    def queue_manager(self) -> QueueManager:
+        """Create, drop, purge and inspect queues; grant and revoke permissions."""
+        self._check_open()
+        if self._queue_manager is None:
+            self._queue_manager = QueueManager(self)
+        return self._queue_manager
+
+    # -- sessions ----------------------------------------------------------------------------------
     def create_session(self, transacted: bool = False, ack_mode: int = AUTO_ACKNOWLEDGE) -> Session:
         """A session: ``transacted=True``, or one of the acknowledge modes (``pymq.CLIENT_ACKNOWLEDGE``...)."""
         self._check_usable()
@@ -198,98 +206,55 @@ class Connection(ConnectionCore):
         self._check_open()
         self._transport.send(frame)
 
+    def _send_flowing(self, frame: Frame) -> None:
+        """Send a SEND, first waiting while the broker holds back this connection's producers."""
+        if self._transport.paused:
+            self._transport.writable(max(30.0, self.factory.timeout))
+        self._send(frame)
+
     def _request(self, frame: Frame, timeout: float | None = None) -> Headers:
-        """Send ``frame`` with a receipt and wait for it; an ERROR for it raises here."""
-        return PendingReceipt(self, frame).result(timeout)
+        """Send ``frame`` with a receipt and wait for it; an ERROR answering it raises here."""
+        waiter = Receipt()
+        rid, framed = self._expect(frame, waiter)
+        try:
+            if frame.command == "SEND" and self._transport.paused:
+                self._transport.writable(max(30.0, self.factory.timeout))
+            self._send(framed)
+            timeout = self.factory.timeout if timeout is None else timeout
+            if not waiter.wait(timeout):
+                raise PymqTimeout(f"no receipt for {frame.command} within {timeout:g}s")
+            return waiter.result()
+        finally:
+            self._forget(rid)
 
     def _on_lost(self, error: PymqError) -> None:
         unexpected = self._lost(error)
         self._started.set()
         listener = self.exception_listener
-        if listener is not None and unexpected:
-            try:
-                listener(error)
-            except Exception:
-                log.exception("exception listener failed")
-
-
-# -- the one-thread rule -----------------------------------------------------------------------------------
-
-class _Guard:
-    """Single-thread-at-a-time check for a Session (JMS: sessions are not thread-safe)."""
-
-    __slots__ = ("session", "_lock", "_owner")
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self._lock = threading.Lock()
-        self._owner: int | None = None
-
-    def enter(self) -> bool:
-        """Own the session for this call; False when this thread owns it already (a listener using
-        its own session), which needs no release."""
-        if self.session._closed:
-            raise IllegalStateError("the session is closed")
-        me = threading.get_ident()
-        if self._owner == me:
-            return False
-        if not self._lock.acquire(blocking=False):
-            raise IllegalStateError("the session is in use by another thread; a Session is "
-                                    "single-threaded (create one session per thread)")
-        self._owner = me
-        return True
-
-    def enter_waiting(self) -> None:
-        """Own the session, waiting for another thread to leave it (the listener dispatcher)."""
-        if self.session._closed:
-            raise IllegalStateError("the session is closed")
-        self._lock.acquire()
-        self._owner = threading.get_ident()
-
-    def leave(self) -> None:
-        self._owner = None
-        self._lock.release()
-
-
-class _OfSession(Protocol):
-    @property
-    def _session(self) -> Session: ...
-
-
-_S = TypeVar("_S", bound=_OfSession)
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def _guarded(method: Callable[Concatenate[_S, _P], _R]) -> Callable[Concatenate[_S, _P], _R]:
-    """Run ``method`` with its session owned by the calling thread (re-entrant for that thread)."""
-
-    @functools.wraps(method)
-    def wrapper(self: _S, /, *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        guard = self._session._guard
-        if not guard.enter():
-            return method(self, *args, **kwargs)
+        if listener is None or not unexpected:
+            return
         try:
-            return method(self, *args, **kwargs)
-        finally:
-            guard.leave()
-    return wrapper
+            listener(error)
+        except Exception:
+            log.exception("exception listener failed")
 
 
 # -- session ---------------------------------------------------------------------------------------------
 
 class Session(SessionCore):
-    """A single-threaded context for producing and consuming (not thread-safe, see module doc)."""
+    """A single-task (single-thread) context for producing and consuming (see the module docstring)."""
 
     connection: Connection
     _consumers: list[MessageConsumer]  # type: ignore[assignment]
 
     def __init__(self, connection: Connection, ack_mode: int) -> None:
         super().__init__(connection, ack_mode)
-        self._guard = _Guard(self)
+        self._guard = Guard(lambda: self._closed)
         self._producers: list[MessageProducer] = []
-        self._dispatch_queue: _queue.SimpleQueue[MessageConsumer | None] | None = None
-        self._dispatcher: threading.Thread | None = None
+        #: one entry per message that arrived for a listener (None: look at the session's state)
+        self._listener_queue: ListenerQueue[MessageConsumer] = ListenerQueue()
+        self._dispatcher: Worker | None = None
+        self._in_listener = False
         if self.transacted:
             self._begin()
 
@@ -297,7 +262,7 @@ class Session(SessionCore):
     def _session(self) -> Session:
         return self
 
-    # -- factories -----------------------------------------------------------------------------------
+    # -- factories -------------------------------------------------------------------------------------
     def create_producer(self, destination: Destination | str | None = None) -> MessageProducer:
         """A producer for ``destination`` (or for any, named at each ``send``)."""
         self._check()
@@ -305,7 +270,7 @@ class Session(SessionCore):
         self._producers.append(producer)
         return producer
 
-    @_guarded
+    @guarded
     def create_consumer(self, destination: Destination | str, selector: str | None = None, *,
                         no_local: bool = False, prefetch: int | None = None,
                         exclusive: bool = False) -> MessageConsumer:
@@ -315,44 +280,49 @@ class Session(SessionCore):
         return self._subscribe(as_destination(destination), selector, no_local=no_local, prefetch=prefetch,
                                extra=EXCLUSIVE_HEADERS if exclusive else None)
 
-    @_guarded
+    @guarded
     def create_durable_consumer(self, topic: Topic | str, name: str, selector: str | None = None, *,
-                                no_local: bool = False, prefetch: int | None = None) -> MessageConsumer:
+                                no_local: bool = False,
+                                prefetch: int | None = None) -> MessageConsumer:
         """A durable subscription ``name`` (scoped by the connection's client id, else its user)."""
         return self._subscribe(durable_topic(topic), selector, no_local=no_local, prefetch=prefetch,
                                extra=durable_headers(name))
 
     create_durable_subscriber = create_durable_consumer
 
-    @_guarded
+    @guarded
     def create_shared_consumer(self, topic: Topic | str, name: str, selector: str | None = None, *,
                                prefetch: int | None = None) -> MessageConsumer:
         """JMS 2.0 shared non-durable subscription: consumers with the same name share the messages."""
-        return self._subscribe(as_destination(topic), selector, prefetch=prefetch, extra=shared_headers(name))
+        return self._subscribe(as_destination(topic), selector, prefetch=prefetch,
+                               extra=shared_headers(name))
 
-    @_guarded
-    def create_shared_durable_consumer(self, topic: Topic | str, name: str, selector: str | None = None,
-                                       *, prefetch: int | None = None) -> MessageConsumer:
+    @guarded
+    def create_shared_durable_consumer(self, topic: Topic | str, name: str,
+                                       selector: str | None = None, *,
+                                       prefetch: int | None = None) -> MessageConsumer:
         """JMS 2.0 shared durable subscription ``name`` (scoped globally)."""
         return self._subscribe(as_destination(topic), selector, prefetch=prefetch,
                                extra=shared_durable_headers(name))
 
-    @_guarded
+    @guarded
     def unsubscribe(self, name: str, *, shared: bool = False) -> None:
         """Delete durable subscription ``name`` (it must have no active consumer)."""
         self.connection._request(unsubscribe_frame(name, shared))
 
-    @_guarded
     def create_browser(self, queue: Queue | str, selector: str | None = None) -> QueueBrowser:
         """A browser of ``queue``'s waiting messages (nothing is removed)."""
+        self._check()
+        self._guard.check()
         return QueueBrowser(self, browse_queue(queue), selector)
 
-    @_guarded
+    @guarded
     def read_range(self, destination: Destination | str, *, from_seq: int | None = None,
                    to_seq: int | None = None, max_messages: int | None = None,
                    max_bytes: int | None = None, from_timestamp: int | None = None,
-                   selector: str | None = None, subscription: str | None = None, source: str | None = None,
-                   timeout: float | None = None, frames: bool = False, arrow: bool = False) -> RangeResult:
+                   selector: str | None = None, subscription: str | None = None,
+                   source: str | None = None, timeout: float | None = None,
+                   frames: bool = False, arrow: bool = False) -> RangeResult:
         """Messages with ``from_seq <= sequence < to_seq`` without removing them (spec/stomp.md §9):
         from a destination's retained log, a queue, or (``subscription``) a durable subscription.
 
@@ -364,15 +334,7 @@ class Session(SessionCore):
         extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
                               from_timestamp=from_timestamp, selector=selector, subscription=subscription,
                               source=source, arrow=arrow)
-        return _browse(self, as_destination(destination), extra, timeout, frames)
-
-    @_guarded
-    def send_arrow(self, destination: Destination | str, data: bytes, *,
-                   timeout: float | None = None) -> Headers:
-        """A bulk SEND (spec/spark.md §7): ``data`` is an Arrow IPC stream of rows, which the broker
-        appends as a unit; returns the receipt's headers (``pymq-first-seq``, ``pymq-count``,
-        ``pymq-duplicates``) once the rows are durable.  Not inside a transaction."""
-        return start_send_arrow(self, destination, data).result(timeout)
+        return PendingRange(self, as_destination(destination), extra, frames).result(timeout)
 
     def bounds(self, destination: Destination | str, *, subscription: str | None = None,
                source: str | None = None) -> tuple[int, int]:
@@ -380,36 +342,44 @@ class Session(SessionCore):
         result = self.read_range(destination, max_messages=0, subscription=subscription, source=source)
         return result.earliest, result.latest
 
-    @_guarded
-    def ack_upto(self, destination: Destination | str, seq: int, *, subscription: str | None = None) -> None:
+    @guarded
+    def ack_upto(self, destination: Destination | str, seq: int, *,
+                 subscription: str | None = None) -> None:
         """Acknowledge every waiting message below sequence number ``seq`` (a reader that owns the
         queue or durable subscription, acknowledging a committed batch)."""
         self.connection._request(ack_upto_frame(destination, seq, subscription))
 
+    @guarded
+    def send_arrow(self, destination: Destination | str, data: bytes, *,
+                   timeout: float | None = None) -> Headers:
+        """A bulk SEND (spec/spark.md §7): ``data`` is an Arrow IPC stream of rows, which the broker
+        appends as a unit; returns the receipt's headers (``pymq-first-seq``, ``pymq-count``,
+        ``pymq-duplicates``) once the rows are durable.  Not inside a transaction."""
+        return start_send_arrow(self, destination, data).result(timeout)
+
     def create_queue(self, name: str, **config: object) -> Queue:
-        """A Queue; with settings (QueueConfig fields, see QueueManager.create) it is also created on
+        """A Queue; with settings (QueueConfig fields, see ``QueueManager.create``) it is also created on
         the broker, owned by this user: the same settings again are a no-op, different ones raise
-        DestinationExists."""
+        DestinationExists.  (A coroutine in ``pymq.aio``, since with settings it waits for the broker.)"""
         self._check()
         if config:
-            from pymq.client.admin import create_call
             return self.connection.queue_manager()._run(create_call(name, None, dict(config)))
         return Queue(name)
 
-    # -- transactions and acknowledgement ------------------------------------------------------------
-    @_guarded
+    # -- transactions and acknowledgement ----------------------------------------------------------------
+    @guarded
     def commit(self) -> None:
         """Make this transaction's sends visible and its receives acknowledged, atomically."""
         self.connection._request(self._commit_frame())
         self._begin()
 
-    @_guarded
+    @guarded
     def rollback(self) -> None:
         """Discard this transaction's sends; the messages it received come back first, in their
         original order, marked redelivered."""
         self._recover(rollback=True)
 
-    @_guarded
+    @guarded
     def recover(self) -> None:
         """Redeliver every message consumed but not yet acknowledged, first and in their original
         order (non-transacted sessions)."""
@@ -423,9 +393,9 @@ class Session(SessionCore):
         try:
             for frame in frames[:-1]:
                 conn._send(frame)
-            conn._request(frames[-1])       # the receipt: every NACK is applied
+            conn._request(frames[-1])    # the receipt: every NACK is applied
             settle = self._recovery_settle_frames()
-            if settle:                      # ... and what they released is dispatched before this one
+            if settle:                         # ... and what they released is dispatched before this one
                 for frame in settle[:-1]:
                     conn._send(frame)
                 conn._request(settle[-1])
@@ -438,7 +408,8 @@ class Session(SessionCore):
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Roll back an open transaction, close the consumers and end the listener dispatcher."""
+        """Roll back an open transaction, close the consumers (unsubscribing) and end the listener
+        dispatcher (a listener that is running may finish its message, within the connection's timeout)."""
         if self._closed:
             return
         if self.transacted and self._tx is not None and not self.connection.closed:
@@ -447,18 +418,19 @@ class Session(SessionCore):
                 self.connection._send(Frame("ABORT", {"transaction": self._tx}))
             except PymqError:
                 pass
-        self._close_local()
+        self._close_local(unsubscribe=True)
 
-    def _close_local(self) -> None:
+    def _close_local(self, unsubscribe: bool) -> None:
         if self._closed:
             return
         for consumer in list(self._consumers):
-            try:
-                consumer.close()
-            except PymqError:
-                consumer._closed = True
+            consumer._close(unsubscribe)
         self._closed = True
         self._wake()
+        dispatcher = self._dispatcher
+        if dispatcher is not None:
+            # a running listener may finish its message; an idle dispatcher (or one waiting for start) just ends
+            dispatcher.stop(self.connection.factory.timeout if self._in_listener else 0)
         if self in self.connection._sessions:
             self.connection._sessions.remove(self)
 
@@ -469,10 +441,11 @@ class Session(SessionCore):
         self.close()
 
     def _wake(self) -> None:
-        if self._dispatch_queue is not None:
-            self._dispatch_queue.put(None)
+        self._listener_queue.put(None)
+        for consumer in self._consumers:
+            consumer._wake()
 
-    # -- consumers ---------------------------------------------------------------------------------
+    # -- consumers -------------------------------------------------------------------------------------
     def _subscribe(self, destination: Destination, selector: str | None, *, no_local: bool = False,
                    prefetch: int | None = None, extra: Headers | None = None) -> MessageConsumer:
         self._check()
@@ -481,59 +454,57 @@ class Session(SessionCore):
                                    prefetch if prefetch is not None else conn.factory.prefetch)
         try:
             conn._request(self._subscribe_frame(consumer, no_local=no_local, extra=extra))
-        except PymqError:
+        except BaseException:
             conn._unregister(consumer._sub_id)
             raise
         self._consumers.append(consumer)
         return consumer
 
-    def _start_dispatcher(self) -> _queue.SimpleQueue[MessageConsumer | None]:
-        if self._dispatch_queue is None:
-            self._dispatch_queue = _queue.SimpleQueue()
-            self._dispatcher = threading.Thread(target=self._dispatch_loop, name="pymq-session-dispatch",
-                                                daemon=True)
-            self._dispatcher.start()
-        return self._dispatch_queue
+    # -- listeners ---------------------------------------------------------------------------------------
+    def _start_dispatcher(self) -> None:
+        if self._dispatcher is None:
+            self._dispatcher = spawn(self._dispatch_loop, "pymq-session-dispatch")
 
     def _dispatch_loop(self) -> None:
-        q = self._dispatch_queue
-        assert q is not None
+        queue = self._listener_queue
         conn = self.connection
         guard = self._guard
         while True:
-            consumer = q.get()                # one entry per message that arrived for a listener
+            consumer = queue.get()      # one entry per message that arrived for a listener
+            if self._closed or conn.closed:
+                return
             if consumer is None:
-                if self._closed or conn.closed:
-                    return
                 continue
-            while not conn._started.wait(0.5):
+            while not conn._started.is_set():
+                conn._started.wait(0.5)
                 if self._closed or conn.closed:
                     return
             if consumer._closed or consumer._listener is None:
+                consumer._wake()              # the listener was removed: receive() takes it
                 continue
-            # a listener runs when the session is free: wait for a thread inside it to finish
+            # a listener runs when the session is free: wait for the task (thread) inside it to leave
             # (JMS: the session serialises its listeners with the application's own use of it)
-            try:
-                guard.enter_waiting()
-            except IllegalStateError:
+            if not guard.enter_waiting():
                 return                        # the session closed while the message waited
             try:
                 listener = consumer._listener
                 if consumer._closed or listener is None or not consumer._buffer or conn.closed:
                     continue
+                self._in_listener = True
                 consumer._dispatch(consumer._buffer.popleft(), listener)
             finally:
+                self._in_listener = False
                 guard.leave()
 
 
 # -- producer ---------------------------------------------------------------------------------------------
 
 class MessageProducer(ProducerCore):
-    """Sends messages; created by a Session and used from its thread."""
+    """Sends messages; created by a session and used from its task (thread)."""
 
     _session: Session
 
-    @_guarded
+    @guarded
     def send(self, message: MessageBody, destination: Destination | str | None = None, *,
              delivery_mode: int | None = None, priority: int | None = None,
              time_to_live: int | None = None, delivery_delay: int | None = None,
@@ -542,21 +513,21 @@ class MessageProducer(ProducerCore):
 
         Persistent messages outside a transaction wait for the broker's receipt, which comes once
         the message is durable (disable with ``ConnectionFactory(sync_send=False)``).
-        ``transaction``: the application's SQLAlchemy ``Connection`` or ``Session``; the message is
-        written in that database transaction and seen only if it commits (spec/storage.md, "SQL device").
+        ``transaction``: the application's SQLAlchemy ``Connection`` or ``Session`` (in ``pymq.aio`` also
+        their ``Connection``/``Session``); the message is written in that database transaction
+        and seen only if it commits (spec/storage.md, "SQL device").
         """
         if transaction is not None:
             self._check()
-            from pymq.client.apptx import send_in_transaction
-            return send_in_transaction(self, message, destination, transaction, delivery_mode=delivery_mode,
-                                       priority=priority, time_to_live=time_to_live)
+            return _send_in_transaction(self, message, destination, transaction, delivery_mode=delivery_mode,
+                                        priority=priority, time_to_live=time_to_live)
         msg, frame, confirm = self._prepare(message, destination, delivery_mode=delivery_mode, priority=priority,
                                             time_to_live=time_to_live, delivery_delay=delivery_delay)
         conn = self._session.connection
         if confirm:
-            msg.message_id = conn._request(frame).get("message-id")
+            msg.message_id = (conn._request(frame)).get("message-id")
         else:
-            conn._send(frame)
+            conn._send_flowing(frame)
         return msg
 
     def close(self) -> None:
@@ -570,64 +541,70 @@ class MessageProducer(ProducerCore):
         self.close()
 
 
+def _send_in_transaction(producer: MessageProducer, message: MessageBody,
+                         destination: Destination | str | None, transaction: object, *,
+                         delivery_mode: int | None, priority: int | None,
+                         time_to_live: int | None) -> Message:
+    from pymq.client.apptx import insert_pending, pending_row
+    msg, target, data = pending_row(producer, message, destination, delivery_mode=delivery_mode,
+                                    priority=priority, time_to_live=time_to_live)
+    insert_pending(transaction, target, data, persistent=msg.persistent)
+    return msg
+
+
 # -- consumer ---------------------------------------------------------------------------------------------
 
 class MessageConsumer(ConsumerCore):
-    """Receives from one destination; created by a Session and used from its thread."""
+    """Receives from one destination; created by a session and used from its task (thread)."""
 
     _session: Session
     _listener: MessageListener | None
 
-    def __init__(self, session: Session, destination: Destination, selector: str | None, prefetch: int) -> None:
+    def __init__(self, session: Session, destination: Destination, selector: str | None,
+                 prefetch: int) -> None:
         super().__init__(session, destination, selector, prefetch)
-        # a waiting receive sleeps on this queue; a wake-up is one token (a C-level queue: a
-        # threading.Event costs several Python calls per arrival, measurable on the receive path)
-        self._wakeup: _queue.SimpleQueue[None] = _queue.SimpleQueue()
+        self._wakeup = Wakeup()
 
-    # the transport's thread: never blocks
+    # the transport's callback (thread): never waits
     def _notify(self) -> None:
         if self._listener is not None:
-            queue = self._session._dispatch_queue
-            if queue is not None:
-                queue.put(self)
-                return
+            self._session._listener_queue.put(self)
+            return
         if self._waiting:
-            self._waiting = False            # one token per wait; a stale one only costs a re-check
-            self._wakeup.put(None)
+            self._waiting = False            # one wake-up per wait; a stale one only costs a re-check
+            self._wakeup.set()
 
     def _wake(self) -> None:
-        self._wakeup.put(None)
+        self._wakeup.set()
 
-    @_guarded
+    @guarded
     def receive(self, timeout: float | None = None) -> Message | None:
         """The next message, waiting up to ``timeout`` seconds (None: forever); None on timeout."""
         if self._closed or self._listener is not None:
             self._check_receive()
         conn = self._session.connection
         buffer = self._buffer
+        started = conn._started
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if not conn._started.is_set():
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return None
-                conn._started.wait(remaining)
-                continue
-            if buffer:
+            if buffer and started.is_set():
                 return self._take(buffer.popleft())
             if self._closed:
                 raise IllegalStateError("the consumer is closed")
             conn._check_open()
-            self._before_wait()
             remaining = None if deadline is None else deadline - time.monotonic()
+            if not started.is_set():
+                if remaining is not None and remaining <= 0:
+                    return None
+                started.wait(remaining)
+                continue
+            self._before_wait()
             if remaining is not None and remaining <= 0:
                 return None
             self._waiting = True              # read by _notify after it appends: no lost wake-up
             try:
                 if not buffer and not self._closed:
-                    self._wakeup.get(timeout=remaining)
-            except _queue.Empty:
-                pass
+                    self._wakeup.wait(remaining)
             finally:
                 self._waiting = False
 
@@ -636,14 +613,20 @@ class MessageConsumer(ConsumerCore):
         return self.receive(timeout=0)
 
     def __iter__(self) -> Iterator[Message]:
-        """Messages until the consumer or connection closes."""
+        """Messages until the consumer or its connection closes (``async for`` in ``pymq.aio``)."""
+        return self
+
+    def __next__(self) -> Message:
+        """The next message; the iteration ends when the consumer, its session or connection closes."""
         while True:
             try:
                 message = self.receive()
             except (IllegalStateError, ConnectionClosed):
-                return
+                if self._closed or self._session._closed or self._session.connection.closed:
+                    raise StopIteration from None
+                raise
             if message is not None:
-                yield message
+                return message
 
     @property
     def message_listener(self) -> MessageListener | None:
@@ -655,23 +638,28 @@ class MessageConsumer(ConsumerCore):
         self.set_message_listener(listener)
 
     def set_message_listener(self, listener: MessageListener | None) -> None:
-        """Deliver messages to ``listener`` on the session's dispatcher thread (one at a time)."""
+        """Deliver messages to ``listener`` in the session's dispatcher task (thread), one at a time (in
+        ``pymq.aio`` it may be a coroutine function); ``None`` returns the consumer to ``receive``."""
         if self._closed:
             raise IllegalStateError("the consumer is closed")
-        queue = self._session._start_dispatcher()
+        session = self._session
         self._listener = listener
         if listener is not None:
+            session._start_dispatcher()
             for _ in range(len(self._buffer)):   # messages that arrived before go to it, in order
-                queue.put(self)
+                session._listener_queue.put(self)
 
     def _dispatch(self, frame: Frame, listener: MessageListener) -> None:
-        """Run ``listener`` for ``frame`` (the dispatcher thread, owning the session)."""
+        """Run ``listener`` for ``frame`` (the dispatcher, owning the session)."""
         message, delivery = self._for_listener(frame)
         try:
-            listener(message)
+            call_listener(listener, message)
         except Exception:
             log.exception("message listener of %s raised; the message will be redelivered", self.destination)
-            self._listener_done(delivery, failed=True)
+            try:
+                self._listener_done(delivery, failed=True)
+            except PymqError as exc:
+                log.warning("returning the message after the listener failed: %s", exc)
             return
         try:
             self._listener_done(delivery, failed=False)
@@ -680,11 +668,14 @@ class MessageConsumer(ConsumerCore):
 
     def close(self) -> None:
         """End the subscription (UNSUBSCRIBE, waiting for its receipt); unacknowledged messages return."""
+        self._close(unsubscribe=True)
+
+    def _close(self, unsubscribe: bool) -> None:
         if self._closed:
             return
         conn = self._session.connection
         self._closing()
-        if not conn.closed:
+        if unsubscribe and not conn.closed:
             try:
                 conn._request(Frame("UNSUBSCRIBE", {"id": self._sub_id}))
             except PymqError:
@@ -698,7 +689,43 @@ class MessageConsumer(ConsumerCore):
         self.close()
 
 
-# -- browsing -----------------------------------------------------------------------------------------------
+# -- browsing and range reads --------------------------------------------------------------------------------
+
+class _Browse(BrowseCore):
+    def __init__(self, connection: Connection, destination: Destination,
+                 extra: dict[str, object], *, raw: bool = False) -> None:
+        super().__init__(connection, destination, extra, raw=raw)
+        self.arrived = Flag()
+
+    def _notify(self) -> None:
+        self.arrived.set()
+
+
+def _browse(session: Session, browse: _Browse, timeout: float | None) -> Iterator[Message]:
+    """Subscribe with ``browser:true`` and yield each message as it arrives, until the broker's end
+    marker (then ``browse.end`` holds its headers)."""
+    conn = session.connection
+    try:
+        conn._request(browse.subscribe)
+        limit = conn.factory.timeout if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        while True:
+            message = browse._next()
+            if message is not None:
+                yield message
+                continue
+            if browse.end is not None:
+                return
+            conn._check_open()
+            remaining = deadline - time.monotonic()
+            browse.arrived.clear()
+            if browse.frames or browse.end is not None:
+                continue
+            if remaining <= 0 or not browse.arrived.wait(remaining):
+                raise PymqTimeout(f"the browse of {browse.destination} did not finish within {limit:g}s")
+    finally:
+        browse._close()
+
 
 class QueueBrowser:
     """Looks at a queue's messages in delivery order without removing them."""
@@ -709,14 +736,22 @@ class QueueBrowser:
         self.selector = selector
         self._closed = False
 
+    def _browse(self, timeout: float | None) -> Iterator[Message]:
+        """Each waiting message once, as it arrives; each browse is a new snapshot.  The broker ends
+        the browse subscription itself after its ``browser:end`` marker."""
+        if self._closed:
+            raise IllegalStateError("the browser is closed")
+        self._session._guard.check()
+        browse = _Browse(self._session.connection, self.queue, {"selector": self.selector or None})
+        return _browse(self._session, browse, timeout)
+
     def __iter__(self) -> Iterator[Message]:
-        return iter(self.messages())
+        """The waiting messages, each once, as the broker sends them (a new snapshot each time)."""
+        return self._browse(None)
 
     def messages(self, timeout: float | None = None) -> list[Message]:
         """A snapshot of the messages waiting now (each call takes a new one)."""
-        if self._closed:
-            raise IllegalStateError("the browser is closed")
-        return _browse(self._session, self.queue, {"selector": self.selector or None}, timeout).messages
+        return [m for m in self._browse(timeout)]
 
     get_enumeration = messages
 
@@ -731,16 +766,6 @@ class QueueBrowser:
         self.close()
 
 
-class _Browse(BrowseCore):
-    def __init__(self, connection: Connection, destination: Destination, extra: dict[str, object], *,
-                 raw: bool = False) -> None:
-        super().__init__(connection, destination, extra, raw=raw)
-        self.event = threading.Event()
-
-    def _notify(self) -> None:
-        self.event.set()
-
-
 class PendingReceipt:
     """A frame sent with a receipt, waited for later: :meth:`result` returns the RECEIPT's headers, or
     raises the ERROR the broker answered it with (or pymq's TimeoutError).  An abandoned one leaves
@@ -751,7 +776,7 @@ class PendingReceipt:
     def __init__(self, conn: Connection, frame: Frame) -> None:
         self._conn = conn
         self._command = frame.command
-        self._waiter = _Waiter()
+        self._waiter = Receipt()
         self._rid, framed = conn._expect(frame, self._waiter)
         try:
             conn._send(framed)
@@ -760,20 +785,19 @@ class PendingReceipt:
             raise
 
     def result(self, timeout: float | None = None) -> Headers:
+        """The RECEIPT's headers (the broker's ERROR raised; pymq's TimeoutError when none comes)."""
         waiter = self._waiter
         timeout = self._conn.factory.timeout if timeout is None else timeout
-        if not waiter.event.wait(timeout):
+        if not waiter.wait(timeout):
             self._conn._forget(self._rid)
-            raise TimeoutError(f"no receipt for {self._command} within {timeout:g}s")
-        if waiter.error is not None:
-            raise waiter.error
-        return waiter.headers
+            raise PymqTimeout(f"no receipt for {self._command} within {timeout:g}s")
+        return waiter.result()
 
 
 def start_send_arrow(session: Session, destination: Destination | str, data: bytes) -> PendingReceipt:
     """:meth:`Session.send_arrow` in two halves, for writers that build the next bulk SEND while the
     broker appends (and makes durable) the one before (the Spark connector's sink): the frame is sent
-    now, ``.result()`` waits for its receipt.  Call it from the thread that uses the session."""
+    now, ``.result()`` waits for its receipt.  Call it from the task (thread) that uses the session."""
     session._check()
     if session.transacted:
         raise IllegalStateError("a bulk SEND is its own unit: send it from a session that is not transacted")
@@ -814,10 +838,10 @@ class PendingRange:
                 conn._check_open()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"the browse of {self._destination} did not finish within {limit:g}s")
-                browse.event.clear()
+                    raise PymqTimeout(f"the browse of {self._destination} did not finish within {limit:g}s")
+                browse.arrived.clear()
                 if not browse.frames and browse.end is None:
-                    browse.event.wait(remaining)
+                    browse.arrived.wait(remaining)
         finally:
             browse._close()
 
@@ -829,8 +853,8 @@ def start_range(session: Session, destination: Destination | str, *, from_seq: i
                 columns: Sequence[str] | None = None) -> PendingRange:
     """:meth:`Session.read_range` in two halves, for readers that keep the next range in flight while
     they process the current one (the Spark connector's tasks): the request is sent now, the answer is
-    taken with ``.result()``.  Answers come in the order asked.  Call it from the thread that uses the
-    session, as every session call.  ``columns``: with ``arrow``, the message batch columns the answer
+    taken with ``.result()``.  Answers come in the order asked.  Call it from the task (thread) that uses
+    the session, as every session call.  ``columns``: with ``arrow``, the message batch columns the answer
     should carry (spec/spark.md §6; a broker that predates it sends them all)."""
     session._check()
     extra = range_headers(from_seq=from_seq, to_seq=to_seq, max_messages=max_messages, max_bytes=max_bytes,
@@ -839,34 +863,30 @@ def start_range(session: Session, destination: Destination | str, *, from_seq: i
     return PendingRange(session, as_destination(destination), extra, frames)
 
 
-def _browse(session: Session, destination: Destination, extra: dict[str, object],
-            timeout: float | None, frames: bool = False) -> RangeResult:
-    """One browse subscription (spec/stomp.md §9); the broker ends it after ``browser:end``.  With
-    ``frames`` the result holds each message's ``(headers, body)`` instead of a Message."""
-    return PendingRange(session, destination, extra, frames).result(timeout)
-
-
-# -- request/reply ------------------------------------------------------------------------------------------
+# -- request/reply --------------------------------------------------------------------------------------------
 
 class Requestor:
-    """Request/reply over a temporary queue: ``Requestor(session, Queue("svc")).request(msg, timeout)``."""
+    """Request/reply over a temporary queue: ``Requestor(session, Queue("svc")).request("ping", timeout=5)``
+    (awaited in ``pymq.aio``); a context manager that closes its reply consumer and producer."""
 
     def __init__(self, session: Session, destination: Destination | str) -> None:
         self.session = session
         self.destination = as_destination(destination)
         self.reply_queue = session.create_temporary_queue()
-        self._consumer = session.create_consumer(self.reply_queue)
         self._producer = session.create_producer(self.destination)
+        self._consumer: MessageConsumer | None = None
 
     def request(self, message: MessageBody, timeout: float | None = 10.0) -> Message:
         """Send ``message`` and wait for its reply (raises pymq's TimeoutError when none comes)."""
+        if self._consumer is None:     # subscribed before the first request can be answered
+            self._consumer = self.session.create_consumer(self.reply_queue)
         msg = request_message(message, self.reply_queue)
         self._producer.send(msg, delivery_mode=NON_PERSISTENT)
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise TimeoutError(f"no reply from {self.destination} within {timeout}s")
+                raise PymqTimeout(f"no reply from {self.destination} within {timeout}s")
             answer = self._consumer.receive(remaining)
             if answer is not None and answer.correlation_id == msg.correlation_id:
                 return answer
@@ -874,7 +894,8 @@ class Requestor:
 
     def close(self) -> None:
         """Close the reply consumer and the producer."""
-        self._consumer.close()
+        if self._consumer is not None:
+            self._consumer.close()
         self._producer.close()
 
     def __enter__(self) -> Requestor:
@@ -888,3 +909,118 @@ def reply(session: Session, request: Message, response: MessageBody) -> Message:
     """Answer ``request`` on its reply-to destination, copying its correlation id."""
     msg, to = reply_message(request, response)
     return session.create_producer(to).send(msg, delivery_mode=NON_PERSISTENT)
+
+
+# -- queue administration --------------------------------------------------------------------------------------
+
+class _Inbox(AdminInbox):
+    """The admin reply subscription, with a flag per request waited for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flags: dict[str, Flag] = {}
+
+    def _answered(self, corr: str) -> None:
+        flag = self.flags.get(corr)
+        if flag is not None:
+            flag.set()
+
+    def _wake(self) -> None:
+        for flag in list(self.flags.values()):
+            flag.set()
+
+
+class QueueManager:
+    """Queue administration over a connection (seed 001): thread-safe like the blocking connection."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self._inbox: _Inbox | None = None
+        self._subscribing = Lock()
+
+    def _ensure(self) -> _Inbox:
+        with self._subscribing:
+            if self._inbox is None:
+                inbox = _Inbox()
+                sub_id = self.connection._register(inbox)
+                self.connection._request(inbox.subscribe(sub_id))
+                self._inbox = inbox
+            return self._inbox
+
+    def call(self, op: str, timeout: float | None = None, **args: object) -> Any:
+        """Run admin operation ``op`` (spec/admin.md) with ``args``; its JSON result, or the broker's
+        error raised here.  The methods below are the typed way to the common operations."""
+        return self._run(AdminCall(op, dict(args), lambda value: value), timeout)
+
+    def _run(self, call: AdminCall[_T], timeout: float | None = None) -> _T:
+        """Run ``call``; its result, or the broker's error raised here."""
+        inbox = self._ensure()
+        conn = self.connection
+        corr, frame = inbox.request(call)
+        answered = inbox.flags[corr] = Flag()
+        try:
+            conn._send(frame)
+            wait = conn.factory.timeout if timeout is None else timeout
+            if not answered.wait(wait):
+                raise PymqTimeout(f"no answer to admin operation {call.op!r} within {wait:g}s")
+            conn._check_open()
+            answer = inbox.answers.get(corr)
+        finally:
+            inbox.flags.pop(corr, None)
+            inbox.answers.pop(corr, None)
+        if answer is None:
+            raise PymqTimeout(f"no answer to admin operation {call.op!r}")
+        return admin_result(call, answer)
+
+    # -- the operations ------------------------------------------------------------------------
+    def create(self, name: Queue | str, *, grants: dict[str, list[str]] | None = None,
+               **config: object) -> Queue:
+        """Create queue ``name`` owned by this connection's user with ``config`` (QueueConfig fields:
+        max_deliveries, dead_letter, dead_retention_ms, default_expiration_ms, default_priority,
+        delivery_timeout_ms, max_depth, overflow, redelivery_delay_ms, redelivery_multiplier,
+        redelivery_max_delay_ms, schema, routing_key).  The same config again is a no-op; a different one
+        raises DestinationExists.  ``routing_key`` (group | correlation-id | message-id) says which id picks a
+        message's node in a cluster (spec/routing.md §2.3)."""
+        return self._run(create_call(name, grants, config))
+
+    def alter(self, name: Queue | str, **config: object) -> JsonObject:
+        """Change some settings of queue ``name`` (the QueueConfig fields of :meth:`create`); the others
+        keep their values.  Only its owner or an administrator may.  The answer says what changed
+        (``changes``) and describes the queue; which settings reach messages already waiting is
+        spec/admin.md "Altering a queue".  Kept across restarts."""
+        return self._run(alter_call(name, config))
+
+    alter_queue = alter     # the name seed 001's queue manager gives it
+
+    def drop(self, name: Queue | str, *, force: bool = False) -> int:
+        """Delete queue ``name`` and its messages; how many it held.  With consumers attached it is refused
+        (IllegalStateError) unless ``force``, which detaches them."""
+        return self._run(drop_call(name, force))
+
+    def purge(self, name: Queue | str) -> int:
+        """Remove every waiting message; how many there were."""
+        return self._run(purge_call(name))
+
+    def list(self) -> list[JsonObject]:
+        """Every queue, one JSON object each: name, destination, declared, owner and its metrics."""
+        return self._run(list_call())
+
+    def info(self, name: Queue | str) -> JsonObject:
+        """Queue ``name``: its settings (``config``), ``acl``, ``metrics`` and ``rates``, as a JSON object."""
+        return self._run(info_call(name))
+
+    def metrics(self, name: Queue | str) -> JsonObject:
+        """Queue ``name``'s metrics (depth, added, removed, expired, delivered, acknowledged...), as a JSON object."""
+        return self._run(metrics_call(name))
+
+    def destinations(self) -> JsonObject:
+        """The broker's destinations: ``queues``, ``topics`` and retained ``logs``, each a sorted list."""
+        return self._run(destinations_call())
+
+    def grant(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        """Give ``principal`` ``permissions`` (produce, consume, browse) on ``destination``; its new ACL."""
+        return self._run(grant_call("grant", destination, principal, permissions))
+
+    def revoke(self, destination: Destination | str, principal: str, *permissions: str) -> JsonObject:
+        """Take ``permissions`` on ``destination`` away from ``principal``; its new ACL."""
+        return self._run(grant_call("revoke", destination, principal, permissions))

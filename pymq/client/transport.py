@@ -44,6 +44,8 @@ class Transport:
     on_lost: LostHandler
     version: str = "1.2"
     session_id: str = ""
+    #: the asyncio transports' flow-control flag; a blocking send waits inside ``send`` instead
+    paused: bool = False
 
     def connect(self, headers: dict[str, str], timeout: float) -> Frame:
         raise NotImplementedError
@@ -51,7 +53,14 @@ class Transport:
     def send(self, frame: Frame) -> None:
         raise NotImplementedError
 
+    def writable(self, timeout: float) -> None:
+        """Nothing to wait for: ``send`` itself blocks while the broker holds the producer back."""
+
     def close(self) -> None:
+        raise NotImplementedError
+
+    @property
+    def closed(self) -> bool:
         raise NotImplementedError
 
 
@@ -182,6 +191,10 @@ class TcpTransport(Transport):
     @property
     def where(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
 
     def _open_channel(self, timeout: float) -> _Plain:
         try:

@@ -1,31 +1,34 @@
-"""The one seam between the SDKs and the broker package (``pymq_server``).
+"""The SDKs' one seam to the broker package, which the broker registers and the SDK never imports.
 
-Only this module imports the broker package, and only when it is needed: importing ``pymq`` or
-``pymq.aio`` never imports the server (tests/client/test_sdk_surfaces.py checks both).  Two things
-cross it:
+``pymq`` does not import ``pymq_server``: an SDK-only install has no broker, and the layer rule
+(tests/broker/test_layers.py) keeps the dependency one way.  What the SDKs need of the broker is found
+through Python entry points the broker's distribution declares (pyproject.toml), looked up only when
+used:
 
-* the embedded broker of ``vm://`` URLs (``pymq_server.net.vm``).  :class:`VmEndpoint` is the client
-  end both SDKs' vm:// transports share: the client's STOMP state machine (so misuse fails the same way
-  as over TCP) and what to do with each frame the broker hands over.  The transports add only how they
-  cross threads: the blocking one handles frames on the broker's thread (its callbacks never block),
-  the asyncio one hops onto its event loop;
-* the SQL device's pending-row writer, for ``send(..., transaction=db)`` (:mod:`pymq.client.apptx`):
-  the row format and the in-process wake-up of an embedded broker on SQLite are the device's, so the
-  SDK calls its code instead of repeating it.
+* group ``pymq.transports``, name ``vm``: the embedded broker of ``vm://`` URLs, a callable
+  ``(name, options) -> EmbeddedBroker``.  :class:`VmEndpoint` is the client end both SDKs' vm://
+  transports share: the client's STOMP state machine (so misuse fails the same way as over TCP) and what
+  to do with each frame the broker hands over.  The transports add only how they cross threads: the
+  blocking one handles frames on the broker's thread (its callbacks never block), the asyncio one hops
+  onto its event loop;
+* group ``pymq.app_transactions``, name ``sql``: the SQL device's pending-row writer, for
+  ``send(..., transaction=db)`` (:mod:`pymq.client.apptx`): the row format and the in-process wake-up
+  of an embedded broker on SQLite are the device's, so the SDK calls its code instead of repeating it.
+
+The broker's side of a link is described here as protocols (:class:`EmbeddedBroker`, :class:`VmLink`),
+which ``pymq_server.net.vm`` implements.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from importlib.metadata import entry_points
+from typing import Protocol
 from collections.abc import Callable
 
 from pymq.client._core import error_of
 from pymq.errors import ConnectFailed, ConnectionClosed, IllegalStateError, ProtocolError, PymqError
 from pymq.protocol.connection import RECV, SEND, TRANSITIONS, Role, State, StompConnection
 from pymq.protocol.frame import Frame
-
-if TYPE_CHECKING:   # re-exported for the transports' annotations: they import the server through here only
-    from pymq_server.net.vm import EmbeddedBroker as EmbeddedBroker
-    from pymq_server.net.vm import VmLink as VmLink
 
 #: frames a CONNECTED client may send without a state change, and the states in which a client may
 #: receive a MESSAGE without one: read from the state table, not repeated
@@ -35,26 +38,89 @@ SESSION_FRAMES = frozenset(command for (role, state, way, command), after in TRA
 _MESSAGE_STATES = tuple(state for (role, state, way, command), after in TRANSITIONS.items()
                         if role is Role.CLIENT and way == RECV and command == "MESSAGE" and after is state)
 
+TRANSPORTS = "pymq.transports"
+APP_TRANSACTIONS = "pymq.app_transactions"
+
+
+class VmClient(Protocol):
+    """The client end of a link, as the broker calls it (on its loop's thread; never blocks)."""
+
+    def from_broker(self, frame: Frame | None, error: PymqError | None = None) -> None: ...
+
+    def flow_changed(self) -> None: ...
+
+
+class VmLink(Protocol):
+    """The broker's end of one in-process connection, as the client uses it (``pymq_server.net.vm.VmLink``).
+    ``submitted`` is the client's count of SEND bytes handed over, ``taken`` the broker's."""
+
+    paused: bool
+    submitted: int
+    taken: int
+    want_wake: bool
+    window_high: int
+
+    def open(self, headers: dict[str, str]) -> None: ...
+
+    def submit(self, frame: Frame) -> None: ...
+
+    def disconnect(self) -> None: ...
+
+    def abandon(self) -> None: ...
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def held_back(self) -> bool: ...
+
+    @property
+    def caught_up(self) -> bool: ...
+
+
+class EmbeddedBroker(Protocol):
+    """An embedded broker (``vm://name``): one :class:`VmLink` per client connection."""
+
+    def link(self, client: VmClient) -> VmLink: ...
+
+
+@functools.cache
+def registered(group: str, name: str) -> Callable[..., object] | None:
+    """The object a distribution registered as entry point ``name`` of ``group`` (None: nothing is)."""
+    for point in entry_points(group=group, name=name):
+        loaded: Callable[..., object] = point.load()
+        return loaded
+    return None
+
 
 def embedded(name: str, options: dict[str, str]) -> EmbeddedBroker:
     """The embedded broker ``name`` (started on first use: this may take a moment)."""
     try:
-        from pymq_server.net.vm import embedded_broker
-    except ImportError as exc:   # an SDK-only install
+        start = registered(TRANSPORTS, "vm")
+    except ImportError as exc:   # registered, but the broker package cannot be imported
         raise ConnectFailed(f"vm://{name} needs the broker package (pymq_server), which cannot be "
                             f"imported: {exc}") from None
-    return embedded_broker(name, options)
+    if start is None:
+        raise ConnectFailed(f"vm://{name} needs the broker (pymq-broker), and no installed distribution "
+                            f"registers a 'vm' transport (entry point group {TRANSPORTS!r}); an editable "
+                            f"install made before it was declared needs `pip install -e .` again")
+    broker: EmbeddedBroker = start(name, options)  # type: ignore[assignment]
+    return broker
 
 
 def pending_row_writer() -> Callable[..., int]:
-    """``pymq_server.storage.sql.send_in_transaction``: writes a SEND frame as a pending row of the
+    """The SQL device's ``send_in_transaction``: writes a SEND frame as a pending row of the
     application's own database transaction (spec/storage.md, "SQL device")."""
     try:
-        from pymq_server.storage.sql import send_in_transaction
+        writer = registered(APP_TRANSACTIONS, "sql")
     except ImportError as exc:  # SQLAlchemy (or the broker package) is not installed
         raise IllegalStateError(f"sending in a database transaction needs SQLAlchemy and pymq_server: {exc}") \
             from None
-    return send_in_transaction
+    if writer is None:
+        raise IllegalStateError(f"sending in a database transaction needs the broker (pymq-broker), and no "
+                                f"installed distribution registers an 'sql' writer (entry point group "
+                                f"{APP_TRANSACTIONS!r}); an editable install may need `pip install -e .` again")
+    return writer  # type: ignore[return-value]
 
 
 class VmEndpoint:

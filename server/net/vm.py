@@ -7,8 +7,9 @@ TCP clients, so semantics are identical.  Options (from the URL query): ``data_d
 storage there; by default the embedded broker keeps everything in memory), ``port`` (also listen on
 TCP, for tools).
 
-This is the only vm:// link; both SDKs reach it through one seam (``pymq.client.vm``), which imports
-this module only when a ``vm://`` URL is used.  The link never blocks: the client's transport decides
+This is the only vm:// link.  The SDKs never import it: this distribution registers
+:func:`embedded_broker` as the entry point ``vm`` of group ``pymq.transports`` (pyproject.toml), which
+``pymq.client.vm`` looks up when a ``vm://`` URL is first used.  The link never blocks: the client's transport decides
 how to wait (a thread on an Event, a task on a future) when :attr:`VmLink.held_back` says so.
 """
 from __future__ import annotations

@@ -70,3 +70,43 @@ def test_no_module_is_over_about_400_lines(module):
     with open(os.path.join(BROKER, module + ".py"), encoding="utf-8") as fh:
         lines = sum(1 for _ in fh)
     assert lines <= 420, f"{module}.py has {lines} lines"
+
+
+# -- the SDK and the broker ----------------------------------------------------------------------------------
+
+SDK = os.path.join(os.path.dirname(__file__), "..", "..", "pymq")
+_IMPORTERS = {"import_module", "__import__"}
+
+
+def _broker_imports(path: str) -> list[str]:
+    """Imports of the broker package in ``path``: any import statement (type-only ones too) and
+    ``importlib.import_module``/``__import__`` of a literal name."""
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    names: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append((node.lineno, node.module))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            if called in _IMPORTERS and isinstance(node.args[0].value, str):
+                names.append((node.lineno, node.args[0].value))
+    return [f"{os.path.relpath(path, SDK)}:{line} {name}" for line, name in names
+            if name.split(".")[0] in ("pymq_server", "server")]
+
+
+def test_the_sdk_never_imports_the_broker():
+    """pymq/ (what an application imports) reaches the broker only through the entry points the broker
+    registers (pymq/client/vm.py): an SDK-only install works, and the dependency points one way."""
+    found = [hit for folder, _, files in os.walk(SDK) for name in sorted(files) if name.endswith(".py")
+             for hit in _broker_imports(os.path.join(folder, name))]
+    assert not found, found
+
+
+def test_the_sdk_import_check_can_fail(tmp_path):
+    planted = tmp_path / "planted.py"
+    planted.write_text("import importlib\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                       "    from pymq_server.net.vm import VmLink\nimportlib.import_module('pymq_server.app')\n")
+    assert len(_broker_imports(str(planted))) == 2

@@ -634,7 +634,7 @@ async def test_closing_a_stopped_session_with_a_listener_does_not_wait(url):
         (await s.create_consumer(q())).set_message_listener(lambda m: None)
         # closing must end the idle dispatcher at once, not after the 30 s listener grace
         await asyncio.wait_for(s.close(), 10)
-        assert s._dispatcher.done()
+        assert s._dispatcher.task.done()
 
 
 # -- request / reply ---------------------------------------------------------------------------------------

@@ -7,12 +7,11 @@ annotation, and that every public method has a docstring.  The one allowed diffe
 ``pymq.aio`` a method is a coroutine unless it is listed in :data:`PLAIN_IN_AIO` (it never waits for
 the broker), and ``with``/``for`` become ``async with``/``async for``.
 
-Also the seam to the broker package: only :mod:`pymq.client.vm` imports ``pymq_server``, and importing
-the SDKs does not load it.
+Also the seam to the broker package: importing the SDKs does not load ``pymq_server``, and vm:// finds
+the broker through the entry point the broker registers.
 """
 from __future__ import annotations
 
-import ast
 import asyncio
 import inspect
 import re
@@ -54,7 +53,7 @@ PLAIN_IN_AIO = {
 #: the protocol methods each side has in place of the other's
 SYNC_ONLY = {"__enter__", "__exit__", "__iter__", "__next__"}
 ASYNC_ONLY = {"__aenter__", "__aexit__", "__aiter__", "__anext__"}
-PROTOCOLS = {"__enter__": "__aenter__", "__exit__": "__aexit__", "__iter__": "__aiter__"}
+PROTOCOLS = {"__enter__": "__aenter__", "__exit__": "__aexit__", "__iter__": "__aiter__", "__next__": "__anext__"}
 
 #: constructors users call themselves (the others are made by factory methods, with SDK-specific plumbing)
 PUBLIC_CONSTRUCTORS = {pymq.ConnectionFactory, pymq.Requestor}
@@ -178,27 +177,9 @@ def test_live_objects_have_the_same_public_attributes():
                                         f", only aio {sorted(aio_names - sync_names)}"
 
 
-# -- the one seam to the broker package -------------------------------------------------------------------
-
-SEAM = "pymq/client/vm.py"
-
-
-def _imports_of_the_server(path: Path) -> list[str]:
-    found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        names = [alias.name for alias in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
-        found += [f"{path.relative_to(ROOT)}:{node.lineno} {n}" for n in names
-                  if n.split(".")[0] in ("pymq_server", "server")]
-    return found
-
-
-def test_only_the_vm_module_imports_the_broker_package():
-    offenders = [hit for path in sorted((ROOT / "pymq").rglob("*.py")) if path.relative_to(ROOT).as_posix() != SEAM
-                 for hit in _imports_of_the_server(path)]
-    assert not offenders, offenders
-    assert _imports_of_the_server(ROOT / SEAM)        # the seam is where it says
-
+# -- the seam to the broker package ----------------------------------------------------------------------
+# (that nothing under pymq/ imports pymq_server is tests/broker/test_layers.py's
+# test_the_sdk_never_imports_the_broker)
 
 def test_importing_the_sdks_does_not_load_the_server():
     code = ("import sys, pymq, pymq.aio, pymq.client.apptx, pymq.client.vm\n"
@@ -206,3 +187,23 @@ def test_importing_the_sdks_does_not_load_the_server():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_vm_urls_reach_the_broker_through_its_entry_point(monkeypatch):
+    """The SDK finds the embedded broker only through the entry point the broker's distribution
+    registers; without one, vm:// says what is missing (both SDKs) and nothing is started."""
+    from pymq.client import vm
+    from pymq.errors import ConnectFailed
+
+    assert vm.registered(vm.TRANSPORTS, "vm") is not None        # this install registers it
+    monkeypatch.setattr(vm, "registered", lambda group, name: None)
+    name = f"unregistered-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(ConnectFailed, match="entry point group 'pymq.transports'"):
+        pymq.connect(f"vm://{name}")
+    async def aio_side() -> None:
+        await pymq.aio.connect(f"vm://{name}")
+
+    with pytest.raises(ConnectFailed, match="registers a 'vm' transport"):
+        asyncio.run(aio_side())
+    from pymq_server.net import vm as server_vm
+    assert name not in server_vm._brokers
