@@ -15,20 +15,22 @@
  * nothing else was written for the negotiated interval, and the broker is declared dead after twice its
  * interval without traffic.
  *
- * With `reconnect`, a lost link (transport error, close, missed heart-beats) is replaced with backoff, and
- * every subscription is made again with the same id and headers before anything uses the new link.  What is
- * lost and what is not: unacknowledged messages go back to their queue when the link dies and the broker
- * redelivers them (redelivered, deliveryCount up), so delivery is at least once; messages buffered but not
- * yet received are dropped here for the same reason, and ack()/nack() of a message from the old link throws
- * StaleMessageError; a request in flight (a send waiting for its receipt) rejects with DisconnectedError and
- * the message may or may not have arrived; open transactions are aborted by the broker
- * (TransactionLostError); temporary queues die with the link; a non-durable topic subscription misses what
- * was published while it was away (a durable one, with a clientId, does not).  Calls made while
+ * With a failover group (`brokers`, or a failover URL in ./node; spec/ha.md §4) or `reconnect`, a lost link
+ * (transport error, close, missed heart-beats) is replaced with backoff, every subscription is made again
+ * with the same id and headers, and the SENDs without their receipt go again with their pymq-dedup-id, before
+ * anything uses the new link.  What is lost and what is not: unacknowledged messages go back to their queue
+ * when the link dies and the broker redelivers them (redelivered, deliveryCount up), so delivery is at least
+ * once; messages buffered but not yet received are dropped here for the same reason, and ack()/nack() of a
+ * message from the old link throws StaleMessageError; a transaction that did something is rolled back by the
+ * broker (its commit() rejects with TransactionLostError; one whose receipt was lost, TransactionInDoubtError);
+ * temporary queues die with the link; a non-durable topic subscription misses what was published while it
+ * was away (a durable one, with a clientId, does not).  Calls made while
  * reconnecting wait for the new link (within timeoutMs).  An ERROR frame is final: the broker refused
  * something and would refuse it again.
  */
 import { utf8Decode } from './bytes.js';
 import { encodeFrame, FrameScanner, header, type Frame, type Header } from './frame.js';
+import { DEFAULT_FAILOVER_OPTIONS, jitteredDelayBefore, type FailoverOptions } from './failover.js';
 import { Message } from './message.js';
 import type { Connector, Transport } from './transport.js';
 
@@ -82,13 +84,37 @@ export class StaleMessageError extends Error {
   }
 }
 
-/** A transaction whose link was replaced: the broker aborted it when that link ended. */
+/**
+ * commit() of a transaction that had sent or acknowledged something when its link was lost: the broker
+ * aborted it (JMS's TransactionRolledBackException).
+ */
 export class TransactionLostError extends Error {
   constructor() {
     super("the transaction's connection was lost; the broker aborted it");
     this.name = 'TransactionLostError';
   }
 }
+
+/**
+ * commit() whose RECEIPT was lost with the link: the broker applied the transaction whole or not at all,
+ * and which is not known; the COMMIT is never sent again (spec/ha.md §4.5).
+ */
+export class TransactionInDoubtError extends Error {
+  constructor(readonly reason: Error) {
+    super(`the connection was lost before the COMMIT's receipt; the outcome is unknown: ${reason.message}`);
+    this.name = 'TransactionInDoubtError';
+  }
+}
+
+/** A member of a failover group: how to reach it, and its own credentials (connect()'s win). */
+export interface BrokerMember {
+  connector: Connector;
+  login?: string;
+  passcode?: string;
+}
+
+/** How many SENDs of a reconnecting connection may wait for their receipt; send() waits while that many do. */
+export const SEND_WINDOW = 1000;
 
 /** The broker went silent for longer than twice its negotiated heart-beat interval. */
 export class HeartBeatError extends Error {
@@ -112,8 +138,12 @@ export interface ReconnectOptions {
 }
 
 export interface ClientOptions {
-  /** how to reach the broker (./node: tcp(), ./websocket: webSocket()) */
-  connector: Connector;
+  /** how to reach the broker (./node: tcp(), ./websocket: webSocket()); or `brokers` */
+  connector?: Connector;
+  /** the members of a failover group (spec/ha.md §4), tried in turn; ./node makes them from a failover URL */
+  brokers?: BrokerMember[];
+  /** failover options (spec/ha.md §4.2, ActiveMQ's names); with `brokers`, or from a failover URL */
+  failover?: Partial<FailoverOptions>;
   login?: string;
   passcode?: string;
   /** JMS client id: scopes durable subscriptions */
@@ -181,14 +211,14 @@ class Link {
   constructor(private readonly conn: Connection, readonly gen: number) {}
 
   /** Opens the transport, sends CONNECT and waits for CONNECTED (an ERROR answer rejects with it). */
-  async open(options: ClientOptions, timeoutMs: number): Promise<void> {
+  async open(member: BrokerMember, options: ClientOptions, timeoutMs: number): Promise<void> {
     const connected = new Promise<Frame>((resolve, reject) => {
       this.connected = { resolve, reject };
     });
     connected.catch(() => undefined); // observed below; avoids an unhandled rejection if open() throws first
     const timer = setTimeout(() => this.fail(new ConnectionClosed(`no CONNECTED within ${timeoutMs} ms`)), timeoutMs);
     try {
-      this.transport = await options.connector({
+      this.transport = await member.connector({
         data: (chunk) => this.onData(chunk),
         closed: (error) => this.fail(error ?? new ConnectionClosed('the broker closed the connection')),
       });
@@ -196,7 +226,8 @@ class Link {
       const hb = options.heartBeat === false ? { sendMs: 0, receiveMs: 0 } : options.heartBeat ?? DEFAULT_HEART_BEAT;
       const headers: Header[] = [
         ['accept-version', options.version ?? '1.1,1.2'], ['host', '/'],
-        ['login', options.login ?? 'guest'], ['passcode', options.passcode ?? 'guest'],
+        ['login', options.login ?? member.login ?? 'guest'],
+        ['passcode', options.login !== undefined ? options.passcode ?? 'guest' : member.passcode ?? options.passcode ?? 'guest'],
         ['heart-beat', `${hb.sendMs},${hb.receiveMs}`],
       ];
       if (options.clientId) headers.push(['client-id', options.clientId]);
@@ -326,10 +357,10 @@ class Link {
   request(id: string, command: string, headers: Header[], body: Uint8Array | undefined, timeoutMs: number): Promise<Frame> {
     if (this.error) return Promise.reject(this.lostError());
     return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
+      const timer = timeoutMs > 0 ? setTimeout(() => {
         this.receipts.delete(id);
         reject(new Error(`no RECEIPT for ${command} within ${timeoutMs} ms`));
-      }, timeoutMs);
+      }, timeoutMs) : undefined;
       this.receipts.set(id, { resolve, reject, timer });
       try {
         this.write(command, [...headers, ['receipt', id]], body);
@@ -365,16 +396,79 @@ export class Connection {
   private closing = false;
   private readonly subscriptions = new Map<string, Subscription>();
   private readyWaiters: Array<() => void> = [];
+  // failover (spec/ha.md §4): the group, the back-off, and the SENDs without their receipt
+  private readonly members: BrokerMember[];
+  private readonly fo?: FailoverOptions;
+  private memberIndex = 0;
+  private order: number[] = [];
+  private readonly connectionId = Math.random().toString(36).slice(2, 10) + Date.now().toString(36);
+  private sendNumber = 0;
+  private readonly window: PendingSend[] = [];
+  private windowWaiters: Array<() => void> = [];
 
-  private constructor(readonly options: ClientOptions) {}
+  private constructor(readonly options: ClientOptions) {
+    if (options.brokers?.length) this.members = options.brokers;
+    else if (options.connector) this.members = [{ connector: options.connector }];
+    else throw new Error('connect() needs a connector or brokers');
+    if (options.brokers?.length || options.failover) {
+      this.fo = { ...DEFAULT_FAILOVER_OPTIONS, ...options.failover };
+    } else if (options.reconnect) {
+      const r: ReconnectOptions = typeof options.reconnect === 'object' ? options.reconnect : {};
+      this.fo = {
+        ...DEFAULT_FAILOVER_OPTIONS, initialReconnectDelay: r.initialDelayMs ?? 100, maxReconnectDelay: r.maxDelayMs ?? 10000,
+        backOffMultiplier: r.multiplier && r.multiplier >= 1 ? r.multiplier : 2,
+        maxReconnectAttempts: r.maxAttempts ? r.maxAttempts : -1, timeout: this.timeoutMs,
+      };
+    }
+  }
 
   /** @internal */
   static async open(options: ClientOptions): Promise<Connection> {
     const conn = new Connection(options);
-    const link = new Link(conn, 1);
-    await link.open(options, conn.timeoutMs);
-    conn.publish(link);
-    return conn;
+    const fo = conn.fo;
+    if (!fo || !options.brokers?.length) {
+      const link = new Link(conn, 1);
+      await link.open(conn.members[0], options, conn.timeoutMs);
+      conn.publish(link);
+      return conn;
+    }
+    // the first connect: (1 + startupMaxReconnectAttempts) passes over the list, the back-off between attempts
+    let last: Error = new Error('no attempt');
+    let attempt = 0;
+    for (let pass = 0; fo.startupMaxReconnectAttempts < 0 || pass <= fo.startupMaxReconnectAttempts; pass++) {
+      for (let k = 0; k < conn.members.length; k++) {
+        attempt++;
+        await sleep(jitteredDelayBefore(fo, attempt));
+        const i = conn.nextMember(-1);
+        const link = new Link(conn, 1);
+        try {
+          await link.open(conn.members[i], options, conn.timeoutMs);
+        } catch (err) {
+          if (err instanceof ServerError) throw err; // refused, not unreachable
+          last = err as Error;
+          continue;
+        }
+        conn.memberIndex = i;
+        conn.publish(link);
+        return conn;
+      }
+    }
+    throw last;
+  }
+
+  /** The member of the next attempt: the list in order (or shuffled per pass), after `after` (-1: the first). */
+  private nextMember(after: number): number {
+    if (this.order.length === 0) {
+      const n = this.members.length;
+      for (let k = 1; k <= n; k++) this.order.push((((after + k) % n) + n) % n);
+      if (this.fo?.randomize) {
+        for (let i = n - 1; i > 0; i--) {
+          const j = Math.floor(Math.random() * (i + 1));
+          [this.order[i], this.order[j]] = [this.order[j], this.order[i]];
+        }
+      }
+    }
+    return this.order.shift()!;
   }
 
   /** the negotiated STOMP version of the link in use */
@@ -414,18 +508,22 @@ export class Connection {
     for (const w of waiters) w();
   }
 
-  /** The link in use, waiting for a new one while reconnecting (within timeoutMs). */
+  /**
+   * The link in use, waiting for a new one while reconnecting: within timeoutMs, or the failover timeout
+   * (-1: until the attempts are spent).
+   */
   private async current(): Promise<Link> {
+    const limit = this.fo ? this.fo.timeout : this.timeoutMs;
     for (;;) {
       if (this.error) throw this.error;
       if (this.link && !this.link.error) return this.link;
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => {
+        const timer = limit >= 0 ? setTimeout(() => {
           this.readyWaiters = this.readyWaiters.filter((w) => w !== wake);
-          reject(new DisconnectedError(new Error(`no connection to the broker within ${this.timeoutMs} ms`)));
-        }, this.timeoutMs);
+          reject(new DisconnectedError(new Error(`no connection to the broker within ${limit} ms`)));
+        }, limit) : undefined;
         const wake = () => {
-          clearTimeout(timer);
+          if (timer) clearTimeout(timer);
           resolve();
         };
         this.readyWaiters.push(wake);
@@ -433,12 +531,18 @@ export class Connection {
     }
   }
 
+  /** The link in use, or undefined while reconnecting (no waiting). */
+  _linkNow(): Link | undefined {
+    return this.link && !this.link.error ? this.link : undefined;
+  }
+
   /** @internal a link ended: reconnect, or end the connection */
   _linkLost(link: Link, err: Error): void {
     if (this.link !== link) return; // a link that never went into use
     this.link = undefined;
     for (const sub of this.subscriptions.values()) sub._linkLost();
-    const final = this.closing || !this.options.reconnect || err instanceof ServerError || this.error !== undefined;
+    const final = this.closing || !this.fo || this.fo.maxReconnectAttempts === 0 || err instanceof ServerError
+      || this.error !== undefined;
     if (final) {
       this.end(this.closing ? new ConnectionClosed('connection closed') : err instanceof ServerError ? err : new DisconnectedError(err));
       return;
@@ -458,22 +562,29 @@ export class Connection {
     const waiters = this.readyWaiters;
     this.readyWaiters = [];
     for (const w of waiters) w(); // they see the error
+    for (const p of this.window.splice(0)) p.reject(err);
+    this.wakeWindow();
     this.setStatus('closed', err);
   }
 
+  /**
+   * Replaces the lost link with the back-off of spec/ha.md §4.2, trying the members after the lost one, and
+   * makes the connection whole on the new link (subscriptions, then the unreceipted SENDs in order) before
+   * anything uses it.
+   */
   private async reconnect(gen: number): Promise<void> {
-    const r: ReconnectOptions = typeof this.options.reconnect === 'object' ? this.options.reconnect : {};
-    let delay = r.initialDelayMs ?? 100;
-    const maxDelay = r.maxDelayMs ?? 10000;
-    const multiplier = r.multiplier && r.multiplier >= 1 ? r.multiplier : 2;
+    const fo = this.fo!;
     let last: Error = new Error('no attempt');
-    for (let attempt = 1; !r.maxAttempts || attempt <= r.maxAttempts; attempt++) {
-      await new Promise((resolve) => setTimeout(resolve, delay * (0.8 + Math.random() * 0.4)));
-      delay = Math.min(delay * multiplier, maxDelay);
+    this.order = [];
+    let after = this.memberIndex;
+    let attempt = 0;
+    for (; fo.maxReconnectAttempts < 0 || attempt < fo.maxReconnectAttempts; attempt++) {
+      await sleep(jitteredDelayBefore(fo, attempt + 1));
       if (this.error) return;
+      const i = this.nextMember(after);
       const link = new Link(this, gen);
       try {
-        await link.open(this.options, this.timeoutMs);
+        await link.open(this.members[i], this.options, this.timeoutMs);
         link.start(); // reads the receipts of the subscriptions made again below
         for (const sub of this.subscriptions.values()) {
           await link.request(this.id('r-'), 'SUBSCRIBE', sub._headers, undefined, this.timeoutMs);
@@ -485,6 +596,7 @@ export class Connection {
           this.end(err);
           return;
         }
+        after = i;
         continue;
       }
       if (this.error) {
@@ -492,14 +604,74 @@ export class Connection {
         return;
       }
       this.stats.reconnects++;
+      this.memberIndex = i;
       this.link = link;
+      for (const p of this.window) this.transmit(p, link); // again, in order, with their dedup ids
       this.setStatus('open');
       const waiters = this.readyWaiters;
       this.readyWaiters = [];
       for (const w of waiters) w();
       return;
     }
-    this.end(new DisconnectedError(new Error(`gave up after ${r.maxAttempts} attempts: ${last.message}`)));
+    this.end(new DisconnectedError(new Error(`gave up after ${attempt} attempts: ${last.message}`)));
+  }
+
+  /** Writes a SEND of the window on `link`; its receipt settles it, a loss leaves it for the next link. */
+  private transmit(p: PendingSend, link: Link): void {
+    p.sent = true;
+    link.request(this.id('r-'), 'SEND', p.headers, p.body, 0).then((frame) => {
+      this.settle(p);
+      p.resolve(frame);
+    }, (err: Error) => {
+      if (err instanceof DisconnectedError && !this.error) return; // goes again on the next link
+      this.settle(p);
+      p.reject(err);
+    });
+  }
+
+  private settle(p: PendingSend): void {
+    const i = this.window.indexOf(p);
+    if (i >= 0) this.window.splice(i, 1);
+    this.wakeWindow();
+  }
+
+  private wakeWindow(): void {
+    const waiters = this.windowWaiters;
+    this.windowWaiters = [];
+    for (const w of waiters) w();
+  }
+
+  /**
+   * A SEND through the window (spec/ha.md §4.4): it carries a pymq-dedup-id (the message's dedupId, else
+   * `<connection>:<n>`) and asks for a receipt; after a reconnect it goes again with the same id and the
+   * broker drops a copy it already has.  Resolves with the RECEIPT.
+   */
+  private async sendReliably(headers: Header[], message: Message): Promise<Frame> {
+    if (!message.dedupId) {
+      message.dedupId = `${this.connectionId}:${++this.sendNumber}`;
+      headers.push(['pymq-dedup-id', message.dedupId]);
+    }
+    while (this.window.length >= SEND_WINDOW) {
+      if (this.error) throw this.error;
+      await new Promise<void>((resolve) => this.windowWaiters.push(resolve));
+    }
+    if (this.error) throw this.error;
+    return new Promise<Frame>((resolve, reject) => {
+      const p: PendingSend = { headers, body: message.body, resolve, reject, sent: false };
+      this.window.push(p);
+      const link = this._linkNow();
+      if (link) {
+        this.transmit(p, link);
+      } else if (this.fo!.timeout >= 0) {
+        // reconnecting: a SEND that has not left within the failover timeout is withdrawn and says so
+        const limit = this.fo!.timeout;
+        setTimeout(() => {
+          if (p.sent || !this.window.includes(p)) return;
+          this.settle(p);
+          reject(new DisconnectedError(new Error(`no connection to the broker within ${limit} ms`)));
+        }, limit);
+      }
+    });
   }
 
   /** @internal a MESSAGE frame for a subscription */
@@ -511,6 +683,11 @@ export class Connection {
   /** @internal send a frame without a receipt on the link in use (waits while reconnecting) */
   async _write(command: string, headers: Header[], body?: Uint8Array): Promise<void> {
     (await this.current()).write(command, headers, body);
+  }
+
+  /** @internal waits while reconnecting */
+  async _ready(): Promise<void> {
+    await this.current();
   }
 
   /** @internal a request on a given link (a transaction's) */
@@ -541,7 +718,16 @@ export class Connection {
     message.destination = destination;
     const headers: Header[] = [['destination', destination], ...message.sendHeaders()];
     if (transaction) {
+      await this.current();
       transaction._link().write('SEND', [...headers, ['transaction', transaction.id]], message.body);
+      transaction._did();
+    } else if (this.fo) {
+      const receipt = this.sendReliably(headers, message);
+      if (!message.persistent || this.options.asyncSend) {
+        receipt.catch(() => undefined); // nobody waits: a final failure ends the connection anyway
+        return;
+      }
+      message.id = header(await receipt, 'message-id');
     } else if (!message.persistent || this.options.asyncSend) {
       await this._write('SEND', headers, message.body);
     } else {
@@ -740,17 +926,37 @@ export class Subscription {
   }
 }
 
-/** A STOMP transaction: its sends, acks and nacks take effect together at commit, or not at all.  It lives
- *  on one link: if that link is lost the broker aborts it, and every later call throws TransactionLostError. */
+/**
+ * A STOMP transaction: its sends, acks and nacks take effect together at commit, or not at all.  When its
+ * link is lost the broker aborts it (spec/ha.md §4.5): one that had sent or acknowledged something is then
+ * rollback-only (its later calls go on, in a new transaction on the new link, and commit() aborts that and
+ * throws TransactionLostError); one that had done nothing simply goes on.  A commit() whose receipt was lost
+ * throws TransactionInDoubtError.
+ */
 export class Transaction {
-  /** @internal */
-  constructor(private readonly conn: Connection, readonly id: string, private readonly link: Link) {}
+  private worked = false;
+  private rollbackOnly = false;
 
-  /** @internal the transaction's link, or TransactionLostError once it died */
+  /** @internal */
+  constructor(private readonly conn: Connection, readonly id: string, private link: Link) {}
+
+  /** @internal the transaction's link: begun again on the link in use when its own was replaced */
   _link(): Link {
     if (this.conn.error) throw this.conn.error;
-    if (this.link.error) throw new TransactionLostError();
+    if (this.link.error) {
+      const now = this.conn._linkNow();
+      if (!now) throw new TransactionLostError(); // reconnecting: a send awaits the link first
+      if (this.worked) this.rollbackOnly = true;
+      now.write('BEGIN', [['transaction', this.id]]);
+      this.link = now;
+      this.worked = false;
+    }
     return this.link;
+  }
+
+  /** @internal it sent or acknowledged something */
+  _did(): void {
+    this.worked = true;
   }
 
   send(destination: string, message: Message): Promise<void> {
@@ -761,12 +967,14 @@ export class Transaction {
     if (!message._ack) throw new Error('only a message of a client-ack subscription can be acknowledged');
     this._link();
     message._ack('ACK', this.id);
+    this.worked = true;
   }
 
   nack(message: Message): void {
     if (!message._ack) throw new Error('only a message of a client-ack subscription can be acknowledged');
     this._link();
     message._ack('NACK', this.id);
+    this.worked = true;
   }
 
   /** Apply the transaction; resolves once the broker confirms it. */
@@ -780,6 +988,33 @@ export class Transaction {
   }
 
   private async finish(command: string): Promise<void> {
-    await this.conn._requestOn(this._link(), command, [['transaction', this.id]]);
+    await this.conn._ready();
+    const link = this._link();
+    const lost = this.rollbackOnly;
+    this.rollbackOnly = false;
+    this.worked = false;
+    if (lost) {
+      await this.conn._requestOn(link, 'ABORT', [['transaction', this.id]]);
+      if (command === 'COMMIT') throw new TransactionLostError();
+      return;
+    }
+    try {
+      await this.conn._requestOn(link, command, [['transaction', this.id]]);
+    } catch (err) {
+      if (command === 'COMMIT' && err instanceof DisconnectedError) throw new TransactionInDoubtError(err);
+      throw err;
+    }
   }
+}
+
+interface PendingSend {
+  headers: Header[];
+  body: Uint8Array;
+  resolve: (frame: Frame) => void;
+  reject: (err: Error) => void;
+  sent: boolean;
+}
+
+function sleep(ms: number): Promise<void> {
+  return ms > 0 ? new Promise((resolve) => setTimeout(resolve, ms)) : Promise.resolve();
 }

@@ -7,13 +7,18 @@
  * - `webSocket`: STOMP over WebSocket (./websocket); `Connector`, `Transport`: write your own (./transport)
  * - `Message`: JMS messages with typed properties, decoded like the Python SDK (./message)
  * - `FrameScanner`, `encodeFrame`: the sans-IO STOMP codec (./frame)
+ * - `parseBrokerURL`: failover URLs and their options (./failover, spec/ha.md §4)
  * - `murmur3`, `groupHash`, `GroupRouter`, `routingKeyOf`: group routing shared with every pymq engine (./routing)
  */
 export {
   connect, Connection, ConnectionClosed, DEFAULT_HEART_BEAT, DEFAULT_PREFETCH, DisconnectedError, HeartBeatError,
-  ServerError, StaleMessageError, Subscription, Transaction, TransactionLostError,
+  SEND_WINDOW, ServerError, StaleMessageError, Subscription, Transaction, TransactionInDoubtError, TransactionLostError,
 } from './client.js';
-export type { AckMode, ClientOptions, ReconnectOptions, Status, SubscribeOptions } from './client.js';
+export type { AckMode, BrokerMember, ClientOptions, ReconnectOptions, Status, SubscribeOptions } from './client.js';
+export {
+  DEFAULT_FAILOVER_OPTIONS, delayBefore, FailoverUrlError, jitteredDelayBefore, parseBrokerAddress, parseBrokerURL,
+} from './failover.js';
+export type { BrokerAddress, BrokerGroup, FailoverOptions, FailoverUrlErrorKind } from './failover.js';
 export { STOMP_SUBPROTOCOLS, webSocket } from './websocket.js';
 export type { WebSocketConstructor, WebSocketLike, WebSocketOptions } from './websocket.js';
 export type { Connector, Transport, TransportEvents } from './transport.js';

@@ -106,6 +106,11 @@ export class Message {
   correlationId?: string;
   replyTo?: string;
   type?: string;
+  /**
+   * pymq-dedup-id (spec/stomp.md §9): the broker drops a second message with the same id on the same
+   * destination within its window.  A reconnecting connection gives every send one when it has none.
+   */
+  dedupId?: string;
   persistent = true;
   priority = DEFAULT_PRIORITY;
   /** absolute expiry, ms since the epoch; 0 = never */
@@ -276,6 +281,7 @@ export class Message {
     if (this.correlationId !== undefined) h.push(['correlation-id', this.correlationId]);
     if (this.replyTo !== undefined) h.push(['reply-to', this.replyTo]);
     if (this.type !== undefined) h.push(['type', this.type]);
+    if (this.dedupId !== undefined) h.push(['pymq-dedup-id', this.dedupId]);
     const types: string[] = [];
     for (const [name, { type, value }] of this.props) {
       let text: string;
@@ -305,6 +311,7 @@ export class Message {
     m.correlationId = h.get('correlation-id');
     m.replyTo = h.get('reply-to');
     m.type = h.get('type');
+    m.dedupId = h.get('pymq-dedup-id');
     m.redelivered = (h.get('redelivered') ?? 'false').toLowerCase() === 'true';
     const seq = h.get('pymq-seq');
     if (seq && /^[0-9]+$/.test(seq)) m.sequence = Number(seq);

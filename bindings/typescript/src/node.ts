@@ -5,11 +5,14 @@
  *   stomp://host:port (tcp:// alike)                  plain TCP
  *   stomp+ssl://host:port (ssl://, tls://, stomps://)  TLS with Node's tls (options.tls for CA, certificates)
  *   ws://, wss://                                      STOMP over WebSocket (options.WebSocket: e.g. `ws`)
+ *   failover:(stomp://a:61613,stomp://b:61613)?opts    a group of brokers to fail over between (spec/ha.md §4);
+ *   stomp://a:61613,stomp://b:61613                    a plain list takes the default failover options
  */
 import * as net from 'node:net';
 import * as tls from 'node:tls';
 
-import { connect as connectWith, type ClientOptions, type Connection } from './client.js';
+import { connect as connectWith, type BrokerMember, type ClientOptions, type Connection } from './client.js';
+import { parseBrokerURL } from './failover.js';
 import type { Connector, Transport } from './transport.js';
 import { webSocket, type WebSocketConstructor } from './websocket.js';
 
@@ -87,7 +90,21 @@ export function connectorFor(options: NodeConnectOptions): Connector {
   return tcp({ host: options.host, port: options.port, tls: options.tls });
 }
 
-/** Connect (TCP, TLS or WebSocket) and complete the STOMP handshake. */
+/** Whether `url` names a group of brokers (a failover URL or a comma list). */
+export function isGroupURL(url: string): boolean {
+  const t = url.trim();
+  return t.includes(',') || t.slice(0, 9).toLowerCase() === 'failover:';
+}
+
+/** Connect (TCP, TLS or WebSocket; a failover URL: the first broker of the group that answers). */
 export function connect(options: NodeConnectOptions): Promise<Connection> {
+  if (!options.connector && options.url && isGroupURL(options.url)) {
+    const group = parseBrokerURL(options.url);
+    const brokers: BrokerMember[] = group.brokers.map((b) => ({
+      connector: tcp({ host: b.host, port: b.port, tls: b.tls ? options.tls ?? true : undefined }),
+      login: b.username, passcode: b.password,
+    }));
+    return connectWith({ ...options, brokers, failover: { ...group.options, ...options.failover } });
+  }
   return connectWith({ ...options, connector: connectorFor(options) });
 }

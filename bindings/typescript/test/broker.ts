@@ -26,6 +26,33 @@ export interface Broker {
   start(): Promise<void>;
   /** stop and remove the data directory */
   remove(): Promise<void>;
+  /** SIGKILL: the process closes nothing */
+  kill(): Promise<void>;
+  /** the data directory (another broker may take it over) */
+  dataDir: string;
+}
+
+function killChild(child: ChildProcess | undefined): Promise<void> {
+  if (!child || child.exitCode !== null || child.signalCode !== null) return Promise.resolve();
+  return new Promise<void>((resolve) => {
+    child.once('exit', () => resolve());
+    child.kill('SIGKILL');
+  });
+}
+
+/** A broker on `dataDir` at `port` (a takeover: the store of a broker killed before). */
+export async function brokerOn(dataDir: string, port: number): Promise<Broker | string> {
+  const command = serverCommand();
+  if (typeof command === 'string') return command;
+  const listeners: Record<string, string> = {};
+  const { child } = await run(command, port, dataDir, [], listeners);
+  return {
+    host: '127.0.0.1', port, listeners, dataDir,
+    stop: () => stopChild(child),
+    start: async () => undefined,
+    remove: () => stopChild(child),
+    kill: () => killChild(child),
+  };
 }
 
 export function inCi(): boolean {
@@ -112,6 +139,8 @@ export async function ownBroker(extra: string[] = []): Promise<Broker | string> 
     host: '127.0.0.1',
     port,
     listeners,
+    dataDir,
+    kill: () => killChild(child),
     stop: () => stopChild(child),
     start: async () => {
       ({ child } = await run(command, port, dataDir, extra, listeners));
@@ -130,7 +159,7 @@ export async function startBroker(): Promise<Broker | string> {
   if (given) {
     const [host, port] = given.split(':');
     const none = async () => undefined;
-    return { host, port: Number(port), listeners: {}, stop: none, start: none, remove: none };
+    return { host, port: Number(port), listeners: {}, stop: none, start: none, remove: none, kill: none, dataDir: '' };
   }
   return ownBroker();
 }

@@ -192,11 +192,15 @@ describe('reconnection', () => {
     const proxy = await cutProxy(b);
     const log = statusLog();
     const c = await dial({ port: proxy.port, reconnect: { initialDelayMs: 20 }, onStatus: log.record });
+    const dest = queue();
     const tx = await c.begin();
+    await tx.send(dest, Message.text('before'));
     proxy.cut();
     await log.until('open', 2);
-    await assert.rejects(tx.send(queue(), Message.text('x')), TransactionLostError);
+    await tx.send(dest, Message.text('after')); // a lost transaction goes on until its commit
     await assert.rejects(tx.commit(), TransactionLostError);
+    const sub = await c.subscribe(dest);
+    assert.equal(await sub.receive(500), null, 'a rolled-back transaction delivers nothing');
   });
 
   it('without reconnect, a lost broker ends the connection', async (t) => {

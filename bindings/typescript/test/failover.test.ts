@@ -1,0 +1,202 @@
+/**
+ * Failover (spec/ha.md §4): the URL grammar of spec/vectors/failover_urls.json, and real brokers — broker A
+ * killed with SIGKILL and broker B started on its data directory at the URL's second address (the same
+ * store, a new process), a proxy that drops the broker's RECEIPTs (unreceipted SENDs go again with their
+ * dedup ids), and attempts that run out.  No timing is asserted: tests wait for events.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import * as net from 'node:net';
+import { after, describe, it, type TestContext } from 'node:test';
+
+import {
+  connect, delayBefore, FailoverUrlError, Message, parseBrokerURL, StaleMessageError, TransactionLostError,
+  type Connection, type Status,
+} from '../src/node.js';
+import { brokerOn, freePort, inCi, ownBroker, startBroker } from './broker.js';
+import { loadVectors } from './vectors.js';
+
+const cleanups: Array<() => Promise<void> | void> = [];
+after(async () => {
+  for (const c of cleanups.reverse()) await c();
+});
+
+function unavailable(t: TestContext, reason: string): undefined {
+  if (inCi()) throw new Error(`${reason} (CI is set: a missing broker is a failure)`);
+  t.skip(reason);
+  return undefined;
+}
+
+const queue = (): string => `/queue/ts-ha-${randomBytes(4).toString('hex')}`;
+
+function statusLog() {
+  const seen: Status[] = [];
+  return {
+    seen,
+    record: (s: Status) => {
+      seen.push(s);
+    },
+    async until(status: Status, n: number, withinMs = 30000): Promise<void> {
+      const deadline = Date.now() + withinMs;
+      while (seen.filter((s) => s === status).length < n) {
+        if (Date.now() > deadline) throw new Error(`status ${status} #${n} never came; saw ${seen}`);
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    },
+  };
+}
+
+async function texts(c: Connection, dest: string): Promise<string[]> {
+  const sub = await c.subscribe(dest);
+  const out: string[] = [];
+  for (let m = await sub.receive(1500); m; m = await sub.receive(500)) out.push(m.text);
+  await sub.unsubscribe();
+  return out;
+}
+
+describe('failover URLs (spec/vectors/failover_urls.json)', () => {
+  const v = loadVectors('failover_urls.json');
+  it('parses every URL of the vectors as the spec says', () => {
+    for (const c of v.parse) {
+      const g = parseBrokerURL(c.url);
+      assert.equal(g.failover, c.failover, c.name);
+      assert.deepEqual(g.brokers.map((b) => ({ host: b.host, port: b.port, tls: b.tls, username: b.username ?? null,
+        password: b.password ?? null })), c.brokers, c.name);
+      assert.deepEqual(g.options, c.options, c.name);
+    }
+  });
+  it('refuses every bad URL with its kind, never showing a password', () => {
+    for (const c of v.refuse) {
+      assert.throws(() => parseBrokerURL(c.url), (err: unknown) => err instanceof FailoverUrlError
+        && err.kind === c.error && !err.message.includes('s3cret'), `${c.name}: ${c.url}`);
+    }
+  });
+  it('waits before each attempt as the back-off says', () => {
+    for (const c of v.delays) {
+      const o = parseBrokerURL(c.url).options;
+      c.delays_ms.forEach((want: number, i: number) => assert.ok(Math.abs(delayBefore(o, i + 1) - want) < 1e-9, c.name));
+    }
+  });
+});
+
+describe('failover against real brokers', () => {
+  it('follows a takeover on the same store without application code', async (t) => {
+    const a = await ownBroker();
+    if (typeof a === 'string') return unavailable(t, a);
+    cleanups.push(() => a.remove());
+    const portB = await freePort();
+    const log = statusLog();
+    const c = await connect({ url: `failover:(stomp://127.0.0.1:${a.port},stomp://127.0.0.1:${portB})?initialReconnectDelay=50&maxReconnectDelay=400`,
+      clientId: `ts-ha-${randomBytes(3).toString('hex')}`, onStatus: log.record });
+    cleanups.push(() => c.close().catch(() => undefined));
+    const held = queue();
+    const topic = held.replace('/queue/', '/topic/');
+    const sHeld = await c.subscribe(held, { ack: 'client-individual' });
+    const durable = await c.subscribe(topic, { durableName: 'd', selector: 'n > 0' });
+    await c.send(held, Message.text('held'));
+    const first = await sHeld.receive(5000);
+    assert.equal(first?.text, 'held');
+    const txDest = queue();
+    const tx = await c.begin();
+    await tx.send(txDest, Message.text('lost with the transaction'));
+
+    await a.kill();
+    await log.until('reconnecting', 1);
+    let settled = false;
+    const during = c.send(held, Message.text('during')).finally(() => {
+      settled = true;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(settled, false, 'a send waits while the connection reconnects');
+    const b = await brokerOn(a.dataDir, portB);
+    if (typeof b === 'string') return unavailable(t, b);
+    cleanups.push(() => b.remove());
+    await during;
+    await log.until('open', 2);
+
+    assert.throws(() => first!.ack(), StaleMessageError);
+    const again = await sHeld.receive(5000);
+    assert.deepEqual([again?.text, again?.redelivered], ['held', true]);
+    again!.ack();
+    assert.equal((await sHeld.receive(5000))?.text, 'during');
+    await tx.send(txDest, Message.text('after the loss'));
+    await assert.rejects(tx.commit(), TransactionLostError);
+    const tx2 = await c.begin();
+    await tx2.send(txDest, Message.text('committed'));
+    await tx2.commit();
+    assert.deepEqual(await texts(c, txDest), ['committed']);
+    for (const n of [0, 1]) await c.send(topic, Message.text(`n=${n}`).setProperty('n', n));
+    assert.equal((await durable.receive(5000))?.text, 'n=1');
+    assert.equal(await durable.receive(500), null, 'the selector came back with the subscription');
+  });
+
+  it('sends whose receipt was lost go again and the broker keeps one copy', async (t) => {
+    const shared = await startBroker();
+    if (typeof shared === 'string') return unavailable(t, shared);
+    cleanups.push(() => shared.remove());
+    const live = new Set<net.Socket>();
+    let accepted = 0;
+    const server = net.createServer((client) => {
+      const first = ++accepted === 1;
+      const upstream = net.connect(shared.port, shared.host);
+      live.add(client).add(upstream);
+      client.pipe(upstream);
+      let pending = Buffer.alloc(0);
+      upstream.on('data', (chunk: Buffer) => {
+        if (!first) {
+          client.write(chunk);
+          return;
+        }
+        pending = Buffer.concat([pending, chunk]);
+        for (let i = pending.indexOf(0); i >= 0; i = pending.indexOf(0)) {
+          const frame = pending.subarray(0, i + 1);
+          pending = pending.subarray(i + 1);
+          if (!frame.toString('latin1').replace(/^[\r\n]+/, '').startsWith('RECEIPT\n')) client.write(frame);
+        }
+      });
+      const end = () => {
+        client.destroy();
+        upstream.destroy();
+      };
+      client.on('error', end).on('close', end);
+      upstream.on('error', end).on('close', end);
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+    cleanups.push(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const port = (server.address() as net.AddressInfo).port;
+    const c = await connect({ url: `failover:(stomp://127.0.0.1:${port})?initialReconnectDelay=20` });
+    cleanups.push(() => c.close().catch(() => undefined));
+    const dest = queue();
+    let done = false;
+    const persistent = c.send(dest, Message.text('persistent')).then(() => {
+      done = true;
+    });
+    for (let i = 1; i <= 3; i++) {
+      const m = Message.text(`quick-${i}`);
+      m.persistent = false;
+      await c.send(dest, m);
+    }
+    await new Promise((resolve) => setTimeout(resolve, 300)); // the broker has them; only the receipts are missing
+    assert.equal(done, false, 'a persistent send waits for its receipt');
+    for (const s of live) s.destroy();
+    live.clear();
+    await persistent;
+    assert.ok(accepted >= 2, 'the connection was made again');
+    assert.deepEqual((await texts(c, dest)).sort(), ['persistent', 'quick-1', 'quick-2', 'quick-3'],
+      'every SEND once: re-sent with its dedup id, the copy dropped');
+  });
+
+  it('gives up after maxReconnectAttempts and only then ends the connection', async (t) => {
+    const b = await ownBroker();
+    if (typeof b === 'string') return unavailable(t, b);
+    cleanups.push(() => b.remove());
+    const log = statusLog();
+    const c = await connect({ url: `failover:(stomp://127.0.0.1:${b.port})?initialReconnectDelay=10&maxReconnectAttempts=3`,
+      onStatus: log.record });
+    await b.kill();
+    await log.until('closed', 1);
+    assert.deepEqual(log.seen, ['open', 'reconnecting', 'closed']);
+    assert.match(c.error!.message, /3 attempts/);
+    await assert.rejects(c.send(queue(), Message.text('x')));
+  });
+});
