@@ -164,10 +164,12 @@ java_binding() {
     if [ "$want" = "$have" ]; then
         log "bindings/java: Maven repository up to date"
     else
-        # compiling everything and running one broker-free test class resolves every dependency and the
-        # surefire JUnit provider (resolved only when a test runs), so the test run itself needs no network
-        log "bindings/java: mvn test -Dtest=RoutingVectorsTest (dependencies from Maven Central on first run)"
-        (cd "$dir" && "$MVN" -B -q test -Dtest=RoutingVectorsTest) >&2 \
+        # packaging everything with one broker-free test class resolves every dependency, the surefire JUnit
+        # provider (resolved only when a test runs) and the packaging plugins (sources, javadoc), and the
+        # dependency plugin is what tests/packaging asks for a consumer's classpath: the test runs need no network
+        log "bindings/java: mvn package -Dtest=RoutingVectorsTest (dependencies from Maven Central on first run)"
+        (cd "$dir" && "$MVN" -B -q package -Dtest=RoutingVectorsTest -Dsurefire.failIfNoSpecifiedTests=false \
+            && "$MVN" -B -q dependency:build-classpath -Dmdep.outputFile="$CACHE/java-classpath.txt") >&2 \
             || { fail "mvn in bindings/java failed"; return; }
         echo "$want" >"$CACHE/java-binding-stamp"
     fi

@@ -33,6 +33,9 @@ REQUIRED = {
     "TestContextCancelsAHandshakeWithASilentServer", "TestConnectOverYourOwnConn", "TestChannelAPI",
     "TestTLSThroughATerminatingProxy", "TestTheModulePathResolves", "TestAContextCancelledAfterConnectDoesNotCutTheConnection",
     "TestTLSToTheBrokersOwnPort",
+    # failover (spec/ha.md section 4): the URL vectors, a takeover on the same store, re-sent SENDs, giving up
+    "TestFailoverURLVectors", "TestFailoverFollowsATakeover", "TestUnreceiptedSendsGoAgainOnce",
+    "TestFailoverGivesUpAfterItsAttempts",
 }
 
 

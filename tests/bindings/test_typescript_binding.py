@@ -27,7 +27,9 @@ REQUIRED = ["frames.json parse vectors", "frames.json encode vectors", "murmur3.
             "client against a real pymq-server",
             # hardening: broker restarts and cut connections, heart-beats, TLS, WebSocket in Node and Chromium
             "reconnection", "heart-beats", "TLS", "STOMP over WebSocket", "subscriptions as async iterators",
-            "the broker's own TLS and WebSocket listeners"]
+            "the broker's own TLS and WebSocket listeners",
+            # failover (spec/ha.md section 4): the URL vectors; a takeover, re-sent SENDs, giving up
+            "failover URLs (spec/vectors/failover_urls.json)", "failover against real brokers"]
 
 
 def test_typescript_binding_suite(tmp_path):
