@@ -20,8 +20,9 @@ from pymq_server.broker.broker import Broker
 from pymq_server.broker.session import BrokerSession
 from pymq_server.broker.stored_form import STORED_CODEC
 from pymq_server.config import BrokerConfig
+from pymq_server.net.accept import ConnectionSlots, Listener, fit_descriptors
 from pymq_server.net.runtime import AsyncioRuntime
-from pymq_server.net.tcp import StompServerProtocol
+from pymq_server.net.tcp import StompServerProtocol, refusal_frame
 from pymq_server.storage.memory import MemoryDevice
 from pymq_server.storage.store import HoldingStore
 
@@ -91,15 +92,15 @@ class BrokerServer:
         self.broker: Broker | None = None
         self.store: HoldingStore | None = None
         self.runtime: AsyncioRuntime | None = None
-        self._server: asyncio.base_events.Server | None = None
-        self._tls_server: asyncio.base_events.Server | None = None
+        self._server: Listener | None = None
+        self._tls_server: Listener | None = None
         self._housekeeping: asyncio.TimerHandle | None = None
         self._maintenance: asyncio.TimerHandle | None = None
         self._selection_timer: asyncio.TimerHandle | None = None
         self.claimers: list[PendingClaimer] = []
         self.admin: Admin | None = None
         self.http: AdminHttp | None = None
-        self.websocket: asyncio.base_events.Server | None = None
+        self.websocket: Listener | None = None
         self.cluster: ClusterNode | None = None
         self.ssl_context: ssl.SSLContext | None = None
         self.admin_port: int | None = None
@@ -115,6 +116,10 @@ class BrokerServer:
         self.reuse_port = False
         self.before_listeners: Callable[[], Awaitable[None]] | None = None
         self.cores: Any = None         # worker 0's admin over all workers (server/cores/admin.py)
+        # sockets open at once, counted from accept (server/net/accept.py): the STOMP, TLS and WebSocket
+        # listeners share max_connections, the admin port has its own
+        self.connections = ConnectionSlots(config.max_connections, "max_connections")
+        self.admin_connections = ConnectionSlots(config.admin_max_connections, "admin_max_connections")
 
     def _core(self) -> tuple[Broker, HoldingStore, AsyncioRuntime]:
         """What :meth:`start_core` built; asking before it ran is a bug of the caller."""
@@ -149,35 +154,37 @@ class BrokerServer:
         broker, _, _ = self._core()
 
         session_type = self.session_type
+        self._fit_connection_caps()
+        slots = self.connections
+        handshake = cfg.connect_timeout_ms / 1000
 
         def stomp() -> StompServerProtocol:
             return StompServerProtocol(broker, loop, session_type)
 
-        # bound first, accepting last: no client connects before every listener is in place
-        self._server = await _listen("STOMP port (port)", cfg.host, cfg.port, loop.create_server(
-            stomp, cfg.host, cfg.port, reuse_address=True, reuse_port=self.reuse_port or None, backlog=1024,
-            start_serving=False))
+        def stomp_refusal() -> bytes:
+            return refusal_frame(slots.limit)
+
+        # bound first, accepting last: no client connects before every listener is in place; every socket
+        # counted from accept, TLS handshakes under connect_timeout_ms (server/net/accept.py)
+        self._server = await _listen("STOMP port (port)", cfg.host, cfg.port, _bind(
+            loop, cfg.host, cfg.port, slots, stomp, reuse_port=self.reuse_port, refusal=stomp_refusal))
         self.port = self._server.sockets[0].getsockname()[1]
         if cfg.tls_port is not None:
-            self._tls_server = await _listen("STOMP over TLS port (tls_port)", cfg.host, cfg.tls_port,
-                                             loop.create_server(stomp, cfg.host, cfg.tls_port,
-                                                                ssl=self.ssl_context, reuse_address=True,
-                                                                reuse_port=self.reuse_port or None,
-                                                                backlog=1024, start_serving=False))
+            self._tls_server = await _listen("STOMP over TLS port (tls_port)", cfg.host, cfg.tls_port, _bind(
+                loop, cfg.host, cfg.tls_port, slots, stomp, reuse_port=self.reuse_port,
+                ssl_context=self.ssl_context, handshake_timeout=handshake))
             self.tls_port = self._tls_server.sockets[0].getsockname()[1]
         if cfg.websocket is not None:
-            from pymq_server.net.websocket import WebSocketConnection, origins
+            from pymq_server.net.websocket import WebSocketConnection, origins, refusal_response
             ws = cfg.websocket
             allowed = origins(ws.allowed_origins)
 
             def websocket() -> WebSocketConnection:
                 return WebSocketConnection(broker, loop, ws.path, allowed)
 
-            self.websocket = await _listen("WebSocket port (websocket.port)", cfg.host, ws.port,
-                                           loop.create_server(websocket, cfg.host, ws.port,
-                                                              ssl=self.ssl_context if ws.tls else None,
-                                                              reuse_address=True, backlog=1024,
-                                                              start_serving=False))
+            self.websocket = await _listen("WebSocket port (websocket.port)", cfg.host, ws.port, _bind(
+                loop, cfg.host, ws.port, slots, websocket, ssl_context=self.ssl_context if ws.tls else None,
+                handshake_timeout=handshake, refusal=refusal_response))
             self.websocket_port = self.websocket.sockets[0].getsockname()[1]
         if self.admin is not None:
             self.admin.start()
@@ -207,6 +214,25 @@ class BrokerServer:
             cluster = self.cluster = ClusterNode(broker, ccfg, loop, cfg.node_id, f"{cfg.host}:{self.port}")
             broker.attach_cluster(cluster)      # after recovery: the node learns what it made
             await cluster.start()
+
+    def _fit_connection_caps(self) -> None:
+        """Keep the connection caps within the file-descriptor limit: a broker out of descriptors stops
+        accepting on every listener (asyncio pauses them all), so past the limit a connection is refused
+        by its cap instead.  The soft limit is raised towards the hard one first when the caps need it."""
+        cfg = self.config
+        admin = cfg.admin_max_connections if cfg.admin_port is not None else 0
+        wanted = cfg.max_connections + admin
+        room = fit_descriptors(wanted)
+        if room >= wanted:
+            return
+        admin = min(admin, max(8, room // 8)) if admin else 0
+        stomp = max(1, room - admin)
+        self.connections.limit = stomp
+        self.admin_connections.limit = admin
+        log.warning("the file-descriptor limit (ulimit -n) leaves room for %d connections, fewer than "
+                    "max_connections %d + admin_max_connections %d: accepting %d STOMP/TLS/WebSocket and %d "
+                    "admin connections at once; raise the limit for more", room, cfg.max_connections,
+                    cfg.admin_max_connections if cfg.admin_port is not None else 0, stomp, admin)
 
     # -- live changes (SIGHUP, the admin "reload" operation) ---------------------------------------
     def reload(self) -> dict:
@@ -422,6 +448,11 @@ class BrokerServer:
         if self.runtime is not None:
             self.runtime.shutdown()
         log.info("pymq-server stopped")
+
+
+async def _bind(loop: asyncio.AbstractEventLoop, host: str, port: int, slots: ConnectionSlots,
+                make_inner: Callable[[], asyncio.BaseProtocol], **options: Any) -> Listener:
+    return Listener.bind(loop, host, port, slots, make_inner, **options)
 
 
 async def _listen(what: str, host: str, port: int, starting):

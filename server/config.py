@@ -491,7 +491,15 @@ class BrokerConfig(_Section):
     read_budget: Size = Field(16 * 1024, ge=1024, description="input bytes handled per connection per "
                               "event-loop turn: a pipelining client shares the loop with everyone else")
     max_headers: Annotated[int, Field(ge=1, le=100_000)] = Field(1000, description="headers per frame")
-    max_connections: Positive = Field(10_000, description="connections the broker accepts at once")
+    max_connections: Positive = Field(10_000, description="connections the broker holds at once on the "
+                                      "STOMP, TLS and WebSocket listeners, counted from accept (a TLS "
+                                      "handshake, a WebSocket upgrade, a connection that has not logged in "
+                                      "yet: each counts), in-process (vm://) ones at CONNECT; over it a "
+                                      "socket is refused at once (`resource-limit`). Kept within the file-"
+                                      "descriptor limit, raised towards the hard limit when needed")
+    admin_max_connections: Positive = Field(128, description="connections the admin HTTP port holds at once, "
+                                            "counted from accept, apart from `max_connections` (neither can "
+                                            "lock the other out); over it a socket gets 503 at once")
     max_pending_logins: Positive = Field(64, description="password checks (scrypt, about 16 MiB and tens of "
                                          "ms each, off the event loop) waiting or running at once; a login "
                                          "over it (CONNECT, admin HTTP) is refused with `resource-limit`")

@@ -31,10 +31,10 @@ from collections import deque
 from collections.abc import Callable
 from typing import cast
 
-from pymq.errors import FrameTimeout, HeartbeatTimeout, PymqError, ResourceLimit
+from pymq.errors import FrameTimeout, HeartbeatTimeout, PymqError, ResourceLimit, error_headers
 from pymq.protocol.connection import State
 from pymq.protocol.frame import Frame
-from pymq.protocol.scanner import escape
+from pymq.protocol.scanner import encode_frame, escape
 from pymq_server.broker.session import BrokerSession
 from pymq_server.net.tls import peer_subject
 
@@ -62,6 +62,13 @@ def unauthenticated_bytes(broker) -> UnauthenticatedBytes:
     if account is None:
         account = _unauthenticated[broker] = UnauthenticatedBytes(broker.config.max_unauthenticated_bytes)
     return account
+
+
+def refusal_frame(limit: int) -> bytes:
+    """The ERROR frame a socket over ``max_connections`` gets at accept, before its CONNECT is read."""
+    exc = ResourceLimit(f"the broker already has {limit} connections (max_connections); try again later",
+                        limit=limit)
+    return encode_frame("ERROR", error_headers(exc), exc.message.encode(), "1.0")
 
 
 class StompServerProtocol(asyncio.Protocol):

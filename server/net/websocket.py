@@ -284,6 +284,13 @@ class OriginRule:
         return origin.rstrip("/").lower() in self.listed
 
 
+def refusal_response() -> bytes:
+    """What a socket over ``max_connections`` gets at accept: 503, before its upgrade request is read."""
+    body = b"the broker has as many connections as it accepts (max_connections); try again later\n"
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
+
+
 def origins(allowed: list[str] | None) -> OriginRule:
     """The ``websocket.allowed_origins`` setting as the listener compares it."""
     return OriginRule(allowed)
