@@ -747,8 +747,7 @@ public class PymqConnection implements QueueConnection, TopicConnection {
     PymqTemporaryTopic createTemporaryTopic() throws JMSException {
         checkOpen();
         used();
-        PymqTemporaryTopic t = new PymqTemporaryTopic("pymq-tmp." + java.util.UUID.randomUUID().toString().replace("-", ""),
-                this);
+        PymqTemporaryTopic t = new PymqTemporaryTopic(java.util.UUID.randomUUID().toString().replace("-", ""), this);
         temporaries.add(t);
         return t;
     }

@@ -8,7 +8,7 @@ import java.util.Objects;
 
 /**
  * A pymq destination: a value named by its STOMP destination ({@code /queue/x}, {@code /topic/x},
- * {@code /temp-queue/x}, spec/stomp.md §3).  Equal names are equal destinations.
+ * {@code /temp-queue/x}, {@code /temp-topic/x}, spec/stomp.md §3).  Equal names are equal destinations.
  */
 public abstract class PymqDestination implements Destination, Serializable {
     private static final long serialVersionUID = 1L;
@@ -16,6 +16,7 @@ public abstract class PymqDestination implements Destination, Serializable {
     static final String QUEUE_PREFIX = "/queue/";
     static final String TOPIC_PREFIX = "/topic/";
     static final String TEMP_QUEUE_PREFIX = "/temp-queue/";
+    static final String TEMP_TOPIC_PREFIX = "/temp-topic/";
 
     private final String name;
 
@@ -46,6 +47,9 @@ public abstract class PymqDestination implements Destination, Serializable {
         if (stompName.startsWith(TEMP_QUEUE_PREFIX) && stompName.length() > TEMP_QUEUE_PREFIX.length()) {
             return new PymqTemporaryQueue(stompName.substring(TEMP_QUEUE_PREFIX.length()), null);
         }
+        if (stompName.startsWith(TEMP_TOPIC_PREFIX) && stompName.length() > TEMP_TOPIC_PREFIX.length()) {
+            return new PymqTemporaryTopic(stompName.substring(TEMP_TOPIC_PREFIX.length()), null);
+        }
         if (stompName.startsWith(QUEUE_PREFIX) && stompName.length() > QUEUE_PREFIX.length()) {
             return new PymqQueue(stompName.substring(QUEUE_PREFIX.length()));
         }
@@ -66,7 +70,8 @@ public abstract class PymqDestination implements Destination, Serializable {
         }
         if (name.startsWith(prefix)) {
             name = name.substring(prefix.length());
-        } else if (name.startsWith(QUEUE_PREFIX) || name.startsWith(TOPIC_PREFIX) || name.startsWith(TEMP_QUEUE_PREFIX)) {
+        } else if (name.startsWith(QUEUE_PREFIX) || name.startsWith(TOPIC_PREFIX) || name.startsWith(TEMP_QUEUE_PREFIX)
+                || name.startsWith(TEMP_TOPIC_PREFIX)) {
             throw new InvalidDestinationException("\"" + name + "\" names another kind of destination than a " + what);
         }
         if (name.isEmpty() || name.length() > 255) {

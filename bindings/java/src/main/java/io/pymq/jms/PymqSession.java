@@ -709,7 +709,7 @@ public class PymqSession implements QueueSession, TopicSession {
     private PymqMessageConsumer durable(Topic topic, String name, String selector, boolean noLocal) throws JMSException {
         checkOpen();
         checkSubscriptionName(name);
-        Topic t = topicOnly(topic);
+        Topic t = durableTopic(topicOnly(topic));
         for (PymqSession s : connection.sessions) {
             for (PymqMessageConsumer c : s.consumers) {
                 if (name.equals(c.durableName) && !c.closed) {
@@ -733,13 +733,21 @@ public class PymqSession implements QueueSession, TopicSession {
     public MessageConsumer createSharedDurableConsumer(Topic topic, String name, String messageSelector)
             throws JMSException {
         checkSubscriptionName(name);
-        return subscribe(topicOnly(topic), messageSelector, false, null,
+        return subscribe(durableTopic(topicOnly(topic)), messageSelector, false, null,
                 List.of(new Header("durable-subscription-name", name), new Header("shared", "true")));
     }
 
     private Topic topicOnly(Topic topic) throws JMSException {
         if (topic == null) {
             throw new InvalidDestinationException("the topic must not be null");
+        }
+        return topic;
+    }
+
+    /** JMS: a durable subscription to a temporary topic is an InvalidDestinationException (checked here). */
+    private static Topic durableTopic(Topic topic) throws JMSException {
+        if (topic instanceof jakarta.jms.TemporaryTopic) {
+            throw new InvalidDestinationException("a durable subscription cannot be made to a temporary topic (" + topic + ")");
         }
         return topic;
     }

@@ -5,10 +5,10 @@ import jakarta.jms.JMSException;
 import jakarta.jms.TemporaryTopic;
 
 /**
- * A temporary topic.  The broker has no temporary topics, so this is an ordinary topic with an
- * unguessable name ({@code /topic/pymq-tmp.<128 random bits>}): private by obscurity, not by access
- * control, and it leaves no state on the broker once its subscriptions end.  Only the creating connection
- * may subscribe to it through this provider.
+ * A temporary topic (spec/stomp.md §3): {@code /temp-topic/<name>}, living as long as the connection that
+ * made it; only that connection subscribes to it (the broker refuses any other), and a durable
+ * subscription to it is refused here.  In a message's JMSReplyTo the broker rewrites it to the global
+ * {@code /temp-topic/tmp.<connection>.<name>}, which any connection may publish to.
  */
 public class PymqTemporaryTopic extends PymqTopic implements TemporaryTopic {
     private static final long serialVersionUID = 1L;
@@ -19,6 +19,11 @@ public class PymqTemporaryTopic extends PymqTopic implements TemporaryTopic {
     PymqTemporaryTopic(String name, PymqConnection owner) {
         super(name);
         this.owner = owner;
+    }
+
+    @Override
+    String prefix() {
+        return TEMP_TOPIC_PREFIX;
     }
 
     PymqConnection owner() {

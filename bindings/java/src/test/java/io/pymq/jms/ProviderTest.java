@@ -628,10 +628,22 @@ class ProviderTest {
         assertThrows(InvalidDestinationException.class, () -> ss.createConsumer(cs.createTemporaryQueue()),
                 "only the creating connection consumes from a temporary queue");
 
+        // a temporary topic is the broker's /temp-topic/: replies reach it through JMSReplyTo's global name
         TemporaryTopic tt = cs.createTemporaryTopic();
+        assertTrue(((PymqDestination) tt).stompName().startsWith("/temp-topic/"), tt.toString());
         MessageConsumer ttc = cs.createConsumer(tt);
-        ss.createProducer(tt).send(ss.createTextMessage("on a temporary topic"));
-        assertEquals("on a temporary topic", ((TextMessage) ttc.receive(5000)).getText());
+        MessageConsumer ttc2 = cs.createConsumer(tt);
+        TextMessage request = cs.createTextMessage("to the topic");
+        request.setJMSReplyTo(tt);
+        cs.createProducer(service).send(request);
+        assertEquals("re:to the topic", ((TextMessage) ttc.receive(5000)).getText());
+        assertEquals("re:to the topic", ((TextMessage) ttc2.receive(5000)).getText(), "every subscriber gets it");
+        assertThrows(InvalidDestinationException.class, () -> ss.createConsumer(cs.createTemporaryTopic()),
+                "only the creating connection consumes from a temporary topic");
+        assertThrows(InvalidDestinationException.class, () -> cs.createDurableSubscriber(tt, "no"),
+                "JMS: no durable subscription to a temporary topic");
+        cs.createProducer(tt).send(cs.createTextMessage("still up"));
+        assertEquals("still up", ((TextMessage) ttc.receive(5000)).getText(), "the refusals ended nothing");
     }
 
     // -- failures ------------------------------------------------------------------------------------------
