@@ -95,10 +95,13 @@ def _check_buffers(batch) -> None:
     The IPC reader checks only what it needs to hand the batch out (buffer sizes, a variable-width
     column's first and last offsets); a middle offset running backwards or past the data was read by
     pyarrow's kernels as it stood (the first delivery, or recovery, died of SIGSEGV: issue 24).
-    ``Array.validate(full=True)`` (pyarrow's own full validation) checks per column: every offset
-    monotone and within its data, UTF-8 of utf8 columns, each null count against its validity bitmap,
-    the children of the map column (key nulls, entries' offsets).  We check ourselves what it accepts
-    but we do not: a variable-width column's first offset is 0 (the IPC writer always starts there)."""
+    ``Array.validate(full=True)`` (pyarrow's own full validation, the well-kept answer for values) checks
+    per column: every offset monotone and within its data, UTF-8 of utf8 columns, each null count against
+    its validity bitmap, the children of the map column (key nulls, entries' offsets).  We check ourselves
+    what it does not: before pyarrow reads a message, its metadata (bulk_stream: row counts, field nodes,
+    buffer bounds, declared decompressed sizes, names); here, a variable-width column's first offset is 0
+    (the IPC writer always starts there); after, the values' meaning (:func:`_check_bulk`: ranges, names,
+    no line break or NUL in a column that becomes a header)."""
     for name, column in zip(batch.schema.names, batch.columns, strict=True):
         try:
             column.validate(full=True)
