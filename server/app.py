@@ -15,18 +15,20 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from pymq_server.admin import stomp_admin
 from pymq_server.admin.ops import Admin
 from pymq_server.broker.broker import Broker
 from pymq_server.broker.session import BrokerSession
 from pymq_server.broker.stored_form import STORED_CODEC
 from pymq_server.config import BrokerConfig
+from pymq_server.logs import announce
 from pymq_server.net.accept import ConnectionSlots, Listener, fit_descriptors
 from pymq_server.net.runtime import AsyncioRuntime
 from pymq_server.net.tcp import StompServerProtocol, refusal_frame
 from pymq_server.storage.memory import MemoryDevice
 from pymq_server.storage.store import HoldingStore
 
-from pymq.errors import ConfigError, ListenError, StorageError
+from pymq.errors import ConfigError, ListenError, PymqError, StorageError
 
 if TYPE_CHECKING:
     from pymq_server.admin.http import AdminHttp
@@ -235,6 +237,20 @@ class BrokerServer:
                     cfg.admin_max_connections if cfg.admin_port is not None else 0, stomp, admin)
 
     # -- live changes (SIGHUP, the admin "reload" operation) ---------------------------------------
+    def reload_logged(self) -> None:
+        """:meth:`reload` for a SIGHUP (the CLI's, a worker's): the outcome logged, a refusal or a bug
+        keeping the running configuration, never taking the broker down."""
+        try:
+            result = self.reload()
+        except PymqError as exc:
+            log.error("reload refused, the running configuration is kept: %s", exc.message)
+        except Exception:  # a bug in reload must not take the broker down with it
+            log.exception("reload failed, the running configuration is kept")
+        else:
+            announce(f"pymq-server reloaded: {len(result['users'])} user(s)"
+                     + (f", needing a restart: {', '.join(result['restart_needed'])}" if result["restart_needed"]
+                        else ""), self.config.log_format)
+
     def reload(self) -> dict:
         """Read the configuration file and the users file again and apply what can change while the
         broker runs: users (and ``allow_anonymous``), ``default_permissions``, the storage-selection
@@ -337,6 +353,7 @@ class BrokerServer:
         broker = self.broker = Broker(cfg, store, runtime)
         store.on_device_opened = broker.recover_device
         self.admin = broker.admin = Admin(self)
+        broker.admin_frames = stomp_admin.handle
         selection = cfg.storage.selection
         if selection is not None:
             self._setup_selection(selection)

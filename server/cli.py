@@ -93,7 +93,7 @@ async def _run(config: BrokerConfig) -> None:
 
     def hup() -> None:
         if started:
-            _reload(server)
+            server.reload_logged()
         else:
             log.warning("SIGHUP during start-up ignored: nothing to reload yet")
 
@@ -132,19 +132,6 @@ def _announce(config: BrokerConfig, server) -> None:
         lines.append(f"pymq-server admin listening on {scheme}://{config.host}:{server.admin_port}/")
     for line in lines:
         announce(line, config.log_format)
-
-
-def _reload(server) -> None:
-    try:
-        result = server.reload()
-    except PymqError as exc:
-        log.error("reload refused, the running configuration is kept: %s", exc.message)
-    except Exception:  # a bug in reload must not take the broker down with it
-        log.exception("reload failed, the running configuration is kept")
-    else:
-        announce(f"pymq-server reloaded: {len(result['users'])} user(s)"
-                 + (f", needing a restart: {', '.join(result['restart_needed'])}" if result["restart_needed"]
-                    else ""), server.config.log_format)
 
 
 def main(argv: list[str] | None = None) -> int:

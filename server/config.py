@@ -150,7 +150,7 @@ class QueueConfig(_Section):
     @classmethod
     def _schema_parses(cls, value: dict | None) -> dict | None:
         if value is not None:
-            from pymq_server.broker.schema import MessageSchema
+            from pymq_server.schema import MessageSchema
             try:
                 MessageSchema.from_dict(value, "schema")
             except PymqError as exc:

@@ -16,7 +16,7 @@ used:
   of an embedded broker on SQLite are the device's, so the SDK calls its code instead of repeating it.
 
 The broker's side of a link is described here as protocols (:class:`EmbeddedBroker`, :class:`VmLink`),
-which ``pymq_server.net.vm`` implements.
+which ``pymq_server.embedded`` (the broker) and ``pymq_server.net.vm`` (its links) implement.
 """
 from __future__ import annotations
 

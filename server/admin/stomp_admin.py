@@ -12,9 +12,11 @@ import json
 import logging
 
 from pymq.errors import InvalidHeader, MissingHeader, PymqError
+from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.requests import parse_send
 
-ADMIN_DESTINATION = "/pymq/admin"
+__all__ = ["ADMIN_DESTINATION", "handle"]
+
 log = logging.getLogger("pymq.admin")
 
 

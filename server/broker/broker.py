@@ -42,7 +42,7 @@ from pymq_server.broker.topic import Topic, TopicSubscription
 from pymq_server.config import BrokerConfig, QueueConfig
 from pymq_server.storage.store import HoldingStore
 
-from pymq.errors import AuthenticationFailed, IllegalStateError, PymqError, ResourceLimit
+from pymq.errors import AuthenticationFailed, IllegalStateError, PymqError, ResourceLimit, UnknownDestination
 
 log = logging.getLogger("pymq.broker")
 
@@ -61,6 +61,17 @@ class Runtime(Protocol):
 
 def _not_wired(*args: object) -> None:
     raise RuntimeError("the broker's layers are not wired yet")
+
+
+class AdminFrames(Protocol):
+    """The admin interface over STOMP, as sessions reach it (server/admin/stomp_admin.handle, set by the
+    server): a SEND to the admin destination, answered on the client's ``reply-to``."""
+
+    def __call__(self, session: Client, headers: dict[str, str], body: bytes) -> None: ...
+
+
+def _no_admin(session: Client, headers: dict[str, str], body: bytes) -> None:
+    raise UnknownDestination("this broker has no admin interface", destination=headers.get("destination"))
 
 
 class QueueServices:
@@ -104,6 +115,7 @@ class Broker:
         self.sessions: dict[str, Client] = {}
         self.client_ids: dict[str, Client] = {}
         self.admin: Any = None                    # the admin operations (server/admin/ops.py), set by the server
+        self.admin_frames: AdminFrames = _no_admin   # and their STOMP end (server/admin/stomp_admin.py)
         self._conn_ids = itertools.count(1)
         # the layers, bottom up
         self.seqs = SequenceBook(store)

@@ -23,6 +23,9 @@ class Kind(enums.Enum):
 PREFIXES = {"/queue/": Kind.QUEUE, "/topic/": Kind.TOPIC, "/temp-queue/": Kind.TEMP_QUEUE,
             "/temp-topic/": Kind.TEMP_TOPIC}
 MAX_NAME = 255
+#: where administration requests go over STOMP (spec/admin.md); the session hands them to the broker's
+#: admin interface (Broker.admin_frames, set by the server: server/admin/stomp_admin.py)
+ADMIN_DESTINATION = "/pymq/admin"
 
 
 def parse(destination: str) -> tuple[Kind, str]:

@@ -30,7 +30,7 @@ from pymq_server.broker.clients import Client
 from pymq_server.broker.deadletters import DEAD_LETTER_CONFIG, DeadLetterNames
 from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.idle import IdleWatch
-from pymq_server.broker.schema import MessageSchema
+from pymq_server.schema import MessageSchema
 from pymq_server.broker.temporary import TemporaryTopics
 from pymq_server.broker.topic import Topic
 from pymq_server.config import BrokerConfig, QueueConfig, queue_config

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pymq_server.broker.log import RetainedLog
     from pymq_server.broker.message import BrokerMessage
     from pymq_server.broker.queue import MessageQueue
-    from pymq_server.broker.schema import MessageSchema
+    from pymq_server.schema import MessageSchema
     from pymq_server.config import QueueConfig
 
 #: one row's properties (a SEND's, or a bulk row's)

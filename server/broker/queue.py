@@ -27,7 +27,7 @@ from pymq_server.broker.stats import QueueStats
 from pymq_server.broker.upkeep import QueueUpkeep
 
 if TYPE_CHECKING:
-    from pymq_server.broker.schema import MessageSchema
+    from pymq_server.schema import MessageSchema
     from pymq_server.config import QueueConfig
 
 __all__ = ["Entry", "MessageQueue", "QueueHost", "ReadyIndex"]

@@ -30,7 +30,7 @@ from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
 from pymq_server.broker.placement_rules import Ahead, Prospect
 from pymq_server.broker.queue import Entry
 from pymq_server.broker.requests import BulkSendRequest, SendRequest, SendResult, parse_send
-from pymq_server.broker.schema import MessageSchema
+from pymq_server.schema import MessageSchema
 from pymq_server.broker.stored_form import stored_message
 from pymq_server.broker.subscriptions import Subscriptions
 from pymq_server.broker.topic import Topic

@@ -18,11 +18,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
-from pymq_server.admin import stomp_admin
-from pymq_server.admin.stomp_admin import ADMIN_DESTINATION
 from pymq_server.broker.acks import DeliveryLedger
 from pymq_server.broker.auth import ANONYMOUS, User
 from pymq_server.broker.consumer import Consumer
+from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.intake import FrameIntake
 from pymq_server.broker.outlet import FrameOutlet
 from pymq_server.broker.receipts import ReceiptQueue
@@ -230,7 +229,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         destination = headers["destination"]
         if destination.startswith("/pymq/"):
             if destination == ADMIN_DESTINATION:
-                stomp_admin.handle(self, headers, frame.body)
+                self.broker.admin_frames(self, headers, frame.body)
                 return None
             if destination.startswith("/pymq/cluster/") and self.is_cluster:
                 self.broker.cluster_control(self, headers, frame.body)

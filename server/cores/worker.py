@@ -92,5 +92,4 @@ class Worker:
         return 1 if self.failure else 0
 
     def _reload(self) -> None:
-        from pymq_server.cli import _reload
-        _reload(self.server)
+        self.server.reload_logged()

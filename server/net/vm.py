@@ -1,36 +1,26 @@
-"""The embedded broker behind ``vm://name`` URLs: a full broker on a background thread, no socket.
+"""The vm:// link: one in-process connection between an SDK and a broker on a background thread, no socket.
 
-``embedded_broker(name)`` starts (once per process and name) a :class:`BrokerServer` on its own event
-loop thread.  Each client connection is a :class:`VmLink`: frames go in as objects (batched: one
-``call_soon_threadsafe`` per burst) and come out as objects, through the same broker session code as
-TCP clients, so semantics are identical.  Options (from the URL query): ``data_dir`` (persistent
-storage there; by default the embedded broker keeps everything in memory), ``port`` (also listen on
-TCP, for tools).
-
-This is the only vm:// link.  The SDKs never import it: this distribution registers
-:func:`embedded_broker` as the entry point ``vm`` of group ``pymq.transports`` (pyproject.toml), which
-``pymq.client.vm`` looks up when a ``vm://`` URL is first used.  The link never blocks: the client's transport decides
-how to wait (a thread on an Event, a task on a future) when :attr:`VmLink.held_back` says so.
+Each client connection is a :class:`VmLink`: frames go in as objects (batched: one ``call_soon_threadsafe``
+per burst) and come out as objects, through the same broker session code as TCP clients, so semantics are
+identical. The broker it reaches is a :class:`VmHost`: the embedded broker of ``vm://name`` URLs
+(server/embedded.py, which runs a whole server and so sits above this package; the distribution registers
+its ``embedded_broker`` as the entry point ``vm`` of group ``pymq.transports``, which ``pymq.client.vm``
+looks up when a ``vm://`` URL is first used). The link never blocks: the client's transport decides how to
+wait (a thread on an Event, a task on a future) when :attr:`VmLink.held_back` says so.
 """
 from __future__ import annotations
 
 import asyncio
-import atexit
-import shutil
-import tempfile
-import threading
 from collections import deque
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pymq.errors import ConnectionClosed, PymqError
 from pymq.protocol.connection import StompConnection
 from pymq.protocol.frame import Frame
-from pymq_server.app import BrokerServer
 from pymq_server.broker.session import BrokerSession
-from pymq_server.config import BrokerConfig, StorageConfig
 
-_brokers: dict[str, EmbeddedBroker] = {}
-_lock = threading.Lock()
+if TYPE_CHECKING:
+    from pymq_server.broker.broker import Broker
 
 #: SEND bytes handed to the broker's loop and not yet taken by it: above HIGH the producer waits until
 #: the broker has caught up to LOW (the vm:// twin of a socket's write buffer; without it a send loop
@@ -38,6 +28,16 @@ _lock = threading.Lock()
 WINDOW_HIGH = 1024 * 1024
 WINDOW_LOW = 256 * 1024
 _FRAME_OVERHEAD = 64    # a SEND's headers, roughly: keeps a flood of empty bodies bounded too
+
+
+class VmHost(Protocol):
+    """What a link needs of the in-process broker it connects to (server/embedded.py runs one): its event
+    loop, and the broker core once started."""
+
+    loop: asyncio.AbstractEventLoop
+
+    @property
+    def broker(self) -> Broker | None: ...
 
 
 class VmClient(Protocol):
@@ -63,9 +63,9 @@ class VmLink:
     window_high = WINDOW_HIGH
     window_low = WINDOW_LOW
 
-    def __init__(self, embedded: EmbeddedBroker, client: VmClient) -> None:
-        self.embedded = embedded
-        self.loop = embedded.loop
+    def __init__(self, host: VmHost, client: VmClient) -> None:
+        self.host = host
+        self.loop = host.loop
         self.client = client
         self.session: BrokerSession | None = None
         self.paused = False          # the broker holds back SENDs (memory limit)
@@ -119,7 +119,7 @@ class VmLink:
 
     # -- the broker's loop -------------------------------------------------------------------------
     def _start(self, headers: dict[str, str]) -> None:
-        broker = self.embedded.server.broker
+        broker = self.host.broker
         assert broker is not None           # the embedded broker started before any link opened
         self.session = BrokerSession(broker, self, None, broker.new_connection_id())
         # CONNECT goes through the session like any frame: a refusal (credentials, connection limit)
@@ -198,83 +198,3 @@ class VmLink:
     def resume_reading(self) -> None:
         self.paused = False
         self.client.flow_changed()
-
-
-class EmbeddedBroker:
-    def __init__(self, name: str, options: dict[str, str]) -> None:
-        self.name = name
-        storage: dict[str, object] = {"devices": {"memory": {"kind": "memory"}}, "persistent_device": "memory"}
-        data_dir = options.get("data_dir")
-        if data_dir:
-            storage = {}
-        self._tmpdir: str | None = None
-        if not data_dir:
-            # memory only: nothing is kept, so nothing is written into the application's directory
-            self._tmpdir = data_dir = tempfile.mkdtemp(prefix=f"pymq-vm-{name}-")
-        # the URL grammar (pymq.client.url) checked that port is a number
-        self.config = BrokerConfig(host="127.0.0.1", port=int(options.get("port", 0)), data_dir=data_dir,
-                                   node_id=f"vm-{name}", storage=StorageConfig.model_validate(storage))
-        self.loop = asyncio.new_event_loop()
-        self.server = BrokerServer(self.config)
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, name=f"pymq-vm-{name}", daemon=True)
-        self.thread.start()
-        self._ready.wait(30)
-        if self._error is not None:
-            raise self._error
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(self._start())
-        except BaseException as exc:  # noqa: BLE001 - handed to the thread that waits for the start
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        self.loop.run_forever()
-
-    async def _start(self) -> None:
-        if not self.config.port:
-            # no TCP listener: start only storage and the broker core
-            await self.server.start_core()
-        else:
-            await self.server.start()
-
-    def link(self, client: VmClient) -> VmLink:
-        """A new connection for ``client``; ``link.open(headers)`` sends its CONNECT."""
-        return VmLink(self, client)
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if not self.loop.is_running():
-            return
-        fut = asyncio.run_coroutine_threadsafe(self.server.stop(), self.loop)
-        try:
-            fut.result(timeout)
-        finally:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(timeout)
-            if self._tmpdir is not None:
-                shutil.rmtree(self._tmpdir, ignore_errors=True)
-
-
-def embedded_broker(name: str, options: dict[str, str] | None = None) -> EmbeddedBroker:
-    """The embedded broker ``name``, started on first use (this may take a moment: not on an event loop)."""
-    with _lock:
-        broker = _brokers.get(name)
-        if broker is None:
-            broker = _brokers[name] = EmbeddedBroker(name, options or {})
-        return broker
-
-
-def stop_embedded(name: str | None = None) -> None:
-    with _lock:
-        names = [name] if name else list(_brokers)
-        for n in names:
-            broker = _brokers.pop(n, None)
-            if broker is not None:
-                broker.stop()
-
-
-atexit.register(stop_embedded)

@@ -17,7 +17,7 @@ import pymq.aio
 from pymq.aio import ConnectionStatus
 from pymq.errors import (AuthenticationFailed, ConnectFailed, ConnectionClosed, HeartbeatTimeout,
                          IllegalStateError, InvalidSelector, MessageFormatError, ResourceLimit)
-from pymq_server.net.vm import embedded_broker, stop_embedded
+from pymq_server.embedded import embedded_broker, stop_embedded
 
 
 def aio(fn):

@@ -18,7 +18,7 @@ import pytest
 
 import pymq
 import pymq.aio
-from pymq_server.net.vm import stop_embedded
+from pymq_server.embedded import stop_embedded
 from tests.conftest import wait_for
 
 

@@ -24,7 +24,7 @@ import pytest
 
 import pymq
 import pymq.aio
-from pymq_server.net.vm import stop_embedded
+from pymq_server.embedded import stop_embedded
 
 ROOT = Path(__file__).resolve().parents[2]
 

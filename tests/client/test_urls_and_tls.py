@@ -22,7 +22,7 @@ import pymq.aio
 from pymq.client.url import StompAddress, TlsOptions, VmAddress, parse_url
 from pymq.errors import AuthenticationFailed, ConnectFailed, TlsError
 from pymq_server.broker.auth import save_user
-from pymq_server.net.vm import stop_embedded
+from pymq_server.embedded import stop_embedded
 from tests.client.tls import Authority, TlsProxy
 
 SERVER_NAME = "broker.pymq.test"      # the name in the proxy's certificate (not the address it listens on)

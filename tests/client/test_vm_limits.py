@@ -1,4 +1,4 @@
-"""vm:// over the connection limit: EmbeddedBroker.open_link's start() (server/net/vm.py) lets
+"""vm:// over the connection limit: EmbeddedBroker.open_link's start() (server/embedded.py, server/net/vm.py) lets
 broker.session_opened's PymqError escape into the broker loop ("Exception in callback"), so the blocking
 client waits its whole timeout and gets TimeoutError instead of the ResourceLimit a TCP client gets at once."""
 import uuid
@@ -7,7 +7,7 @@ import pytest
 
 import pymq
 from pymq.errors import ResourceLimit
-from pymq_server.net.vm import embedded_broker, stop_embedded
+from pymq_server.embedded import embedded_broker, stop_embedded
 
 
 def test_vm_connection_limit_is_refused_with_resource_limit():

@@ -4,6 +4,9 @@ A queue with a schema refuses a message whose properties do not fit, with an err
 property; a queue without one takes anything.  STOMP carries every property as a string, so a value
 fits a declared type when it has that type (``pymq-types``, spec/stomp.md §7) *or* its text parses as
 one — a foreign client sending ``amount:12.5`` satisfies ``amount: float``.
+
+A schema is declared in the configuration (config.py checks the declaration parses) or by the admin, and
+checked by the broker core; so it sits beside config.py, below both, rather than in the broker package.
 """
 from __future__ import annotations
 
