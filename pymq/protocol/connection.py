@@ -23,7 +23,7 @@ from pymq.errors import (InvalidHeader, MalformedFrame, MissingHeader, ProtocolE
                          UnsupportedVersion)
 from pymq.protocol.frame import ALL_COMMANDS, BODY_COMMANDS, VERSIONS, Frame
 from pymq.protocol.numbers import INT32_MAX, parse_wire_int
-from pymq.protocol.scanner import DEFAULT_MAX_FRAME_SIZE, FrameScanner, encode_frame
+from pymq.protocol.scanner import DEFAULT_MAX_FRAME_SIZE, FrameScanner, encode_frame, escape
 
 if TYPE_CHECKING:
     from pymq.protocol._scanner_py import Headers
@@ -41,6 +41,17 @@ def encode_frame_parts(command: str, headers: Headers, body: bytes, version: str
         return (encode_frame(command, headers, body, version),)
     bare = encode_frame(command, headers, b"", version)       # ...headers "\n" "\0"
     return bare[:-2] + b"content-length:%d\n\n" % len(body), body, b"\x00"
+
+
+def message_head(subscription: str, version: str) -> bytes:
+    """The first lines of every MESSAGE a subscription gets, ``MESSAGE`` and its ``subscription`` header,
+    escaped as ``version`` escapes header values (1.0 not at all, 1.1 without CR): a link encodes it once
+    per subscription and hands it to :meth:`StompConnection.send_message`."""
+    sub = subscription if version == "1.0" else escape(subscription, version != "1.1")
+    return f"MESSAGE\nsubscription:{sub}\n".encode()
+
+
+_MESSAGE = Frame("MESSAGE", {}, b"")
 
 
 class Role(enums.Enum):
@@ -265,6 +276,26 @@ class StompConnection:
         sink); a smaller frame is one piece."""
         self._on_send(frame)
         return encode_frame_parts(frame.command, frame.headers, frame.body, self.version)
+
+    def send_message(self, head: bytes, block: bytes, body: bytes, ack: str | None = None, deliveries: int = 1,
+                     first_in_group: bool = False) -> tuple[bytes, ...]:
+        """A MESSAGE (server side), validated by the state table and encoded from parts encoded once each:
+        ``head`` (:func:`message_head`, per subscription), this delivery's own lines (``ack``, the
+        redelivery count, the group flag), ``block`` (the message's header lines, ending with its
+        content-length when it has a body, encoded once per message and escaping: the same for every
+        subscriber) and ``body``. One piece, or (head, body, NUL) for a body of :data:`LARGE_BODY` or more,
+        which a transport writes from the message's own bytes."""
+        self._on_send(_MESSAGE)
+        if ack is not None or deliveries > 1 or first_in_group:
+            extra = f"ack:{ack}\n" if ack is not None else ""
+            if deliveries > 1:
+                extra += f"redelivered:true\nJMSXDeliveryCount:{deliveries}\n"
+            if first_in_group:
+                extra += "JMSXGroupFirstForConsumer:true\n"
+            head = head + extra.encode()
+        if len(body) < LARGE_BODY:
+            return (b"".join((head, block, b"\n", body, b"\x00")),)
+        return head + block + b"\n", body, b"\x00"
 
     def send_frame(self, frame: Frame) -> Frame:
         """Validate and account for an outgoing frame without encoding it (vm:// transport)."""

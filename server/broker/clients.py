@@ -19,6 +19,7 @@ class Client(Protocol):
     client_id: str | None            # JMS client id: scopes durable subscriptions
     user: User                       # the authenticated principal (auth.ANONYMOUS before CONNECT)
     closed: bool
+    writable: bool                   # its link can take more (backpressure: no deliveries while False)
 
     @property
     def is_cluster(self) -> bool:

@@ -6,16 +6,58 @@ connection's write buffer.  ``unacked`` keeps delivery order, which cumulative (
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+
+if TYPE_CHECKING:
+    from pymq_server.broker.clients import Client
+    from pymq_server.broker.entry import Entry
+    from pymq_server.broker.queue import MessageQueue
+    from pymq_server.broker.topic import TopicSubscription
+
 AUTO, CLIENT, CLIENT_INDIVIDUAL = "auto", "client", "client-individual"
 ACK_MODES = (AUTO, CLIENT, CLIENT_INDIVIDUAL)
 
 
+class Selector(Protocol):
+    """A compiled JMS selector (pymq.selector): whether a message's values match it."""
+
+    def matches(self, values: Mapping[str, Any]) -> bool: ...
+
+
+class QueueReader(Protocol):
+    """What a queue needs of whoever reads from it (dispatch.py): a client's :class:`Consumer`, and the
+    cluster node's readers of its outboxes and of queues it redistributes from."""
+
+    active: bool            # false once it is leaving: nothing more is given to it
+
+    @property
+    def exclusive(self) -> bool: ...
+
+    @property
+    def ack_mode(self) -> str: ...
+
+    @property
+    def selector(self) -> Selector | None: ...
+
+    @property
+    def scan(self) -> list[Any]:
+        """Where its selective scans resume (ReadyIndex.take_first)."""
+
+    def can_take(self) -> bool: ...
+
+    def deliver(self, entry: Entry) -> None: ...
+
+
 class Consumer:
     __slots__ = ("session", "id", "queue", "ack_mode", "prefetch", "in_flight", "selector", "unacked",
-                 "subscription", "destination", "active", "head", "scan", "exclusive")
+                 "subscription", "destination", "active", "scan", "exclusive")
 
-    def __init__(self, session, sub_id: str, queue, ack_mode: str, prefetch: int, selector=None,
-                 subscription=None, destination: str = "", exclusive: bool = False) -> None:
+    """One SUBSCRIBE of a client connection (``session``, whose ``deliver`` writes the MESSAGE)."""
+
+    def __init__(self, session: Client, sub_id: str, queue: MessageQueue, ack_mode: str, prefetch: int,
+                 selector: Selector | None = None, subscription: TopicSubscription | None = None,
+                 destination: str = "", exclusive: bool = False) -> None:
         self.session = session
         self.id = sub_id
         self.queue = queue
@@ -23,30 +65,29 @@ class Consumer:
         self.prefetch = prefetch
         self.in_flight = 0
         self.selector = selector          # compiled selector evaluated at dispatch (queues)
-        self.unacked: dict = {}           # token -> entry, in delivery order
+        self.unacked: dict[str, Entry] = {}   # token -> entry, in delivery order
         self.subscription = subscription  # the TopicSubscription this consumer reads, if any
         self.destination = destination    # the destination the client subscribed to
         self.active = True
-        self.head = None                  # the encoded "MESSAGE\nsubscription:<id>\n" prefix (TCP)
-        self.scan = [0, [-1] * 10]        # where its selective scans resume (ReadyIndex.take_first)
+        self.scan: list[Any] = [0, [-1] * 10]   # where its selective scans resume (ReadyIndex.take_first)
         self.exclusive = exclusive        # asked to be the queue's only receiver (activemq.exclusive)
 
     def can_take(self) -> bool:
         return self.active and self.session.writable and (
             not self.prefetch or self.in_flight < self.prefetch)
 
-    def accepts(self, entry) -> bool:
+    def accepts(self, entry: Entry) -> bool:
         selector = self.selector
         return selector is None or selector.matches(entry.message.selector_values())
 
-    def deliver(self, entry) -> None:
+    def deliver(self, entry: Entry) -> None:
         self.session.deliver(self, entry)
 
     def __repr__(self) -> str:
         return f"<Consumer {self.id} on {self.queue.name} {self.ack_mode} in_flight={self.in_flight}>"
 
 
-def exclusive_owner(consumers: list, everyone: bool) -> Consumer | None:
+def exclusive_owner(consumers: list[QueueReader], everyone: bool) -> QueueReader | None:
     """The one consumer of a queue with exclusive consumers: the first active one in subscription order
     that asked for it (``everyone``: the queue is exclusive, so any consumer). None: nobody is exclusive
     now, every consumer takes its turn."""

@@ -9,7 +9,7 @@ from pymq_server.broker.states import READY, EntryState
 
 if TYPE_CHECKING:
     from pymq_server.broker.backlog import Pager
-    from pymq_server.broker.consumer import Consumer
+    from pymq_server.broker.consumer import QueueReader
     from pymq_server.broker.message import BrokerMessage
     from pymq_server.broker.queue import MessageQueue
 
@@ -25,7 +25,7 @@ class Entry:
         self.queue = queue
         self.state: EntryState = READY
         self.deliveries = 0
-        self.consumer: Consumer | None = None
+        self.consumer: QueueReader | None = None
         self.token: str | None = None     # what the consumer's ACK names (client modes), while acquired
         self.enqueued_at, self.acquired_at = now, 0.0
         self.stored = False          # holds a storage reference that must be removed when done

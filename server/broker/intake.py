@@ -10,18 +10,21 @@ their queue before any goes out again: redelivered first, in their original orde
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pymq.errors import PymqError
 from pymq.protocol.connection import StompConnection
 from pymq.protocol.frame import Frame
+
+if TYPE_CHECKING:
+    from pymq_server.broker.outlet import Link
 
 
 class FrameIntake:
     """The input half of a broker session (session.BrokerSession): subclasses handle frames."""
 
     conn: StompConnection
-    link: Any
+    link: Link
     closed: bool
 
     def __init__(self) -> None:

@@ -8,7 +8,7 @@ dispatching to the connection, and browses pause, until it drains (``set_writabl
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 from collections.abc import Iterator
 
 from pymq.protocol.connection import StompConnection
@@ -23,9 +23,35 @@ if TYPE_CHECKING:
     from pymq_server.broker.queue import Entry
 
 
+class Link(Protocol):
+    """What a session writes through: the TCP adapter (also behind TLS and WebSocket, server/net/tcp.py),
+    the vm:// link (server/net/vm.py), a worker's shadow of a connection (server/cores/shadow.py). The link
+    owns the wire: it has the codec encode each frame (pymq/protocol: ``StompConnection.send_message`` for
+    MESSAGEs) and keeps the bytes it caches for that (a subscription's MESSAGE head); domain objects carry
+    none of it."""
+
+    def send_frame(self, conn: StompConnection, frame: Frame) -> None: ...
+
+    def send_frame_pieces(self, conn: StompConnection, frame: Frame, pieces: IpcPieces) -> None: ...
+
+    def send_message(self, conn: StompConnection, consumer: Consumer, entry: Entry, ack: str | None) -> None:
+        """One delivery of ``entry`` to ``consumer``; ``ack``: the 1.2 ``ack`` header's value."""
+
+    def send_browse(self, conn: StompConnection, sub_id: str, entry: Entry | BrowseEntry) -> None:
+        """One message of a browse (``browser:true``), not acquired."""
+
+    def start_heartbeat(self, session: Any, send_ms: int, recv_ms: int) -> None: ...
+
+    def pause_reading(self) -> None: ...
+
+    def resume_reading(self) -> None: ...
+
+    def close(self) -> None: ...
+
+
 class FrameOutlet:
     conn: StompConnection
-    link: Any
+    link: Link
     closed: bool
     version: str
     deliveries: DeliveryLedger
@@ -96,7 +122,7 @@ class FrameOutlet:
             message = browse.next()
             if message is None:
                 break
-            link.send_browse(conn, sub_id, _BrowseEntry(message))
+            link.send_browse(conn, sub_id, BrowseEntry(message))
         self.send_frame("MESSAGE", browse.end_marker(), browse.end_body)   # an Arrow answer's rows: its body
 
     def _run_browses(self) -> None:
@@ -108,7 +134,7 @@ class FrameOutlet:
                 browses.popleft()
 
 
-class _BrowseEntry:
+class BrowseEntry:
     """What the links' ``send_browse`` reads: a message that is not a queue entry (log, range)."""
 
     __slots__ = ("message",)

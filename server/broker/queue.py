@@ -17,10 +17,10 @@ import heapq
 from typing import TYPE_CHECKING, Any
 
 from pymq_server.broker.backlog import Backlog
-from pymq_server.broker.consumer import AUTO, exclusive_owner
+from pymq_server.broker.consumer import AUTO, QueueReader
+from pymq_server.broker.dispatch import Dispatcher
 from pymq_server.broker.entry import Entry, QueueHost
-from pymq_server.broker.groups import MessageGroups
-from pymq_server.broker.lastvalue import LastValues, Replacing
+from pymq_server.broker.lastvalue import LastValues
 from pymq_server.broker.ready import ReadyIndex
 from pymq_server.broker.states import ACQUIRED, READY, SCHEDULED, Event, transition
 from pymq_server.broker.stats import QueueStats
@@ -39,12 +39,14 @@ _COMPLETED = transition(ACQUIRED, Event.ACK)
 
 #: kinds of queue that page (internal ones, the cluster's outboxes, are read by the node as they are)
 PAGED_KINDS = frozenset({"queue", "subscription", "temp"})
-#: a queue with a backlog keeps about this many entries ready (read back from disk ahead of its consumers)
-READY_LOW, READY_TARGET = 256, 1024
+#: a queue with a backlog reads back from disk to about this many entries ready, ahead of its consumers
+READY_TARGET = 1024
 
 
-class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
-    """A queue or subscription with its consumers (housekeeping and removals: upkeep.py)."""
+class MessageQueue:
+    """A queue or subscription: its entries' life, from enqueue to an outcome. Composed of the ready index
+    (ready.py), the backlog (backlog.py), the dispatcher that chooses consumers (dispatch.py), the
+    last-value index (lastvalue.py) and housekeeping (upkeep.py)."""
 
     def __init__(self, host: QueueHost, name: str, destination: str, *, kind: str = "queue",
                  config: QueueConfig, durable: bool = True) -> None:
@@ -55,23 +57,17 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         self.config = config
         self.durable = durable            # keeps storage references for persistent messages
         self.ready = ReadyIndex()
-        self.consumers: list = []
         self.acquired = 0
         self.scheduled = 0
-        self._rr = 0
-        self._dispatching = False
+        self.grouped_ready = 0            # ready entries that belong to a group (0: dispatch fast path)
+        self.dispatcher = Dispatcher(self)
+        self.consumers = self.dispatcher.consumers    # in subscription order (read by the layers and admin)
+        self.upkeep = QueueUpkeep(self)
         now = host.clock()
         self.stats = QueueStats(now)
         self.owner: Any = None            # the Client (session) of a temporary queue
         self.schema: MessageSchema | None = None   # declared properties (set by the destinations layer)
-        self.group_owners: dict = {}      # JMSXGroupID -> consumer; no limit (ActiveMQ's 1024 is a trap)
-        self.grouped_ready = 0            # ready entries that belong to a group (0: dispatch fast path)
-        self._expiring: list = []         # heap (expires, seq, entry) for housekeeping, no scans
-        self._timeouts: list = []         # heap (deadline, seq, deliveries, entry) of acquired entries
-        self._blocked: set = set()        # producer sessions paused by max_depth (overflow=block)
-        self.exclusive_consumers = 0      # consumers that asked to be the only receiver (activemq.exclusive)
-        self._exclusive_last: Any = None  # the exclusive consumer delivered to last (hand-overs are flagged)
-        self.last_values = LastValues(config.last_value_key) if config.last_value_key else None
+        self.last_values = LastValues(self, config.last_value_key) if config.last_value_key else None
         # waiting behind the ready index, on disk (backlog.py); a last-value queue replaces what waits, so
         # it keeps everything in memory
         pageable = kind in PAGED_KINDS and not config.last_value_key
@@ -85,7 +81,7 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
 
     def _depth_delta(self, delta: int, now: float | None = None, arriving: int = 0) -> None:
         # ``arriving``: counted in the depth although not in any of its places yet (a new entry on its
-        # way straight to a consumer, see _hand_new)
+        # way straight to a consumer: Dispatcher.offer)
         depth = self.ready.count + self.backlog.count + self.acquired + self.scheduled + arriving
         # the time-weighted depth and the peak (QueueStats), here: this runs twice per message
         stats = self.stats
@@ -111,7 +107,7 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         entry.deliveries = deliveries
         if deliveries and self._dead_on_arrival(entry):
             return entry
-        if self.last_values is not None and not self._admit_last_value(entry):
+        if self.last_values is not None and not self.last_values.admit(entry):
             return entry
         if message.deliver_at and message.deliver_at > self.host.now_ms():
             entry.state = transition(entry.state, Event.DELAY)     # new entries start READY
@@ -121,15 +117,16 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         elif self.backlog.takes(entry, sole):
             self._depth_delta(1, now)          # behind the ready index, on disk or behind paged messages
             return entry
-        elif self.consumers and not self.ready.count and not self._dispatching and self._hand_new(entry, now):
-            pass
+        elif self.consumers and not self.ready.count and not self.dispatcher.running and \
+                self.dispatcher.offer(entry, now):
+            pass                               # nothing else ready: to the consumer dispatch would choose
         else:
             self._push_ready(entry)
             self._depth_delta(1, now)
             if self.consumers:
                 self.dispatch()
         if message.expires:
-            heapq.heappush(self._expiring, (message.expires, message.seq, entry))
+            heapq.heappush(self.upkeep.expiring, (message.expires, message.seq, entry))
         return entry
 
     def enqueue_block(self, block, now: float | None = None) -> None:
@@ -159,7 +156,7 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
 
     def _admit(self, entries: list) -> None:
         """Entries back from the backlog become ready (they count in the depth already)."""
-        expiring = self._expiring
+        expiring = self.upkeep.expiring
         for entry in entries:
             if entry.deliveries and self._dead_on_arrival(entry):
                 self._depth_delta(-1)
@@ -177,6 +174,18 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         while backlog.count and ready.count < READY_TARGET and (not ready.count or room()):
             self._admit(backlog.take(self))
 
+    def _page_more(self) -> bool:
+        """A consumer with a selector (or a group owned elsewhere) found nothing it may take in the ready
+        index: the backlog's next step joins it while memory has room (a bulk block's rows are in memory
+        already, so this costs no read), and True when it did. While memory is short nothing more comes
+        in (the known limit in backlog.py's docstring)."""
+        backlog = self.backlog
+        assert backlog.pager is not None      # a backlog with entries has a pager
+        if not backlog.pager.flow.room():
+            return False
+        self._admit(backlog.take(self))
+        return True
+
     def _push_ready(self, entry: Entry) -> None:
         self.ready.push(entry)
         if entry.message.group_id is not None:
@@ -190,118 +199,22 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         self._push_ready(entry)
         self.dispatch()
 
-    def add_consumer(self, consumer) -> None:
-        self.consumers.append(consumer)
-        self.exclusive_consumers += consumer.exclusive
-        self.dispatch()
+    def add_consumer(self, consumer: QueueReader) -> None:
+        self.dispatcher.add(consumer)
+        self.dispatcher.dispatch()
 
-    def remove_consumer(self, consumer) -> None:
-        try:
-            self.consumers.remove(consumer)
-            self.exclusive_consumers -= consumer.exclusive
-        except ValueError:
-            pass
-        self._groups_leave(consumer)
+    def remove_consumer(self, consumer: QueueReader) -> None:
+        self.dispatcher.remove(consumer)
 
-    # -- dispatch -------------------------------------------------------------------------------
     def dispatch(self) -> None:
-        """Hand ready entries to consumers round-robin, while some consumer has credit."""
-        if self._dispatching:
-            return
-        consumers = self.consumers
-        ready = self.ready
-        backlog = self.backlog
-        if not consumers or not (ready.count or backlog.count):
-            return
-        owner = None
-        if self.exclusive_consumers or self.config.exclusive:
-            # one receiver: the first exclusive consumer in subscription order (spec/stomp.md §4)
-            owner = exclusive_owner(consumers, self.config.exclusive)
-            if owner is not None:
-                consumers = [owner]
-        self._dispatching = True
-        try:
-            n = len(consumers)
-            i = self._rr
-            idle = 0
-            now_ms = 0
-            entry: Entry | None
-            while idle < n:
-                if ready.count < READY_LOW and backlog.count:
-                    self._page_in()
-                if not ready.count:
-                    break
-                if n != len(consumers):
-                    n = len(consumers)
-                    if not n:
-                        break
-                consumer = consumers[i % n]
-                i += 1
-                if not consumer.can_take():
-                    idle += 1
-                    continue
-                if consumer.selector is None and not self.grouped_ready:
-                    entry = ready.pop()
-                else:
-                    entry = ready.take_first(self._acceptor(consumer), consumer.scan)
-                    if entry is None:
-                        if backlog.count and self._page_more():
-                            i -= 1           # more rows in memory for this consumer to look at
-                        else:
-                            idle += 1
-                        continue
-                    if entry.message.group_id is not None:
-                        self.grouped_ready -= 1
-                        self._assign_group(entry, consumer)
-                expires = entry.message.expires
-                if expires:
-                    if not now_ms:
-                        now_ms = self.host.now_ms()
-                    if expires <= now_ms:
-                        self._expire(entry)
-                        i -= 1
-                        continue
-                idle = 0
-                if owner is not None and entry.message.group_id is None:
-                    entry.first_in_group = owner is not self._exclusive_last   # a hand-over is flagged
-                    self._exclusive_last = owner
-                self._acquire(entry, consumer)
-            if owner is None:
-                self._rr = i % n if n else 0
-        finally:
-            self._dispatching = False
+        """Hand ready entries to consumers (dispatch.py)."""
+        self.dispatcher.dispatch()
 
-    def _hand_new(self, entry: Entry, now: float) -> bool:
-        """A new entry while nothing else is ready: to the consumer dispatch would choose, without
-        passing through the ready index (the consumer of a busy queue waits for each message as it
-        arrives, so this is most deliveries). The same choice as dispatch — round-robin over consumers
-        with credit — or False when dispatch's rules need more than that (an exclusive consumer, a
-        group, a selector, an expired message), and dispatch decides."""
-        message = entry.message
-        if (message.group_id is not None or self.exclusive_consumers or self.config.exclusive
-                or (message.expires and message.expires <= self.host.now_ms())):
-            return False
-        consumers = self.consumers
-        n = len(consumers)
-        i = self._rr
-        for _ in range(n):
-            consumer = consumers[i % n]
-            i += 1
-            if not consumer.can_take():
-                continue
-            if consumer.selector is not None:
-                return False
-            self._rr = i % n
-            self._depth_delta(1, now, arriving=1)
-            self._dispatching = True
-            try:
-                self._acquire(entry, consumer, now)      # acquired the moment it arrived
-            finally:
-                self._dispatching = False
-            return True
-        return False
+    @property
+    def group_owners(self) -> dict[str, QueueReader]:
+        return self.dispatcher.groups.owners
 
-    def _acquire(self, entry: Entry, consumer, now: float | None = None) -> None:
+    def _acquire(self, entry: Entry, consumer: QueueReader, now: float | None = None) -> None:
         entry.state = _ACQUIRED if entry.state is READY else transition(entry.state, Event.ACQUIRE)
         entry.deliveries += 1
         if self.last_values is not None:
@@ -321,7 +234,7 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
                 stats.wait_max = waited
         timeout = self.config.delivery_timeout_ms
         if timeout:
-            heapq.heappush(self._timeouts, (now + timeout / 1000.0, entry.message.seq, entry.deliveries, entry))
+            heapq.heappush(self.upkeep.timeouts, (now + timeout / 1000.0, entry.message.seq, entry.deliveries, entry))
         if consumer.ack_mode != AUTO and (entry.stored or entry.message.bulk is not None):
             # the count (and so the redelivered flag) must survive a restart (a bulk row's: in its block's
             # record); an auto-ack delivery completes the entry at once, so there is nothing to remember
@@ -338,8 +251,8 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         stats.acknowledged += 1
         self._depth_delta(-1)
         self._drop(entry)
-        if self._blocked:
-            self._maybe_unblock()
+        if self.upkeep.blocked:
+            self.upkeep.maybe_unblock()
 
     def release(self, entry: Entry, *, failed: bool = True, requeue: bool = True, dispatch: bool = True) -> None:
         """Back to ready after a NACK or a lost consumer, or to the dead-letter queue at the maximum.
@@ -374,7 +287,7 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
             self.host.dead_letter(entry, "rejected" if not requeue else
                                   f"delivered {entry.deliveries} times (maximum {limit})")
             self._drop(entry)
-        elif self.last_values is not None and not self._admit_last_value(entry, returned=True):
+        elif self.last_values is not None and not self.last_values.admit(entry, returned=True):
             pass                        # a newer message of its key waits: it gave way (replaced)
         elif failed and (delay := self.config.delay_for(entry.deliveries)) > 0:
             entry.state = transition(entry.state, Event.DELAY)
@@ -409,12 +322,37 @@ class MessageQueue(Replacing, MessageGroups, QueueUpkeep):
         reaches waiting messages now is spec/admin.md "Altering a queue"."""
         old, self.config = self.config, config
         if config.last_value_key != old.last_value_key:
-            self._rekey(config.last_value_key)
+            # indexed by the new key, only the newest per key kept; None: a plain queue again
+            self.last_values = LastValues(self, config.last_value_key) if config.last_value_key else None
+            if self.last_values is not None:
+                self.last_values.rebuild(list(self.ready))
         if not config.delivery_timeout_ms:
-            self._timeouts.clear()          # 0 = never: deliveries made under the old timeout are kept
-        if self._blocked:
-            self._maybe_unblock()
+            self.upkeep.timeouts.clear()    # 0 = never: deliveries made under the old timeout are kept
+        if self.upkeep.blocked:
+            self.upkeep.maybe_unblock()
         self.dispatch()
+
+    # -- housekeeping, overflow and removals (upkeep.py) -------------------------------------------
+    def expire_ready(self, now_ms: int) -> int:
+        return self.upkeep.expire_ready(now_ms)
+
+    def reclaim_timed_out(self, now: float) -> int:
+        return self.upkeep.reclaim_timed_out(now)
+
+    def purge(self) -> int:
+        return self.upkeep.purge()
+
+    def remove_below(self, upto: int) -> None:
+        self.upkeep.remove_below(upto)
+
+    def remove_ready(self, entries: list) -> None:
+        self.upkeep.remove_ready(entries)
+
+    def drop_oldest(self) -> None:
+        self.upkeep.drop_oldest()
+
+    def block_producer(self, session: Any) -> None:
+        self.upkeep.block_producer(session)
 
     def __repr__(self) -> str:
         return f"<MessageQueue {self.name} depth={self.depth} consumers={len(self.consumers)}>"

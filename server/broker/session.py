@@ -23,7 +23,7 @@ from pymq_server.broker.auth import ANONYMOUS, User
 from pymq_server.broker.consumer import Consumer
 from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.intake import FrameIntake
-from pymq_server.broker.outlet import FrameOutlet
+from pymq_server.broker.outlet import FrameOutlet, Link
 from pymq_server.broker.receipts import ReceiptQueue
 from pymq_server.broker.requests import (
     FORMAT_HEADER,
@@ -57,7 +57,7 @@ SERVER_NAME = "pymq/0.1"
 
 
 class BrokerSession(FrameIntake, FrameOutlet):
-    def __init__(self, broker: Broker, link: Any, peer_host: str | None, conn_id: str) -> None:
+    def __init__(self, broker: Broker, link: Link, peer_host: str | None, conn_id: str) -> None:
         FrameIntake.__init__(self)
         FrameOutlet.__init__(self)
         self.broker = broker

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pymq.errors import ClusterError, InvalidHeader, TransactionError
 from pymq.protocol.frame import Frame
@@ -39,6 +39,7 @@ from pymq_server.cores.shadow import BARRIER
 if TYPE_CHECKING:
     from pymq_server.broker.broker import Broker
     from pymq_server.cores.mesh import Mesh
+    from pymq_server.net.tcp import StompServerProtocol
 
 log = logging.getLogger("pymq.cores")
 
@@ -243,7 +244,7 @@ class HomeSession(BrokerSession):
         if self.closed:
             return
         if kind is Kind.FRAME:
-            self.link.write_encoded(payload)
+            cast("StompServerProtocol", self.link).write_encoded(payload)   # a home's link is a TCP one
         elif kind is Kind.RECEIPT:
             waiting = self._owner_gates.get(owner)
             if not waiting:

@@ -32,9 +32,12 @@ from collections.abc import Callable
 from typing import cast
 
 from pymq.errors import FrameTimeout, HeartbeatTimeout, PymqError, ResourceLimit, error_headers
-from pymq.protocol.connection import State
+from pymq.protocol.connection import State, StompConnection, message_head
 from pymq.protocol.frame import Frame
-from pymq.protocol.scanner import encode_frame, escape
+from pymq.protocol.scanner import encode_frame
+from pymq_server.broker.consumer import Consumer
+from pymq_server.broker.entry import Entry
+from pymq_server.broker.outlet import BrowseEntry
 from pymq_server.broker.session import BrokerSession
 from pymq_server.net.tls import peer_subject
 
@@ -81,6 +84,7 @@ class StompServerProtocol(asyncio.Protocol):
         self.session: BrokerSession | None = None
         self.certificate_subject: str | None = None
         self.login_host: str | None = None
+        self._heads: dict[str, bytes] = {}      # subscription id -> its MESSAGE head (message_head)
         cfg = broker.config
         self._high = cfg.write_buffer_high
         self._low = cfg.write_buffer_low
@@ -291,43 +295,30 @@ class StompServerProtocol(asyncio.Protocol):
         else:
             self._write((head,))
 
-    def send_message(self, conn, consumer, entry, ack: str | None) -> None:
-        conn._on_send(_MESSAGE)
-        message = entry.message
-        head = consumer.head
+    def send_message(self, conn: StompConnection, consumer: Consumer, entry: Entry, ack: str | None) -> None:
+        """One delivery, encoded by the codec from the subscription's head (this link's cache, per
+        subscription id) and the message's header block (encoded once per message)."""
+        head = self._heads.get(consumer.id)
         if head is None:
-            sub = consumer.id if conn.version == "1.0" else escape(consumer.id, conn.version != "1.1")
-            head = consumer.head = f"MESSAGE\nsubscription:{sub}\n".encode()
-        if ack is not None or entry.deliveries > 1 or entry.first_in_group:
-            extra = f"ack:{ack}\n" if ack is not None else ""
-            if entry.deliveries > 1:
-                extra += f"redelivered:true\nJMSXDeliveryCount:{entry.deliveries}\n"
-            if entry.first_in_group:
-                extra += "JMSXGroupFirstForConsumer:true\n"
-            head = head + extra.encode()
-        body = message.body
-        if len(body) < SLICE and not self._closing:
+            if len(self._heads) >= 4096:
+                self._heads.clear()             # ids come and go (UNSUBSCRIBE): the cache stays small
+            head = self._heads[consumer.id] = message_head(consumer.id, conn.version)
+        message = entry.message
+        pieces = conn.send_message(head, message.header_block(conn.version), message.body, ack, entry.deliveries,
+                                   entry.first_in_group)
+        if len(pieces) == 1 and not self._closing:
             # _write() for the one small piece of a MESSAGE, inlined: this runs once per delivery
-            data = b"".join((head, message.header_block(conn.version), b"\n", body, b"\x00"))
+            data = pieces[0]
             self._out.append(data)
             self._out_bytes += len(data)
             self._queued()
         else:
-            self._write_message(head, message, conn.version)
+            self._write(pieces)
 
-    def send_browse(self, conn, sub_id: str, entry) -> None:
-        conn._on_send(_MESSAGE)
-        sub = sub_id if conn.version == "1.0" else escape(sub_id, conn.version != "1.1")
-        head = f"MESSAGE\nsubscription:{sub}\nbrowser:true\n".encode()
-        self._write_message(head, entry.message, conn.version)
-
-    def _write_message(self, head: bytes, message, version: str) -> None:
-        body = message.body
-        if len(body) < SLICE:
-            self._write((b"".join((head, message.header_block(version), b"\n", body, b"\x00")),))
-        else:
-            # the body itself, referenced: a large message is held once, whatever the subscribers
-            self._write((head + message.header_block(version) + b"\n", body, b"\x00"))
+    def send_browse(self, conn: StompConnection, sub_id: str, entry: Entry | BrowseEntry) -> None:
+        message = entry.message
+        head = message_head(sub_id, conn.version) + b"browser:true\n"
+        self._write(conn.send_message(head, message.header_block(conn.version), message.body))
 
     def write_encoded(self, data: bytes) -> None:
         """Frames another worker encoded for this connection (server/cores: a MESSAGE or ERROR from the
@@ -512,5 +503,3 @@ class StompServerProtocol(asyncio.Protocol):
                 handle.cancel()
         self._hb_send = self._watchdog = self._connect_timer = None
 
-
-_MESSAGE = Frame("MESSAGE", {}, b"")

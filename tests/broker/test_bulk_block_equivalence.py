@@ -108,10 +108,10 @@ def _play(ops, as_blocks: bool) -> tuple:
                 queue.enqueue_block(block)
             else:
                 # the same messages arriving together: all placed, then one dispatch (as a block's rows are)
-                queue._dispatching = True
+                queue.dispatcher.running = True
                 for i, spec in enumerate(op[1]):
                     queue.enqueue(_single(first + i, *spec))
-                queue._dispatching = False
+                queue.dispatcher.running = False
                 queue.dispatch()
         else:
             play_consumers(queue, op, consumers, log)

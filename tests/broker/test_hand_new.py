@@ -1,5 +1,5 @@
 """A new message for an idle consumer goes to it without passing through the ready index
-(MessageQueue._hand_new): the shortcut must choose exactly what dispatch would have chosen.
+(Dispatcher.offer, dispatch.py): the shortcut must choose exactly what dispatch would have chosen.
 
 Random runs of sends (grouped or not, expired or not, of any priority), acknowledgements, consumers
 arriving (with selectors, exclusive) and leaving are played on two queues, one with the shortcut and one
@@ -12,6 +12,7 @@ import time
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pymq_server.broker.dispatch import Dispatcher
 from pymq_server.broker.message import BrokerMessage, now_ms
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.states import ACQUIRED
@@ -115,10 +116,19 @@ def play_consumers(queue: MessageQueue, op: tuple, consumers: list, log: list) -
         queue.dispatch()
 
 
+class WithoutOffer(Dispatcher):
+    """Every new entry goes through the ready index and dispatch."""
+
+    __slots__ = ()
+
+    def offer(self, entry, now) -> bool:
+        return False
+
+
 def _play(ops, shortcut: bool) -> tuple[list, tuple]:
     queue = MessageQueue(Host(), "q", "/queue/q", config=QueueConfig())
     if not shortcut:
-        queue._hand_new = lambda entry, now: False          # type: ignore[method-assign]
+        queue.dispatcher.__class__ = WithoutOffer
     log: list = []
     consumers: list[Consumer] = []
     n = 0
@@ -162,13 +172,16 @@ def test_a_message_for_an_idle_consumer_never_enters_the_ready_index():
     assert queue.depth == 1 and queue.stats.peak_depth == 1 and queue.stats.delivered == 1
 
 
-def test_the_shortcut_steps_aside_for_what_dispatch_decides():
-    """A grouped, an expired message, a selector's consumer or an exclusive one: the ready index and
-    dispatch, as before (the entry is pushed first)."""
-    for message, selector, exclusive in ((_message(1, "g", False, 4), None, False),
-                                         (_message(1, None, True, 4), None, False),
-                                         (_message(1, None, False, 4), Odd(), False),
-                                         (_message(1, None, False, 4), None, True)):
+def test_the_shortcut_is_dispatch_s_rule_for_groups_selectors_and_exclusive_consumers():
+    """One rule reached two ways: a grouped message, a selector's consumer, an exclusive consumer get the
+    new message without the ready index too, when dispatch's rule would give it to them; a message the
+    selector refuses, and an expired one, wait in the ready index for dispatch (which expires the latter)."""
+    cases = ((_message(1, "g", False, 4), None, False, True),
+             (_message(1, None, False, 4), Odd(), False, True),          # seq 1 is odd: the selector takes it
+             (_message(2, None, False, 4), Odd(), False, False),         # seq 2 is not: it waits
+             (_message(1, None, False, 4), None, True, True),
+             (_message(1, None, True, 4), None, False, False))          # expired: dispatch expires it
+    for message, selector, exclusive, direct in cases:
         queue = MessageQueue(Host(), "q", "/queue/q", config=QueueConfig())
         consumer = Consumer("c", 10, selector, exclusive, [])
         queue.add_consumer(consumer)
@@ -177,4 +190,5 @@ def test_the_shortcut_steps_aside_for_what_dispatch_decides():
         queue._push_ready = (lambda entry, pushed=pushed, original=original:    # type: ignore[method-assign]
                              (pushed.append(entry), original(entry)))
         queue.enqueue(message)
-        assert len(pushed) == 1
+        assert len(pushed) == (0 if direct else 1), (message.headers, selector, exclusive)
+        assert len(consumer.held) == (1 if direct else 0)

@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("building blocks", {"destination", "message", "states", "ready", "stats", "queue", "entry", "lastvalue",
                          "groups", "idle", "consumer", "topic", "log", "acl", "auth", "requests", "clients",
                          "membership", "sequences", "dedup", "flow", "stored_form", "segments", "slices", "bulk_rows",
-                         "bulk_stream", "blocks", "quarantine", "backlog", "upkeep"}),
+                         "bulk_stream", "blocks", "quarantine", "backlog", "upkeep", "dispatch"}),
     ("destinations", {"destinations", "temporary", "deadletters"}),
     ("subscriptions", {"subscriptions"}),
     ("router and range reader", {"placement", "placement_rules", "bulk_placement", "router", "ranges"}),
