@@ -15,6 +15,7 @@ from pymq_server.broker.broker import Broker
 from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.requests import BulkSendRequest, SendRequest, parse_send
+from pymq_server.broker.stored_form import STORED_CODEC
 from pymq_server.broker.transactions import Transactions
 from pymq_server.config import BrokerConfig
 from pymq_server.storage.store import HoldingStore
@@ -88,7 +89,8 @@ class Core:
         runtime = FakeRuntime()
         devices, persistent = build_devices(config)
         self.store = HoldingStore(devices, persistent_device=persistent, sync_policy="never",
-                                  call_later=runtime.call_later, run_in_thread=runtime.run_in_thread)
+                                  call_later=runtime.call_later, run_in_thread=runtime.run_in_thread,
+                                  codec=STORED_CODEC)
         self.store.open()
         self.broker = Broker(config, self.store, runtime)
         self.broker.recover()
