@@ -205,5 +205,5 @@ def test_vm_urls_reach_the_broker_through_its_entry_point(monkeypatch):
 
     with pytest.raises(ConnectFailed, match="registers a 'vm' transport"):
         asyncio.run(aio_side())
-    from pymq_server.net import vm as server_vm
-    assert name not in server_vm._brokers
+    from pymq_server import embedded
+    assert name not in embedded._brokers
