@@ -553,7 +553,10 @@ func (c *Conn) reconnect(gen uint64) {
 		}
 		last = err
 		var se *ServerError
-		if errors.As(err, &se) { // refused, not unreachable: trying again meets the same answer
+		// refused, not unreachable: trying again meets the same answer; except a client id (or durable
+		// subscription) the broker still holds for the lost link it has not seen die yet (a half-open TCP
+		// connection ends at its heart-beat deadline): that passes, so it is tried again
+		if errors.As(err, &se) && se.Code != "illegal-state" {
 			c.fail(err)
 			return
 		}

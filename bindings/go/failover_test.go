@@ -367,3 +367,114 @@ func TestFailoverGivesUpAfterItsAttempts(t *testing.T) {
 		t.Fatal("a send of an ended connection must fail")
 	}
 }
+
+// halfOpenProxy forwards connections to the broker; cutClientOnly ends one for its client only, leaving the
+// broker's side open and silent, as a network partition does (the broker notices at its heart-beat deadline).
+type halfOpenProxy struct {
+	addr     string
+	mu       sync.Mutex
+	n        int
+	pairs    map[int][2]net.Conn
+	halfOpen map[int]bool
+}
+
+func newHalfOpenProxy(t *testing.T, broker string) *halfOpenProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &halfOpenProxy{addr: ln.Addr().String(), pairs: map[int][2]net.Conn{}, halfOpen: map[int]bool{}}
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, c := range p.pairs {
+			c[0].Close()
+			c[1].Close()
+		}
+	})
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			upstream, err := net.Dial("tcp", broker)
+			if err != nil {
+				client.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.n++
+			n := p.n
+			p.pairs[n] = [2]net.Conn{client, upstream}
+			p.mu.Unlock()
+			go func() {
+				_, _ = io.Copy(upstream, client)
+				p.mu.Lock()
+				half := p.halfOpen[n]
+				p.mu.Unlock()
+				if !half {
+					upstream.Close()
+				}
+			}()
+			go func() { _, _ = io.Copy(client, upstream); client.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *halfOpenProxy) connections() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n
+}
+
+func (p *halfOpenProxy) cutClientOnly(n int) {
+	p.mu.Lock()
+	p.halfOpen[n] = true
+	c := p.pairs[n][0]
+	p.mu.Unlock()
+	c.Close()
+}
+
+func (p *halfOpenProxy) endHalfOpen() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for n := range p.halfOpen {
+		p.pairs[n][1].Close()
+	}
+}
+
+// TestAClientIDTheBrokerStillHoldsIsWaitedFor: after a loss the broker may still hold the connection's
+// client id for the old link it has not seen die; that refusal passes, so reconnection goes on (it used to
+// end the connection for good) and succeeds once the broker lets the id go.
+func TestAClientIDTheBrokerStillHoldsIsWaitedFor(t *testing.T) {
+	p := newHalfOpenProxy(t, needBroker(t))
+	log := newStatusLog()
+	c, err := pymq.Dial("failover:(stomp://"+p.addr+")?initialReconnectDelay=20&maxReconnectDelay=100",
+		pymq.Options{ClientID: "go-held-" + strconv.FormatInt(time.Now().UnixNano(), 36), OnStatus: log.record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dest := queue(t)
+	s := subscribe(t, c, dest, pymq.SubscribeOptions{})
+	p.cutClientOnly(1)
+	deadline := time.Now().Add(20 * time.Second)
+	for p.connections() < 4 && c.Err() == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("no reconnection attempts: %d connections", p.connections())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := c.Err(); err != nil {
+		t.Fatalf("a client id the broker still holds ended the connection: %v", err)
+	}
+	p.endHalfOpen()
+	log.await(t, pymq.StatusOpen, 2, 20*time.Second)
+	send(t, c, dest, pymq.NewTextMessage("back"))
+	if got := expect(t, s); got.Text() != "back" {
+		t.Fatalf("got %q", got.Text())
+	}
+}

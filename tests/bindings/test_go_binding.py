@@ -35,7 +35,7 @@ REQUIRED = {
     "TestTLSToTheBrokersOwnPort",
     # failover (spec/ha.md section 4): the URL vectors, a takeover on the same store, re-sent SENDs, giving up
     "TestFailoverURLVectors", "TestFailoverFollowsATakeover", "TestUnreceiptedSendsGoAgainOnce",
-    "TestFailoverGivesUpAfterItsAttempts",
+    "TestFailoverGivesUpAfterItsAttempts", "TestAClientIDTheBrokerStillHoldsIsWaitedFor",
 }
 
 

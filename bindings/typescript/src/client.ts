@@ -592,7 +592,10 @@ export class Connection {
       } catch (err) {
         link.fail(err as Error);
         last = err as Error;
-        if (err instanceof ServerError) { // refused, not unreachable: trying again meets the same answer
+        // refused, not unreachable: trying again meets the same answer; except a client id (or durable
+        // subscription) the broker still holds for the lost link it has not seen die yet (a half-open TCP
+        // connection ends at its heart-beat deadline): that passes, so it is tried again
+        if (err instanceof ServerError && err.code !== 'illegal-state') {
           this.end(err);
           return;
         }

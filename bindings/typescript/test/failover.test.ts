@@ -186,6 +186,56 @@ describe('failover against real brokers', () => {
       'every SEND once: re-sent with its dedup id, the copy dropped');
   });
 
+  it('waits for a client id the broker still holds for a half-open link', async (t) => {
+    const shared = await startBroker();
+    if (typeof shared === 'string') return unavailable(t, shared);
+    cleanups.push(() => shared.remove());
+    // a proxy whose cutClientOnly ends a connection for its client only, the broker's side left open and
+    // silent (a network partition: the broker notices at its heart-beat deadline)
+    const pairs: Array<[net.Socket, net.Socket]> = [];
+    const halfOpen = new Set<number>();
+    const server = net.createServer((client) => {
+      const n = pairs.length;
+      const upstream = net.connect(shared.port, shared.host);
+      pairs.push([client, upstream]);
+      client.on('data', (d) => upstream.write(d));
+      upstream.on('data', (d) => {
+        if (!client.destroyed) client.write(d);
+      });
+      client.on('error', () => undefined).on('close', () => {
+        if (!halfOpen.has(n)) upstream.destroy();
+      });
+      upstream.on('error', () => undefined).on('close', () => client.destroy());
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', () => resolve()));
+    cleanups.push(() => new Promise<void>((resolve) => {
+      for (const [a, b] of pairs) {
+        a.destroy();
+        b.destroy();
+      }
+      server.close(() => resolve());
+    }));
+    const port = (server.address() as net.AddressInfo).port;
+    const log = statusLog();
+    const c = await connect({ url: `failover:(stomp://127.0.0.1:${port})?initialReconnectDelay=20&maxReconnectDelay=100`,
+      clientId: `ts-held-${randomBytes(4).toString('hex')}`, onStatus: log.record });
+    cleanups.push(() => c.close().catch(() => undefined));
+    const dest = queue();
+    const sub = await c.subscribe(dest);
+    halfOpen.add(0);
+    pairs[0][0].destroy();
+    const deadline = Date.now() + 20000;
+    while (pairs.length < 4 && !c.error) {
+      if (Date.now() > deadline) throw new Error(`no reconnection attempts: ${pairs.length} connections`);
+      await new Promise((resolve) => setTimeout(resolve, 10));
+    }
+    assert.equal(c.error, undefined, 'a client id the broker still holds is not final');
+    pairs[0][1].destroy(); // the broker sees the old link end and lets the client id go
+    await log.until('open', 2);
+    await c.send(dest, Message.text('back'));
+    assert.equal((await sub.receive(10000))?.text, 'back');
+  });
+
   it('gives up after maxReconnectAttempts and only then ends the connection', async (t) => {
     const b = await ownBroker();
     if (typeof b === 'string') return unavailable(t, b);

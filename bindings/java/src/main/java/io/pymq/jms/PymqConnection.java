@@ -376,6 +376,15 @@ public class PymqConnection implements QueueConnection, TopicConnection {
         }
     }
 
+    /**
+     * A refusal that passes: the broker still holds this connection's client id (or a durable subscription)
+     * for the link it has not yet seen die (a half-open TCP connection ends at its heart-beat deadline), so a
+     * reconnection tries again later instead of ending.
+     */
+    static boolean stillHeld(JMSException e) {
+        return "illegal-state".equals(e.getErrorCode());
+    }
+
     /** Whether {@code e} says the link was lost (socket, end of stream, heart-beats), not refused by the broker. */
     static boolean isLoss(Throwable e) {
         if (e instanceof java.util.concurrent.CompletionException && e.getCause() != null) {
@@ -505,8 +514,8 @@ public class PymqConnection implements QueueConnection, TopicConnection {
                     fresh = open(clientId, i);
                 } catch (JMSException e) {
                     last = e;
-                    if (!"connect-failed".equals(e.getErrorCode())) {
-                        ends(e, false);     // the broker answered and refused (a login, a client id): final
+                    if (!"connect-failed".equals(e.getErrorCode()) && !stillHeld(e)) {
+                        ends(e, false);     // the broker answered and refused (a login): final
                         return;
                     }
                     continue;

@@ -223,6 +223,35 @@ class FailoverTest {
     }
 
     @Test
+    void aClientIdTheBrokerStillHoldsForAHalfOpenLinkIsWaitedFor() throws Exception {
+        try (Proxy proxy = new Proxy(Broker.address())) {
+            PymqConnectionFactory cf = new PymqConnectionFactory("failover:(stomp://" + proxy.address()
+                    + ")?initialReconnectDelay=20&maxReconnectDelay=100&timeout=30000");
+            List<JMSException> failures = new CopyOnWriteArrayList<>();
+            Connection c = cf.createConnection();
+            try {
+                c.setClientID("ha-held-" + UUID.randomUUID());
+                c.setExceptionListener(failures::add);
+                c.start();
+                Session s = c.createSession();
+                Queue q = s.createQueue("ha-held-" + UUID.randomUUID());
+                MessageConsumer consumer = s.createConsumer(q);
+                // connection 2 carries the client id (setClientID replaced connection 1)
+                proxy.cutClientOnly(2);
+                await(() -> proxy.connections() >= 4 || !failures.isEmpty(),
+                        "reconnection attempts refused while the broker holds the id");
+                assertTrue(failures.isEmpty(), "a client id the broker still holds is not final: " + failures);
+                proxy.endHalfOpen();          // the broker sees the old link end and frees the client id
+                s.createProducer(q).send(s.createTextMessage("back"));
+                assertEquals("back", ((TextMessage) consumer.receive(10000)).getText());
+                assertTrue(failures.isEmpty(), failures.toString());
+            } finally {
+                c.close();
+            }
+        }
+    }
+
+    @Test
     void theExceptionListenerHearsOnlyWhenEveryAttemptIsSpent() throws Exception {
         Proxy proxy = new Proxy(Broker.address());
         PymqConnectionFactory cf = new PymqConnectionFactory("failover:(stomp://" + proxy.address()

@@ -28,6 +28,8 @@ public final class Proxy implements AutoCloseable {
     private volatile int dropConnection = -1;
     private volatile String dropCommand;
     private final List<String> clientChunks = new CopyOnWriteArrayList<>();
+    private final java.util.Map<Integer, Socket[]> pairs = new java.util.concurrent.ConcurrentHashMap<>();
+    private final java.util.Set<Integer> halfOpen = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
     public Proxy(String target) throws IOException {
         int colon = target.lastIndexOf(':');
@@ -74,6 +76,22 @@ public final class Proxy implements AutoCloseable {
         return false;
     }
 
+    /**
+     * Connection {@code n} ends for its client only: the broker's side stays open and silent, as a network
+     * partition leaves it (the broker notices at its heart-beat deadline, or at {@link #endHalfOpen}).
+     */
+    public void cutClientOnly(int n) {
+        halfOpen.add(n);
+        close(pairs.get(n)[0]);
+    }
+
+    /** The broker's side of every connection {@link #cutClientOnly} left open ends too. */
+    public void endHalfOpen() {
+        for (int n : halfOpen) {
+            close(pairs.get(n)[1]);
+        }
+    }
+
     /** Cuts every open connection (a network failure, as both ends see it). */
     public void cutAll() {
         for (Socket s : sockets) {
@@ -90,6 +108,7 @@ public final class Proxy implements AutoCloseable {
                 upstream.connect(new InetSocketAddress(targetHost, targetPort), 5000);
                 sockets.add(client);
                 sockets.add(upstream);
+                pairs.put(n, new Socket[] {client, upstream});
                 pump(client, upstream, n, true);
                 pump(upstream, client, n, false);
             } catch (IOException e) {
@@ -101,7 +120,11 @@ public final class Proxy implements AutoCloseable {
     private void pump(Socket from, Socket to, int n, boolean fromClient) {
         Thread t = new Thread(() -> {
             byte[] buf = new byte[64 * 1024];
-            try (InputStream in = from.getInputStream(); OutputStream out = to.getOutputStream()) {
+            try {
+                // not try-with-resources: closing a socket's stream closes the socket, and a half-open
+                // connection keeps the broker's side open
+                InputStream in = from.getInputStream();
+                OutputStream out = to.getOutputStream();
                 int len;
                 while ((len = in.read(buf)) >= 0) {
                     if (fromClient) {
@@ -135,6 +158,9 @@ public final class Proxy implements AutoCloseable {
                 }
             } catch (IOException ignored) {
                 // one side went away: the other follows below
+            }
+            if (halfOpen.contains(n)) {
+                return;              // the broker's side stays open until endHalfOpen
             }
             close(from);
             close(to);
