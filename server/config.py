@@ -503,10 +503,31 @@ class BrokerConfig(_Section):
     max_pending_logins: Positive = Field(64, description="password checks (scrypt, about 16 MiB and tens of "
                                          "ms each, off the event loop) waiting or running at once; a login "
                                          "over it (CONNECT, admin HTTP) is refused with `resource-limit`")
-    max_subscriptions_per_connection: Positive = Field(10_000, description="subscriptions per connection")
+    max_subscriptions_per_connection: Positive = Field(10_000, description="subscriptions per connection "
+                                                       "(each ~4 KiB of broker memory, its selector besides, "
+                                                       "counted in `max_memory_per_connection`)")
     max_transactions_per_connection: Positive = Field(1_000, description="open transactions per "
                                                                          "connection")
     max_transaction_operations: Positive = Field(100_000, description="sends and acks in one transaction")
+    max_transaction_bytes: Size = Field(128 * 1024 * 1024, ge=1024, description="bytes one open transaction "
+                                        "holds until COMMIT or ABORT: its frames plus ~0.5 KiB per operation "
+                                        "(counted in `max_memory_per_connection` and in the broker's memory: a "
+                                        "SEND in a transaction while the broker is over `max_memory` is refused)")
+    max_temporary_destinations_per_connection: Positive = Field(
+        10_000, description="temporary queues and topics one connection may make (each ~4 KiB of broker "
+                            "memory, counted in `max_memory_per_connection`; they go with the connection)")
+    max_memory_per_connection: Size = Field(
+        128 * 1024 * 1024, ge=64 * 1024, description="broker memory one connection may hold besides its "
+        "messages, charged before anything is made: subscriptions (~4 KiB each), compiled selectors (1 KiB + "
+        "64 bytes per character, ~1 MiB at `selector_max_length`), temporary destinations (~4 KiB), the ids "
+        "of its last 1,024 finished browses (~0.5 KiB), open transactions (their frames + ~0.5 KiB per "
+        "operation), and the length of every id or name it chose; `resource-limit` over it (spec/stomp.md "
+        "§10). At least `max_transaction_bytes`")
+    max_memory_per_user: Size = Field(
+        256 * 1024 * 1024, ge=64 * 1024, description="the same over every connection of one user, plus the "
+        "durable subscriptions the user created (~4 KiB each with its name, and its selector, while it "
+        "exists); at least `max_memory_per_connection`. All clients together hold at most half of "
+        "`max_memory` (at least 8 MiB)")
     heartbeat_send_ms: Millis = Field(10_000, description="heart-beat interval the broker offers to send "
                                                           "(CONNECTED sx; 0 = none)")
     heartbeat_recv_ms: Millis = Field(10_000, description="heart-beat interval the broker wants to "
@@ -519,10 +540,15 @@ class BrokerConfig(_Section):
                                     "and reading above this many queued bytes (receipts and errors count)")
     write_buffer_low: Size = Field(256 * 1024, description="per connection: resume deliveries and reading "
                                                            "below this")
-    max_memory: Size = Field(1024 * 1024 * 1024, ge=1, description="message bytes held in memory: above "
-                             "about three quarters of it (counting ~1 KiB per message) queues page waiting "
-                             "messages to the file device; producers are paused only when memory holds more "
-                             "than this of what cannot be paged (a full disk, messages shared by queues)")
+    max_memory: Size = Field(1024 * 1024 * 1024, ge=1, description="message memory: message bytes plus "
+                             "~0.75 KiB per message and ~0.3 KiB per queue entry in memory (a topic message "
+                             "for 1,000 subscriptions is 1,000 entries). Above about three quarters of it (what "
+                             "clients hold counted too) queues page waiting messages to the file device; "
+                             "producers are paused only when memory holds more than this of what cannot be "
+                             "paged (a full disk, messages shared by queues, delayed ones). What clients hold "
+                             "besides messages (subscriptions, selectors, temporary destinations, browse ids, "
+                             "open transactions) is bounded to half of it (at least 8 MiB) besides: a request "
+                             "over that gets `resource-limit`")
     default_persistent: bool = Field(True, description="whether a SEND without a `persistent` header is "
                                      "persistent. A boolean: `true`/`false` (a quoted \"no\" is refused)")
     auto_create: bool = Field(True, description="create queues and topics on first use")
@@ -602,6 +628,22 @@ class BrokerConfig(_Section):
         full = info.data.get("max_frame_size")
         if full is not None and value > full:
             raise ValueError(f"expected at most max_frame_size ({full})")
+        return value
+
+    @field_validator("max_memory_per_connection")
+    @classmethod
+    def _connection_holds_a_transaction(cls, value: int, info: ValidationInfo) -> int:
+        transaction = info.data.get("max_transaction_bytes")
+        if transaction is not None and value < transaction:
+            raise ValueError(f"expected at least max_transaction_bytes ({transaction})")
+        return value
+
+    @field_validator("max_memory_per_user")
+    @classmethod
+    def _user_holds_a_connection(cls, value: int, info: ValidationInfo) -> int:
+        connection = info.data.get("max_memory_per_connection")
+        if connection is not None and value < connection:
+            raise ValueError(f"expected at least max_memory_per_connection ({connection})")
         return value
 
     @field_validator("write_buffer_low")

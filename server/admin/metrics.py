@@ -106,7 +106,13 @@ class BrokerCollector:
         figures = admin.broker_figures()
         yield GaugeMetricFamily("pymq_connections", "Open client connections", value=figures["connections"])
         yield GaugeMetricFamily("pymq_held_bytes", "Message bytes held by the broker", value=figures["held_bytes"])
-        yield GaugeMetricFamily("pymq_max_memory_bytes", "Message bytes held before producers are paused",
+        yield GaugeMetricFamily("pymq_resident_bytes", "Broker memory held for messages and clients, estimated "
+                                "(what max_memory bounds)", value=figures["resident_bytes"])
+        yield GaugeMetricFamily("pymq_client_bytes", "Broker memory clients hold besides messages (subscriptions, "
+                                "selectors, temporary destinations, browse ids, open transactions)",
+                                value=figures["client_bytes"])
+        yield GaugeMetricFamily("pymq_queue_entries", "Queue entries in memory", value=figures["entries"])
+        yield GaugeMetricFamily("pymq_max_memory_bytes", "Broker memory held before producers are paused",
                                 value=broker.config.max_memory)
         yield GaugeMetricFamily("pymq_memory_high", "1 while producers are paused for memory",
                                 value=1 if figures["memory_high"] else 0)

@@ -170,6 +170,7 @@ class Admin:
     def broker_figures(self) -> dict:
         b = self.broker
         return {"connections": len(b.sessions), "held_bytes": b.held_bytes, "memory_high": b.memory_high,
+                "resident_bytes": b.flow.resident(), "client_bytes": b.flow.client_bytes, "entries": b.flow.entries,
                 "expired": b.expired, "duplicates": b.duplicates,
                 "dropped_no_subscriber": b.dropped_no_subscriber,
                 "topics": len(b.topics), "queues": len(b.queues)}
@@ -220,7 +221,8 @@ def status(admin: Admin, user, args: dict) -> dict:
                      "in_flight": sum(q.acquired for q in queues),
                      "scheduled": sum(q.scheduled for q in queues)},
         "rates": {k: latest.get(k, 0.0) for k in ("rate_in", "rate_out", "rate_ack")},
-        "memory": {"held_bytes": b.held_bytes, "max_memory": b.config.max_memory,
+        "memory": {"held_bytes": b.held_bytes, "resident_bytes": b.flow.resident(), "entries": b.flow.entries,
+                   "client_bytes": b.flow.client_bytes, "max_memory": b.config.max_memory,
                    "memory_high": b.memory_high, "rss_bytes": process_rss()},
         "cluster": {"members": b.cluster.status()["members"]} if b.cluster.active else None,
     }

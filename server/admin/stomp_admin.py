@@ -41,13 +41,15 @@ def handle(session, headers: dict, body: bytes, submit=None) -> None:
 
     def answer(result: dict) -> None:
         body = json.dumps(result, default=str).encode("utf-8")
+        # the broker's own answer: it never pauses the asker as a producer (a status request while memory is
+        # high is answered, and the asker's next frames are read)
         if immediate:
-            broker.send(session, parse_send(reply, body))     # an error here is the SEND's own (e.g. no reply-to queue)
+            broker.send(session, parse_send(reply, body), pause=False)     # an error here is the SEND's own
             return
         if session.closed:
             return                                # the asker left while the slow part ran
         try:
-            broker.send(session, parse_send(reply, body))
+            broker.send(session, parse_send(reply, body), pause=False)
         except PymqError as exc:
             log.info("admin %s: the answer could not be delivered: %s", op, exc.message)
 

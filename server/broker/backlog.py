@@ -101,6 +101,7 @@ class Pager:
         for entry in entries:
             memory.account(entry.message.size, -1)
             self.flow.paged_out(entry.message)
+        self.flow.entries -= len(entries)        # the entries go; the batch record is their place now
         self.paged += len(entries)
         return device, first.key
 
@@ -137,6 +138,7 @@ class Pager:
         if self.store.waiting(message):
             self.store.write_waiting()
         self.flow.paged_out(message)
+        self.flow.entries -= 1                   # its entry goes; the key in the run is its place now
         self.paged += 1
 
     def read_stored(self, device: Any, key: int, chosen: str | None, rule: str | None,
@@ -162,9 +164,12 @@ class Backlog:
 
     def takes(self, entry: Entry, sole: bool) -> bool:
         """Whether a new ready entry joins the backlog (paged out or kept behind it) instead of the ready
-        index: when the backlog is not empty (order), or memory is short and paging frees something."""
+        index: when the backlog is not empty (order), or memory is short and paging frees something — unless
+        the queue has consumers and nothing ready, where the entry goes out at once (the backlog is read
+        back when dispatch runs low, and nothing would run dispatch for a new message that waits there)."""
         pager = self.pager
-        if pager is None or (not self.count and not (sole and pager.flow.short())):
+        if pager is None or (not self.count and (not (sole and pager.flow.short())
+                                                 or (entry.queue.consumers and not entry.queue.ready.count))):
             return False
         self.count += 1
         runs = self.runs

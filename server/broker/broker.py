@@ -20,6 +20,7 @@ from pymq_server.broker.acl import AccessControl
 from pymq_server.broker.bulk_rows import MAX_DECODED_BYTES, BulkResult
 from pymq_server.broker.auth import Authenticator, PasswordChecks, User
 from pymq_server.broker.backlog import Pager
+from pymq_server.broker.budgets import Budgets
 from pymq_server.broker.clients import Client
 from pymq_server.broker.consumer import Consumer
 from pymq_server.broker.dedup import DuplicateWindow
@@ -79,8 +80,8 @@ class QueueServices:
     references, memory accounting, and the router's dead-letter and expiry moves (bound once the
     router exists: queues are made by a lower layer than the one that moves their messages)."""
 
-    __slots__ = ("clock", "now_ms", "release_reference", "message_gone", "delivered", "pager", "dead_letter",
-                 "on_expired", "max_decoded", "_runtime")
+    __slots__ = ("clock", "now_ms", "release_reference", "message_gone", "entry_gone", "delivered", "pager",
+                 "flow", "dead_letter", "on_expired", "max_decoded", "_runtime")
 
     def __init__(self, runtime: Runtime, store: HoldingStore, flow: MemoryFlow) -> None:
         self._runtime = runtime
@@ -91,6 +92,7 @@ class QueueServices:
         self.delivered = store.delivered
         self.pager: Pager | None = Pager(store, flow)
         self.message_gone = flow.message_gone
+        self.entry_gone, self.flow = flow.entry_gone, flow
         self.dead_letter: Callable[[Entry, str], None] = _not_wired
         self.on_expired: Callable[[Entry], None] = _not_wired
 
@@ -122,8 +124,9 @@ class Broker:
         self.flow = MemoryFlow(config, store, self.call_soon)
         self.host = QueueServices(runtime, store, self.flow)
         self.acl = AccessControl(config.default_permissions)
+        self.budgets = Budgets(config, self.flow)
         self.destinations = Destinations(config, store, self.host, self.acl)
-        self.subscriptions = Subscriptions(config, self.destinations, store)
+        self.subscriptions = Subscriptions(config, self.destinations, store, self.budgets)
         self.logs = RetainedLogs(config.retention, self.host)
         self.dedup = DuplicateWindow(config.dedup_window_ms, config.dedup_max_ids, now_ms)
         self.placement = Placement(config, store, self.seqs, self.logs, self.dedup, self.flow)
@@ -232,20 +235,19 @@ class Broker:
         return True
 
     # -- what a session asks ------------------------------------------------------------------------------
-    def send(self, client: Client | None, request: SendRequest, admitted: bool = False) -> SendResult:
-        """Place one SEND (``client`` None: the broker itself, e.g. the admin's move; ``admitted``: a
-        COMMIT's SEND, checked with its transaction); a producer is paused while message memory is high
-        (spec/stomp.md §8)."""
+    def send(self, client: Client | None, request: SendRequest, admitted: bool = False, *,
+             pause: bool = True) -> SendResult:
+        """Place one SEND (``client`` None: the broker itself; ``admitted``: a COMMIT's SEND, checked with its
+        transaction); a producer pauses while memory is high (spec/stomp.md §8) unless ``pause`` is false."""
         result = self.router.send(client, request, admitted)
-        if self.flow.high and client is not None:
-            self.flow.block(client)
+        if client is not None and pause:
+            self.flow.throttle(client)
         return result
 
     def send_bulk(self, client: Client, request: BulkSendRequest) -> BulkResult:
         """Place a bulk SEND's rows as a unit (spec/spark.md §7); flow control as for :meth:`send`."""
         result = self.router.send_bulk(client, request)
-        if self.flow.high:
-            self.flow.block(client)
+        self.flow.throttle(client)
         return result
 
     def admit(self, client: Client, request: SendRequest, unit: dict[str, Any]) -> None:

@@ -51,7 +51,7 @@ class QueueReader(Protocol):
 
 class Consumer:
     __slots__ = ("session", "id", "queue", "ack_mode", "prefetch", "in_flight", "selector", "unacked",
-                 "subscription", "destination", "active", "scan", "exclusive")
+                 "subscription", "destination", "active", "scan", "exclusive", "cost")
 
     """One SUBSCRIBE of a client connection (``session``, whose ``deliver`` writes the MESSAGE)."""
 
@@ -71,6 +71,7 @@ class Consumer:
         self.active = True
         self.scan: list[Any] = [0, [-1] * 10]   # where its selective scans resume (ReadyIndex.take_first)
         self.exclusive = exclusive        # asked to be the queue's only receiver (activemq.exclusive)
+        self.cost = 0                     # what its connection's budget was charged for it (budgets.py)
 
     def can_take(self) -> bool:
         return self.active and self.session.writable and (

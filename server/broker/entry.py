@@ -10,6 +10,7 @@ from pymq_server.broker.states import READY, EntryState
 if TYPE_CHECKING:
     from pymq_server.broker.backlog import Pager
     from pymq_server.broker.consumer import QueueReader
+    from pymq_server.broker.flow import MemoryFlow
     from pymq_server.broker.message import BrokerMessage
     from pymq_server.broker.queue import MessageQueue
 
@@ -30,6 +31,9 @@ class Entry:
         self.enqueued_at, self.acquired_at = now, 0.0
         self.stored = False          # holds a storage reference that must be removed when done
         self.first_in_group = False  # the first delivery of its group to a new owner (JMSXGroupFirstForConsumer)
+        # counted in the memory flow while it lives (flow.ENTRY_OVERHEAD each): the queue uncounts it when it
+        # ends (QueueHost.entry_gone) or pages it out (backlog.Pager)
+        queue.host.flow.entries += 1
 
     def __repr__(self) -> str:
         return f"<Entry {self.message.message_id} {self.state} in {self.queue.name}>"
@@ -50,6 +54,8 @@ class QueueHost(Protocol):
 
     def message_gone(self, message: BrokerMessage) -> None: ...     # its last entry or log reference is done
 
+    def entry_gone(self, message: BrokerMessage) -> None: ...       # an entry is done (message_gone at the last)
+
     def on_expired(self, entry: Entry) -> None: ...
 
     def dead_letter(self, entry: Entry, reason: str) -> None: ...
@@ -58,3 +64,4 @@ class QueueHost(Protocol):
 
     pager: Pager | None                        # paging (backlog.py); None: queues keep every message in memory
     max_decoded: int                           # bytes a stored bulk record may decompress to (max_frame_size)
+    flow: MemoryFlow                           # the memory accounting (flow.py): entries count there

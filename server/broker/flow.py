@@ -1,13 +1,21 @@
-"""Producer flow control by message memory (spec/stomp.md §8).
+"""Producer flow control by memory (spec/stomp.md §8), and the broker's estimate of what it holds.
 
 Every message the broker holds in memory counts its body bytes until its last queue entry (or
 retained-log reference) is gone, or until its queue pages it out (backlog.py) or its log does (a bulk
-segment's record, log.py). Paging starts when the
-*resident estimate* — those bytes plus :data:`MESSAGE_OVERHEAD` per message, what the objects around a
-body cost — passes :data:`PAGE_OUT_AT` of ``max_memory``, so with paging the bytes stay below the limit;
-above ``max_memory`` (messages that cannot be paged: shared by several queues, delayed, or refused by a
-full disk) the broker stops reading from connections that SEND; below 80 % of it they resume. Only
-producers are paused, so consumers keep acknowledging and memory drains.
+segment's record, log.py). *Message memory* adds what the objects around the bodies cost:
+:data:`MESSAGE_OVERHEAD` per message and :data:`ENTRY_OVERHEAD` per queue entry in memory (a topic message
+held for 20,000 subscriptions is one body and 20,000 entries). Above ``max_memory`` of it (what cannot be
+paged: messages shared by several queues, delayed ones, a full disk) the broker stops reading from
+connections that SEND; below 80 % of it they resume. Only producers are paused, so consumers keep
+acknowledging and memory drains.
+
+What clients hold besides messages (``client_bytes``: subscriptions and their selectors, temporary
+destinations, browse ids, open transactions' frames; budgets.py charges them) does not drain that way, so
+it never pauses producers: it is bounded instead — per connection, per user, and for all clients together by
+:meth:`MemoryFlow.client_limit` (half of ``max_memory``) — and a request over a bound is refused. It counts
+in the *resident estimate* (message memory plus ``client_bytes``), whose passing :data:`PAGE_OUT_AT` of
+``max_memory`` makes queues page. So the broker holds at most ``max_memory`` of message memory and half as
+much again for clients.
 """
 from __future__ import annotations
 
@@ -31,19 +39,28 @@ class Producer(Protocol):
     def resume_input(self, reason: str) -> None: ...
 
 
-#: bytes a message held in memory costs besides its body: the message object and its headers, its queue
-#: entry and its place in the ready index (tracemalloc, CPython 3.11: about 1 KiB with four application
-#: headers, 0.7 KiB with none)
-MESSAGE_OVERHEAD = 1024
+#: bytes a message held in memory costs besides its body and its queue entries: the message object and its
+#: headers (tracemalloc, CPython 3.11: about 0.7 KiB with four application headers)
+MESSAGE_OVERHEAD = 768
+#: bytes one queue entry in memory costs: the entry, its place in the ready index or a backlog run, its
+#: storage reference (tracemalloc, CPython 3.11: 168 bytes for a non-persistent topic message's entry in a
+#: subscription, 238-265 for a persistent one's; tests/broker/test_costs.py keeps the figures honest)
+ENTRY_OVERHEAD = 320
 #: queues page messages out once the resident estimate passes this share of ``max_memory`` ...
 PAGE_OUT_AT = 0.75
 #: ... and page them back in while it is below this share (a queue whose consumers wait takes one run
 #: more whatever the estimate, so a drain always moves)
 PAGE_IN_BELOW = 0.6
+#: what all clients together may hold besides messages: this share of ``max_memory`` ...
+CLIENT_SHARE = 0.5
+#: ... but at least this much (a broker given a few hundred KiB of ``max_memory``, in tests, still takes a
+#: handful of subscriptions)
+CLIENT_FLOOR = 8 * 1024 * 1024
 
 
 class MemoryFlow:
-    __slots__ = ("config", "store", "call_soon", "held_bytes", "held_messages", "high", "_blocked")
+    __slots__ = ("config", "store", "call_soon", "held_bytes", "held_messages", "entries", "client_bytes", "high",
+                 "_blocked")
 
     def __init__(self, config: BrokerConfig, store: HoldingStore,
                  call_soon: Callable[[Callable[[], None]], None]) -> None:
@@ -52,6 +69,8 @@ class MemoryFlow:
         self.call_soon = call_soon
         self.held_bytes = 0
         self.held_messages = 0
+        self.entries = 0                  # queue entries in memory (entry.Entry counts itself; queues uncount)
+        self.client_bytes = 0             # what clients hold besides messages (budgets.py)
         self.high = False
         self._blocked: set[Producer] = set()
 
@@ -59,9 +78,37 @@ class MemoryFlow:
         """A message was placed: its bytes count until :meth:`message_gone`."""
         self.held_bytes += message.size
         self.held_messages += 1
-        if not self.high and self.held_bytes > self.config.max_memory:
-            self.high = True
-            log.warning("message memory above %d bytes: pausing producers", self.config.max_memory)
+        if not self.high and (self.held_bytes + self.held_messages * MESSAGE_OVERHEAD
+                              + self.entries * ENTRY_OVERHEAD) > self.config.max_memory:   # messages(), inlined
+            self._above_high()
+
+    def entry_gone(self, message: BrokerMessage) -> None:
+        """One queue entry of ``message`` ended (acked, expired, dead-lettered, purged); the message goes
+        with its last entry (:meth:`message_gone`)."""
+        self.entries -= 1
+        if not message.refs:
+            self.message_gone(message)
+        elif self.high and self.messages() < self.config.max_memory * 0.8:
+            self._below_high()      # 19,999 subscriptions of 20,000 read a message: their entries are freed
+
+    # -- what clients hold besides messages (budgets.py) ----------------------------------------------
+    def client_limit(self) -> int:
+        """What all clients together may hold besides messages."""
+        return max(int(self.config.max_memory * CLIENT_SHARE), CLIENT_FLOOR)
+
+    def charge(self, nbytes: int) -> None:
+        """A client holds ``nbytes`` more besides messages (checked against :meth:`client_limit` by
+        budgets.py first)."""
+        self.client_bytes += nbytes
+
+    def release(self, nbytes: int) -> None:
+        """A client's holding of ``nbytes`` ended."""
+        self.client_bytes -= nbytes
+
+    def _above_high(self) -> None:
+        self.high = True
+        log.warning("message memory above %d bytes (%d bytes of bodies, %d messages, %d queue entries): "
+                    "pausing producers", self.config.max_memory, self.held_bytes, self.held_messages, self.entries)
 
     def message_gone(self, message: BrokerMessage) -> None:
         """The last entry of ``message`` finished (acked, expired, dead-lettered or purged)."""
@@ -79,7 +126,7 @@ class MemoryFlow:
         # paged_out(), inlined: this runs once per message
         self.held_bytes -= message.size
         self.held_messages -= 1
-        if self.high and self.held_bytes < self.config.max_memory * 0.8:
+        if self.high and self.messages() < self.config.max_memory * 0.8:
             self._below_high()
 
     def block_done(self, block: Any) -> None:
@@ -92,13 +139,19 @@ class MemoryFlow:
             self.message_gone(holder)
 
     # -- paging (backlog.py) -------------------------------------------------------------------------
+    def messages(self) -> int:
+        """Message memory, estimated: what ``max_memory`` bounds by pausing producers."""
+        return self.held_bytes + self.held_messages * MESSAGE_OVERHEAD + self.entries * ENTRY_OVERHEAD
+
     def resident(self) -> int:
-        """What the messages held in memory cost, estimated."""
-        return self.held_bytes + self.held_messages * MESSAGE_OVERHEAD
+        """What the broker holds for messages and clients, estimated (paging starts from it)."""
+        return (self.held_bytes + self.held_messages * MESSAGE_OVERHEAD + self.entries * ENTRY_OVERHEAD
+                + self.client_bytes)
 
     def short(self) -> bool:
         """Memory is short: queues page new messages out (asked once per message: resident() inlined)."""
-        return self.held_bytes + self.held_messages * MESSAGE_OVERHEAD > self.config.max_memory * PAGE_OUT_AT
+        return (self.held_bytes + self.held_messages * MESSAGE_OVERHEAD + self.entries * ENTRY_OVERHEAD
+                + self.client_bytes > self.config.max_memory * PAGE_OUT_AT)
 
     def room(self) -> bool:
         """Memory has room for messages paged back in."""
@@ -113,7 +166,7 @@ class MemoryFlow:
         """A message left memory: paged out, or gone."""
         self.held_bytes -= message.size
         self.held_messages -= 1
-        if self.high and self.held_bytes < self.config.max_memory * 0.8:
+        if self.high and self.messages() < self.config.max_memory * 0.8:
             self._below_high()
 
     def _below_high(self) -> None:
@@ -121,6 +174,11 @@ class MemoryFlow:
         log.info("message memory back under %d bytes: resuming producers", self.config.max_memory)
         # resume from the loop, not from inside the dispatch/ack that freed the memory
         self.call_soon(self._resume_producers)
+
+    def throttle(self, producer: Producer) -> None:
+        """A producer's SEND was taken: it pauses if message memory is high."""
+        if self.high:
+            self.block(producer)
 
     def block(self, producer: Producer) -> None:
         """Stop taking frames from a producer while message memory is high."""

@@ -132,6 +132,11 @@ class FrameOutlet:
                 next(browses[0])
             except StopIteration:
                 browses.popleft()
+        if not browses:
+            self.browses_done()
+
+    def browses_done(self) -> None:
+        """Every browse is written (the session reads its next frames again)."""
 
 
 class BrowseEntry:

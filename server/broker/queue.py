@@ -313,8 +313,7 @@ class MessageQueue:
         if entry.stored:
             entry.stored = False
             self.host.release_reference(message, self.name)
-        if not message.refs:
-            self.host.message_gone(message)
+        self.host.entry_gone(message)          # counted, and the message gone with its last entry
 
     # -- altered settings ---------------------------------------------------------------------
     def alter(self, config: QueueConfig) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from pymq_server.broker.acks import DeliveryLedger
 from pymq_server.broker.auth import ANONYMOUS, User
+from pymq_server.broker.budgets import ConnectionHoldings
 from pymq_server.broker.consumer import Consumer
 from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.intake import FrameIntake
@@ -71,13 +72,14 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.client_id: str | None = None
         self.version = "1.0"
         self.consumers: dict[str, Consumer] = {}
-        self.transactions = Transactions(cfg.max_transactions_per_connection, cfg.max_transaction_operations)
+        self.transactions = Transactions(cfg.max_transactions_per_connection, cfg.max_transaction_operations,
+                                         cfg.max_transaction_bytes, lambda: self.holdings.budget)
+        self._holdings: ConnectionHoldings | None = None     # made with the first charge (the user is known)
         self.temp_queues: dict[str, MessageQueue] = {}     # local name -> queue
         self.temp_topics: dict[str, Topic] = {}            # local name -> temporary topic
         self.closed = False
         self.deliveries = DeliveryLedger()
         self.receipts = ReceiptQueue(self)
-        self._browsed: set[str] = set()              # browse subscription ids (finished or running)
         self._closing_after_receipts = False
         self.received = 0
         self._handlers: dict[str, Callable[[Frame], dict[str, str] | None]] = {
@@ -86,6 +88,13 @@ class BrokerSession(FrameIntake, FrameOutlet):
             "NACK": self._on_nack, "BEGIN": self._on_begin, "COMMIT": self._on_commit,
             "ABORT": self._on_abort, "DISCONNECT": self._on_disconnect,
         }
+
+    @property
+    def holdings(self) -> ConnectionHoldings:
+        """What this connection holds besides messages, charged to its and its user's budgets."""
+        if self._holdings is None:
+            self._holdings = self.broker.budgets.holdings(self.user.name, self.id)
+        return self._holdings
 
     def forget_delivery(self, consumer: Consumer, entry) -> None:
         """The broker took back a delivery (delivery timeout): a late ACK for it is ignored."""
@@ -174,6 +183,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.temp_topics.clear()
         self.receipts.clear()
         self._browses.clear()
+        if self._holdings is not None:
+            self.broker.budgets.connection_closed(self.user.name, self._holdings.budget)
         self.broker.session_closed(self)
 
     # -- CONNECT ---------------------------------------------------------------------------------
@@ -239,6 +250,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         request = parse_send(headers, frame.body)
         if request.transaction is not None:
             self.transactions.add(request.transaction, request)
+            self.broker.flow.throttle(self)     # a producer still: paused while message memory is high
             return None
         message_id = self._send(request)
         if request.receipt is None or message_id is None:
@@ -272,7 +284,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
         if request.browse is not None:
             self._browse(request.browse)
             return
+        cost = self.holdings.subscription(sub_id, request.selector)     # before the selector is compiled
         consumer = self.broker.subscribe(self, request)
+        consumer.cost = cost
         self.consumers[sub_id] = consumer
         consumer.queue.add_consumer(consumer)
         self.broker.consumer_added(consumer)
@@ -281,9 +295,18 @@ class BrokerSession(FrameIntake, FrameOutlet):
         """Each message of the range once (``browser:true``), then the ``browser:end`` marker with the
         bounds (spec/stomp.md §9).  Nothing is acquired.  Written while the outgoing buffer has room,
         after the browses already waiting.  An ActiveMQ-style client may UNSUBSCRIBE a browse, which
-        must not be an error."""
-        self._browsed.add(request.id)
+        must not be an error. One browse at a time: while one waits for the outgoing buffer, this
+        connection's next frames wait in its socket (a client that asks for browses without reading them
+        cannot make the broker build them all)."""
+        self.holdings.browse(request.id)
         self.start_browse(self.broker.browse(self, request))
+        if self._browses:
+            self.pause_input("browse")
+
+    def browses_done(self) -> None:
+        """Every browse is written (outlet.py): the next frames are read."""
+        if "browse" in self._pauses:
+            self.resume_input("browse")
 
     def _on_unsubscribe(self, frame: Frame) -> None:
         request = parse_unsubscribe(frame.headers)
@@ -293,13 +316,13 @@ class BrokerSession(FrameIntake, FrameOutlet):
             return
         sub_id = request.id
         consumer = self.consumers.pop(sub_id, None)
-        if consumer is None and sub_id in self._browsed:
-            self._browsed.discard(sub_id)
+        if consumer is None and self.holdings.forget_browse(sub_id):
             return
         if consumer is None:
             raise UnknownSubscription(f"UNSUBSCRIBE of unknown subscription id {sub_id!r}",
                                       subscription=sub_id)
         self._remove_consumer(consumer, reason="unsubscribed")
+        self.holdings.budget.release(consumer.cost)
         if request.drop_durable:
             self.broker.unsubscribe_durable(consumer)
 
@@ -373,6 +396,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
     def temp_queue(self, local: str, create: bool = True):
         queue = self.temp_queues.get(local)
         if queue is None and create:
+            self.holdings.temporary("queue", local)
             queue = self.broker.create_temp_queue(self, local)
             self.temp_queues[local] = queue
         return queue
@@ -380,6 +404,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
     def temp_topic(self, local: str, create: bool = True):
         topic = self.temp_topics.get(local)
         if topic is None and create:
+            self.holdings.temporary("topic", local)
             topic = self.broker.create_temp_topic(self, local)
             self.temp_topics[local] = topic
         return topic

@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator
 
 from pymq_server.broker.acl import is_admin
 from pymq_server.broker.auth import User
+from pymq_server.broker.budgets import DURABLE_COST, Budgets, selector_cost
 from pymq_server.broker.clients import Client, durable_owner
 from pymq_server.broker.consumer import AUTO, Consumer
 from pymq_server.broker.destinations import Destinations, Kind
@@ -43,8 +44,10 @@ def _selector_text(selector: object) -> str | None:
 
 
 class Subscriptions:
-    def __init__(self, config: BrokerConfig, destinations: Destinations, store: HoldingStore) -> None:
+    def __init__(self, config: BrokerConfig, destinations: Destinations, store: HoldingStore,
+                 budgets: Budgets) -> None:
         self.config = config
+        self.budgets = budgets                              # durable subscriptions are charged to their creator
         self.destinations = destinations
         self.store = store
         self.default_prefetch = config.default_prefetch
@@ -194,11 +197,17 @@ class Subscriptions:
 
     # -- durable subscriptions --------------------------------------------------------------------
     def create_durable(self, topic: Topic, key: str, selector: object, no_local: bool, owner: str,
-                       shared: bool, name: str, persist: bool = True, *, creator: str | None = None
-                       ) -> TopicSubscription:
+                       shared: bool, name: str, persist: bool = True, *, creator: str | None = None,
+                       existing: bool = False) -> TopicSubscription:
+        """``existing``: it exists already (recovered, handed over by another node): charged to its creator
+        whatever the budget; else the creator's budget is charged first, and a refusal makes nothing."""
+        cost = self.budgets.charge_user(creator, f"durable subscription {name[:64]!r}",
+                                        DURABLE_COST + 2 * len(key) + selector_cost(_selector_text(selector)),
+                                        force=existing or not persist)
         queue = self.destinations.subscription_queue(key, topic, durable=True)
         sub = TopicSubscription(topic, key, queue, selector, no_local, None, durable=True, shared=shared,
                                 client_id=owner)
+        sub.user, sub.cost = creator, cost
         self.durable[key] = sub
         if creator is not None:
             self.creators[key] = creator
@@ -228,6 +237,8 @@ class Subscriptions:
             self.durable.pop(sub.name, None)
             self.creators.pop(sub.name, None)
             self.store.put_meta("dsub:" + sub.name, None)
+            self.budgets.release_user(sub.user, sub.cost)
+            sub.cost = 0
         if not topic.temporary:
             self.cluster.topic_changed(topic)
         if sub.durable:
@@ -289,4 +300,4 @@ class Subscriptions:
         return self.create_durable(self.destinations.topic(record["topic"]), record["key"],
                                    self.compile_selector(record.get("selector")), record.get("no_local", False),
                                    record["owner"], record.get("shared", False), record["name"],
-                                   creator=record.get("user"))
+                                   creator=record.get("user"), existing=True)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 class TopicSubscription:
     __slots__ = ("topic", "name", "queue", "selector", "no_local", "owner", "durable", "shared",
-                 "client_id")
+                 "client_id", "user", "cost")
 
     def __init__(self, topic: Topic, name: str, queue: MessageQueue, selector=None,
                  no_local: bool = False, owner=None, durable: bool = False, shared: bool = False,
@@ -32,6 +32,8 @@ class TopicSubscription:
         self.durable = durable
         self.shared = shared
         self.client_id = client_id
+        self.user: str | None = None        # a durable one's creator, whose budget it is charged to ...
+        self.cost = 0                       # ... this much (budgets.py)
 
     def wants(self, message) -> bool:
         if self.no_local and message.producer == self.owner:

@@ -2,7 +2,11 @@
 
 Transactions cover SEND, ACK and NACK. Nothing is applied before COMMIT; ABORT discards them (messages
 acknowledged in the transaction stay outstanding). A connection that closes aborts its open transactions.
-Both the number of open transactions and the operations one may hold are bounded.
+Both the number of open transactions and the operations one may hold are bounded, and so are the bytes
+one holds (``max_transaction_bytes``): every BEGIN and operation is charged to the connection's budget
+(budgets.py: its frame's bytes and ~0.5 KiB) until COMMIT or ABORT, so open transactions count in the
+connection's and its user's budgets and in what all clients hold (half of ``max_memory``). A SEND inside a
+transaction pauses its producer while message memory is high, as any SEND does.
 
 COMMIT is all or nothing: :meth:`Transactions.commit` first *admits* every SEND in arrival order — the
 checks a SEND would fail (permission, destination, temporary queue gone, schema, queue full, counting
@@ -18,6 +22,7 @@ from __future__ import annotations
 from typing import Any, Union
 from collections.abc import Callable
 
+from pymq_server.broker.budgets import OPERATION_COST, TRANSACTION_COST, Budget
 from pymq_server.broker.requests import AckRequest, SendRequest
 
 from pymq.errors import PymqError, ResourceLimit, TransactionError
@@ -46,19 +51,31 @@ def refusal(exc: PymqError, tx: str, position: int, count: int, op: TransactionO
     return error
 
 
-class Transactions:
-    __slots__ = ("max_open", "max_operations", "_open")
+def operation_bytes(op: TransactionOp) -> int:
+    """What an operation held until COMMIT costs: its frame's bytes and :data:`OPERATION_COST`."""
+    if isinstance(op, SendRequest):
+        return (OPERATION_COST + len(op.body) + len(op.destination) + len(op.receipt or "")
+                + sum(len(k) + len(v) for k, v in op.properties.items()))
+    return OPERATION_COST + len(op.token) + len(op.subscription or "")
 
-    def __init__(self, max_open: int, max_operations: int) -> None:
+
+class Transactions:
+    __slots__ = ("max_open", "max_operations", "max_bytes", "budget", "_open", "_bytes")
+
+    def __init__(self, max_open: int, max_operations: int, max_bytes: int, budget: Callable[[], Budget]) -> None:
         self.max_open = max_open
         self.max_operations = max_operations
+        self.max_bytes = max_bytes
+        self.budget = budget              # the connection's (made when first needed: the user is known then)
         self._open: dict[str, list[TransactionOp]] = {}
+        self._bytes: dict[str, int] = {}  # what each open transaction is charged
 
     def begin(self, tx: str) -> None:
         if tx in self._open:
             raise TransactionError(f"transaction {tx!r} is already active", transaction=tx)
         if len(self._open) >= self.max_open:
             raise ResourceLimit(f"more than {self.max_open} open transactions on one connection")
+        self._bytes[tx] = self.budget().charge(f"transaction {tx[:64]!r}", TRANSACTION_COST + len(tx))
         self._open[tx] = []
 
     def add(self, tx: str, op: TransactionOp) -> None:
@@ -67,6 +84,13 @@ class Transactions:
             raise TransactionError(f"transaction {tx!r} was not begun on this connection", transaction=tx)
         if len(ops) >= self.max_operations:
             raise ResourceLimit(f"transaction {tx!r} has more than {self.max_operations} operations")
+        cost = operation_bytes(op)
+        held = self._bytes[tx]
+        if held + cost > self.max_bytes:
+            raise ResourceLimit(f"transaction {tx!r} would hold more than {self.max_bytes} bytes until COMMIT "
+                                f"(max_transaction_bytes): it holds {held}, the next operation {cost}",
+                                limit="max_transaction_bytes", transaction=tx, held=held, cost=cost)
+        self._bytes[tx] = held + self.budget().charge(f"an operation of transaction {tx[:64]!r}", cost)
         ops.append(op)
 
     def commit(self, tx: str, admit: Admission) -> list[TransactionOp]:
@@ -75,6 +99,7 @@ class Transactions:
         ops = self._open.pop(tx, None)
         if ops is None:
             raise TransactionError(f"COMMIT of unknown transaction {tx!r}", transaction=tx)
+        self._release(tx)
         unit: dict[str, Any] = {}
         for position, op in enumerate(ops, 1):
             if isinstance(op, SendRequest):
@@ -87,9 +112,17 @@ class Transactions:
     def abort(self, tx: str) -> None:
         if self._open.pop(tx, None) is None:
             raise TransactionError(f"ABORT of unknown transaction {tx!r}", transaction=tx)
+        self._release(tx)
 
     def clear(self) -> None:
+        for tx in list(self._open):
+            self._release(tx)
         self._open.clear()
+
+    def _release(self, tx: str) -> None:
+        cost = self._bytes.pop(tx, 0)
+        if cost:
+            self.budget().release(cost)
 
     def __len__(self) -> int:
         return len(self._open)

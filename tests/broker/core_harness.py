@@ -111,7 +111,8 @@ class Core:
 
     def commit(self, sends: list[tuple[str, dict[str, str]]]) -> None:
         """BEGIN, the SENDs, COMMIT, as a session does: every SEND admitted before the first is applied."""
-        transactions = Transactions(10, 1000)
+        budget = self.broker.budgets.connection("harness", "c0")       # what a session's transactions charge
+        transactions = Transactions(10, 1000, 1 << 40, lambda: budget)
         transactions.begin("tx")
         for destination, headers in sends:
             transactions.add("tx", self.request(destination, headers, transaction="tx"))

@@ -42,6 +42,7 @@ class Host(HandNewHost):
     """A queue's host with a pager (so the queue keeps a backlog) that settles blocks' rows as they go."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.pager = Pager()
         self.settled: list = []           # blocks whose last row went, in order
         self.gone = 0

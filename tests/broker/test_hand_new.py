@@ -9,6 +9,7 @@ queue's figures must be the same.
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -23,6 +24,14 @@ class Host:
     clock = staticmethod(time.monotonic)
     now_ms = staticmethod(now_ms)
     pager = None
+
+    def __init__(self) -> None:
+        self.flow = SimpleNamespace(entries=0)       # the memory flow's count of entries (flow.MemoryFlow)
+
+    def entry_gone(self, message) -> None:
+        self.flow.entries -= 1
+        if not message.refs:
+            self.message_gone(message)
 
     def schedule_at_ms(self, when_ms, fn, *args) -> None:
         pass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import time
+from types import SimpleNamespace
 
 import pytest
 from pymq_server.broker.message import BrokerMessage, now_ms
@@ -45,6 +46,12 @@ class Host:
 
     def __init__(self) -> None:
         self.events: list[str] = []
+        self.flow = SimpleNamespace(entries=0)       # the memory flow's count of entries (flow.MemoryFlow)
+
+    def entry_gone(self, message) -> None:
+        self.flow.entries -= 1
+        if not message.refs:
+            self.message_gone(message)
 
     def schedule_at_ms(self, when_ms, fn, *args) -> None:
         self.events.append("scheduled")
