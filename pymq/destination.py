@@ -6,9 +6,16 @@ works as well as ``session.create_producer(pymq.Topic("x"))``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Protocol
 
-from pymq.errors import DestinationError
+from pymq.errors import DestinationError, IllegalStateError
+
+
+class _TemporaryOwner(Protocol):
+    """The connection that made a temporary destination (both SDKs' connections)."""
+
+    def _delete_temporary(self, destination: Destination) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -38,11 +45,27 @@ class Topic(Destination):
     prefix = "/topic/"
 
 
+def _delete(destination: TemporaryQueue | TemporaryTopic) -> None:
+    owner = destination._owner
+    if owner is None:
+        raise IllegalStateError(f"{destination} was not made by this process's session (it came from a "
+                                f"message or a name): only the connection that created it may delete it")
+    owner._delete_temporary(destination)
+
+
 @dataclass(frozen=True)
 class TemporaryQueue(Queue):
-    """A queue that lives as long as the connection that created it; only that connection consumes."""
+    """A queue that lives as long as the connection that created it; only that connection consumes.
+    ``Session.create_temporary_queue()`` makes one bound to its connection, which ``delete()`` needs."""
 
+    _owner: _TemporaryOwner | None = field(default=None, compare=False, hash=False, repr=False)
     prefix = "/temp-queue/"
+
+    def delete(self) -> None:
+        """Delete it now, with the messages it holds (JMS ``TemporaryQueue.delete()``): refused with
+        IllegalStateError while a consumer of its connection reads it.  Using it afterwards is refused
+        too.  A plain call in both SDKs: the broker applies it before anything the connection sends later."""
+        _delete(self)
 
 
 @dataclass(frozen=True)
@@ -50,7 +73,13 @@ class TemporaryTopic(Topic):
     """A topic that lives as long as the connection that created it (JMS ``TemporaryTopic``): anyone may
     publish to it, only that connection subscribes; its subscriptions go with the connection."""
 
+    _owner: _TemporaryOwner | None = field(default=None, compare=False, hash=False, repr=False)
     prefix = "/temp-topic/"
+
+    def delete(self) -> None:
+        """Delete it now (JMS ``TemporaryTopic.delete()``): refused with IllegalStateError while its
+        connection has a consumer on it.  Using it afterwards is refused too.  A plain call in both SDKs."""
+        _delete(self)
 
 
 def as_destination(value: Destination | str) -> Destination:

@@ -38,10 +38,11 @@ from typing import NamedTuple, Protocol
 from collections.abc import Callable
 
 from pymq import enums
-from pymq.client.frames import ARROW_STREAM, send_frame, subscribe_headers
+from pymq.client.frames import ARROW_STREAM, checked_selector, send_frame, subscribe_headers
 from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress, parse_url, redacted
 from pymq.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, as_destination
-from pymq.errors import ConnectFailed, ConnectionClosed, IllegalStateError, PymqError, error_from_headers
+from pymq.errors import (ConnectFailed, ConnectionClosed, DestinationError, IllegalStateError, PymqError,
+                         error_from_headers)
 from pymq.message import (PERSISTENT, BytesMessage, MapMessage, MapValue, Message, MessageBody,
                           PropertyValue, TextMessage, from_frame, make_message)
 from pymq.protocol.frame import Frame
@@ -72,10 +73,41 @@ DUPS_OK_ACKNOWLEDGE = AckMode.DUPS_OK_ACKNOWLEDGE
 
 def ack_mode_of(value: int) -> AckMode:
     """``value`` as an acknowledge mode, or IllegalStateError."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise IllegalStateError(f"an acknowledge mode is one of pymq.AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, "
+                                f"DUPS_OK_ACKNOWLEDGE or SESSION_TRANSACTED, not {value!r}")
     try:
         return AckMode(value)
     except ValueError:
         raise IllegalStateError(f"unknown acknowledge mode {value!r}") from None
+
+
+def session_mode(transacted: bool | int | None, ack_mode: int | None) -> AckMode:
+    """What ``create_session(transacted, ack_mode)`` means, read as JMS 2.0 reads its two forms:
+
+    * ``create_session(mode)`` — JMS ``createSession(int sessionMode)``: the first argument is one of the
+      constants (``pymq.CLIENT_ACKNOWLEDGE``, ``pymq.SESSION_TRANSACTED``...);
+    * ``create_session(transacted, ack_mode)`` — JMS ``createSession(boolean, int)``: a bool, then the
+      mode (ignored when transacted, as JMS says);
+    * ``create_session(ack_mode=mode)``, and ``create_session()`` for AUTO_ACKNOWLEDGE.
+
+    Refused (IllegalStateError, nothing created): a mode given twice with different values, a
+    non-transacted session asked for SESSION_TRANSACTED, and anything that is neither a bool nor a mode."""
+    if transacted is None:
+        return AckMode.AUTO_ACKNOWLEDGE if ack_mode is None else ack_mode_of(ack_mode)
+    if isinstance(transacted, bool):
+        if transacted:
+            return AckMode.SESSION_TRANSACTED
+        mode = AckMode.AUTO_ACKNOWLEDGE if ack_mode is None else ack_mode_of(ack_mode)
+        if mode is AckMode.SESSION_TRANSACTED and ack_mode is not None:
+            raise IllegalStateError("create_session(False, SESSION_TRANSACTED) asks for a session that is both "
+                                    "not transacted and transacted: pass True, or another acknowledge mode")
+        return mode
+    first = ack_mode_of(transacted)        # JMS createSession(int sessionMode)
+    if ack_mode is not None and ack_mode_of(ack_mode) is not first:
+        raise IllegalStateError(f"create_session({first.name}, {AckMode(ack_mode).name}) names two different "
+                                f"session modes: pass one")
+    return first
 
 
 class ConnectionStatus(enums.Enum):
@@ -183,6 +215,8 @@ class ConnectionCore:
         self._sub_ids = itertools.count(1)
         self._subscriptions: dict[str, Receiver] = {}
         self._sessions: list[SessionCore] = []
+        #: STOMP names of the temporary destinations this connection deleted (JMS: unusable afterwards)
+        self._deleted: set[str] = set()
 
     # -- what the shell provides -------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
@@ -248,6 +282,25 @@ class ConnectionCore:
         for session in list(self._sessions):
             session._wake()
         return not expected
+
+    def _delete_temporary(self, destination: Destination) -> None:
+        """JMS ``TemporaryQueue.delete()``: refused while one of this connection's consumers reads it;
+        otherwise UNSUBSCRIBE with ``pymq-delete-temporary`` (spec/stomp.md §3), which needs no answer:
+        the broker applies it before anything this connection sends later."""
+        self._check_open()
+        name = destination.stomp_name
+        readers = sum(1 for session in self._sessions for consumer in session._consumers
+                      if not consumer._closed and consumer.destination.stomp_name == name)
+        if readers:
+            raise IllegalStateError(f"{name} has {readers} open consumer(s) on this connection: close them "
+                                    f"before deleting it (JMS)")
+        self._send(Frame("UNSUBSCRIBE", {"id": "pymq-delete-temporary", "pymq-delete-temporary": name}))
+        self._deleted.add(name)
+
+    def _check_not_deleted(self, destination: Destination | str) -> None:
+        name = destination if isinstance(destination, str) else destination.stomp_name
+        if name in self._deleted:
+            raise DestinationError(f"temporary destination {name} was deleted", destination=name)
 
     # -- receipts and subscriptions ------------------------------------------------------------------
     def _expect(self, frame: Frame, waiter: Waiter) -> tuple[str, Frame]:
@@ -382,9 +435,13 @@ class _DupsOkLedger(AckLedger):
 
 
 class _ClientLedger(AckLedger):
-    """CLIENT_ACKNOWLEDGE: ``acknowledge()`` acknowledges everything the session consumed."""
+    """CLIENT_ACKNOWLEDGE: ``acknowledge()`` acknowledges everything the session consumed, one ACK each.
 
-    cumulative = True
+    Not STOMP's cumulative ``client`` acks: after ``recover()`` the redelivered messages go in front of
+    what was prefetched before them, so an ACK or NACK naming one would also cover prefetched messages
+    the application never saw (acknowledging them unread, or returning them counted as a failed
+    delivery, and leaving stale copies whose later ACK the broker calls unknown)."""
+
     records_before_listener = True
 
     def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
@@ -392,10 +449,7 @@ class _ClientLedger(AckLedger):
         return None
 
     def acknowledge(self) -> list[Frame]:
-        last: dict[ConsumerCore, Delivery] = {}
-        for delivery in self.take_unacked():
-            last[delivery.consumer] = delivery       # client acks are cumulative per subscription
-        return [Frame("ACK", d.ack) for d in last.values()]
+        return [Frame("ACK", d.ack) for d in self.take_unacked()]
 
 
 class _TransactedLedger(AckLedger):
@@ -467,13 +521,13 @@ class SessionCore:
     def create_temporary_queue(self) -> TemporaryQueue:
         """A queue that lives as long as this connection; only this connection consumes from it."""
         self._check()
-        return TemporaryQueue(f"{uuid.uuid4().hex[:16]}")
+        return TemporaryQueue(f"{uuid.uuid4().hex[:16]}", self.connection)
 
     def create_temporary_topic(self) -> TemporaryTopic:
         """A topic that lives as long as this connection (JMS ``TemporaryTopic``): anyone may publish to
         it (send it as a ``reply_to``), only this connection subscribes."""
         self._check()
-        return TemporaryTopic(f"{uuid.uuid4().hex[:16]}")
+        return TemporaryTopic(f"{uuid.uuid4().hex[:16]}", self.connection)
 
     def create_text_message(self, text: str = "", *, properties: dict[str, PropertyValue] | None = None,
                             correlation_id: str | None = None, reply_to: Destination | str | None = None,
@@ -594,6 +648,8 @@ class SessionCore:
     # -- consumers ---------------------------------------------------------------------------------------
     def _subscribe_frame(self, consumer: ConsumerCore, *, no_local: bool = False,
                          extra: Headers | None = None) -> Frame:
+        if self.connection._deleted:
+            self.connection._check_not_deleted(consumer.destination)
         return Frame("SUBSCRIBE", subscribe_headers(
             consumer.destination, consumer._sub_id, self._ledger.cumulative, consumer.prefetch,
             selector=consumer.selector, no_local=no_local, extra=extra))
@@ -640,6 +696,18 @@ def durable_topic(topic: Topic | str) -> Topic:
 
 
 # -- consumer -------------------------------------------------------------------------------------------
+
+def received(message: Message) -> Message:
+    """A delivered message as JMS shows it: ``JMSXDeliveryCount`` is a property on every delivery, 1 on
+    the first (the broker sends the header only on redeliveries, spec/stomp.md §4; a redelivered one
+    without it counts 2)."""
+    props = message.properties
+    if "JMSXDeliveryCount" not in props:
+        if message.redelivered and message.delivery_count < 2:
+            message.delivery_count = 2
+        props["JMSXDeliveryCount"] = message.delivery_count
+    return message
+
 
 class ConsumerCore:
     """A subscription's buffer and MESSAGE -> Message; the shell adds ``receive`` and listeners."""
@@ -700,7 +768,7 @@ class ConsumerCore:
     def _open(self, frame: Frame) -> tuple[Message, Delivery]:
         """MESSAGE -> the Message the application gets, and its delivery record."""
         h = frame.headers
-        message = from_frame(h, frame.body)
+        message = received(from_frame(h, frame.body))
         session = self._session
         if session.connection.version == "1.2":
             ack = {"id": h.get("ack", "")}
@@ -714,7 +782,7 @@ class ConsumerCore:
         """``receive`` returns the message of ``frame``: acknowledge it as the session's mode says."""
         if self._ack_at_once:
             h = frame.headers
-            message = from_frame(h, frame.body)
+            message = received(from_frame(h, frame.body))
             self._session.connection._send(Frame("ACK", {"id": h.get("ack", "")}))
             return message
         message, delivery = self._open(frame)
@@ -788,6 +856,8 @@ class ProducerCore:
             self._check()
         msg, frame = send_frame(self, message, destination, delivery_mode=delivery_mode, priority=priority,
                                 time_to_live=time_to_live, delivery_delay=delivery_delay)
+        if session.connection._deleted:
+            session.connection._check_not_deleted(frame.headers["destination"])
         if session.transacted:
             frame.headers["transaction"] = session._tx or ""
             return msg, frame, False
@@ -834,9 +904,12 @@ class BrowseCore:
         self.frames: deque[Frame] = deque()
         self.end: Headers | None = None          # the end marker's headers (range bounds)
         self.arrow: bytes | None = None          # the end marker's body when the broker answered in Arrow
+        given = {k: str(v) for k, v in (extra or {}).items() if v is not None}
+        if "selector" in given:
+            checked_selector(given["selector"])     # before anything is registered or sent
         self.sub_id = connection._register(self)
         headers = {"destination": destination.stomp_name, "id": self.sub_id, "browser": "true", "ack": "auto"}
-        headers.update({k: str(v) for k, v in (extra or {}).items() if v is not None})
+        headers.update(given)
         self.subscribe = Frame("SUBSCRIBE", headers)
 
     def _notify(self) -> None:

@@ -43,8 +43,9 @@ from pymq.client.transport import Transport, transport_for
 from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, EXCLUSIVE_HEADERS,
                                SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore, ConnectionSettings,
                                ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult, SessionCore,
-                               ack_mode_of, browse_queue, durable_headers, durable_topic, reply_message,
-                               request_message, shared_durable_headers, shared_headers, unsubscribe_frame)
+                               browse_queue, durable_headers, durable_topic, reply_message,
+                               request_message, session_mode, shared_durable_headers, shared_headers,
+                               unsubscribe_frame)
 from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, alter_call, create_call,
                                destinations_call, drop_call, grant_call, info_call, list_call, metrics_call,
                                purge_call)
@@ -194,10 +195,15 @@ class Connection(ConnectionCore):
         return self._queue_manager
 
     # -- sessions ----------------------------------------------------------------------------------
-    def create_session(self, transacted: bool = False, ack_mode: int = AUTO_ACKNOWLEDGE) -> Session:
-        """A session: ``transacted=True``, or one of the acknowledge modes (``pymq.CLIENT_ACKNOWLEDGE``...)."""
+    def create_session(self, transacted: bool | int | None = None, ack_mode: int | None = None) -> Session:
+        """A session, as JMS 2.0's two forms say: ``create_session(pymq.CLIENT_ACKNOWLEDGE)`` (a session
+        mode: ``pymq.AUTO_ACKNOWLEDGE``, ``CLIENT_ACKNOWLEDGE``, ``DUPS_OK_ACKNOWLEDGE``,
+        ``SESSION_TRANSACTED``), or ``create_session(transacted, ack_mode)`` (``True`` for a transacted
+        session; the mode is ignored then); ``create_session()`` is AUTO_ACKNOWLEDGE.  What it cannot mean
+        (two different modes, ``False`` with SESSION_TRANSACTED, a value that is no mode) raises
+        IllegalStateError and creates nothing."""
         self._check_usable()
-        session = Session(self, SESSION_TRANSACTED if transacted else ack_mode_of(ack_mode))
+        session = Session(self, session_mode(transacted, ack_mode))
         self._sessions.append(session)
         return session
 

@@ -52,6 +52,17 @@ def send_frame(producer: ProducerDefaults, message: MessageBody, destination: De
     return msg, Frame("SEND", headers, msg._body_bytes())
 
 
+def checked_selector(selector: str | None) -> str | None:
+    """``selector`` once the SDK's own compiler (the broker's) accepts it: an invalid one raises
+    InvalidSelector here, before anything is sent, so a typo costs the call and not the connection
+    (STOMP's ERROR would end it).  A broker configured with tighter selector limits than the defaults
+    still refuses with an ERROR."""
+    if selector and selector.strip():
+        from pymq.selector import compile_selector
+        compile_selector(selector)
+    return selector
+
+
 def subscribe_headers(destination: Destination, sub_id: str, cumulative: bool, prefetch: int, *,
                       selector: str | None = None, no_local: bool = False,
                       extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -61,7 +72,7 @@ def subscribe_headers(destination: Destination, sub_id: str, cumulative: bool, p
                "ack": "client" if cumulative else "client-individual",
                "prefetch-count": str(prefetch)}
     if selector:
-        headers["selector"] = selector
+        headers["selector"] = checked_selector(selector) or ""
     if no_local:
         headers["no-local"] = "true"
     if extra:
@@ -84,7 +95,8 @@ def range_headers(*, from_seq: int | None = None, to_seq: int | None = None, max
     values are left out."""
     return {"pymq-from-seq": from_seq or 0, "pymq-to-seq": to_seq, "pymq-max-messages": max_messages,
             "pymq-max-bytes": max_bytes, "pymq-from-timestamp": from_timestamp,
-            "selector": selector or None, "durable-subscription-name": subscription, "pymq-source": source,
+            "selector": checked_selector(selector) or None, "durable-subscription-name": subscription,
+            "pymq-source": source,
             "pymq-format": "arrow" if arrow else None, "pymq-columns": ",".join(columns) if columns else None}
 
 

@@ -282,6 +282,9 @@ class Broker:
     def delete_temp_queue(self, queue: MessageQueue) -> None:
         self.destinations.delete_temp_queue(queue)
 
+    def delete_temporary(self, client: Client, destination: str) -> None:
+        self.destinations.delete_temporary(client, destination)
+
     def create_temp_topic(self, client: Client, local: str) -> Topic:
         return self.destinations.create_temp_topic(client, local)
 

@@ -289,13 +289,15 @@ class UnsubscribeRequest(NamedTuple):
     remove_durable: str | None = None    # pymq-durable-name: delete this durable subscription (no consumer)
     shared: bool = False
     drop_durable: bool = False           # also delete the durable subscription the consumer reads
+    delete_temporary: str | None = None  # pymq-delete-temporary: delete this connection's temporary destination
 
 
 def parse_unsubscribe(headers: Mapping[str, str]) -> UnsubscribeRequest:
     # the connection's state table made sure one of the two is there (spec/stomp.md §3)
     return UnsubscribeRequest(headers.get("id") or headers.get("destination") or "", headers.get("pymq-durable-name"),
                               _flag(headers, "shared"),
-                              durable_name(headers) is not None or _flag(headers, "pymq-unsubscribe-durable"))
+                              durable_name(headers) is not None or _flag(headers, "pymq-unsubscribe-durable"),
+                              headers.get("pymq-delete-temporary"))
 
 
 # -- ACK / NACK -----------------------------------------------------------------------------------------

@@ -314,6 +314,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
             # JMS Session.unsubscribe(name): delete a durable subscription that has no consumer here
             self.broker.remove_durable(self, request.remove_durable, request.shared)
             return
+        if request.delete_temporary is not None:      # JMS TemporaryQueue.delete() (spec/stomp.md §3)
+            self.broker.delete_temporary(self, request.delete_temporary)
+            return
         sub_id = request.id
         consumer = self.consumers.pop(sub_id, None)
         if consumer is None and self.holdings.forget_browse(sub_id):
@@ -400,6 +403,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
             queue = self.broker.create_temp_queue(self, local)
             self.temp_queues[local] = queue
         return queue
+
+    def forget_temporary(self, kind: str, local: str) -> None:
+        (self.temp_queues if kind == "temp-queue" else self.temp_topics).pop(local, None)
 
     def temp_topic(self, local: str, create: bool = True):
         topic = self.temp_topics.get(local)

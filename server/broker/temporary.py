@@ -1,6 +1,7 @@
 """Temporary topics (``/temp-topic/``, JMS ``TemporaryTopic``), part of the destinations layer: a connection's
 topics, named ``tmp.<connection>.<name>`` once shared in a ``reply-to``; anyone may publish to one while
-its connection lives, only that connection subscribes (spec/stomp.md §3).
+its connection lives, only that connection subscribes (spec/stomp.md §3).  Also JMS ``delete()`` of a
+connection's temporary queues and topics.
 """
 from __future__ import annotations
 
@@ -8,16 +9,46 @@ from typing import TYPE_CHECKING
 
 from pymq_server.broker.topic import Topic
 
-from pymq.errors import AccessDenied, UnknownDestination
+from pymq.errors import AccessDenied, DestinationError, IllegalStateError, UnknownDestination
 
 if TYPE_CHECKING:
     from pymq_server.broker.clients import Client
+    from pymq_server.broker.queue import MessageQueue
 
 
 class TemporaryTopics:
     """The temporary topics of :class:`~pymq_server.broker.destinations.Destinations` (a part of it)."""
 
     temp_topics: dict[str, Topic]
+
+    def delete_temp_queue(self, queue: MessageQueue) -> None: ...
+
+    def delete_temporary(self, owner: Client, destination: str) -> None:
+        """JMS ``TemporaryQueue.delete()``/``TemporaryTopic.delete()`` (spec/stomp.md §3): ``owner``'s own
+        temporary queue or topic (by its local or its global name) goes with its messages; refused while
+        it has a consumer or subscription, or when it is another connection's.  One never used is no-op."""
+        kind, _, name = destination.partition("/")[2].partition("/")
+        if kind not in ("temp-queue", "temp-topic") or not name:
+            raise DestinationError(f"pymq-delete-temporary names a /temp-queue/ or /temp-topic/, not {destination!r}",
+                                   destination=destination)
+        if name.startswith("tmp."):
+            own = f"tmp.{owner.id}."
+            if not name.startswith(own):
+                raise AccessDenied(f"only the connection that created temporary destination '{destination}' "
+                                   f"may delete it", destination=destination)
+            name = name[len(own):]
+        held = owner.temp_queue(name, create=False) if kind == "temp-queue" else owner.temp_topic(name, create=False)
+        if held is None:
+            return
+        users = len(held.consumers) if kind == "temp-queue" else len(held.subscriptions)  # type: ignore[union-attr]
+        if users:
+            raise IllegalStateError(f"temporary destination '{destination}' has {users} consumer(s); close them "
+                                    f"before deleting it (JMS)", destination=destination)
+        owner.forget_temporary(kind, name)
+        if kind == "temp-queue":
+            self.delete_temp_queue(held)  # type: ignore[arg-type]
+        else:
+            self.forget_temp_topic(held)  # type: ignore[arg-type]
 
     def create_temp_topic(self, owner: Client, local: str) -> Topic:
         global_name = f"tmp.{owner.id}.{local}"

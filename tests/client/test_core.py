@@ -76,13 +76,17 @@ def test_auto_acknowledge_acks_each_message_as_it_is_taken():
     assert [(f.command, f.headers["id"]) for f in wire.sent] == [("ACK", f"a{n}") for n in range(5)]
 
 
-def test_client_acknowledge_is_one_cumulative_ack_per_subscription():
+def test_client_acknowledge_acks_each_consumed_message():
+    """Not STOMP's cumulative ``client`` acks: after recover() redelivered messages come before prefetched
+    ones, and a cumulative ACK of one would acknowledge those unread (issue 28.2)."""
     wire, session, consumer = setup(AckMode.CLIENT_ACKNOWLEDGE)
+    assert session._ledger.cumulative is False
+    assert session._subscribe_frame(consumer).headers["ack"] == "client-individual"
     consumer._take(consumer._buffer.popleft())
     consumer._take(consumer._buffer.popleft())
     assert wire.sent == []
     session._acknowledge_now()
-    assert [(f.command, f.headers) for f in wire.sent] == [("ACK", {"id": "a1"})]
+    assert [(f.command, f.headers) for f in wire.sent] == [("ACK", {"id": "a0"}), ("ACK", {"id": "a1"})]
 
 
 def test_dups_ok_batches_and_flushes_before_waiting():
@@ -113,7 +117,7 @@ def test_redelivered_copies_go_in_front_of_the_prefetched_ones(copies_arrive):
     wire, session, consumer = setup(AckMode.CLIENT_ACKNOWLEDGE)
     assert [consumer._take(consumer._buffer.popleft()).message_id for _ in range(2)] == ["m0", "m1"]
     frames = session._recovery_frames(rollback=False)
-    assert [(f.command, f.headers["id"]) for f in frames] == [("NACK", "a1")]   # cumulative: one NACK
+    assert [(f.command, f.headers["id"]) for f in frames] == [("NACK", "a0"), ("NACK", "a1")]   # each one
     waiter = Waiter()
     rid, last = wire._expect(frames[-1], waiter)
     wire._send(last)
