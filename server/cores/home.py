@@ -89,6 +89,9 @@ class HomeSession(BrokerSession):
     def send_frame(self, command: str, headers: dict, body: bytes | IpcPieces = b"") -> None:
         if command == "CONNECTED":
             headers["pymq-worker"] = str(self.me)   # which worker is this connection's home (tests, ops)
+            # how many there are: with the owner rule (spec/cores.md §2.2) a reader such as the JVM Spark
+            # connector finds which worker owns a destination and connects there (spec/spark.md §2)
+            headers["pymq-workers"] = str(self.mesh.ownership.workers)
         super().send_frame(command, headers, body)
 
     def _on_send(self, frame: Frame) -> dict[str, str] | None:
