@@ -1,29 +1,35 @@
-"""The Spark connector against its practical upper bound, in one run.
+"""The Spark connector's two implementations against their practical upper bounds, in one run.
 
-    python bench/bench_spark.py              # 1M rows (a few minutes)
+    python bench/bench_spark.py              # 1M rows (several minutes)
     python bench/bench_spark.py --quick      # 20k rows: the CI smoke run
-    python bench/bench_spark.py --rows 200000 --json /tmp/spark.json
+    python bench/bench_spark.py --rows 200000 --impls jvm --json /tmp/spark.json
 
 Starts its own ``pymq-server`` (free port, temporary data directory, topics ``/topic/bench.*`` kept as
 retained logs, default durability: persistent messages, ``sync_policy: always``) and a local
-SparkSession (``local[2]``), then measures:
+SparkSession (``local[2]``) with the JVM source's jar (``bindings/spark``, built by its build.sh when
+missing; ``PYMQ_SPARK_JAR`` names another), so ``format("pymq")`` is the JVM source and the Python data
+source is registered as ``pymq_python``; then, for each implementation (``--impls``, default both):
 
-* **batch write** (after a warm-up write of N/10 rows of each kind): N rows (``value`` 100 bytes,
-  ``key``) written with ``df.write.format("pymq")`` to a retained topic (durable), and to a queue while a
-  STOMP consumer takes the messages, against the same DataFrame written as Parquet and into a Python sink
-  that drops Spark's Arrow batches (the API's ceiling for writes);
+* **batch write** (after a warm-up write of N/10 rows with every writer): N rows (``value`` 100 bytes,
+  ``key``) written to a retained topic (durable), best of ``WRITE_RUNS`` runs in turns with the same
+  DataFrame written as Parquet (and, once, into a Python sink that drops Spark's Arrow batches: the Python
+  API's ceiling for writes); and once to a queue while a STOMP consumer takes the messages;
 * **batch read**: those N messages read back into ``count()`` and into a full scan
   (``sum(length(value))``), against the same two queries over the Parquet file and over a Python data
-  source that yields ready Arrow batches of the read schema (the API's ceiling); best of five runs each
-  (``READ_RUNS``), the three queries in turns;
+  source that yields ready Arrow batches of the read schema (the Python API's ceiling); best of five runs
+  each (``READ_RUNS``), every query in turns;
 * **streaming**: the N messages read by a stream at 100k messages per trigger into Spark's ``noop`` sink
   (messages/s and the median trigger time), against Spark's ``rate-micro-batch`` source at the same rows
-  per trigger and against a Python streaming source of ready Arrow batches (the API's ceiling); and
-  end-to-end latency (JMS timestamp at send to the end of the micro-batch that saw the message) while a
-  producer sends at a steady rate.
+  per trigger and against a Python streaming source of ready Arrow batches;
+* **latency**: end to end, from the JMS timestamp a producer stamps at send to the moment the row reaches
+  the query's sink (a JVM ForeachWriter, ``io.pymq.spark.LatencyProbe``, the same for every run), while
+  the producer sends at each of ``--rates`` (default 5k and 50k msg/s; bulk SENDs every 2 ms,
+  non-persistent): p50/p99/max over ``--latency-seconds``, after a warm-up of 2 s; for each
+  implementation with ``trigger(processingTime="0 seconds")`` (a micro-batch as soon as the last one
+  ends), and for the JVM source with real-time mode (``trigger(realTime=...)``, Spark 4.1+).
 
 Parquet and the rate source are what Spark does with no broker at all, so the ratios say how close the
-connector gets to free.  Every figure is printed with its baseline from the same run; nothing is
+connector gets to free.  Every figure is printed with its baselines from the same run; nothing is
 asserted about speed.  The exit status is 1 only if a count is wrong.
 """
 from __future__ import annotations
@@ -45,6 +51,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: so on a shared machine one burst of someone else's work can halve a run: five turns (three until
 #: issue 12's third session) give each query a fair chance of one undisturbed run
 READ_RUNS = 5
+#: retained-topic writes of each writer, in turns; the best counts (a write takes a few seconds, and one
+#: burst of someone else's work on this shared machine can halve a single run)
+WRITE_RUNS = 2
+#: the format name of each implementation in the benchmark's session
+FORMATS = {"python": "pymq_python", "jvm": "pymq"}
 
 
 def start_broker(work: str) -> tuple[subprocess.Popen, str]:
@@ -67,14 +78,22 @@ def start_broker(work: str) -> tuple[subprocess.Popen, str]:
     raise RuntimeError(f"pymq-server did not start; see {log_path}")
 
 
-def spark_session():
+def spark_session(jar: str | None):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *[p for p in paths if p != ROOT]])
     from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.master("local[2]").appName("bench-spark")
+    builder = SparkSession.builder
+    if jar is not None:
+        builder = builder.config("spark.jars", jar)
+    spark = (builder.master("local[2]").appName("bench-spark")
              .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+             .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+             # the latency runs' real-time mode with a ForeachWriter, and a batch long enough for the run
+             .config("spark.sql.streaming.realTimeMode.minBatchDuration", "1s")
              .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").getOrCreate())
+    from pyspark_pymq import PymqPythonDataSource
+    spark.dataSource.register(PymqPythonDataSource)
     # FATAL: stopping the endless rate stream makes its tasks log aborted commits, which are expected
     spark.sparkContext.setLogLevel("FATAL")
     return spark
@@ -254,25 +273,101 @@ def best_of_each(runs, fns):
     return [(results[i], min(times[i])) for i in range(len(fns))]
 
 
+def jvm_jar() -> str:
+    given = os.environ.get("PYMQ_SPARK_JAR")
+    if given:
+        return given
+    sys.path.insert(0, ROOT)
+    from tests.spark._spark import jvm_jar as built
+    jar, why = built()
+    if jar is None:
+        raise RuntimeError(f"the JVM source's jar: {why}")
+    return jar
+
+
+def latency_run(spark, fmt: str, topic: str, rate: int, seconds: float, trigger: str, work: str) -> dict:
+    """The query ``fmt`` -> LatencyProbe with ``trigger`` ("0 seconds", or "realtime:<duration>") while a
+    producer sends ``rate`` msg/s to ``topic`` in bulk SENDs every 2 ms; the latencies after a 2 s warm-up."""
+    import pyarrow as pa
+
+    import pymq
+    from pymq.client.blocking import start_send_arrow
+    jvm = spark._jvm
+    probe = jvm.io.pymq.spark.LatencyProbe
+    df = (spark.readStream.format(fmt).option("url", URL[0]).option("topic", topic)
+          .option("startingOffsets", "earliest").load().select("timestamp"))
+    writer = df._jdf.writeStream().foreach(jvm.io.pymq.spark.LatencyProbe()) \
+        .option("checkpointLocation", os.path.join(work, f"ck-{topic}"))
+    if trigger.startswith("realtime:"):
+        writer = writer.trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(trigger.split(":", 1)[1]))
+    else:
+        writer = writer.trigger(jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(trigger))
+    query = writer.start()
+    sent = 0
+    pending: list = []
+    try:
+        with pymq.connect(URL[0]) as conn:
+            session = conn.create_session()
+            t0 = time.perf_counter()
+            reset_at = t0 + 2.0
+            was_reset = False
+            while (now := time.perf_counter()) < t0 + 2.0 + seconds:
+                if not was_reset and now >= reset_at:
+                    probe.reset()
+                    measured_from = sent
+                    was_reset = True
+                due = int((now - t0) * rate)
+                if due > sent:
+                    n = due - sent
+                    stamp = int(time.time() * 1000)
+                    body = pa.array([b"x" * 100] * n, pa.binary())
+                    batch = pa.record_batch([body, pa.array([stamp] * n, pa.int64()), pa.array([1] * n, pa.int32())],
+                                            names=["body", "timestamp", "delivery_mode"])
+                    sink = pa.BufferOutputStream()
+                    with pa.ipc.new_stream(sink, batch.schema) as w:
+                        w.write_batch(batch)
+                    pending.append(start_send_arrow(session, f"/topic/{topic}", sink.getvalue().to_pybytes()))
+                    sent = due
+                    while len(pending) > 4:
+                        pending.pop(0).result()
+                time.sleep(0.002)
+            for p in pending:
+                p.result()
+        deadline = time.monotonic() + 60
+        expected = sent - measured_from
+        while time.monotonic() < deadline and probe.count() < expected:
+            time.sleep(0.05)
+        return {"p50": probe.quantile(0.5), "p99": probe.quantile(0.99), "max": probe.quantile(1.0),
+                "seen": probe.count(), "sent": expected, "unit": f"ms at {rate} msg/s ({trigger})"}
+    finally:
+        query.stop()
+
+
+URL: list[str] = []
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="pymq Spark connector benchmark")
-    parser.add_argument("--quick", action="store_true", help="20k rows, short latency run (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="20k rows, short latency runs (smoke test)")
     parser.add_argument("--rows", type=int, help="rows to write and read (default 1M, 20k with --quick)")
     parser.add_argument("--per-trigger", type=int, default=100_000, help="messages per streaming trigger")
-    parser.add_argument("--rate", type=int, default=5_000, help="msg/s sent during the latency run")
+    parser.add_argument("--rates", default="5000,50000", help="msg/s of the latency runs, comma-separated")
+    parser.add_argument("--latency-seconds", type=float, help="measured seconds per latency run (default 10)")
+    parser.add_argument("--impls", default="python,jvm", help="implementations to measure: python, jvm")
     parser.add_argument("--json", help="write the figures to this file ('-' for stdout)")
     args = parser.parse_args()
     rows = args.rows or (20_000 if args.quick else 1_000_000)
-    latency_seconds = 3 if args.quick else 10
-
-    import pymq
+    latency_seconds = args.latency_seconds or (3 if args.quick else 10)
+    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    rates = [int(r) for r in args.rates.split(",") if r.strip()]
 
     work = tempfile.mkdtemp(prefix="bench-spark-")
     broker, url = start_broker(work)
+    URL[:] = [url]
     failures: list[str] = []
     figures: dict[str, dict] = {}
     try:
-        spark = spark_session()
+        spark = spark_session(jvm_jar() if "jvm" in impls else None)
         from pyspark.sql import functions as F
 
         def rows_of(count: int):
@@ -282,65 +377,81 @@ def main() -> int:
 
         source = rows_of(rows)
         parquet = os.path.join(work, "rows.parquet")
-        # warm-up: JVM, Python workers, the data source lookup, a write of a tenth of the rows of each kind
-        # (the same query shape, so the JVM has compiled it before any writer is timed: the first writer
-        # timed would otherwise pay for the others' warm-up), and a read of them
+        # warm-up: JVM, Python workers, the data source lookups, a write of a tenth of the rows with every
+        # writer (the same query shape, so the JVM has compiled it before any writer is timed), and a read
         warm = rows_of(max(100, rows // 10))
-        warm.write.format("pymq").option("url", url).option("topic", "bench.warm").mode("append").save()
-        # two partitions, as the measured reads use: both Python workers are started before any timing
-        (spark.read.format("pymq").option("url", url).option("topic", "bench.warm").option("minPartitions", "2")
-         .load().count())
-        warm.write.mode("overwrite").parquet(os.path.join(work, "warm.parquet"))
         spark.dataSource.register(null_arrow_sink())
+        for impl in impls:
+            warm.write.format(FORMATS[impl]).option("url", url).option("topic", f"bench.warm.{impl}") \
+                .mode("append").save()
+            (spark.read.format(FORMATS[impl]).option("url", url).option("topic", f"bench.warm.{impl}")
+             .option("minPartitions", "2").load().count())
+        warm.write.mode("overwrite").parquet(os.path.join(work, "warm.parquet"))
         warm.write.format("null_arrow").mode("append").save()
 
-        def pymq_reader():
-            return (spark.read.format("pymq").option("url", url).option("topic", "bench.rows")
+        def reader(impl: str):
+            return (spark.read.format(FORMATS[impl]).option("url", url).option("topic", f"bench.rows.{impl}")
                     .option("minPartitions", "2"))
 
-        _, t_pw = timed(lambda: source.write.format("pymq").option("url", url).option("topic", "bench.rows")
-                        .mode("append").save())
-        _, t_qw = timed(lambda: source.write.mode("overwrite").parquet(parquet))
+        # retained-topic writes, in turns with Parquet's; each run of an implementation into a topic of its
+        # own (the reads below read the first)
+        write_times: dict[str, list[float]] = {impl: [] for impl in impls}
+        parquet_times: list[float] = []
+        for run in range(WRITE_RUNS):
+            for impl in impls:
+                topic = f"bench.rows.{impl}" + ("" if run == 0 else f".{run}")
+                _, t = timed(lambda i=impl, t=topic: source.write.format(FORMATS[i]).option("url", url)
+                             .option("topic", t).mode("append").save())
+                write_times[impl].append(t)
+            _, t = timed(lambda: source.write.mode("overwrite").parquet(parquet))
+            parquet_times.append(t)
         _, t_nw = timed(lambda: source.write.format("null_arrow").mode("append").save())
-        figures["batch write (retained topic)"] = {"pymq": rows / t_pw, "parquet": rows / t_qw,
-                                                   "null Arrow sink": rows / t_nw, "unit": "rows/s"}
+        t_qw = min(parquet_times)
+        figures["batch write (retained topic)"] = {
+            **{impl: rows / min(ts) for impl, ts in write_times.items()}, "parquet": rows / t_qw,
+            "null Arrow sink": rows / t_nw, "unit": "rows/s"}
 
         # into a queue while a STOMP consumer takes the messages: the write, and the consumer's end
-        consumed: dict = {}
-        consumer = queue_consumer(url, "bench.live-queue", rows, consumed)
-        while "ready" not in consumed:
-            time.sleep(0.05)
-        t0 = time.perf_counter()
-        source.write.format("pymq").option("url", url).option("queue", "bench.live-queue").mode("append").save()
-        t_lw = time.perf_counter() - t0
-        consumer.join(600)
-        figures["batch write (queue, live consumer)"] = {"pymq": rows / t_lw, "parquet": rows / t_qw,
-                                                         "unit": "rows/s"}
-        if consumed.get("received") != rows:
-            failures.append(f"the queue's consumer received {consumed.get('received')}, expected {rows}")
-        else:
-            figures["queue consumer (to its last message)"] = {
-                "pymq": rows / (consumed["at"] - t0), "parquet": rows / t_qw, "unit": "msg/s"}
+        for impl in impls:
+            consumed: dict = {}
+            queue = f"bench.live-queue.{impl}"
+            consumer = queue_consumer(url, queue, rows, consumed)
+            while "ready" not in consumed:
+                time.sleep(0.05)
+            t0 = time.perf_counter()
+            source.write.format(FORMATS[impl]).option("url", url).option("queue", queue).mode("append").save()
+            t_lw = time.perf_counter() - t0
+            consumer.join(600)
+            figures.setdefault("batch write (queue, live consumer)", {"parquet": rows / t_qw, "unit": "rows/s"})[
+                impl] = rows / t_lw
+            if consumed.get("received") != rows:
+                failures.append(f"{impl}: the queue's consumer received {consumed.get('received')}, expected {rows}")
+            else:
+                figures.setdefault("queue consumer (to its last message)", {"unit": "msg/s"})[impl] = \
+                    rows / (consumed["at"] - t0)
 
         spark.dataSource.register(ready_arrow_source(rows, 2))
         ready = spark.read.format("ready_arrow")
-        (n, t_pc), (m, t_qc), (k, t_ac) = best_of_each(READ_RUNS, [lambda: pymq_reader().load().count(),
-                                                          lambda: spark.read.parquet(parquet).count(),
-                                                          lambda: ready.load().count()])
-        figures["batch read count()"] = {"pymq": rows / t_pc, "parquet": rows / t_qc, "ready Arrow": rows / t_ac,
-                                         "unit": "rows/s"}
-        if n != rows or m != rows or k != rows:
-            failures.append(f"count(): pymq {n}, parquet {m}, ready Arrow {k}, expected {rows}")
+        queries = [(impl, (lambda i=impl: reader(i).load().count())) for impl in impls]
+        queries += [("parquet", lambda: spark.read.parquet(parquet).count()),
+                    ("ready Arrow", lambda: ready.load().count())]
+        results = best_of_each(READ_RUNS, [q for _, q in queries])
+        figures["batch read count()"] = {name: rows / t for (name, _), (_, t) in zip(queries, results, strict=True)}
+        figures["batch read count()"]["unit"] = "rows/s"
+        for (name, _), (n, _) in zip(queries, results, strict=True):
+            if n != rows:
+                failures.append(f"count(): {name} {n}, expected {rows}")
 
         scan = F.sum(F.length("value")).alias("bytes")
-        (b1, t_ps), (b2, t_qs), (b3, t_as) = best_of_each(READ_RUNS, [
-            lambda: pymq_reader().load().agg(scan).first()["bytes"],
-            lambda: spark.read.parquet(parquet).agg(scan).first()["bytes"],
-            lambda: ready.load().agg(scan).first()["bytes"]])
-        figures["batch read full scan"] = {"pymq": rows / t_ps, "parquet": rows / t_qs, "ready Arrow": rows / t_as,
-                                           "unit": "rows/s"}
-        if b1 != b2 or b1 != rows * 100 or b3 != b1:
-            failures.append(f"full scan: pymq {b1} bytes, parquet {b2}, ready Arrow {b3}, expected {rows * 100}")
+        queries = [(impl, (lambda i=impl: reader(i).load().agg(scan).first()["bytes"])) for impl in impls]
+        queries += [("parquet", lambda: spark.read.parquet(parquet).agg(scan).first()["bytes"]),
+                    ("ready Arrow", lambda: ready.load().agg(scan).first()["bytes"])]
+        results = best_of_each(READ_RUNS, [q for _, q in queries])
+        figures["batch read full scan"] = {name: rows / t for (name, _), (_, t) in zip(queries, results, strict=True)}
+        figures["batch read full scan"]["unit"] = "rows/s"
+        for (name, _), (b, _) in zip(queries, results, strict=True):
+            if b != rows * 100:
+                failures.append(f"full scan: {name} {b} bytes, expected {rows * 100}")
 
         # streaming throughput: the same messages, args.per_trigger per micro-batch, into the noop sink
         def stream_run(df, name):
@@ -356,16 +467,24 @@ def main() -> int:
             median_ms = statistics.median(p["durationMs"]["triggerExecution"] for p in progress)
             return total, elapsed, median_ms, len(progress)
 
-        stream_df = (spark.readStream.format("pymq").option("url", url).option("topic", "bench.rows")
-                     .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", str(args.per_trigger))
-                     .option("minPartitions", "2").load())
-        s_total, s_time, s_median, s_batches = stream_run(stream_df, "ck-pymq")
+        stream_figures: dict = {"unit": "msg/s"}
+        trigger_figures: dict = {"unit": "ms"}
+        s_batches = 1
+        for impl in impls:
+            stream_df = (spark.readStream.format(FORMATS[impl]).option("url", url).option("topic", f"bench.rows.{impl}")
+                         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", str(args.per_trigger))
+                         .option("minPartitions", "2").load())
+            s_total, s_time, s_median, s_batches = stream_run(stream_df, f"ck-{impl}")
+            stream_figures[impl] = s_total / s_time
+            trigger_figures[impl] = s_median
+            if s_total != rows:
+                failures.append(f"{impl}: stream read {s_total} messages, expected {rows}")
         spark.dataSource.register(ready_arrow_stream(rows, args.per_trigger))
         a_total, a_time, a_median, _ = stream_run(spark.readStream.format("ready_arrow_stream").load(), "ck-ready")
         rate_df = (spark.readStream.format("rate-micro-batch").option("rowsPerBatch", str(args.per_trigger))
                    .option("numPartitions", "2").load()
                    .selectExpr("encode(lpad(cast(value as string), 100, 'x'), 'utf-8') as value"))
-        # the rate source never runs out: stop it after as many batches as the pymq stream took
+        # the rate source never runs out: stop it after as many batches as the pymq streams took
         q = (rate_df.writeStream.format("noop").option("checkpointLocation", os.path.join(work, "ck-rate"))
              .trigger(processingTime="0 seconds").start())
         t0 = time.perf_counter()
@@ -377,57 +496,24 @@ def main() -> int:
         r_time = time.perf_counter() - t0
         q.stop()
         r_total = sum(p["numInputRows"] for p in done[:s_batches])
-        r_median = statistics.median(p["durationMs"]["triggerExecution"] for p in done[:s_batches])
-        figures["stream msg/s"] = {"pymq": s_total / s_time, "rate source": r_total / r_time,
-                                   "ready Arrow": a_total / a_time, "unit": "msg/s"}
-        figures["stream trigger (median)"] = {"pymq": s_median, "rate source": r_median, "ready Arrow": a_median,
-                                              "unit": "ms"}
-        if s_total != rows:
-            failures.append(f"stream read {s_total} messages, expected {rows}")
+        stream_figures.update({"rate source": r_total / r_time, "ready Arrow": a_total / a_time})
+        trigger_figures.update({"rate source": statistics.median(p["durationMs"]["triggerExecution"]
+                                                                 for p in done[:s_batches]), "ready Arrow": a_median})
+        figures["stream msg/s"] = stream_figures
+        figures["stream trigger (median)"] = trigger_figures
 
-        # end-to-end latency under a steady producer
-        latencies: list[int] = []
-        lock = threading.Lock()
-
-        def collect(df, batch_id):
-            stamps = [r.ts for r in df.selectExpr("cast(unix_millis(timestamp) as long) ts").collect()]
-            now = int(time.time() * 1000)
-            with lock:
-                latencies.extend(now - s for s in stamps)
-
-        live = (spark.readStream.format("pymq").option("url", url).option("topic", "bench.live")
-                .option("maxMessagesPerTrigger", str(args.per_trigger)).load())
-        q = (live.writeStream.foreachBatch(collect).option("checkpointLocation", os.path.join(work, "ck-live"))
-             .trigger(processingTime="0 seconds").start())
-        while not q.recentProgress:              # the query has planned its first batch: it is reading
-            time.sleep(0.05)
-        sent = 0
-        with pymq.ConnectionFactory(url, sync_send=False).create_connection() as conn:
-            session = conn.create_session()
-            producer = session.create_producer(pymq.Topic("bench.live"))
-            producer.delivery_mode = pymq.NON_PERSISTENT
-            t0 = time.perf_counter()
-            while (elapsed := time.perf_counter() - t0) < latency_seconds:
-                due = int(elapsed * args.rate)
-                while sent < due:
-                    producer.send(b"x" * 100)
-                    sent += 1
-                time.sleep(0.001)
-            session.bounds(pymq.Topic("bench.live"))       # a receipt: everything sent has arrived
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            with lock:
-                if len(latencies) >= sent:
-                    break
-            time.sleep(0.05)
-        q.stop()
-        if len(latencies) != sent:
-            failures.append(f"latency run: {len(latencies)} messages seen, {sent} sent")
-        if latencies:
-            ordered = sorted(latencies)
-            figures["stream end-to-end latency"] = {
-                "p50": ordered[len(ordered) // 2], "p99": ordered[int(len(ordered) * 0.99) - 1 or 0],
-                "max": ordered[-1], "unit": f"ms at {args.rate} msg/s"}
+        # end-to-end latency under a steady producer: each implementation's lowest-latency trigger
+        for rate in rates:
+            for impl in impls:
+                triggers = ["0 seconds"] + (["realtime:5 minutes"] if impl == "jvm" else [])
+                for trigger in triggers:
+                    kind = "real-time" if trigger.startswith("realtime") else "micro-batch"
+                    topic = f"bench.live.{impl}.{kind}.{rate}"
+                    fig = latency_run(spark, FORMATS[impl], topic, rate, latency_seconds, trigger, work)
+                    figures[f"latency {impl} {kind} {rate // 1000}k msg/s"] = fig
+                    if fig["seen"] < fig["sent"]:
+                        failures.append(f"latency {impl} {kind} at {rate}: {fig['seen']} rows seen, "
+                                        f"{fig['sent']} sent")
         spark.stop()
     finally:
         broker.terminate()
@@ -438,20 +524,22 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
 
     print(f"\npymq Spark connector, {rows:,} rows of 100 B, local[2], {args.per_trigger:,} messages per trigger")
-    print(f"{'':38} {'pymq':>12} {'baseline':>12} {'ratio':>7}  baseline")
     for name, fig in figures.items():
-        if name == "stream end-to-end latency":
-            print(f"{name:38} p50 {fig['p50']} ms, p99 {fig['p99']} ms, max {fig['max']} ms ({fig['unit']})")
+        if name.startswith("latency"):
+            print(f"{name:44} p50 {fig['p50']} ms, p99 {fig['p99']} ms, max {fig['max']} ms "
+                  f"({fig['seen']} of {fig['sent']} rows)")
             continue
-        for base_name in (k for k in fig if k not in ("pymq", "unit")):
-            ratio = fig["pymq"] / fig[base_name] if fig[base_name] else float("nan")
-            print(f"{name:38} {fig['pymq']:>12,.0f} {fig[base_name]:>12,.0f} {ratio:>7.3f}  {base_name} "
-                  f"({fig['unit']})")
+        bases = [k for k in fig if k not in (*impls, "unit")]
+        for impl in (i for i in impls if i in fig):
+            ratios = ", ".join(f"{fig[impl] / fig[b]:.2f} of {b}" for b in bases if fig.get(b))
+            print(f"{name:38} {impl:>6} {fig[impl]:>12,.0f} {fig['unit']:<6} {ratios}")
             name = ""
+        for b in bases:
+            print(f"{'':38} {'':>6} {fig[b]:>12,.0f} {fig['unit']:<6} ({b})")
     for failure in failures:
         print("FAILED:", failure)
     if args.json:
-        out = json.dumps({"rows": rows, "per_trigger": args.per_trigger, "figures": figures,
+        out = json.dumps({"rows": rows, "per_trigger": args.per_trigger, "impls": impls, "figures": figures,
                           "failures": failures}, indent=2)
         if args.json == "-":
             print(out)

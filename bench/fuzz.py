@@ -18,7 +18,10 @@ the C files ``pip install -e .`` left in ``_ext/``, runs the twin tests of tests
 tests/selector (hypothesis on hostile input included) against them, then the atheris targets (the ASan
 runtime is preloaded): an out-of-bounds read or write is reported even where it would not crash.  Under
 gcc's ASan runtime atheris loses its coverage hooks, so those atheris runs mutate the corpus the guided
-runs built without guidance of their own (clang would keep both).  Exit status 1 if anything failed.
+runs built without guidance of their own (clang would keep both).  When the JVM Spark source's jar is
+built (bindings/spark, or ``PYMQ_SPARK_JAR``), a share goes to its fuzz target (``io.pymq.spark.Fuzz``:
+mutated range answers read as a task reads them; anything but a message-format refusal is a failure);
+``--only jvm`` runs just that.  Exit status 1 if anything failed.
 """
 from __future__ import annotations
 
@@ -134,10 +137,38 @@ def run_atheris(target: str, seconds: float, corpus: pathlib.Path, asan: tuple |
             "artifacts": found, "failure": failure}
 
 
+def jvm_fuzz_command() -> list[str] | None:
+    """``java -cp <jar>:<pyspark jars> io.pymq.spark.Fuzz``, or None without the jar (or pyspark)."""
+    jar = os.environ.get("PYMQ_SPARK_JAR") or str(ROOT / "bindings" / "spark" / "target" / "pymq-spark.jar")
+    if not os.path.isfile(jar):
+        return None
+    try:
+        import pyspark
+    except ImportError:
+        return None
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars", "*")
+    return ["java", "--add-opens=java.base/java.nio=ALL-UNNAMED", "-cp", f"{jar}{os.pathsep}{jars}",
+            "io.pymq.spark.Fuzz"]
+
+
+def run_jvm_fuzz(command: list[str], seconds: float) -> dict:
+    started = time.monotonic()
+    seed = str(int(time.time()))
+    proc = subprocess.run([*command, str(max(1.0, seconds - 5)), seed], capture_output=True, text=True,
+                          timeout=seconds + 300)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    missing = f"no result (exit {proc.returncode}): {proc.stderr[-2000:]}"
+    result = json.loads(lines[-1]) if lines else {"rounds": 0, "read": 0, "refused": 0, "finding": missing}
+    if proc.returncode != 0 and not result.get("finding"):
+        result["finding"] = f"exit {proc.returncode}: {proc.stderr[-2000:]}"
+    result.update(seed=seed, seconds=round(time.monotonic() - started, 1))
+    return result
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=10.0)
-    p.add_argument("--only", choices=["broker", "atheris"])
+    p.add_argument("--only", choices=["broker", "atheris", "jvm"])
     p.add_argument("--steps", type=int, default=40, help="steps per generated broker session")
     p.add_argument("--corpus", default=str(ROOT / ".fuzz-corpus"))
     p.add_argument("--asan", action="store_true", help="atheris targets against AddressSanitizer builds")
@@ -150,12 +181,18 @@ def main(argv=None) -> int:
     except ImportError:
         have_atheris = False
     parts = []
-    if args.only != "atheris":
+    if args.only in (None, "broker"):
         parts += [("broker", "c"), ("broker", "py")]
-    if args.only != "broker" and have_atheris:
+    if args.only in (None, "atheris") and have_atheris:
         parts += [("atheris", "scanner"), ("atheris", "selector"), ("atheris", "bulk")]
+    jvm = jvm_fuzz_command()
+    if args.only in (None, "jvm") and jvm is not None:
+        parts += [("jvm", "answers")]
+    if args.only == "jvm" and jvm is None:
+        print("jvm: the JVM Spark source's jar is not built (bindings/spark/build.sh)", flush=True)
+        return 1
     share = total / max(1, len(parts))
-    report: dict = {"minutes": args.minutes, "broker": [], "atheris": [],
+    report: dict = {"minutes": args.minutes, "broker": [], "atheris": [], "jvm": [],
                     "atheris_available": have_atheris, "asan": args.asan}
     asan = asan_tree() if args.asan else None
     if asan is not None:
@@ -180,6 +217,12 @@ def main(argv=None) -> int:
                   f"{len(r['failures'])} failure(s), {r['broker_restarts']} broker restart(s)", flush=True)
             for failure in r["failures"]:
                 print("   FAILURE:", failure, flush=True)
+        elif kind == "jvm":
+            r = run_jvm_fuzz(jvm, share)
+            report["jvm"].append(r)
+            verdict = "FAILURE: " + r["finding"] if r["finding"] else "no failure"
+            print(f"jvm [range answers]: {r['rounds']} rounds ({r['read']} read, {r['refused']} refused with a "
+                  f"message-format error) in {r['seconds']} s; {verdict}", flush=True)
         else:
             r = run_atheris(what, share, pathlib.Path(args.corpus), asan)
             report["atheris"].append(r)
@@ -194,6 +237,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=2)
     failed = any(r["failures"] for r in report["broker"]) or any(r["failure"] for r in report["atheris"]) \
+        or any(r["finding"] for r in report["jvm"]) \
         or report.get("asan_tests", {}).get("returncode", 0) != 0
     return 1 if failed else 0
 

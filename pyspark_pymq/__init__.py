@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 try:
-    from pyspark_pymq.source import PymqDataSource, RangePartition
+    from pyspark_pymq.source import PymqDataSource, PymqPythonDataSource, RangePartition
 except ImportError as _missing:
     _reason = str(_missing)
     import importlib.util as _util
@@ -37,14 +37,19 @@ except ImportError as _missing:
 
             schema = reader = writer = streamReader = streamWriter = _refuse
 
+        class PymqPythonDataSource(PymqDataSource):  # type: ignore[no-redef]
+            @classmethod
+            def name(cls) -> str:
+                return "pymq_python"
+
         DefaultSource: Any = PymqDataSource
     else:
         def __getattr__(name: str) -> Any:
-            if name in ("DefaultSource", "PymqDataSource", "RangePartition"):
+            if name in ("DefaultSource", "PymqDataSource", "PymqPythonDataSource", "RangePartition"):
                 raise ImportError(f"pyspark_pymq.{name} needs PySpark >= 4.2 and pyarrow "
                                   f"(pip install -e \".[spark]\"): {_reason}")
             raise AttributeError(name)
 else:
     DefaultSource = PymqDataSource
 
-__all__ = ["DefaultSource", "PymqDataSource", "RangePartition"]
+__all__ = ["DefaultSource", "PymqDataSource", "PymqPythonDataSource", "RangePartition"]

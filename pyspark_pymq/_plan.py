@@ -89,6 +89,53 @@ def split(spans: list[Span], min_partitions: int, max_per_partition: int | None)
     return out
 
 
+@dataclass(frozen=True)
+class Chunk:
+    """One probe of a destination's byte layout (spec/spark.md §2, split by bytes): ``start <= seq < end``
+    holds the messages ``seqs`` (in order), whose bodies total ``bytes``."""
+
+    start: int
+    end: int
+    seqs: tuple[int, ...]
+    bytes: int
+
+
+def split_by_bytes(destination: str, chunks: list[Chunk], target: int) -> list[Span]:
+    """Spans of about ``target`` body bytes from one destination's probes (in sequence order, covering its
+    span): a piece ends at a probe's end when the next probe would take it past the target; a probe larger
+    than the target is cut into ``ceil(bytes / target)`` pieces of equal message counts, at message sequence
+    numbers.  The JVM source plans with it (bindings/spark ``Plan.splitByBytes``, the same vectors)."""
+    out: list[Span] = []
+    lo = hi = -1
+    acc = 0
+    for c in chunks:
+        if c.end <= c.start:
+            continue
+        n = len(c.seqs)
+        if c.bytes > target and n > 1:
+            if lo >= 0:
+                out.append(Span(destination, lo, hi))
+                lo, acc = -1, 0
+            pieces = min(n, -(-c.bytes // target))
+            start = c.start
+            for i in range(1, pieces):
+                cut = c.seqs[n * i // pieces]
+                out.append(Span(destination, start, cut))
+                start = cut
+            out.append(Span(destination, start, c.end))
+            continue
+        if lo >= 0 and acc + c.bytes > target:
+            out.append(Span(destination, lo, hi))
+            lo, acc = -1, 0
+        if lo < 0:
+            lo = c.start
+        acc += c.bytes
+        hi = c.end
+    if lo >= 0:
+        out.append(Span(destination, lo, hi))
+    return out
+
+
 def stream_dedup_base(query_id: str, batch_id: int | str, partition: int) -> str:
     """The duplicate-detection id of a streamed row is ``<base>:<row>`` (spec/spark.md §3)."""
     return f"{query_id}:{batch_id}:{partition}"

@@ -49,6 +49,7 @@ from pymq.errors import (
     ConnectFailed,
     ConnectionClosed,
     DataLoss,
+    MessageFormatError,
     PymqError,
 )
 from pymq.client.blocking import PendingRange, start_range
@@ -185,12 +186,33 @@ def _batches(r, p: RangePartition, kind: str) -> Iterator[Any]:
     """The read schema's batches of one fetch: the broker's Arrow answer converted column-wise, or its
     per-message frames decoded (spec/spark.md §4)."""
     if r.arrow is not None:
-        reader = pa.ipc.open_stream(r.arrow)
-        check_wire_schema(reader.schema, p.include_properties)
-        for batch in reader:
+        for batch in wire_batches(r.arrow, p.destination, p.include_properties):
             yield wire_to_read(batch, p.destination, kind, p.include_properties)
     elif r.frames:
         yield frames_to_batch(r.frames, p.destination, kind, p.include_properties)
+
+
+def wire_batches(data: bytes, destination: str, include_properties: bool) -> Iterator[pa.RecordBatch]:
+    """The record batches of a range answer, each validated in full (offsets within their data, UTF-8
+    text, ...) before anything computes on it: a malformed answer is a MessageFormatError that says so,
+    never a reader's crash on bad offsets (pyarrow's IPC reader checks the framing, not the values)."""
+    def malformed(exc: Exception) -> MessageFormatError:
+        return MessageFormatError(f"the broker's Arrow answer for {destination} is not a valid Arrow IPC stream "
+                                  f"of a pymq message batch: {exc}")
+    try:
+        reader = pa.ipc.open_stream(data)
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise malformed(exc) from None
+    check_wire_schema(reader.schema, include_properties)
+    while True:
+        try:
+            batch = reader.read_next_batch()
+            batch.validate(full=True)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise malformed(exc) from None
+        yield batch
 
 
 def check_loss(destination: str, cursor: int, earliest: int, end: int) -> None:
@@ -573,3 +595,14 @@ class PymqDataSource(DataSource):
         # the Kafka sink does; nothing already sent is taken back
         from pyspark_pymq.sink import StreamWriter
         return StreamWriter(WriteOptions.parse(self.options), schema)
+
+
+class PymqPythonDataSource(PymqDataSource):
+    """The same data source under the name ``pymq_python``.  With the JVM source's jar on Spark's classpath
+    (bindings/spark) ``format("pymq")`` is the JVM source; a session that wants this one as well (to compare
+    them, or for an option the JVM source lacks) registers it under this name:
+    ``spark.dataSource.register(PymqPythonDataSource)``, then ``format("pymq_python")``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "pymq_python"

@@ -37,6 +37,8 @@ for prefix in spark-sql_2 spark-sql-api_2 spark-catalyst_2 spark-core_2 spark-co
     ln -sf "$found" "$LIB/$name.jar"
 done
 
+# the unit tests run against all of Spark's own jars (Spark's types need its whole runtime)
+RUNTIME=$(ls "$JARS"/*.jar | paste -sd, -)
 "$MVN" -B -q -f "$HERE/../java/pom.xml" install -DskipTests >&2
-"$MVN" -B -q -f "$HERE/pom.xml" -Dspark.lib="$LIB" package "$@" >&2
+"$MVN" -B -q -f "$HERE/pom.xml" -Dspark.lib="$LIB" -Dmaven.test.additionalClasspath="$RUNTIME" package "$@" >&2
 echo "$HERE/target/pymq-spark.jar"

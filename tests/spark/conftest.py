@@ -24,7 +24,14 @@ RETENTION = {"/topic/*": {"ms": 3_600_000}, "/queue/log.*": {"ms": 3_600_000}}
 
 
 @pytest.fixture(scope="session")
-def spark():
+def jvm_source():
+    """(jar, why not): the JVM source's jar, built if needed (once per run)."""
+    from tests.spark._spark import jvm_jar
+    return jvm_jar()
+
+
+@pytest.fixture(scope="session")
+def spark(jvm_source):
     from tests.spark._spark import need_spark
     need_spark()
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -33,15 +40,23 @@ def spark():
     if ROOT not in paths:
         os.environ["PYTHONPATH"] = os.pathsep.join([ROOT, *paths])
     from pyspark.sql import SparkSession
-    session = (SparkSession.builder.master("local[2]").appName("pymq-tests")
+    builder = SparkSession.builder
+    if jvm_source[0] is not None:
+        # the JVM source's jar: format("pymq") is the JVM source in this session; the Python one is
+        # registered below as pymq_python, so each test runs against both (tests/spark/_impls.py)
+        builder = builder.config("spark.jars", jvm_source[0])
+    session = (builder.master("local[2]").appName("pymq-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC")
                .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
                .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1")
                .getOrCreate())
     session.sparkContext.setLogLevel("ERROR")
+    from pyspark_pymq import PymqPythonDataSource
+    session.dataSource.register(PymqPythonDataSource)
     yield session
     session.stop()
 
@@ -61,3 +76,14 @@ def spark_broker(tmp_path_factory):
 def name():
     """A destination name no other test uses."""
     return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture(params=["python", "jvm"])
+def impl(request, spark, jvm_source):
+    """Each implementation of the format in turn (tests/spark/_impls.py)."""
+    from tests.spark._impls import JvmImpl, PythonImpl
+    if request.param == "python":
+        return PythonImpl()
+    from tests.spark._spark import need_jvm_source
+    need_jvm_source(*jvm_source)
+    return JvmImpl(spark)

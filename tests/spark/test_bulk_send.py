@@ -11,10 +11,11 @@ import pyarrow as pa
 import pytest
 
 import pymq
+from pymq.destination import as_destination
 from pymq.errors import MessageFormatError, PymqError, QueueFull
 from pyspark_pymq._options import ReadOptions, WriteOptions
 from pyspark_pymq.source import BatchReader, read_partition
-from tests.arrow_rows import rows
+from tests.arrow_rows import ipc, rows
 from tests.conftest import RawStomp
 
 pytestmark = pytest.mark.spark
@@ -280,3 +281,36 @@ def test_a_binary_value_column_is_sent_without_body_types_and_still_makes_bytes_
     assert [m.body for m in messages] == [b"\x00\xff", b"b"]
     assert table.column("body_type").to_pylist() == ["bytes", "bytes"]
     assert table.column("content_type").to_pylist() == ["application/octet-stream"] * 2
+
+
+@pytest.mark.parametrize("dest", ["/topic/bytes", "/queue/bytes", "/queue/log.bytes"])
+def test_an_arrow_answer_says_its_body_bytes(retained, dest):
+    """``pymq-bytes`` on an Arrow range answer is the body bytes of the rows it carries, whatever columns were
+    asked for (spec/spark.md §6): a log's sealed segment and open tail, a queue's bulk block and messages,
+    and a limit that stops inside them; what the JVM source's split by bytes plans with."""
+    from pymq.client.blocking import start_range
+    bodies = [b"x" * (10 + i) for i in range(7)]
+    with pymq.connect(retained.url) as conn:
+        s = conn.create_session()
+        s.send_arrow(dest, ipc(body=pa.array(bodies, pa.binary())))
+        p = s.create_producer(as_destination(dest))
+        for b in bodies:
+            p.send(pymq.BytesMessage(b))
+        everything = s.read_range(dest)
+        sizes = {m.sequence: len(m.data if isinstance(m, pymq.BytesMessage) else m.text.encode())
+                 for m in everything.messages}
+
+        def answer(**kw):
+            pending = start_range(s, dest, arrow=True, columns=["seq"], **kw)
+            r = pending.result()
+            got = pa.ipc.open_stream(r.arrow).read_all().column("seq").to_pylist() if r.arrow else []
+            return got, int(pending._browse.end["pymq-bytes"])
+
+        seqs, size = answer(from_seq=0)
+        assert seqs == sorted(sizes) and size == sum(sizes.values())
+        seqs, size = answer(from_seq=0, max_bytes=40)               # stops after the row crossing 40 bytes
+        assert size == sum(sizes[q] for q in seqs) and size >= 40 and size - sizes[seqs[-1]] < 40
+        tail = sorted(sizes)[5:11]
+        seqs, size = answer(from_seq=tail[0], to_seq=tail[-1] + 1)  # from inside the block into the messages
+        assert seqs == tail and size == sum(sizes[q] for q in tail)
+

@@ -1,6 +1,7 @@
 """No silent gaps: messages removed while a query reads, trimmed gaps under a read limit, and consume mode
-over an idle queue.  The driver's and the executors' code is called directly against a real broker (no
-JVM), so each case is exact: the removal happens between two named steps."""
+over an idle queue.  The driver's and the executors' steps are called one at a time against a real broker
+(tests/spark/_impls.py: the Python data source's own objects, the JVM source's through py4j), so each case
+is exact: the removal happens between two named steps.  Each body runs against both implementations."""
 from __future__ import annotations
 
 from tests.spark._spark import need_spark
@@ -12,10 +13,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 import pymq
 from pymq.errors import DataLoss
-from pyspark_pymq._options import ConnectionOptions, ReadOptions
 from pyspark_pymq._plan import from_offset, to_offset
-from pyspark_pymq import source
-from pyspark_pymq.source import RangePartition, StreamReader, read_partition
 from tests.spark.test_batch import send, seqs
 
 pytestmark = pytest.mark.spark
@@ -27,92 +25,81 @@ def remove_below(url: str, queue: pymq.Queue, seq: int) -> None:
         conn.create_session().ack_upto(queue, seq)
 
 
-def rows(partitions) -> list[str]:
-    return [v.decode() for p in partitions for b in read_partition(p) for v in b.column("value").to_pylist()]
-
-
 @pytest.mark.parametrize("fail", [True, False])
-def test_messages_removed_while_a_partition_is_read_fail_the_read(spark_broker, name, fail, monkeypatch):
-    # one fetch at a time, so the removal falls exactly between two fetches (the pipelined read: below)
-    monkeypatch.setattr(source, "FETCHES_IN_FLIGHT", 1)
+def test_messages_removed_while_a_partition_is_read_fail_the_read(impl, spark_broker, name, fail):
     url, queue = spark_broker.url, pymq.Queue(name)        # no retention: a browse reads what waits
     send(url, queue, [f"x{i:02d}" for i in range(30)])
     s = seqs(url, queue)
-    part = RangePartition(ConnectionOptions(url), f"/queue/{name}", s[0], s[-1] + 1, fetch_size=10,
-                          check_loss=fail)
-    batches = read_partition(part)
-    assert next(batches).column("value").to_pylist()[-1] == b"x09"
-    remove_below(url, queue, s[20])                         # x10..x19 go while the task is between fetches
-    if fail:
-        with pytest.raises(DataLoss, match=r"no longer holds them") as err:
-            next(batches)
-        assert (err.value.requested, err.value.earliest) == (s[10], s[20])
-    else:
-        assert [v.decode() for b in batches for v in b.column("value").to_pylist()] == \
-            [f"x{i:02d}" for i in range(20, 30)]
+    part = impl.partition(url, f"/queue/{name}", s[0], s[-1] + 1, fetch_size=10, check_loss=fail)
+    # one fetch at a time, so the removal falls exactly between two fetches (the pipelined read: below)
+    with impl.fetches_in_flight(1):
+        batches = impl.batches(part)
+        assert next(batches)[-1] == "x09"
+        remove_below(url, queue, s[20])                     # x10..x19 go while the task is between fetches
+        if fail:
+            with pytest.raises(DataLoss, match=r"no longer holds them") as err:
+                next(batches)
+            assert (err.value.requested, err.value.earliest) == (s[10], s[20])
+        else:
+            assert [v for b in batches for v in b] == [f"x{i:02d}" for i in range(20, 30)]
 
 
-def test_a_pipelined_read_reports_messages_removed_before_it_asked_for_them(spark_broker, name):
+def test_a_pipelined_read_reports_messages_removed_before_it_asked_for_them(impl, spark_broker, name):
     """With fetches asked ahead, a window asked before the removal may still bring its rows (they were
     read, so nothing is lost); any window asked after it reports the loss: the rows before the error are a
     prefix of the range, never a row from behind the gap."""
-    assert source.FETCHES_IN_FLIGHT >= 2
     url, queue = spark_broker.url, pymq.Queue(name)
     send(url, queue, [f"x{i:02d}" for i in range(40)])
     s = seqs(url, queue)
-    part = RangePartition(ConnectionOptions(url), f"/queue/{name}", s[0], s[-1] + 1, fetch_size=10,
-                          check_loss=True)
-    batches = read_partition(part)
-    seen = [v.decode() for v in next(batches).column("value").to_pylist()]
-    remove_below(url, queue, s[30])                         # x10..x29 go while later windows are in flight
-    with pytest.raises(DataLoss, match=r"no longer holds them") as err:
-        for batch in batches:
-            seen += [v.decode() for v in batch.column("value").to_pylist()]
+    part = impl.partition(url, f"/queue/{name}", s[0], s[-1] + 1, fetch_size=10, check_loss=True)
+    with impl.fetches_in_flight(2):
+        batches = impl.batches(part)
+        seen = list(next(batches))
+        remove_below(url, queue, s[30])                     # x10..x29 go while later windows are in flight
+        with pytest.raises(DataLoss, match=r"no longer holds them") as err:
+            for batch in batches:
+                seen += batch
     assert seen in ([f"x{i:02d}" for i in range(10)], [f"x{i:02d}" for i in range(20)])
     assert (err.value.requested, err.value.earliest) == (s[len(seen)], s[30])
 
 
-def reader(url: str, **options) -> StreamReader:
-    return StreamReader(ReadOptions.parse({"url": url, **options}, streaming=True))
-
-
-def test_a_trimmed_gap_under_a_read_limit_plans_batches_of_what_is_left(spark_broker, name):
+def test_a_trimmed_gap_under_a_read_limit_plans_batches_of_what_is_left(impl, spark_broker, name):
     url, queue = spark_broker.url, pymq.Queue(name)
     send(url, queue, [f"y{i:02d}" for i in range(30)])
     s = seqs(url, queue)
-    r = reader(url, queue=name, failOnDataLoss="false", maxMessagesPerTrigger="5")
+    r = impl.reader(url, queue=name, failOnDataLoss="false", maxMessagesPerTrigger="5")
     start = to_offset({f"/queue/{name}": s[0]})
     remove_below(url, queue, s[20])                         # the query's next 20 messages are gone
     end = r.latestOffset(start, ReadMaxRows(5))
     # counted from where the messages start again, not from the old position inside the gap
     assert from_offset(end) == {f"/queue/{name}": s[25]}
     parts = r.partitions(start, end)
-    assert rows(parts) == [f"y{i:02d}" for i in range(20, 25)]
+    assert impl.values(parts) == [f"y{i:02d}" for i in range(20, 25)]
     assert all(p.start >= s[20] for p in parts)             # no partition planned inside the gap
 
     # producers adding more than the limit per trigger while the gap is trimmed again: still progress
     remove_below(url, queue, s[28])
     send(url, queue, [f"z{i}" for i in range(10)])
     following = r.latestOffset(end, ReadMaxRows(5))
-    assert rows(r.partitions(end, following)) == ["y28", "y29", "z0", "z1", "z2"]
+    assert impl.values(r.partitions(end, following)) == ["y28", "y29", "z0", "z1", "z2"]
 
 
-def test_fail_on_data_loss_is_checked_when_a_trigger_is_planned(spark_broker, name):
+def test_fail_on_data_loss_is_checked_when_a_trigger_is_planned(impl, spark_broker, name):
     url, queue = spark_broker.url, pymq.Queue(name)
     send(url, queue, ["a", "b", "c"])
     s = seqs(url, queue)
     remove_below(url, queue, s[1])
     with pytest.raises(DataLoss, match="were removed"):
-        reader(url, queue=name).latestOffset(to_offset({f"/queue/{name}": s[0]}), ReadAllAvailable())
+        impl.reader(url, queue=name).latestOffset(to_offset({f"/queue/{name}": s[0]}), ReadAllAvailable())
 
 
-def test_consume_mode_acknowledges_the_committed_batch_while_the_queue_is_idle(spark_broker, name):
+def test_consume_mode_acknowledges_the_committed_batch_while_the_queue_is_idle(impl, spark_broker, name):
     url, queue = spark_broker.url, pymq.Queue(name)
     send(url, queue, ["m0", "m1", "m2"])
-    r = reader(url, queue=name, mode="consume")
+    r = impl.reader(url, queue=name, mode="consume")
     start = r.initialOffset()
     end = r.latestOffset(start, ReadAllAvailable())
-    assert rows(r.partitions(start, end)) == ["m0", "m1", "m2"]
+    assert impl.values(r.partitions(start, end)) == ["m0", "m1", "m2"]
     assert seqs(url, queue) != []                   # read, not acknowledged: the batch is not committed yet
     # Spark committed the batch and asks for the next one from its end; nothing new arrives, so it plans
     # no batch and never calls commit(end) (commit is lazy): the start alone must acknowledge
@@ -121,30 +108,28 @@ def test_consume_mode_acknowledges_the_committed_batch_while_the_queue_is_idle(s
     r.stop()
 
 
-def test_a_topic_without_retention_is_refused_at_start_with_the_reason(broker_factory, name):
+def test_a_topic_without_retention_is_refused_at_start_with_the_reason(impl, broker_factory, name):
     from pymq.errors import ConfigError
-    from pyspark_pymq.source import BatchReader
     url = broker_factory(retention={"/topic/kept.*": {"ms": 60_000}}).url
     with pymq.connect(url) as conn:
         conn.create_session().create_producer(pymq.Topic(name)).send("gone at once: no log, no subscriber")
-    for make in (lambda: reader(url, topic=name).initialOffset(),
-                 lambda: BatchReader(ReadOptions.parse({"url": url, "topic": name}, streaming=False)).partitions()):
+    for make in (lambda: impl.reader(url, topic=name).initialOffset(), lambda: impl.batch(url, topic=name)):
         with pytest.raises(ConfigError, match=f"/topic/{name} keeps no retained log.*'subscription'"):
             make()
     # a durable subscription of it is readable; a pattern leaves such a topic out and reads the others
-    assert list(reader(url, topic=name, subscription="s1").initialOffset()) == [f"/topic/{name}"]
+    assert list(impl.reader(url, topic=name, subscription="s1").initialOffset()) == [f"/topic/{name}"]
     with pymq.connect(url) as conn:
         conn.create_session().create_producer(pymq.Topic(f"kept.{name}")).send("kept")
-    r = reader(url, destinationPattern="/topic/*", startingOffsets="earliest")
+    r = impl.reader(url, destinationPattern="/topic/*", startingOffsets="earliest")
     start = r.initialOffset()
     assert f"/topic/kept.{name}" in from_offset(start) and f"/topic/{name}" not in from_offset(start)
 
 
-def test_a_consuming_query_shows_its_lag_in_the_broker_metrics(spark_broker, name):
+def test_a_consuming_query_shows_its_lag_in_the_broker_metrics(impl, spark_broker, name):
     from pymq_server.admin.ops import queue_metrics
     url, queue = spark_broker.url, pymq.Queue(name)
     send(url, queue, ["m0", "m1", "m2"])
-    r = reader(url, queue=name, mode="consume")
+    r = impl.reader(url, queue=name, mode="consume")
     start = r.initialOffset()
 
     def figures():

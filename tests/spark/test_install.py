@@ -40,3 +40,34 @@ def test_spark_lookup_finds_the_pymq_format_in_this_installation(tmp_path):
     assert "pymq" in done.stdout.strip().split(","), (
         "Spark's data source lookup does not list pyspark_pymq in this installation; an editable install "
         "made before setup.py gained its lookup hook needs `pip install -e .` again")
+
+
+TABLE_CLASS = """
+import os, sys
+from pyspark.sql import SparkSession
+builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+if len(sys.argv) > 1:
+    builder = builder.config("spark.jars", sys.argv[1])
+spark = builder.getOrCreate()
+df = spark.read.format("pymq").option("url", "stomp://127.0.0.1:9").option("topic", "t").load()
+print(df._jdf.queryExecution().analyzed().table().getClass().getName())
+spark.stop()
+"""
+
+
+def test_configuration_alone_chooses_the_implementation(spark, jvm_source, tmp_path):
+    """format("pymq") is the JVM source when its jar is on Spark's classpath and the Python data source
+    otherwise: nothing in the code changes, only spark.jars."""
+    from tests.spark._spark import need_jvm_source
+    need_jvm_source(*jvm_source)
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable}
+
+    def table_class(*args: str) -> str:
+        done = subprocess.run([sys.executable, "-c", TABLE_CLASS, *args], check=False, cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    assert table_class() == "org.apache.spark.sql.execution.datasources.v2.python.PythonTable"
+    assert table_class(jvm_source[0]) == "io.pymq.spark.PymqSource$PymqTable"

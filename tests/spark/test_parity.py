@@ -1,6 +1,7 @@
 """What Spark's Kafka connector offers and pymq's does too: starting and ending by timestamp, a minimum per
 trigger with a maximum delay, fetch retries, the timestampType column, a ``topic`` column in the sink,
-every ``pymq.*`` connection option, and the latest offset in a query's progress."""
+every ``pymq.*`` connection option, and the latest offset in a query's progress.  Each body runs against
+both implementations (tests/spark/_impls.py)."""
 from __future__ import annotations
 
 from tests.spark._spark import need_spark
@@ -17,23 +18,16 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 import pymq
 from pymq.errors import ConnectionClosed
-from pyspark_pymq._options import ReadOptions
 from pyspark_pymq._plan import from_offset
-from pyspark_pymq.source import BatchReader, StreamReader, read_partition
 from tests.spark.test_batch import seqs
 
 pytestmark = pytest.mark.spark
 
 
-def values(partitions) -> list[str]:
-    return [v.decode() for p in partitions for b in read_partition(p) for v in b.column("value").to_pylist()]
+def test_starting_and_ending_by_timestamp(impl, spark_broker, name):
+    def batch(url: str, **options) -> list[str]:
+        return impl.values(impl.batch(url, **options))
 
-
-def batch(url: str, **options) -> list[str]:
-    return values(BatchReader(ReadOptions.parse({"url": url, **options}, streaming=False)).partitions())
-
-
-def test_starting_and_ending_by_timestamp(spark_broker, name):
     url = spark_broker.url
     a, b = pymq.Topic(f"{name}.a"), pymq.Topic(f"{name}.b")
     stamps = {}
@@ -62,11 +56,10 @@ def test_starting_and_ending_by_timestamp(spark_broker, name):
     assert batch(url, topic=f"{name}.a", startingTimestamp=str(stamps["a5"] + 60_000)) == []
 
 
-def test_min_messages_per_trigger_waits_until_max_trigger_delay(spark_broker, name):
+def test_min_messages_per_trigger_waits_until_max_trigger_delay(impl, spark_broker, name):
     url, queue = spark_broker.url, pymq.Queue(f"log.{name}")
-    r = StreamReader(ReadOptions.parse({"url": url, "queue": f"log.{name}", "startingOffsets": "earliest",
-                                        "minOffsetsPerTrigger": "5", "maxTriggerDelay": "400ms"},
-                                       streaming=True))
+    r = impl.reader(url, queue=f"log.{name}", startingOffsets="earliest", minOffsetsPerTrigger="5",
+                    maxTriggerDelay="400ms")
     start = r.initialOffset()
     # no micro-batch planned yet: the first trigger fires with what there is (Kafka's rule)
     assert r.latestOffset(start, ReadAllAvailable()) == start
@@ -79,13 +72,13 @@ def test_min_messages_per_trigger_waits_until_max_trigger_delay(spark_broker, na
     while time.monotonic() - held < 0.5:
         time.sleep(0.05)
     end = r.latestOffset(start, ReadAllAvailable())                    # the delay passed: fires with 3
-    assert values(r.partitions(start, end)) == ["m0", "m1", "m2"]
+    assert impl.values(r.partitions(start, end)) == ["m0", "m1", "m2"]
     with pymq.connect(url) as conn:
         p = conn.create_session().create_producer(queue)
         for i in range(3, 9):
             p.send(f"m{i}")
     following = r.latestOffset(end, ReadAllAvailable())                # 6 >= 5: at once
-    assert values(r.partitions(end, following)) == [f"m{i}" for i in range(3, 9)]
+    assert impl.values(r.partitions(end, following)) == [f"m{i}" for i in range(3, 9)]
     r.stop()
 
 
@@ -140,7 +133,7 @@ class CuttingProxy:
 
 
 @pytest.mark.parametrize("retries", [0, 2])
-def test_a_fetch_that_loses_its_connection_is_retried_from_its_cursor(spark_broker, name, retries):
+def test_a_fetch_that_loses_its_connection_is_retried_from_its_cursor(impl, spark_broker, name, retries):
     url, queue = spark_broker.url, pymq.Queue(f"log.{name}")
     with pymq.connect(url) as conn:
         s = conn.create_session(transacted=True)
@@ -151,13 +144,11 @@ def test_a_fetch_that_loses_its_connection_is_retried_from_its_cursor(spark_brok
     s = seqs(url, queue)
     proxy = CuttingProxy(spark_broker.port)
     try:
-        opts = ReadOptions.parse({"url": f"stomp://127.0.0.1:{proxy.port}", "queue": f"log.{name}",
-                                  "fetchSize": "10", "fetchRetries": str(retries),
-                                  "fetchRetryIntervalMs": "0"}, streaming=False)
-        part, = BatchReader(opts).partitions()
+        part, = impl.batch(f"stomp://127.0.0.1:{proxy.port}", queue=f"log.{name}", fetchSize="10",
+                           fetchRetries=str(retries), fetchRetryIntervalMs="0", minPartitions="1")
         assert (part.start, part.end, part.retries) == (s[0], s[-1] + 1, retries)
-        batches = read_partition(part)
-        got = list(next(batches).column("value").to_pylist())
+        batches = impl.batches(part)
+        got = list(next(batches))
         proxy.cut()                                             # between two fetches of one task
         if retries == 0:
             # the fetches already answered may still come out (two are in flight), then the first one
@@ -166,40 +157,39 @@ def test_a_fetch_that_loses_its_connection_is_retried_from_its_cursor(spark_brok
                 for _ in batches:
                     pass
             return
-        got += [v for b in batches for v in b.column("value").to_pylist()]
-        assert [v.decode() for v in got] == [f"r{i:02d}" for i in range(100)]     # nothing skipped or repeated
+        got += [v for b in batches for v in b]
+        assert got == [f"r{i:02d}" for i in range(100)]     # nothing skipped or repeated
     finally:
         proxy.close()
 
 
-def test_the_driver_retries_planning_when_its_connection_fails(spark_broker, name):
+def test_the_driver_retries_planning_when_its_connection_fails(impl, spark_broker, name):
     url, queue = spark_broker.url, pymq.Queue(f"log.{name}")
     with pymq.connect(url) as conn:
         conn.create_session().create_producer(queue).send("one")
     proxy = CuttingProxy(spark_broker.port)
     try:
-        r = StreamReader(ReadOptions.parse({"url": f"stomp://127.0.0.1:{proxy.port}", "queue": f"log.{name}",
-                                            "startingOffsets": "earliest", "fetchRetryIntervalMs": "0"},
-                                           streaming=True))
+        r = impl.reader(f"stomp://127.0.0.1:{proxy.port}", queue=f"log.{name}", startingOffsets="earliest",
+                        fetchRetryIntervalMs="0")
         start = r.initialOffset()
         proxy.cut()
         end = r.latestOffset(start, ReadAllAvailable())
-        assert values(r.partitions(start, end)) == ["one"]
+        assert impl.values(r.partitions(start, end)) == ["one"]
         r.stop()
     finally:
         proxy.close()
 
 
-def test_timestamp_type_topic_column_and_latest_offset_in_progress(spark, spark_broker, name, tmp_path):
+def test_timestamp_type_topic_column_and_latest_offset_in_progress(spark, impl, spark_broker, name, tmp_path):
     url = spark_broker.url
     rows = [("k1", "v1", name), ("k2", "v2", f"/topic/{name}")]
     (spark.createDataFrame(rows, "key string, value string, topic string").coalesce(1)
-     .write.format("pymq").option("url", url).mode("append").save())
-    df = spark.read.format("pymq").option("url", url).option("topic", name).load()
+     .write.format(impl.fmt).option("url", url).mode("append").save())
+    df = spark.read.format(impl.fmt).option("url", url).option("topic", name).load()
     got = df.selectExpr("cast(value as string) v", "timestampType").collect()
     assert sorted((r.v, r.timestampType) for r in got) == [("v1", 0), ("v2", 0)]
 
-    q = (spark.readStream.format("pymq").option("url", url).option("topic", name)
+    q = (spark.readStream.format(impl.fmt).option("url", url).option("topic", name)
          .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "1").load()
          .writeStream.format("noop").option("checkpointLocation", str(tmp_path / "ck"))
          .trigger(availableNow=True).start())
@@ -214,25 +204,30 @@ def test_timestamp_type_topic_column_and_latest_offset_in_progress(spark, spark_
     assert from_offset(json.loads(source["endOffset"])) == {f"/topic/{name}": latest - 1}
 
 
-def test_tls_urls_and_tls_options_pass_through(spark_broker, tmp_path):
+def test_tls_urls_and_tls_options_pass_through(impl, spark_broker, tmp_path, name):
     """A stomps:// broker (a TLS proxy with a CA made here) read from a task, the CA given as an option."""
-    from pymq.errors import ConfigError
-    from pyspark_pymq._options import ConnectionOptions
     from tests.client.tls import Authority, TlsProxy
     authority = Authority(tmp_path)
     proxy = TlsProxy(authority.issue("server", dns=("localhost",)), spark_broker.port)
     try:
         url = f"stomps://localhost:{proxy.port}"
-        options = ConnectionOptions.parse({"url": url, "pymq.tls.caFile": str(authority.ca_file),
-                                           "pymq.tls.verify": "true"})
-        assert dict(options.get("tls")) == {"ca_file": str(authority.ca_file), "verify": True}
         with pymq.connect(spark_broker.url) as conn:
-            conn.create_session().create_producer(pymq.Queue("log.tls-read")).send("secret")
-        opts = ReadOptions.parse({"url": url, "queue": "log.tls-read", "pymq.tls.ca_file": str(authority.ca_file)},
-                                 streaming=False)
-        assert values(BatchReader(opts).partitions()) == ["secret"]
+            conn.create_session().create_producer(pymq.Queue(f"log.tls-{name}")).send("secret")
+        assert impl.values(impl.batch(url, queue=f"log.tls-{name}", **{"pymq.tls.ca_file": str(authority.ca_file)})) \
+            == ["secret"]
+        # without the CA the broker's certificate is not trusted: the connection is refused
+        with pytest.raises(Exception):
+            impl.values(impl.batch(url, queue=f"log.tls-{name}", fetchRetries="0"))
     finally:
         proxy.close()
+
+
+def test_tls_options_are_checked(spark_broker, tmp_path):
+    from pymq.errors import ConfigError
+    from pyspark_pymq._options import ConnectionOptions
+    options = ConnectionOptions.parse({"url": "stomps://localhost:1", "pymq.tls.caFile": "/ca.pem",
+                                       "pymq.tls.verify": "true"})
+    assert dict(options.get("tls")) == {"ca_file": "/ca.pem", "verify": True}
     for bad, words in [({"pymq.tls.caFile": "x"}, "need a TLS URL"), ({"pymq.tls.cafle": "x"}, "unknown TLS option"),
                        ({"pymq.tls": "x"}, "one by one"), ({"pymq.tls.verify": "maybe"}, "true or false")]:
         with pytest.raises(ConfigError, match=words):

@@ -96,3 +96,16 @@ def test_dedup_id_vectors(case):
     base = (stream_dedup_base(case["query_id"], case["batch_id"], case["partition"]) if case["kind"] == "stream"
             else batch_dedup_base(case["prefix"], case["partition"]))
     assert dedup_id(base, case["row"]) == case["id"]
+
+
+@pytest.mark.parametrize("case", VECTORS["split_by_bytes"])
+def test_split_by_bytes_vectors(case):
+    from pyspark_pymq._plan import Chunk, split_by_bytes
+    chunks = [Chunk(c["start"], c["end"], tuple(c["seqs"]), c["bytes"]) for c in case["chunks"]]
+    spans = split_by_bytes(case["destination"], chunks, case["target"])
+    assert [[s.start, s.end] for s in spans] == case["result"]
+    # whatever the sizes, the pieces are contiguous and cover the probed span once
+    live = [c for c in chunks if c.end > c.start]
+    if live:
+        assert spans[0].start == live[0].start and spans[-1].end == live[-1].end
+        assert all(a.end == b.start for a, b in zip(spans, spans[1:]))

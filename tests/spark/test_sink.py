@@ -20,14 +20,14 @@ def duplicates(broker):
     return broker.call(lambda: broker.broker.duplicates)
 
 
-def test_columns_become_message_headers(spark, spark_broker, name):
+def test_columns_become_message_headers(spark, impl, spark_broker, name):
     url = spark_broker.url
     df = spark.createDataFrame(
         [(b"\x00\x01", "/queue/" + name, 9, 60_000, 1, "c-1", "kind", "/queue/replies", "bytes"),
          (b"{\"a\": 2}", "/queue/" + name, None, None, None, None, None, None, "map")],
         "value binary, destination string, priority int, timeToLive long, deliveryMode int, "
         "correlationId string, type string, replyTo string, bodyType string")
-    df.coalesce(1).write.format("pymq").option("url", url).option("priority", "3").mode("append").save()
+    df.coalesce(1).write.format(impl.fmt).option("url", url).option("priority", "3").mode("append").save()
     with pymq.connect(url) as conn:
         got = conn.create_session().read_range(pymq.Queue(name)).messages
     first, second = got
@@ -38,12 +38,12 @@ def test_columns_become_message_headers(spark, spark_broker, name):
     assert (second.priority, second.delivery_mode, second.expiration) == (3, 2, 0)     # option defaults
 
 
-def test_batch_dedup_drops_a_rerun_and_plain_writes_are_at_least_once(spark, spark_broker, name):
+def test_batch_dedup_drops_a_rerun_and_plain_writes_are_at_least_once(spark, impl, spark_broker, name):
     url = spark_broker.url
     df = spark.range(0, 50, numPartitions=3).selectExpr("cast(id as string) value")
 
     def write(**options):
-        w = df.write.format("pymq").option("url", url).option("queue", name).mode("append")
+        w = df.write.format(impl.fmt).option("url", url).option("queue", name).mode("append")
         for k, v in options.items():
             w = w.option(k, v)
         w.save()
@@ -57,17 +57,17 @@ def test_batch_dedup_drops_a_rerun_and_plain_writes_are_at_least_once(spark, spa
     assert len(texts(url, pymq.Queue(name))) == 100
 
 
-def test_a_replayed_micro_batch_is_dropped_with_dedup(spark, spark_broker, name, tmp_path):
+def test_a_replayed_micro_batch_is_dropped_with_dedup(spark, impl, spark_broker, name, tmp_path):
     url = spark_broker.url
     source, target = pymq.Topic(name), pymq.Queue(f"out.{name}")
     send(url, source, [f"o{i}" for i in range(12)])
     checkpoint = tmp_path / "ck"
 
     def run():
-        q = (spark.readStream.format("pymq").option("url", url).option("topic", name)
+        q = (spark.readStream.format(impl.fmt).option("url", url).option("topic", name)
              .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "5").load()
              .selectExpr("upper(cast(value as string)) as value")
-             .writeStream.format("pymq").option("url", url).option("queue", f"out.{name}").option("dedup", "true")
+             .writeStream.format(impl.fmt).option("url", url).option("queue", f"out.{name}").option("dedup", "true")
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
         q.awaitTermination(180)
         assert q.exception() is None
@@ -88,7 +88,7 @@ def test_a_replayed_micro_batch_is_dropped_with_dedup(spark, spark_broker, name,
     assert sorted(texts(url, target)) == sorted(f"O{i}" for i in range(12))
 
 
-def test_a_read_dataframe_written_back_keeps_expiration_and_sends_its_group_once(spark, spark_broker, name):
+def test_a_read_dataframe_written_back_keeps_expiration_and_sends_its_group_once(spark, impl, spark_broker, name):
     url, source = spark_broker.url, pymq.Queue(f"log.{name}")
     with pymq.connect(url) as conn:
         p = conn.create_session().create_producer(source)
@@ -97,11 +97,11 @@ def test_a_read_dataframe_written_back_keeps_expiration_and_sends_its_group_once
         p.send(grouped, time_to_live=3_600_000)
         p.send("forever")
         sent = conn.create_session().read_range(source).messages
-    df = (spark.read.format("pymq").option("url", url).option("queue", f"log.{name}")
+    df = (spark.read.format(impl.fmt).option("url", url).option("queue", f"log.{name}")
           .option("includeProperties", "true").load())
     row = {r.value: r for r in df.collect()}[b"g"]
     assert row.properties == {"region": "eu"} and row.key == b"customer-1"
-    df.write.format("pymq").option("url", url).option("queue", f"copy.{name}").mode("append").save()
+    df.write.format(impl.fmt).option("url", url).option("queue", f"copy.{name}").mode("append").save()
     with pymq.connect(url) as conn:
         copies = {m.text: m for m in conn.create_session().read_range(pymq.Queue(f"copy.{name}")).messages}
     original = {m.text: m for m in sent}

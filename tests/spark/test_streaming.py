@@ -52,8 +52,8 @@ class BatchLog:
         assert len(seen) == len(set(seen)), "a message was processed by two different micro-batches"
 
 
-def stream(spark, url, **options):
-    reader = spark.readStream.format("pymq").option("url", url)
+def stream(spark, impl, url, **options):
+    reader = spark.readStream.format(impl.fmt).option("url", url)
     for key, value in options.items():
         reader = reader.option(key, str(value))
     return reader.load()
@@ -65,12 +65,12 @@ def run(df, sink, checkpoint, available_now=True):
     return writer.start()
 
 
-def test_restarts_from_the_checkpoint_read_every_message_exactly_once(spark, spark_broker, name, tmp_path):
+def test_restarts_from_the_checkpoint_read_every_message_exactly_once(spark, impl, spark_broker, name, tmp_path):
     url, topic = spark_broker.url, pymq.Topic(name)
     send(url, topic, [f"a{i}" for i in range(30)])
     sink = BatchLog()
     checkpoint = tmp_path / "ck"
-    df = stream(spark, url, topic=name, startingOffsets="earliest", maxMessagesPerTrigger=7)
+    df = stream(spark, impl, url, topic=name, startingOffsets="earliest", maxMessagesPerTrigger=7)
 
     # a query that runs on its own trigger and is stopped wherever it happens to be
     q = run(df, sink, checkpoint, available_now=False)
@@ -98,10 +98,10 @@ def test_restarts_from_the_checkpoint_read_every_message_exactly_once(spark, spa
     assert sink.batches == before
 
 
-def test_a_pattern_picks_up_destinations_created_later(spark, spark_broker, name, tmp_path):
+def test_a_pattern_picks_up_destinations_created_later(spark, impl, spark_broker, name, tmp_path):
     url = spark_broker.url
     send(url, pymq.Topic(f"{name}.a"), ["a0", "a1", "a2"])
-    df = stream(spark, url, destinationPattern=f"/topic/{name}.*", startingOffsets="earliest")
+    df = stream(spark, impl, url, destinationPattern=f"/topic/{name}.*", startingOffsets="earliest")
     sink = BatchLog()
     run(df, sink, tmp_path / "ck").awaitTermination(120)
     assert sink.all_rows() == ["a0", "a1", "a2"]
@@ -112,11 +112,11 @@ def test_a_pattern_picks_up_destinations_created_later(spark, spark_broker, name
     sink.check_each_row_in_one_batch()
 
 
-def test_bytes_per_trigger(spark, spark_broker, name, tmp_path):
+def test_bytes_per_trigger(spark, impl, spark_broker, name, tmp_path):
     url = spark_broker.url
     send(url, pymq.Topic(name), [pymq.BytesMessage(bytes([i]) * 100) for i in range(12)])
     sink = BatchLog()
-    q = run(stream(spark, url, topic=name, startingOffsets="earliest", maxBytesPerTrigger=250), sink,
+    q = run(stream(spark, impl, url, topic=name, startingOffsets="earliest", maxBytesPerTrigger=250), sink,
             tmp_path / "ck")
     q.awaitTermination(180)
     assert q.exception() is None
@@ -125,11 +125,11 @@ def test_bytes_per_trigger(spark, spark_broker, name, tmp_path):
     sink.check_each_row_in_one_batch()
 
 
-def test_consume_mode_acknowledges_only_committed_batches(spark, spark_broker, name, tmp_path):
+def test_consume_mode_acknowledges_only_committed_batches(spark, impl, spark_broker, name, tmp_path):
     url, queue = spark_broker.url, pymq.Queue(name)
     send(url, queue, [f"m{i:02d}" for i in range(20)])
     sequence = seqs(url, queue)
-    df = stream(spark, url, queue=name, mode="consume", maxMessagesPerTrigger=5)
+    df = stream(spark, impl, url, queue=name, mode="consume", maxMessagesPerTrigger=5)
     checkpoint = tmp_path / "ck"
 
     # the query dies in the middle of its third micro-batch
@@ -168,10 +168,10 @@ def test_consume_mode_acknowledges_only_committed_batches(spark, spark_broker, n
     assert q.exception() is None and later.all_rows() == []
 
 
-def test_consume_mode_on_a_topic_owns_a_durable_subscription(spark, broker_factory, name, tmp_path):
+def test_consume_mode_on_a_topic_owns_a_durable_subscription(spark, impl, broker_factory, name, tmp_path):
     # a topic without a retained log: its durable subscription holds what the query has not acknowledged
     url, topic = broker_factory().url, pymq.Topic(name)
-    df = stream(spark, url, topic=name, mode="consume", subscription="orders-query")
+    df = stream(spark, impl, url, topic=name, mode="consume", subscription="orders-query")
     sink = BatchLog()
     q = run(df, sink, tmp_path / "ck")                  # creates the subscription, reads nothing yet
     q.awaitTermination(120)
@@ -188,7 +188,7 @@ def test_consume_mode_on_a_topic_owns_a_durable_subscription(spark, broker_facto
     assert texts(url, topic, subscription="orders-query") == []
 
 
-def test_fail_on_data_loss(spark, spark_broker, name, tmp_path):
+def test_fail_on_data_loss(spark, impl, spark_broker, name, tmp_path):
     url, queue = spark_broker.url, pymq.Queue(name)       # no retention: the range is what waits
     send(url, queue, [f"x{i}" for i in range(6)])
     first = seqs(url, queue)[0]
@@ -197,13 +197,13 @@ def test_fail_on_data_loss(spark, spark_broker, name, tmp_path):
         assert [consumer.receive(5).text for _ in range(2)] == ["x0", "x1"]
         consumer.close()
     starting = json.dumps({f"/queue/{name}": {"0": first}})
-    q = run(stream(spark, url, queue=name, startingOffsets=starting), BatchLog(), tmp_path / "a")
+    q = run(stream(spark, impl, url, queue=name, startingOffsets=starting), BatchLog(), tmp_path / "a")
     with pytest.raises(Exception, match="were removed"):
         q.awaitTermination(120)
     with pytest.raises(Exception, match="no longer holds them"):
-        (spark.read.format("pymq").option("url", url).option("queue", name)
+        (spark.read.format(impl.fmt).option("url", url).option("queue", name)
          .option("startingOffsets", starting).load().collect())
     sink = BatchLog()
-    q = run(stream(spark, url, queue=name, startingOffsets=starting, failOnDataLoss="false"), sink, tmp_path / "b")
+    q = run(stream(spark, impl, url, queue=name, startingOffsets=starting, failOnDataLoss="false"), sink, tmp_path / "b")
     q.awaitTermination(120)
     assert q.exception() is None and sink.all_rows() == [f"x{i}" for i in range(2, 6)]

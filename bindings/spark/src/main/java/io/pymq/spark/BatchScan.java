@@ -100,6 +100,9 @@ final class BatchScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
 
         @Override
         public Batch toBatch() {
+            // the rules that depend on batch or stream (consume mode, the per-trigger limits) are checked
+            // here, when Spark plans the batch read, before any job
+            Options.read(options, false);
             return this;
         }
 

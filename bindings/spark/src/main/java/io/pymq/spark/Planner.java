@@ -3,11 +3,10 @@ package io.pymq.spark;
 import io.pymq.routing.GroupRouter;
 import org.apache.arrow.memory.BufferAllocator;
 import org.apache.arrow.vector.BigIntVector;
-import org.apache.arrow.vector.ipc.ArrowStreamReader;
+import org.apache.arrow.vector.VectorSchemaRoot;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.io.ByteArrayInputStream;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -231,24 +230,28 @@ final class Planner implements AutoCloseable {
         } else if (opts.maxMessagesPerPartition() != null) {
             pieces = Plan.split(pieces, 1, opts.maxMessagesPerPartition());
         }
+        List<RangePartition> out = new ArrayList<>();
+        for (Plan.Span s : pieces) {
+            out.add(task(s));
+        }
+        return out;
+    }
+
+    /** The task of one piece, connecting to the worker that owns its destination (spec/spark.md §2). */
+    RangePartition task(Plan.Span s) {
         int workers = broker().workers;
-        GroupRouter router = null;
+        int owner = -1;
         if (workers > 1) {
             List<String> names = new ArrayList<>();
             for (int k = 0; k < workers; k++) {
                 names.add("w" + k);
             }
-            router = new GroupRouter(names);
+            owner = Integer.parseInt(new GroupRouter(names).route(s.destination()).substring(1));
         }
         boolean check = !opts.consume() && opts.failOnDataLoss();
-        List<RangePartition> out = new ArrayList<>();
-        for (Plan.Span s : pieces) {
-            int owner = router == null ? -1 : Integer.parseInt(router.route(s.destination()).substring(1));
-            out.add(new RangePartition(opts.connection(), s.destination(), s.start(), s.end(), opts.selector(),
-                    opts.subscriptionOf(s.destination()), opts.fetchSize(), check, opts.source(),
-                    opts.fetchRetries(), opts.fetchRetryIntervalMs(), owner, workers));
-        }
-        return out;
+        return new RangePartition(opts.connection(), s.destination(), s.start(), s.end(), opts.selector(),
+                opts.subscriptionOf(s.destination()), opts.fetchSize(), check, opts.source(), opts.fetchRetries(),
+                opts.fetchRetryIntervalMs(), owner, workers);
     }
 
     /**
@@ -300,14 +303,14 @@ final class Planner implements AutoCloseable {
     /** The {@code seq} column of an Arrow answer. */
     static long[] seqs(byte[] ipc, String dest) {
         BufferAllocator allocator = Reads.ROOT.newChildAllocator("pymq probe", 0, Reads.TASK_MEMORY);
-        try (allocator; ArrowStreamReader reader = new ArrowStreamReader(new ByteArrayInputStream(ipc), allocator)) {
+        Wire.Shape shape = new Wire.Shape(dest, Options.kind(dest), new org.apache.spark.sql.types.StructType(),
+                List.of("seq"), null);
+        try (allocator; Wire.Batches answer = new Wire.Batches(allocator, ipc, shape)) {
             List<long[]> parts = new ArrayList<>();
             int n = 0;
-            while (reader.loadNextBatch()) {
-                var root = reader.getVectorSchemaRoot();
-                org.apache.arrow.vector.util.ValueVectorUtility.validateFull(root);
-                var v = root.getVector("seq");
-                if (!(v instanceof BigIntVector seq)) {
+            VectorSchemaRoot root;
+            while ((root = answer.nextRoot()) != null) {
+                if (!(root.getVector("seq") instanceof BigIntVector seq)) {
                     throw PymqException.format("the broker's Arrow answer for " + dest + " has no int64 seq column");
                 }
                 long[] part = new long[seq.getValueCount()];
@@ -324,10 +327,6 @@ final class Planner implements AutoCloseable {
                 at += p.length;
             }
             return out;
-        } catch (PymqException e) {
-            throw e;
-        } catch (Exception e) {
-            throw Wire.malformed(dest, e);
         }
     }
 }

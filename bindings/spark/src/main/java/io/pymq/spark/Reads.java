@@ -53,9 +53,12 @@ final class Reads {
         @Override
         public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
             RangePartition p = (RangePartition) partition;
-            Wire.Shape shape = new Wire.Shape(p.destination(), Options.kind(p.destination()), shapeTemplate.required(),
+            return new RangeReader(p, shape(p));
+        }
+
+        Wire.Shape shape(RangePartition p) {
+            return new Wire.Shape(p.destination(), Options.kind(p.destination()), shapeTemplate.required(),
                     shapeTemplate.columns(), shapeTemplate.filters());
-            return new RangeReader(p, shape);
         }
 
         @Override
@@ -98,6 +101,8 @@ final class Reads {
         private long asked;
         private boolean finished;
         private int failures;
+        /** The worker of a --workers broker the last connection lived in (-1: none, or not told). */
+        int connectedWorker = -1;
 
         RangeReader(RangePartition p, Wire.Shape shape) {
             this.p = p;
@@ -135,6 +140,7 @@ final class Reads {
             try {
                 if (client == null) {
                     client = Connections.take(p.connection(), p.worker());
+                    connectedWorker = client.worker;
                     ahead.clear();
                     asked = cursor;
                 }

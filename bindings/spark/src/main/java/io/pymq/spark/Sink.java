@@ -10,6 +10,9 @@ import org.apache.arrow.vector.VectorSchemaRoot;
 import org.apache.arrow.vector.complex.MapVector;
 import org.apache.arrow.vector.complex.impl.UnionMapWriter;
 import org.apache.arrow.vector.ipc.ArrowStreamWriter;
+import org.apache.arrow.vector.types.pojo.ArrowType;
+import org.apache.arrow.vector.types.pojo.Field;
+import org.apache.arrow.vector.types.pojo.FieldType;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
@@ -621,7 +624,12 @@ final class Sink {
             bodyType = l.hasBodyType ? add(vectors, new VarCharVector("body_type", allocator)) : null;
             group = l.key >= 0 ? add(vectors, new VarCharVector("group", allocator)) : null;
             if (l.properties >= 0) {
-                properties = add(vectors, MapVector.empty("properties", allocator, false));
+                // map<utf8, utf8> with the non-nullable entries struct Arrow's C++ (the broker's pyarrow) requires
+                Field entries = new Field("entries", FieldType.notNullable(ArrowType.Struct.INSTANCE), List.of(
+                        new Field("key", FieldType.notNullable(ArrowType.Utf8.INSTANCE), null),
+                        new Field("value", FieldType.nullable(ArrowType.Utf8.INSTANCE), null)));
+                properties = add(vectors, (MapVector) new Field("properties",
+                        FieldType.nullable(new ArrowType.Map(false)), List.of(entries)).createVector(allocator));
                 propertyWriter = properties.getWriter();
                 propertyTypes = l.propertyCode != null ? add(vectors, new VarCharVector("property_types", allocator))
                         : null;

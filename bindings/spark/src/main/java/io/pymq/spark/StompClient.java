@@ -288,9 +288,8 @@ final class StompClient implements AutoCloseable {
     static PymqException brokerError(Frame error) {
         String code = error.get("pymq-code", "broker-error");
         String message = error.get("message", "");
-        String body = new String(error.body(), StandardCharsets.UTF_8).strip();
-        if (!body.isEmpty() && !body.equals(message)) {
-            message = message.isEmpty() ? body : message + ": " + body;
+        if (message.isEmpty()) {
+            message = new String(error.body(), StandardCharsets.UTF_8).strip();
         }
         return new PymqException(code, message.isEmpty() ? "the broker answered ERROR" : message);
     }

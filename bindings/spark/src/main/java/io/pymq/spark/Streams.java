@@ -8,7 +8,9 @@ import org.apache.spark.sql.connector.read.streaming.ReadAllAvailable;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxBytes;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.PartitionOffset;
 import org.apache.spark.sql.connector.read.streaming.SupportsAdmissionControl;
+import org.apache.spark.sql.connector.read.streaming.SupportsRealTimeMode;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
 
@@ -47,7 +49,12 @@ final class Streams {
         }
     }
 
-    static final class Micro implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow {
+    /** Where a real-time task stopped in its destination (the next sequence number to read). */
+    record Position(String destination, long next) implements PartitionOffset {
+    }
+
+    static final class Micro implements MicroBatchStream, SupportsAdmissionControl, SupportsTriggerAvailableNow,
+            SupportsRealTimeMode {
         final Options.Read opts;
         private final StructType required;
         private final Planner planner;
@@ -56,6 +63,7 @@ final class Streams {
         private final Map<String, Long> earliest = new HashMap<>(); // failOnDataLoss=false: where messages restart
         private final Map<String, Long> acked = new HashMap<>();  // consume mode: acknowledged below this
         private Long lastTrigger;                                 // minOffsetsPerTrigger: when a batch last fired
+        private boolean realTime;                                 // Trigger.RealTime: tasks read as messages come
 
         Micro(Options.Read opts, StructType required) {
             this.opts = opts;
@@ -244,7 +252,48 @@ final class Streams {
 
         @Override
         public PartitionReaderFactory createReaderFactory() {
-            return BatchScan.factory(opts, required, List.of());
+            Reads.Factory columnar = BatchScan.factory(opts, required, List.of());
+            return realTime ? new RealTime.Factory(columnar) : columnar;
+        }
+
+        // -- real-time mode (Spark 4.1+: trigger(realTime="5 minutes")) ---------------------------------------
+        //
+        // A batch lasts the trigger's duration; one task per destination reads from the batch's start as
+        // messages arrive (RealTime.Reader) and reports where it stopped; those positions are the batch's end
+        // offset, committed (and, in consume mode, acknowledged) as any micro-batch's. Read limits do not apply.
+
+        @Override
+        public void prepareForRealTimeMode() {
+            realTime = true;
+        }
+
+        @Override
+        public InputPartition[] planInputPartitions(Offset start) {
+            Map<String, Long> pos = ((PymqOffset) start).positions;
+            return planner.retrying(() -> {
+                List<InputPartition> out = new ArrayList<>();
+                TreeSet<String> dests = new TreeSet<>(planner.resolve());
+                dests.addAll(pos.keySet());
+                for (Map.Entry<String, long[]> e : planner.readable(new ArrayList<>(dests)).entrySet()) {
+                    String dest = e.getKey();
+                    long from = pos.getOrDefault(dest, e.getValue()[0]);
+                    if (e.getValue()[0] > from && !(!opts.consume() && opts.failOnDataLoss())) {
+                        from = e.getValue()[0];                       // failOnDataLoss=false: past the gap
+                    }
+                    out.add(planner.task(new Plan.Span(dest, from, Long.MAX_VALUE)));   // unbounded: never split
+                }
+                return out;
+            }, "planning a real-time batch").toArray(new InputPartition[0]);
+        }
+
+        @Override
+        public Offset mergeOffsets(PartitionOffset[] offsets) {
+            Map<String, Long> merged = new TreeMap<>();
+            for (PartitionOffset o : offsets) {
+                Position p = (Position) o;
+                merged.merge(p.destination(), p.next(), Math::max);
+            }
+            return new PymqOffset(merged);
         }
 
         @Override

@@ -5,7 +5,15 @@ import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.VarCharVector;
 import org.apache.arrow.vector.VectorSchemaRoot;
-import org.apache.arrow.vector.ipc.ArrowStreamReader;
+import org.apache.arrow.vector.complex.MapVector;
+import org.apache.arrow.memory.ArrowBuf;
+import org.apache.arrow.vector.VectorLoader;
+import org.apache.arrow.vector.ipc.ReadChannel;
+import org.apache.arrow.vector.ipc.message.ArrowRecordBatch;
+import org.apache.arrow.vector.ipc.message.MessageMetadataResult;
+import org.apache.arrow.vector.ipc.message.MessageSerializer;
+import org.apache.arrow.flatbuf.MessageHeader;
+import org.apache.arrow.flatbuf.RecordBatch;
 import org.apache.arrow.vector.types.pojo.ArrowType;
 import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.Schema;
@@ -24,6 +32,8 @@ import org.apache.spark.unsafe.types.UTF8String;
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
 import java.io.Serializable;
+import java.nio.ByteBuffer;
+import java.nio.channels.Channels;
 import java.util.ArrayList;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -166,13 +176,95 @@ final class Wire {
             if (entries.size() != 1 || entries.get(0).getChildren().size() != 2) {
                 return false;
             }
-            for (Field kv : entries.get(0).getChildren()) {
-                if (!kv.getType().equals(ArrowType.Utf8.INSTANCE)) {
+            // Spark's map accessor finds the entries' children by these names
+            List<Field> kv = entries.get(0).getChildren();
+            if (!kv.get(0).getName().equals(MapVector.KEY_NAME) || !kv.get(1).getName().equals(MapVector.VALUE_NAME)
+                    || kv.get(0).isNullable() || !(entries.get(0).getType() instanceof ArrowType.Struct)) {
+                return false;
+            }
+            for (Field f2 : kv) {
+                if (!f2.getType().equals(ArrowType.Utf8.INSTANCE)) {
                     return false;
                 }
             }
         }
         return true;
+    }
+
+    /**
+     * Arrow Java's full validation of every column.  Its type check refuses every MapVector (19.0 checks a
+     * map against the list type it extends), so a map column is checked here by the same rules: offsets from
+     * 0, never decreasing, within its entries, which are then validated in full as a struct.
+     */
+    static void validate(VectorSchemaRoot root) {
+        if (root.getRowCount() < 0) {
+            throw new IllegalArgumentException("negative row count " + root.getRowCount());
+        }
+        for (FieldVector v : root.getFieldVectors()) {
+            if (v.getValueCount() != root.getRowCount()) {
+                throw new IllegalArgumentException("column " + v.getName() + " has " + v.getValueCount()
+                        + " values for " + root.getRowCount() + " rows");
+            }
+            if (v instanceof MapVector map) {
+                int n = map.getValueCount();
+                var offsets = map.getOffsetBuffer();
+                if (offsets.capacity() < (long) (n + 1) * MapVector.OFFSET_WIDTH && n > 0) {
+                    throw new IllegalArgumentException("map column " + v.getName() + ": offset buffer too small");
+                }
+                int entries = map.getDataVector().getValueCount();
+                int previous = n > 0 ? offsets.getInt(0) : 0;
+                if (previous < 0) {
+                    throw new IllegalArgumentException("map column " + v.getName() + ": negative first offset");
+                }
+                for (int i = 1; i <= n; i++) {
+                    int o = offsets.getInt((long) i * MapVector.OFFSET_WIDTH);
+                    if (o < previous || o > entries) {
+                        throw new IllegalArgumentException("map column " + v.getName() + ": offset " + o + " at "
+                                + i + " is out of order or past its " + entries + " entries");
+                    }
+                    previous = o;
+                }
+                ValueVectorUtility.validateFull(map.getDataVector());
+            } else {
+                ValueVectorUtility.validateFull(v);
+            }
+            offsets(v);
+        }
+    }
+
+    /**
+     * What Arrow Java's validation leaves out for variable-width values (found by the fuzz target): every
+     * offset from 0 on, never decreasing, the last within the data buffer; children too.
+     */
+    private static void offsets(org.apache.arrow.vector.ValueVector v) {
+        if (v instanceof org.apache.arrow.vector.BaseVariableWidthVector w) {
+            int n = w.getValueCount();
+            var offsets = w.getOffsetBuffer();
+            if (n > 0 && offsets.capacity() < (long) (n + 1) * 4) {
+                throw new IllegalArgumentException(w.getName() + ": offset buffer too small for " + n + " values");
+            }
+            long previous = 0;
+            for (int i = 0; i <= n && n > 0; i++) {
+                int o = offsets.getInt((long) i * 4);
+                if (o < previous || (i == 0 && o < 0)) {
+                    throw new IllegalArgumentException(w.getName() + ": offset " + o + " at " + i
+                            + " is negative or decreasing");
+                }
+                previous = o;
+            }
+            if (n > 0 && previous > w.getDataBuffer().capacity()) {
+                throw new IllegalArgumentException(w.getName() + ": values end at " + previous + ", past the "
+                        + w.getDataBuffer().capacity() + " bytes of data");
+            }
+        }
+        if (v instanceof org.apache.arrow.vector.complex.AbstractStructVector s) {
+            for (int i = 0; i < s.size(); i++) {
+                offsets(s.getChildByOrdinal(i));
+            }
+        }
+        if (v instanceof MapVector m) {
+            offsets(m.getDataVector());
+        }
     }
 
     static PymqException malformed(String what, Throwable e) {
@@ -185,21 +277,129 @@ final class Wire {
      * stays valid until the following call (Spark's PartitionReader contract); {@link #close} frees it all.
      */
     static final class Batches implements AutoCloseable {
-        private final ArrowStreamReader reader;
+        private final ByteArrayInputStream in;
+        private final ReadChannel channel;
+        private final VectorSchemaRoot root;
         private final BufferAllocator allocator;
         private final Shape shape;
         private final UTF8String destination;
         private final UTF8String kind;
         private VectorSchemaRoot filtered;
+        private VectorSchemaRoot last;
 
+        /**
+         * Reads the stream message by message with Arrow Java's own parts (rather than its ArrowStreamReader,
+         * which keeps a record batch's body buffer when the batch's metadata points outside it: a leak per
+         * hostile answer) and checks the schema before anything is allocated for it.
+         */
         Batches(BufferAllocator allocator, byte[] ipc, Shape shape) {
             this.allocator = allocator;
             this.shape = shape;
             this.destination = UTF8String.fromString(shape.destination());
             this.kind = UTF8String.fromString(shape.kind());
+            this.in = new ByteArrayInputStream(ipc);
+            this.channel = new ReadChannel(Channels.newChannel(in));
+            VectorSchemaRoot made = null;
             try {
-                this.reader = new ArrowStreamReader(new ByteArrayInputStream(ipc), allocator);
-                checkSchema(reader.getVectorSchemaRoot().getSchema(), shape.columns());
+                MessageMetadataResult first = readMeta();
+                if (first == null || first.getMessage().headerType() != MessageHeader.Schema) {
+                    throw new IllegalArgumentException("the stream does not start with a schema");
+                }
+                skipBody(first);
+                Schema schema = MessageSerializer.deserializeSchema(first.getMessage());
+                checkSchema(schema, shape.columns());
+                made = VectorSchemaRoot.create(schema, allocator);
+            } catch (PymqException e) {
+                throw e;
+            } catch (IOException | RuntimeException e) {
+                throw malformed(shape.destination(), e);
+            }
+            this.root = made;
+        }
+
+        /**
+         * One message's metadata (the IPC framing: an optional 0xFFFFFFFF continuation, an int32 length, the
+         * flatbuffer), or null at the end-of-stream marker or the answer's end.  Read here rather than by
+         * Arrow's MessageSerializer, which allocates whatever length the stream claims on the heap: a
+         * hostile length is refused before any allocation.
+         */
+        private MessageMetadataResult readMeta() throws IOException {
+            if (in.available() == 0) {
+                return null;
+            }
+            int length = readInt();
+            if (length == -1) {
+                length = readInt();
+            }
+            if (length == 0) {
+                return null;
+            }
+            if (length < 0 || length > in.available()) {
+                throw new IllegalArgumentException("a message's metadata of " + length + " bytes where "
+                        + in.available() + " remain");
+            }
+            return MessageMetadataResult.create(ByteBuffer.wrap(in.readNBytes(length)), length);
+        }
+
+        private int readInt() throws IOException {
+            if (in.available() < 4) {
+                throw new IllegalArgumentException("the stream ends inside a message's length");
+            }
+            byte[] b = in.readNBytes(4);
+            return (b[0] & 0xFF) | (b[1] & 0xFF) << 8 | (b[2] & 0xFF) << 16 | (b[3] & 0xFF) << 24;
+        }
+
+        private void skipBody(MessageMetadataResult m) throws IOException {
+            long length = m.getMessageBodyLength();
+            if (length < 0 || length > in.available()) {
+                throw new IllegalArgumentException("a message body of " + length + " bytes where " + in.available()
+                        + " remain");
+            }
+            in.skipNBytes(length);
+        }
+
+        /**
+         * The next record batch loaded into the root (validated), or null at the stream's end.  Read with
+         * Arrow Java's own parts rather than its ArrowStreamReader, whose reads keep a message's body buffer
+         * when the message is malformed (a leak per hostile answer): a body is allocated only once its length
+         * is known to lie within the answer, and released whatever fails after.
+         */
+        VectorSchemaRoot nextRoot() {
+            try {
+                MessageMetadataResult m = readMeta();
+                if (m == null) {
+                    return null;
+                }
+                if (m.getMessage().headerType() != MessageHeader.RecordBatch) {
+                    throw new IllegalArgumentException("a message of type " + m.getMessage().headerType()
+                            + " where record batches were expected (a pymq answer has no dictionaries)");
+                }
+                long length = m.getMessageBodyLength();
+                if (length < 0 || length > in.available()) {
+                    throw new IllegalArgumentException("a record batch body of " + length + " bytes where "
+                            + in.available() + " remain");
+                }
+                checkBuffers(m, length, root.getSchema());
+                ArrowBuf body = allocator.buffer(length);
+                ArrowRecordBatch batch;
+                try {
+                    if (channel.readFully(body, length) != length) {
+                        throw new IOException("the record batch's body ends early");
+                    }
+                    // releases the body itself once it made the batch (whose buffers are slices of it)
+                    batch = MessageSerializer.deserializeRecordBatch(m.getMessage(), body);
+                } catch (IOException | RuntimeException e) {
+                    // nothing holds the body or a slice of it any more: every reference goes
+                    if (body.refCnt() > 0) {
+                        body.getReferenceManager().release(body.refCnt());
+                    }
+                    throw e;
+                }
+                try (batch) {
+                    new VectorLoader(root).load(batch);
+                }
+                validate(root);
+                return root;
             } catch (PymqException e) {
                 throw e;
             } catch (IOException | RuntimeException e) {
@@ -207,22 +407,101 @@ final class Wire {
             }
         }
 
+        /** A record batch's metadata must place every buffer inside its body, count no negative rows and
+         * use no compression (pymq never compresses: a codec's output size is the sender's to choose). */
+        private static void checkBuffers(MessageMetadataResult m, long bodyLength, Schema schema) {
+            RecordBatch rb = (RecordBatch) m.getMessage().header(new RecordBatch());
+            if (rb == null) {
+                throw new IllegalArgumentException("a record batch message without its header");
+            }
+            if (rb.length() < 0 || rb.length() > Integer.MAX_VALUE) {
+                throw new IllegalArgumentException("a record batch of " + rb.length() + " rows");
+            }
+            if (rb.compression() != null) {
+                throw new IllegalArgumentException("a compressed record batch (pymq answers are not compressed)");
+            }
+            for (int i = 0; i < rb.nodesLength(); i++) {
+                var node = rb.nodes(i);
+                if (node.length() < 0 || node.nullCount() < 0 || node.nullCount() > node.length()) {
+                    throw new IllegalArgumentException("field node " + i + ": length " + node.length()
+                            + ", null count " + node.nullCount());
+                }
+            }
+            // every top-level column has as many values as the batch has rows, and every buffer is as large as
+            // its values need (Arrow Java grows a column otherwise, and leaks the new buffer when that fails)
+            int[] at = {0, 0};
+            for (Field f : schema.getFields()) {
+                if (at[0] >= rb.nodesLength() || rb.nodes(at[0]).length() != rb.length()) {
+                    throw new IllegalArgumentException("column " + f.getName() + " does not have the batch's "
+                            + rb.length() + " rows");
+                }
+                sizes(f, rb, at);
+            }
+            for (int i = 0; i < rb.buffersLength(); i++) {
+                var b = rb.buffers(i);
+                long offset = b.offset();
+                long length = b.length();
+                if (offset < 0 || length < 0 || offset > bodyLength || length > bodyLength - offset) {
+                    throw new IllegalArgumentException("buffer " + i + " at " + offset + " of " + length
+                            + " bytes lies outside the batch's body of " + bodyLength + " bytes");
+                }
+            }
+        }
+
+        /** A field's buffers (and its children's, depth first) are large enough for its node's values. */
+        private static void sizes(Field f, RecordBatch rb, int[] at) {
+            if (at[0] >= rb.nodesLength()) {
+                throw new IllegalArgumentException("no field node for " + f.getName());
+            }
+            var node = rb.nodes(at[0]++);
+            long n = node.length();
+            int count = org.apache.arrow.vector.TypeLayout.getTypeBufferCount(f.getType());
+            if (at[1] + count > rb.buffersLength()) {
+                throw new IllegalArgumentException("not enough buffers for " + f.getName());
+            }
+            long validity = rb.buffers(at[1]).length();
+            long second = count > 1 ? rb.buffers(at[1] + 1).length() : 0;
+            at[1] += count;
+            if (validity < (n + 7) / 8 && !(validity == 0 && node.nullCount() == 0)) {
+                throw new IllegalArgumentException(f.getName() + ": validity buffer of " + validity + " bytes for "
+                        + n + " values");
+            }
+            long needed = switch (f.getType().getTypeID()) {
+                case Int -> n * (((ArrowType.Int) f.getType()).getBitWidth() / 8);
+                case Utf8, Binary, Map, List -> n > 0 ? (n + 1) * 4 : 0;
+                default -> 0;
+            };
+            if (second < needed) {
+                throw new IllegalArgumentException(f.getName() + ": a buffer of " + second + " bytes for " + n
+                        + " values (" + needed + " needed)");
+            }
+            for (Field c : f.getChildren()) {
+                sizes(c, rb, at);
+            }
+        }
+
         /** The next batch of the answer (rows a filter keeps), or null at its end. */
         ColumnarBatch next() {
-            VectorSchemaRoot root;
-            try {
-                if (!reader.loadNextBatch()) {
-                    return null;
-                }
-                root = reader.getVectorSchemaRoot();
-                ValueVectorUtility.validateFull(root);
-            } catch (IOException | RuntimeException e) {
-                throw malformed(shape.destination(), e);
+            VectorSchemaRoot loaded = nextRoot();
+            if (loaded == null) {
+                return null;
             }
             if (shape.filters() != null) {
-                root = keep(root);
+                loaded = keep(loaded);
             }
-            return columns(root);
+            last = loaded;
+            try {
+                return columns(loaded);
+            } catch (PymqException e) {
+                throw e;
+            } catch (RuntimeException e) {
+                throw malformed(shape.destination(), e);
+            }
+        }
+
+        /** The sequence number of a row of the batch {@link #next} returned last. */
+        long seq(int row) {
+            return ((BigIntVector) last.getVector("seq")).get(row);
         }
 
         /** The rows of {@code root} the pushed filters keep (a copy only when some row is dropped). */
@@ -326,10 +605,13 @@ final class Wire {
                 filtered.close();
                 filtered = null;
             }
+            if (root != null) {
+                root.close();
+            }
             try {
-                reader.close();
+                channel.close();
             } catch (IOException | RuntimeException ignored) {
-                // its buffers are released either way; a close failure changes nothing for the read
+                // a byte array's channel: nothing to release
             }
         }
     }

@@ -1,0 +1,99 @@
+package io.pymq.spark;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import org.junit.jupiter.api.Test;
+
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+/** spec/vectors/spark.json (offsets, read-limit sharing, splits, dedup ids): the Python twin runs the same. */
+class PlanVectorsTest {
+    private static Map<String, Long> positions(JsonNode node) {
+        Map<String, Long> out = new TreeMap<>();
+        node.fields().forEachRemaining(e -> out.put(e.getKey(), e.getValue().asLong()));
+        return out;
+    }
+
+    @Test
+    void offsets() throws Exception {
+        JsonNode v = VectorFiles.load("spark.json").get("offsets");
+        for (JsonNode c : v.get("valid")) {
+            assertEquals(positions(c.get("positions")), Plan.fromNode(c.get("offset")));
+            assertEquals(Options.JSON.readTree(Plan.toJson(positions(c.get("positions")))), c.get("offset"));
+        }
+        for (JsonNode bad : v.get("invalid")) {
+            PymqException e = assertThrows(PymqException.class, () -> Plan.fromNode(bad));
+            assertEquals(PymqException.CONFIG, e.code());
+        }
+    }
+
+    @Test
+    void cap() throws Exception {
+        for (JsonNode c : VectorFiles.load("spark.json").get("cap")) {
+            assertEquals(positions(c.get("result")), Plan.cap(positions(c.get("start")), positions(c.get("end")),
+                    c.get("max_messages").asLong()), c.toString());
+        }
+    }
+
+    @Test
+    void split() throws Exception {
+        for (JsonNode c : VectorFiles.load("spark.json").get("split")) {
+            List<Plan.Span> spans = new ArrayList<>();
+            for (JsonNode s : c.get("spans")) {
+                spans.add(new Plan.Span(s.get(0).asText(), s.get(1).asLong(), s.get(2).asLong()));
+            }
+            Long max = c.get("max_per_partition").isNull() ? null : c.get("max_per_partition").asLong();
+            List<List<Object>> got = new ArrayList<>();
+            for (Plan.Span s : Plan.split(spans, c.get("min_partitions").asLong(), max)) {
+                got.add(List.of(s.destination(), s.start(), s.end()));
+            }
+            List<List<Object>> want = new ArrayList<>();
+            for (JsonNode s : c.get("result")) {
+                want.add(List.of(s.get(0).asText(), s.get(1).asLong(), s.get(2).asLong()));
+            }
+            assertEquals(want, got, c.toString());
+        }
+    }
+
+    @Test
+    void splitByBytes() throws Exception {
+        JsonNode cases = VectorFiles.load("spark.json").get("split_by_bytes");
+        assertTrue(cases != null && cases.size() > 0, "spark.json has split_by_bytes vectors");
+        for (JsonNode c : cases) {
+            List<Plan.Chunk> chunks = new ArrayList<>();
+            for (JsonNode ch : c.get("chunks")) {
+                long[] seqs = new long[ch.get("seqs").size()];
+                for (int i = 0; i < seqs.length; i++) {
+                    seqs[i] = ch.get("seqs").get(i).asLong();
+                }
+                chunks.add(new Plan.Chunk(ch.get("start").asLong(), ch.get("end").asLong(), seqs,
+                        ch.get("bytes").asLong()));
+            }
+            List<List<Long>> got = new ArrayList<>();
+            for (Plan.Span s : Plan.splitByBytes(c.get("destination").asText(), chunks, c.get("target").asLong())) {
+                got.add(List.of(s.start(), s.end()));
+            }
+            List<List<Long>> want = new ArrayList<>();
+            for (JsonNode s : c.get("result")) {
+                want.add(List.of(s.get(0).asLong(), s.get(1).asLong()));
+            }
+            assertEquals(want, got, c.toString());
+        }
+    }
+
+    @Test
+    void dedupIds() throws Exception {
+        for (JsonNode c : VectorFiles.load("spark.json").get("dedup_ids")) {
+            String base = c.get("kind").asText().equals("stream")
+                    ? Plan.streamDedupBase(c.get("query_id").asText(), c.get("batch_id").asLong(), c.get("partition").asInt())
+                    : Plan.batchDedupBase(c.get("prefix").asText(), c.get("partition").asInt());
+            assertEquals(c.get("id").asText(), base + ":" + c.get("row").asLong());
+        }
+    }
+}

@@ -1,0 +1,57 @@
+"""A read of many destinations of a broker running several workers (spec/cores.md) is served by every
+worker: the JVM source plans each task with the worker that owns its destination (spec/spark.md §2,
+owners) and the task connects there, so nothing is forwarded between workers."""
+from __future__ import annotations
+
+from tests.spark._spark import need_spark
+
+need_spark()
+
+import pytest
+
+import pymq
+from pymq.destination import as_destination
+from pymq.routing import GroupRouter
+from tests.spark.test_batch import send
+
+pytestmark = pytest.mark.spark
+
+
+def test_each_task_reads_from_the_worker_that_owns_its_destination(spark, jvm_source, tmp_path):
+    from tests.conftest import RawStomp
+    from tests.cores.conftest import start_broker, stop_broker
+    from tests.spark._impls import JvmImpl
+    from tests.spark._spark import need_jvm_source
+    need_jvm_source(*jvm_source)
+    cluster = start_broker(str(tmp_path / "data"))
+    try:
+        url = f"stomp://127.0.0.1:{cluster.port}"
+        # CONNECTED says the home worker and how many there are (what the owner rule needs)
+        c = RawStomp(cluster.port)
+        frame = c.connect()
+        c.sock.close()
+        assert frame.headers["pymq-worker"] in ("0", "1") and frame.headers["pymq-workers"] == "2"
+        router = GroupRouter(["w0", "w1"])
+        owner = {}
+        i = 0
+        while len(owner) < 6:                      # three queues owned by each worker
+            name = f"/queue/spread.{i}"
+            w = int(router.route(name)[1:])
+            if sum(1 for v in owner.values() if v == w) < 3:
+                owner[name] = w
+            i += 1
+        for q in owner:
+            send(url, as_destination(q), [f"{q}#{k}" for k in range(4)])
+        impl = JvmImpl(spark)
+        parts = impl.batch(url, destinations=",".join(owner), minPartitions="1")
+        assert {p.destination: p.worker for p in parts} == owner
+        got = []
+        for p in parts:
+            got += impl.values([p])
+            assert p.connected_worker == owner[p.destination], p.destination   # connected to the owner
+        assert sorted(got) == sorted(f"{q}#{k}" for q in owner for k in range(4))
+        # and through Spark, the same rows
+        df = spark.read.format(impl.fmt).option("url", url).option("destinations", ",".join(owner)).load()
+        assert sorted(r.v for r in df.selectExpr("cast(value as string) v").collect()) == sorted(got)
+    finally:
+        stop_broker(cluster)
