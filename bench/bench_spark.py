@@ -299,7 +299,9 @@ def latency_run(spark, fmt: str, topic: str, rate: int, seconds: float, trigger:
     writer = df._jdf.writeStream().foreach(jvm.io.pymq.spark.LatencyProbe()) \
         .option("checkpointLocation", os.path.join(work, f"ck-{topic}"))
     if trigger.startswith("realtime:"):
-        writer = writer.trigger(jvm.org.apache.spark.sql.streaming.Trigger.RealTime(trigger.split(":", 1)[1]))
+        # real-time mode takes the update output mode only (each row is its own result)
+        writer = writer.outputMode("update").trigger(
+            jvm.org.apache.spark.sql.streaming.Trigger.RealTime(trigger.split(":", 1)[1]))
     else:
         writer = writer.trigger(jvm.org.apache.spark.sql.streaming.Trigger.ProcessingTime(trigger))
     query = writer.start()

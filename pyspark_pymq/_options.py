@@ -39,7 +39,8 @@ _READ_NAMES = (
     "startingOffsets", "endingOffsets", "startingTimestamp", "startingOffsetsByTimestamp", "endingTimestamp",
     "endingOffsetsByTimestamp", "maxMessagesPerTrigger", "maxOffsetsPerTrigger", "minMessagesPerTrigger",
     "minOffsetsPerTrigger", "maxTriggerDelay", "maxBytesPerTrigger", "minPartitions",
-    "maxMessagesPerPartition", "failOnDataLoss", "includeProperties", "fetchSize", "fetchRetries",
+    "maxMessagesPerPartition", "maxBytesPerPartition", "failOnDataLoss", "includeProperties", "fetchSize",
+    "fetchRetries",
     "fetchRetryIntervalMs", "filterPushdown",
 )
 _WRITE_NAMES = (
@@ -379,6 +380,9 @@ class ReadOptions:
     max_bytes_per_trigger: int | None = None
     min_partitions: int = 1
     max_messages_per_partition: int | None = None
+    #: the JVM source's split by bytes (spec/spark.md §2); accepted here so a query runs on either
+    #: implementation, and unused: this data source splits by width
+    max_bytes_per_partition: int = 64 * 1024 * 1024
     fail_on_data_loss: bool = True
     include_properties: bool = False
     fetch_size: int = 10_000
@@ -501,7 +505,9 @@ class ReadOptions:
             ending_by_timestamp=ending_by_ts, max_messages_per_trigger=max_msgs,
             min_messages_per_trigger=min_msgs, max_trigger_delay_ms=delay, max_bytes_per_trigger=max_bytes,
             min_partitions=_int(opts, "minPartitions", 1), max_messages_per_partition=_opt_int(
-                opts, "maxMessagesPerPartition"), fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+                opts, "maxMessagesPerPartition"),
+            max_bytes_per_partition=_int(opts, "maxBytesPerPartition", 64 * 1024 * 1024),
+            fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
             include_properties=_bool(opts, "includeProperties", False),
             fetch_size=_int(opts, "fetchSize", 10_000), fetch_retries=_int(opts, "fetchRetries", 3, minimum=0),
             fetch_retry_interval_ms=_int(opts, "fetchRetryIntervalMs", 1_000, minimum=0),

@@ -14,7 +14,7 @@ import java.util.Map;
  * that stopped early), is never kept.
  */
 final class Connections {
-    static final int LIMIT = 8;
+    static final int LIMIT = 4;
     /** Connections tried to reach a destination's owning worker (the kernel spreads them over workers). */
     static final int OWNER_ATTEMPTS = 16;
 
