@@ -17,9 +17,9 @@ asyncio stops accepting on that listener (plain STOMP clients locked out while T
   at most :data:`LINGER_S` (so the answer is not lost to the reset an unread request provokes), then
   closed.  At most :data:`MAX_LINGERING` refusals linger at once; beyond that, and for TLS listeners
   (nothing can be said before a handshake), the socket is closed at once.
-* **TLS under a deadline.**  The handshake runs here (``loop.start_tls``) with ``ssl_handshake_timeout``
-  the listener's deadline (``connect_timeout_ms``): a peer that stalls mid-handshake holds its slot that
-  long and no longer (asyncio's default is 60 s), and is counted all along.
+* **TLS under a deadline.**  The handshake runs here (``connect_accepted_socket(ssl=...)``) with
+  ``ssl_handshake_timeout`` the listener's deadline (``connect_timeout_ms``): a peer that stalls
+  mid-handshake holds its slot that long and no longer (asyncio's default is 60 s), and is counted all along.
 * Then the inner protocol (the STOMP adapter, the WebSocket upgrade, aiohttp's request handler) gets the
   (TLS) transport and every later event; bytes that came between the handshake's end and the attach are
   handed to it first.
@@ -148,12 +148,26 @@ class Listener:
     def _admit(self, conn: socket.socket) -> None:
         accepted = AcceptedSocket(self)
         self.open.add(accepted)
-        self.loop.create_task(self._connect(conn, lambda: accepted))
+        self.loop.create_task(self._connect(conn, lambda: accepted, tls=self.ssl_context is not None))
 
-    async def _connect(self, conn: socket.socket, factory: Callable[[], asyncio.Protocol]) -> None:
+    async def _connect(self, conn: socket.socket, factory: Callable[[], asyncio.Protocol], tls: bool = False) -> None:
+        # TLS through connect_accepted_socket(ssl=...), not start_tls on a plain transport: under uvloop
+        # start_tls missed ClientHellos that had already arrived and stalled those handshakes until their
+        # deadline (most clients, which speak first, failed: the bindings' TLS tests)
         try:
-            await self.loop.connect_accepted_socket(factory, conn)
-        except OSError:                    # the peer went before the transport was made
+            if tls:
+                await self.loop.connect_accepted_socket(factory, conn, ssl=self.ssl_context,
+                                                        ssl_handshake_timeout=self.handshake_timeout)
+            else:
+                await self.loop.connect_accepted_socket(factory, conn)
+        except (OSError, ssl.SSLError, asyncio.TimeoutError, EOFError) as exc:
+            # the peer went before the transport was made, or (TLS) a broken or stalled handshake: the
+            # client's affair; the slot goes back
+            if tls:
+                self.slots.handshakes_failed += 1
+                log.info("TLS handshake from %s failed: %s", _peer_host(conn),
+                         "not completed within connect_timeout_ms" if "taking longer" in str(exc)
+                         or isinstance(exc, asyncio.TimeoutError) else getattr(exc, "reason", None) or exc)
             conn.close()
             factory().connection_lost(None)
 
@@ -191,6 +205,14 @@ class Listener:
             self._closed.set()
 
 
+def _peer_host(conn: socket.socket) -> str:
+    try:
+        peer = conn.getpeername()
+    except OSError:
+        return "?"
+    return peer[0] if isinstance(peer, tuple) else "?"
+
+
 _lingering = 0
 #: SO_LINGER on, 0 s: close() resets the connection and frees its descriptor at once
 _RESET = struct.pack("ii", 1, 0)
@@ -224,7 +246,8 @@ class Refusal(asyncio.Protocol):
 
 
 class AcceptedSocket(asyncio.Protocol):
-    """One admitted socket: its TLS handshake, then the inner protocol; its slot back when it closes."""
+    """One admitted socket (over TLS once its handshake is done) and its inner protocol; its slot back when
+    it closes."""
 
     def __init__(self, listener: Listener) -> None:
         self.listener = listener
@@ -235,35 +258,7 @@ class AcceptedSocket(asyncio.Protocol):
         self._lost = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        listener = self.listener
-        if listener.ssl_context is None:
-            self._attach(transport)
-            return
-        listener.loop.create_task(self._tls(transport))  # type: ignore[arg-type]
-
-    async def _tls(self, raw: asyncio.Transport) -> None:
-        listener = self.listener
-        assert listener.ssl_context is not None
-        try:
-            transport = await listener.loop.start_tls(raw, self, listener.ssl_context, server_side=True,
-                                                      ssl_handshake_timeout=listener.handshake_timeout)
-        except (OSError, ssl.SSLError, asyncio.TimeoutError, EOFError) as exc:
-            # start_tls closed the socket; a broken or stalled handshake is the client's affair
-            listener.slots.handshakes_failed += 1
-            peer = raw.get_extra_info("peername")
-            log.info("TLS handshake from %s failed: %s", peer[0] if isinstance(peer, tuple) else "?",
-                     "not completed within connect_timeout_ms" if "taking longer" in str(exc)
-                     or isinstance(exc, asyncio.TimeoutError) else getattr(exc, "reason", None) or exc)
-            self._release()
-            return
-        except asyncio.CancelledError:
-            raw.close()
-            self._release()
-            raise
-        if self._lost or transport is None:
-            self._release()
-            return
-        self._attach(transport)
+        self._attach(transport)       # over TLS the handshake is done (Listener._connect)
 
     def _attach(self, transport: asyncio.BaseTransport) -> None:
         inner = self.listener.make_inner()
