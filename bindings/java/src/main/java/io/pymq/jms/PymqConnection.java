@@ -761,14 +761,24 @@ public class PymqConnection implements QueueConnection, TopicConnection {
         return t;
     }
 
-    void deleteTemporary(Destination d) throws JMSException {
+    /**
+     * Deletes one of this connection's temporary destinations on the broker (spec/stomp.md §3: UNSUBSCRIBE
+     * with {@code pymq-delete-temporary}), with the messages it holds.  Refused with IllegalStateException,
+     * before anything is sent, while a consumer of this connection reads it (JMS 3.1 §6.2.8): one still
+     * open, or one closed whose unacknowledged messages keep its subscription until the session acknowledges.
+     */
+    void deleteTemporary(PymqDestination d) throws JMSException {
         checkOpen();
         for (PymqSession s : sessions) {
             if (s.consumesFrom(d)) {
-                throw new IllegalStateException(d + " still has a consumer: close it before deleting the destination");
+                throw new IllegalStateException(d + " still has a consumer: close it (and acknowledge what it "
+                        + "received) before deleting the destination");
             }
         }
-        temporaries.remove(d);
+        if (temporaries.remove(d)) {
+            link().call("UNSUBSCRIBE", List.of(new Header("id", nextId("delete-")),
+                    new Header("pymq-delete-temporary", d.stompName())), null);
+        }
     }
 
     /** Checks that this connection may consume from {@code d} (its own, live temporary destinations only). */

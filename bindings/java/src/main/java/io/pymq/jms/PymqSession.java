@@ -183,9 +183,11 @@ public class PymqSession implements QueueSession, TopicSession {
         return t;
     }
 
+    /** Whether a consumer of this session still has a subscription to {@code d} (closed ones included
+     *  until their unacknowledged messages are settled). */
     boolean consumesFrom(Destination d) {
         for (PymqMessageConsumer c : consumers) {
-            if (c.destination.equals(d) && !c.closed) {
+            if (c.destination.equals(d)) {
                 return true;
             }
         }

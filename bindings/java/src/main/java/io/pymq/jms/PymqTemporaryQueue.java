@@ -8,8 +8,8 @@ import jakarta.jms.TemporaryQueue;
  * A temporary queue (spec/stomp.md §3): it lives as long as the connection that made it, and only that
  * connection consumes from it.  Its creator knows it as {@code /temp-queue/<name>}; in a message's
  * JMSReplyTo the broker rewrites that to the global {@code /temp-queue/tmp.<connection>.<name>}, which any
- * connection may send to.  The broker has no operation to delete one early: {@link #delete()} refuses new
- * consumers here, and the broker drops the queue with its connection.
+ * connection may send to.  {@link #delete()} drops it on the broker with the messages it holds (refused
+ * while a consumer of this connection reads it); otherwise the broker drops it with its connection.
  */
 public class PymqTemporaryQueue extends PymqQueue implements TemporaryQueue {
     private static final long serialVersionUID = 1L;
@@ -40,6 +40,9 @@ public class PymqTemporaryQueue extends PymqQueue implements TemporaryQueue {
     public void delete() throws JMSException {
         if (owner == null) {
             throw new IllegalStateException("only the connection that created " + stompName() + " can delete it");
+        }
+        if (deleted) {
+            return;
         }
         owner.deleteTemporary(this);
         deleted = true;

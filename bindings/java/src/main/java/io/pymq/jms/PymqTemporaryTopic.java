@@ -39,6 +39,9 @@ public class PymqTemporaryTopic extends PymqTopic implements TemporaryTopic {
         if (owner == null) {
             throw new IllegalStateException("only the connection that created " + stompName() + " can delete it");
         }
+        if (deleted) {
+            return;
+        }
         owner.deleteTemporary(this);
         deleted = true;
     }
