@@ -56,15 +56,14 @@ def frame(command: str, headers: dict, body: bytes = b"") -> bytes:
 
 
 def big_selector() -> str:
-    """A selector at the documented limits: 16,384 characters, about 1,000 comparisons in one OR."""
+    """A selector at the documented limits that takes longest to compile: ~16,370 characters of comparisons
+    each 28 parentheses deep (the parser descends through every precedence level for each)."""
     parts: list[str] = []
-    n = 0
-    while True:
-        part = f"a + b * {n} > c"
-        if sum(map(len, parts)) + 4 * len(parts) + len(part) > 16_384 - 8 or len(parts) >= 500:
+    for n in range(10_000):
+        part = "(" * 28 + f"a = {n}" + ")" * 28
+        if sum(map(len, parts)) + 4 * len(parts) + len(part) > 16_384 - 8:
             break
         parts.append(part)
-        n += 1
     return " OR ".join(parts)
 
 
@@ -248,9 +247,10 @@ def transaction(port: int, probe: Callable[[str], None], megabytes: int) -> dict
 
 def selectors(port: int, probe: Callable[[str], None], count: int) -> dict[str, Any]:
     text = big_selector()
-    client = Client(port)
     stop = threading.Event()
     waits: list[float] = []
+    alone = _bystander_alone(port, 2.0)
+    client = Client(port)
 
     def bystander() -> None:
         by = Client(port)
@@ -278,12 +278,35 @@ def selectors(port: int, probe: Callable[[str], None], count: int) -> dict[str, 
         made = min(count, start + 10)
     stop.set()
     thread.join(60)
-    waits.sort()
     return {"selector_chars": len(text), "subscribed": made, "error": client.error,
-            "bystander_round_trips": len(waits),
-            "bystander_max_ms": round(1000 * waits[-1], 1) if waits else None,
-            "bystander_p50_ms": round(1000 * waits[len(waits) // 2], 1) if waits else None,
+            "bystander_alone": _latencies(alone), "bystander_while_subscribing": _latencies(waits),
             "_clients": [client]}
+
+
+def _bystander_alone(port: int, seconds: float) -> list[float]:
+    """SEND + RECEIPT round trips of a client alone with the broker: the baseline of the same run."""
+    by = Client(port)
+    waits: list[float] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        tag = f"a{len(waits)}"
+        t0 = time.perf_counter()
+        by.send(frame("SEND", {"destination": "/queue/bystander", "persistent": "false", "receipt": tag}, b"x"))
+        if not by.wait(lambda tag=tag: tag in by.receipts, 30):
+            break
+        waits.append(time.perf_counter() - t0)
+        time.sleep(0.005)
+    by.close()
+    return waits
+
+
+def _latencies(waits: list[float]) -> dict[str, Any]:
+    waits = sorted(waits)
+    if not waits:
+        return {"round_trips": 0}
+    return {"round_trips": len(waits), "p50_ms": round(1000 * waits[len(waits) // 2], 1),
+            "p99_ms": round(1000 * waits[min(len(waits) - 1, int(len(waits) * 0.99))], 1),
+            "max_ms": round(1000 * waits[-1], 1)}
 
 
 def temporaries(port: int, probe: Callable[[str], None], count: int) -> dict[str, Any]:

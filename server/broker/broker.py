@@ -88,11 +88,9 @@ class QueueServices:
         self.max_decoded = max(MAX_DECODED_BYTES, flow.config.max_frame_size)
         self.clock = runtime.time
         self.now_ms = now_ms
-        self.release_reference = store.release
-        self.delivered = store.delivered
+        self.release_reference, self.delivered = store.release, store.delivered
         self.pager: Pager | None = Pager(store, flow)
-        self.message_gone = flow.message_gone
-        self.entry_gone, self.flow = flow.entry_gone, flow
+        self.message_gone, self.entry_gone, self.flow = flow.message_gone, flow.entry_gone, flow
         self.dead_letter: Callable[[Entry, str], None] = _not_wired
         self.on_expired: Callable[[Entry], None] = _not_wired
 
@@ -240,8 +238,7 @@ class Broker:
         """Place one SEND (``client`` None: the broker itself; ``admitted``: a COMMIT's SEND, checked with its
         transaction); a producer pauses while memory is high (spec/stomp.md §8) unless ``pause`` is false."""
         result = self.router.send(client, request, admitted)
-        if client is not None and pause:
-            self.flow.throttle(client)
+        self.flow.throttle(client if pause else None)
         return result
 
     def send_bulk(self, client: Client, request: BulkSendRequest) -> BulkResult:
@@ -255,8 +252,8 @@ class Broker:
         transaction's earlier SENDs add: a COMMIT's check)."""
         self.router.admit(client, request, unit)
 
-    def subscribe(self, client: Client, request: SubscribeRequest) -> Consumer:
-        return self.subscriptions.consumer(client, request)
+    def subscribe(self, client: Client, request: SubscribeRequest, selector: Any = None) -> Consumer:
+        return self.subscriptions.consumer(client, request, selector)
 
     def browse(self, client: Client, request: RangeRequest) -> Browse:
         return self.ranges.browse(client, request)

@@ -50,6 +50,11 @@ SELECTOR_COST = 1024
 CONNECTION_ALLOWANCE = 64 * 1024
 
 
+#: a selector longer than this compiles in a worker thread (a few ms to tens of ms; shorter ones take well
+#: under a millisecond and are shared through the compiler's cache)
+SELECTOR_ON_LOOP = 1024
+
+
 def selector_cost(text: str | None) -> int:
     """What a selector is charged, from its text, before it is compiled (0: no selector)."""
     if text is None or not text.strip():
@@ -202,15 +207,20 @@ class ConnectionHoldings:
             what += f" with a selector of {len(selector)} characters"
         return self.budget.charge(what, SUBSCRIPTION_COST + len(sub_id) + selector_cost(selector))
 
-    def temporary(self, kind: str, local: str) -> None:
-        """Charge a new temporary queue or topic (kept until the connection closes)."""
+    def temporary(self, local: str) -> None:
+        """Charge a new temporary queue or topic (until it is deleted or the connection closes)."""
         if self.temporaries >= self.max_temporaries:
             raise ResourceLimit(f"more than {self.max_temporaries} temporary destinations on one connection "
                                 f"(max_temporary_destinations_per_connection)",
                                 limit="max_temporary_destinations_per_connection")
         # its local name, its global name (tmp.<connection>.<local>) and the keys of two maps
-        self.budget.charge(f"temporary {kind} {local[:64]!r}", TEMPORARY_COST + 3 * len(local))
+        self.budget.charge(f"temporary destination {local[:64]!r}", TEMPORARY_COST + 3 * len(local))
         self.temporaries += 1
+
+    def temporary_gone(self, local: str) -> None:
+        """A temporary destination was deleted (JMS ``delete()``)."""
+        self.budget.release(TEMPORARY_COST + 3 * len(local))
+        self.temporaries -= 1
 
     def browse(self, sub_id: str) -> None:
         """Remember a browse's id (the last :data:`BROWSE_IDS_KEPT` of them, charged while remembered)."""

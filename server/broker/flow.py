@@ -175,9 +175,9 @@ class MemoryFlow:
         # resume from the loop, not from inside the dispatch/ack that freed the memory
         self.call_soon(self._resume_producers)
 
-    def throttle(self, producer: Producer) -> None:
-        """A producer's SEND was taken: it pauses if message memory is high."""
-        if self.high:
+    def throttle(self, producer: Producer | None) -> None:
+        """A producer's SEND was taken: it pauses if message memory is high (None: the broker's own SEND)."""
+        if self.high and producer is not None:
             self.block(producer)
 
     def block(self, producer: Producer) -> None:

@@ -10,7 +10,9 @@ their queue before any goes out again: redelivered first, in their original orde
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import logging
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
 
 from pymq.errors import PymqError
 from pymq.protocol.connection import StompConnection
@@ -18,6 +20,13 @@ from pymq.protocol.frame import Frame
 
 if TYPE_CHECKING:
     from pymq_server.broker.outlet import Link
+
+
+log = logging.getLogger("pymq.session")
+
+#: what a frame's handler returns when it finishes the frame later (:meth:`FrameIntake.later`): its
+#: receipt waits for that
+LATER: dict[str, str] = {}
 
 
 class FrameIntake:
@@ -49,6 +58,37 @@ class FrameIntake:
 
     def fail(self, exc: PymqError, frame: Frame | None = None) -> None:
         raise NotImplementedError
+
+    def frame_done(self, frame: Frame, extra: dict[str, str] | None = None) -> None:
+        """``frame`` is handled: its receipt (session.py)."""
+        raise NotImplementedError
+
+    def run_off_loop(self, work: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None:
+        """``work()`` in a worker thread, then ``done(result, error)`` on the loop (session.py)."""
+        raise NotImplementedError
+
+    def later(self, frame: Frame, reason: str, work: Callable[[], Any], then: Callable[[Any], None]) -> None:
+        """Finish ``frame`` later (its handler returns :data:`LATER`): ``work()`` runs in a worker thread
+        while this connection's next frames wait (input paused for ``reason``), then ``then(result)`` on
+        the loop, the frame's receipt, and the frames that waited. An error of either is the frame's ERROR."""
+        self.pause_input(reason)
+
+        def done(result: Any, error: BaseException | None) -> None:
+            if self.closed:
+                return
+            try:
+                if error is not None:
+                    if not isinstance(error, PymqError):
+                        log.error("%s of a %s failed", reason, frame.command, exc_info=error)
+                        error = PymqError("internal broker error; the connection is closed")
+                    raise error
+                then(result)
+            except PymqError as exc:
+                self.fail(exc, frame)
+                return
+            self.frame_done(frame)
+            self.resume_input(reason)
+        self.run_off_loop(work, done)
 
     def data_received(self, data: bytes | memoryview) -> None:
         if self.closed:

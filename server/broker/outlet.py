@@ -56,6 +56,12 @@ class FrameOutlet:
     version: str
     deliveries: DeliveryLedger
     consumers: dict[str, Consumer]
+    _pauses: set[str]
+
+    if TYPE_CHECKING:      # FrameIntake's (the session is both)
+        def pause_input(self, reason: str) -> None: ...
+
+        def resume_input(self, reason: str) -> None: ...
 
     def __init__(self) -> None:
         self.writable = True
@@ -104,10 +110,15 @@ class FrameOutlet:
 
     # -- browses -----------------------------------------------------------------------------------
     def start_browse(self, browse: Browse) -> None:
-        """Write a browse's messages and its end marker now, or after the browses already waiting."""
+        """Write a browse's messages and its end marker now, or after the browses already waiting (spec/stomp.md
+        §9). Nothing is acquired; an ActiveMQ-style client may UNSUBSCRIBE a browse, which is no error. One
+        browse at a time: while one waits for the outgoing buffer, this connection's next frames wait in its
+        socket (a client that asks for browses without reading them cannot make the broker build them all)."""
         self._browses.append(self._browse_cursor(browse))
         if len(self._browses) == 1:
             self._run_browses()
+        if self._browses:
+            self.pause_input("browse")
 
     def _browse_cursor(self, browse: Browse) -> Iterator[None]:
         """Writes ``browse``; yields when the transport says the outgoing buffer is full."""
@@ -132,11 +143,8 @@ class FrameOutlet:
                 next(browses[0])
             except StopIteration:
                 browses.popleft()
-        if not browses:
-            self.browses_done()
-
-    def browses_done(self) -> None:
-        """Every browse is written (the session reads its next frames again)."""
+        if not browses and "browse" in self._pauses:
+            self.resume_input("browse")            # every browse is written: the next frames are read
 
 
 class BrowseEntry:

@@ -20,26 +20,15 @@ from collections.abc import Callable
 
 from pymq_server.broker.acks import DeliveryLedger
 from pymq_server.broker.auth import ANONYMOUS, User
-from pymq_server.broker.budgets import ConnectionHoldings
+from pymq_server.broker.budgets import SELECTOR_ON_LOOP, ConnectionHoldings
 from pymq_server.broker.consumer import Consumer
 from pymq_server.broker.destination import ADMIN_DESTINATION
-from pymq_server.broker.intake import FrameIntake
+from pymq_server.broker.intake import LATER, FrameIntake
 from pymq_server.broker.outlet import FrameOutlet, Link
 from pymq_server.broker.receipts import ReceiptQueue
-from pymq_server.broker.requests import (
-    FORMAT_HEADER,
-    AckRequest,
-    BulkSendRequest,
-    RangeRequest,
-    SendRequest,
-    is_bulk,
-    parse_ack,
-    parse_ack_upto,
-    parse_bulk_send,
-    parse_send,
-    parse_subscribe,
-    parse_unsubscribe,
-)
+from pymq_server.broker.requests import (FORMAT_HEADER, AckRequest, BulkSendRequest, SendRequest, SubscribeRequest,
+                                         is_bulk, parse_ack, parse_ack_upto, parse_bulk_send, parse_send,
+                                         parse_subscribe, parse_unsubscribe)
 from pymq_server.broker.transactions import Transactions
 
 from pymq import errors
@@ -103,9 +92,16 @@ class BrokerSession(FrameIntake, FrameOutlet):
     def _handle(self, frame: Frame) -> None:
         self.received += 1
         extra = self._handlers[frame.command](frame)
+        if extra is not LATER:
+            self.frame_done(frame, extra)
+
+    def frame_done(self, frame: Frame, extra: dict[str, str] | None = None) -> None:
         receipt = frame.headers.get("receipt")
         if receipt is not None and frame.command not in ("CONNECT", "STOMP", "DISCONNECT"):
             self.receipts.receipt(receipt, extra)
+
+    def run_off_loop(self, work: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None:
+        self.broker.runtime.run_cpu_bound(work, done)
 
     # -- what the receipt queue needs --------------------------------------------------------------
     def write_receipt(self, receipt_id: str, extra: dict[str, str] | None) -> None:
@@ -272,7 +268,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         return message_id
 
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
-    def _on_subscribe(self, frame: Frame) -> None:
+    def _on_subscribe(self, frame: Frame) -> dict[str, str] | None:
         request = parse_subscribe(frame.headers)
         sub_id = request.id
         if sub_id in self.consumers:
@@ -281,32 +277,27 @@ class BrokerSession(FrameIntake, FrameOutlet):
         if len(self.consumers) >= self.broker.config.max_subscriptions_per_connection:
             raise ResourceLimit(f"more than {self.broker.config.max_subscriptions_per_connection} "
                                 f"subscriptions on one connection")
-        if request.browse is not None:
-            self._browse(request.browse)
-            return
+        if request.browse is not None:      # (spec/stomp.md §9; outlet.py writes it, one at a time)
+            self.holdings.browse(sub_id)
+            self.start_browse(self.broker.browse(self, request.browse))
+            return None
         cost = self.holdings.subscription(sub_id, request.selector)     # before the selector is compiled
-        consumer = self.broker.subscribe(self, request)
+        text = request.selector
+        if text is not None and len(text) > SELECTOR_ON_LOOP:
+            # tens of milliseconds: compiled in a worker thread while the loop serves everyone else and this
+            # connection's next frames wait (spec/selector.md §7)
+            self.later(frame, "selector", lambda: self.broker.compile_selector(text),
+                       lambda selector: self._subscribe(request, cost, selector))
+            return LATER
+        self._subscribe(request, cost, None)
+        return None
+
+    def _subscribe(self, request: SubscribeRequest, cost: int, selector: object) -> None:
+        consumer = self.broker.subscribe(self, request, selector)
         consumer.cost = cost
-        self.consumers[sub_id] = consumer
+        self.consumers[request.id] = consumer
         consumer.queue.add_consumer(consumer)
         self.broker.consumer_added(consumer)
-
-    def _browse(self, request: RangeRequest) -> None:
-        """Each message of the range once (``browser:true``), then the ``browser:end`` marker with the
-        bounds (spec/stomp.md §9).  Nothing is acquired.  Written while the outgoing buffer has room,
-        after the browses already waiting.  An ActiveMQ-style client may UNSUBSCRIBE a browse, which
-        must not be an error. One browse at a time: while one waits for the outgoing buffer, this
-        connection's next frames wait in its socket (a client that asks for browses without reading them
-        cannot make the broker build them all)."""
-        self.holdings.browse(request.id)
-        self.start_browse(self.broker.browse(self, request))
-        if self._browses:
-            self.pause_input("browse")
-
-    def browses_done(self) -> None:
-        """Every browse is written (outlet.py): the next frames are read."""
-        if "browse" in self._pauses:
-            self.resume_input("browse")
 
     def _on_unsubscribe(self, frame: Frame) -> None:
         request = parse_unsubscribe(frame.headers)
@@ -395,25 +386,22 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self._closing_after_receipts = True
         self.receipts.receipt(receipt)
 
-    # -- temporary queues --------------------------------------------------------------------------
+    # -- temporary queues and topics (charged to the connection's budget while they exist) ------------
     def temp_queue(self, local: str, create: bool = True):
-        queue = self.temp_queues.get(local)
-        if queue is None and create:
-            self.holdings.temporary("queue", local)
-            queue = self.broker.create_temp_queue(self, local)
-            self.temp_queues[local] = queue
-        return queue
-
-    def forget_temporary(self, kind: str, local: str) -> None:
-        (self.temp_queues if kind == "temp-queue" else self.temp_topics).pop(local, None)
+        return self._temporary(self.temp_queues, local, create, self.broker.create_temp_queue)
 
     def temp_topic(self, local: str, create: bool = True):
-        topic = self.temp_topics.get(local)
-        if topic is None and create:
-            self.holdings.temporary("topic", local)
-            topic = self.broker.create_temp_topic(self, local)
-            self.temp_topics[local] = topic
-        return topic
+        return self._temporary(self.temp_topics, local, create, self.broker.create_temp_topic)
+
+    def _temporary(self, made: dict, local: str, create: bool, make: Callable[[Any, str], Any]) -> Any:
+        if local not in made and create:
+            self.holdings.temporary(local)
+            made[local] = make(self, local)
+        return made.get(local)
+
+    def forget_temporary(self, kind: str, local: str) -> None:
+        if (self.temp_queues if kind == "temp-queue" else self.temp_topics).pop(local, None) is not None:
+            self.holdings.temporary_gone(local)
 
     @property
     def is_cluster(self) -> bool:

@@ -17,6 +17,7 @@ Depends on: destinations (layer 1), and the cluster membership, which hears of e
 from __future__ import annotations
 
 import json
+from typing import Any
 from collections.abc import Callable, Iterator
 
 from pymq_server.broker.acl import is_admin
@@ -113,13 +114,14 @@ class Subscriptions:
         return None
 
     # -- consumers --------------------------------------------------------------------------------
-    def consumer(self, client: Client, request: SubscribeRequest) -> Consumer:
+    def consumer(self, client: Client, request: SubscribeRequest, compiled: Any = None) -> Consumer:
         """A consumer for a SUBSCRIBE (not attached yet): of a queue, a temporary queue or a topic
-        subscription, created as the request says."""
+        subscription, created as the request says; ``compiled``: its selector, compiled already (off the
+        loop, by the session)."""
         destinations = self.destinations
         destination = request.destination
         kind, name = destinations.resolve(destination)
-        selector = self.compile_selector(request.selector)
+        selector = compiled if compiled is not None else self.compile_selector(request.selector)
         prefetch = request.prefetch
         if prefetch is None:
             prefetch = self.default_prefetch if request.ack != AUTO else 0
