@@ -154,6 +154,33 @@ cdef class PageAllocator:
             raise AllocatorError(f"page {page} is {KIND_NAMES[kind]}: double free")
         self._counts[kind] -= 1
 
+    def lowest_free(self, Py_ssize_t count):
+        cdef const unsigned char* data = self._table
+        cdef Py_ssize_t n = len(self._table), at = self._hint
+        cdef const void* hit
+        found = []
+        while len(found) < count and at < n:
+            hit = memchr(data + at, FREE, n - at)
+            if hit == NULL:
+                break
+            at = <const unsigned char*>hit - data
+            found.append(at)
+            at += 1
+        return found
+
+    cpdef unallocate(self, Py_ssize_t page):
+        cdef int kind
+        if page < self.reserved or page >= len(self._table):
+            raise AllocatorError(f"page {page} is not an allocated page")
+        kind = self._table[page]
+        if kind != PERSISTENT and kind != NON_PERSISTENT and kind != SYSTEM:
+            raise AllocatorError(f"page {page} is {KIND_NAMES[kind]}: double free")
+        self._table[page] = FREE
+        self._counts[kind] -= 1
+        self._counts[FREE] += 1
+        if page < self._hint:
+            self._hint = page
+
     def begin_checkpoint(self):
         cdef Py_ssize_t page
         if self._in_checkpoint:

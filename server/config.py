@@ -213,6 +213,9 @@ class FileDeviceConfig(_Section):
     max_bytes: Size | None = Field(None, description="bound of the page file (unbounded when unset)")
     fsync: bool = Field(True, description="false skips every fsync: fast, and loses data on a power "
                                           "failure (tests, throwaway brokers)")
+    headroom_bytes: Size | None = Field(None, description="disk space held back (a file named `headroom`) so "
+                                        "that a checkpoint can always run and give consumed space back on a "
+                                        "full disk (default four pages and 64 KiB; 0: none)")
 
     @field_validator("page_size")
     @classmethod

@@ -158,6 +158,35 @@ class PageAllocator:
             raise AllocatorError(f"page {page} is {KIND_NAMES[kind]}: double free")
         self._counts[kind] -= 1
 
+    def lowest_free(self, count: int) -> list[int]:
+        """The FREE pages the next ``count`` calls of ``allocate`` would hand out, lowest first (fewer when
+        the file has fewer: the rest would grow it)."""
+        table = self._table
+        found: list[int] = []
+        at = self._hint
+        while len(found) < count:
+            at = table.find(FREE, at)
+            if at < 0:
+                break
+            found.append(at)
+            at += 1
+        return found
+
+    def unallocate(self, page: int) -> None:
+        """Give back at once a page no durable state has ever named (a failed checkpoint's own pages): FREE
+        now, whatever its kind, instead of waiting for the next checkpoint as ``free`` makes it."""
+        table = self._table
+        if page < self.reserved or page >= len(table):
+            raise AllocatorError(f"page {page} is not an allocated page")
+        kind = table[page]
+        if kind not in (PERSISTENT, NON_PERSISTENT, SYSTEM):
+            raise AllocatorError(f"page {page} is {KIND_NAMES[kind]}: double free")
+        table[page] = FREE
+        self._counts[kind] -= 1
+        self._counts[FREE] += 1
+        if page < self._hint:
+            self._hint = page
+
     def begin_checkpoint(self) -> bytes:
         """Snapshot for a checkpoint: pages freed so far wait for it; returns the durable table."""
         if self._in_checkpoint:

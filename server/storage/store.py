@@ -345,8 +345,12 @@ class HoldingStore:
 
     def maintain(self, now: float | None = None) -> None:
         """Bring back devices out of service (``repairs.py``) and start the checkpoints that are due (broker
-        thread, on a timer)."""
+        thread, on a timer): a device short of space gives consumed space back this way even when nothing
+        syncs (consumers acknowledging without receipts)."""
         self.repairs.maintain(now)
+        for device in self.devices.values():
+            if device.name not in self.repairs.unopened:
+                self.commits.checkpoint_if_due(device)
 
     # -- recovery and catalog --------------------------------------------------------------------------------
     def recover(self) -> Iterator[tuple[HoldingDevice, StoredMessage, list[str]]]:

@@ -40,7 +40,8 @@ def _known_settings() -> set[str]:
     from pydantic import BaseModel
     from pymq_server import config as c
     names: set[str] = set()
-    for model in (c.BrokerConfig, c.QueueConfig, c.StorageConfig, c.TlsConfig, c.WebSocketConfig, c.ClusterConfig):
+    for model in (c.BrokerConfig, c.QueueConfig, c.StorageConfig, c.TlsConfig, c.WebSocketConfig, c.ClusterConfig,
+                  c.MemoryDeviceConfig, c.FileDeviceConfig, c.SqlDeviceConfig, c.GridDeviceConfig):
         names |= set(model.model_fields)
     for section in ("storage", "tls", "websocket", "cluster"):
         field = c.BrokerConfig.model_fields[section]

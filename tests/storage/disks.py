@@ -31,16 +31,18 @@ class SmallDisk:
     def fill(self, name: str, nbytes: int) -> Path:
         """A ballast file of ``nbytes`` (as much as fits); delete it to give the space back."""
         target = self.path / name
-        with open(target, "wb") as fh:
-            chunk = b"\0" * 65536
+        with open(target, "wb", buffering=0) as fh:       # unbuffered: a full disk stops the write, not close
+            chunk = memoryview(b"\0" * 65536)
             written = 0
             try:
                 while written < nbytes:
-                    fh.write(chunk[:min(len(chunk), nbytes - written)])
-                    written += min(len(chunk), nbytes - written)
-                fh.flush()
+                    written += fh.write(chunk[:min(len(chunk), nbytes - written)])
             except OSError:
-                pass
+                # the last bytes that fit: down to one block, so that no block is left free
+                try:
+                    fh.write(chunk[:4096])
+                except OSError:
+                    pass
         return target
 
     def free(self) -> int:

@@ -21,6 +21,8 @@ from collections import Counter
 
 from pymq_server.storage.file.fileio import FileIO
 
+BLOCK = 4096
+
 #: calls that need new disk space
 SPACE_CALLS = ("open", "write", "pwrite", "reserve")
 ALL_CALLS = ("open", "write", "pwrite", "pread", "datasync", "fsync", "truncate", "reserve")
@@ -34,7 +36,13 @@ class FaultyIO(FileIO):
         self.calls: Counter[str] = Counter()
         self.failures: Counter[str] = Counter()
         self._full = False
+        #: with ``disk_full(budget=...)``: bytes of new space the full disk still has; files deleted, cut or
+        #: punched give theirs back to it (a disk that breathes); None: every call needing space fails
+        self._budget: int | None = None
         self._reserved: dict[int, int] = {}      # fd -> end of the space reserved for it
+        self._paths: dict[int, str] = {}         # fd -> path (the budget's files)
+        self._extent: dict[str, int] = {}        # path -> blocks held from 0, less its holes (the budget's)
+        self._holes: dict[str, set[int]] = {}
 
     # -- the switch ------------------------------------------------------------------------------
     def fail(self, *calls: str, err: int = errno.EIO, after: int = 0) -> "FaultyIO":
@@ -47,22 +55,38 @@ class FaultyIO(FileIO):
                 self._after[call] = after
         return self
 
-    def disk_full(self) -> "FaultyIO":
+    def disk_full(self, budget: int | None = None) -> "FaultyIO":
+        """Every call that needs new blocks fails with ENOSPC; with ``budget``, once that many bytes are used
+        up, and what ``unlink``, ``truncate`` and ``punch`` free is added back (the disk's free space)."""
         with self._lock:
             self._full = True
+            self._budget = budget
+            # what the files hold now counts as held
+            for fd, path in self._paths.items():
+                try:
+                    size = max(os.fstat(fd).st_size, self._reserved.get(fd, 0))
+                except OSError:
+                    continue
+                self._extent[path] = max(self._extent.get(path, 0), -(-size // BLOCK))
         return self
+
+    @property
+    def budget(self) -> int | None:
+        with self._lock:
+            return self._budget
 
     def heal(self) -> "FaultyIO":
         with self._lock:
             self._failing.clear()
             self._after.clear()
             self._full = False
+            self._budget = None
         return self
 
     def _need_space(self, call: str, fd: int | None = None, end: int | None = None) -> None:
         """ENOSPC while the disk is full, unless the bytes up to ``end`` of ``fd`` are held already."""
         with self._lock:
-            if not self._full:
+            if not self._full or self._budget is not None:
                 return
             if fd is not None and end is not None:
                 held = max(self._reserved.get(fd, 0), os.fstat(fd).st_size)
@@ -70,6 +94,30 @@ class FaultyIO(FileIO):
                     return
             self.failures[call] += 1
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    # -- the budget: a logical disk (per file: the blocks it holds, as an extent with holes) ----------------
+    def _take(self, call: str, fd: int, start: int, end: int) -> None:
+        """Blocks ``start..end`` of ``fd`` are needed: charged to the budget unless the file holds them."""
+        with self._lock:
+            path = self._paths.get(fd)
+            if path is None or end <= start:
+                return
+            extent = self._extent.setdefault(path, 0)
+            holes = self._holes.setdefault(path, set())
+            first, last = start // BLOCK, -(-end // BLOCK)
+            need = [b for b in range(first, last) if b >= extent or b in holes]
+            if self._budget is not None:
+                if len(need) * BLOCK > self._budget:
+                    self.failures[call] += 1
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                self._budget -= len(need) * BLOCK
+            holes.difference_update(need)
+            self._extent[path] = max(extent, last)
+
+    def _give(self, blocks: int) -> None:
+        with self._lock:
+            if self._budget is not None:
+                self._budget += blocks * BLOCK
 
     def _check(self, call: str) -> None:
         with self._lock:
@@ -87,21 +135,36 @@ class FaultyIO(FileIO):
     def open(self, path, flags, mode=0o644):
         if flags & os.O_CREAT:
             self._check("open")
-            if not os.path.exists(path):
+            if not os.path.exists(path) and self.budget is None:
                 self._need_space("open")
+        existed = os.path.exists(path)
         fd = super().open(path, flags, mode)
         with self._lock:
             self._reserved.pop(fd, None)
+            self._paths[fd] = path
+            if not existed or flags & os.O_TRUNC:
+                self._extent[path] = 0
+                self._holes.pop(path, None)
+            elif path not in self._extent:
+                self._extent[path] = -(-os.fstat(fd).st_size // BLOCK)
         return fd
+
+    def close(self, fd):
+        with self._lock:
+            self._paths.pop(fd, None)
+        super().close(fd)
 
     def write(self, fd, data):
         self._check("write")
-        self._need_space("write", fd, os.fstat(fd).st_size + len(data))
+        size = os.fstat(fd).st_size
+        self._need_space("write", fd, size + len(data))
+        self._take("write", fd, size, size + len(data))
         return super().write(fd, data)
 
     def pwrite(self, fd, data, offset):
         self._check("pwrite")
         self._need_space("pwrite", fd, offset + len(data))
+        self._take("pwrite", fd, offset, offset + len(data))
         return super().pwrite(fd, data, offset)
 
     def pread(self, fd, size, offset):
@@ -119,13 +182,43 @@ class FaultyIO(FileIO):
     def truncate(self, fd, length):
         self._check("truncate")
         super().truncate(fd, length)
+        with self._lock:
+            path = self._paths.get(fd)
+            if path is None or path not in self._extent:
+                return
+            keep = -(-length // BLOCK)
+            holes = self._holes.get(path, set())
+            gone = max(0, self._extent[path] - keep) - sum(1 for b in holes if b >= keep)
+            self._holes[path] = {b for b in holes if b < keep}
+            self._extent[path] = min(self._extent[path], keep)
+        self._give(gone)
+
+    def punch(self, fd, offset, length):
+        done = super().punch(fd, offset, length)
+        with self._lock:
+            path = self._paths.get(fd)
+            if not done or path is None or path not in self._extent:
+                return done
+            holes = self._holes.setdefault(path, set())
+            blocks = {b for b in range(-(-offset // BLOCK), (offset + length) // BLOCK)
+                      if b < self._extent[path] and b not in holes}
+            holes |= blocks
+        self._give(len(blocks))
+        return done
+
+    def unlink(self, path):
+        super().unlink(path)
+        with self._lock:
+            blocks = self._extent.pop(path, 0) - len(self._holes.pop(path, set()))
+        self._give(blocks)
 
     def reserve(self, fd, offset, length):
         self._check("reserve")
         with self._lock:
             held = self._reserved.get(fd, 0)
-        if offset + length > held:
+        if offset + length > held and self.budget is None:
             self._need_space("reserve")
+        self._take("reserve", fd, offset, offset + length)
         done = super().reserve(fd, offset, length)
         with self._lock:
             self._reserved[fd] = max(held, offset + length)

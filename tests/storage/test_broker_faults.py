@@ -14,6 +14,8 @@ from __future__ import annotations
 import errno
 import time
 
+import yaml
+
 import pymq
 from tests.conftest import RawStomp, wait_for
 
@@ -127,20 +129,56 @@ def test_a_full_disk_answers_every_send_keeps_serving_and_recovers_without_resta
     assert restarted.terminate() == 0
 
 
-def test_a_broker_restarted_on_a_full_disk_recovers_read_only_and_says_so(small_disk, broker_processes):
+def _no_headroom(tmp_path) -> str:
+    path = tmp_path / "no-headroom.yaml"
+    path.write_text(yaml.safe_dump({"storage": {"devices": {"memory": {"kind": "memory"},
+                                                            "file": {"kind": "file", "headroom_bytes": 0}},
+                                                "persistent_device": "file"}}))
+    return str(path)
+
+
+def test_a_broker_restarted_on_a_full_disk_recovers_read_only_and_says_so(small_disk, broker_processes, tmp_path):
+    """Without headroom (``headroom_bytes: 0``) the writes that follow recovery meet the full disk: the device
+    serves what it recovered read-only, says so, and takes messages again once space returns."""
     disk = small_disk(8 << 20)
     ballast = disk.fill("ballast", 4 << 20)
-    bp = broker_processes(disk.path / "data")
+    config = _no_headroom(tmp_path)
+    bp = broker_processes(disk.path / "data", config=config)
     receipted, _ = send_until_refused(bp.port, silence_is_failure=False)
     bp.kill()                                               # kill -9 on a full disk
-    restarted = broker_processes(disk.path / "data")       # the landed main refused to start here
+    last_bytes = disk.fill("last-bytes", 8 << 20)           # whatever the refusal left: not a block free
+    restarted = broker_processes(disk.path / "data", config=config)   # the landed main refused to start here
     assert restarted.wait_log(r"READ-ONLY.*No space left on device"), restarted.log
     # what was acknowledged is served; new persistent messages are refused, with an answer
     assert roundtrip(restarted.port, {"destination": "/queue/new"}, body(1)) == "ERROR"
     assert roundtrip(restarted.port, {"destination": "/queue/new", "persistent": "false"}) == "RECEIPT"
     assert drain(restarted.port, "/queue/full") == receipted
     ballast.unlink()
+    last_bytes.unlink()
     assert persistent_accepted_again(restarted.port, "/queue/after"), restarted.log
+    assert restarted.terminate() == 0, restarted.log
+    again = broker_processes(disk.path / "data", config=config)
+    assert drain(again.port, "/queue/after") == [999_999]
+    assert again.terminate() == 0
+
+
+def test_a_broker_restarted_on_a_full_disk_writes_with_its_headroom(small_disk, broker_processes):
+    """With the headroom (the default) the checkpoint after recovery has room: the restart is not read-only.
+    The disk is still full of messages nobody consumed, so new persistent ones are refused, with an answer;
+    what was acknowledged is served, and consuming it makes room again without a restart."""
+    disk = small_disk(8 << 20)
+    disk.fill("ballast", 4 << 20)
+    bp = broker_processes(disk.path / "data")
+    receipted, _ = send_until_refused(bp.port, silence_is_failure=False)
+    bp.kill()
+    disk.fill("last-bytes", 8 << 20)                        # whatever the refusal left: not a block free
+    restarted = broker_processes(disk.path / "data")
+    assert restarted.wait_log(r"recovered \d+ persistent messages"), restarted.log
+    assert "READ-ONLY" not in restarted.log, restarted.log
+    assert roundtrip(restarted.port, {"destination": "/queue/new"}, body(1)) == "ERROR"
+    assert roundtrip(restarted.port, {"destination": "/queue/new", "persistent": "false"}) == "RECEIPT"
+    assert drain(restarted.port, "/queue/full") == receipted
+    assert persistent_accepted_again(restarted.port, "/queue/after"), restarted.log   # the ballast stays
     assert restarted.terminate() == 0, restarted.log
     again = broker_processes(disk.path / "data")
     assert drain(again.port, "/queue/after") == [999_999]

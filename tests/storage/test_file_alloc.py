@@ -53,6 +53,36 @@ def test_failed_checkpoint_keeps_pages_waiting(alloc_mod):
     a.check()
 
 
+def test_unallocate_gives_a_page_no_checkpoint_named_back_at_once(alloc_mod):
+    """A failed checkpoint's own pages were never durable: FREE again at once (``free`` would keep them
+    waiting for the next checkpoint, and a disk that keeps failing checkpoints would leak a page each)."""
+    alloc = alloc_mod.PageAllocator(3)
+    live = alloc.allocate(P)
+    ckpt = alloc.allocate(SYS)
+    alloc.unallocate(ckpt)
+    assert alloc.kind(ckpt) == FREE and alloc.free_count == 1 and alloc.count(SYS) == 3
+    assert alloc.allocate(SYS) == ckpt                 # lowest free first: the same page again
+    alloc.unallocate(ckpt)
+    assert alloc.trim() == live + 1                    # and it can be cut from the end of the file
+    with pytest.raises(alloc_mod.AllocatorError):
+        alloc.unallocate(ckpt)                         # twice
+    alloc.free(live)
+    with pytest.raises(alloc_mod.AllocatorError):
+        alloc.unallocate(live)                         # a page waiting for a checkpoint is not unnamed
+    alloc.check()
+
+
+def test_lowest_free_names_the_pages_allocate_hands_out_next(alloc_mod):
+    alloc = alloc_mod.PageAllocator(3)
+    pages = [alloc.allocate(NP) for _ in range(8)]     # 3..10
+    for page in (9, 4, 6):
+        alloc.free(page)                               # non-persistent: free at once
+    assert alloc.lowest_free(2) == [4, 6]
+    assert alloc.lowest_free(10) == [4, 6, 9]          # fewer: the rest would grow the file
+    assert [alloc.allocate(P) for _ in range(4)] == [4, 6, 9, 11]
+    assert alloc.lowest_free(1) == [] and pages[0] == 3
+
+
 def test_from_table_frees_non_persistent_pages(alloc_mod):
     table = bytes([SYS, SYS, SYS, P, NP, FREE, NP, P, SYS])
     a = alloc_mod.PageAllocator.from_table(table, reserved=3)
@@ -219,7 +249,7 @@ def test_twins_agree_on_random_runs():
     impls = [m for m in IMPLEMENTATIONS.values() if m is not None]
 
     @settings(max_examples=100, deadline=None)
-    @given(st.lists(st.tuples(st.sampled_from(["alloc", "free", "ckpt", "trim"]), st.integers(0, 40)),
+    @given(st.lists(st.tuples(st.sampled_from(["alloc", "free", "unalloc", "ckpt", "trim"]), st.integers(0, 40)),
                     max_size=80))
     def run(ops):
         allocs = [m.PageAllocator(reserved=3) for m in impls]
@@ -233,6 +263,11 @@ def test_twins_agree_on_random_runs():
                 page = held.pop(arg % len(held))
                 for a in allocs:
                     a.free(page)
+            elif op == "unalloc" and held:
+                page = held.pop(arg % len(held))
+                for a in allocs:
+                    a.unallocate(page)
+                    a.check()
             elif op == "ckpt":
                 tables = {a.begin_checkpoint() for a in allocs}
                 assert len(tables) == 1
@@ -240,5 +275,6 @@ def test_twins_agree_on_random_runs():
                     a.end_checkpoint()
             elif op == "trim":
                 assert len({a.trim() for a in allocs}) == 1
+            assert len({tuple(a.lowest_free(arg % 5)) for a in allocs}) == 1
         assert len({a.table() for a in allocs}) == 1
     run()

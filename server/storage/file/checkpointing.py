@@ -5,6 +5,12 @@ bitmaps, names, catalog) and then the alternate meta page; the log restarts in a
 freed before a checkpoint become reusable only once it is durable, so the last durable checkpoint never
 points at overwritten bytes.  Trailing free pages are cut from the end of the file (spec/storage.md §4).
 A repair is a checkpoint that starts a new log chain (§8).
+
+Under space pressure — a write refused for lack of space since the last checkpoint, or less free disk than a
+checkpoint would give back — a checkpoint is due as soon as it gives back ``PRESSURE_BYTES`` (the log since
+the last one, and the pages freed since), whatever ``checkpoint_bytes`` says: consuming gives the space back
+without a restart. A checkpoint that meets a full disk uses the store's headroom (``headroom.py``) and
+tries once more.
 """
 from __future__ import annotations
 
@@ -15,10 +21,11 @@ from collections.abc import Callable
 
 from pymq.errors import StorageError
 
-from ..page_alloc import PERSISTENT, SYSTEM
+from ..page_alloc import PENDING, PERSISTENT, SYSTEM
 from . import checkpoint as ckpt
 from . import format as fmt
 from .crc import crc32c
+from .fileio import is_no_space
 from .pagefile import Meta
 from .state import OpenStore, describe, log
 from .status import StoreStatus
@@ -34,6 +41,9 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 
 _TRIM = _malloc_trim()
+
+#: under space pressure a checkpoint is due once it would give back this many bytes (log and freed pages)
+PRESSURE_BYTES = 64 * 1024
 
 
 def return_freed_memory() -> None:
@@ -62,9 +72,37 @@ class Checkpointer:
 
     @property
     def due(self) -> bool:
+        """A checkpoint should run: ``checkpoint_bytes`` of log since the last one, or space pressure and a
+        checkpoint would give back at least ``PRESSURE_BYTES`` (see the module docstring)."""
         store = self.store
-        return store.log.since_checkpoint >= self.checkpoint_bytes and store.fault is None \
-            and store.status is StoreStatus.OPEN
+        if store.fault is not None or store.status is not StoreStatus.OPEN or store.read_only:
+            return False
+        logged = store.log.since_checkpoint
+        if logged >= self.checkpoint_bytes:
+            return True
+        # what a checkpoint gives back: the log's segment (the disk space it holds, reserved ahead or written),
+        # the pages freed since the last one and the tails left empty, and the free pages it can cut from the
+        # end of the file
+        seg = store.log.segment
+        alloc = store.pages.alloc
+        held = max(logged, seg.reserved or seg.size) if seg is not None else logged
+        empty_tails = sum(1 for page in store.pages.tail.values() if page is not None and not page.live_count)
+        freed = held + (alloc.count(PENDING) + empty_tails) * store.page_size
+        if self._shrinkable():
+            freed += alloc.free_count * store.page_size
+        else:
+            freed += (alloc.free_count - len(store.pages.punched)) * store.page_size    # free pages to punch
+        if freed < PRESSURE_BYTES:
+            return False
+        if store.space_refused or not store.headroom.available():
+            return True
+        disk = store.io.free_space(store.directory)
+        return disk is not None and disk < freed
+
+    @property
+    def pressure(self) -> bool:
+        """The disk was short of space since the last checkpoint (the status reports it)."""
+        return self.store.space_refused
 
     @property
     def overdue(self) -> bool:
@@ -150,6 +188,72 @@ class Checkpointer:
             return True
 
     def checkpoint_locked(self, new_chain: bool = False) -> None:
+        """Write a checkpoint (caller holds ``sync_lock``); on a full disk give up the headroom and try once
+        more, then hold the headroom again (``headroom.py``). Under space pressure, when the checkpoint's own
+        pages end up the last of the file above free ones, write one more: it takes lower pages and the file
+        shrinks (a drained store gives its pages back at once, not at some later checkpoint)."""
+        store = self.store
+        headroom = store.headroom
+        in_fault = store.fault is not None
+        pressure = store.space_refused or not headroom.held or self._disk_short()
+        try:
+            self._write(new_chain)
+        except StorageError as exc:
+            cause = exc.__cause__
+            if cause is None or not is_no_space(cause) or not headroom.held or \
+                    (store.fault is not None and not in_fault and not new_chain):
+                raise
+            log.warning("file device %r: the disk is full; its checkpoint uses the headroom held for it (%d "
+                        "bytes) to give consumed space back", store.name, headroom.size)
+            with store.lock:
+                headroom.release()              # new messages needing new space are refused meanwhile
+            try:
+                self._write(new_chain)
+            finally:
+                self._hold_headroom()           # before new messages may take what the checkpoint freed
+            pressure = True
+        else:
+            self._hold_headroom()
+        if pressure:
+            if self._shrinkable():
+                try:
+                    self._write()
+                except StorageError as exc:      # the checkpoint above is durable: this one only shrinks
+                    log.info("file device %r: the checkpoint that would shrink the page file failed: %s",
+                             store.name, exc.message)
+            self._punch()
+
+    def _punch(self) -> None:
+        """Under space pressure, free pages inside the file give their blocks back (``pages.punch_free``)."""
+        store = self.store
+        try:
+            with store.lock:
+                store.pages.punch_free()
+        except OSError as exc:
+            log.warning("file device %r could not give free pages' space back: %s", store.name, describe(exc))
+
+    def _disk_short(self) -> bool:
+        """The disk has less free space than this store's log holds (a checkpoint would matter)."""
+        store = self.store
+        seg = store.log.segment
+        if seg is None:
+            return False
+        disk = store.io.free_space(store.directory)
+        return disk is not None and disk < max(store.log.since_checkpoint, seg.reserved or seg.size)
+
+    def _shrinkable(self) -> bool:
+        """The last checkpoint's pages are the end of the file and free pages lie below them: one more
+        checkpoint takes free pages below, and the file can be cut."""
+        pages = self.store.pages
+        ckpt, alloc = pages.ckpt_pages, pages.alloc
+        return bool(ckpt) and max(ckpt) == alloc.page_count - 1 and alloc.free_count >= len(ckpt)
+
+    def _hold_headroom(self) -> None:
+        store = self.store
+        with store.lock:
+            store.headroom.hold()
+
+    def _write(self, new_chain: bool = False) -> None:
         """Snapshot under ``lock``, write without it, publish under it.  Caller holds ``sync_lock``.
 
         ``new_chain`` (the repair of a fault): the current segment is abandoned unflushed and the new one
@@ -181,6 +285,7 @@ class Checkpointer:
             if old is not None:
                 wal.old_segments.append(old)
             generation = store.generation + 1
+            pages.drop_empty_tails()
             marks = [(page, page.on_disk, page.disk_slots, page.disk_data_start)
                      for page in (pages.pages[n] for n in pages.dirty)]
             writes = pages.dirty_regions()
@@ -193,6 +298,7 @@ class Checkpointer:
             # names and refsets in the payload count as durable only once the checkpoint is
             snapshot_names, snapshot_refsets = set(store.names.names), set(store.names.refsets)
             log_bytes, wal.since_checkpoint = wal.since_checkpoint, 0
+            space_refused, store.space_refused = store.space_refused, False
             if new_chain:
                 wal.logging = True          # later changes go to the new chain, after the snapshot
             meta = Meta(generation, seg.number, seg.salt, alloc.page_count, ckpt_pages[0], len(ckpt_pages),
@@ -218,12 +324,13 @@ class Checkpointer:
             with store.lock:
                 alloc.end_checkpoint(durable=False)
                 for number in ckpt_pages:
-                    alloc.free(number)
+                    alloc.unallocate(number)        # never named by a durable checkpoint: free at once
                 for page, on_disk, disk_slots, disk_data_start in marks:
                     if pages.pages.get(page.number) is page:     # not freed meanwhile
                         page.on_disk, page.disk_slots, page.disk_data_start = on_disk, disk_slots, disk_data_start
                         pages.dirty.add(page.number)
                 wal.since_checkpoint += log_bytes
+                store.space_refused = store.space_refused or space_refused or is_no_space(exc)
                 store.figures.errors += 1
                 store.figures.checkpoint_error = describe(exc)
                 if new_chain:
@@ -246,6 +353,7 @@ class Checkpointer:
                 end = alloc.trim()
                 if pf.size() > end * store.page_size:
                     pf.truncate(end)
+                pages.trimmed(end)
             except OSError as exc:
                 store.figures.errors += 1      # a longer file than needed: the next checkpoint trims again
                 log.warning("file device %r could not trim its page file: %s", store.name, describe(exc))

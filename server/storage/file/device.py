@@ -79,9 +79,11 @@ class FileDevice(HoldingDevice):
     def __init__(self, name: str, directory: str | os.PathLike, page_size: int = DEFAULT_PAGE_SIZE, *,
                  checkpoint_bytes: int = DEFAULT_CHECKPOINT_BYTES, max_bytes: int | None = None,
                  fsync: bool = True, read_only: bool = False, checkpoint_in_sync: bool = True,
-                 io: FileIO | None = None) -> None:
+                 io: FileIO | None = None, headroom_bytes: int | None = None) -> None:
         """``fsync=False`` skips every fsync (tests, throwaway stores); ``read_only`` opens without
         changing a byte (inspection); ``max_bytes`` bounds the page file (``allocate`` raises when full);
+        ``headroom_bytes`` is the disk space held back so a checkpoint can always run (``headroom.py``;
+        None: four pages and 64 KiB, 0: none);
         ``checkpoint_in_sync=False`` leaves due checkpoints to the caller (``checkpoint_due`` /
         ``checkpoint()``, as the commit driver does) so a sync never waits for one; ``io`` replaces the
         system calls (tests inject faults with it).  An existing store keeps the page size it was
@@ -97,6 +99,7 @@ class FileDevice(HoldingDevice):
         self.read_only = read_only
         self.checkpoint_in_sync = checkpoint_in_sync
         self._fsync = fsync
+        self.headroom_bytes = headroom_bytes
         self.io: FileIO = io or OS_IO
         self._hook: Callable[[str], None] | None = None
         self._store: OpenStore | None = None
@@ -136,7 +139,7 @@ class FileDevice(HoldingDevice):
         started = time.perf_counter()
         os.makedirs(self.directory, exist_ok=True)
         store = OpenStore(self.name, self.directory, self.page_size, io=self.io, fsync=self._fsync,
-                          read_only=self.read_only, max_bytes=self.max_bytes)
+                          read_only=self.read_only, max_bytes=self.max_bytes, headroom_bytes=self.headroom_bytes)
         store.lock_fd = os.open(os.path.join(self.directory, "LOCK"),
                                 os.O_RDONLY | os.O_CREAT if self.read_only else os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -396,6 +399,8 @@ class FileDevice(HoldingDevice):
                 "generation": store.generation, "checkpoints": figures.checkpoints,
                 "syncs": figures.syncs, "recovery": dict(figures.recovery),
                 "disk_free": disk, "refusals": figures.refusals,
+                "headroom": store.headroom.size if store.headroom.held else 0,
+                "space_pressure": store.space_refused,
             }
             if store.fault is not None:
                 extra["fault"] = store.fault

@@ -23,6 +23,7 @@ import sys
 #: fdatasync where the OS has it (Linux), else fsync (macOS)
 _datasync = getattr(os, "fdatasync", os.fsync)
 _FALLOC_FL_KEEP_SIZE = 1
+_FALLOC_FL_PUNCH_HOLE = 2
 
 
 def _load_fallocate():
@@ -75,6 +76,18 @@ class FileIO:
         if _fallocate is None or length <= 0:
             return False
         if _fallocate(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
+            return False
+        raise OSError(err, os.strerror(err))
+
+    def punch(self, fd: int, offset: int, length: int) -> bool:
+        """Give the disk blocks of ``length`` bytes from ``offset`` back to the file system (the bytes read as
+        zeros, the size stays): True when done, False where the platform cannot (nothing changed)."""
+        if _fallocate is None or length <= 0:
+            return False
+        if _fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, offset, length) == 0:
             return True
         err = ctypes.get_errno()
         if err in (errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL):
@@ -154,6 +167,10 @@ class WriteGate(FileIO):
     def reserve(self, fd: int, offset: int, length: int) -> bool:
         self.check()
         return self.inner.reserve(fd, offset, length)
+
+    def punch(self, fd: int, offset: int, length: int) -> bool:
+        self.check()
+        return self.inner.punch(fd, offset, length)
 
     def unlink(self, path: str) -> None:
         self.check()

@@ -15,7 +15,7 @@ from pymq.errors import StorageError
 
 from . import format as fmt
 from .crc import crc32c
-from .fileio import OS_IO, FileIO
+from .fileio import OS_IO, FileIO, is_no_space
 
 #: pages reserved ahead of the end of the page file at a time (see fileio.py)
 RESERVE_PAGES = 16
@@ -81,11 +81,34 @@ class PageFile:
         if self.reserved is None or end <= self.reserved:
             return
         start = max(self.reserved, 0)
-        length = max(end - start, RESERVE_PAGES * self.page_size)
-        if self.io.reserve(self.fd, start, length):
+        # pages ahead, but never more than a quarter of what the disk has left (the log needs room too)
+        free = self.io.free_space(os.path.dirname(self.path) or ".")
+        ahead = RESERVE_PAGES * self.page_size if free is None else min(RESERVE_PAGES * self.page_size, free // 4)
+        length = max(end - start, ahead)
+        try:
+            done = self.io.reserve(self.fd, start, length)
+        except OSError as exc:
+            if not is_no_space(exc) or length == end - start:
+                raise
+            # a disk with less than RESERVE_PAGES left still takes what fits: exactly the pages asked for
+            length = end - start
+            done = self.io.reserve(self.fd, start, length)
+        if done:
             self.reserved = start + length
         else:
             self.reserved = None
+
+    def punch(self, page: int) -> bool:
+        """Give a free page's disk blocks back (its bytes read as zeros); False where holes are not supported."""
+        return self.io.punch(self.fd, page * self.page_size, self.page_size)
+
+    def fill(self, page: int) -> None:
+        """Allocate the disk blocks of a page punched before (OSError, ENOSPC, when the disk has none)."""
+        self.io.reserve(self.fd, page * self.page_size, self.page_size)
+
+    def allocated(self) -> int:
+        """Bytes of disk the file holds (fewer than its size when it has holes)."""
+        return os.fstat(self.fd).st_blocks * 512
 
     # -- raw I/O ----------------------------------------------------------------------------------------------
     def read_at(self, offset: int, size: int) -> bytes:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from pymq.errors import StorageError
 
-from ..page_alloc import NON_PERSISTENT, PERSISTENT, PageAllocator
+from ..page_alloc import FREE, NON_PERSISTENT, PERSISTENT, PageAllocator
 from . import format as fmt
 from .crc import crc32c
 
@@ -55,7 +55,7 @@ class Page:
 
 
 class PageStore:
-    __slots__ = ("store", "alloc", "pages", "tail", "dirty", "np_unwritten", "ckpt_pages", "ckpt_freed")
+    __slots__ = ("store", "alloc", "pages", "tail", "dirty", "np_unwritten", "ckpt_pages", "ckpt_freed", "punched")
 
     def __init__(self, store: OpenStore) -> None:
         self.store = store
@@ -69,12 +69,16 @@ class PageStore:
         #: the pages carrying the last durable checkpoint (freed by the next one)
         self.ckpt_pages: list[int] = []
         self.ckpt_freed = False           # ckpt_pages already freed by a checkpoint that failed
+        #: free pages whose disk blocks were given back (holes): filled again before they take bytes
+        self.punched: set[int] = set()
 
     # -- taking and giving back pages -----------------------------------------------------------------
     def new_page(self, kind: int, cont: bool = False, buf: memoryview | None = None) -> Page:
         """A page from the allocator, its bytes zero in memory (or ``buf``: a continuation page's view of
         the message bytes it holds)."""
         number = self.alloc.allocate(kind)
+        if number in self.punched:
+            self._fill(number)
         ps = self.store.page_size
         page = Page(number, kind, ps, self.store.generation, cont, bytearray(ps) if buf is None else buf)
         self.pages[number] = page
@@ -85,6 +89,7 @@ class PageStore:
     def claim_page(self, number: int, kind: int, cont: bool = False) -> Page:
         """Page ``number`` (recovery replaying a PUT that took it)."""
         self.alloc.claim(number, kind)
+        self.punched.discard(number)
         ps = self.store.page_size
         page = Page(number, kind, ps, self.store.generation, cont, bytearray(ps))
         self.pages[number] = page
@@ -116,6 +121,60 @@ class PageStore:
         page.live_count -= 1
         if page.live_count == 0 and self.tail.get(page.kind) is not page:
             self.free_page(page)
+
+    def drop_empty_tails(self) -> None:
+        """A tail with no live slot left is freed (a checkpoint snapshot does this): kept, it would pin its page,
+        often the last of the file, and the file could not shrink when everything was consumed. The next
+        message takes the lowest free page as its new tail."""
+        for kind, page in list(self.tail.items()):
+            if page is not None and page.live_count == 0:
+                self.tail[kind] = None
+                self.free_page(page)
+
+    # -- holes: free pages that give their disk blocks back (spec/storage.md §8) ----------------------------
+    def punch_free(self) -> int:
+        """Give the disk blocks of every free page back (the disk is short: a free page inside the file
+        would otherwise keep them while new log or pages need space). Returns how many were punched now;
+        none where the file system has no holes."""
+        pf = self.store.page_file
+        punched = self.punched
+        done = 0
+        for number in self.alloc.pages_of(FREE):
+            if number in punched:
+                continue
+            if not pf.punch(number):
+                break
+            punched.add(number)
+            done += 1
+        return done
+
+    def fill_for(self, count: int) -> None:
+        """Allocate the disk blocks of the punched pages among the next ``count`` pages ``new_page`` hands
+        out (OSError, ENOSPC, when the disk has none: nothing taken then)."""
+        if not self.punched:
+            return
+        for number in self.alloc.lowest_free(count):
+            if number in self.punched:
+                self.store.page_file.fill(number)
+                self.punched.discard(number)
+
+    def punched_among(self, count: int) -> bool:
+        return bool(self.punched) and any(n in self.punched for n in self.alloc.lowest_free(count))
+
+    def _fill(self, number: int) -> None:
+        """A page taken for bytes was punched: its blocks again (what ``fill_for`` did not reach, e.g. a
+        checkpoint's own page). A disk with none left leaves it a hole: the write that meets it later fails as
+        a full disk does there (a checkpoint retries; spec/storage.md §8)."""
+        try:
+            self.store.page_file.fill(number)
+        except OSError:
+            return
+        self.punched.discard(number)
+
+    def trimmed(self, end: int) -> None:
+        """The page file was cut to ``end`` pages: holes past it are gone with it."""
+        if self.punched:
+            self.punched = {n for n in self.punched if n < end}
 
     # -- page bytes -----------------------------------------------------------------------------------
     def resident(self, page: Page) -> bytearray | memoryview:

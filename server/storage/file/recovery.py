@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pymq.errors import StorageError
 
 from ..device import StoredMessage
-from ..page_alloc import PERSISTENT, PageAllocator
+from ..page_alloc import FREE, PERSISTENT, PageAllocator
 from . import checkpoint as ckpt
 from . import format as fmt
 from .checkpointing import Checkpointer
@@ -99,12 +99,15 @@ class Recovery:
                                   "frames_replayed": frames, "pages_read": len(state.pages)}
         existing = list_segments(store.directory)
         store.log.next_number = max([meta.wal_segment, *existing]) + 1
+        if pf.allocated() + store.page_size <= pf.size():
+            # the file has holes (free pages punched by the last run): any free page may be one
+            store.pages.punched = set(store.pages.alloc.pages_of(FREE))
         store.move(StoreStatus.OPEN)
         if not store.read_only:
+            store.headroom.find()
             try:
-                store.log.start(0, 0)
-                store.sync_dir()
-                self.checkpointer.checkpoint_locked()   # the log restarts clean; freed pages are durable
+                # the log restarts clean, in a chain of its own; pages freed by the replay are durable free
+                self.checkpointer.checkpoint_locked(new_chain=True)
             except (OSError, StorageError) as exc:
                 # a full (or failing) disk: what was recovered is served, nothing new is taken until a
                 # repair's checkpoint succeeds (the store retries it)

@@ -27,7 +27,8 @@ import threading
 from pymq.errors import StorageError
 
 from . import format as fmt
-from .fileio import FileIO, WriteGate
+from .fileio import FileIO, WriteGate, is_no_space
+from .headroom import Headroom
 from .index import MessageIndex
 from .names import Names
 from .pagefile import PageFile
@@ -67,7 +68,7 @@ class OpenStore:
     """The state of one open file store (see the module docstring)."""
 
     def __init__(self, name: str, directory: str, page_size: int, *, io: FileIO, fsync: bool,
-                 read_only: bool, max_bytes: int | None) -> None:
+                 read_only: bool, max_bytes: int | None, headroom_bytes: int | None = 0) -> None:
         self.name = name
         self.directory = directory
         self.page_size = page_size
@@ -85,6 +86,9 @@ class OpenStore:
         self.lock_fd = -1
         self.catalog: dict[str, bytes] = {}
         self.generation = 0
+        self.headroom = Headroom(self, headroom_bytes)
+        #: a write was refused (or failed) for lack of space since the last checkpoint: the disk is short
+        self.space_refused = False
         self.log = LogWriter(self)
         self.pages = PageStore(self)
         self.names = Names(self)
@@ -148,6 +152,8 @@ class OpenStore:
         """A write or fsync failed: enter fault (spec/storage.md §8) and say why.  Logging stops (the log's
         tail can no longer be trusted until a repair's checkpoint starts a new chain)."""
         self.figures.errors += 1
+        if is_no_space(exc):
+            self.space_refused = True
         reason = f"{during} failed: {describe(exc)}"
         if self.fault is None:
             log.error("file device %r in fault, refusing new messages until it recovers: %s", self.name, reason)

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from . import format as fmt
 from .crc import crc32c
-from .fileio import OS_IO, FileIO
+from .fileio import OS_IO, FileIO, is_no_space
 
 #: space reserved ahead of a segment's end at a time (see fileio.py: appends into it cannot hit ENOSPC)
 RESERVE_CHUNK = 1 << 20
@@ -99,8 +99,20 @@ class Segment:
         needing new disk space; raises OSError (ENOSPC) when the disk cannot give it."""
         if self.reserved is None or self.size + extra <= self.reserved:
             return
-        length = max(RESERVE_CHUNK, self.size + extra - self.reserved)
-        if self.io.reserve(self.fd, self.reserved, length):
+        needed = self.size + extra - self.reserved
+        # a chunk ahead, but never more than a quarter of what the disk has left: on a small disk the log
+        # must not take the space the pages need
+        free = self.io.free_space(os.path.dirname(self.path))
+        length = max(needed, RESERVE_CHUNK if free is None else min(RESERVE_CHUNK, free // 4))
+        try:
+            done = self.io.reserve(self.fd, self.reserved, length)
+        except OSError as exc:
+            if not is_no_space(exc) or length == needed:
+                raise
+            # the disk changed meanwhile: exactly what is needed
+            length = needed
+            done = self.io.reserve(self.fd, self.reserved, length)
+        if done:
             self.reserved += length
         else:
             self.reserved = None            # not supported here: a full disk shows at write time

@@ -92,13 +92,22 @@ class WritePath:
         cannot fail for lack of space."""
         store = self.store
         alloc = self.pages.alloc
+        if not store.headroom.held and self._needs_new_space(pages, log_bytes) and \
+                not store.headroom.available():
+            # new disk space only while the headroom a checkpoint needs is held (headroom.py)
+            store.refused()
+            store.space_refused = True
+            raise StorageError(f"file device {store.name!r} is full: the disk under {store.directory} has no room "
+                               f"beyond the headroom its checkpoints need", device=store.name)
         if store.max_bytes is not None:
             used = alloc.page_count - alloc.free_count
             if (used + pages) * store.page_size > store.max_bytes:
                 store.refused()
+                store.space_refused = True
                 raise StorageError(f"file device {store.name!r} is full ({store.max_bytes} bytes)",
                                    device=store.name, limit=store.max_bytes)
         try:
+            self.pages.fill_for(pages)
             if pages > alloc.free_count:
                 store.page_file.reserve(alloc.page_count + pages - alloc.free_count)
             if log_bytes:
@@ -106,9 +115,22 @@ class WritePath:
         except OSError as exc:
             store.refused()
             if is_no_space(exc):
+                store.space_refused = True
                 raise StorageError(f"file device {store.name!r} is full: the disk under {store.directory} has "
                                    f"no room ({describe(exc)})", device=store.name) from None
             raise store.fail(exc, "reserving disk space") from exc
+
+    def _needs_new_space(self, pages: int, log_bytes: int) -> bool:
+        """Whether ``pages`` more pages and ``log_bytes`` more log need disk space not yet reserved."""
+        alloc, pf, seg = self.pages.alloc, self.store.pf, self.log.segment
+        if self.pages.punched_among(pages):
+            return True
+        if pages > alloc.free_count and (pf is None or pf.reserved is None or
+                                         (alloc.page_count + pages - alloc.free_count) * self.store.page_size
+                                         > pf.reserved):
+            return True
+        return bool(log_bytes) and (seg is None or seg.reserved is None or
+                                    seg.size + log_bytes + _LOG_HEADROOM > seg.reserved)
 
     def allocate(self, name: str, size: int, persistent: bool) -> Allocation:
         """Refuse now (StorageError) what ``write`` would refuse for lack of room or a fault; for a
@@ -138,7 +160,7 @@ class WritePath:
             wal, pf, alloc = self.log.segment, store.pf, self.pages.alloc
             ps = store.page_size
             if store.status is _OPEN and not store.read_only and wal is not None and \
-                    pf is not None and size <= (ps - HDR - SLOT) >> 2:
+                    pf is not None and size <= (ps - HDR - SLOT) >> 2 and not self.pages.punched:
                 log_reserved, pages_reserved = wal.reserved, pf.reserved
                 if log_reserved is not None and pages_reserved is not None and \
                         wal.size + size + _PUT_OVERHEAD + _LOG_HEADROOM <= log_reserved:
