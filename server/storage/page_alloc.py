@@ -17,6 +17,11 @@ try:
         raise ImportError("PYMQ_NO_EXTENSIONS=1")
     from pymq_server.storage import _page_alloc_c as _c
     from pymq_server.storage._page_alloc_c import AllocatorError, PageAllocator
+    _stale = [name for name in vars(_py.PageAllocator) if not name.startswith("_") and not hasattr(PageAllocator, name)]
+    if _stale:
+        # built from older sources (an editable install not rebuilt after _ext/page_alloc.pyx changed): the
+        # twin, never a compiled module that lacks what the twin defines
+        raise ImportError(f"_page_alloc_c is stale (no {', '.join(_stale)}): rerun pip install -e .")
 except ImportError:
     _c = None  # type: ignore[assignment]
     note_missing("pymq_server.storage._page_alloc_c")
