@@ -122,6 +122,11 @@ REQUIRED_HEADERS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
+#: the states in which a server may send a MESSAGE, which never changes the state: read from the table once,
+#: so each delivery checks a set instead of building the table's key (StompConnection.send_message)
+_SERVER_MESSAGE_STATES = frozenset(state for (role, state, way, command), after in TRANSITIONS.items()
+                                   if role is Role.SERVER and way == SEND and command == "MESSAGE" and after is state)
+
 # REQUIRED_HEADERS by version, what receive_frame looks up per frame: the headers a command needs, or None
 # where _check_required must decide (a command unknown to the version, 1.0's UNSUBSCRIBE)
 _REQUIRED_BY_VERSION: dict[str, dict[str, tuple[str, ...] | None]] = {
@@ -285,7 +290,8 @@ class StompConnection:
         content-length when it has a body, encoded once per message and escaping: the same for every
         subscriber) and ``body``. One piece, or (head, body, NUL) for a body of :data:`LARGE_BODY` or more,
         which a transport writes from the message's own bytes."""
-        self._on_send(_MESSAGE)
+        if self.state not in _SERVER_MESSAGE_STATES or self.role is not Role.SERVER:
+            self._on_send(_MESSAGE)              # raises: the table allows no MESSAGE here
         if ack is not None or deliveries > 1 or first_in_group:
             extra = f"ack:{ack}\n" if ack is not None else ""
             if deliveries > 1:

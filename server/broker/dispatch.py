@@ -99,20 +99,30 @@ class Dispatcher:
         queue = self.queue
         if message.expires and message.expires <= queue.host.now_ms():
             return False
-        consumers, owner = self._receivers()
+        if self.exclusive or queue.config.exclusive:
+            consumers, owner = self._receivers()
+        else:
+            consumers, owner = self.consumers, None
+        plain = message.group_id is None and owner is None
         n = len(consumers)
         i = self._rr if owner is None else 0
         for _ in range(n):
             consumer = consumers[i % n]
             i += 1
-            if not consumer.can_take() or not self._accepts(consumer, entry):
+            if not consumer.can_take():
+                continue
+            # the rule reached sooner: a consumer without a selector takes any message outside a group
+            if (consumer.selector is not None or not plain) and not self._accepts(consumer, entry):
                 continue
             if owner is None:
                 self._rr = i % n
             queue._depth_delta(1, now, arriving=1)
             self.running = True
             try:
-                self._give(entry, consumer, owner, now)      # acquired the moment it arrived
+                if plain:
+                    queue._acquire(entry, consumer, now)     # acquired the moment it arrived
+                else:
+                    self._give(entry, consumer, owner, now)
             finally:
                 self.running = False
             return True
