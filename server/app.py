@@ -217,6 +217,14 @@ class BrokerServer:
             broker.attach_cluster(cluster)      # after recovery: the node learns what it made
             await cluster.start()
 
+    def admin_listener(self, host: str, port: int, make_inner: Callable[[], asyncio.BaseProtocol],
+                       ssl_context: ssl.SSLContext | None, refusal: Callable[[], bytes]) -> Listener:
+        """The admin port's listening socket (server/admin/http.py asks): counted from accept against
+        ``admin_max_connections``, HTTPS handshakes under ``connect_timeout_ms``."""
+        return Listener.bind(asyncio.get_running_loop(), host, port, self.admin_connections, make_inner,
+                             ssl_context=ssl_context, handshake_timeout=self.config.connect_timeout_ms / 1000,
+                             refusal=refusal)
+
     def _fit_connection_caps(self) -> None:
         """Keep the connection caps within the file-descriptor limit: a broker out of descriptors stops
         accepting on every listener (asyncio pauses them all), so past the limit a connection is refused

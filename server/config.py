@@ -585,6 +585,13 @@ class BrokerConfig(_Section):
     admin_port: Port | None = Field(None, description="HTTP admin, console and metrics port; unset = off")
     admin_tls: bool = Field(False, description="serve the admin port over HTTPS with the `tls:` "
                                                "certificate")
+    admin_max_body: Size = Field(1024 * 1024, ge=1024, description="largest admin HTTP request body; a "
+                                 "larger one gets 413 as soon as its Content-Length says so (a chunked one "
+                                 "as it passes it), unread")
+    admin_request_timeout_ms: Positive = Field(10_000, description="an admin HTTP request's head and body "
+                                               "must arrive within this, and its answer be read within this "
+                                               "(else the connection is closed); also how long an idle "
+                                               "keep-alive connection stays open")
     tls: TlsConfig | None = Field(None, description="certificate, key and client-certificate policy "
                                   "(see TLS); needed by `tls_port`, `websocket.tls`, `admin_tls`")
     tls_port: Port | None = Field(None, description="STOMP over TLS port (`stomp+ssl://`); unset = off")

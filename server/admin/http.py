@@ -15,18 +15,38 @@ Prometheus) or a console session cookie; permissions are the admin operations' o
 console, the CLI and STOMP clients are refused the same things.  State-changing requests must be
 ``POST``/``DELETE`` with ``Content-Type: application/json`` (a cross-site HTML form cannot send that) and,
 with a session cookie, the session's CSRF token in ``X-CSRF-Token``.  Answers are JSON
-``{"ok": ..., "result" | "error"}`` with 200, or 400/401/403/404/405 on errors.
+``{"ok": ..., "result" | "error"}`` with 200, or 400/401/403/404/405/413 on errors.
+
+Before anyone has logged in, a request costs little and not for long (issue 24; spec/admin.md §HTTP):
+
+* every socket is counted from ``accept`` against ``admin_max_connections`` (server/net/accept.py), its
+  TLS handshake within ``connect_timeout_ms``; over the cap it gets 503 at once;
+* the request head must arrive within ``admin_request_timeout_ms`` (aiohttp's keep-alive timer, armed
+  from the first byte's wait: a connection whose head is not complete by then is closed), and so must
+  the body, read by us with a deadline;
+* the user is authenticated from the headers (basic authentication or the console cookie) *before* any
+  body byte is read: an unauthenticated POST is answered 401 and closed with its body unread (aiohttp
+  reads what is already sent for at most ``LINGER_S`` and drops it);
+* a body over ``admin_max_body`` is answered 413 as soon as its ``Content-Length`` says so, and a
+  chunked one as soon as it grows past it; log-in bodies (user and password) are capped at 4 KiB;
+* a malformed request is one INFO line naming the peer and the reason (aiohttp logged a traceback each);
+* answers of more than 64 KiB are written in 64 KiB pieces as the client takes them, within
+  ``admin_request_timeout_ms``; a client that does not read is closed then, and what was kept for it
+  goes.  ``browse-queue`` pages are capped in bytes besides (server/admin/messages.py).
 """
 from __future__ import annotations
 
 import asyncio
 import base64
 import binascii
+import itertools
 import json
 import logging
 from importlib import resources
+from typing import Any
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from pymq.errors import (ERROR_CODES, AccessDenied, AuthenticationFailed, ConfigError, PymqError, UnknownDestination,
                          UnknownMessage, UnknownUser)
@@ -38,8 +58,63 @@ from pymq_server.broker.auth import is_loopback
 
 log = logging.getLogger("pymq.admin.http")
 
-_STATUS = {AuthenticationFailed: 401, AccessDenied: 403, UnknownDestination: 404, UnknownMessage: 404,
-           UnknownUser: 404}
+
+
+#: how long an answered request's unread body is still read (and dropped) before the connection closes
+LINGER_S = 1.0
+#: the largest log-in body (a user name and a password)
+LOGIN_BODY = 4 * 1024
+#: answers larger than this are written piece by piece as the client reads them
+PIECE = 64 * 1024
+#: what aiohttp buffers of a body before the handler reads it (it pauses reading at twice this)
+READ_BUFFER = 16 * 1024
+#: check_circular off: its "markers" dict would keep an answer the client never took alive in the encoder's
+#: own reference cycle (closures) until a cyclic collection; answers are trees
+_ENCODER = json.JSONEncoder(default=str, check_circular=False)
+
+
+class TooLarge(PymqError):
+    """A request body over ``admin_max_body`` (HTTP 413)."""
+
+    code = "resource-limit"
+
+
+class TooSlow(PymqError):
+    """A request body that did not arrive within ``admin_request_timeout_ms`` (HTTP 408)."""
+
+    code = "frame-timeout"
+
+
+_STATUS: dict[type[PymqError], int] = {AuthenticationFailed: 401, AccessDenied: 403, UnknownDestination: 404,
+                                        UnknownMessage: 404, UnknownUser: 404, TooLarge: 413, TooSlow: 408}
+
+
+class BadRequestLog(logging.LoggerAdapter):
+    """What aiohttp logs: a malformed request from a client is one INFO line, not a traceback; anything
+    else (a fault of ours) keeps its traceback."""
+
+    def exception(self, msg: object, *args: object, exc_info: Any = True, **kwargs: Any) -> None:
+        if not self._bad_request(args, exc_info):
+            self.logger.error(msg, *args, exc_info=exc_info, **kwargs)
+
+    def debug(self, msg: object, *args: object, **kwargs: Any) -> None:
+        # aiohttp reports a first request that is not HTTP at all (a TLS hello, garbage) at debug level
+        if not self._bad_request(args, kwargs.get("exc_info")):
+            self.logger.debug(msg, *args, **kwargs)
+
+    def _bad_request(self, args: tuple, exc: Any) -> bool:
+        if not isinstance(exc, HttpProcessingError):
+            return False
+        reason = " ".join(str(getattr(exc, "message", None) or exc).split())     # aiohttp's are multi-line
+        self.logger.info("admin HTTP: bad request from %s: %s", args[0] if args else "?", reason[:200])
+        return True
+
+
+def refusal_response() -> bytes:
+    """What a socket over ``admin_max_connections`` gets at accept, before its request is read."""
+    body = b"the admin port has as many connections as it accepts (admin_max_connections); try again later\n"
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+            b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body)) + body
 
 #: the console's files (served from this list only: no path ever reaches the file system)
 CONSOLE_FILES = {"index.html": "text/html", "app.js": "text/javascript", "charts.js": "text/javascript",
@@ -73,17 +148,21 @@ class AdminHttp:
         self.port = port
         self.ssl_context = ssl_context
         self.runner: web.AppRunner | None = None
+        self.listener: Any = None          # a server/net/accept.py Listener, made by the server
         self.sessions = ConsoleSessions()
         self._console = _load_console()
         self._cores = getattr(server, "cores", None)      # a multi-worker broker: answers for all workers
         self._registry = registry_for(server.admin, self._cores.collector if self._cores is not None else None)
+        cfg = server.config
+        self.max_body = cfg.admin_max_body
+        self.timeout = cfg.admin_request_timeout_ms / 1000
 
     @property
     def admin(self):
         return self.server.admin
 
     async def start(self) -> int:
-        app = web.Application(client_max_size=1024 * 1024, middlewares=[self._security_headers])
+        app = web.Application(client_max_size=self.max_body, middlewares=[self._security_headers])
         app.router.add_get("/", self._index)
         app.router.add_get("/console/{file}", self._asset)
         app.router.add_get("/healthz", self._healthz)
@@ -98,14 +177,26 @@ class AdminHttp:
         app.router.add_get("/api/storage", self._get_op("storage"))
         app.router.add_get("/api/{op}", self._get)
         app.router.add_post("/api/{op}", self._post)
-        self.runner = web.AppRunner(app, access_log=None)
+        # the keep-alive timer closes a connection whose request head is not complete in time (aiohttp
+        # arms it at connect and after each answer); what is sent of a body we do not want is read for
+        # LINGER_S at most
+        self.runner = web.AppRunner(app, access_log=None, keepalive_timeout=self.timeout,
+                                    lingering_time=LINGER_S, read_bufsize=READ_BUFFER,
+                                    logger=BadRequestLog(logging.getLogger("pymq.admin.http"), {}))
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.host, self.port, ssl_context=self.ssl_context)
-        await site.start()
-        self.port = int(self.runner.addresses[0][1])
+        server = self.runner.server
+        assert server is not None
+        # the listening socket is the server's (app.py: counted from accept against admin_max_connections,
+        # HTTPS handshakes under connect_timeout_ms, server/net/accept.py)
+        self.listener = self.server.admin_listener(self.host, self.port, server, self.ssl_context,
+                                                   refusal_response)
+        await self.listener.start_serving()
+        self.port = int(self.listener.sockets[0].getsockname()[1])
         return self.port
 
     async def stop(self) -> None:
+        if self.listener is not None:
+            self.listener.close()
         if self.runner is not None:
             await self.runner.cleanup()
 
@@ -189,10 +280,10 @@ class AdminHttp:
         return web.Response(body=self._console[name], content_type=kind,
                             charset="utf-8" if kind.startswith("text/") else None)
 
-    async def _login(self, request: web.Request) -> web.Response:
+    async def _login(self, request: web.Request) -> web.StreamResponse:
         try:
             self._json_body_required(request)
-            body = await _json_body(request)
+            body = await self._json_body(request, LOGIN_BODY)
             login, password = body.get("user"), body.get("password")
             if not isinstance(login, str) or not isinstance(password, str) or not login:
                 raise AuthenticationFailed("log-in needs a JSON body with 'user' and 'password'")
@@ -255,29 +346,32 @@ class AdminHttp:
 
     # -- operations ------------------------------------------------------------------------------
     def _get_op(self, op: str):
-        async def handler(request: web.Request) -> web.Response:
+        async def handler(request: web.Request) -> web.StreamResponse:
             args = dict(request.query)
             args.update(request.match_info)
             return await self._run(request, op, args, changing=False)
         return handler
 
-    async def _get(self, request: web.Request) -> web.Response:
+    async def _get(self, request: web.Request) -> web.StreamResponse:
         op = request.match_info["op"]
         if op not in READ_ONLY:
             return _error(ConfigError(f"'{op}' changes the broker (or does not exist): use POST"), status=405)
         return await self._run(request, op, dict(request.query), changing=False)
 
-    async def _post(self, request: web.Request) -> web.Response:
+    async def _post(self, request: web.Request) -> web.StreamResponse:
         try:
             self._json_body_required(request)
-            args = await _json_body(request)
+            # who is asking, from the headers, before a byte of the body is read
+            user = await self._user(request, changing=True)
+            args = await self._json_body(request, self.max_body)
         except PymqError as exc:
             return _error(exc)
-        return await self._run(request, request.match_info["op"], args, changing=True)
+        return await self._run(request, request.match_info["op"], args, changing=True, user=user)
 
-    async def _run(self, request: web.Request, op: str, args, changing: bool) -> web.Response:
+    async def _run(self, request: web.Request, op: str, args, changing: bool, user=None) -> web.StreamResponse:
         try:
-            user = await self._user(request, changing)
+            if user is None:
+                user = await self._user(request, changing)
         except PymqError as exc:
             return _error(exc)
         answer: asyncio.Future = asyncio.get_running_loop().create_future()
@@ -285,17 +379,89 @@ class AdminHttp:
         submit = self._cores.submit if self._cores is not None else self.admin.submit
         submit(user, op, args, answer.set_result)
         result = await answer
-        if result["ok"]:
-            return web.json_response(result, dumps=_dumps)
-        if result.get("internal"):
-            return web.json_response(result, dumps=_dumps, status=500)
-        kind = ERROR_CODES.get(result["error"]["code"], PymqError)
-        return web.json_response(result, dumps=_dumps, status=_status_for(kind))
+        status = 200
+        if not result["ok"]:
+            status = 500 if result.get("internal") else _status_for(ERROR_CODES.get(result["error"]["code"],
+                                                                                     PymqError))
+        return await self._answer(request, result, status)
+
+    async def _answer(self, request: web.Request, result: dict, status: int) -> web.StreamResponse:
+        """A JSON answer; a large one encoded and written a piece at a time as the client reads it, within
+        the request deadline: a client that does not read, or goes, is closed, and nothing of the answer
+        stays behind (no encoded copy of it is ever made whole)."""
+        parts = _ENCODER.iterencode(result)
+        head: list[str] = []
+        size = 0
+        for part in parts:
+            head.append(part)
+            size += len(part)
+            if size > PIECE:
+                break
+        else:
+            return web.json_response(text="".join(head), status=status)
+        response = web.StreamResponse(status=status, headers={"Content-Type": "application/json; charset=utf-8",
+                                                              "Cache-Control": "no-store", **_SECURITY_HEADERS})
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        try:
+            await asyncio.wait_for(response.prepare(request), self.timeout)
+            pending = head
+            for more in itertools.chain(parts, (None,)):
+                if more is not None:
+                    pending.append(more)
+                    size += len(more)
+                    if size < PIECE:
+                        continue
+                piece = "".join(pending).encode("utf-8")
+                pending, size = [], 0
+                await asyncio.wait_for(response.write(piece), max(0.0, deadline - loop.time()))
+            await asyncio.wait_for(response.write_eof(), max(0.0, deadline - loop.time()))
+        except (asyncio.TimeoutError, ConnectionError) as exc:
+            log.info("admin HTTP: %s from %s: the answer was not taken within %.0f s (%s); closed",
+                     request.path, request.remote, self.timeout, type(exc).__name__)
+            exc.__traceback__ = None        # its frames would keep the answer alive until a cyclic GC
+            if request.transport is not None:
+                request.transport.abort()
+        finally:
+            close = getattr(parts, "close", None)          # a generator: what it holds goes now
+            if close is not None:
+                close()
+        return response
+
+    async def _json_body(self, request: web.Request, limit: int) -> dict:
+        """The request's JSON object body, read within the request deadline and at most ``limit`` bytes
+        (413 as soon as a Content-Length or a chunked body passes it)."""
+        if request.content_length is not None and request.content_length > limit:
+            raise TooLarge(f"the body is {request.content_length} bytes; at most {limit} are taken",
+                           limit=limit)
+        if not request.can_read_body:
+            return {}
+        chunks: list[bytes] = []
+
+        async def read() -> None:
+            size = 0
+            while True:
+                chunk = await request.content.readany()
+                if not chunk:
+                    return
+                size += len(chunk)
+                if size > limit:
+                    raise TooLarge(f"the body is more than {limit} bytes", limit=limit)
+                chunks.append(chunk)
+
+        try:
+            await asyncio.wait_for(read(), self.timeout)
+        except asyncio.TimeoutError:
+            raise TooSlow(f"the body did not arrive within {self.timeout:.0f} s "
+                          f"(admin_request_timeout_ms)") from None
+        return _json_object(b"".join(chunks))
 
 
-async def _json_body(request: web.Request) -> dict:
+def _json_object(data: bytes) -> dict:
+    if not data.strip():
+        return {}
     try:
-        body = await request.json() if request.can_read_body else {}
+        body = json.loads(data)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"body is not JSON: {exc}") from None
     except RecursionError:
@@ -310,7 +476,11 @@ def _ok(result) -> web.Response:
 
 
 def _error(exc: PymqError, status: int | None = None) -> web.Response:
-    return web.json_response(error_result(exc), status=status or _status_for(type(exc)), dumps=_dumps)
+    response = web.json_response(error_result(exc), status=status or _status_for(type(exc)), dumps=_dumps)
+    if isinstance(exc, (AuthenticationFailed, TooLarge, TooSlow)):
+        # its body may be unread (or still coming): this connection carries no further request
+        response.force_close()
+    return response
 
 
 def _dumps(value) -> str:
