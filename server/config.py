@@ -531,10 +531,15 @@ class BrokerConfig(_Section):
         "durable subscriptions the user created (~4 KiB each with its name, and its selector, while it "
         "exists); at least `max_memory_per_connection`. All clients together hold at most half of "
         "`max_memory` (at least 8 MiB)")
-    heartbeat_send_ms: Millis = Field(10_000, description="heart-beat interval the broker offers to send "
-                                                          "(CONNECTED sx; 0 = none)")
-    heartbeat_recv_ms: Millis = Field(10_000, description="heart-beat interval the broker wants to "
-                                                          "receive (CONNECTED sy; 0 = none)")
+    heartbeat_send_ms: Millis = Field(10_000, description="the longest heart-beat interval the broker offers "
+                                      "to send at (CONNECTED sx); a client asking for beats more often gets them, "
+                                      "down to `heartbeat_min_ms` (spec/stomp.md §6; 0 = the broker sends none)")
+    heartbeat_recv_ms: Millis = Field(10_000, description="the longest heart-beat interval the broker asks "
+                                      "to receive at (CONNECTED sy); a client promising beats more often is held "
+                                      "to its own promise, down to `heartbeat_min_ms` (0 = none wanted)")
+    heartbeat_min_ms: Positive = Field(250, description="the shortest heart-beat interval the broker agrees to "
+                                       "in either direction, whatever a client asks (each beat the broker owes is a "
+                                       "timer every half interval per connection)")
     heartbeat_grace: float = Field(2.0, ge=1.0, le=100.0, description="a peer is dead after grace × its "
                                                                       "interval without traffic")
     connect_timeout_ms: Positive = Field(10_000, description="a connection that has not sent CONNECT by "

@@ -172,6 +172,23 @@ def negotiate_heartbeat(connect: tuple[int, int], connected: tuple[int, int]) ->
     return to_server, to_client
 
 
+def offer_heartbeat(connect: tuple[int, int], longest: tuple[int, int], floor: int) -> tuple[int, int]:
+    """The (sx, sy) a server answers in CONNECTED to a client's (cx, cy) so that the client's own intervals
+    are honoured, as RabbitMQ does, down to ``floor`` ms (or the server's own ``longest`` (sx, sy) offer,
+    when that is shorter still).
+
+    STOMP makes each direction's interval the larger of the two sides' numbers, so a server that always
+    offered its own ``longest`` would turn a client's ``heart-beat:0,500`` into beats every ``longest`` ms.
+    A direction the client asks nothing of (0) gets the server's offer unchanged (no beats flow there
+    anyway); a server that sends or wants no beats (0 in ``longest``) keeps 0.
+    """
+    cx, cy = connect
+    send, recv = longest
+    sx = min(send, max(floor, cy)) if cy and send else send
+    sy = min(recv, max(floor, cx)) if cx and recv else recv
+    return sx, sy
+
+
 class StompConnection:
     """One end of a STOMP connection: parses what arrives, validates and encodes what leaves."""
 

@@ -33,7 +33,8 @@ from pymq_server.broker.transactions import Transactions
 
 from pymq import errors
 from pymq.errors import InvalidHeader, ProtocolError, PymqError, ResourceLimit, UnknownMessage, UnknownSubscription
-from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, negotiate_version, parse_heartbeat
+from pymq.protocol.connection import (Role, StompConnection, negotiate_heartbeat, negotiate_version, offer_heartbeat,
+                                      parse_heartbeat)
 from pymq.protocol.frame import Frame
 
 if TYPE_CHECKING:
@@ -210,7 +211,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
                     self.fail(exc, frame)
                     return
             cfg = self.broker.config
-            server_hb = (cfg.heartbeat_send_ms, cfg.heartbeat_recv_ms) if client_hb != (0, 0) else (0, 0)
+            # the client's intervals, down to heartbeat_min_ms (spec/stomp.md §6)
+            server_hb = offer_heartbeat(client_hb, (cfg.heartbeat_send_ms, cfg.heartbeat_recv_ms),
+                                        cfg.heartbeat_min_ms) if client_hb != (0, 0) else (0, 0)
             to_server, to_client = negotiate_heartbeat(client_hb, server_hb)
             self.version = version
             self.deliveries.version = version
