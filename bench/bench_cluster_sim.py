@@ -11,7 +11,7 @@ real       the code a node runs: assignment of recipients to nodes (pymq.routing
            (pymq.routing.interest.InterestFilter, compiled bloom core), the forwarding decision over the
            peers' digests with popular topics (pymq.routing.forwarding.PeerFilters: classify, targets), the
            rendezvous hash that homes each source on a node (pymq.routing.GroupRouter), and the forwarded
-           frame's headers and encoding (pymq_server.cluster.link.forward_headers, the STOMP encoder).
+           frame's headers and encoding (pymq_server.broker.forwarded.forward_headers, the STOMP encoder).
 modelled   no sockets, no storage, no time: a message is "forwarded" to the nodes PeerFilters names and
            "stored" on the nodes with a subscriber of its source; bytes are counts x the encoded frame size.
 
@@ -57,7 +57,7 @@ from pymq.routing import bloom  # noqa: E402
 from pymq.routing.assignment import HashPolicy, Placement, SimilarPolicy, place_all, shed  # noqa: E402
 from pymq.routing.forwarding import PeerFilters  # noqa: E402
 from pymq.routing.interest import InterestFilter  # noqa: E402
-from pymq_server.cluster.link import forward_headers  # noqa: E402
+from pymq_server.broker.forwarded import forward_headers  # noqa: E402
 
 TOP = (1, 10, 100)          # "popular sources": the top 1, 10, 100 by rank
 

@@ -377,11 +377,6 @@ class Broker:
     def internal_queue(self, name: str, config: QueueConfig | None = None) -> MessageQueue:
         return self.destinations.internal_queue(name, config)
 
-    def next_message_id(self) -> str:
-        """The id the next message this broker accepts will get (a cluster routing on message ids picks
-        the node before the message is built: spec/routing.md §2.3; placement routes before it builds)."""
-        return f"ID:{self.node_id}-{self.seqs.peek('')}"
-
     def redistribute(self, message: BrokerMessage, peer: str) -> None:
         self.router.redistribute(message, peer)
 

@@ -22,9 +22,9 @@ class ClusterMembership(Protocol):
     #: True for a node of a cluster with a say in routing; the standalone broker's is False
     active: bool
 
-    def route_queue(self, queue: MessageQueue, headers: Mapping[str, str]) -> str | None:
+    def route_queue(self, queue: MessageQueue, headers: Mapping[str, str], message_id: str) -> str | None:
         """The peer a new message for ``queue`` (with these message headers: its group, its correlation
-        id) goes to, or None to keep it here (spec/cluster.md §4)."""
+        id; and the id it is given) goes to, or None to keep it here (spec/cluster.md §4)."""
         ...
 
     def topic_outboxes(self, topic: Topic, message: BrokerMessage) -> list[MessageQueue]:
@@ -70,7 +70,7 @@ class Standalone:
 
     active = False
 
-    def route_queue(self, queue: MessageQueue, headers: Mapping[str, str]) -> str | None:
+    def route_queue(self, queue: MessageQueue, headers: Mapping[str, str], message_id: str) -> str | None:
         return None
 
     def topic_outboxes(self, topic: Topic, message: BrokerMessage) -> list[MessageQueue]:

@@ -123,7 +123,9 @@ class Placement:
             rules.check_schema(queue.schema, destination, (properties,))
         peer = None
         if policy.routing and queue.kind == "queue" and self.cluster.active:
-            peer = self.cluster.route_queue(queue, properties)
+            # the id the message is given below (nothing numbers keys in between): a queue routing on
+            # message ids routes by the id its consumers see (spec/routing.md §2.3)
+            peer = self.cluster.route_queue(queue, properties, f"ID:{self.node_id}-{self.seqs.peek('')}")
         if peer is not None:
             queues = [self.cluster.outbox(peer)]
             log = None
@@ -228,16 +230,19 @@ class Placement:
 
     def _build(self, request: SendRequest, destination: str, config: QueueConfig | None,
                client: Client | None) -> BrokerMessage:
-        """The message for a SEND, with its key, id and sequence number, and ``config``'s defaults."""
+        """The message for a SEND, with its key, id and sequence number, and ``config``'s defaults (a
+        forwarded message's id is the one it keeps)."""
         seqs = self.seqs
         key = seqs.next("")
+        # a forwarded message keeps the id it was given where it was accepted (forwarded.py)
+        message_id = request.message_id or f"ID:{self.node_id}-{key}"
         if config is None:
-            message = message_from_request(request, key=key, message_id=f"ID:{self.node_id}-{key}",
+            message = message_from_request(request, key=key, message_id=message_id,
                                            seq=seqs.next(destination), destination=destination,
                                            default_persistent=self.default_persistent,
                                            producer=client.id if client is not None else "")
         else:
-            message = message_from_request(request, key=key, message_id=f"ID:{self.node_id}-{key}",
+            message = message_from_request(request, key=key, message_id=message_id,
                                            seq=seqs.next(destination), destination=destination,
                                            default_persistent=self.default_persistent,
                                            producer=client.id if client is not None else "",

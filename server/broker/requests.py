@@ -123,6 +123,7 @@ class SendRequest(NamedTuple):
     dedup_id: str | None = None
     forwarded: str | None = None         # pymq-forwarded: the node this came from (cluster inbound)
     subscription: str | None = None      # pymq-subscription: a handed-over durable subscription's key
+    message_id: str | None = None        # the id a forwarded message keeps (cluster inbound: forwarded.py)
 
     @property
     def group_id(self) -> str | None:
@@ -155,7 +156,7 @@ def parse_send(headers: Mapping[str, str], body: bytes) -> SendRequest:
     if _SPECIAL.isdisjoint(properties):        # the common case: none of the rarer headers
         return _new_send((headers["destination"], properties, body, headers.get("transaction"),
                           headers.get("receipt"), persistent, priority, expires, ttl, None, None, timestamp,
-                          None, None, None))
+                          None, None, None, None))
     delay = deliver_at = None
     if not _SCHEDULING.isdisjoint(properties):
         delay = _first_int(properties, "delay")

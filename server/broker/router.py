@@ -24,6 +24,7 @@ from pymq_server.broker import bulk_rows
 from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.clients import Client, own_reply_to
 from pymq_server.broker.destinations import Destinations, Kind
+from pymq_server.broker.forwarded import SUBSCRIPTION, arrived
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
@@ -67,6 +68,7 @@ class Router:
         path = self._entry(client, request, kind)
         if path is EntryPath.CLUSTER_INBOUND:
             self.cluster.on_forwarded()
+            request = arrived(request)          # the message it was on its first node (forwarded.py)
         reply_to = request.properties.get("reply-to")
         if reply_to is not None and client is not None and reply_to.startswith(("/temp-queue/", "/temp-topic/")):
             # a connection's own temporary queue or topic, named so that others can reply to it
@@ -230,21 +232,20 @@ class Router:
 
     def hand_over(self, message: BrokerMessage, subscription: str, peer: str) -> None:
         """A durable subscription's message, as a copy addressed to the subscription, to the node that
-        hosts it now (§5, §6): ``peer``'s outbox, or the subscription's queue when ``peer`` is this node."""
+        hosts it now (§5, §6): ``peer``'s outbox, or the subscription's queue when ``peer`` is this node.
+        The copy is the same message (its id, timestamp and headers: forwarded.py) under a key of its own."""
         headers = dict(message.headers)
-        headers["pymq-subscription"] = subscription
-        seqs = self.placement.seqs
-        key = seqs.next("")
-        copy = BrokerMessage(key, f"ID:{self.config.node_id}-{key}", message.destination, message.seq, headers,
-                             message.body, message.persistent, message.priority, message.timestamp,
-                             message.expires, message.deliver_at, message.producer)
         if peer == self.config.node_id:
             sub = self.subscriptions.find(subscription)
             if sub is None:
                 raise UnknownDestination(f"no durable subscription {subscription!r} here")
             target = sub.queue
         else:
+            headers[SUBSCRIPTION] = subscription        # where it goes on the peer (taken out there)
             target = self.cluster.outbox(peer)
+        copy = BrokerMessage(self.placement.seqs.next(""), message.message_id, message.destination, message.seq,
+                             headers, message.body, message.persistent, message.priority, message.timestamp,
+                             message.expires, message.deliver_at, message.producer)
         self.placement.place(EntryPath.HANDOVER, target, copy)
 
     def reroute(self, message: BrokerMessage, peer: str | None) -> None:

@@ -17,29 +17,13 @@ from typing import cast
 from collections.abc import Callable
 
 from pymq_server.broker.consumer import AUTO
+from pymq_server.broker.forwarded import forward_headers
 
 from pymq.errors import PymqError, ProtocolError
 from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
 from pymq.protocol.frame import Frame
 
 log = logging.getLogger("pymq.cluster.link")
-
-#: headers a forwarded message must not carry over from the original
-_DROP = frozenset({"destination", "message-id", "pymq-seq", "content-length", "receipt", "transaction",
-                   "subscription", "ack", "redelivered", "JMSXDeliveryCount", "JMSXGroupFirstForConsumer"})
-
-
-def forward_headers(message, origin: str, extra: dict | None = None) -> dict:
-    headers = {k: v for k, v in message.headers.items() if k not in _DROP}
-    headers["destination"] = message.destination
-    headers["pymq-forwarded"] = origin
-    headers["pymq-dedup-id"] = "fwd:" + message.message_id
-    if message.deliver_at:
-        headers["AMQ_SCHEDULED_TIME"] = str(message.deliver_at)
-    if extra:
-        headers.update(extra)
-    return headers
-
 
 class PeerLink(asyncio.Protocol):
     def __init__(self, node, peer: str, address: str) -> None:

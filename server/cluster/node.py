@@ -464,15 +464,13 @@ class ClusterNode:
                                 message_id=message_id)
         return None if picked is None else picked.key
 
-    def route_queue(self, queue: MessageQueue, headers: Mapping[str, str]) -> str | None:
+    def route_queue(self, queue: MessageQueue, headers: Mapping[str, str], message_id: str) -> str | None:
         """The peer a new message for ``queue`` goes to, or None to keep it here."""
         if len(self.members) < 2:
             return None
         setting = self.routing_key_for(queue)
         key = routing_key_of(setting, group_id=headers.get("JMSXGroupID"),
-                             correlation_id=headers.get("correlation-id"),
-                             message_id=self.broker.next_message_id() if setting is RoutingKey.MESSAGE_ID
-                             else None)
+                             correlation_id=headers.get("correlation-id"), message_id=message_id)
         if key is not None:
             target = self.router.route(key.key)
             return None if target == self.node_id else target

@@ -38,7 +38,8 @@ PACKAGE_LEVEL = {name: i for i, (_, names) in enumerate(PACKAGE_LEVELS) for name
 LAYERS: list[tuple[str, set[str]]] = [
     ("building blocks", {"destination", "message", "states", "ready", "stats", "queue", "entry", "lastvalue",
                          "groups", "idle", "consumer", "topic", "log", "acl", "auth", "requests", "clients",
-                         "membership", "sequences", "dedup", "flow", "budgets", "stored_form", "segments", "slices", "bulk_rows",
+                         "membership", "forwarded", "sequences", "dedup", "flow", "budgets", "stored_form",
+                         "segments", "slices", "bulk_rows",
                          "bulk_stream", "blocks", "quarantine", "backlog", "upkeep", "dispatch"}),
     ("destinations", {"destinations", "temporary", "deadletters"}),
     ("subscriptions", {"subscriptions"}),

@@ -108,7 +108,7 @@ class FakeCluster(Standalone):
         self.outbox_config = outbox_config
         self.routing = True
 
-    def route_queue(self, queue: MessageQueue, headers: Any) -> str | None:
+    def route_queue(self, queue: MessageQueue, headers: Any, message_id: str) -> str | None:
         return "n9" if self.routing and headers.get("JMSXGroupID") == "G" else None
 
     def topic_outboxes(self, topic: Any, message: BrokerMessage) -> list[MessageQueue]:

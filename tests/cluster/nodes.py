@@ -89,3 +89,20 @@ def start_cluster(tmp_path, store_url: str, n: int = 3, **over) -> tuple[list[No
         assert wait_for(lambda: set(status(node)["members"]) == ids and all(status(node)["links"].values())
                         and len(status(node)["links"]) == n - 1, timeout=10), status(node)
     return nodes, cfg
+
+
+def wait_topic_seen(node: Node, topic: str, by: list[Node], timeout: float = 10) -> None:
+    """Until ``topic`` is in ``node``'s filter and every node of ``by`` holds that announcement (or a later
+    one) of ``node``'s digest: from then on they forward the topic's messages to it."""
+    assert wait_for(lambda: topic in status(node)["filter_topics"], timeout=timeout), status(node)
+    serial = status(node)["filter"]["serial"]
+    for peer in by:
+        assert wait_for(lambda: ((status(peer)["peer_filters"].get(node.node_id) or {}).get("serial") or 0)
+                        >= serial, timeout=timeout), status(peer)["peer_filters"]
+
+
+def wait_consumers_seen(node: Node, queue: str, by: list[Node], timeout: float = 10) -> None:
+    """Until every node of ``by`` knows that ``node`` has a consumer of ``queue`` (its consumer map)."""
+    for peer in by:
+        assert wait_for(lambda: status(peer)["remote_consumers"].get("/queue/" + queue, {}).get(node.node_id, 0) > 0,
+                        timeout=timeout), status(peer)["remote_consumers"]

@@ -24,12 +24,6 @@ def trio(tmp_path_factory, redis_url):  # noqa: F811
         node.stop()
 
 
-def _origin_id(message) -> str:
-    """The id the accepting node gave the message (a forwarded copy carries it in its dedup id)."""
-    dedup = message.dedup_id or ""
-    return dedup[4:] if dedup.startswith("fwd:") else message.message_id
-
-
 def test_correlation_id_routing_declared_through_one_node_holds_on_every_node(trio):
     a, b, c = trio
     queue = pymq.Queue(f"conversations-{uuid.uuid4().hex[:6]}")
@@ -99,7 +93,7 @@ def test_message_id_routing_spreads_messages_by_their_assigned_id(tmp_path, redi
                 while (m := consumer.receive(1.5)) is not None:
                     got[m.text] = node_id
                     if m.group_id is None:
-                        assert router.route(_origin_id(m)) == node_id, (m.text, _origin_id(m))
+                        assert router.route(m.message_id) == node_id, (m.text, m.message_id)   # the id it has
                     else:
                         assert node_id == router.route("g-fixed")
             assert sorted(got) == sorted(f"m{i}" for i in range(45))
