@@ -17,6 +17,7 @@ public final class LatencyProbe extends ForeachWriter<Row> {
     private static final long serialVersionUID = 1L;
     private static long[] samples = new long[1 << 16];
     private static int count;
+    private static long since;
 
     @Override
     public boolean open(long partitionId, long epochId) {
@@ -27,14 +28,17 @@ public final class LatencyProbe extends ForeachWriter<Row> {
     public void process(Row row) {
         long now = System.currentTimeMillis();
         java.sql.Timestamp stamp = row.getTimestamp(row.fieldIndex("timestamp"));
-        record(now - stamp.getTime());
+        record(stamp.getTime(), now - stamp.getTime());
     }
 
     @Override
     public void close(Throwable error) {
     }
 
-    private static synchronized void record(long ms) {
+    private static synchronized void record(long stamped, long ms) {
+        if (stamped < since) {
+            return;                      // sent before the measurement began (a warm-up's rows)
+        }
         if (count == samples.length) {
             samples = Arrays.copyOf(samples, samples.length * 2);
         }
@@ -42,7 +46,13 @@ public final class LatencyProbe extends ForeachWriter<Row> {
     }
 
     public static synchronized void reset() {
+        reset(0);
+    }
+
+    /** Forget what was recorded; from now on record only rows stamped at or after {@code sinceMs}. */
+    public static synchronized void reset(long sinceMs) {
         count = 0;
+        since = sinceMs;
     }
 
     public static synchronized int count() {
