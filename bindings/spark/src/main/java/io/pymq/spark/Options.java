@@ -557,6 +557,14 @@ final class Options {
         }
     }
 
+    /**
+     * Messages per range read when {@code fetchSize} is not given: ten times the Python data source's.  An
+     * answer becomes Spark columns without a pass over its rows here, so a task's time goes into round trips
+     * (a 1M-row count() took 0.76 s at 10,000 and 0.35 s at 100,000 on this machine); an answer still stops
+     * at 16 MiB of bodies (the broker's cap).
+     */
+    static final int DEFAULT_FETCH_SIZE = 100_000;
+
     /** Default bytes of a partition's share of a read (spec/spark.md §2, split by bytes). */
     static final long DEFAULT_PARTITION_BYTES = 64L * 1024 * 1024;
 
@@ -716,7 +724,7 @@ final class Options {
                 optLong(opts, "minPartitions", 1), optLong(opts, "maxMessagesPerPartition", 1),
                 integer(opts, "maxBytesPerPartition", DEFAULT_PARTITION_BYTES, 1),
                 bool(opts, "failOnDataLoss", true), bool(opts, "includeProperties", false),
-                (int) Math.min(Integer.MAX_VALUE, integer(opts, "fetchSize", 10_000, 1)),
+                (int) Math.min(Integer.MAX_VALUE, integer(opts, "fetchSize", DEFAULT_FETCH_SIZE, 1)),
                 (int) Math.min(Integer.MAX_VALUE, integer(opts, "fetchRetries", 3, 0)),
                 integer(opts, "fetchRetryIntervalMs", 1_000, 0), bool(opts, "filterPushdown", false));
     }

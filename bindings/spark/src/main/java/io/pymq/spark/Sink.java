@@ -68,8 +68,8 @@ final class Sink {
     private Sink() {
     }
 
-    static final int FRAME_BYTES = 4 * 1024 * 1024;
-    static final int FRAMES_IN_FLIGHT = 2;
+    static final int FRAME_BYTES = 8 * 1024 * 1024;
+    static final int FRAMES_IN_FLIGHT = 3;
 
     static final Map<String, List<String>> WRITE_COLUMNS = new LinkedHashMap<>();
     static final Set<String> IGNORED = Set.of("destinationType", "partition", "offset", "messageId", "timestamp",
