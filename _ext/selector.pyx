@@ -6,6 +6,8 @@ selector is a chain of C virtual calls with no Python frames.  Numbers are class
 into C ``long long`` / ``double``; the rules (NULL and unlike types give unknown, int promotes to
 float, '/' is real division and NULL on zero, int overflow is NULL) are those of the Python twin, which
 is the reference: tests/selector/test_differential.py checks both agree on random selectors and values.
+A header value with no declared type that reads as a number (``UntypedNumber``) is classified by its number
+and compared by its text against strings (spec/selector.md §3).
 
 Stack use: ``ev`` and ``compile_node`` recurse once per level of the tree.  The parser refuses a tree
 higher than ``SelectorLimits.max_depth`` (at most 64) before it gets here, and ``build`` checks the
@@ -21,7 +23,7 @@ from cpython.unicode cimport PyUnicode_DATA, PyUnicode_KIND, PyUnicode_READ
 from libc.stdint cimport uint64_t
 
 from pymq.errors import InvalidSelector
-from pymq.selector._ir import MAX_HEIGHT, like_plan
+from pymq.selector._ir import MAX_HEIGHT, UntypedNumber, like_plan
 
 IMPLEMENTATION = "c"
 
@@ -62,6 +64,10 @@ cdef enum:
     OP_MUL = 8
     OP_DIV = 9
 
+#: a header value with no declared type that reads as a number (pymq/selector/_ir.py): classified by its number,
+#: compared by its text against strings
+cdef type UNTYPED = UntypedNumber
+
 cdef dict _OPS = {"=": OP_EQ, "<>": OP_NE, "<": OP_LT, ">": OP_GT, "<=": OP_LE, ">=": OP_GE,
                   "+": OP_ADD, "-": OP_SUB, "*": OP_MUL, "/": OP_DIV}
 
@@ -81,6 +87,8 @@ cdef inline int classify(object v, long long* iv, double* dv) except -1:
     if t is int:
         iv[0] = PyLong_AsLongLongAndOverflow(v, &overflow)
         return K_OTHER if overflow else K_INT
+    if t is UNTYPED:
+        return classify((<object>v).number, iv, dv)     # an int within 64 bits, or a float: never recursive
     # subclasses (IntEnum, str subclasses, ...): classify by their base type
     if isinstance(v, int):
         iv[0] = PyLong_AsLongLongAndOverflow(int(v), &overflow)
@@ -137,6 +145,12 @@ cdef inline object compare_classified(int op, object a, int ka, long long ia, do
                                       object b, int kb, long long ib, double db):
     cdef bint na = ka == K_INT or ka == K_FLOAT
     cdef bint nb = kb == K_INT or kb == K_FLOAT
+    if (op == OP_EQ or op == OP_NE) and (type(a) is UNTYPED and (kb == K_STR or type(b) is UNTYPED)
+                                         or type(b) is UNTYPED and ka == K_STR):
+        # an untyped value against a string (or another untyped value): their texts, as strings compare
+        if op == OP_EQ:
+            return <str>a == <str>b
+        return <str>a != <str>b
     if na and nb:
         if ka == K_INT and kb == K_INT:
             return cmp_ll(op, ia, ib)

@@ -156,7 +156,10 @@ class Message:
                 h[name] = ("true" if value else "false") if code == "b" else repr(value) if code == "f" \
                     else str(value)
                 types.append(f"{name}={code}")
-        if types:
+        if self.properties:
+            # even empty: a message with pymq-types is typed, so its string properties stay strings in the
+            # broker's selectors; a plain STOMP header without it compares as a number when it reads as one
+            # (spec/stomp.md §7, spec/selector.md §3)
             h["pymq-types"] = ",".join(types)
         return h
 

@@ -331,7 +331,9 @@ func (m *Message) sendHeaders() []stomp.Header {
 			types = append(types, name+"="+code)
 		}
 	}
-	if len(types) > 0 {
+	if len(names) > 0 {
+		// even empty: a message with pymq-types is typed, so the broker's selectors keep its strings strings
+		// (a plain header without it compares as a number when it reads as one: spec/selector.md section 3)
 		h = append(h, stomp.Header{Name: "pymq-types", Value: strings.Join(types, ",")})
 	}
 	return h

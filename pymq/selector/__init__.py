@@ -16,6 +16,7 @@ from pymq.errors import InvalidSelector
 
 from ._compiler import Selector, compile_rule, compile_selector
 from ._evaluator import IMPLEMENTATION, IMPLEMENTATIONS
+from ._ir import UntypedNumber, read_number, untyped
 from ._parser import DEFAULT_LIMITS, SelectorLimits
 from ._rules import BODY_TYPES, DESTINATION_TYPES, rule_context
 
@@ -23,4 +24,5 @@ __all__ = [
     "Selector", "compile_selector", "compile_rule", "rule_context", "InvalidSelector",
     "SelectorLimits", "DEFAULT_LIMITS",
     "IMPLEMENTATIONS", "IMPLEMENTATION", "BODY_TYPES", "DESTINATION_TYPES",
+    "UntypedNumber", "untyped", "read_number",
 ]

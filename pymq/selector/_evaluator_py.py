@@ -8,7 +8,9 @@ on every input (tests/selector/test_differential.py checks this with hypothesis)
 
 Value classes: ``None`` is NULL; ``bool`` is boolean (never a number, although Python makes it an int);
 ``int`` within signed 64 bits and ``float`` are numbers; ``str`` is a string; anything else (bytes, an int
-outside 64 bits, ...) is a value of no JMS type, which compares as unknown and is not NULL.
+outside 64 bits, ...) is a value of no JMS type, which compares as unknown and is not NULL. An
+:class:`~._ir.UntypedNumber` (a header with no declared type whose text reads as a number) is both: its
+number wherever a number is wanted, its text in ``=``/``<>`` against a string and in string predicates.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pymq.errors import InvalidSelector
 
-from ._ir import IR, LONG_MAX, LONG_MIN, MAX_HEIGHT, LikeGroup, like_plan
+from ._ir import IR, LONG_MAX, LONG_MIN, MAX_HEIGHT, LikeGroup, UntypedNumber, like_plan
 
 IMPLEMENTATION = "py"
 
@@ -30,6 +32,8 @@ def number(v: object) -> int | float | None:
         return v if LONG_MIN <= v <= LONG_MAX else None  # type: ignore[operator,return-value]
     if t is float:
         return v  # type: ignore[return-value]
+    if t is UntypedNumber:
+        return v.number  # type: ignore[attr-defined,no-any-return]
     if t is bool or v is None:
         return None
     if isinstance(v, bool):
@@ -53,6 +57,10 @@ def compare(op: str, a: object, b: object) -> bool | None:
     """A comparison under JMS rules: NULL or unlike types give unknown; numbers promote int to float."""
     if a is None or b is None:
         return None
+    if (op == "=" or op == "<>") and (type(a) is UntypedNumber and isinstance(b, str)
+                                      or type(b) is UntypedNumber and isinstance(a, str)):
+        # an untyped value against a string (or another untyped value): their texts, as strings compare
+        return (a == b) if op == "=" else (a != b)
     x = number(a)
     y = number(b)
     if x is not None and y is not None:

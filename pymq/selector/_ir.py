@@ -111,3 +111,77 @@ def like_segments(pattern: str, escape: str | None) -> tuple[tuple[str, str], ..
         i += 1
     flush()
     return tuple(segments)
+
+
+# -- header values with no declared type (spec/selector.md §3, "Untyped values") ---------------------------
+#: the longest text read as a number: longer ones are strings (a long has 20 characters with its sign, a
+#: double's shortest repr 24; Python refuses int() of over 4,300 digits, and nobody's number is that long)
+UNTYPED_MAX = 64
+_DIGITS = frozenset("0123456789")
+
+
+class UntypedNumber(str):
+    """A header value no type was declared for (a plain STOMP header: no ``pymq-types``) whose text reads
+    as a number. It is its text (``=``, ``<>`` against strings, ``LIKE``, ``IN`` a string list) and its
+    number (ordering, arithmetic, ``BETWEEN``, ``=`` against a number, ``IN`` a number list): the way
+    ActiveMQ compares STOMP headers. Both evaluators recognise the exact type."""
+
+    number: int | float
+
+    def __new__(cls, text: str, number: int | float) -> UntypedNumber:
+        self = super().__new__(cls, text)
+        self.number = number
+        return self
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (UntypedNumber, (str(self), self.number))
+
+
+def read_number(text: str) -> int | float | None:
+    """The number an untyped value's text reads as, or None (spec/selector.md §3).
+
+    ``[+-]? digits`` is a long (a double when it leaves signed 64 bits); with a decimal point
+    (``1.5``, ``1.``, ``.5``) and/or an exponent (``1e3``, ``2.5E-3``) a double. ASCII only; no
+    spaces, no ``_``, no hexadecimal, no ``NaN``/``Infinity``, no suffix; at most :data:`UNTYPED_MAX`
+    characters."""
+    n = len(text)
+    if n == 0 or n > UNTYPED_MAX:
+        return None
+    i = 1 if text[0] in "+-" else 0
+    start = i
+    while i < n and text[i] in _DIGITS:
+        i += 1
+    whole = i - start
+    if i == n:
+        if whole == 0:
+            return None
+        value = int(text)
+        return value if LONG_MIN <= value <= LONG_MAX else float(value)
+    fraction = 0
+    if text[i] == ".":
+        i += 1
+        mark = i
+        while i < n and text[i] in _DIGITS:
+            i += 1
+        fraction = i - mark
+    if whole == 0 and fraction == 0:
+        return None
+    if i < n and text[i] in "eE":
+        i += 1
+        if i < n and text[i] in "+-":
+            i += 1
+        mark = i
+        while i < n and text[i] in _DIGITS:
+            i += 1
+        if i == mark:
+            return None
+    if i != n:
+        return None
+    return float(text)
+
+
+def untyped(text: str) -> str:
+    """A header value with no declared type, as the evaluators take it: an :class:`UntypedNumber` when it
+    reads as a number, else the text itself."""
+    number = read_number(text)
+    return text if number is None else UntypedNumber(text, number)

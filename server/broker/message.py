@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from pymq.protocol.numbers import INT64_MAX
 from pymq.protocol.scanner import encode_headers
+from pymq.selector import untyped
 
 if TYPE_CHECKING:
     from pymq_server.broker.requests import SendRequest
@@ -105,6 +106,7 @@ class BrokerMessage:
         if values is None:
             h = self.headers
             values = dict(h)
+            _apply_types(values, h.get("pymq-types"))
             values["JMSPriority"] = self.priority
             values["JMSTimestamp"] = self.timestamp
             values["JMSDeliveryMode"] = "PERSISTENT" if self.persistent else "NON_PERSISTENT"
@@ -116,20 +118,28 @@ class BrokerMessage:
                 values["JMSType"] = h["type"]
             if "reply-to" in h:
                 values["JMSReplyTo"] = h["reply-to"]
-            _apply_types(values, h.get("pymq-types"))
             self._values = values
         return values
 
 
 def _apply_types(values: dict, spec: str | None) -> None:
-    """Typed properties (``pymq-types: n=i,f=b``) compare as numbers/booleans in selectors."""
-    if not spec:
+    """Property types for selectors (spec/selector.md §3). A message with ``pymq-types`` (a pymq SDK's,
+    even empty) is typed: the properties it names are numbers/booleans, the others strings, exactly. A
+    message without it (a plain STOMP client's) has no declared types: a header whose text reads as a
+    number compares as that number in numeric comparisons (``n:9`` and ``n > 5``, as ActiveMQ does for
+    STOMP) and as its text against strings (``pymq.selector.untyped``)."""
+    if spec is None:
+        for name, raw in values.items():
+            if type(raw) is str and raw and raw[0] in _NUMBER_START:
+                values[name] = untyped(raw)
         for name in ("JMSXGroupSeq", "JMSXDeliveryCount"):
             if name in values:
                 try:
                     values[name] = int(values[name])
                 except ValueError:
                     pass
+        return
+    if not spec:
         return
     for item in spec.split(","):
         name, _, code = item.rpartition("=")
@@ -145,6 +155,10 @@ def _apply_types(values: dict, spec: str | None) -> None:
                 values[name] = raw == "true"
         except ValueError:
             pass
+
+
+#: the first characters of a text that may read as a number (the rest is pymq.selector's to judge)
+_NUMBER_START = frozenset("0123456789+-.")
 
 
 def message_from_request(request: SendRequest, *, key: int, message_id: str, seq: int, destination: str,

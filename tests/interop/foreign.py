@@ -485,6 +485,25 @@ def selector_on_a_foreign_subscription(broker, connect) -> None:
     assert c.receive("s", 0.3) is None
 
 
+def numeric_selector_on_plain_headers(broker, connect) -> None:
+    """A plain header that reads as a number compares as one (issue 27 item 3, spec/selector.md §3): the
+    foreign client's ``n:9`` is selected by ``n > 5``, as ActiveMQ does for STOMP; the SDK's string
+    property ``"9"`` stays a string (its message carries pymq-types), its integer 7 is a number."""
+    c = connect()
+    name = _name("q")
+    c.subscribe("s", f"/queue/{name}", headers={"selector": "n > 5 AND n <> 12.0"})
+    c.sync()
+    for n in ("9", "3", "12", "x", "06", "1e1"):
+        c.send(f"/queue/{name}", f"plain-{n}", headers={"n": n}, receipt=True)
+    with pymq.connect(broker.url) as conn:
+        p = conn.create_session().create_producer(pymq.Queue(name))
+        p.send(pymq.TextMessage("sdk-string-9", properties={"n": "9"}))
+        p.send(pymq.TextMessage("sdk-int-7", properties={"n": 7}))
+    got = [c.expect("s").text for _ in range(4)]
+    assert got == ["plain-9", "plain-06", "plain-1e1", "sdk-int-7"], got
+    assert c.receive("s", 0.3) is None
+
+
 #: a value that needs every STOMP 1.1 escape (':' '\n' '\\'); a '\r' is checked on its own below
 ESCAPED = "a:b\nc\\d:"
 
@@ -626,6 +645,7 @@ SCENARIOS = [
     large_body_both_ways,
     map_message_to_foreign,
     selector_on_a_foreign_subscription,
+    numeric_selector_on_plain_headers,
     header_escaping_both_ways,
     carriage_return_in_a_header_both_ways,
     request_reply_through_a_temporary_queue,

@@ -189,3 +189,22 @@ def test_context_manager_returns_with_receipts_pending(broker, cls):
         consumer = session.create_consumer(pymq.Queue(dest[len("/queue/"):]))
         got = [consumer.receive(timeout=5).text for _ in range(20)]
     assert got == [f"m{i}" for i in range(20)]
+
+
+def test_numeric_selector_on_stomp_py_headers(broker, stomppy):
+    """stomp.py sends ``n:9``; ``SUBSCRIBE selector:n > 5`` delivers it (issue 27 item 3; ActiveMQ 5.17 does,
+    and main delivered nothing). ``=`` against a number compares numbers, against a string the text."""
+    c, listener = stomppy()
+    name = _name("q")
+    c.subscribe(f"/queue/{name}", id="1", ack="auto", headers={"selector": "n > 5", "receipt": "s1"})
+    c.subscribe(f"/queue/{name}-eq", id="2", ack="auto",
+                headers={"selector": "n = 9 AND label = '007'", "receipt": "s2"})
+    assert sorted([listener.receipts.get(timeout=5), listener.receipts.get(timeout=5)]) == ["s1", "s2"]
+    for n in ("9", "3", "12", "abc", "5.5"):
+        c.send(f"/queue/{name}", f"m{n}", headers={"n": n})
+    got = sorted(listener.next().body for _ in range(3))
+    assert got == ["m12", "m5.5", "m9"]
+    for n, label in (("9", "007"), ("9.0", "007"), ("09", "7"), ("8", "007")):
+        c.send(f"/queue/{name}-eq", f"{n}/{label}", headers={"n": n, "label": label})
+    assert sorted([listener.next().body, listener.next().body]) == ["9.0/007", "9/007"]
+    assert listener.none()

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pymq.selector import IMPLEMENTATIONS, compile_selector
+from pymq.selector._ir import UntypedNumber, untyped
 
 LMIN, LMAX = -(2 ** 63), 2 ** 63 - 1
 SETTINGS = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -25,7 +26,10 @@ NUM_NAMES = ("a", "b", "c")
 ints = st.one_of(st.integers(-5, 5), st.sampled_from([LMIN, LMAX, LMIN + 1, LMAX - 1, 2 ** 53 + 1, 1000]))
 floats = st.one_of(st.sampled_from([0.0, -0.0, 0.5, -2.5, 1e300, float("inf"), float("nan"), 3.0]),
                    st.floats(-1e6, 1e6, allow_nan=False))
-num_values = st.one_of(ints, floats, st.none(), st.sampled_from(["1", "x", True, False]))
+#: header values with no declared type (spec/selector.md §3): numbers by their text, strings otherwise
+untyped_values = st.sampled_from(["9", "09", "-1", "0", "2.5", "1e3", "-0.5", "x", " 1", "1,5", "9223372036854775808",
+                                  "1e999"]).map(untyped)
+num_values = st.one_of(ints, floats, st.none(), st.sampled_from(["1", "x", True, False]), untyped_values)
 
 
 def num_expr(depth: int):
@@ -65,6 +69,8 @@ def cond_expr(depth: int):
 
 
 def _num(v):
+    if isinstance(v, UntypedNumber):
+        return v.number
     if isinstance(v, bool) or v is None:
         return None
     if isinstance(v, int):
@@ -100,6 +106,9 @@ def oracle_value(node, env):
 def _cmp(op, a, b):
     if a is None or b is None:
         return None
+    if op in ("=", "<>") and isinstance(a, str) and isinstance(b, str) and \
+            (isinstance(a, UntypedNumber) or isinstance(b, UntypedNumber)):
+        return (str(a) == str(b)) == (op == "=")     # an untyped value against a string: by text
     x, y = _num(a), _num(b)
     if x is None and y is None and type(a) is type(b) and type(a) in (str, bool):
         # two strings or two booleans: only = and <> are defined
@@ -220,7 +229,7 @@ def test_agrees_with_oracle(evaluator, tree, env, data):
 # -- the whole language: c and py agree ----------------------------------------------------------------
 
 ANY_NAMES = ("a", "b", "s", "t", "flag")
-any_values = st.one_of(num_values, st.text(alphabet="ab%_\n!\\", max_size=4), st.sampled_from(["", "ab", "a%"]))
+any_values = st.one_of(num_values, untyped_values, st.text(alphabet="ab%_\n!\\", max_size=4), st.sampled_from(["", "ab", "a%"]))
 str_lit = st.text(alphabet="ab%_'!\\\n", max_size=4).map(lambda s: "'" + s.replace("'", "''") + "'")
 
 

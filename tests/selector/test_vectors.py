@@ -6,7 +6,7 @@ import pytest
 from pymq.errors import InvalidSelector
 from pymq.selector import compile_selector
 
-from .vectors import RESULTS, case_values, load
+from .vectors import RESULTS, case_values, decode, load
 
 DOC = load("selector.json")
 
@@ -38,3 +38,17 @@ def test_vectors_are_consistent():
     for case in DOC["cases"]:
         assert case["expected"] == (case["result"] == "TRUE"), case["selector"]
     assert len(DOC["cases"]) > 250 and len(DOC["bad_selectors"]) > 50
+
+
+@pytest.mark.parametrize("read", DOC["untyped_reads"], ids=lambda r: repr(r["text"])[:40])
+def test_untyped_read(read):
+    """What an untyped header's text reads as (spec/selector.md §3): the one grammar, in the vectors."""
+    from pymq.selector._ir import UntypedNumber, read_number, untyped
+    want = decode(read["number"])
+    got = read_number(read["text"])
+    if want is None:
+        assert got is None and type(untyped(read["text"])) is str
+    else:
+        assert type(got) is type(want) and (got == want or (got != got and want != want))
+        value = untyped(read["text"])
+        assert type(value) is UntypedNumber and value == read["text"] and value.number == got

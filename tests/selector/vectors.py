@@ -14,8 +14,12 @@ def load(name: str) -> dict:
 
 
 def decode(value: object) -> object:
-    """{"$long": "..."} -> int, {"$double": "NaN"} -> float; other JSON values map as json does."""
+    """{"$long": "..."} -> int, {"$double": "NaN"} -> float, {"$untyped": "9"} -> what the broker makes of a
+    header with no declared type (pymq.selector._ir.untyped); other JSON values map as json does."""
     if isinstance(value, dict):
+        if "$untyped" in value:
+            from pymq.selector._ir import untyped
+            return untyped(value["$untyped"])
         if "$long" in value:
             return int(value["$long"])
         if "$double" in value:

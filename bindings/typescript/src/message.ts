@@ -291,7 +291,9 @@ export class Message {
       h.push([name, text]);
       if (TYPE_CODES[type]) types.push(`${name}=${TYPE_CODES[type]}`);
     }
-    if (types.length) h.push(['pymq-types', types.join(',')]);
+    // even empty: a message with pymq-types is typed, so the broker's selectors keep its strings strings
+    // (a plain header without it compares as a number when it reads as one: spec/selector.md section 3)
+    if (this.props.size) h.push(['pymq-types', types.join(',')]);
     return h;
   }
 

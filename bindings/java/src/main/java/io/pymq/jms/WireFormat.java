@@ -84,7 +84,9 @@ final class WireFormat {
             append(types, p.getKey(), typeCode(v));
             append(jmsTypes, p.getKey(), jmsTypeCode(v));
         }
-        if (types.length() > 0) {
+        if (!m.properties.isEmpty()) {
+            // even empty: a message with pymq-types is typed, so the broker's selectors keep its strings strings
+            // (a plain header without it compares as a number when it reads as one: spec/selector.md section 3)
             h.add(new Header("pymq-types", types.toString()));
         }
         if (jmsTypes.length() > 0) {

@@ -14,7 +14,8 @@ import java.util.Set;
  * connection.  {@link #evaluate} is the same three-valued evaluation the broker runs.
  *
  * <p>Values: null is NULL; Boolean; Long (also Integer, Short, Byte) and Double (also Float) are
- * numbers; String; anything else is a value of no selector type (every comparison on it is UNKNOWN).
+ * numbers; String; {@link Untyped} (a header with no declared type whose text reads as a number, made by
+ * {@link #untyped}); anything else is a value of no selector type (every comparison on it is UNKNOWN).
  */
 public final class Selector {
     private final String text;
@@ -75,11 +76,94 @@ public final class Selector {
         return Boolean.TRUE.equals(evaluate(values));
     }
 
+    // -- header values with no declared type (spec/selector.md section 3) --------------------------------
+    /**
+     * A header value no type was declared for (a plain STOMP header: no {@code pymq-types}) whose text reads
+     * as a number: its number wherever a number is wanted (ordering, arithmetic, BETWEEN, {@code =} against a
+     * number, IN a number list), its text against strings ({@code =}, {@code <>}, LIKE, IN a string list).
+     *
+     * @param text the header's text
+     * @param number what it reads as: a Long, or a Double
+     */
+    public record Untyped(String text, Object number) {
+    }
+
+    /** The longest text read as a number. */
+    static final int UNTYPED_MAX = 64;
+
+    /** A header value with no declared type as the evaluator takes it: an {@link Untyped} or the text. */
+    public static Object untyped(String text) {
+        Object n = readNumber(text);
+        return n == null ? text : new Untyped(text, n);
+    }
+
+    /**
+     * The number an untyped value's text reads as (a Long, or a Double outside 64 bits or with a point or an
+     * exponent), or null: ASCII {@code [+-]?digits[.digits][(e|E)[+-]digits]}, at most 64 characters.
+     */
+    public static Object readNumber(String text) {
+        int n = text.length();
+        if (n == 0 || n > UNTYPED_MAX) {
+            return null;
+        }
+        int i = text.charAt(0) == '+' || text.charAt(0) == '-' ? 1 : 0;
+        int start = i;
+        while (i < n && isDigit(text.charAt(i))) {
+            i++;
+        }
+        int whole = i - start;
+        if (i == n) {
+            if (whole == 0) {
+                return null;
+            }
+            java.math.BigInteger big = new java.math.BigInteger(text.charAt(0) == '+' ? text.substring(1) : text);
+            return big.bitLength() < 64 ? (Object) big.longValue() : (Object) big.doubleValue();
+        }
+        int fraction = 0;
+        if (text.charAt(i) == '.') {
+            i++;
+            int mark = i;
+            while (i < n && isDigit(text.charAt(i))) {
+                i++;
+            }
+            fraction = i - mark;
+        }
+        if (whole == 0 && fraction == 0) {
+            return null;
+        }
+        if (i < n && (text.charAt(i) == 'e' || text.charAt(i) == 'E')) {
+            i++;
+            if (i < n && (text.charAt(i) == '+' || text.charAt(i) == '-')) {
+                i++;
+            }
+            int mark = i;
+            while (i < n && isDigit(text.charAt(i))) {
+                i++;
+            }
+            if (i == mark) {
+                return null;
+            }
+        }
+        return i == n ? (Object) Double.parseDouble(text) : null;
+    }
+
+    private static boolean isDigit(char c) {
+        return c >= '0' && c <= '9';
+    }
+
+    /** A string value's text: a String's, or an Untyped's; null for other values. */
+    private static String text(Object v) {
+        return v instanceof String s ? s : v instanceof Untyped u ? u.text() : null;
+    }
+
     // -- evaluation (pymq/selector/_evaluator_py.py, the reference) -----------------------------------
     /** A value as a selector number (Long or Double), or null when it is not one. */
     static Object number(Object v) {
         if (v instanceof Long || v instanceof Double) {
             return v;
+        }
+        if (v instanceof Untyped u) {
+            return u.number();
         }
         if (v instanceof Integer || v instanceof Short || v instanceof Byte) {
             return ((Number) v).longValue();
@@ -103,6 +187,11 @@ public final class Selector {
     static Boolean compare(String op, Object a, Object b) {
         if (a == null || b == null) {
             return null;
+        }
+        if ((op.equals("=") || op.equals("<>"))
+                && (a instanceof Untyped && text(b) != null || b instanceof Untyped && a instanceof String)) {
+            // an untyped value against a string (or another untyped value): their texts, as strings compare
+            return text(a).equals(text(b)) == op.equals("=");
         }
         Object x = number(a);
         Object y = number(b);
@@ -267,7 +356,8 @@ public final class Selector {
         if (e instanceof Expr.In in) {
             Object v = eval(in.value(), values);
             if (in.strings()) {
-                return v instanceof String s ? in.items().contains(s) : null;
+                String s = text(v);
+                return s != null ? in.items().contains(s) : null;
             }
             Object x = number(v);
             if (x == null) {
@@ -285,8 +375,8 @@ public final class Selector {
             return false;
         }
         if (e instanceof Expr.Like l) {
-            Object v = eval(l.value(), values);
-            return v instanceof String s ? like(s.codePoints().toArray(), l.segments()) : null;
+            String s = text(eval(l.value(), values));
+            return s != null ? like(s.codePoints().toArray(), l.segments()) : null;
         }
         if (e instanceof Expr.IsNull n) {
             return eval(n.value(), values) == null;

@@ -38,6 +38,9 @@ class SelectorVectorsTest {
             return n.asBoolean();
         }
         if (n.isObject()) {
+            if (n.has("$untyped")) {
+                return Selector.untyped(n.get("$untyped").asText());
+            }
             if (n.has("$long")) {
                 BigInteger b = new BigInteger(n.get("$long").asText());
                 return b.bitLength() < 64 ? (Object) b.longValue() : b;   // outside 64 bits: a value of no type
@@ -99,6 +102,29 @@ class SelectorVectorsTest {
                 assertTrue(e.getMessage().startsWith("selector error at position " + c.get("position").asInt()));
             }));
         }
+        return tests;
+    }
+
+    /** What an untyped header's text reads as (spec/selector.md section 3): the one grammar, in the vectors. */
+    @TestFactory
+    List<DynamicTest> untypedReads() {
+        JsonNode v = Vectors.load("selector.json");
+        List<DynamicTest> tests = new ArrayList<>();
+        for (JsonNode r : v.get("untyped_reads")) {
+            String text = r.get("text").asText();
+            Object want = value(r.get("number"));
+            tests.add(DynamicTest.dynamicTest("read " + text, () -> {
+                Object got = Selector.readNumber(text);
+                assertEquals(want, got, text);
+                Object u = Selector.untyped(text);
+                if (want == null) {
+                    assertEquals(text, u);
+                } else {
+                    assertEquals(new Selector.Untyped(text, want), u);
+                }
+            }));
+        }
+        assertTrue(tests.size() > 30);
         return tests;
     }
 
