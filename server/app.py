@@ -75,6 +75,9 @@ def make_device(kind: str, name: str, options: dict[str, Any], config: BrokerCon
         # buffers and a checkpoint's copies of them would otherwise be most of the broker's memory)
         options["checkpoint_bytes"] = min(options.get("checkpoint_bytes", DEFAULT_CHECKPOINT_BYTES),
                                           max(MIN_CHECKPOINT_BYTES, config.max_memory // 4))
+        # the index keeps the newest messages as objects (~300 bytes each) and the rest in 32 bytes: as many
+        # objects as a sixteenth of max_memory pays for, between 1,024 and 65,536 (index.py)
+        options.setdefault("index_hot", max(1024, min(65536, config.max_memory // (16 * 300))))
         return FileDevice(name, directory, **options)
     if kind == "sql":
         from pymq_server.storage.sql import SqlDevice

@@ -11,3 +11,9 @@ from tests.storage import contract
 @pytest.mark.parametrize("check", contract.CHECKS, ids=lambda f: f.__name__)
 def test_file_contract(check, page_size, tmp_path):
     check(lambda: FileDevice("file", tmp_path / "store", page_size=page_size))
+
+
+@pytest.mark.parametrize("check", contract.CHECKS, ids=lambda f: f.__name__)
+def test_file_contract_with_a_cold_index(check, tmp_path):
+    """Every message but the newest two in the index's cold arrays (index.py)."""
+    check(lambda: FileDevice("file", tmp_path / "store", page_size=4096, index_hot=2))

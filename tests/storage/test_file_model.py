@@ -25,8 +25,10 @@ class FileDeviceMachine(RuleBasedStateMachine):
         self.catalog: dict[str, bytes] = {}
         self.flushed: tuple[dict, dict] = ({}, {})                     # persistent state the OS has
 
+    index_hot = 65536
+
     def _open(self) -> FileDevice:
-        device = FileDevice("file", self.dir, PAGE, fsync=False, checkpoint_bytes=6000)
+        device = FileDevice("file", self.dir, PAGE, fsync=False, checkpoint_bytes=6000, index_hot=self.index_hot)
         device.open()
         return device
 
@@ -129,3 +131,14 @@ class FileDeviceMachine(RuleBasedStateMachine):
 
 TestFileDeviceModel = FileDeviceMachine.TestCase
 TestFileDeviceModel.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)
+
+
+class ColdIndexMachine(FileDeviceMachine):
+    """The same, with an index that keeps only the two newest messages as objects: every other message is
+    in the cold arrays (index.py), so removals, references and reads go through folding and promotion."""
+
+    index_hot = 2
+
+
+TestFileDeviceColdIndex = ColdIndexMachine.TestCase
+TestFileDeviceColdIndex.settings = settings(max_examples=60, stateful_step_count=40, deadline=None)

@@ -77,23 +77,30 @@ class Checkpointer:
         store = self.store
         if store.fault is not None or store.status is not StoreStatus.OPEN or store.read_only:
             return False
-        logged = store.log.since_checkpoint
-        if logged >= self.checkpoint_bytes:
+        if store.log.since_checkpoint >= self.checkpoint_bytes:
             return True
-        # what a checkpoint gives back: the log's segment (the disk space it holds, reserved ahead or written),
-        # the pages freed since the last one and the tails left empty, and the free pages it can cut from the
-        # end of the file
+        freed = self._reclaimable()
+        return freed >= PRESSURE_BYTES and self._short(freed)
+
+    def _reclaimable(self) -> int:
+        """What a checkpoint would give back to the disk: the log's segment (the space it holds, reserved
+        ahead or written), the pages freed since the last one and the tails left empty, the free pages it can
+        cut from the end of the file, or else the free pages it can punch."""
+        store = self.store
         seg = store.log.segment
         alloc = store.pages.alloc
+        logged = store.log.since_checkpoint
         held = max(logged, seg.reserved or seg.size) if seg is not None else logged
         empty_tails = sum(1 for page in store.pages.tail.values() if page is not None and not page.live_count)
         freed = held + (alloc.count(PENDING) + empty_tails) * store.page_size
         if self._shrinkable():
-            freed += alloc.free_count * store.page_size
-        else:
-            freed += (alloc.free_count - len(store.pages.punched)) * store.page_size    # free pages to punch
-        if freed < PRESSURE_BYTES:
-            return False
+            return freed + alloc.free_count * store.page_size
+        return freed + (alloc.free_count - len(store.pages.punched)) * store.page_size
+
+    def _short(self, freed: int) -> bool:
+        """Space pressure: a write was refused for lack of space since the last checkpoint, the headroom is
+        not held, or the disk has less free space than a checkpoint would give back."""
+        store = self.store
         if store.space_refused or not store.headroom.available():
             return True
         disk = store.io.free_space(store.directory)
@@ -195,7 +202,7 @@ class Checkpointer:
         store = self.store
         headroom = store.headroom
         in_fault = store.fault is not None
-        pressure = store.space_refused or not headroom.held or self._disk_short()
+        pressure = self._short(self._reclaimable())
         try:
             self._write(new_chain)
         except StorageError as exc:
@@ -231,15 +238,6 @@ class Checkpointer:
                 store.pages.punch_free()
         except OSError as exc:
             log.warning("file device %r could not give free pages' space back: %s", store.name, describe(exc))
-
-    def _disk_short(self) -> bool:
-        """The disk has less free space than this store's log holds (a checkpoint would matter)."""
-        store = self.store
-        seg = store.log.segment
-        if seg is None:
-            return False
-        disk = store.io.free_space(store.directory)
-        return disk is not None and disk < max(store.log.since_checkpoint, seg.reserved or seg.size)
 
     def _shrinkable(self) -> bool:
         """The last checkpoint's pages are the end of the file and free pages lie below them: one more
@@ -374,8 +372,7 @@ class Checkpointer:
         state.names = dict(names.names)
         ids = names.ids
         state.refsets = {rid: tuple(ids[q] for q in refs) for rid, refs in names.refsets.items()}
-        entries = index.entries
-        state.refs = {key: tuple(ids[q] for q in entries[key].refs) for key in index.changed}
+        state.refs = {key: tuple(ids[q] for q in refs) for key, refs in index.changed_refs().items()}
         state.catalog = dict(store.catalog)
         if index.unlogged:       # a repair's checkpoint comes without a flush
             index.take_deliveries()
@@ -393,6 +390,7 @@ class Checkpointer:
             if len(taken) * cap >= size:
                 break
             taken.append(alloc.allocate(SYSTEM))
+            pages.punched.discard(taken[-1])         # a hole or not, its payload is written whole below
         payload = ckpt.encode(alloc.table(), body)
         assert len(payload) <= len(taken) * cap
         return payload, taken

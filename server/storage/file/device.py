@@ -49,6 +49,7 @@ from ..page_alloc import NON_PERSISTENT, PERSISTENT, SYSTEM
 from . import format as fmt
 from .checkpointing import Checkpointer
 from .fileio import OS_IO, FileIO
+from .index import HOT_LIMIT
 from .recovery import Recovery
 from .state import OpenStore
 from .status import StoreStatus
@@ -79,11 +80,12 @@ class FileDevice(HoldingDevice):
     def __init__(self, name: str, directory: str | os.PathLike, page_size: int = DEFAULT_PAGE_SIZE, *,
                  checkpoint_bytes: int = DEFAULT_CHECKPOINT_BYTES, max_bytes: int | None = None,
                  fsync: bool = True, read_only: bool = False, checkpoint_in_sync: bool = True,
-                 io: FileIO | None = None, headroom_bytes: int | None = None) -> None:
+                 io: FileIO | None = None, headroom_bytes: int | None = None, index_hot: int = HOT_LIMIT) -> None:
         """``fsync=False`` skips every fsync (tests, throwaway stores); ``read_only`` opens without
         changing a byte (inspection); ``max_bytes`` bounds the page file (``allocate`` raises when full);
         ``headroom_bytes`` is the disk space held back so a checkpoint can always run (``headroom.py``;
-        None: four pages and 64 KiB, 0: none);
+        None: four pages and 64 KiB, 0: none); ``index_hot`` how many of the newest messages the index keeps
+        as objects (the rest cost 32 bytes each; ``index.py``);
         ``checkpoint_in_sync=False`` leaves due checkpoints to the caller (``checkpoint_due`` /
         ``checkpoint()``, as the commit driver does) so a sync never waits for one; ``io`` replaces the
         system calls (tests inject faults with it).  An existing store keeps the page size it was
@@ -100,6 +102,7 @@ class FileDevice(HoldingDevice):
         self.checkpoint_in_sync = checkpoint_in_sync
         self._fsync = fsync
         self.headroom_bytes = headroom_bytes
+        self.index_hot = index_hot
         self.io: FileIO = io or OS_IO
         self._hook: Callable[[str], None] | None = None
         self._store: OpenStore | None = None
@@ -139,7 +142,8 @@ class FileDevice(HoldingDevice):
         started = time.perf_counter()
         os.makedirs(self.directory, exist_ok=True)
         store = OpenStore(self.name, self.directory, self.page_size, io=self.io, fsync=self._fsync,
-                          read_only=self.read_only, max_bytes=self.max_bytes, headroom_bytes=self.headroom_bytes)
+                          read_only=self.read_only, max_bytes=self.max_bytes, headroom_bytes=self.headroom_bytes,
+                          index_hot=self.index_hot)
         store.lock_fd = os.open(os.path.join(self.directory, "LOCK"),
                                 os.O_RDONLY | os.O_CREAT if self.read_only else os.O_RDWR | os.O_CREAT, 0o644)
         try:

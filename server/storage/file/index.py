@@ -3,13 +3,27 @@ each one.
 
 The changes a write and a log replay both make live here once — indexing a message, dropping a reference
 (the last one frees its slot and, when empty, its page), adding one — so recovery rebuilds exactly what
-writing built.  A queue's messages are kept in two lists, persistent and non-persistent (seed 002), each
-in (seq, key) order.  Delivery counts of persistent messages (frame DELIVERED) are kept per message; those
-noted since the last flush wait in ``unlogged`` until the flush logs them in one frame.
+writing built. Delivery counts of persistent messages (frame DELIVERED) are kept per message; those noted
+since the last flush wait in ``unlogged`` until the flush logs them in one frame.
+
+Two tiers keep the heap a message costs small however many are held (issue 24: a paged backlog cost about
+290 bytes of heap per message, all of it here):
+
+* **hot** — the most recent messages (at most ``hot_limit``, and every message whose references changed):
+  an :class:`Entry` object each in a dict, as fast as a dict is;
+* **cold** — older messages whose references are still the ones they were written with: 32 bytes each in
+  parallel arrays sorted by key (:class:`ColdRun`), found by bisection. Their queues are their slot's
+  reference set, by id. A cold message that changes (a reference dropped or added) comes back to the hot
+  tier first (``take``), which is also where its last reference is dropped.
+
+Keys increase as messages are placed and are written in that order, so the oldest hot entries fold onto
+the end of the cold arrays; one that arrives out of order (a queue's paged batch, written under the key of
+its first message) stays hot until it goes.
 """
 from __future__ import annotations
 
-import heapq
+import bisect
+from array import array
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -17,6 +31,17 @@ from ..device import StoredMessage
 
 if TYPE_CHECKING:
     from .state import OpenStore
+
+#: hot entries kept before the oldest fold into the cold arrays (FileDevice's ``index_hot``)
+HOT_LIMIT = 65536
+#: a cold run rebuilds its arrays without dead slots once they are more than half of it (and this many)
+COMPACT_AT = 4096
+
+_PAGE = 0xFFFFFFFF
+_SLOT_SHIFT = 32
+_SLOT = 0x3FFFFFFF
+_PERSISTENT = 1 << 62
+_LARGE = 1 << 63
 
 
 class Entry:
@@ -38,86 +63,181 @@ class Entry:
         self.large = large
 
 
-class QueueLists:
-    """A queue's two lists (persistent, non-persistent), each key -> seq in (seq, key) order."""
+def pack_place(page: int, slot: int, persistent: bool, large: bool) -> int:
+    """Where a message is, in the 64 bits a cold run keeps: page, slot, and the two flags."""
+    return page | slot << _SLOT_SHIFT | (_PERSISTENT if persistent else 0) | (_LARGE if large else 0)
 
-    __slots__ = ("lists", "last", "ordered")
+
+class ColdRun:
+    """Messages by key in parallel arrays (key, place, refset, length, seq): 32 bytes each. A place of 0 is a
+    dead slot (page numbers start at 3: a live place is never 0)."""
+
+    __slots__ = ("keys", "places", "refsets", "lengths", "seqs", "dead")
 
     def __init__(self) -> None:
-        self.lists: tuple[dict[int, int], dict[int, int]] = ({}, {})
-        self.last: list[tuple[int, int] | None] = [None, None]
-        self.ordered = [True, True]
-
-    def add(self, which: int, key: int, seq: int) -> None:
-        self.lists[which][key] = seq
-        pos = (seq, key)
-        last = self.last[which]
-        if last is not None and pos < last:
-            self.ordered[which] = False
-        else:
-            self.last[which] = pos
-
-    def ordered_list(self, which: int) -> list[tuple[int, int]]:
-        items = self.lists[which]
-        if not self.ordered[which]:
-            ordered = sorted((seq, key) for key, seq in items.items())
-            items.clear()
-            items.update((key, seq) for seq, key in ordered)
-            self.ordered[which] = True
-            self.last[which] = ordered[-1] if ordered else None
-            return ordered
-        return [(seq, key) for key, seq in items.items()]
+        self.keys = array("Q")
+        self.places = array("Q")
+        self.refsets = array("I")
+        self.lengths = array("I")
+        self.seqs = array("Q")
+        self.dead = 0
 
     def __len__(self) -> int:
-        return len(self.lists[0]) + len(self.lists[1])
+        return len(self.keys) - self.dead
+
+    @property
+    def last(self) -> int:
+        keys = self.keys
+        return keys[-1] if keys else -1
+
+    def find(self, key: int) -> int:
+        """The index of live ``key``, or -1."""
+        keys = self.keys
+        if not keys or key > keys[-1]:
+            return -1
+        i = bisect.bisect_left(keys, key)
+        if i < len(keys) and keys[i] == key and self.places[i]:
+            return i
+        return -1
+
+    def append(self, key: int, entry: Entry) -> None:
+        """``key`` must be above every key held (``last``)."""
+        self.keys.append(key)
+        self.places.append(pack_place(entry.page, entry.slot, entry.persistent, entry.large))
+        self.refsets.append(entry.refset)
+        self.lengths.append(entry.length)
+        self.seqs.append(entry.seq)
+
+    def entry(self, i: int, refs: tuple[str, ...]) -> Entry:
+        place = self.places[i]
+        return Entry(self.seqs[i], place & _PAGE, (place >> _SLOT_SHIFT) & _SLOT, refs, self.refsets[i],
+                     bool(place & _PERSISTENT), self.lengths[i], bool(place & _LARGE))
+
+    def kill(self, i: int) -> None:
+        self.places[i] = 0
+        self.dead += 1
+        if self.dead >= COMPACT_AT and self.dead * 2 > len(self.keys):
+            self.compact()
+
+    def compact(self) -> None:
+        """Drop the dead slots (O(n), once at least half of the run died since the last time)."""
+        places = self.places
+        live = [i for i in range(len(places)) if places[i]]
+        self.keys = array("Q", [self.keys[i] for i in live])
+        self.places = array("Q", [places[i] for i in live])
+        self.refsets = array("I", [self.refsets[i] for i in live])
+        self.lengths = array("I", [self.lengths[i] for i in live])
+        self.seqs = array("Q", [self.seqs[i] for i in live])
+        self.dead = 0
+
+    def live(self) -> Iterator[int]:
+        places = self.places
+        return (i for i in range(len(places)) if places[i])
+
+    def load(self, keys: array, places: array, refsets: array, lengths: array, seqs: array) -> None:
+        """Take arrays built in any key order (recovery reads pages in their order): sorted here."""
+        if any(keys[i] >= keys[i + 1] for i in range(len(keys) - 1)):
+            order = sorted(range(len(keys)), key=keys.__getitem__)
+            keys = array("Q", [keys[i] for i in order])
+            places = array("Q", [places[i] for i in order])
+            refsets = array("I", [refsets[i] for i in order])
+            lengths = array("I", [lengths[i] for i in order])
+            seqs = array("Q", [seqs[i] for i in order])
+        self.keys, self.places, self.refsets, self.lengths, self.seqs = keys, places, refsets, lengths, seqs
+        self.dead = 0
 
 
 class MessageIndex:
-    __slots__ = ("store", "pages", "entries", "queues", "changed", "deliveries", "unlogged", "bytes_used")
+    __slots__ = ("store", "pages", "hot", "cold", "changed", "deliveries", "unlogged", "bytes_used", "hot_limit",
+                 "_fold_at")
 
-    def __init__(self, store: OpenStore) -> None:
+    def __init__(self, store: OpenStore, hot_limit: int = HOT_LIMIT) -> None:
         self.store = store
         self.pages = store.pages
-        self.entries: dict[int, Entry] = {}
-        self.queues: dict[str, QueueLists] = {}
-        #: persistent keys whose references differ from their slot's refset (the checkpoint's REFS section)
+        self.hot: dict[int, Entry] = {}
+        self.cold = ColdRun()
+        #: persistent keys whose references differ from their slot's refset (the checkpoint's REFS section);
+        #: always hot
         self.changed: set[int] = set()
         #: delivery counts of live persistent messages: key -> queue -> count (frame DELIVERED)
         self.deliveries: dict[int, dict[str, int]] = {}
         #: counts noted since the last flush, logged by it in one DELIVERED frame: (key, queue) -> count
         self.unlogged: dict[tuple[int, str], int] = {}
         self.bytes_used = 0
+        self.hot_limit = max(1, hot_limit)
+        self._fold_at = self.hot_limit
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.hot) + len(self.cold)
 
     def __contains__(self, key: int) -> bool:
-        return key in self.entries
+        return key in self.hot or self.cold.find(key) >= 0
 
     def get(self, key: int) -> Entry | None:
-        return self.entries.get(key)
+        """The entry of ``key`` to read (a cold one is a copy: change it through ``take``)."""
+        entry = self.hot.get(key)
+        if entry is not None:
+            return entry
+        cold = self.cold
+        i = cold.find(key)
+        if i < 0:
+            return None
+        return cold.entry(i, self.store.names.refsets[cold.refsets[i]])
+
+    def take(self, key: int) -> Entry | None:
+        """The entry of ``key`` to change: a cold one comes back to the hot tier first."""
+        entry = self.hot.get(key)
+        if entry is not None:
+            return entry
+        cold = self.cold
+        i = cold.find(key)
+        if i < 0:
+            return None
+        entry = cold.entry(i, self.store.names.refsets[cold.refsets[i]])
+        cold.kill(i)
+        self.hot[key] = entry
+        return entry
 
     # -- the changes writes and replay share ----------------------------------------------------------
     def add(self, key: int, entry: Entry) -> None:
-        self.entries[key] = entry
+        hot = self.hot
+        hot[key] = entry
         self.bytes_used += entry.length
-        which = 0 if entry.persistent else 1
-        refs = entry.refs
-        for queue in (refs if len(refs) == 1 else set(refs)):
-            lists = self.queues.get(queue)
-            if lists is None:
-                lists = self.queues[queue] = QueueLists()
-            lists.add(which, key, entry.seq)
+        if len(hot) >= self._fold_at:
+            self.fold()
+
+    def fold(self) -> int:
+        """Move the oldest hot entries whose references never changed onto the cold arrays, leaving half of
+        ``hot_limit`` hot; returns how many moved. Entries that cannot move (changed, out of key order) stay,
+        and the next fold waits until as many more were added."""
+        hot, changed, cold = self.hot, self.changed, self.cold
+        refsets = self.store.names.refsets
+        excess = len(hot) - self.hot_limit // 2
+        last = cold.last
+        moving: list[int] = []
+        for key, entry in hot.items():
+            if len(moving) >= excess:
+                break
+            # a cold message's queues are its refset: one whose queues changed (persistent ones are in
+            # ``changed``; a non-persistent one is not logged, so only its refs say so) stays hot
+            if key > last and key not in changed and entry.refs == refsets[entry.refset]:
+                moving.append(key)
+                last = key
+        for key in moving:
+            cold.append(key, hot.pop(key))
+        self._fold_at = len(hot) + max(1, self.hot_limit // 2)
+        return len(moving)
+
+    def load_cold(self, keys: array, places: array, refsets: array, lengths: array, seqs: array) -> None:
+        """Recovery: the messages of the checkpoint's pages whose references never changed, at once."""
+        self.cold.load(keys, places, refsets, lengths, seqs)
+        self.bytes_used += sum(lengths)
 
     def drop_reference(self, key: int, entry: Entry, refs: tuple[str, ...], queue: str) -> None:
-        """``queue`` no longer owes message ``key``; ``refs`` are the references left (none: it goes)."""
+        """``queue`` no longer owes message ``key`` (a hot entry: ``take``); ``refs`` are the references left
+        (none: it goes)."""
         entry.refs = refs
         if queue not in refs:
-            lists = self.queues.get(queue)
-            if lists is not None:
-                lists.lists[0 if entry.persistent else 1].pop(key, None)
-                if not len(lists):
-                    del self.queues[queue]
             if self.unlogged:
                 self.unlogged.pop((key, queue), None)
             counts = self.deliveries.get(key)
@@ -136,7 +256,7 @@ class MessageIndex:
 
     def _kill(self, key: int, entry: Entry) -> None:
         """The last reference went: the slot dies; pages left without a live slot are freed."""
-        del self.entries[key]
+        del self.hot[key]
         self.changed.discard(key)
         self.bytes_used -= entry.length
         pages = self.pages
@@ -145,41 +265,46 @@ class MessageIndex:
         pages.free_slot(page, entry.slot, continuation)
 
     def add_reference(self, key: int, entry: Entry, queue: str) -> None:
-        first = queue not in entry.refs
+        """One more queue owes message ``key`` (a hot entry: ``take``)."""
         entry.refs = entry.refs + (queue,)
         if entry.persistent:
             self.changed.add(key)
-        if first:
-            lists = self.queues.get(queue)
-            if lists is None:
-                lists = self.queues[queue] = QueueLists()
-            lists.add(0 if entry.persistent else 1, key, entry.seq)
 
     # -- reading ----------------------------------------------------------------------------------------
     def read(self, key: int) -> StoredMessage:
         """Message ``key`` (KeyError if not held); StorageError when its bytes or slot are damaged,
         OSError when the page file cannot be read."""
-        entry = self.entries[key]
+        entry = self.get(key)
+        if entry is None:
+            raise KeyError(key)
         pages = self.pages
         page = pages.pages[entry.page]
         fields = pages.slot_fields(page, entry.slot)
         data = pages.message_bytes(page, fields)
         return StoredMessage(key, self.store.names.names[fields[5]], entry.seq, entry.persistent, data)
 
+    def entries(self) -> Iterator[tuple[int, int, bool, tuple[str, ...]]]:
+        """(key, seq, persistent, queues) of every message held, hot and cold (inspection: O(n))."""
+        for key, entry in self.hot.items():
+            yield key, entry.seq, entry.persistent, entry.refs
+        cold, refsets = self.cold, self.store.names.refsets
+        for i in cold.live():
+            yield cold.keys[i], cold.seqs[i], bool(cold.places[i] & _PERSISTENT), refsets[cold.refsets[i]]
+
     def queue_order(self, queue: str) -> list[tuple[int, int]]:
-        """A queue's (seq, key) pairs in seed 002's removal order, both kinds merged."""
-        lists = self.queues.get(queue)
-        if lists is None:
-            return []
-        return list(heapq.merge(lists.ordered_list(0), lists.ordered_list(1)))
+        """A queue's (seq, key) pairs in seed 002's removal order, both kinds merged (O(n): inspection)."""
+        return sorted((seq, key) for key, seq, _, refs in self.entries() if queue in refs)
 
     def queue_depth(self, queue: str) -> int:
-        lists = self.queues.get(queue)
-        return len(lists) if lists is not None else 0
+        return sum(1 for _, _, _, refs in self.entries() if queue in refs)
 
     def persistent_order(self) -> list[tuple[int, int]]:
         """Every persistent message as (seq, key), in that order (what ``recover`` yields)."""
-        return sorted((entry.seq, key) for key, entry in self.entries.items() if entry.persistent)
+        return sorted((seq, key) for key, seq, persistent, _ in self.entries() if persistent)
+
+    def changed_refs(self) -> dict[int, tuple[str, ...]]:
+        hot = self.hot
+        return {key: hot[key].refs for key in self.changed}
 
     # -- delivery counts ----------------------------------------------------------------------------------
     def note_delivery(self, key: int, queue: str, count: int) -> None:
@@ -189,10 +314,10 @@ class MessageIndex:
         """The counts noted since the last flush, for persistent messages still owed to that queue, moved
         into the table checkpoints keep."""
         pending, self.unlogged = self.unlogged, {}
-        entries, table = self.entries, self.deliveries
+        table = self.deliveries
         kept = {}
         for (key, queue), count in pending.items():
-            entry = entries.get(key)
+            entry = self.get(key)
             if entry is not None and entry.persistent and queue in entry.refs:
                 table.setdefault(key, {})[queue] = count
                 kept[(key, queue)] = count
@@ -202,9 +327,6 @@ class MessageIndex:
         return dict(self.deliveries.get(key, ()))
 
     def replay_delivery(self, key: int, queue: str, count: int) -> None:
-        entry = self.entries.get(key)
+        entry = self.get(key)
         if entry is not None and queue in entry.refs:
             self.deliveries.setdefault(key, {})[queue] = count
-
-    def items(self) -> Iterator[tuple[int, Entry]]:
-        return iter(self.entries.items())

@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import struct
 import time
+from array import array
 from collections.abc import Iterator
 
 from pymq.errors import StorageError
@@ -22,7 +23,7 @@ from . import checkpoint as ckpt
 from . import format as fmt
 from .checkpointing import Checkpointer
 from .crc import crc32c
-from .index import Entry
+from .index import Entry, pack_place
 from .pagefile import Meta, PageFile
 from .pages import HDR, SLOT, Page
 from .state import OpenStore, log
@@ -99,9 +100,13 @@ class Recovery:
                                   "frames_replayed": frames, "pages_read": len(state.pages)}
         existing = list_segments(store.directory)
         store.log.next_number = max([meta.wal_segment, *existing]) + 1
-        if pf.allocated() + store.page_size <= pf.size():
-            # the file has holes (free pages punched by the last run): any free page may be one
-            store.pages.punched = set(store.pages.alloc.pages_of(FREE))
+        if pf.allocated() + store.page_size <= pf.size() and not store.read_only:
+            # the file has holes (free pages punched by the last run, under space pressure): punch every free
+            # page, so that each one is known to be a hole (filled again before it is taken)
+            try:
+                store.pages.punch_free()
+            except OSError:
+                store.pages.punched = set(store.pages.alloc.pages_of(FREE))    # holes or not: filled first
         store.move(StoreStatus.OPEN)
         if not store.read_only:
             store.headroom.find()
@@ -118,7 +123,8 @@ class Recovery:
         store.figures.recovery["total_s"] = time.perf_counter() - t0
 
     def _load_directories(self, state: ckpt.CheckpointState, changed: dict[int, tuple[str, ...]]) -> None:
-        """Rebuild the index from each persistent page's header and live slots (no message bytes)."""
+        """Rebuild the index from each persistent page's header and live slots (no message bytes): the
+        messages whose references never changed straight into the index's cold arrays, the others hot."""
         store = self.store
         ps = store.page_size
         pages, index = store.pages, store.index
@@ -126,6 +132,8 @@ class Recovery:
         read_at = store.page_file.read_at
         slot_struct = fmt.SLOT
         body_size = fmt.SLOT_BODY.size
+        keys, places, refset_ids, lengths, seqs = array("Q"), array("Q"), array("I"), array("I"), array("Q")
+        hot: list[tuple[int, Entry]] = []
         for number, slots, data_start, bitmap in state.pages:
             raw = read_at(number * ps, HDR + SLOT * slots)
             head = fmt.check_sealed(raw, fmt.PAGE_HEADER.size)
@@ -150,11 +158,18 @@ class Recovery:
                     raise StorageError(f"page {number} slot {slot}: directory entry is corrupt",
                                        page=number, slot=slot)
                 key, seq, refset_id, flags = fields[0], fields[1], fields[6], fields[7]
-                refs = changed.get(key) or refsets[refset_id]
-                index.add(key, Entry(seq, number, slot, refs, refset_id, True, fields[4],
-                                     bool(flags & fmt.FLAG_LARGE)))
+                large = bool(flags & fmt.FLAG_LARGE)
                 if key in changed:
-                    index.changed.add(key)
+                    hot.append((key, Entry(seq, number, slot, changed[key], refset_id, True, fields[4], large)))
+                else:
+                    keys.append(key)
+                    places.append(pack_place(number, slot, True, large))
+                    refset_ids.append(refset_id)
+                    lengths.append(fields[4])
+                    seqs.append(seq)
+                    if refset_id not in refsets:
+                        raise StorageError(f"page {number} slot {slot}: unknown reference set {refset_id}",
+                                           page=number, slot=slot)
                 if flags & fmt.FLAG_LARGE:
                     for cont in pages.continuation_pages(page, fields):
                         cpage = Page(cont, PERSISTENT, ps, generation, cont=True)
@@ -162,6 +177,10 @@ class Recovery:
                         pages.pages[cont] = cpage
                 live += 1
             page.live_count = live
+        index.load_cold(keys, places, refset_ids, lengths, seqs)
+        for key, entry in hot:
+            index.changed.add(key)          # first: a changed entry never folds into the cold arrays
+            index.add(key, entry)
 
     def _replay(self, meta: Meta) -> int:
         """Apply the log's committed prefix; returns the number of frames applied."""
@@ -185,7 +204,7 @@ class Recovery:
             self._apply_put(payload)
         elif ftype == fmt.F_REMOVE or ftype == fmt.F_ADDREF:
             key, qid = fmt.KEY_NAME.unpack(payload)
-            entry = index.get(key)
+            entry = index.take(key)
             queue = names.names.get(qid)
             if entry is None or queue is None:
                 raise StorageError(f"log names message {key} or name {qid} that recovery does not hold")

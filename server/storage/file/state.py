@@ -29,7 +29,7 @@ from pymq.errors import StorageError
 from . import format as fmt
 from .fileio import FileIO, WriteGate, is_no_space
 from .headroom import Headroom
-from .index import MessageIndex
+from .index import HOT_LIMIT, MessageIndex
 from .names import Names
 from .pagefile import PageFile
 from .pages import PageStore
@@ -68,7 +68,8 @@ class OpenStore:
     """The state of one open file store (see the module docstring)."""
 
     def __init__(self, name: str, directory: str, page_size: int, *, io: FileIO, fsync: bool,
-                 read_only: bool, max_bytes: int | None, headroom_bytes: int | None = 0) -> None:
+                 read_only: bool, max_bytes: int | None, headroom_bytes: int | None = 0,
+                 index_hot: int = HOT_LIMIT) -> None:
         self.name = name
         self.directory = directory
         self.page_size = page_size
@@ -92,7 +93,7 @@ class OpenStore:
         self.log = LogWriter(self)
         self.pages = PageStore(self)
         self.names = Names(self)
-        self.index = MessageIndex(self)
+        self.index = MessageIndex(self, index_hot)
 
     # -- files ------------------------------------------------------------------------------------------
     @property

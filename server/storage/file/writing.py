@@ -184,7 +184,7 @@ class WritePath:
                 store.check_accepting()
             key = message.key
             index = self.index
-            if key in index.entries:
+            if key in index:
                 raise StorageError(f"message {key} is already held", key=key)
             if not queues:
                 raise StorageError(f"message {key} written without a queue", key=key)
@@ -278,7 +278,7 @@ class WritePath:
             if store.status is _CLOSED or store.read_only:
                 store.check_writable()
             index = self.index
-            entry = index.entries.get(key)
+            entry = index.take(key)
             if entry is None:
                 raise KeyError(key)
             refs = entry.refs
@@ -299,7 +299,7 @@ class WritePath:
         store = self.store
         with store.lock:
             store.check_writable()
-            entry = self.index.entries.get(key)
+            entry = self.index.take(key)
             if entry is None:
                 raise KeyError(key)
             if entry.persistent:
