@@ -509,9 +509,11 @@ class BrokerConfig(_Section):
     max_subscriptions_per_connection: Positive = Field(10_000, description="subscriptions per connection "
                                                        "(each ~4 KiB of broker memory, its selector besides, "
                                                        "counted in `max_memory_per_connection`)")
-    max_transactions_per_connection: Positive = Field(1_000, description="open transactions per "
-                                                                         "connection")
-    max_transaction_operations: Positive = Field(100_000, description="sends and acks in one transaction")
+    max_transactions_per_connection: Positive = Field(1_000, description="open transactions per connection "
+                                                      "(each ~0.5 KiB and its id until COMMIT/ABORT, counted in "
+                                                      "`max_memory_per_connection`)")
+    max_transaction_operations: Positive = Field(100_000, description="sends and acks in one transaction (each "
+                                                 "~0.5 KiB and its frame's bytes, counted in `max_transaction_bytes`)")
     max_transaction_bytes: Size = Field(128 * 1024 * 1024, ge=1024, description="bytes one open transaction "
                                         "holds until COMMIT or ABORT: its frames plus ~0.5 KiB per operation "
                                         "(counted in `max_memory_per_connection` and in the broker's memory: a "
@@ -616,7 +618,10 @@ class BrokerConfig(_Section):
     log_format: Literal["text", "json"] = Field("text", description="`text` lines, or `json`: one JSON "
                                                 "object per line for log collectors (server/logs.py)")
     # what one selector may cost (spec/selector.md §7); over a limit the SUBSCRIBE gets invalid-selector
-    selector_max_length: Positive = Field(16_384, description="characters of one selector")
+    selector_max_length: Positive = Field(16_384, description="characters of one selector (a subscription's "
+                                          "selector is charged 1 KiB + 64 bytes per character to its connection "
+                                          "before it is compiled: ~1 MiB at the default; one over 1,024 "
+                                          "characters compiles in a worker thread)")
     selector_max_depth: Annotated[int, Field(ge=1, le=64)] = Field(
         64, description="nesting of one selector (at most 64: the evaluators' stack is sized for it)")
     selector_max_terms: Positive = Field(2_048, description="identifiers and literals of one selector")
