@@ -215,6 +215,7 @@ def test_durable_subscriptions_are_charged_to_their_creator_while_they_exist(bro
     assert _read_until(again, "n").command == "RECEIPT"
 
 
+@pytest.mark.own_process      # a heap figure from tracemalloc: the broker's alone (tests/conftest.py)
 def test_a_connection_remembers_its_last_finished_browses_only(broker_factory):
     """Landed main: every browse id a connection ever used was kept (300,000: +49 MiB)."""
     rb = broker_factory()

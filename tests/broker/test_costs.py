@@ -18,6 +18,9 @@ from pymq_server.broker import budgets
 from pymq_server.broker.flow import ENTRY_OVERHEAD, MESSAGE_OVERHEAD
 from tests.conftest import RawStomp
 
+#: heap figures from tracemalloc: the broker's alone (tests/conftest.py, pytest_pyfunc_call)
+pytestmark = pytest.mark.own_process
+
 N = 2000
 
 

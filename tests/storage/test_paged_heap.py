@@ -13,6 +13,8 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
+import pytest
+
 from pymq_server.config import BrokerConfig
 from tests.conftest import RawStomp, RunningBroker
 
@@ -32,6 +34,7 @@ def _fill(port: int, start: int, count: int) -> None:
     producer.close()
 
 
+@pytest.mark.own_process      # the broker's heap alone (tests/conftest.py, pytest_pyfunc_call)
 def test_a_paged_persistent_message_costs_a_small_constant_of_heap(tmp_path):
     broker = RunningBroker(BrokerConfig(port=0, data_dir=str(tmp_path / "data"), max_memory=256 * 1024,
                                         sync_policy="never"))
