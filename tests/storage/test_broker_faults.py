@@ -117,8 +117,16 @@ def test_a_full_disk_answers_every_send_keeps_serving_and_recovers_without_resta
     with pymq.connect(bp.url, timeout=10) as conn:
         message = conn.create_session().create_consumer(pymq.Queue("fresh")).receive(timeout=10)
         assert message is not None and message.text == "hello"
-    # consumers drain everything acknowledged, each once, in order
-    assert drain(bp.port, "/queue/full") == receipted
+    # consumers drain everything acknowledged, each once, in order; the refused SEND is not among them unless
+    # its ERROR came from a sync that failed after the message was taken (spec/storage.md §8: "the message may
+    # still be delivered (at least once)"; the ERROR then says it is not confirmed durable) - never after a
+    # refusal, which changes nothing
+    drained = drain(bp.port, "/queue/full")
+    refused = int(error.headers["receipt-id"])
+    if "not confirmed durable" in error.body.decode():
+        assert drained in (receipted, receipted + [refused]), (drained, receipted, error.body)
+    else:
+        assert drained == receipted, (drained, receipted, error.body)
     # space comes back: persistent messages are taken again without a restart
     ballast.unlink()
     assert persistent_accepted_again(bp.port, "/queue/after"), bp.log
