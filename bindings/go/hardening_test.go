@@ -272,18 +272,32 @@ func TestWithoutReconnectALostBrokerIsFinal(t *testing.T) {
 	}
 }
 
-// TestHeartBeatsBothWaysWithTheBroker: a broker configured for 500 ms heart-beats; the intervals are the
+// TestHeartBeatsBothWaysWithTheBroker: a broker configured for 500 ms heart-beats honours the client's own
+// intervals between heartbeat_min_ms (250 ms) and 500 ms (spec/stomp.md section 6), each side takes the
 // larger of each pair, both sides beat while idle, and the idle connection stays up.
 func TestHeartBeatsBothWaysWithTheBroker(t *testing.T) {
 	b := ownBroker(t, writeConfig(t, "heartbeat_send_ms: 500\nheartbeat_recv_ms: 500\n")...)
+	for _, ask := range []struct{ send, receive, wantSend, wantReceive time.Duration }{
+		{100, 100, 250, 250},     // no faster than heartbeat_min_ms
+		{2000, 2000, 2000, 2000}, // the broker offers 500; the larger of each pair is the client's
+	} {
+		o, err := pymq.Dial(b.addr, pymq.Options{HeartBeat: &pymq.HeartBeat{Send: ask.send * time.Millisecond, Receive: ask.receive * time.Millisecond}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s, r := o.HeartBeats(); s != ask.wantSend*time.Millisecond || r != ask.wantReceive*time.Millisecond {
+			t.Fatalf("asked %d,%d ms: negotiated send %v receive %v, want %d and %d ms", ask.send, ask.receive, s, r, ask.wantSend, ask.wantReceive)
+		}
+		o.Close()
+	}
 	c, err := pymq.Dial(b.addr, pymq.Options{HeartBeat: &pymq.HeartBeat{Send: 400 * time.Millisecond, Receive: 450 * time.Millisecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	send, receive := c.HeartBeats()
-	if send != 500*time.Millisecond || receive != 500*time.Millisecond {
-		t.Fatalf("negotiated send %v receive %v, want max(400, 500) and max(450, 500)", send, receive)
+	if send != 400*time.Millisecond || receive != 450*time.Millisecond {
+		t.Fatalf("negotiated send %v receive %v, want the client's own 400 and 450 ms", send, receive)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for c.Stats().HeartBeatsSent < 3 || c.Stats().HeartBeatsReceived < 3 {
