@@ -12,7 +12,7 @@ its producers, consumers and browsers are used by one thread at a time (a second
 ``IllegalStateError``).  The asyncio flavour of the same API is :mod:`pymq.aio`.
 """
 from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED,
-                               AckMode, ConnectionStatus, RangeResult)
+                               AckMode, ConnectionStatus, RangeResult, TransportEvent)
 from pymq.client.blocking import (Connection, ConnectionFactory, MessageConsumer, MessageProducer, QueueBrowser,
                                   QueueManager, Requestor, Session, connect, reply)
 from pymq.client.url import TlsOptions
@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 __all__ = [
     "connect", "ConnectionFactory", "Connection", "Session", "MessageProducer", "MessageConsumer",
     "QueueBrowser", "Requestor", "reply", "RangeResult", "QueueManager", "TlsOptions", "ConnectionStatus",
+    "TransportEvent",
     "AckMode", "Destination", "Queue", "Topic", "TemporaryQueue", "TemporaryTopic",
     "Message", "TextMessage", "BytesMessage", "MapMessage",
     "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",

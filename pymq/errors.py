@@ -81,6 +81,14 @@ class ConnectFailed(PymqError):
     code = "connect-failed"
 
 
+class ConnectionInterrupted(PymqError):
+    """A failover connection lost its link while a call waited for the broker's answer, and the call
+    cannot be replayed (a browse, a bulk SEND, an admin operation): whether the broker applied it is
+    unknown.  The connection itself fails over; the call may be tried again (spec/ha.md §4)."""
+
+    code = "connection-interrupted"
+
+
 class TlsError(ConnectFailed):
     """The TLS handshake failed: the broker's certificate is not trusted or not for this host name, the
     broker wants a client certificate, or the two ends share no protocol version or cipher.
@@ -151,6 +159,22 @@ class UnknownMessage(ProtocolError):
 
 class TransactionError(PymqError):
     code = "transaction"
+
+
+class TransactionRolledBack(TransactionError):
+    """``commit()`` rolled the transaction back instead (JMS ``TransactionRolledBackException``): the
+    connection failed over while it was open, and the broker rolled back what it had done (spec/ha.md §4.5).
+    What it received comes back redelivered; the next transaction starts clean."""
+
+    code = "transaction-rolled-back"
+
+
+class TransactionInDoubt(TransactionError):
+    """The connection was lost after COMMIT was written and before its receipt (JMS
+    ``TransactionInDoubtException``): the broker applied the whole transaction or none of it, and the SDK
+    cannot know which; COMMIT is never sent again (spec/ha.md §4.5)."""
+
+    code = "transaction-in-doubt"
 
 
 class ResourceLimit(PymqError):

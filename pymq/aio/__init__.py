@@ -19,10 +19,13 @@ queue on the broker), ``request`` and ``reply``, every operation of ``conn.queue
 transaction (SQLAlchemy ``Connection``/``Session`` or their asyncio ``AsyncConnection``/``AsyncSession``).
 Plain calls: ``create_session``, ``queue_manager``, ``create_producer``, ``create_browser``,
 ``create_temporary_queue``, ``create_temporary_topic``, ``create_topic``, the ``create_*_message`` factories,
-``set_message_listener`` and ``Message.acknowledge()`` (an ACK needs no answer).  Both SDKs are shells
-over one client core (:mod:`pymq.client._core`), so their acknowledgement, transaction and
-redelivery-order rules are the same code; tests/client/test_sdk_surfaces.py keeps the two surfaces the
-same (names, parameters, docstrings), ``await`` being the only difference.
+``set_message_listener``, ``set_transport_listener``, ``TemporaryQueue.delete()`` and
+``Message.acknowledge()`` (an ACK needs no answer).  Both SDKs are shells over one client core
+(:mod:`pymq.client._core`), so their acknowledgement, transaction and redelivery-order rules are the same
+code, and the blocking shell is generated from this one (``tools/unasync.py``); tests/client/test_sdk_surfaces.py
+keeps the two surfaces the same (names, parameters, docstrings), ``await`` being the only difference.
+A failover URL (``failover:(stomp://a,stomp://b)?options``, spec/ha.md §4) follows the group's brokers,
+as the blocking SDK does.
 
 Thread and task safety:
 * Everything here belongs to the event loop that opened the connection and is not thread-safe; from
@@ -38,7 +41,7 @@ Thread and task safety:
 * The exception listener (plain or async) is called once when the connection is lost, not on ``close()``.
 """
 from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, SESSION_TRANSACTED,
-                               AckMode, ConnectionStatus, RangeResult)
+                               AckMode, ConnectionStatus, RangeResult, TransportEvent)
 from pymq.client.url import TlsOptions
 from pymq.aio.client import (AsyncConnection, AsyncConnectionFactory, AsyncMessageConsumer,
                              AsyncMessageProducer, AsyncQueueBrowser, AsyncQueueManager, AsyncRequestor,
@@ -49,6 +52,6 @@ Requestor = AsyncRequestor
 __all__ = [
     "connect", "AsyncConnectionFactory", "AsyncConnection", "AsyncSession", "AsyncMessageProducer",
     "AsyncMessageConsumer", "AsyncQueueBrowser", "AsyncRequestor", "Requestor", "reply", "AsyncQueueManager",
-    "ConnectionStatus", "AckMode", "RangeResult", "TlsOptions",
+    "ConnectionStatus", "AckMode", "RangeResult", "TlsOptions", "TransportEvent",
     "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED",
 ]

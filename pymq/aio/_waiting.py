@@ -13,6 +13,7 @@ import asyncio
 import functools
 import inspect
 from collections import deque
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 from collections.abc import Awaitable, Callable, Coroutine
 
@@ -71,6 +72,12 @@ def check_loop(loop: asyncio.AbstractEventLoop | None) -> None:
     if running is not loop:
         raise IllegalStateError("this connection belongs to another event loop; pymq.aio objects "
                                 "are used from the loop that created them")
+
+
+def link_lock() -> AbstractContextManager[object]:
+    """What a failover's reconnection and the application must not interleave: on one event loop they
+    cannot (none of those steps awaits), so nothing (the blocking twin is a re-entrant lock)."""
+    return nullcontext()
 
 
 class Receipt:

@@ -29,6 +29,7 @@ Invariants (the blocking shell's words in brackets):
 """
 from __future__ import annotations
 
+import functools
 import logging
 import ssl
 import time
@@ -36,21 +37,23 @@ from typing import Any, TypeVar
 from collections.abc import AsyncIterator, Callable, Sequence
 
 from pymq.aio._waiting import (Flag, Guard, ListenerQueue, Lock, Receipt, Wakeup, Worker, call_listener, check_loop,
-                               current_loop, guarded, spawn)
+                               current_loop, guarded, link_lock, spawn)
 from pymq.aio.transport import AsyncTransport, transport_for
 from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, EXCLUSIVE_HEADERS,
                                SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore, ConnectionSettings,
                                ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult, SessionCore,
-                               browse_queue, durable_headers, durable_topic, reply_message,
+                               TransportEvent, browse_queue, durable_headers, durable_topic, reply_message,
                                request_message, session_mode, shared_durable_headers, shared_headers,
                                unsubscribe_frame)
 from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, alter_call, create_call,
                                destinations_call, drop_call, grant_call, info_call, list_call, metrics_call,
                                purge_call)
+from pymq.client._failover import is_final
 from pymq.client.frames import ack_upto_frame, bulk_frame, range_headers
-from pymq.client.url import TlsOptions
+from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress
 from pymq.destination import Destination, Queue, Topic, as_destination
-from pymq.errors import ConnectionClosed, IllegalStateError, PymqError
+from pymq.errors import (ConnectFailed, ConnectionClosed, IllegalStateError, PymqError, TransactionInDoubt,
+                         TransactionRolledBack)
 from pymq.errors import TimeoutError as PymqTimeout
 from pymq.message import NON_PERSISTENT, Message, MessageBody
 from pymq.protocol.frame import Frame
@@ -66,15 +69,18 @@ _T = TypeVar("_T")
 
 __all__ = ["AsyncConnectionFactory", "AsyncConnection", "AsyncSession", "AsyncMessageProducer",
            "AsyncMessageConsumer", "AsyncQueueBrowser", "AsyncRequestor", "AsyncQueueManager", "AsyncPendingReceipt",
-           "AsyncPendingRange", "RangeResult", "connect", "reply", "start_range", "start_send_arrow", "AckMode",
+           "AsyncPendingRange", "RangeResult", "TransportEvent", "connect", "reply", "start_range", "start_send_arrow",
+           "AckMode",
            "ConnectionStatus", "AUTO_ACKNOWLEDGE", "CLIENT_ACKNOWLEDGE", "DUPS_OK_ACKNOWLEDGE", "SESSION_TRANSACTED"]
 
 # async:
 MessageListener = Callable[[Message], Union[None, Awaitable[None]]]
 ExceptionListener = Callable[[PymqError], Union[None, Awaitable[None]]]
+TransportListener = Callable[[TransportEvent], Union[None, Awaitable[None]]]
 # sync:
 # MessageListener = Callable[[Message], None]
 # ExceptionListener = Callable[[PymqError], None]
+# TransportListener = Callable[[TransportEvent], None]
 # end
 
 
@@ -84,15 +90,14 @@ class AsyncConnectionFactory(ConnectionSettings):
     """Connection settings; ``create_connection()`` returns a stopped connection (JMS semantics).
 
     ``url`` follows :mod:`pymq.client.url` (``stomp://user:pass@host:port``, ``stomps://...?ca_file=``,
-    ``vm://name``); explicit ``username``/``password``/``tls`` win over what the URL says."""
+    ``vm://name``, or a failover group of brokers: ``failover:(stomp://a,stomp://b)?options``, spec/ha.md
+    §4); explicit ``username``/``password``/``tls`` win over what the URL says."""
 
     async def create_connection(self, username: str | None = None,
                                 password: str | None = None) -> AsyncConnection:
         """A new, stopped connection (``start()`` it to receive); the arguments override the factory's."""
-        transport = transport_for(self.address, heartbeat=self.heartbeat, ssl_context=self._ssl_context(),
-                                  server_hostname=self._server_hostname())
-        conn = AsyncConnection(self, transport)
-        await conn._open(*self._credentials(username, password))
+        conn = AsyncConnection(self)
+        await conn._open(username, password)
         return conn
 
 
@@ -152,32 +157,52 @@ def connect(url: str = "vm://default", *, username: str | None = None, password:
 
 class AsyncConnection(ConnectionCore):
     """A connection to a broker; ``status`` is a :class:`ConnectionStatus`.  Thread-safe in the blocking
-    SDK; in ``pymq.aio`` shared by any number of tasks of its event loop."""
+    SDK; in ``pymq.aio`` shared by any number of tasks of its event loop.  With a failover URL it follows
+    the group's brokers (spec/ha.md §4): ``transport_listener`` hears each interruption and resumption,
+    the ``exception_listener`` only when every attempt is spent."""
 
     factory: AsyncConnectionFactory
     _sessions: list[AsyncSession]  # type: ignore[assignment]
 
-    def __init__(self, factory: AsyncConnectionFactory, transport: AsyncTransport) -> None:
+    def __init__(self, factory: AsyncConnectionFactory) -> None:
         super().__init__(factory)
         self.exception_listener: ExceptionListener | None = None
-        self._transport = transport
         self._loop = current_loop()          # the loop it belongs to (made inside it by create_connection)
         self._started = Flag()               # also set when the connection ends, to wake every waiter
         self._queue_manager: AsyncQueueManager | None = None
+        self._transport = self._new_transport(factory.address)
+        self._wire: tuple[int, AsyncTransport] = (self._link, self._transport)   # a link and its transport
+        self._link_lock = link_lock()
+        self._link_up = Flag()               # set while a link is in use, or once the connection ended
+        self._window_space = Flag()          # a receipt made room in the failover window
+        self._reconnection = _Reconnection(self)
+        self._login: tuple[str | None, str | None] = (None, None)
         # async:
-        self._tasks: set[asyncio.Task[Any]] = set()   # asynchronous exception listeners
+        self._tasks: set[asyncio.Task[Any]] = set()   # asynchronous exception and transport listeners
         # end
+
+    def _new_transport(self, address: Address) -> AsyncTransport:
+        factory = self.factory
+        transport = transport_for(address, heartbeat=factory.heartbeat, ssl_context=factory._ssl_context(address),
+                                  server_hostname=factory._server_hostname(address))
         transport.on_frame = self._frame_received
-        transport.on_lost = self._on_lost
+        transport.on_lost = functools.partial(self._link_lost, transport)
+        return transport
 
     async def _open(self, username: str | None, password: str | None) -> None:
+        self._login = (username, password)
         try:
-            connected = await self._transport.connect(self._connect_headers(username, password),
-                                                      self.factory.timeout)
+            transport, connected = await self._reconnection.first()
         except BaseException:
             self.status = ConnectionStatus.CLOSED
             raise
-        self._opened(connected, self._transport.version, username)
+        self._transport = transport
+        self._wire = (self._link, transport)
+        self._opened(connected, transport.version, self.factory._credentials(username, password)[0])
+        self._link_up.set()
+
+    def _connect_headers_for(self, address: Address) -> Headers:
+        return self._connect_headers(*self.factory._credentials(*self._login, address))
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -192,7 +217,7 @@ class AsyncConnection(ConnectionCore):
 
     async def close(self) -> None:
         """Close every session, say DISCONNECT (waiting for its receipt), close the transport and end
-        what the connection runs (listener dispatchers).  Closing twice is harmless."""
+        what the connection runs (listener dispatchers, a failover's reconnection).  Closing twice is harmless."""
         if self.status is ConnectionStatus.CLOSING:
             return
         if self.status is ConnectionStatus.CLOSED:
@@ -201,10 +226,12 @@ class AsyncConnection(ConnectionCore):
             await self._end_tasks()
             # end
             return
+        linked = self.status is not ConnectionStatus.RECONNECTING
         self.status = ConnectionStatus.CLOSING
+        await self._reconnection.stop()
         for session in list(self._sessions):
             await session._close_local(unsubscribe=False)   # DISCONNECT ends the subscriptions
-        if self._error is None and not self._transport.closed:
+        if linked and self._error is None and not self._transport.closed:
             # the DISCONNECT receipt confirms the broker processed every frame sent before it (a
             # producer held back by flow control may need a while): wait the full timeout, and say so
             # when it never comes, since unconfirmed non-persistent sends may then be lost
@@ -218,6 +245,8 @@ class AsyncConnection(ConnectionCore):
         await self._transport.close()
         self.status = ConnectionStatus.CLOSED
         self._started.set()                  # wakes receivers waiting for start: they see CLOSED
+        self._link_up.set()
+        self._window_space.set()
         # async:
         await self._end_tasks()
         # end
@@ -240,13 +269,14 @@ class AsyncConnection(ConnectionCore):
 
     @property
     def closed(self) -> bool:
-        """True once the connection is closed (deliberately or because it was lost)."""
-        return self.status is ConnectionStatus.CLOSED or self._transport.closed
+        """True once the connection is closed (deliberately, because it was lost, or because a failover
+        spent every attempt)."""
+        return self.status is ConnectionStatus.CLOSED or (self._failover is None and self._transport.closed)
 
     # async:
     def _check_open(self) -> None:
         super()._check_open()
-        if self._transport.closed:
+        if self._failover is None and self._transport.closed:
             raise IllegalStateError("the connection is closed")
     # end
 
@@ -260,6 +290,12 @@ class AsyncConnection(ConnectionCore):
         if self._queue_manager is None:
             self._queue_manager = AsyncQueueManager(self)
         return self._queue_manager
+
+    def set_transport_listener(self, listener: TransportListener | None) -> None:
+        """Hear a failover connection's ``interrupted`` and ``resumed`` :class:`TransportEvent` (ActiveMQ's
+        ``TransportListener``), from the thread (task) that reconnects; in ``pymq.aio`` a coroutine
+        function too.  ``None`` stops it.  (The same as setting ``transport_listener``.)"""
+        self.transport_listener = listener
 
     # -- sessions ----------------------------------------------------------------------------------
     def create_session(self, transacted: bool | int | None = None, ack_mode: int | None = None) -> AsyncSession:
@@ -277,7 +313,29 @@ class AsyncConnection(ConnectionCore):
     # -- frames ------------------------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
         self._check_open()
-        self._transport.send(frame)
+        if self.status is ConnectionStatus.RECONNECTING and self._kept(frame):
+            return
+        try:
+            self._transport.send(frame)
+        except ConnectionClosed:
+            if not self._kept(frame, failed=True):
+                raise
+
+    def _send_on(self, frame: Frame, link: int) -> None:
+        self._check_open()
+        wire, transport = self._wire
+        if link != wire:
+            if link == self._link:
+                self._kept(frame, link=link)   # the next link's own, sent once it is up
+            return                             # a lost link's: the loss did what it would have
+        try:
+            transport.send(frame)
+        except ConnectionClosed:
+            if self._failover is None:
+                raise                          # with failover its link is going: dropped with it
+
+    def _window_freed(self) -> None:
+        self._window_space.set()
 
     async def _send_flowing(self, frame: Frame) -> None:
         """Send a SEND, first waiting while the broker holds back this connection's producers."""
@@ -285,49 +343,273 @@ class AsyncConnection(ConnectionCore):
             await self._transport.writable(max(30.0, self.factory.timeout))
         self._send(frame)
 
+    async def _send_windowed(self, frame: Frame) -> None:
+        """Failover: a SEND nobody waits for asks for a receipt and stays in the window until it comes
+        (spec/ha.md §4.4); the sender waits while the window is full."""
+        failover = self._failover
+        assert failover is not None
+        while failover.window_full:
+            self._window_space.clear()
+            if not failover.window_full:
+                break
+            await self._until_open()
+            if not await self._window_space.wait(self.factory.timeout) and failover.window_full:
+                raise PymqTimeout(f"no room in the window of unconfirmed SENDs within {self.factory.timeout:g}s")
+            self._check_open()
+        if self._transport.paused:
+            await self._transport.writable(max(30.0, self.factory.timeout))
+        with self._link_lock:
+            _, framed = self._expect(frame, _NOBODY, windowed=True)
+            self._send(framed)                # while the link is down it stays in the window for the next
+
     async def _request(self, frame: Frame, timeout: float | None = None) -> Headers:
-        """Send ``frame`` with a receipt and wait for it; an ERROR answering it raises here."""
+        """Send ``frame`` with a receipt and wait for it; an ERROR answering it raises here.  With
+        failover a request goes on a live link, and a receipt late because the link was lost is
+        waited for on the next one."""
+        if self.status is ConnectionStatus.RECONNECTING:
+            await self._until_open()
+        if frame.command == "SEND" and self._transport.paused:
+            await self._transport.writable(max(30.0, self.factory.timeout))
         waiter = Receipt()
-        rid, framed = self._expect(frame, waiter)
+        with self._link_lock:
+            rid, framed = self._expect(frame, waiter)
+            try:
+                self._send(framed)
+            except BaseException:
+                self._forget(rid)
+                raise
         try:
-            if frame.command == "SEND" and self._transport.paused:
-                await self._transport.writable(max(30.0, self.factory.timeout))
-            self._send(framed)
-            timeout = self.factory.timeout if timeout is None else timeout
-            if not await waiter.wait(timeout):
-                raise PymqTimeout(f"no receipt for {frame.command} within {timeout:g}s")
-            return waiter.result()
+            return await self._receipt(waiter, frame.command, timeout)
         finally:
             self._forget(rid)
+
+    async def _request_on(self, frame: Frame, link: int) -> Headers:
+        """A request that names something of link ``link`` (a recovery's NACK, a transaction's BEGIN):
+        nothing to ask once that link is gone, the loss did what it would have."""
+        waiter = Receipt()
+        with self._link_lock:
+            if link != self._link:
+                return {}
+            rid, framed = self._expect(frame, waiter)
+            try:
+                self._send_on(framed, link)
+            except BaseException:
+                self._forget(rid)
+                raise
+        try:
+            return await self._receipt(waiter, frame.command, None)
+        finally:
+            self._forget(rid)
+
+    async def _receipt(self, waiter: Receipt, command: str, timeout: float | None) -> Headers:
+        timeout = self.factory.timeout if timeout is None else timeout
+        link = self._link
+        while not await waiter.wait(timeout):
+            if self._failover is None or (link == self._link and self.status is not ConnectionStatus.RECONNECTING):
+                raise PymqTimeout(f"no receipt for {command} within {timeout:g}s")
+            link = self._link                 # lost meanwhile: its frame goes again on the next link
+            await self._until_open()
+        return waiter.result()
+
+    async def _until_open(self) -> None:
+        """Wait while a failover reconnects, at most its ``timeout`` option; raise when it gave up."""
+        failover = self._failover
+        if failover is None:
+            return
+        limit = failover.options.timeout
+        deadline = None if limit < 0 else time.monotonic() + limit / 1000.0
+        while self.status is ConnectionStatus.RECONNECTING:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise PymqTimeout(f"the connection did not fail over within timeout={limit} ms")
+            await self._link_up.wait(remaining)
+        self._check_open()
+
+    # -- a lost link ------------------------------------------------------------------------------
+    def _link_lost(self, transport: AsyncTransport, error: PymqError) -> None:
+        """``transport`` ended (its thread or callback).  Without failover, or for a refusal no other
+        broker mends, the connection ends; with failover a lost link starts the reconnection."""
+        if self._failover is None:
+            self._on_lost(error)
+            return
+        with self._link_lock:
+            if transport is not self._transport or self.status is ConnectionStatus.RECONNECTING:
+                return                        # an attempt's, or a link already replaced: the loop decides
+            interrupt = self.status is ConnectionStatus.OPEN and not is_final(error)
+            if interrupt:
+                self._interrupt()
+        if not interrupt:
+            self._on_lost(error)
+            return
+        self._tell(TransportEvent("interrupted", _where(transport), error))
+        self._reconnection.begin(error)
+
+    def _interrupt(self) -> None:
+        with self._link_lock:
+            super()._interrupt()
+            self._link_up.clear()
 
     def _on_lost(self, error: PymqError) -> None:
         unexpected = self._lost(error)
         self._started.set()
+        self._link_up.set()
+        self._window_space.set()
         listener = self.exception_listener
-        if listener is None or not unexpected:
-            return
+        if listener is not None and unexpected:
+            self._notify_listener(listener, error)
+
+    def _tell(self, event: TransportEvent) -> None:
+        listener = self.transport_listener
+        if listener is not None:
+            self._notify_listener(listener, event)
+
+    def _notify_listener(self, listener: Callable[[_T], object], value: _T) -> None:
     # async:
         try:
-            result = listener(error)
+            result = listener(value)
         except Exception:
-            log.exception("exception listener failed")
+            log.exception("connection listener failed")
             return
         if inspect.isawaitable(result):
             task = self._loop.create_task(self._run_listener(result))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _run_listener(self, awaitable: Awaitable[None]) -> None:
+    async def _run_listener(self, awaitable: Awaitable[object]) -> None:
         try:
             await awaitable
         except Exception:
-            log.exception("exception listener failed")
+            log.exception("connection listener failed")
     # sync:
     #     try:
-    #         listener(error)
+    #         listener(value)
     #     except Exception:
-    #         log.exception("exception listener failed")
+    #         log.exception("connection listener failed")
     # end
+
+
+class _Nobody:
+    """The waiter of a windowed SEND's receipt: nobody waits (the window forgets it when it comes)."""
+
+    def resolve(self, headers: Headers) -> None:
+        pass
+
+    def fail(self, error: PymqError) -> None:
+        pass
+
+
+_NOBODY = _Nobody()
+
+
+def _where(where: AsyncTransport | Address) -> str:
+    if isinstance(where, (StompAddress, VmAddress)):
+        return where.where if isinstance(where, StompAddress) else f"vm://{where.name}"
+    return str(getattr(where, "where", "") or getattr(where, "name", ""))
+
+
+class _Reconnection:
+    """A connection's way through its broker group (spec/ha.md §4.2-4.3): the first connect's attempts,
+    and after a lost link the attempts, the waits between them, the new link's replay, and giving up."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+        self.stopping = Flag()               # close() asks the reconnection to end
+        self.worker: Worker | None = None
+        self.cause: PymqError | None = None
+
+    async def first(self) -> tuple[AsyncTransport, Frame]:
+        """The first link: each broker in turn (startupMaxReconnectAttempts passes), or the one broker."""
+        conn = self.conn
+        failover = conn._failover
+        if failover is None:
+            connected = await conn._transport.connect(conn._connect_headers_for(conn.factory.address),
+                                                      conn.factory.timeout)
+            return conn._transport, connected
+        error: PymqError = ConnectFailed("no broker to connect to")
+        for attempt, address, wait in failover.attempts(after_loss=False):
+            if wait > 0:
+                await self.stopping.wait(wait)
+            transport = conn._transport if attempt == 1 else conn._new_transport(address)
+            try:
+                connected = await transport.connect(conn._connect_headers_for(address), conn.factory.timeout)
+            except PymqError as exc:
+                error = exc
+                if _refused(exc):
+                    break
+                continue
+            failover.connected_to(address)
+            return transport, connected
+        raise error
+
+    def begin(self, cause: PymqError) -> None:
+        self.cause = cause
+        self.worker = spawn(self._run, "pymq-failover")
+
+    async def stop(self) -> None:
+        self.stopping.set()
+        worker = self.worker
+        if worker is not None:
+            await worker.stop(0)
+
+    async def _run(self) -> None:
+        conn = self.conn
+        failover = conn._failover
+        assert failover is not None
+        error = self.cause or ConnectionClosed("the link to the broker was lost")
+        for attempt, address, wait in failover.attempts(after_loss=True):
+            if wait > 0 and await self.stopping.wait(wait):
+                return
+            if conn.status is not ConnectionStatus.RECONNECTING:
+                return
+            transport = conn._new_transport(address)
+            try:
+                connected = await transport.connect(conn._connect_headers_for(address), conn.factory.timeout)
+            except PymqError as exc:
+                error = exc
+                if _refused(exc):
+                    break
+                continue
+            resumed = self._resume(transport, connected, address)
+            if resumed is None:               # closed meanwhile
+                await transport.close()
+                return
+            if resumed:
+                conn._tell(TransportEvent("resumed", _where(address), attempts=attempt))
+                return
+            error = ConnectionClosed(f"the link to {_where(address)} was lost as it was being resumed")
+        if conn.status is ConnectionStatus.RECONNECTING:
+            conn._on_lost(error)              # every attempt spent: the connection ends (exception listener)
+
+    def _resume(self, transport: AsyncTransport, connected: Frame, address: Address) -> bool | None:
+        """Make ``transport`` the connection's link: replay (subscriptions, transactions, SENDs) and open.
+        False when it was lost already (the next attempt follows), None when the connection closed."""
+        conn = self.conn
+        failover = conn._failover
+        assert failover is not None
+        with conn._link_lock:
+            if conn.status is not ConnectionStatus.RECONNECTING:
+                return None
+            conn._transport = transport
+            conn._wire = (conn._link, transport)
+            conn.version = transport.version
+            conn.server = connected.headers.get("server", conn.server)
+            failover.connected_to(address)
+            try:
+                for frame in conn._replay():
+                    transport.send(frame)
+            except ConnectionClosed:
+                conn._interrupt()             # lost already: what it delivered is forgotten too
+                return False
+            conn.status = ConnectionStatus.OPEN
+            conn._link_up.set()
+            conn._window_space.set()
+            return True
+
+
+def _refused(error: PymqError) -> bool:
+    """A connection attempt refused for a reason no other attempt mends (a login, a permission); a
+    client id the broker still holds for a link it has not seen end (illegal-state) is tried again."""
+    return error.code in ("authentication-failed", "access-denied", "unknown-user")
 
 
 # -- session ---------------------------------------------------------------------------------------------
@@ -460,8 +742,22 @@ class AsyncSession(SessionCore):
     # -- transactions and acknowledgement ----------------------------------------------------------------
     @guarded
     async def commit(self) -> None:
-        """Make this transaction's sends visible and its receives acknowledged, atomically."""
-        await self.connection._request(self._commit_frame())
+        """Make this transaction's sends visible and its receives acknowledged, atomically.  After a
+        failover (spec/ha.md §4.5): a transaction that did work on the lost link is rolled back instead
+        and raises TransactionRolledBack; one whose COMMIT was cut off raises TransactionInDoubt.  Either
+        way the next transaction starts clean."""
+        conn = self.connection
+        await conn._until_open()
+        if self._doomed:
+            await self._recover(rollback=True)
+            raise TransactionRolledBack("the connection failed over while this transaction was open: the broker "
+                                        "rolled back what it did, so the whole transaction is rolled back (what "
+                                        "it received comes back redelivered; spec/ha.md §4.5)")
+        try:
+            await conn._request(self._commit_frame())
+        except (TransactionInDoubt, TransactionRolledBack):
+            self._begin()
+            raise
         self._begin()
 
     @guarded
@@ -477,19 +773,19 @@ class AsyncSession(SessionCore):
         await self._recover(rollback=False)
 
     async def _recover(self, rollback: bool) -> None:
-        frames = self._recovery_frames(rollback)
+        frames, link = self._recovery_frames(rollback)
         if not frames:
             return
         conn = self.connection
         try:
             for frame in frames[:-1]:
-                conn._send(frame)
-            await conn._request(frames[-1])    # the receipt: every NACK is applied
+                conn._send_on(frame, link)
+            await conn._request_on(frames[-1], link)    # the receipt: every NACK is applied
             settle = self._recovery_settle_frames()
             if settle:                         # ... and what they released is dispatched before this one
                 for frame in settle[:-1]:
-                    conn._send(frame)
-                await conn._request(settle[-1])
+                    conn._send_on(frame, link)
+                await conn._request_on(settle[-1], link)
         finally:
             self._end_recovery()
 
@@ -579,10 +875,12 @@ class AsyncSession(SessionCore):
                 return                        # the session closed while the message waited
             try:
                 listener = consumer._listener
-                if consumer._closed or listener is None or not consumer._buffer or conn.closed:
+                link = conn._link             # before the buffer: see ConnectionCore._link
+                buffer = consumer._buffer
+                if consumer._closed or listener is None or not buffer or conn.closed:
                     continue
                 self._in_listener = True
-                await consumer._dispatch(consumer._buffer.popleft(), listener)
+                await consumer._dispatch(buffer.popleft(), listener, link)
             finally:
                 self._in_listener = False
                 guard.leave()
@@ -612,11 +910,13 @@ class AsyncMessageProducer(ProducerCore):
             self._check()
             return await _send_in_transaction(self, message, destination, transaction, delivery_mode=delivery_mode,
                                               priority=priority, time_to_live=time_to_live)
-        msg, frame, confirm = self._prepare(message, destination, delivery_mode=delivery_mode, priority=priority,
-                                            time_to_live=time_to_live, delivery_delay=delivery_delay)
+        msg, frame, mode = self._prepare(message, destination, delivery_mode=delivery_mode, priority=priority,
+                                         time_to_live=time_to_live, delivery_delay=delivery_delay)
         conn = self._session.connection
-        if confirm:
+        if mode == "receipt":
             msg.message_id = (await conn._request(frame)).get("message-id")
+        elif mode == "window":
+            await conn._send_windowed(frame)
         else:
             await conn._send_flowing(frame)
         return msg
@@ -681,12 +981,13 @@ class AsyncMessageConsumer(ConsumerCore):
         if self._closed or self._listener is not None:
             self._check_receive()
         conn = self._session.connection
-        buffer = self._buffer
         started = conn._started
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
+            link = conn._link                 # before the buffer: see ConnectionCore._link
+            buffer = self._buffer
             if buffer and started.is_set():
-                return self._take(buffer.popleft())
+                return self._take(buffer.popleft(), link)
             if self._closed:
                 raise IllegalStateError("the consumer is closed")
             conn._check_open()
@@ -701,7 +1002,7 @@ class AsyncMessageConsumer(ConsumerCore):
                 return None
             self._waiting = True              # read by _notify after it appends: no lost wake-up
             try:
-                if not buffer and not self._closed:
+                if not self._buffer and not self._closed:
                     await self._wakeup.wait(remaining)
             finally:
                 self._waiting = False
@@ -751,9 +1052,9 @@ class AsyncMessageConsumer(ConsumerCore):
             for _ in range(len(self._buffer)):   # messages that arrived before go to it, in order
                 session._listener_queue.put(self)
 
-    async def _dispatch(self, frame: Frame, listener: MessageListener) -> None:
-        """Run ``listener`` for ``frame`` (the dispatcher, owning the session)."""
-        message, delivery = self._for_listener(frame)
+    async def _dispatch(self, frame: Frame, listener: MessageListener, link: int) -> None:
+        """Run ``listener`` for ``frame`` of link ``link`` (the dispatcher, owning the session)."""
+        message, delivery = self._for_listener(frame, link)
         try:
             await call_listener(listener, message)
         except Exception:
@@ -818,6 +1119,8 @@ async def _browse(session: AsyncSession, browse: _AsyncBrowse, timeout: float | 
                 continue
             if browse.end is not None:
                 return
+            if browse.error is not None:
+                raise browse.error
             conn._check_open()
             remaining = deadline - time.monotonic()
             browse.arrived.clear()
@@ -937,6 +1240,8 @@ class AsyncPendingRange:
                     continue
                 if browse.end is not None:
                     return browse.result()
+                if browse.error is not None:
+                    raise browse.error
                 conn._check_open()
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
@@ -1056,8 +1361,9 @@ class AsyncQueueManager:
 
     async def _run(self, call: AdminCall[_T], timeout: float | None = None) -> _T:
         """Run ``call``; its result, or the broker's error raised here."""
-        inbox = await self._ensure()
         conn = self.connection
+        await conn._until_open()
+        inbox = await self._ensure()
         corr, frame = inbox.request(call)
         answered = inbox.flags[corr] = Flag()
         try:

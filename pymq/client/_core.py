@@ -34,15 +34,18 @@ import itertools
 import ssl
 import uuid
 from collections import deque
-from typing import NamedTuple, Protocol
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Protocol
 from collections.abc import Callable
 
 from pymq import enums
+from pymq.client._failover import Failover
 from pymq.client.frames import ARROW_STREAM, checked_selector, send_frame, subscribe_headers
-from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress, parse_url, redacted
+from pymq.client.url import Address, BrokerGroup, StompAddress, TlsOptions, VmAddress, parse_group, redacted
 from pymq.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, as_destination
-from pymq.errors import (ConnectFailed, ConnectionClosed, DestinationError, IllegalStateError, PymqError,
-                         error_from_headers)
+from pymq.errors import (ConnectFailed, ConnectionClosed, ConnectionInterrupted, DestinationError, IllegalStateError,
+                         PymqError, error_from_headers)
 from pymq.message import (PERSISTENT, BytesMessage, MapMessage, MapValue, Message, MessageBody,
                           PropertyValue, TextMessage, from_frame, make_message)
 from pymq.protocol.frame import Frame
@@ -52,8 +55,12 @@ Headers = dict[str, str]
 
 
 def error_of(frame: Frame) -> PymqError:
-    """The exception an ERROR frame describes."""
-    return error_from_headers(frame.headers, frame.body.decode("utf-8", "replace"))
+    """The exception an ERROR frame describes (``receipt_id`` set when it answers a request of ours)."""
+    error = error_from_headers(frame.headers, frame.body.decode("utf-8", "replace"))
+    rid = frame.headers.get("receipt-id")
+    if rid is not None:
+        setattr(error, "receipt_id", rid)      # noqa: B010 - a field of this error only (spec/ha.md §4.3)
+    return error
 
 
 class AckMode(enum.IntEnum):
@@ -111,13 +118,28 @@ def session_mode(transacted: bool | int | None, ack_mode: int | None) -> AckMode
 
 
 class ConnectionStatus(enums.Enum):
-    """CONNECTING -> OPEN -> CLOSING -> CLOSED, or straight to CLOSED when the broker is lost.
-    Only OPEN accepts new work; frames still flow while CLOSING (sessions flush their acks)."""
+    """CONNECTING -> OPEN -> CLOSING -> CLOSED, or straight to CLOSED when the broker is lost; with
+    failover (spec/ha.md §4) OPEN -> RECONNECTING -> OPEN while another broker of the group is reached.
+    OPEN accepts new work; frames still flow while CLOSING (sessions flush their acks); while
+    RECONNECTING calls wait for the next link (or keep what they send for it)."""
 
     CONNECTING = "connecting"
     OPEN = "open"
+    RECONNECTING = "reconnecting"
     CLOSING = "closing"
     CLOSED = "closed"
+
+
+@dataclass(frozen=True)
+class TransportEvent:
+    """What a failover connection's transport listener hears (ActiveMQ's ``TransportListener``):
+    ``interrupted`` when a link is lost (``error`` says why) and ``resumed`` when the next one is in use,
+    subscriptions and sends restored (``attempts`` it took).  ``broker`` is the broker lost or reached."""
+
+    kind: str
+    broker: str
+    error: PymqError | None = None
+    attempts: int = 0
 
 
 class Waiter(Protocol):
@@ -135,12 +157,19 @@ class Receiver(Protocol):
 
     def _wake(self) -> None: ...
 
+    def _interrupted(self) -> None:
+        """Failover lost the link: what arrived on it is forgotten (it comes again, redelivered)."""
+
+    def _resubscription(self) -> Frame | None:
+        """The SUBSCRIBE that makes this receiver live on a new link (None: it cannot be replayed)."""
+
 
 # -- connection settings ------------------------------------------------------------------------------
 
 class ConnectionSettings:
     """What both SDKs' connection factories hold: the URL (read at once, so a bad one fails here) and
-    the connection's options.  Explicit ``username``/``password``/``tls`` win over the URL's."""
+    the connection's options.  Explicit ``username``/``password``/``tls`` win over the URL's, for every
+    broker of a failover group (spec/ha.md §4.1); ``address`` is the first broker of the group."""
 
     def __init__(self, url: str = "vm://default", *, username: str | None = None,
                  password: str | None = None, client_id: str | None = None, timeout: float = 10.0,
@@ -148,7 +177,9 @@ class ConnectionSettings:
                  sync_send: bool = True, host: str | None = None,
                  tls: TlsOptions | ssl.SSLContext | None = None) -> None:
         self.url = url
-        self.address: Address = parse_url(url)
+        self.group: BrokerGroup = parse_group(url)
+        self.address: Address = self.group.brokers[0]
+        self._username, self._password = username, password
         self.username = username if username is not None else self.address.username
         self.password = password if password is not None else self.address.password
         self.client_id = client_id
@@ -159,37 +190,35 @@ class ConnectionSettings:
         self.host = host
         if tls is not None and not isinstance(tls, (TlsOptions, ssl.SSLContext)):
             raise ConnectFailed(f"tls= must be a pymq.TlsOptions or an ssl.SSLContext, not {type(tls).__name__}")
-        if tls is not None and not (isinstance(self.address, StompAddress) and self.address.tls is not None):
+        if tls is not None and not any(isinstance(a, StompAddress) and a.tls is not None for a in self.group.brokers):
             raise ConnectFailed(f"tls= was given for {redacted(url)}, which is not a TLS URL; use stomps://host:port")
         self.tls = tls
 
-    def _credentials(self, username: str | None, password: str | None) -> tuple[str | None, str | None]:
-        return (username if username is not None else self.username,
-                password if password is not None else self.password)
+    def _credentials(self, username: str | None, password: str | None,
+                     address: Address | None = None) -> tuple[str | None, str | None]:
+        """The login for ``address`` (the first broker by default): what ``create_connection`` was given,
+        else the factory's arguments, else that broker's URL."""
+        where = address or self.address
+        return (username if username is not None else self._username if self._username is not None
+                else where.username,
+                password if password is not None else self._password if self._password is not None
+                else where.password)
 
-    def _ssl_context(self) -> ssl.SSLContext | None:
-        """The SSL context for a TLS URL (None for plain TCP and vm://)."""
-        address = self.address
-        if not isinstance(address, StompAddress) or address.tls is None:
+    def _ssl_context(self, address: Address | None = None) -> ssl.SSLContext | None:
+        """The SSL context for a TLS broker (None for plain TCP and vm://)."""
+        where = address or self.address
+        if not isinstance(where, StompAddress) or where.tls is None:
             return None
         if isinstance(self.tls, ssl.SSLContext):
             return self.tls
-        return address.tls.merged(self.tls).context()
+        return where.tls.merged(self.tls).context()
 
-    def _server_hostname(self) -> str | None:
-        address = self.address
-        if not isinstance(address, StompAddress) or address.tls is None:
+    def _server_hostname(self, address: Address | None = None) -> str | None:
+        where = address or self.address
+        if not isinstance(where, StompAddress) or where.tls is None:
             return None
         explicit = self.tls.server_hostname if isinstance(self.tls, TlsOptions) else None
-        return explicit or address.tls.server_hostname or address.host
-
-    def _tls_verifying(self) -> bool:
-        address = self.address
-        if isinstance(self.tls, ssl.SSLContext):
-            return self.tls.verify_mode != ssl.CERT_NONE
-        if isinstance(address, StompAddress) and address.tls is not None:
-            return address.tls.merged(self.tls).verifying
-        return False
+        return explicit or where.tls.server_hostname or where.host
 
     @property
     def vm(self) -> VmAddress | None:
@@ -217,11 +246,32 @@ class ConnectionCore:
         self._sessions: list[SessionCore] = []
         #: STOMP names of the temporary destinations this connection deleted (JMS: unusable afterwards)
         self._deleted: set[str] = set()
+        #: failover (spec/ha.md §4, pymq/client/_failover.py): None for a single broker
+        self._failover: Failover | None = Failover(factory.group) if factory.group.failover else None
+        #: the number of the link in use (links are numbered from 0); a frame that names something of a
+        #: link (an ACK's ack id, a transaction) is sent on that link only.  Ordering, for threads: a
+        #: failover replaces every consumer's buffer and then counts the next link (:meth:`_interrupt`);
+        #: a receiver reads the link and then the buffer, so a frame it takes from an old buffer is never
+        #: acknowledged on a new link (at worst a new frame's ACK is dropped and it comes again)
+        self._link = 0
+        #: what a reconnection and the application's threads must not interleave (the blocking shell's
+        #: re-entrant lock; nothing in the asyncio shell, where they cannot)
+        self._link_lock: AbstractContextManager[object] = nullcontext()
+        self.transport_listener: Callable[[TransportEvent], object] | None = None
 
     # -- what the shell provides -------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
-        """Hand ``frame`` to the transport (never waits)."""
+        """Hand ``frame`` to the transport (never waits).  With failover, while the link is down, a frame
+        is kept for the next link or dropped as :meth:`Failover.while_down` says."""
         raise NotImplementedError
+
+    def _send_on(self, frame: Frame, link: int) -> None:
+        """Send ``frame`` on link ``link`` only: it names something of that link (an ack id, a
+        transaction), so on any other it is dropped (spec/ha.md §4.5)."""
+        raise NotImplementedError
+
+    def _window_freed(self) -> None:
+        """A receipt made room in the failover window of SENDs (the transport's thread: never waits)."""
 
     # -- status ------------------------------------------------------------------------------------
     @property
@@ -302,18 +352,103 @@ class ConnectionCore:
         if name in self._deleted:
             raise DestinationError(f"temporary destination {name} was deleted", destination=name)
 
+    # -- failover ------------------------------------------------------------------------------------
+    def _kept(self, frame: Frame, failed: bool = False, link: int | None = None) -> bool:
+        """The link is down (RECONNECTING, or ``failed``: the transport refused ``frame``): True when
+        failover took ``frame`` (kept for the next link, or dropped as belonging to the lost one).
+        ``link``: the link ``frame`` belongs to (:meth:`_send_on`)."""
+        failover = self._failover
+        if failover is None:
+            return False
+        with self._link_lock:
+            status = self.status
+            if status in (ConnectionStatus.CLOSING, ConnectionStatus.CLOSED):
+                return False
+            if status is not ConnectionStatus.RECONNECTING and not failed:
+                return False                  # the next link is up meanwhile: send it there
+            if link is not None and (failed or link != self._link):
+                return True                   # it belongs to a link that is gone (or going): dropped
+            failover.while_down(frame, link)
+            return True
+
+    def _interrupt(self) -> None:
+        """A failover link is lost: from now on nothing of it is acknowledged, and what it delivered and
+        nobody took yet is forgotten (the broker redelivers it)."""
+        with self._link_lock:
+            self.status = ConnectionStatus.RECONNECTING
+            for receiver in list(self._subscriptions.values()):
+                receiver._interrupted()
+            for session in list(self._sessions):
+                session._recovery = None
+            self._link += 1
+
+    def _replay(self) -> list[Frame]:
+        """What a new link is told before it is used (spec/ha.md §4.3-4.5), in order: every live
+        subscription again under its id, a BEGIN for each open transaction, the receipted frames of the
+        lost link that go again (SENDs with their dedup ids), and what was kept meanwhile.  The callers of
+        the other receipted frames are answered here.  Run with the link lock held."""
+        failover = self._failover
+        assert failover is not None
+        live: dict[str, Frame] = {}
+        for sub_id, receiver in self._subscriptions.items():
+            again = receiver._resubscription()
+            if again is not None:
+                live[sub_id] = again
+        resend: list[Frame] = []
+        ended: set[str] = set()                 # transactions whose COMMIT the loss cut off
+        for rid, frame in list(failover.inflight.items()):
+            outcome = failover.outcome(frame, set(live))
+            if outcome == "resend":
+                if frame.command == "SUBSCRIBE":
+                    live[frame.headers["id"]] = frame       # its caller waits for this receipt
+                else:
+                    resend.append(frame)
+                continue
+            if frame.command == "COMMIT":
+                ended.add(frame.headers.get("transaction", ""))
+            failover.answered(rid)
+            waiter = self._receipts.pop(rid, None)
+            if waiter is not None:
+                if outcome == "resolve":
+                    waiter.resolve({})
+                else:
+                    waiter.fail(failover.failure(frame, rid))
+        failover.unsent.clear()
+        frames = list(live.values())
+        begun: set[str] = set()
+        for session in self._sessions:
+            tx = session._tx
+            if session.transacted and not session._closed and tx is not None and tx not in ended:
+                if session._tx_begun_link != self._link:
+                    frames.append(Frame("BEGIN", {"transaction": tx}))
+                    session._tx_begun_link = self._link
+                begun.add(tx)
+        frames.extend(resend)
+        failover.resent += sum(1 for frame in resend if frame.command == "SEND")
+        for frame, link in failover.held:
+            tx = frame.headers.get("transaction")
+            if (link is None or link == self._link) and (tx is None or tx in begun):
+                frames.append(frame)
+        failover.held.clear()
+        return frames
+
     # -- receipts and subscriptions ------------------------------------------------------------------
-    def _expect(self, frame: Frame, waiter: Waiter) -> tuple[str, Frame]:
+    def _expect(self, frame: Frame, waiter: Waiter, windowed: bool = False) -> tuple[str, Frame]:
         """Register ``waiter`` for a receipt and return ``frame`` asking for it.  The shell must send
         it through ``_send`` (which checks the status after the registration) or ``_forget`` it."""
         rid = f"r{next(self._receipt_ids)}"
         self._receipts[rid] = waiter
         headers = dict(frame.headers)
         headers["receipt"] = rid
-        return rid, Frame(frame.command, headers, frame.body)
+        framed = Frame(frame.command, headers, frame.body)
+        if self._failover is not None:
+            self._failover.sent(rid, framed, windowed)
+        return rid, framed
 
     def _forget(self, rid: str) -> None:
         self._receipts.pop(rid, None)
+        if self._failover is not None:
+            self._failover.answered(rid)
 
     def _register(self, receiver: Receiver) -> str:
         sub_id = f"s{next(self._sub_ids)}"
@@ -331,9 +466,12 @@ class ConnectionCore:
             if receiver is not None:
                 receiver._arrived(frame)
         elif command == "RECEIPT":
-            waiter = self._receipts.pop(frame.headers.get("receipt-id", ""), None)
+            receipt = frame.headers.get("receipt-id", "")
+            waiter = self._receipts.pop(receipt, None)
             if waiter is not None:
                 waiter.resolve(frame.headers)
+            if self._failover is not None and self._failover.answered(receipt):
+                self._window_freed()
         elif command == "ERROR":
             rid = frame.headers.get("receipt-id")
             if rid is not None:
@@ -345,15 +483,22 @@ class ConnectionCore:
 # -- acknowledgement ledgers ------------------------------------------------------------------------------
 
 class Delivery(NamedTuple):
-    """One message the application got: who delivered it and the headers that name it in ACK/NACK."""
+    """One message the application got: who delivered it, the headers that name it in ACK/NACK, and the
+    link it came on (an ACK or NACK goes on that link only: :meth:`ConnectionCore._send_on`)."""
 
     consumer: ConsumerCore
     ack: Headers
     message_id: str
+    link: int = 0
+
+
+#: an ACK or NACK and the link it belongs to
+Bound = tuple[Frame, int]
 
 
 class AckLedger:
-    """What a session owes the broker for delivered messages; one subclass per acknowledge mode."""
+    """What a session owes the broker for delivered messages; one subclass per acknowledge mode.  The
+    frames it returns are bound to the link of the delivery they name."""
 
     #: subscribe with ``ack:client`` (cumulative ACK/NACK) instead of ``client-individual``
     cumulative = False
@@ -365,17 +510,17 @@ class AckLedger:
         self._unacked: list[Delivery] = []
 
     def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
-        """The application got ``delivery``; the frame to send now, if any."""
+        """The application got ``delivery``; the frame to send now (on ``delivery.link``), if any."""
         raise NotImplementedError
 
-    def before_wait(self, consumer: ConsumerCore) -> Frame | None:
+    def before_wait(self, consumer: ConsumerCore) -> Bound | None:
         """The consumer is about to wait for more: an acknowledgement held back, if any."""
         return None
 
-    def acknowledge(self) -> list[Frame]:
+    def acknowledge(self) -> list[Bound]:
         return []
 
-    def failed(self, delivery: Delivery) -> list[Frame]:
+    def failed(self, delivery: Delivery) -> list[Bound]:
         """A listener raised for ``delivery``."""
         return []
 
@@ -383,7 +528,7 @@ class AckLedger:
         unacked, self._unacked = self._unacked, []
         return unacked
 
-    def drop(self, consumer: ConsumerCore) -> Frame | None:
+    def drop(self, consumer: ConsumerCore) -> Bound | None:
         """``consumer`` closes: the broker returns what it still holds, so forget its deliveries (an
         ACK or NACK naming them would be an error); the acknowledgement it held back, if any."""
         if self._unacked:
@@ -397,8 +542,8 @@ class _AutoLedger(AckLedger):
     def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
         return Frame("ACK", delivery.ack)
 
-    def failed(self, delivery: Delivery) -> list[Frame]:
-        return [Frame("NACK", delivery.ack)]
+    def failed(self, delivery: Delivery) -> list[Bound]:
+        return [(Frame("NACK", delivery.ack), delivery.link)]
 
 
 class _DupsOkLedger(AckLedger):
@@ -408,29 +553,29 @@ class _DupsOkLedger(AckLedger):
 
     def __init__(self) -> None:
         super().__init__()
-        self._held: dict[ConsumerCore, tuple[Headers, int]] = {}
+        self._held: dict[ConsumerCore, tuple[Headers, int, int]] = {}
 
     def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
         consumer = delivery.consumer
         held = self._held.get(consumer)
-        count = 1 if held is None else held[1] + 1
+        count = 1 if held is None or held[2] != delivery.link else held[1] + 1
         if count >= max(1, consumer.prefetch // 4):
             self._held.pop(consumer, None)
             return Frame("ACK", delivery.ack)
-        self._held[consumer] = (delivery.ack, count)
+        self._held[consumer] = (delivery.ack, count, delivery.link)
         return None
 
-    def before_wait(self, consumer: ConsumerCore) -> Frame | None:
+    def before_wait(self, consumer: ConsumerCore) -> Bound | None:
         held = self._held.pop(consumer, None)
-        return None if held is None else Frame("ACK", held[0])
+        return None if held is None else (Frame("ACK", held[0]), held[2])
 
-    def failed(self, delivery: Delivery) -> list[Frame]:
+    def failed(self, delivery: Delivery) -> list[Bound]:
         # NACK is cumulative here: first acknowledge what the listener processed before this one,
         # so only this message comes back
         held = self.before_wait(delivery.consumer)
-        return ([held] if held is not None else []) + [Frame("NACK", delivery.ack)]
+        return ([held] if held is not None else []) + [(Frame("NACK", delivery.ack), delivery.link)]
 
-    def drop(self, consumer: ConsumerCore) -> Frame | None:
+    def drop(self, consumer: ConsumerCore) -> Bound | None:
         return self.before_wait(consumer)
 
 
@@ -448,8 +593,8 @@ class _ClientLedger(AckLedger):
         self._unacked.append(delivery)
         return None
 
-    def acknowledge(self) -> list[Frame]:
-        return [Frame("ACK", d.ack) for d in self.take_unacked()]
+    def acknowledge(self) -> list[Bound]:
+        return [(Frame("ACK", d.ack), d.link) for d in self.take_unacked()]
 
 
 class _TransactedLedger(AckLedger):
@@ -474,12 +619,13 @@ class _Recovery:
     """Messages handed back by ``recover()``/``rollback()`` whose redelivered copies are held aside
     until the broker confirmed the NACKs, then go in front of each consumer's buffer."""
 
-    __slots__ = ("returning", "held", "seen")
+    __slots__ = ("returning", "held", "seen", "link")
 
-    def __init__(self, returning: set[str]) -> None:
+    def __init__(self, returning: set[str], link: int) -> None:
         self.returning = returning
         self.held: dict[ConsumerCore, list[Frame]] = {}
         self.seen = 0
+        self.link = link                       # its copies come on this link (a failover drops it)
 
     def holds(self, consumer: ConsumerCore, frame: Frame) -> bool:
         if frame.headers.get("message-id") in self.returning:
@@ -506,6 +652,10 @@ class SessionCore:
         self._closed = False
         self._consumers: list[ConsumerCore] = []
         self._tx: str | None = None
+        #: the link the current transaction's BEGIN was (or will be) sent on, and the links on which it
+        #: did work: a transaction that did work on a lost link can only roll back (spec/ha.md §4.5)
+        self._tx_begun_link = -1
+        self._tx_links: set[int] = set()
         self._ledger: AckLedger = LEDGERS[self.ack_mode]()
         self._recovery: _Recovery | None = None
 
@@ -570,8 +720,18 @@ class SessionCore:
 
     def _begin(self) -> None:
         """Start the next transaction (BEGIN needs no answer: a refusal closes the connection)."""
-        self._tx = f"tx-{uuid.uuid4().hex[:12]}"
-        self.connection._send(Frame("BEGIN", {"transaction": self._tx}))
+        conn = self.connection
+        with conn._link_lock:                 # the tx and the link of its BEGIN change together
+            self._tx = f"tx-{uuid.uuid4().hex[:12]}"
+            self._tx_links = set()
+            self._tx_begun_link = link = conn._link
+            conn._send_on(Frame("BEGIN", {"transaction": self._tx}), link)
+
+    @property
+    def _doomed(self) -> bool:
+        """The transaction did work on a link that was lost: the broker rolled that back (failover)."""
+        link = self.connection._link
+        return any(done != link for done in self._tx_links)
 
     def _commit_frame(self) -> Frame:
         if not self.transacted:
@@ -584,45 +744,54 @@ class SessionCore:
         """The application got a message (from ``receive``, or its listener returned)."""
         frame = self._ledger.consumed(delivery, self._tx)
         if frame is not None:
-            self.connection._send(frame)
+            if self.transacted:
+                self._tx_links.add(delivery.link)
+            self.connection._send_on(frame, delivery.link)
 
     def _acknowledge_now(self) -> None:
         """CLIENT_ACKNOWLEDGE: acknowledge everything consumed (what ``Message.acknowledge()`` calls;
-        ACKs need no answer, so this never waits)."""
+        ACKs need no answer, so this never waits).  What came on a lost link is not acknowledged: it
+        comes again (spec/ha.md §4.5)."""
         self._check()
-        for frame in self._ledger.acknowledge():
-            self.connection._send(frame)
+        for frame, link in self._ledger.acknowledge():
+            self.connection._send_on(frame, link)
 
     def _listener_failed(self, delivery: Delivery) -> None:
         if self.connection.version == "1.0":
             return        # 1.0 has no NACK: the message returns when the subscription ends
-        for frame in self._ledger.failed(delivery):
-            self.connection._send(frame)
+        for frame, link in self._ledger.failed(delivery):
+            self.connection._send_on(frame, link)
 
-    def _recovery_frames(self, rollback: bool) -> list[Frame]:
-        """The frames of ``recover()`` (NACKs) or ``rollback()`` (ABORT, NACKs, the next BEGIN); the
-        shell sends the last one with a receipt and then calls :meth:`_end_recovery`."""
+    def _recovery_frames(self, rollback: bool) -> tuple[list[Frame], int]:
+        """The frames of ``recover()`` (NACKs) or ``rollback()`` (ABORT, NACKs, the next BEGIN), all of the
+        link returned with them; the shell sends the last one with a receipt and then calls
+        :meth:`_end_recovery`.  Deliveries of a lost link are not named: the loss returned them."""
         if rollback and not self.transacted:
             raise IllegalStateError("rollback() needs a transacted session")
         if not rollback and self.transacted:
             raise IllegalStateError("recover() is for non-transacted sessions; use rollback()")
-        unacked = self._ledger.take_unacked()
-        frames: list[Frame] = []
-        if rollback:
-            frames.append(Frame("ABORT", {"transaction": self._tx or ""}))
-        if unacked and self.connection.version != "1.0":
-            if self._ledger.cumulative:
-                last: dict[ConsumerCore, Delivery] = {}
-                for delivery in unacked:
-                    last[delivery.consumer] = delivery   # one cumulative NACK per subscription
-                frames.extend(Frame("NACK", d.ack) for d in last.values())
-            else:
-                frames.extend(Frame("NACK", d.ack) for d in unacked)
-            self._recovery = _Recovery({d.message_id for d in unacked})
-        if rollback:
-            self._tx = f"tx-{uuid.uuid4().hex[:12]}"
-            frames.append(Frame("BEGIN", {"transaction": self._tx}))
-        return frames
+        conn = self.connection
+        with conn._link_lock:
+            link = conn._link
+            unacked = [d for d in self._ledger.take_unacked() if d.link == link]
+            frames: list[Frame] = []
+            if rollback:
+                frames.append(Frame("ABORT", {"transaction": self._tx or ""}))
+            if unacked and conn.version != "1.0":
+                if self._ledger.cumulative:
+                    last: dict[ConsumerCore, Delivery] = {}
+                    for delivery in unacked:
+                        last[delivery.consumer] = delivery   # one cumulative NACK per subscription
+                    frames.extend(Frame("NACK", d.ack) for d in last.values())
+                else:
+                    frames.extend(Frame("NACK", d.ack) for d in unacked)
+                self._recovery = _Recovery({d.message_id for d in unacked}, link)
+            if rollback:
+                self._tx = f"tx-{uuid.uuid4().hex[:12]}"
+                self._tx_links = set()
+                self._tx_begun_link = link
+                frames.append(Frame("BEGIN", {"transaction": self._tx}))
+        return frames, link
 
     def _recovery_settle_frames(self) -> list[Frame]:
         """Frames for a second round trip when redelivered copies are still missing after the NACKs'
@@ -636,29 +805,33 @@ class SessionCore:
         return [Frame("BEGIN", {"transaction": tx}), Frame("ABORT", {"transaction": tx})]
 
     def _end_recovery(self) -> None:
-        """The broker confirmed (or the wait ended): redelivered copies held aside go first."""
-        recovery, self._recovery = self._recovery, None
-        if recovery is None:
-            return
-        for consumer, frames in recovery.held.items():
-            consumer._buffer.extendleft(reversed(frames))
-            for _ in frames:
-                consumer._notify()
+        """The broker confirmed (or the wait ended): redelivered copies held aside go first (unless
+        the link was lost meanwhile: the new one delivers them anew)."""
+        with self.connection._link_lock:
+            recovery, self._recovery = self._recovery, None
+            if recovery is None or recovery.link != self.connection._link:
+                return
+            for consumer, frames in recovery.held.items():
+                consumer._buffer.extendleft(reversed(frames))
+                for _ in frames:
+                    consumer._notify()
 
     # -- consumers ---------------------------------------------------------------------------------------
     def _subscribe_frame(self, consumer: ConsumerCore, *, no_local: bool = False,
                          extra: Headers | None = None) -> Frame:
+        """The consumer's SUBSCRIBE (kept on it: a failover subscribes again with it)."""
         if self.connection._deleted:
             self.connection._check_not_deleted(consumer.destination)
-        return Frame("SUBSCRIBE", subscribe_headers(
+        consumer._subscription = Frame("SUBSCRIBE", subscribe_headers(
             consumer.destination, consumer._sub_id, self._ledger.cumulative, consumer.prefetch,
             selector=consumer.selector, no_local=no_local, extra=extra))
+        return consumer._subscription
 
     def _forget_consumer(self, consumer: ConsumerCore) -> None:
-        frame = self._ledger.drop(consumer)
-        if frame is not None and not self.connection.closed:
+        bound = self._ledger.drop(consumer)
+        if bound is not None and not self.connection.closed:
             try:
-                self.connection._send(frame)
+                self.connection._send_on(*bound)
             except PymqError:
                 pass
         if consumer in self._consumers:
@@ -729,6 +902,7 @@ class ConsumerCore:
         #: when it is taken, with no delivery record (the hot path of receive)
         self._ack_at_once = (session.ack_mode is AckMode.AUTO_ACKNOWLEDGE
                              and session.connection.version == "1.2")
+        self._subscription: Frame | None = None      # the SUBSCRIBE sent (a failover sends it again)
         self._sub_id = session.connection._register(self)
 
     # -- what the shell provides -------------------------------------------------------------------
@@ -749,6 +923,14 @@ class ConsumerCore:
         if self._waiting or self._listener is not None:
             self._notify()
 
+    def _interrupted(self) -> None:
+        # a new buffer, not a cleared one: a receive that took the old one in hand keeps its frames,
+        # whose acknowledgement the link check then drops (the ordering note at ConnectionCore._link)
+        self._buffer = deque()
+
+    def _resubscription(self) -> Frame | None:
+        return None if self._closed else self._subscription
+
     @property
     def closed(self) -> bool:
         """True once the consumer is closed (by ``close()``, or with its session or connection)."""
@@ -765,8 +947,9 @@ class ConsumerCore:
         if self._listener is not None:
             raise IllegalStateError("receive() cannot be used on a consumer with a message listener")
 
-    def _open(self, frame: Frame) -> tuple[Message, Delivery]:
-        """MESSAGE -> the Message the application gets, and its delivery record."""
+    def _open(self, frame: Frame, link: int) -> tuple[Message, Delivery]:
+        """MESSAGE -> the Message the application gets, and its delivery record (``link``: the link
+        the frame came on, read before it was taken from the buffer)."""
         h = frame.headers
         message = received(from_frame(h, frame.body))
         session = self._session
@@ -776,23 +959,24 @@ class ConsumerCore:
             ack = {"message-id": h.get("message-id", ""), "subscription": self._sub_id}
         if session.ack_mode is AckMode.CLIENT_ACKNOWLEDGE:
             message._acknowledge = session._acknowledge_now
-        return message, Delivery(self, ack, h.get("message-id", ""))
+        return message, Delivery(self, ack, h.get("message-id", ""), link)
 
-    def _take(self, frame: Frame) -> Message:
-        """``receive`` returns the message of ``frame``: acknowledge it as the session's mode says."""
+    def _take(self, frame: Frame, link: int) -> Message:
+        """``receive`` returns the message of ``frame`` (of link ``link``): acknowledge it as the
+        session's mode says."""
         if self._ack_at_once:
             h = frame.headers
             message = received(from_frame(h, frame.body))
-            self._session.connection._send(Frame("ACK", {"id": h.get("ack", "")}))
+            self._session.connection._send_on(Frame("ACK", {"id": h.get("ack", "")}), link)
             return message
-        message, delivery = self._open(frame)
+        message, delivery = self._open(frame, link)
         self._session._consumed(delivery)
         return message
 
-    def _for_listener(self, frame: Frame) -> tuple[Message, Delivery]:
+    def _for_listener(self, frame: Frame, link: int) -> tuple[Message, Delivery]:
         """The message of ``frame`` for a listener; CLIENT and transacted sessions record it first,
         so ``acknowledge()``/``commit()``/``recover()``/``rollback()`` inside the listener include it."""
-        message, delivery = self._open(frame)
+        message, delivery = self._open(frame, link)
         if self._session._ledger.records_before_listener:
             self._session._consumed(delivery)
         return message, delivery
@@ -811,9 +995,9 @@ class ConsumerCore:
 
     def _before_wait(self) -> None:
         """About to wait: let the broker refill credit held by batched (dups-ok) acks."""
-        frame = self._session._ledger.before_wait(self)
-        if frame is not None:
-            self._session.connection._send(frame)
+        bound = self._session._ledger.before_wait(self)
+        if bound is not None:
+            self._session.connection._send_on(*bound)
 
     def _closing(self) -> None:
         """Local bookkeeping of ``close()`` (the shell sends UNSUBSCRIBE)."""
@@ -848,20 +1032,33 @@ class ProducerCore:
 
     def _prepare(self, message: MessageBody, destination: Destination | str | None, *,
                  delivery_mode: int | None, priority: int | None, time_to_live: int | None,
-                 delivery_delay: int | None) -> tuple[Message, Frame, bool]:
-        """The Message, its SEND frame, and whether to wait for the broker's receipt (checks that
-        everything is open first; the connection's own check runs when the frame is sent)."""
+                 delivery_delay: int | None) -> tuple[Message, Frame, SendMode]:
+        """The Message, its SEND frame, and how to send it: ``receipt`` (wait for the broker's receipt),
+        ``window`` (failover: ask for one and keep the frame until it comes, spec/ha.md §4.4) or
+        ``plain``.  Checks that everything is open first; the connection's own check runs when the frame
+        is sent.  With failover a SEND outside a transaction carries a ``pymq-dedup-id``."""
         session = self._session
         if self._closed or session._closed:
             self._check()
         msg, frame = send_frame(self, message, destination, delivery_mode=delivery_mode, priority=priority,
                                 time_to_live=time_to_live, delivery_delay=delivery_delay)
-        if session.connection._deleted:
-            session.connection._check_not_deleted(frame.headers["destination"])
+        conn = session.connection
+        if conn._deleted:
+            conn._check_not_deleted(frame.headers["destination"])
         if session.transacted:
             frame.headers["transaction"] = session._tx or ""
-            return msg, frame, False
-        return msg, frame, msg.delivery_mode == PERSISTENT and session.connection.factory.sync_send
+            session._tx_links.add(conn._link)
+            return msg, frame, "plain"
+        confirm = msg.delivery_mode == PERSISTENT and conn.factory.sync_send
+        failover = conn._failover
+        if failover is None:
+            return msg, frame, "receipt" if confirm else "plain"
+        frame = failover.stamp(frame)
+        msg.dedup_id = frame.headers.get("pymq-dedup-id", msg.dedup_id)
+        return msg, frame, "receipt" if confirm else "window"
+
+
+SendMode = Literal["receipt", "window", "plain"]
 
 
 # -- browsing and range reads -----------------------------------------------------------------------------
@@ -903,6 +1100,7 @@ class BrowseCore:
         self.pairs: list[tuple[Headers, bytes]] = []
         self.frames: deque[Frame] = deque()
         self.end: Headers | None = None          # the end marker's headers (range bounds)
+        self.error: PymqError | None = None      # a failover lost the link under it
         self.arrow: bytes | None = None          # the end marker's body when the broker answered in Arrow
         given = {k: str(v) for k, v in (extra or {}).items() if v is not None}
         if "selector" in given:
@@ -927,6 +1125,15 @@ class BrowseCore:
 
     def _wake(self) -> None:
         self._notify()
+
+    def _interrupted(self) -> None:
+        self.error = ConnectionInterrupted(f"the connection to the broker was lost during the browse of "
+                                           f"{self.destination} (it fails over: browse again)")
+        self.connection._unregister(self.sub_id)
+        self._notify()
+
+    def _resubscription(self) -> Frame | None:
+        return None
 
     def _next(self) -> Message | None:
         frame = self.frames.popleft() if self.frames else None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import queue
 import threading
+from contextlib import AbstractContextManager
 from typing import Concatenate, Generic, ParamSpec, Protocol, TypeVar
 from collections.abc import Callable
 
@@ -27,6 +28,12 @@ def current_loop() -> object:
 
 def check_loop(loop: object) -> None:
     """Any thread may use a blocking connection."""
+
+
+def link_lock() -> AbstractContextManager[object]:
+    """What a failover's reconnection (its own thread) and the application's threads must not interleave
+    (pymq/client/_core.py ``ConnectionCore._link_lock``): re-entrant, since a step that holds it may send."""
+    return threading.RLock()
 
 
 class Receipt:

@@ -19,6 +19,9 @@ from pymq.errors import ERROR_CODES, MessageFormatError, PymqError
 from pymq.protocol.frame import Frame
 
 ADMIN_DESTINATION = "/pymq/admin"
+_INTERRUPTED = json.dumps({"ok": False, "error": {
+    "code": "connection-interrupted", "message": "the connection to the broker was lost before the answer came; "
+    "whether the operation ran is unknown (the connection fails over: try again)"}}).encode("utf-8")
 
 T = TypeVar("T")
 JsonObject = dict[str, object]
@@ -118,6 +121,7 @@ class AdminInbox:
     def __init__(self) -> None:
         self.reply_to = f"/temp-queue/admin-{uuid.uuid4().hex[:12]}"
         self.answers: dict[str, Frame | None] = {}
+        self.subscription: Frame | None = None
         self._ids = itertools.count(1)
 
     def request(self, call: AdminCall[T]) -> tuple[str, Frame]:
@@ -129,7 +133,19 @@ class AdminInbox:
             json.dumps(call.args).encode("utf-8"))
 
     def subscribe(self, sub_id: str) -> Frame:
-        return Frame("SUBSCRIBE", {"destination": self.reply_to, "id": sub_id, "ack": "auto"})
+        self.subscription = Frame("SUBSCRIBE", {"destination": self.reply_to, "id": sub_id, "ack": "auto"})
+        return self.subscription
+
+    def _resubscription(self) -> Frame | None:
+        return self.subscription
+
+    def _interrupted(self) -> None:
+        """A failover lost the link: the answers still to come went with it (the operation may or may not
+        have run), so each waiting call raises ConnectionInterrupted."""
+        for corr, answer in list(self.answers.items()):
+            if answer is None:
+                self.answers[corr] = Frame("MESSAGE", {"correlation-id": corr}, _INTERRUPTED)
+                self._answered(corr)
 
     def _arrived(self, frame: Frame) -> None:
         corr = frame.headers.get("correlation-id", "")

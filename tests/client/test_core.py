@@ -23,6 +23,10 @@ class Wire(ConnectionCore):
         self._check_open()
         self.sent.append(frame)
 
+    def _send_on(self, frame: Frame, link: int) -> None:
+        if link == self._link:
+            self._send(frame)
+
 
 class Consumer(ConsumerCore):
     def _notify(self) -> None:
@@ -55,7 +59,7 @@ def message(consumer: Consumer, n: int, redelivered: bool = False) -> Frame:
 def texts(consumer: Consumer) -> list[str]:
     out = []
     while consumer._buffer:
-        m = consumer._take(consumer._buffer.popleft())
+        m = consumer._take(consumer._buffer.popleft(), 0)
         assert isinstance(m, TextMessage)
         out.append(m.text + ("*" if m.redelivered else ""))
     return out
@@ -82,8 +86,8 @@ def test_client_acknowledge_acks_each_consumed_message():
     wire, session, consumer = setup(AckMode.CLIENT_ACKNOWLEDGE)
     assert session._ledger.cumulative is False
     assert session._subscribe_frame(consumer).headers["ack"] == "client-individual"
-    consumer._take(consumer._buffer.popleft())
-    consumer._take(consumer._buffer.popleft())
+    consumer._take(consumer._buffer.popleft(), 0)
+    consumer._take(consumer._buffer.popleft(), 0)
     assert wire.sent == []
     session._acknowledge_now()
     assert [(f.command, f.headers) for f in wire.sent] == [("ACK", {"id": "a0"}), ("ACK", {"id": "a1"})]
@@ -93,7 +97,7 @@ def test_dups_ok_batches_and_flushes_before_waiting():
     wire, session, consumer = setup(AckMode.DUPS_OK_ACKNOWLEDGE)
     consumer.prefetch = 8                      # a batch is prefetch // 4 = 2 messages
     for _ in range(3):
-        consumer._take(consumer._buffer.popleft())
+        consumer._take(consumer._buffer.popleft(), 0)
     assert [f.headers["id"] for f in wire.sent] == ["a1"]
     consumer._before_wait()
     assert [f.headers["id"] for f in wire.sent] == ["a1", "a2"]
@@ -103,9 +107,9 @@ def test_transacted_acks_inside_the_transaction_and_rollback_frames():
     wire, session, consumer = setup(AckMode.SESSION_TRANSACTED)
     session._begin()
     tx = session._tx
-    consumer._take(consumer._buffer.popleft())
+    consumer._take(consumer._buffer.popleft(), 0)
     assert wire.sent[-1] == Frame("ACK", {"id": "a0", "transaction": tx})
-    frames = session._recovery_frames(rollback=True)
+    frames, _ = session._recovery_frames(rollback=True)
     assert [f.command for f in frames] == ["ABORT", "NACK", "BEGIN"]
     assert frames[0].headers["transaction"] == tx and frames[2].headers["transaction"] == session._tx != tx
     with pytest.raises(IllegalStateError):
@@ -115,8 +119,8 @@ def test_transacted_acks_inside_the_transaction_and_rollback_frames():
 @pytest.mark.parametrize("copies_arrive", ["before the receipt", "after the receipt"])
 def test_redelivered_copies_go_in_front_of_the_prefetched_ones(copies_arrive):
     wire, session, consumer = setup(AckMode.CLIENT_ACKNOWLEDGE)
-    assert [consumer._take(consumer._buffer.popleft()).message_id for _ in range(2)] == ["m0", "m1"]
-    frames = session._recovery_frames(rollback=False)
+    assert [consumer._take(consumer._buffer.popleft(), 0).message_id for _ in range(2)] == ["m0", "m1"]
+    frames, _ = session._recovery_frames(rollback=False)
     assert [(f.command, f.headers["id"]) for f in frames] == [("NACK", "a0"), ("NACK", "a1")]   # each one
     waiter = Waiter()
     rid, last = wire._expect(frames[-1], waiter)
@@ -142,8 +146,8 @@ def test_a_closed_consumer_is_not_named_by_a_later_acknowledge():
     wire, session, consumer = setup(AckMode.CLIENT_ACKNOWLEDGE)
     other = Consumer(session, Queue("q2"), None, 100)
     wire._frame_received(message(other, 9))
-    consumer._take(consumer._buffer.popleft())
-    other._take(other._buffer.popleft())
+    consumer._take(consumer._buffer.popleft(), 0)
+    other._take(other._buffer.popleft(), 0)
     consumer._closing()
     session._acknowledge_now()
     assert [f.headers["id"] for f in wire.sent] == ["a9"]

@@ -43,7 +43,7 @@ TWINS: dict[type, type] = {
 #: the aio methods that are plain calls: they build a value or local state and never wait for the broker
 #: (documented in pymq/aio/__init__.py); every other public method of pymq.aio is a coroutine
 PLAIN_IN_AIO = {
-    "AsyncConnection": {"create_session", "queue_manager"},
+    "AsyncConnection": {"create_session", "queue_manager", "set_transport_listener"},
     "AsyncSession": {"create_producer", "create_browser", "create_temporary_queue", "create_temporary_topic",
                      "create_topic",
                      "create_message", "create_text_message", "create_bytes_message", "create_map_message"},

@@ -78,7 +78,9 @@ def redis_url() -> str:
 
 class TcpProxy:
     """Forwards 127.0.0.1:<port> to a server; ``cut()`` drops every connection and refuses new ones
-    until ``restore()``.  Lets a test take a real server away from a device and give it back."""
+    until ``restore()``.  Lets a test take a real server away from a device and give it back.
+    ``hold_replies()`` stops forwarding what the server says (it is dropped) while the client's bytes
+    still reach it: the server acts on a request whose answer never arrives (a receipt lost with a link)."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self._target = (target_host, target_port)
@@ -88,6 +90,8 @@ class TcpProxy:
         self._sockets: set[socket.socket] = set()
         self._open = True
         self._closed = False
+        self._holding = False
+        self.replies_dropped = 0
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -110,12 +114,15 @@ class TcpProxy:
             server.settimeout(None)
             with self._lock:
                 self._sockets |= {client, server}
-            for src, dst in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+            for src, dst, replies in ((client, server, False), (server, client, True)):
+                threading.Thread(target=self._pump, args=(src, dst, replies), daemon=True).start()
 
-    def _pump(self, src: socket.socket, dst: socket.socket) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, replies: bool = False) -> None:
         try:
             while chunk := src.recv(65536):
+                if replies and self._holding:
+                    self.replies_dropped += len(chunk)
+                    continue
                 dst.sendall(chunk)
         except OSError:
             pass
@@ -140,6 +147,10 @@ class TcpProxy:
     def restore(self) -> None:
         with self._lock:
             self._open = True
+            self._holding = False
+
+    def hold_replies(self) -> None:
+        self._holding = True
 
     def close(self) -> None:
         self.cut()

@@ -1,0 +1,484 @@
+"""Failover in both shells (issue 26.2, spec/ha.md §4) against real brokers, never fakes.
+
+A takeover is emulated as the server side will do it until its HA lands: broker A (a ``pymq-server``
+process) is killed with SIGKILL and broker B starts on A's data directory at the URL's second address — the
+same store in a new process.  A lost link without a takeover goes through the fault-injecting TCP proxy of
+tests/storage/services.py (``cut``, and ``hold_replies``: the broker acts on a frame whose receipt never
+comes back).
+
+Every scenario is written once, as a coroutine over ``Sdk``: for ``pymq.aio`` it awaits the call, for the
+blocking ``pymq`` it runs the call in a worker thread (``asyncio.to_thread``), so each test drives both
+shells through their own public API.
+"""
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import pymq
+import pymq.aio
+import pymq.errors
+from pymq.client._failover import Failover
+from pymq.errors import ConnectFailed, ConnectionClosed, TransactionInDoubt, TransactionRolledBack, UnknownDestination
+from tests.storage.services import TcpProxy
+
+FAST = "initialReconnectDelay=50&maxReconnectDelay=400&jitter=0"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Sdk:
+    """One shell, driven from a coroutine: ``await sdk.call(fn, *args)`` runs an SDK call."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    async def connect(self, url: str, **kwargs: Any) -> Any:
+        if self.name == "aio":
+            return await pymq.aio.connect(url, **kwargs)
+        return await asyncio.to_thread(pymq.connect, url, **kwargs)
+
+    async def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if self.name == "aio":
+            result = fn(*args, **kwargs)
+            return await result if inspect.isawaitable(result) else result
+        return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+@pytest.fixture(params=["blocking", "aio"])
+def sdk(request) -> Sdk:
+    return Sdk(request.param)
+
+
+def run(coro) -> Any:  # noqa: ANN001
+    return asyncio.run(asyncio.wait_for(coro, 150))
+
+
+async def until(predicate: Callable[[], bool], timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        await asyncio.sleep(0.02)
+    return predicate()
+
+
+class Pair:
+    """Broker A on ``data``; ``takeover()`` kills it with SIGKILL and starts B on the same directory at the
+    port reserved for it (the URL names both from the start)."""
+
+    def __init__(self, start: Callable[..., Any], data: Path) -> None:
+        self.start, self.data = start, data
+        self.a = start(data)
+        self.b_port = free_port()
+        self.b: Any = None
+
+    @property
+    def url(self) -> str:
+        return f"failover:(stomp://127.0.0.1:{self.a.port},stomp://127.0.0.1:{self.b_port})?{FAST}"
+
+    def takeover(self) -> None:
+        os.kill(self.a.proc.pid, signal.SIGKILL)
+        self.a.proc.wait(10)
+        self.b = self.start(self.data, "--port", str(self.b_port))
+
+
+@pytest.fixture
+def pair(broker_processes, tmp_path) -> Pair:
+    return Pair(broker_processes, tmp_path / "store")
+
+
+@pytest.fixture
+def proxied(broker_processes, tmp_path):  # noqa: ANN201
+    broker = broker_processes(tmp_path / "one")
+    proxy = TcpProxy("127.0.0.1", broker.port)
+    yield broker, proxy
+    proxy.close()
+
+
+def body(m) -> str:  # noqa: ANN001
+    return m.text
+
+
+# -- a takeover: kill -9 of A, B on its store ------------------------------------------------------------------
+
+def test_a_takeover_loses_nothing_acknowledged(sdk, pair):
+    """Persistent sends go on across the takeover with no application code: every receipted one is
+    received, and so is every windowed one (``sync_send=False``, a second connection); sends in flight at
+    the kill are re-sent with their dedup ids; a CLIENT_ACKNOWLEDGE listener, a durable subscriber with a
+    selector and a temporary queue's consumer keep running on the new broker; the open transaction fails at
+    commit as rolled back and leaves nothing; the transport listener hears interrupted then resumed, the
+    exception listener nothing."""
+    queue, topic = pymq.Queue(f"orders-{uuid.uuid4().hex[:6]}"), pymq.Topic(f"ticks-{uuid.uuid4().hex[:6]}")
+    total, kill_after = 400, 120
+
+    async def scenario() -> None:
+        conn = await sdk.connect(pair.url, client_id=f"fo-{uuid.uuid4().hex[:6]}", heartbeat=(500, 500))
+        windowed = await sdk.connect(pair.url, sync_send=False, heartbeat=(500, 500))
+        events: list = []
+        failures: list = []
+        conn.set_transport_listener(events.append)
+        conn.exception_listener = failures.append
+        windowed.exception_listener = failures.append
+        got, ticks = [], []
+
+        def on_order(m) -> None:  # noqa: ANN001
+            got.append((body(m), m.redelivered, len(events)))
+            m.acknowledge()
+
+        consume = conn.create_session(pymq.CLIENT_ACKNOWLEDGE)
+        c = await sdk.call(consume.create_consumer, queue)
+        c.set_message_listener(on_order)
+        durable = conn.create_session()
+        d = await sdk.call(durable.create_durable_consumer, topic, "ticks", "n >= 0")
+        d.set_message_listener(lambda m: ticks.append(m.get_property("n")))
+        temp_session = conn.create_session()
+        temp = temp_session.create_temporary_queue()
+        temp_consumer = await sdk.call(temp_session.create_consumer, temp)
+        tx = conn.create_session(pymq.SESSION_TRANSACTED)
+        tx_producer = tx.create_producer(queue)
+        await sdk.call(tx_producer.send, "in the lost transaction")
+
+        produce = conn.create_session()
+        producer = produce.create_producer(queue)
+        tick_producer = produce.create_producer(topic)
+        window_producer = windowed.create_session().create_producer(queue)
+        acked, kill = [], None
+        for i in range(total):
+            if i == kill_after:                               # the kill runs while the sends go on
+                kill = asyncio.ensure_future(asyncio.to_thread(pair.takeover))
+            await sdk.call(producer.send, f"m{i}")            # persistent: returns once receipted
+            acked.append(f"m{i}")
+            await sdk.call(window_producer.send, f"w{i}")     # windowed: re-sent until receipted
+            if i % 20 == 0:
+                await sdk.call(tick_producer.send, produce.create_message(properties={"n": i}))
+        await kill
+        every = set(acked) | {f"w{i}" for i in range(total)}
+        assert await until(lambda: {b for b, _, _ in got} >= every, 60), \
+            f"lost: {sorted(every - {b for b, _, _ in got})[:10]}"
+        every_tick = set(range(0, total, 20))
+        assert await until(lambda: set(ticks) >= every_tick, 30), sorted(every_tick - set(ticks))
+        with pytest.raises(TransactionRolledBack):
+            await sdk.call(tx.commit)
+        await sdk.call(tx_producer.send, "after")              # the next transaction starts clean
+        await sdk.call(tx.commit)
+        await sdk.call(produce.create_producer(temp).send, "to the temporary queue")
+        echoed = await sdk.call(temp_consumer.receive, 10)
+        assert echoed is not None and echoed.text == "to the temporary queue"
+
+        assert [e.kind for e in events] == ["interrupted", "resumed"], events
+        assert events[1].broker == f"127.0.0.1:{pair.b_port}" and failures == []
+        assert conn.status is pymq.ConnectionStatus.OPEN and windowed.status is pymq.ConnectionStatus.OPEN
+        assert await until(lambda: "after" in [b for b, _, _ in got])
+        bodies = [b for b, _, _ in got]
+        assert "in the lost transaction" not in bodies
+        duplicates = {b for b in bodies if bodies.count(b) > 1}
+        # a message received twice was delivered before the takeover and its acknowledgement did not reach
+        # the old broker (it comes again, redelivered): never a second copy of a send
+        assert all(any(b == dup and seen == 0 for b, _, seen in got) for dup in duplicates), duplicates
+        flagged = sum(1 for b, redelivered, _ in got if b in duplicates and redelivered)
+        resent = conn._failover.resent + windowed._failover.resent
+        print(f"\n{sdk.name}: {len(every)} receipted or windowed, {len(set(bodies) & every)} received, "
+              f"{len(duplicates)} received twice {sorted(duplicates)} ({flagged} of their copies flagged redelivered), "
+              f"{resent} SENDs re-sent after the takeover")
+        await sdk.call(windowed.close)
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+# -- a lost link without a takeover (the fault proxy) ------------------------------------------------------------
+
+def _depth(broker, queue: pymq.Queue) -> int:  # noqa: ANN001
+    with pymq.connect(broker.url) as direct:
+        try:
+            return int(direct.queue_manager().metrics(queue)["depth"])
+        except UnknownDestination:
+            return 0                                          # not made yet
+
+
+def _send_direct(broker, destination: pymq.Queue, text: str) -> None:  # noqa: ANN001
+    with pymq.connect(broker.url) as direct:
+        direct.create_session().create_producer(destination).send(text)
+
+
+async def depth(broker, queue: pymq.Queue) -> int:  # noqa: ANN001
+    """The queue's depth, asked over a direct connection (not the proxy), off the event loop."""
+    return await asyncio.to_thread(_depth, broker, queue)
+
+
+async def depth_reaches(broker, queue: pymq.Queue, want: int, timeout: float = 20.0) -> bool:  # noqa: ANN001
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await depth(broker, queue) == want:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+def test_a_resent_send_the_broker_holds_is_not_a_second_copy(sdk, proxied, monkeypatch):
+    """SENDs the broker took but whose receipts were lost with the link are sent again on the next link with
+    their dedup ids, and the broker drops the copies: each message once.  Without the dedup ids (the control
+    run, Failover.stamp disabled) the same cut duplicates them, so the check can fail."""
+    broker, proxy = proxied
+
+    async def scenario() -> tuple[int, int]:
+        queue = pymq.Queue(f"dedup-{uuid.uuid4().hex[:6]}")
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", sync_send=False,
+                                 heartbeat=(0, 0))
+        s = conn.create_session()
+        producer = s.create_producer(queue)
+        proxy.hold_replies()                                  # the broker acts, its receipts are dropped
+        for i in range(50):
+            await sdk.call(producer.send, f"m{i}")             # windowed: returns at once
+        assert await depth_reaches(broker, queue, 50)
+        proxy.cut()
+        proxy.restore()
+        assert await until(lambda: conn._failover.resent == 50 and not conn._failover.window)
+        await sdk.call(producer.send, "last")                 # after the re-sent ones, on the same link
+        assert await depth_reaches(broker, queue, 51) or await depth_reaches(broker, queue, 101)
+        held = await depth(broker, queue)
+        c = await sdk.call(s.create_consumer, queue)
+        texts = []
+        while (m := await sdk.call(c.receive, 2)) is not None:
+            texts.append(m.text)
+        await sdk.call(conn.close)
+        assert texts[-1] == "last" and sorted(set(texts) - {"last"}) == sorted(f"m{i}" for i in range(50))
+        return held, len(texts)
+
+    assert run(scenario()) == (51, 51)
+    monkeypatch.setattr(Failover, "stamp", lambda self, frame: frame)
+    held, received = run(scenario())
+    assert held == 101 and received == 101                    # without dedup ids: every one twice
+
+
+def test_commit_cut_off_is_in_doubt_and_never_sent_again(sdk, proxied):
+    """The broker applies a COMMIT whose receipt is lost with the link: commit() raises TransactionInDoubt
+    (spec/ha.md §4.5), COMMIT is not sent again, the transaction's messages are there once, and the next
+    transaction works."""
+    broker, proxy = proxied
+    queue = pymq.Queue(f"doubt-{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", heartbeat=(0, 0))
+        tx = conn.create_session(pymq.SESSION_TRANSACTED)
+        producer = tx.create_producer(queue)
+        for i in range(3):
+            await sdk.call(producer.send, f"t{i}")
+        proxy.hold_replies()
+        commit = asyncio.ensure_future(sdk.call(tx.commit))
+        assert await depth_reaches(broker, queue, 3)  # applied by the broker
+        proxy.cut()
+        proxy.restore()
+        with pytest.raises(TransactionInDoubt):
+            await commit
+        await sdk.call(producer.send, "next")
+        await sdk.call(tx.commit)
+        assert await depth_reaches(broker, queue, 4)
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+def test_a_transaction_open_at_the_loss_rolls_back_at_commit(sdk, proxied):
+    """What a transaction did before the link was lost is gone (the broker rolled it back): sends and
+    receives go on in it, but commit() rolls it all back and raises TransactionRolledBack; the message it
+    received comes back redelivered, and the next transaction commits."""
+    broker, proxy = proxied
+    queue, out = pymq.Queue(f"tx-in-{uuid.uuid4().hex[:6]}"), pymq.Queue(f"tx-out-{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", heartbeat=(0, 0))
+        plain = conn.create_session()
+        await sdk.call(plain.create_producer(queue).send, "work")
+        tx = conn.create_session(pymq.SESSION_TRANSACTED)
+        c = await sdk.call(tx.create_consumer, queue)
+        producer = tx.create_producer(out)
+        first = await sdk.call(c.receive, 5)
+        assert first is not None and first.text == "work" and not first.redelivered
+        await sdk.call(producer.send, "before the loss")
+        proxy.cut()
+        proxy.restore()
+        assert await until(lambda: conn._link == 1 and conn.status is pymq.ConnectionStatus.OPEN)
+        await sdk.call(producer.send, "after the loss")
+        with pytest.raises(TransactionRolledBack):
+            await sdk.call(tx.commit)
+        assert await depth(broker, out) == 0                         # nothing of it is visible
+        again = await sdk.call(c.receive, 5)
+        assert again is not None and again.text == "work" and again.redelivered
+        await sdk.call(producer.send, "next")
+        await sdk.call(tx.commit)
+        assert await depth(broker, out) == 1 and await depth(broker, queue) == 0
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+def test_acknowledging_a_message_of_the_lost_link_does_nothing(sdk, proxied):
+    """CLIENT_ACKNOWLEDGE: a message received before the loss cannot be acknowledged on the new link: its ack
+    id was the old link's, and the broker numbers each link's deliveries anew, so on the new link the same
+    id names another delivery (here: a message of another queue nobody has received yet, which a stale ACK
+    would acknowledge unread).  acknowledge() sends nothing for it, the connection stays open, and the
+    message comes again, redelivered (spec/ha.md §4.5)."""
+    broker, proxy = proxied
+    first, second = pymq.Queue(f"unseen-{uuid.uuid4().hex[:6]}"), pymq.Queue(f"stale-{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", heartbeat=(0, 0))
+        s = conn.create_session(pymq.CLIENT_ACKNOWLEDGE)
+        unseen = await sdk.call(s.create_consumer, first)     # subscribed first: on a new link it is served first
+        c = await sdk.call(s.create_consumer, second)
+        await sdk.call(s.create_producer(second).send, "once")
+        old = await sdk.call(c.receive, 5)
+        proxy.cut()
+        await asyncio.to_thread(_send_direct, broker, first, "unread")
+        proxy.restore()
+        assert await until(lambda: conn._link == 1 and conn.status is pymq.ConnectionStatus.OPEN)
+        assert await until(lambda: unseen.buffered == 1 and c.buffered == 1)
+        old.acknowledge()                                      # names the lost link: nothing is sent
+        again = await sdk.call(c.receive, 5)
+        assert again is not None and again.text == "once" and again.redelivered
+        assert conn.status is pymq.ConnectionStatus.OPEN
+        await sdk.call(conn.close)
+        assert await depth(broker, first) == 1                 # the unread message was not acknowledged
+        assert await depth(broker, second) == 1                # nor the stale one: it comes again
+
+    run(scenario())
+
+
+def test_the_exception_listener_hears_only_when_every_attempt_is_spent(sdk, proxied):
+    """maxReconnectAttempts=3 and the broker gone for good: interrupted, three attempts, then the
+    connection closes and the exception listener hears it once; calls raise the connection-closed error."""
+    broker, proxy = proxied
+
+    async def scenario() -> None:
+        url = f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}&maxReconnectAttempts=3"
+        conn = await sdk.connect(url, heartbeat=(0, 0))
+        events: list = []
+        failures: list = []
+        conn.set_transport_listener(events.append)
+        conn.exception_listener = failures.append
+        s = conn.create_session()
+        producer = s.create_producer(pymq.Queue("gone"))
+        proxy.cut()                                            # and never restored
+        assert await until(lambda: conn.status is pymq.ConnectionStatus.CLOSED, 30)
+        assert [e.kind for e in events] == ["interrupted"] and len(failures) == 1
+        with pytest.raises(ConnectionClosed):
+            await sdk.call(producer.send, "nowhere")
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+def test_the_first_connect_goes_through_the_group(sdk, broker_processes, tmp_path):
+    """At the first connect each broker is tried in turn (a dead first one is passed over); with none
+    answering, connect() fails after one pass (startupMaxReconnectAttempts=0)."""
+    live = broker_processes(tmp_path / "live")
+    dead = free_port()
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{dead},stomp://127.0.0.1:{live.port})?{FAST}")
+        assert conn.status is pymq.ConnectionStatus.OPEN and conn._failover.current == 1
+        await sdk.call(conn.close)
+        with pytest.raises(ConnectFailed):
+            await sdk.connect(f"stomp://127.0.0.1:{dead},stomp://127.0.0.1:{free_port()}")
+
+    run(scenario())
+
+
+@pytest.fixture
+def beating(broker_processes, tmp_path):  # noqa: ANN201
+    """A broker that offers 200 ms heart-beats, behind the proxy."""
+    config = tmp_path / "beat.yaml"
+    config.write_text("heartbeat_send_ms: 200\nheartbeat_recv_ms: 200\n")
+    broker = broker_processes(tmp_path / "beat", config=str(config))
+    proxy = TcpProxy("127.0.0.1", broker.port)
+    yield broker, proxy
+    proxy.close()
+
+
+def test_a_missed_heartbeat_is_a_lost_link(sdk, beating):
+    """The broker goes silent (its bytes dropped, the socket open): the heart-beat watch ends the link,
+    the SDK reconnects (the attempts time out while the broker stays silent) and resumes when it speaks."""
+    broker, proxy = beating
+    queue = pymq.Queue(f"beat-{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", heartbeat=(200, 200),
+                                 timeout=2)
+        events: list = []
+        conn.set_transport_listener(events.append)
+        proxy.hold_replies()
+        assert await until(lambda: [e.kind for e in events] == ["interrupted"], 10)
+        assert type(events[0].error).__name__ == "HeartbeatTimeout"
+        proxy.cut()
+        proxy.restore()
+        assert await until(lambda: [e.kind for e in events] == ["interrupted", "resumed"], 30)
+        s = conn.create_session()
+        await sdk.call(s.create_producer(queue).send, "alive")
+        assert (await sdk.call((await sdk.call(s.create_consumer, queue)).receive, 5)).text == "alive"
+        assert (await sdk.call(conn.queue_manager().metrics, queue))["depth"] == 0   # admin works on the new link
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+def test_a_full_window_holds_the_sender_until_receipts_come(sdk, proxied, monkeypatch):
+    """With failover every SEND asks for a receipt; those nobody waits for stay in a bounded window, and a
+    send waits while it is full (spec/ha.md §4.4) — here until the link is replaced and the re-sent ones
+    are receipted."""
+    import pymq.client._failover as failover_module
+    monkeypatch.setattr(failover_module, "WINDOW_COUNT", 5)
+    broker, proxy = proxied
+    queue = pymq.Queue(f"window-{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", heartbeat=(0, 0),
+                                 sync_send=False)
+        producer = conn.create_session().create_producer(queue)
+        proxy.hold_replies()
+        for i in range(5):
+            await sdk.call(producer.send, f"m{i}")
+        sixth = asyncio.ensure_future(sdk.call(producer.send, "m5"))
+        assert await depth_reaches(broker, queue, 5)
+        assert not sixth.done() and len(conn._failover.window) == 5
+        proxy.cut()
+        proxy.restore()
+        await asyncio.wait_for(sixth, 20)
+        assert await depth_reaches(broker, queue, 6)          # the re-sent five were dropped as copies
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+def test_calls_wait_for_the_next_link_at_most_the_timeout_option(sdk, proxied):
+    """``timeout`` (ms): how long a send waits while the connection reconnects before it raises."""
+    broker, proxy = proxied
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}&timeout=300",
+                                 heartbeat=(0, 0))
+        producer = conn.create_session().create_producer(pymq.Queue("later"))
+        proxy.cut()                                            # not restored during the send
+        assert await until(lambda: conn.status is pymq.ConnectionStatus.RECONNECTING)
+        with pytest.raises(pymq.errors.TimeoutError):
+            await sdk.call(producer.send, "waits 300 ms, then raises")
+        proxy.restore()
+        assert await until(lambda: conn.status is pymq.ConnectionStatus.OPEN, 20)
+        await sdk.call(conn.close)
+
+    run(scenario())
