@@ -292,9 +292,10 @@ class ConnectionCore:
             raise IllegalStateError("the connection is closed")
 
     def _check_usable(self) -> None:
-        """The application may start new work."""
+        """The application may start new work (also while a failover reconnects: it waits or is kept
+        for the next link)."""
         self._check_open()
-        if self.status is not ConnectionStatus.OPEN:
+        if self.status is not ConnectionStatus.OPEN and self.status is not ConnectionStatus.RECONNECTING:
             raise IllegalStateError(f"the connection is {self.status.value}")
 
     def _connect_headers(self, username: str | None, password: str | None) -> Headers:

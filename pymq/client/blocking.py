@@ -483,6 +483,9 @@ class _Reconnection:
                 if _refused(exc):
                     break
                 continue
+            except BaseException:             # close() ended the reconnection during the attempt
+                transport.close()
+                raise
             resumed = self._resume(transport, connected, address)
             if resumed is None:               # closed meanwhile
                 transport.close()

@@ -482,3 +482,28 @@ def test_calls_wait_for_the_next_link_at_most_the_timeout_option(sdk, proxied):
         await sdk.call(conn.close)
 
     run(scenario())
+
+
+def test_close_during_a_reconnection_ends_it(sdk, proxied):
+    """While reconnecting the connection can still be used locally (start/stop, a new session) and closed:
+    close() ends the reconnection at once (no task left behind in pymq.aio), and the exception listener
+    hears nothing, since nothing failed."""
+    broker, proxy = proxied
+
+    async def scenario() -> None:
+        before = asyncio.all_tasks()
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", heartbeat=(0, 0))
+        failures: list = []
+        conn.exception_listener = failures.append
+        proxy.cut()                                            # never restored: attempts go on forever
+        assert await until(lambda: conn.status is pymq.ConnectionStatus.RECONNECTING)
+        await sdk.call(conn.stop)
+        await sdk.call(conn.start)
+        conn.create_session(pymq.SESSION_TRANSACTED)
+        await asyncio.wait_for(sdk.call(conn.close), 10)
+        assert conn.status is pymq.ConnectionStatus.CLOSED and failures == []
+        if sdk.name == "aio":
+            await asyncio.sleep(0)
+            assert asyncio.all_tasks() - before == set()
+
+    run(scenario())
