@@ -17,6 +17,7 @@ EXTENSIONS = [
     ("pymq.protocol._scanner_c", "_ext/scanner.pyx"),
     ("pymq.selector._evaluator_c", "_ext/selector.pyx"),
     ("pymq.routing._bloom_c", "_ext/bloom.pyx"),
+    ("pymq.routing._topics_c", "_ext/topics.pyx"),
     ("pymq_server.storage._page_alloc_c", "_ext/page_alloc.pyx"),
     ("pyspark_pymq._decode_c", "_ext/arrow_decode.pyx"),
 ]

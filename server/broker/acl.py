@@ -18,6 +18,13 @@ Who holds what:
   from the access list of the queue it serves (:attr:`AccessControl.system_source`, which the
   destinations layer provides), read at every check so that a grant on the source applies at once.
 
+A grant on a topic *pattern* (``/topic/stocks.*``, spec/routing.md §5) applies to every topic and every
+pattern it covers (:func:`pymq.routing.topics.covers`: every topic the subscription could receive is one
+the granted pattern matches): a topic without an access list of its own follows the access lists of the
+patterns that cover it, if any (allowed when one of them allows; the defaults otherwise). So a user
+granted ``consume`` on ``stocks.*`` may subscribe to ``stocks.ibm`` and to ``stocks.*``, not to
+``stocks.#`` nor ``#``, which match topics the grant does not cover.
+
 Every refusal is an :class:`AccessDenied` naming the user, the destination and the missing permission,
 raised before anything changes.
 """
@@ -28,6 +35,7 @@ from typing import TYPE_CHECKING
 from collections.abc import Callable, Iterable, Iterator
 
 from pymq.errors import AccessDenied, ConfigError
+from pymq.routing import topics as topic_patterns
 
 if TYPE_CHECKING:
     from pymq_server.broker.auth import User
@@ -108,12 +116,46 @@ def _no_system(destination: str) -> DestinationAcl | None:
     return None
 
 
+TOPIC = "/topic/"
+
+
+def _is_topic_pattern(destination: str) -> bool:
+    return destination.startswith(TOPIC) and topic_patterns.is_pattern(destination[len(TOPIC):])
+
+
+class _AclTable(dict):
+    """destination -> access list, knowing which keys are topic patterns (whatever writes it), so a check
+    on a topic looks for covering patterns only when some exist."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patterns: dict[str, DestinationAcl] = {}
+        #: destination -> the pattern access lists covering it, until the patterns change
+        self.covering: dict[str, list[DestinationAcl]] = {}
+
+    def __setitem__(self, destination: str, acl: DestinationAcl) -> None:
+        super().__setitem__(destination, acl)
+        if _is_topic_pattern(destination):
+            self.patterns[destination] = acl
+            self.covering.clear()
+
+    def __delitem__(self, destination: str) -> None:
+        super().__delitem__(destination)
+        if self.patterns.pop(destination, None) is not None:
+            self.covering.clear()
+
+    def pop(self, destination, *default):
+        if self.patterns.pop(destination, None) is not None:
+            self.covering.clear()
+        return super().pop(destination, *default)
+
+
 class AccessControl:
     def __init__(self, default_permissions: dict | None = None) -> None:
         defaults = default_permissions if default_permissions is not None else {"*": list(OPEN_DEFAULTS)}
         self.defaults = DestinationAcl(None, {_check_principal(p): _check_permissions(v)
                                               for p, v in defaults.items()})
-        self.acls: dict[str, DestinationAcl] = {}
+        self.acls: _AclTable = _AclTable()
         #: destination -> the access list a system-owned destination inherits from (its source queue's,
         #: or an empty one), None for destinations that are not system-owned (set by destinations.py)
         self.system_source: Callable[[str], DestinationAcl | None] = _no_system
@@ -140,7 +182,24 @@ class AccessControl:
             if own is not None and own.granted(user, permission, manage_implies=False):
                 return True
             return permission in INHERITED and inherited.allows(user, permission)
+        if own is None and self.acls.patterns and destination.startswith(TOPIC):
+            covering = self._covering(destination)
+            if covering:
+                return any(acl.allows(user, permission) for acl in covering)
         return (own if own is not None else self.defaults).allows(user, permission)
+
+    def _covering(self, destination: str) -> list[DestinationAcl]:
+        """The access lists of the topic patterns that cover ``destination`` (a topic or a pattern)."""
+        cache = self.acls.covering
+        found = cache.get(destination)
+        if found is None:
+            name = topic_patterns.normalize(destination[len(TOPIC):])
+            found = [acl for pattern, acl in self.acls.patterns.items()
+                     if topic_patterns.covers(pattern[len(TOPIC):], name)]
+            if len(cache) >= 4096:
+                cache.clear()
+            cache[destination] = found
+        return found
 
     def check(self, user: User, destination: str, permission: str) -> None:
         if ADMIN_ROLE in user.roles:        # allows() says so first; asked here, it is one call per SEND
@@ -158,6 +217,10 @@ class AccessControl:
         if inherited is not None:
             return (own is not None and own.any_for(user)) or \
                 any(inherited.allows(user, p) for p in INHERITED)
+        if own is None and self.acls.patterns and destination.startswith(TOPIC):
+            covering = self._covering(destination)
+            if covering:
+                return any(acl.any_for(user) for acl in covering)
         return (own if own is not None else self.defaults).any_for(user)
 
     def check_sees(self, user: User, destination: str) -> None:

@@ -86,6 +86,8 @@ class BulkPlacement:
             queue.depth + sum(grows) > queue.config.max_depth
         if n == 0:
             return BulkResult(self.placement.seqs.peek(destination), 0, len(dropped), False)
+        if queue is None and target.matched():       # a topic some pattern subscriptions read (topic.py)
+            self.placement.pattern_floor(target, n)
         first_seq = self.placement.seqs.take(destination, n)                               # 5 one block of numbers
         first_key = self.placement.seqs.take("", n)
         rows = complete(batch, first_seq, first_key)

@@ -32,7 +32,8 @@ from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.idle import IdleWatch
 from pymq_server.schema import MessageSchema
 from pymq_server.broker.temporary import TemporaryTopics
-from pymq_server.broker.topic import Topic
+from pymq_server.broker.topic import Topic, TopicPatterns
+from pymq.routing import topics as topic_patterns
 from pymq_server.config import BrokerConfig, QueueConfig, queue_config
 from pymq_server.storage.store import HoldingStore
 
@@ -51,6 +52,7 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         self.acl = acl
         self.queues: dict[str, MessageQueue] = {}          # "orders" -> queue
         self.topics: dict[str, Topic] = {}
+        self.patterns = TopicPatterns()                     # pattern topics with subscriptions (topic.py)
         self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1.x" -> queue
         self.temp_topics: dict[str, Topic] = {}            # global name "tmp.c1.x" -> topic
         self.idle = IdleWatch()                             # auto-delete of what use created
@@ -85,9 +87,22 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         return self.queues.get(name) or self.queue(name)
 
     def topic_for(self, user: User, name: str, permission: str) -> Topic:
-        """Topic ``name`` for a client's ``permission``, authorized before it is created."""
+        """Topic ``name`` for a client's ``permission``, authorized before it is created. A pattern
+        (``stocks.*``, spec/routing.md §5) is a topic one subscribes to by its normal form, never one to
+        publish to."""
+        if permission == "produce":
+            self.check_publishable(name)
+        elif _may_be_pattern(name):
+            name = topic_patterns.normalize(name)
         self.acl.check(user, "/topic/" + name, permission)
         return self.topics.get(name) or self.topic(name)
+
+    @staticmethod
+    def check_publishable(name: str) -> None:
+        """A message goes to a topic, not to a pattern: DestinationError for ``stocks.*`` and the like."""
+        if _may_be_pattern(name) and topic_patterns.is_pattern(name):
+            raise DestinationError(f"/topic/{name} is a pattern (a word '*', '#' or '>'): it can be subscribed "
+                                   f"to, not published to (spec/routing.md §5)", destination="/topic/" + name)
 
     def queue(self, name: str, create: bool | None = None) -> MessageQueue:
         """Queue ``name``, created on first use unless auto-creation is off (or ``create`` says)."""
@@ -277,21 +292,26 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         return queue
 
     # -- permissions -------------------------------------------------------------------------------
-    def grantable(self, destination: str) -> None:
-        """Temporary queues and topics belong to their connection: no access list to read or change."""
-        kind, _ = self.resolve(destination)
+    def grantable(self, destination: str) -> str:
+        """Temporary queues and topics belong to their connection: no access list to read or change. The
+        destination whose access list it is: a topic pattern in its normal form (``stocks.>`` is
+        ``stocks.#``)."""
+        kind, name = self.resolve(destination)
         if kind is Kind.TEMP_QUEUE or kind is Kind.TEMP_TOPIC:
             raise DestinationError(f"temporary {kind.value.split('-')[1]} '{destination}' belongs to its "
                                    f"connection: it has no permissions", destination=destination)
+        if kind is Kind.TOPIC and _may_be_pattern(name):
+            return "/topic/" + topic_patterns.normalize(name)
+        return destination
 
     def grant(self, user: User, destination: str, principal: str, permissions: list[str]) -> dict:
-        self.grantable(destination)
+        destination = self.grantable(destination)
         acl = self.acl.grant(user, destination, principal, permissions)
         self._persist_acl(destination)
         return acl.to_dict()
 
     def revoke(self, user: User, destination: str, principal: str, permissions: list[str]) -> dict:
-        self.grantable(destination)
+        destination = self.grantable(destination)
         acl = self.acl.revoke(user, destination, principal, permissions)
         self._persist_acl(destination)
         return acl.to_dict()
@@ -307,10 +327,18 @@ class Destinations(TemporaryTopics, DeadLetterNames):
 
     # -- topics and subscription queues ------------------------------------------------------------
     def topic(self, name: str) -> Topic:
+        """Topic ``name``, made on first use; a pattern's topic under its normal form (``stocks.>`` is
+        ``stocks.#``)."""
         topic = self.topics.get(name)
         if topic is None:
             names.check_name(name, "/topic/" + name)
-            topic = self.topics[name] = Topic(name)
+            pattern = _may_be_pattern(name) and topic_patterns.is_pattern(name)
+            if pattern:
+                name = topic_patterns.normalize(name)
+                topic = self.topics.get(name)
+                if topic is not None:
+                    return topic
+            topic = self.topics[name] = Topic(name, patterns=self.patterns, pattern=pattern)
         return topic
 
     def subscription_queue(self, key: str, topic: Topic, durable: bool) -> MessageQueue:
@@ -366,3 +394,8 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         for topic in self.temp_topics.values():
             for sub in topic.subscriptions.values():
                 yield sub.queue
+
+
+def _may_be_pattern(name: str) -> bool:
+    """A cheap first test (most names have none of the three characters) before the word-wise one."""
+    return "*" in name or "#" in name or ">" in name

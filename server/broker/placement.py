@@ -112,6 +112,8 @@ class Placement:
         if isinstance(target, Topic):
             if message is None:
                 assert request is not None
+                if target.matched():
+                    self.pattern_floor(target, 1)
                 message = self._build(request, destination, None, client)
             queues = [sub.queue for sub in target.targets(message)]
             if policy.routing and self.cluster.active and not target.temporary:
@@ -227,6 +229,17 @@ class Placement:
         IPC stream) under ``target`` with the rules of its bulk path (bulk_placement.py)."""
         path = EntryPath.BULK_TOPIC if isinstance(target, Topic) else EntryPath.BULK_QUEUE
         return self.bulk.place_rows(path, self.policies[path], target, batch, body, client)
+
+    def pattern_floor(self, topic: Topic, count: int) -> None:
+        """``topic``'s next ``count`` numbers come after every number a pattern subscription may hold
+        (TopicPatterns.clock), and the clock moves past them: a pattern subscription's queue, which holds
+        the messages of many topics, stays in publishing order."""
+        patterns = topic.patterns
+        assert patterns is not None
+        if patterns.clock is None:
+            patterns.clock = self.seqs.highest("/topic/")
+        self.seqs.raise_to(topic.destination, patterns.clock + 1)
+        patterns.clock = self.seqs.peek(topic.destination) + count - 1
 
     def _build(self, request: SendRequest, destination: str, config: QueueConfig | None,
                client: Client | None) -> BrokerMessage:

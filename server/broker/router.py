@@ -65,6 +65,8 @@ class Router:
         retry, server/admin/messages.py), which checked permissions already. ``admitted``: a COMMIT's
         SEND, checked with the rest of its transaction by :meth:`admit`."""
         kind, name = self.destinations.resolve(request.destination)
+        if kind is Kind.TOPIC:
+            self.destinations.check_publishable(name)   # a pattern is refused before anything is made
         path = self._entry(client, request, kind)
         if path is EntryPath.CLUSTER_INBOUND:
             self.cluster.on_forwarded()
@@ -91,6 +93,8 @@ class Router:
         same entry rules, then placement's rules as a dry run. ``unit`` holds what the earlier SENDs of
         the transaction add to each destination, and grows with this one."""
         kind, name = self.destinations.resolve(request.destination)
+        if kind is Kind.TOPIC:
+            self.destinations.check_publishable(name)   # a pattern is refused before anything is made
         path = self._entry(client, request, kind)
         target = self._target(client, request, kind, name, path, create=False)
         if target is None:
@@ -273,6 +277,8 @@ class Router:
         kind, name = self.destinations.resolve(destination)
         if kind is Kind.TEMP_QUEUE or kind is Kind.TEMP_TOPIC:
             raise PymqError("temporary queues and topics cannot receive messages from database transactions")
+        if kind is Kind.TOPIC:
+            self.destinations.check_publishable(name)
         topic = self.destinations.topic(name) if kind is Kind.TOPIC else None
         target: Target = topic if topic is not None else self.destinations.queue(name)
         if request.dedup_id is not None:

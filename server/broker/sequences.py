@@ -87,6 +87,16 @@ class SequenceBook:
         self._next[name] = n + count
         return n
 
+    def raise_to(self, name: str, value: int) -> None:
+        """The next number of ``name`` is at least ``value`` (a gap; never backwards)."""
+        if self._next.get(name, self._origin) < value:
+            self._next[name] = value
+
+    def highest(self, prefix: str) -> int:
+        """Past every number handed out or reserved for the names starting with ``prefix`` (recovered ones
+        included): the next number of each is at most this."""
+        return max([n for name, n in self._next.items() if name.startswith(prefix)], default=self._origin)
+
     def peek(self, name: str) -> int:
         return self._next.get(name, self._origin)
 

@@ -280,8 +280,7 @@ class Subscriptions:
         owner = durable_owner(client)
         key = durable_key(owner, name, shared)
         self._check_creator(client.user, key, name)
-        self.destinations.acl.check(client.user, "/topic/" + topic_name, permission)
-        topic = self.destinations.topic(topic_name)
+        topic = self.destinations.topic_for(client.user, topic_name, permission)
         sub = topic.subscriptions.get(key)
         if sub is None:
             sub = self.create_durable(topic, key, None, False, owner, shared, name, creator=client.user.name)

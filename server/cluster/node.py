@@ -138,6 +138,7 @@ class ClusterNode:
         # the topics local subscribers want; the filter is regenerated at a new size (a new epoch) when its
         # measured false-positive rate misses filter_fpr (spec/routing.md §3.8)
         self.filter = InterestFilter(config.filter_capacity, config.filter_fpr)
+        self._patterns_held: set[str] = set()     # topic patterns with local subscribers, in the filter
         self._filter_serial = 0                        # announcements of this incarnation (spec/cluster.md §2)
         self._announcement: tuple[dict, bytes] | None = None
         self.peer_filters = PeerFilters()
@@ -566,6 +567,20 @@ class ClusterNode:
         """A local subscription was added or removed: keep the filter to topics with subscriptions."""
         name = topic.name
         wanted = bool(topic.subscriptions)
+        if getattr(topic, "pattern", False):
+            # a pattern's subscribers (spec/routing.md §3.5): the filter holds the pattern, and while it holds
+            # one its digest is match-all, so every peer forwards every topic message here
+            if wanted and name not in self._patterns_held:
+                self._patterns_held.add(name)
+                self.filter.add_pattern(name)
+            elif not wanted and name in self._patterns_held:
+                self._patterns_held.discard(name)
+                self.filter.remove_pattern(name)
+            else:
+                return
+            self._digest_dirty = True
+            self.loop.call_soon(self._flush_digest)
+            return
         if wanted and name not in self.filter:
             self.filter.add(name)
         elif not wanted and name in self.filter:
@@ -911,6 +926,7 @@ class ClusterNode:
                 "links": {p: link.ready for p, link in sorted(self.links.items())},
                 "outboxes": {p: q.depth for p, q in sorted(self.outboxes.items())},
                 "filter_topics": sorted(self.filter.topics),
+                "filter_patterns": sorted(self._patterns_held),
                 "filter": {"topics": len(self.filter), "m": self.filter.filter.m, "k": self.filter.filter.k,
                            "capacity": self.filter.capacity, "epoch": self.filter.epoch,
                            "serial": self._filter_serial, "fpr_target": self.filter.fpr_target,

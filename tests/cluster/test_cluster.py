@@ -80,6 +80,36 @@ def test_topic_filters_forward_only_where_someone_listens(trio):
     assert wait_for(lambda: wanted not in status(b)["filter_topics"])
 
 
+def test_a_wildcard_subscriber_gets_what_other_nodes_publish(trio):
+    """A pattern subscription on b (spec/routing.md §3.5, §5): b's filter holds the pattern and its digest
+    becomes match-all, so a forwards every topic message to b, which matches the pattern itself."""
+    a, b, _ = trio
+    base = f"w{uuid.uuid4().hex[:6]}"
+    with pymq.connect(b.url) as listener, pymq.connect(a.url) as pub:
+        sub = listener.create_session().create_consumer(pymq.Topic(f"{base}.*"))
+        assert wait_for(lambda: f"{base}.*" in status(b)["filter_patterns"])
+        s = pub.create_session()
+        probe = s.create_producer(pymq.Topic(f"{base}.probe"))
+        deadline = time.monotonic() + 10
+        got = None
+        while got is None and time.monotonic() < deadline:     # until b's digest has reached a
+            probe.send("probe")
+            got = sub.receive(0.1)
+        assert got is not None and got.destination.name == f"{base}.probe"
+        for i in range(10):
+            s.create_producer(pymq.Topic(f"{base}.k{i}")).send(f"tick {i}")
+            s.create_producer(pymq.Topic(f"{base}.k{i}.deep")).send("not one word")
+        texts = []
+        while len(texts) < 10:
+            m = sub.receive(5)
+            assert m is not None
+            if m.text != "probe":
+                texts.append((m.text, m.destination.name))
+        assert texts == [(f"tick {i}", f"{base}.k{i}") for i in range(10)]
+        assert sub.receive(0.3) is None
+    assert wait_for(lambda: f"{base}.*" not in status(b)["filter_patterns"])
+
+
 def test_idle_links_stay_up(trio):
     """A link judges its peer's silence by the heart-beat interval the peer's broker negotiated (10 s by
     default), not by this cluster's membership period: idle links used to be closed and reopened every

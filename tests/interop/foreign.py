@@ -504,6 +504,44 @@ def numeric_selector_on_plain_headers(broker, connect) -> None:
     assert c.receive("s", 0.3) is None
 
 
+def wildcard_subscriptions(broker, connect) -> None:
+    """Topic patterns (spec/routing.md §5): the foreign client's ``*`` gets one word, ActiveMQ's ``>`` any
+    number; MESSAGE names the topic published to; from the foreign client and from the SDK alike."""
+    c = connect()
+    base = _name("w")
+    c.subscribe("star", f"/topic/{base}.*")
+    c.subscribe("gt", f"/topic/{base}.>")
+    c.sync()
+    c.send(f"/topic/{base}.ibm", "foreign-ibm", receipt=True)
+    with pymq.connect(broker.url) as conn:
+        conn.create_session().create_producer(pymq.Topic(f"{base}.nyse.ibm")).send("sdk-deep")
+        conn.create_session().create_producer(pymq.Topic(f"{base}x.ibm")).send("sdk-other")
+    c.send(f"/topic/{base}.last", "foreign-last", receipt=True)
+    star = [c.expect("star"), c.expect("star")]
+    assert [(m.text, m.headers["destination"]) for m in star] == \
+        [("foreign-ibm", f"/topic/{base}.ibm"), ("foreign-last", f"/topic/{base}.last")]
+    gt = [c.expect("gt").text for _ in range(3)]
+    assert gt == ["foreign-ibm", "sdk-deep", "foreign-last"]
+    assert c.receive("star", 0.3) is None and c.receive("gt", 0.1) is None
+
+
+def durable_wildcard_subscription_keeps_messages_while_away(broker, connect) -> None:
+    base = _name("dw")
+    durable = {"durable-subscription-name": _name("keep")}
+    c = connect()
+    c.subscribe("d", f"/topic/{base}.#", headers=durable)
+    c.disconnect()
+    with pymq.connect(broker.url) as conn:
+        s = conn.create_session()
+        s.create_producer(pymq.Topic(f"{base}.a")).send("away a")
+        s.create_producer(pymq.Topic(f"{base}.b.c")).send("away b.c")
+        s.create_producer(pymq.Topic(f"other.{base}")).send("not for it")
+    back = connect()
+    back.subscribe("d", f"/topic/{base}.#", headers=durable)
+    assert [back.expect("d").text, back.expect("d").text] == ["away a", "away b.c"]
+    assert back.receive("d", 0.3) is None
+
+
 #: a value that needs every STOMP 1.1 escape (':' '\n' '\\'); a '\r' is checked on its own below
 ESCAPED = "a:b\nc\\d:"
 
@@ -651,6 +689,8 @@ SCENARIOS = [
     request_reply_through_a_temporary_queue,
     foreign_request_sdk_reply_through_its_temporary_queue,
     durable_subscription_keeps_messages_while_away,
+    wildcard_subscriptions,
+    durable_wildcard_subscription_keeps_messages_while_away,
     unsubscribe_stops_delivery,
     error_frame_reaches_the_foreign_client,
 ]

@@ -208,3 +208,64 @@ def test_numeric_selector_on_stomp_py_headers(broker, stomppy):
         c.send(f"/queue/{name}-eq", f"{n}/{label}", headers={"n": n, "label": label})
     assert sorted([listener.next().body, listener.next().body]) == ["9.0/007", "9/007"]
     assert listener.none()
+
+
+def test_stomp_py_wildcard_subscriptions(broker, stomppy):
+    """Topic patterns (spec/routing.md §5) from stomp.py: ``*`` one word, ``#`` and ActiveMQ's ``>`` any
+    number; a durable pattern subscription keeps what arrives while its subscriber is away."""
+    c, listener = stomppy()
+    base = _name("w")
+    c.subscribe(f"/topic/{base}.*", id="star", ack="auto")
+    c.subscribe(f"/topic/{base}.>", id="gt", ack="auto", headers={"receipt": "subs"})
+    assert listener.receipts.get(timeout=5) == "subs"
+    with pymq.connect(broker.url) as conn:
+        s = conn.create_session()
+        s.create_producer(pymq.Topic(f"{base}.ibm")).send("one word")
+        s.create_producer(pymq.Topic(f"{base}.nyse.ibm")).send("two words")
+        s.create_producer(pymq.Topic(f"{base}x")).send("another topic")
+        s.create_producer(pymq.Topic(f"{base}.last")).send("last")
+    got = [listener.next() for _ in range(5)]
+    by_sub: dict[str, list[tuple[str, str]]] = {}
+    for f in got:
+        by_sub.setdefault(f.headers["subscription"], []).append((f.body, f.headers["destination"]))
+    assert by_sub["star"] == [("one word", f"/topic/{base}.ibm"), ("last", f"/topic/{base}.last")]
+    assert [b for b, _ in by_sub["gt"]] == ["one word", "two words", "last"]
+
+
+def test_stomp_py_wildcard_grant_and_publish_refused(broker_factory, tmp_path):
+    """A user granted ``consume`` on ``stocks.*`` subscribes to it from stomp.py, is refused ``#`` (an ERROR
+    with access-denied, and no topic made), and a SEND to a pattern is refused as invalid-destination."""
+    from pymq_server.broker.auth import save_user
+    from tests.stomp_py_client import Collector
+    users = str(tmp_path / "users.yaml")
+    save_user(users, "root", "rootpw", ["admin"])
+    save_user(users, "alice", "alicepw", [])
+    b = broker_factory(users_file=users, default_permissions={"role:admin": ["produce", "consume"]})
+    with pymq.connect(b.url, username="root", password="rootpw") as root:
+        root.queue_manager().grant("/topic/stocks.*", "user:alice", "consume")
+
+    def alice():
+        c = stomp.Connection12([("127.0.0.1", b.port)], heartbeats=(0, 0))
+        listener = Collector()
+        c.set_listener("collector", listener)
+        c.connect("alice", "alicepw", wait=True)
+        return c, listener
+
+    c, listener = alice()
+    c.subscribe("/topic/stocks.*", id="1", headers={"receipt": "ok"})
+    assert listener.receipts.get(timeout=5) == "ok"
+    with pymq.connect(b.url, username="root", password="rootpw") as root:
+        root.create_session().create_producer(pymq.Topic("stocks.ibm")).send("tick")
+    assert listener.next().body == "tick"
+    c.disconnect()
+    for destination, code, frame in (("/topic/#", "access-denied", "subscribe"),
+                                     ("/topic/stocks.*", "invalid-destination", "send")):
+        c, listener = alice()
+        if frame == "subscribe":
+            c.subscribe(destination, id="2", headers={"receipt": "no"})
+        else:
+            c.send(destination, "x", headers={"receipt": "no"})
+        error = listener.errors.get(timeout=5)
+        assert error.headers["pymq-code"] == code, error.headers
+    assert not any(t in ("#", "stocks.*") and b.broker.topics[t].subscriptions
+                   for t in b.call(lambda: list(b.broker.topics)))
