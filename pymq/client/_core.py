@@ -40,7 +40,7 @@ from typing import Literal, NamedTuple, Protocol
 from collections.abc import Callable
 
 from pymq import enums
-from pymq.client._failover import Failover
+from pymq.client._failover import RESUBSCRIPTION, Failover
 from pymq.client.frames import ARROW_STREAM, checked_selector, send_frame, subscribe_headers
 from pymq.client.url import Address, BrokerGroup, StompAddress, TlsOptions, VmAddress, parse_group, redacted
 from pymq.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, as_destination
@@ -394,7 +394,9 @@ class ConnectionCore:
         for sub_id, receiver in self._subscriptions.items():
             again = receiver._resubscription()
             if again is not None:
-                live[sub_id] = again
+                # with a receipt nobody waits for: a refusal then names it (see _failover.is_final)
+                live[sub_id] = Frame(again.command, {**again.headers,
+                                                     "receipt": f"{RESUBSCRIPTION}{self._link}:{sub_id}"})
         resend: list[Frame] = []
         ended: set[str] = set()                 # transactions whose COMMIT the loss cut off
         for rid, frame in list(failover.inflight.items()):

@@ -41,12 +41,25 @@ FINAL_CODES = frozenset({
     "unknown-message", "frame-timeout",
 })
 
+#: the receipt a new link's re-subscription asks for (``resubscribe:<link>:<subscription id>``)
+RESUBSCRIPTION = "resubscribe:"
+
 Outcome = Literal["resend", "resolve", "fail", "in-doubt"]
 
 
 def is_final(error: PymqError) -> bool:
-    """A loss no reconnection can mend: the broker refused what this client asked (its login, a frame)."""
+    """A loss no reconnection can mend: the broker refused what this client asked (its login, a frame).
+    Not a re-subscription refused with ``illegal-state``: the broker still holds that durable subscription
+    for the lost link it has not seen end (spec/ha.md §4.3), so the SDK tries again."""
+    if refused_resubscription(error):
+        return False
     return getattr(error, "code", "") in FINAL_CODES or getattr(error, "receipt_id", None) is not None
+
+
+def refused_resubscription(error: PymqError) -> bool:
+    """``error`` refused a new link's re-subscription because the broker holds it for a lost link."""
+    rid = getattr(error, "receipt_id", None)
+    return rid is not None and rid.startswith(RESUBSCRIPTION) and getattr(error, "code", "") == "illegal-state"
 
 
 class Failover:
@@ -68,12 +81,14 @@ class Failover:
         self.resent = 0                            # SENDs told again to a new link (tests and logs)
 
     # -- attempts ----------------------------------------------------------------------------------------
-    def attempts(self, after_loss: bool) -> Iterator[tuple[int, Address, float]]:
+    def attempts(self, after_loss: bool, made: int = 0) -> Iterator[tuple[int, Address, float]]:
         """(attempt number, broker, seconds to wait before it) for one outage (``after_loss``) or for the
         first connect: spec/ha.md §4.2 — the first attempt is immediate, then the back-off with jitter;
         after a loss the list starts after the broker that was lost and wraps, at most
         ``maxReconnectAttempts`` attempts (-1: no end); at the first connect (1 + ``startupMaxReconnectAttempts``)
-        passes over the list (-1: no end).  ``randomize`` shuffles the list before each pass."""
+        passes over the list (-1: no end).  ``randomize`` shuffles the list before each pass.  ``made``:
+        attempts of this outage already made (a link whose re-subscription was refused goes on with the
+        back-off and the count where its outage stood, rather than starting again)."""
         options, brokers = self.options, self.group.brokers
         count = len(brokers)
         if after_loss:
@@ -84,7 +99,7 @@ class Failover:
             limit = -1 if passes < 0 else (passes + 1) * count
             first = 0
         order = [(first + i) % count for i in range(count)]
-        attempt = 0
+        attempt = made if after_loss else 0
         while limit < 0 or attempt < limit:
             if options.randomize:
                 self.rng.shuffle(order)

@@ -50,7 +50,7 @@ from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACK
 from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, alter_call, create_call,
                                destinations_call, drop_call, grant_call, info_call, list_call, metrics_call,
                                purge_call)
-from pymq.client._failover import is_final
+from pymq.client._failover import is_final, refused_resubscription
 from pymq.client.frames import ack_upto_frame, bulk_frame, range_headers
 from pymq.client.url import Address, StompAddress, TlsOptions, VmAddress
 from pymq.destination import Destination, Queue, Topic, as_destination
@@ -374,7 +374,8 @@ class Connection(ConnectionCore):
             self._on_lost(error)
             return
         self._tell(TransportEvent("interrupted", _where(transport), error))
-        self._reconnection.begin(error)
+        # a re-subscription refused on the link just resumed: that outage goes on (its back-off, its count)
+        self._reconnection.begin(error, self._reconnection.made if refused_resubscription(error) else 0)
 
     def _interrupt(self) -> None:
         with self._link_lock:
@@ -430,6 +431,8 @@ class _Reconnection:
         self.stopping = Flag()               # close() asks the reconnection to end
         self.worker: Worker | None = None
         self.cause: PymqError | None = None
+        self.continued = 0                   # attempts of the outage already made when it began
+        self.made = 0                        # attempts the last outage took to resume
 
     def first(self) -> tuple[Transport, Frame]:
         """The first link: each broker in turn (startupMaxReconnectAttempts passes), or the one broker."""
@@ -455,8 +458,8 @@ class _Reconnection:
             return transport, connected
         raise error
 
-    def begin(self, cause: PymqError) -> None:
-        self.cause = cause
+    def begin(self, cause: PymqError, made: int = 0) -> None:
+        self.cause, self.continued = cause, made
         self.worker = spawn(self._run, "pymq-failover")
 
     def stop(self) -> None:
@@ -470,7 +473,7 @@ class _Reconnection:
         failover = conn._failover
         assert failover is not None
         error = self.cause or ConnectionClosed("the link to the broker was lost")
-        for attempt, address, wait in failover.attempts(after_loss=True):
+        for attempt, address, wait in failover.attempts(after_loss=True, made=self.continued):
             if wait > 0 and self.stopping.wait(wait):
                 return
             if conn.status is not ConnectionStatus.RECONNECTING:
@@ -486,6 +489,7 @@ class _Reconnection:
             except BaseException:             # close() ended the reconnection during the attempt
                 transport.close()
                 raise
+            self.made = attempt              # before the replay: its refusal may come at once (another thread)
             resumed = self._resume(transport, connected, address)
             if resumed is None:               # closed meanwhile
                 transport.close()

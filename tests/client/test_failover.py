@@ -216,6 +216,14 @@ def _send_direct(broker, destination: pymq.Queue, text: str) -> None:  # noqa: A
         direct.create_session().create_producer(destination).send(text)
 
 
+def _publish_direct(broker, topic: pymq.Topic, values: list[int]) -> None:  # noqa: ANN001
+    with pymq.connect(broker.url) as direct:
+        session = direct.create_session()
+        producer = session.create_producer(topic)
+        for n in values:
+            producer.send(session.create_message(properties={"n": n}))
+
+
 async def depth(broker, queue: pymq.Queue) -> int:  # noqa: ANN001
     """The queue's depth, asked over a direct connection (not the proxy), off the event loop."""
     return await asyncio.to_thread(_depth, broker, queue)
@@ -432,6 +440,69 @@ def test_a_missed_heartbeat_is_a_lost_link(sdk, beating):
         await sdk.call(s.create_producer(queue).send, "alive")
         assert (await sdk.call((await sdk.call(s.create_consumer, queue)).receive, 5)).text == "alive"
         assert (await sdk.call(conn.queue_manager().metrics, queue))["depth"] == 0   # admin works on the new link
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+def test_a_client_id_the_broker_still_holds_is_tried_again(sdk, proxied):
+    """A half-open link (the client's side gone, the broker's open and silent, as after a partition): the
+    broker holds the connection's client id until the link's heart-beat deadline, so the reconnections
+    before it are refused with ``illegal-state``; the SDK tries again with its back-off (spec/ha.md §4.3)
+    rather than giving up, and resumes once the broker lets the old link go — with its consumer back."""
+    broker, proxy = proxied
+    queue = pymq.Queue(f"held-{uuid.uuid4().hex[:6]}")
+    client_id = f"held-{uuid.uuid4().hex[:6]}"
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", client_id=client_id,
+                                 heartbeat=(1000, 1000))
+        events: list = []
+        failures: list = []
+        conn.set_transport_listener(events.append)
+        conn.exception_listener = failures.append
+        s = conn.create_session()
+        c = await sdk.call(s.create_consumer, queue)
+        proxy.sever()
+        proxy.restore()                                        # reconnections reach the broker at once
+        with pytest.raises(pymq.errors.IllegalStateError):     # what each attempt hears meanwhile
+            await sdk.connect(broker.url, client_id=client_id)
+        assert await until(lambda: [e.kind for e in events] == ["interrupted", "resumed"], 30), events
+        assert events[1].attempts > 1 and failures == []       # refused at least once, never final
+        await asyncio.to_thread(_send_direct, broker, queue, "after")
+        got = await sdk.call(c.receive, 10)
+        assert got is not None and got.text == "after"
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+def test_a_durable_subscription_the_broker_still_holds_is_tried_again(sdk, proxied):
+    """Without a client id a durable subscription belongs to the user, and the half-open link still holds
+    it: the new link's re-subscription is refused with ``illegal-state``, and the SDK takes that as a link
+    lost (it tries again with the back-off going on, spec/ha.md §4.3), not as the end of the connection;
+    once the broker drops the old link the subscription comes back under its name, with what was published
+    to it meanwhile."""
+    broker, proxy = proxied
+    topic = pymq.Topic(f"held-{uuid.uuid4().hex[:6]}")
+    name = f"held-{uuid.uuid4().hex[:6]}"
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", heartbeat=(1000, 1000))
+        events: list = []
+        failures: list = []
+        conn.set_transport_listener(events.append)
+        conn.exception_listener = failures.append
+        s = conn.create_session()
+        d = await sdk.call(s.create_durable_consumer, topic, name, "n > 1")
+        proxy.sever()
+        await asyncio.to_thread(_publish_direct, broker, topic, [1, 2])   # kept for the subscription by name
+        proxy.restore()
+        got = await sdk.call(d.receive, 20)                    # waits through the refused attempts
+        assert got is not None and got.get_property("n") == 2
+        refused = [e for e in events if e.kind == "interrupted" and getattr(e.error, "code", "") == "illegal-state"]
+        assert refused and failures == [], (events, failures)  # refused at least once, never final
+        assert await until(lambda: events[-1].kind == "resumed") and conn.status is pymq.ConnectionStatus.OPEN
         await sdk.call(conn.close)
 
     run(scenario())

@@ -63,3 +63,28 @@ def test_a_password_never_reaches_an_error_message():
 def test_many_attempts_do_not_overflow():
     options = FailoverOptions(backoff_multiplier=1000.0, max_reconnect_delay=2**31 - 1)
     assert options.delay_ms(10**6) == 2**31 - 1
+
+
+def test_attempts_go_round_the_list_as_the_spec_says():
+    """spec/ha.md §4.2: after a loss the attempts start with the broker after the lost one and wrap;
+    maxReconnectAttempts counts attempts, not passes; at the first connect (1 + startupMaxReconnectAttempts)
+    passes from the first broker; the waits are the vectors' delays (jitter 0 here); randomize shuffles each
+    pass; an outage that goes on after a refused re-subscription (``made``) keeps its count and back-off."""
+    from pymq.client._failover import Failover
+
+    url = "failover:(stomp://a:1,stomp://b:2,stomp://c:3)?maxReconnectAttempts=5&startupMaxReconnectAttempts=1&jitter=0"
+    group = parse_group(url)
+    failover = Failover(group, random.Random(3))
+    failover.current = 1                                           # b was lost
+    after = list(failover.attempts(after_loss=True))
+    assert [(n, a.host, w) for n, a, w in after] == [
+        (1, "c", 0.0), (2, "a", 0.1), (3, "b", 0.2), (4, "c", 0.4), (5, "a", 0.8)]
+    first = list(failover.attempts(after_loss=False))
+    assert [a.host for _, a, _ in first] == ["a", "b", "c", "a", "b", "c"]
+    assert [(n, w) for n, _, w in failover.attempts(after_loss=True, made=3)] == [(4, 0.4), (5, 0.8)]
+    assert list(failover.attempts(after_loss=True, made=5)) == []  # every attempt of the outage was spent
+    shuffled = Failover(parse_group(url.replace("maxReconnectAttempts=5", "maxReconnectAttempts=12")
+                                    + "&randomize=true"), random.Random(5))
+    hosts = [a.host for _, a, _ in shuffled.attempts(after_loss=True)]
+    passes = [hosts[i:i + 3] for i in range(0, 12, 3)]
+    assert all(sorted(p) == ["a", "b", "c"] for p in passes) and len({tuple(p) for p in passes}) > 1

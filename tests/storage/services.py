@@ -80,7 +80,10 @@ class TcpProxy:
     """Forwards 127.0.0.1:<port> to a server; ``cut()`` drops every connection and refuses new ones
     until ``restore()``.  Lets a test take a real server away from a device and give it back.
     ``hold_replies()`` stops forwarding what the server says (it is dropped) while the client's bytes
-    still reach it: the server acts on a request whose answer never arrives (a receipt lost with a link)."""
+    still reach it: the server acts on a request whose answer never arrives (a receipt lost with a link).
+    ``sever()`` leaves each link half-open, as a network partition does: the client's side is closed, the
+    server's stays open and hears nothing more (what it writes is read and dropped), so the server holds the
+    connection until its heart-beat deadline."""
 
     def __init__(self, target_host: str, target_port: int) -> None:
         self._target = (target_host, target_port)
@@ -92,6 +95,8 @@ class TcpProxy:
         self._closed = False
         self._holding = False
         self.replies_dropped = 0
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        self._silent: set[socket.socket] = set()       # servers' sockets of severed links: open, never closed
         self._thread = threading.Thread(target=self._accept, daemon=True)
         self._thread.start()
 
@@ -114,12 +119,15 @@ class TcpProxy:
             server.settimeout(None)
             with self._lock:
                 self._sockets |= {client, server}
+                self._pairs.append((client, server))
             for src, dst, replies in ((client, server, False), (server, client, True)):
                 threading.Thread(target=self._pump, args=(src, dst, replies), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, replies: bool = False) -> None:
         try:
             while chunk := src.recv(65536):
+                if src in self._silent:
+                    continue                    # a severed link: the server talks to nobody
                 if replies and self._holding:
                     self.replies_dropped += len(chunk)
                     continue
@@ -128,6 +136,8 @@ class TcpProxy:
             pass
         finally:
             for sock in (src, dst):
+                if sock in self._silent:
+                    continue
                 try:
                     sock.shutdown(socket.SHUT_RDWR)
                 except OSError:
@@ -137,12 +147,28 @@ class TcpProxy:
         with self._lock:
             self._open = False
             sockets, self._sockets = self._sockets, set()
+            self._pairs = []
         for sock in sockets:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             sock.close()
+
+    def sever(self) -> None:
+        """Half-open links: every client's socket is closed, every server's stays open and silent."""
+        with self._lock:
+            self._open = False
+            pairs, self._pairs = self._pairs, []
+            for client, server in pairs:
+                self._silent.add(server)
+                self._sockets -= {client, server}
+        for client, _ in pairs:
+            try:
+                client.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            client.close()
 
     def restore(self) -> None:
         with self._lock:
@@ -154,5 +180,9 @@ class TcpProxy:
 
     def close(self) -> None:
         self.cut()
+        with self._lock:
+            silent, self._silent = self._silent, set()
+        for sock in silent:
+            sock.close()
         self._listener.close()
         self._thread.join(timeout=5)
