@@ -4,6 +4,7 @@
     python bench/fairness.py --quick         # 2 s per phase: the CI smoke run
     python bench/fairness.py --seconds 20 --json /tmp/fairness.json
     python bench/fairness.py --url 127.0.0.1:61613   # an already running broker instead
+    python bench/fairness.py --flooder ws-fragments  # the flooder speaks STOMP over WebSocket in 1-byte fragments
 
 Two phases against the same broker, in the same run (so the shared machine's load falls on both):
 
@@ -18,6 +19,11 @@ longest gap between two receipts.  The issue this answers (issue 10 item 4): on 
 flooder got no receipt in its first 2 s (505 of ~142,000 in 5 s) and the bystander completed 2-3 round
 trips in 4 s.  Each client runs in its own process, so the clients do not share an interpreter with each
 other or with the broker.
+
+``--flooder ws-fragments`` (issue 24 item 7): the flooder speaks STOMP over WebSocket and sends each of its
+frames as a fragmented WebSocket message of one-byte fragments (7 bytes on the wire per payload byte); on
+the landed main of issue 24 a TCP bystander got 24 round trips in 10 s against it (991 against the TCP
+flooder).  ``--flooder both`` runs the two flood phases one after the other in the same run.
 """
 from __future__ import annotations
 
@@ -156,6 +162,93 @@ def flooder(addr, seconds: float, queue: str, out, batch: int = 100, size: int =
              "receipt_rate": flood_receipts / seconds})
 
 
+def ws_connect(addr) -> socket.socket:
+    """A WebSocket (v12.stomp) to the broker's listener, logged in: the upgrade by hand, no library."""
+    import base64
+    sock = socket.create_connection(addr, timeout=30)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    key = base64.b64encode(os.urandom(16)).decode()
+    sock.sendall((f"GET /stomp HTTP/1.1\r\nHost: {addr[0]}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                  f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                  f"Sec-WebSocket-Protocol: v12.stomp\r\n\r\n").encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            raise ConnectionError("closed during the upgrade")
+        head += chunk
+    if not head.startswith(b"HTTP/1.1 101"):
+        raise ConnectionError(head[:200].decode(errors="replace"))
+    sock.sendall(ws_fragments(frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
+                                                "passcode": "guest"}), whole=True))
+    data = head.split(b"\r\n\r\n", 1)[1]
+    while b"CONNECTED" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed during CONNECT")
+        data += chunk
+    sock.settimeout(None)
+    return sock
+
+
+def ws_fragments(payload: bytes, whole: bool = False) -> bytes:
+    """``payload`` as one masked text message: one frame (``whole``) or one-byte fragments."""
+    if whole:
+        return bytes([0x81, 0x80 | 126]) + len(payload).to_bytes(2, "big") + b"\0\0\0\0" + payload \
+            if len(payload) >= 126 else bytes([0x81, 0x80 | len(payload)]) + b"\0\0\0\0" + payload
+    out = bytearray()
+    last = len(payload) - 1
+    for i, byte in enumerate(payload):
+        opcode = 0x1 if i == 0 else 0x0
+        out += bytes([(0x80 if i == last else 0) | opcode, 0x81, 0, 0, 0, 0, byte])   # mask key 0
+    return bytes(out)
+
+
+def ws_flooder(addr, seconds: float, queue: str, out, batch: int = 10, size: int = 128) -> None:
+    """The flooder over WebSocket: each SEND a message of one-byte fragments; receipts counted in the raw
+    stream (the broker's frames are unmasked text)."""
+    sock = ws_connect(addr)
+    stop = threading.Event()
+    sent = [0]
+    body = b"f" * size
+
+    def write():
+        n = 0
+        try:
+            while not stop.is_set():
+                chunk = b"".join(ws_fragments(frame("SEND", {"destination": queue, "persistent": "true",
+                                                             "receipt": f"f{n + i}"}, body)) for i in range(batch))
+                sock.sendall(chunk)
+                n += batch
+                sent[0] = n
+        except OSError:
+            pass
+
+    start = time.monotonic()
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    stamps: list[float] = []
+    tail = b""
+    end = start + seconds
+    while time.monotonic() < end:
+        ready, _, _ = select.select([sock], [], [], 0.05)
+        if ready:
+            chunk = sock.recv(1 << 20)
+            if not chunk:
+                break
+            data = tail + chunk
+            stamps += [time.monotonic() - start] * data.count(b"receipt-id:")
+            tail = data[-16:]
+    stop.set()
+    sock.close()
+    during = [t for t in stamps if t <= seconds]
+    gaps = [b - a for a, b in itertools.pairwise([0.0, *during])] or [seconds]
+    out.put({"sent": sent[0], "receipts_during": len(during), "receipts_total": len(stamps),
+             "sent_total": sent[0], "first_receipt_s": during[0] if during else None,
+             "max_gap_s": max(gaps + ([seconds - during[-1]] if during else [])),
+             "receipt_rate": len(during) / seconds})
+
+
 def pct(values, p):
     if not values:
         return None
@@ -185,7 +278,7 @@ def start_broker(tmp: str, uvloop: bool, config: str | None = None):
     raise SystemExit("broker did not start:\n" + log.read())
 
 
-def run(addr, seconds: float) -> dict:
+def run(addr, seconds: float, flood_with=None, flood_addr=None) -> dict:
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     alone = ctx.Process(target=bystander, args=(addr, seconds, "/queue/fair-bystander-alone", out))
@@ -193,7 +286,8 @@ def run(addr, seconds: float) -> dict:
     base = out.get(timeout=seconds + 120)
     alone.join(30)
     fout = ctx.Queue()
-    flood = ctx.Process(target=flooder, args=(addr, seconds + 1.0, "/queue/fair-flood", fout))
+    flood = ctx.Process(target=flood_with or flooder, args=(flood_addr or addr, seconds + 1.0, "/queue/fair-flood",
+                                                           fout))
     flood.start()
     time.sleep(0.5)                       # the flood is on before the bystander starts
     by = ctx.Process(target=bystander, args=(addr, seconds, "/queue/fair-bystander", out))
@@ -228,18 +322,36 @@ def main(argv=None) -> int:
     p.add_argument("--url", help="host:port of a running broker (default: start pymq-server)")
     p.add_argument("--no-uvloop", action="store_true", help="start the broker on the default asyncio loop")
     p.add_argument("--config", help="a broker YAML file for the broker this starts (e.g. read_budget: 16KiB)")
+    p.add_argument("--flooder", choices=["tcp", "ws-fragments", "both"], default="tcp",
+                   help="how the flooder speaks (ws-fragments: STOMP over WebSocket in 1-byte fragments)")
     p.add_argument("--json", help="write the figures here too")
     args = p.parse_args(argv)
     seconds = 2.0 if args.quick else args.seconds
     proc = None
     tmp = tempfile.mkdtemp(prefix="pymq-fairness-")
     try:
+        ws_addr = None
         if args.url:
             host, port = args.url.rsplit(":", 1)
             addr = (host, int(port))
         else:
-            proc, addr = start_broker(tmp, not args.no_uvloop, args.config)
-        result = run(addr, seconds)
+            config = args.config
+            if args.flooder != "tcp":
+                config = os.path.join(tmp, "broker.yaml")
+                with open(config, "w") as fh:
+                    if args.config:
+                        fh.write(open(args.config).read() + "\n")
+                    fh.write("websocket: {port: 0}\n")
+            proc, addr = start_broker(tmp, not args.no_uvloop, config)
+            if args.flooder != "tcp":
+                with open(os.path.join(tmp, "broker.log")) as fh:
+                    m = re.search(r"STOMP over WebSocket on ws://127\.0\.0\.1:(\d+)", fh.read())
+                ws_addr = ("127.0.0.1", int(m.group(1))) if m else None
+        results = {}
+        if args.flooder in ("tcp", "both"):
+            results["tcp"] = run(addr, seconds)
+        if args.flooder in ("ws-fragments", "both"):
+            results["ws-fragments"] = run(addr, seconds, ws_flooder, ws_addr)
     finally:
         if proc is not None:
             proc.send_signal(signal.SIGTERM)
@@ -247,17 +359,19 @@ def main(argv=None) -> int:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
-    a, f, fl = result["alone"], result["flood"], result["flooder"]
-    print(f"bystander alone : {a['round_trips']:6d} round trips, p50 {a['p50_ms']} ms, p99 {a['p99_ms']} ms, "
-          f"max {a['max_ms']} ms")
-    print(f"bystander flood : {f['round_trips']:6d} round trips, p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms, "
-          f"max {f['max_ms']} ms  (p99 x{result['p99_ratio']})")
-    print(f"flooder         : {fl['sent']} SENDs in {seconds + 1:.0f} s, {fl['receipts_during']} receipts meanwhile "
-          f"({fl['receipt_rate']:.0f}/s), first after {fl['first_receipt_s']} s, longest gap "
-          f"{fl['max_gap_s']:.2f} s; {fl['receipts_total']} of {fl['sent_total']} by the end")
+    for kind, result in results.items():
+        a, f, fl = result["alone"], result["flood"], result["flooder"]
+        print(f"[{kind} flooder]")
+        print(f"bystander alone : {a['round_trips']:6d} round trips, p50 {a['p50_ms']} ms, p99 {a['p99_ms']} ms, "
+              f"max {a['max_ms']} ms")
+        print(f"bystander flood : {f['round_trips']:6d} round trips, p50 {f['p50_ms']} ms, p99 {f['p99_ms']} ms, "
+              f"max {f['max_ms']} ms  (p99 x{result['p99_ratio']})")
+        print(f"flooder         : {fl['sent']} SENDs in {seconds + 1:.0f} s, {fl['receipts_during']} receipts "
+              f"meanwhile ({fl['receipt_rate']:.0f}/s), first after {fl['first_receipt_s']} s, longest gap "
+              f"{fl['max_gap_s']:.2f} s; {fl['receipts_total']} of {fl['sent_total']} by the end")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(result, fh, indent=2)
+            json.dump(results if len(results) > 1 else next(iter(results.values())), fh, indent=2)
     ok = fl["receipts_during"] > 0 and f["round_trips"] > 0
     return 0 if ok else 1
 

@@ -12,8 +12,17 @@ Bytes in are *streamed*: wsproto hands over each piece of a text or binary messa
 the piece goes straight to the STOMP session, which applies its limits to it exactly as to TCP bytes — a
 WebSocket message is never buffered whole, so its size is no limit of its own (a client may put one
 frame per message, several, or split one).  Text messages are valid UTF-8 by RFC 6455 (wsproto closes
-with 1007 otherwise) and their bytes are the UTF-8 encoding.  While the broker pauses reading, the socket
-is not read.  Permessage-deflate is not offered (a compressed message could expand past every limit).
+with 1007 otherwise) and their bytes are the UTF-8 encoding.  Permessage-deflate is not offered (a
+compressed message could expand past every limit).
+
+The read budget is the TCP adapter's (``read_budget`` per connection per event-loop turn, spec/stomp.md
+§10 "Fairness"), charged on what the broker does: every byte read from the socket, and
+:data:`FRAME_COST` more for every WebSocket frame decoded (a frame is parsed in Python whatever it
+carries: a client sending one-byte fragments cost the broker far more per byte than a TCP client, and on
+issue 24's main held a TCP bystander to 24 round trips in 10 s).  What is read over the budget waits for
+the next turn with the socket not read; while the STOMP side pauses reading (flow control, a CONNECT
+being checked, a full outgoing buffer, its own budget) no frame is decoded at all, so the socket read
+that was in hand is all that waits.
 
 Bytes out: each write (the TCP adapter gathers a loop turn's frames, or writes one slice of a large body)
 becomes one message: a text message when it is valid UTF-8, which browser clients expect, and a binary one
@@ -34,6 +43,8 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+from collections import deque
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,6 +60,11 @@ log = logging.getLogger("pymq.net.websocket")
 
 SUBPROTOCOLS = ("v12.stomp", "v11.stomp", "v10.stomp")
 _NORMAL_CLOSURE = 1000
+#: what decoding one WebSocket frame costs against the read budget, beyond its bytes (measured with
+#: bench/fairness.py --flooder ws-fragments: about what a frame costs wsproto over 64 bytes of STOMP)
+FRAME_COST = 64
+#: socket bytes handed to wsproto at a time (it parses them lazily, a frame per event taken)
+FEED = 4096
 
 
 class WebSocketTransport(asyncio.Transport):
@@ -73,13 +89,13 @@ class WebSocketTransport(asyncio.Transport):
         return self._closing or self._socket.is_closing()
 
     def pause_reading(self) -> None:
-        self._socket.pause_reading()
+        self._connection.pause("stomp")
 
     def resume_reading(self) -> None:
-        self._socket.resume_reading()
+        self._connection.resume("stomp")
 
     def is_reading(self) -> bool:
-        return self._socket.is_reading()
+        return not self._connection.pauses
 
     def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
         self._socket.set_write_buffer_limits(high, low)
@@ -141,6 +157,13 @@ class WebSocketConnection(asyncio.Protocol):
         self.foreign_origin: str | None = None     # the Origin of a page not served from this machine
         self._deadline: asyncio.TimerHandle | None = None
         self._closed = False
+        # input after the upgrade, under the read budget (see the module docstring)
+        self.pauses: set[str] = set()             # why the socket is not read: stomp, budget
+        self._budget = broker.config.read_budget
+        self._spent = 0                           # charged this loop turn
+        self._input: deque[bytes | memoryview] = deque()     # read, not yet handed to wsproto
+        self._events: Iterator[Event] | None = None          # wsproto's, left mid-way when the budget ran out
+        self._turn: asyncio.Handle | None = None
 
     # -- asyncio.Protocol --------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -151,28 +174,90 @@ class WebSocketConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self._closed:
             return
+        if self.stomp is None:
+            # the upgrade request (h11 bounds its head); what follows it in the same read is taken below
+            if self._feed(data):
+                self._take()
+            return
+        self._input.append(data)
+        self._take()
+
+    def _feed(self, data: bytes | memoryview) -> bool:
         try:
-            self.ws.receive_data(data)
+            self.ws.receive_data(bytes(data))
         except RemoteProtocolError as exc:     # not a WebSocket upgrade, or a malformed one
             self._reject(exc.event_hint, str(exc))
-            return
+            return False
         except LocalProtocolError:             # bytes after the connection closed
+            return False
+        return True
+
+    def _take(self) -> None:
+        """Decode and hand over what was read, within this turn's budget; the rest waits (socket paused)."""
+        while not self._closed:
+            if self.stomp is not None and (self.pauses - {"budget"} or self._spent >= self._budget):
+                break
+            if self._events is None:
+                self._events = self.ws.events()
+            event = next(self._events, None)
+            if event is None:
+                self._events = None
+                if not self._input:
+                    break
+                data = self._input.popleft()
+                if len(data) > FEED:
+                    view = data if isinstance(data, memoryview) else memoryview(data)
+                    self._input.appendleft(view[FEED:])
+                    data = view[:FEED]
+                self._spent += len(data)
+                if not self._feed(data):
+                    return
+                continue
+            self._spent += FRAME_COST
+            self._handle(event)
+        if self._closed or self.stomp is None:
             return
-        for event in self.ws.events():
-            if isinstance(event, (TextMessage, BytesMessage)):
-                chunk = event.data.encode("utf-8") if isinstance(event, TextMessage) else bytes(event.data)
-                if chunk and self.stomp is not None:
-                    self.stomp.data_received(chunk)
-            elif isinstance(event, Request):
-                self._upgrade(event)
-            elif isinstance(event, Ping):
+        if self._input or self._spent >= self._budget:
+            self.pause("budget")
+            if self._turn is None:
+                self._turn = self.loop.call_soon(self._next_turn)
+        else:
+            self.resume("budget")
+
+    def _next_turn(self) -> None:
+        self._turn = None
+        self._spent = 0
+        self._take()
+
+    def _handle(self, event: Event) -> None:
+        if isinstance(event, (TextMessage, BytesMessage)):
+            chunk = event.data.encode("utf-8") if isinstance(event, TextMessage) else bytes(event.data)
+            if chunk and self.stomp is not None:
+                self.stomp.data_received(chunk)
+        elif isinstance(event, Request):
+            self._upgrade(event)
+        elif isinstance(event, Ping):
+            self.send(event.response())
+        elif isinstance(event, CloseConnection):
+            if self.ws.state is ConnectionState.REMOTE_CLOSING:
                 self.send(event.response())
-            elif isinstance(event, CloseConnection):
-                if self.ws.state is ConnectionState.REMOTE_CLOSING:
-                    self.send(event.response())
-                self._close_socket()
-            if self._closed:
-                return
+            self._close_socket()
+
+    def pause(self, reason: str) -> None:
+        """Stop reading the socket for ``reason`` (``stomp``: the STOMP adapter asked; ``budget``)."""
+        if not self.pauses and self.transport is not None and not self._closed:
+            self.transport.pause_reading()
+        self.pauses.add(reason)
+
+    def resume(self, reason: str) -> None:
+        if reason not in self.pauses:
+            return
+        self.pauses.discard(reason)
+        if reason == "stomp" and self._turn is None and not self._closed:
+            # what waited while the STOMP side could not take it: on, in a turn of its own
+            self._turn = self.loop.call_soon(self._next_turn)
+        if not self.pauses and self.transport is not None and not self._closed:
+            self.transport.resume_reading()
 
     def eof_received(self) -> bool:
         return False
@@ -180,6 +265,11 @@ class WebSocketConnection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self.transport = None
+        self._input.clear()
+        self._events = None
+        if self._turn is not None:
+            self._turn.cancel()
+            self._turn = None
         if self._deadline is not None:
             self._deadline.cancel()
         if self.stomp is not None:
