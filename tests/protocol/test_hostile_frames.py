@@ -138,7 +138,9 @@ def _run(impl, stream):
 def _both():
     from pymq.protocol import scanner as picker
     if picker.IMPLEMENTATIONS["c"] is None:
-        pytest.skip("the compiled scanner is disabled or not built: nothing to compare")
+        if NO_EXTENSIONS:
+            pytest.skip("PYMQ_NO_EXTENSIONS=1: the compiled twin is disabled on purpose")
+        pytest.fail("the compiled scanner is not built: run `pip install -e .`")
     return picker.IMPLEMENTATIONS["c"], picker.IMPLEMENTATIONS["py"]
 
 
