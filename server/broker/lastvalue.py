@@ -85,7 +85,7 @@ class LastValues:
             if entry.message.group_id is not None:
                 queue.grouped_ready -= 1
         else:
-            queue.scheduled -= 1            # its timer finds it completed and does nothing
+            del queue.timed[entry]          # its timer finds it completed and does nothing
         entry.state = transition(entry.state, Event.REPLACE)
         queue.stats.replaced += 1
         queue.stats.removed += 1

@@ -58,7 +58,9 @@ class MessageQueue:
         self.durable = durable            # keeps storage references for persistent messages
         self.ready = ReadyIndex()
         self.acquired = 0
-        self.scheduled = 0
+        # entries waiting for their time (SCHEDULED), in the order they were parked: purge reaches them here
+        # (their timers find them completed and do nothing)
+        self.timed: dict[Entry, None] = {}
         self.grouped_ready = 0            # ready entries that belong to a group (0: dispatch fast path)
         self.dispatcher = Dispatcher(self)
         self.consumers = self.dispatcher.consumers    # in subscription order (read by the layers and admin)
@@ -75,14 +77,19 @@ class MessageQueue:
 
     # -- depth ----------------------------------------------------------------------------------
     @property
+    def scheduled(self) -> int:
+        """Entries waiting for their delivery time."""
+        return len(self.timed)
+
+    @property
     def depth(self) -> int:
         """Messages in the queue that are not completed: ready, paged, scheduled and in flight."""
-        return self.ready.count + self.backlog.count + self.acquired + self.scheduled
+        return self.ready.count + self.backlog.count + self.acquired + len(self.timed)
 
     def _depth_delta(self, delta: int, now: float | None = None, arriving: int = 0) -> None:
         # ``arriving``: counted in the depth although not in any of its places yet (a new entry on its
         # way straight to a consumer: Dispatcher.offer)
-        depth = self.ready.count + self.backlog.count + self.acquired + self.scheduled + arriving
+        depth = self.ready.count + self.backlog.count + self.acquired + len(self.timed) + arriving
         # the time-weighted depth and the peak (QueueStats), here: this runs twice per message
         stats = self.stats
         if now is None:
@@ -111,7 +118,7 @@ class MessageQueue:
             return entry
         if message.deliver_at and message.deliver_at > self.host.now_ms():
             entry.state = transition(entry.state, Event.DELAY)     # new entries start READY
-            self.scheduled += 1
+            self.timed[entry] = None
             self._depth_delta(1)
             self.host.schedule_at_ms(message.deliver_at, self._make_due, entry)
         elif self.backlog.takes(entry, sole):
@@ -195,7 +202,7 @@ class MessageQueue:
         if entry.state is not SCHEDULED:
             return
         entry.state = transition(entry.state, Event.DUE)
-        self.scheduled -= 1
+        del self.timed[entry]
         self._push_ready(entry)
         self.dispatch()
 
@@ -291,7 +298,7 @@ class MessageQueue:
             pass                        # a newer message of its key waits: it gave way (replaced)
         elif failed and (delay := self.config.delay_for(entry.deliveries)) > 0:
             entry.state = transition(entry.state, Event.DELAY)
-            self.scheduled += 1
+            self.timed[entry] = None
             self.host.schedule_at_ms(self.host.now_ms() + delay, self._make_due, entry)
         else:
             self._push_ready(entry)

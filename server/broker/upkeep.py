@@ -41,9 +41,12 @@ class QueueUpkeep:
             self.queue._depth_delta(-len(entries), now)
 
     def purge(self) -> int:
-        """Remove every waiting message (ready, and the backlog's, read back one run at a time)."""
+        """Remove every waiting message (ready, scheduled, and the backlog's, read back one run at a time)."""
         count = self._purge(self.queue.ready.clear())
         self.queue.grouped_ready = 0
+        timed = list(self.queue.timed)          # their timers find them completed and do nothing
+        self.queue.timed.clear()
+        count += self._purge(timed)
         while self.queue.backlog.count:
             count += self._purge(self.queue.backlog.take(self.queue))
         return count
@@ -82,7 +85,7 @@ class QueueUpkeep:
                 if entry.message.group_id is not None:
                     self.queue.grouped_ready -= 1
             elif state is SCHEDULED:
-                self.queue.scheduled -= 1
+                del self.queue.timed[entry]
             else:
                 continue                      # delivered meanwhile: its consumer's outcome decides
             self.queue._expire(entry)
