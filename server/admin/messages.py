@@ -19,6 +19,7 @@ from typing import Any
 
 from pymq.errors import ConfigError, DestinationError, PymqError, UnknownDestination, UnknownMessage
 from pymq_server.admin.checks import bool_arg, ids_arg, int_arg, queue_name, text_arg
+from pymq_server.broker.acl import may_monitor
 from pymq_server.broker.requests import parse_send
 
 #: most messages one browse page returns
@@ -266,7 +267,7 @@ def list_dead_letter_queues(admin, user, args: dict) -> list:
     with_reasons = bool_arg(args, "reasons", True)
     for name, queue in sorted(broker.queues.items()):
         prefix = next((p for p in prefixes if name.startswith(p) and len(name) > len(p)), None)
-        if prefix is None or not broker.acl.sees(user, queue.destination):
+        if prefix is None or not (may_monitor(user) or broker.acl.sees(user, queue.destination)):
             continue
         reasons: dict[str, int] = {}
         if with_reasons:

@@ -239,8 +239,9 @@ def list_queues(admin: Admin, user, args: dict) -> list:
     b = admin.broker
     clock = b.clock()
     out = []
+    sees = _sees(admin, user)
     for name, queue in sorted(b.queues.items()):
-        if not b.acl.sees(user, queue.destination):
+        if not sees(queue.destination):
             continue
         acl = b.acl.acls.get(queue.destination)
         out.append({"name": name, "destination": queue.destination, "declared": name in b.declared,
@@ -285,7 +286,8 @@ def queue_info(admin: Admin, user, args: dict) -> dict:
     queue = b.queues.get(name)
     if queue is None:
         raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
-    b.acl.check_sees(user, queue.destination)
+    if not may_monitor(user):                   # lists and metrics show the monitor role every queue
+        b.acl.check_sees(user, queue.destination)
     return {"name": name, "destination": queue.destination, "declared": name in b.declared,
             "config": queue.config.to_dict(), "acl": b.acl.describe(queue.destination),
             "metrics": queue_metrics(queue, b.clock()), "rates": admin.sampler.rate("q:" + name)}
