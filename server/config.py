@@ -585,6 +585,12 @@ class BrokerConfig(_Section):
                           "consume, browse, purge, create, manage) on destinations without an ACL of their "
                           "own; `create` there lets a user declare new queues. Default: everyone may do "
                           "everything but `manage`. Reloaded by SIGHUP")
+    vhosts: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")], list[Principal]] = Field(
+        default_factory=dict, description="virtual hosts besides the default `/` (spec/stomp.md §1): name "
+        "(letters, digits, `_`, `-`) -> the principals (`*`, `user:<name>`, `role:<name>`) who may connect to "
+        "it (administrators always may). A CONNECT with `host:/<name>` (or `host:<name>`) selects one: its own "
+        "queues, topics, grants and durable subscriptions, kept apart in storage; an unknown `/<name>` is "
+        "refused; a host name such as `localhost` means `/`")
     expiry_queue: str | None = Field(None, min_length=1, description="expired messages are moved to this "
                                      "queue instead of dropped")
     dedup_window_ms: Millis = Field(600_000, description="duplicate detection window (`pymq-dedup-id`, "
@@ -631,6 +637,17 @@ class BrokerConfig(_Section):
     # where the settings came from, so SIGHUP can read them again the same way
     _source: str | None = PrivateAttr(None)
     _overrides: dict = PrivateAttr(default_factory=dict)
+
+    @field_validator("vhosts")
+    @classmethod
+    def _vhost_principals(cls, value: dict) -> dict:
+        for name, principals in value.items():
+            for principal in principals:
+                try:
+                    _principal(principal)
+                except ValueError as exc:
+                    raise ValueError(f"vhost {name!r}: principal {principal!r}: {exc}") from None
+        return value
 
     @field_validator("default_permissions")
     @classmethod

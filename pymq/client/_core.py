@@ -175,7 +175,7 @@ class ConnectionSettings:
                  password: str | None = None, client_id: str | None = None, timeout: float = 10.0,
                  heartbeat: tuple[int, int] = (10_000, 10_000), prefetch: int = 1000,
                  sync_send: bool = True, host: str | None = None,
-                 tls: TlsOptions | ssl.SSLContext | None = None) -> None:
+                 tls: TlsOptions | ssl.SSLContext | None = None, vhost: str | None = None) -> None:
         self.url = url
         self.group: BrokerGroup = parse_group(url)
         self.address: Address = self.group.brokers[0]
@@ -188,6 +188,8 @@ class ConnectionSettings:
         self.prefetch = prefetch
         self.sync_send = sync_send
         self.host = host
+        #: the virtual host (spec/stomp.md §1): the argument, else the URL's path, else the broker's default
+        self.vhost = vhost.strip("/") if vhost else getattr(self.address, "vhost", None)
         if tls is not None and not isinstance(tls, (TlsOptions, ssl.SSLContext)):
             raise ConnectFailed(f"tls= must be a pymq.TlsOptions or an ssl.SSLContext, not {type(tls).__name__}")
         if tls is not None and not any(isinstance(a, StompAddress) and a.tls is not None for a in self.group.brokers):
@@ -299,7 +301,9 @@ class ConnectionCore:
             raise IllegalStateError(f"the connection is {self.status.value}")
 
     def _connect_headers(self, username: str | None, password: str | None) -> Headers:
-        headers = {"accept-version": "1.0,1.1,1.2", "host": self.factory.host or "/"}
+        vhost = self.factory.vhost
+        headers = {"accept-version": "1.0,1.1,1.2",
+                   "host": "/" + vhost if vhost else self.factory.host or "/"}
         if username is not None:
             headers["login"] = username
         if password is not None:

@@ -95,16 +95,18 @@ class ConnectionFactory(ConnectionSettings):
 def connect(url: str = "vm://default", *, username: str | None = None, password: str | None = None,
             client_id: str | None = None, timeout: float = 10.0, heartbeat: tuple[int, int] = (10_000, 10_000),
             prefetch: int = 1000, sync_send: bool = True, host: str | None = None,
-            tls: TlsOptions | ssl.SSLContext | None = None, start: bool = True) -> Connection:
+            tls: TlsOptions | ssl.SSLContext | None = None, start: bool = True,
+            vhost: str | None = None) -> Connection:
     """Open a connection (started, unless ``start=False``): ``pymq.connect("stomp://127.0.0.1:61613")``;
     in ``pymq.aio``, ``await pymq.aio.connect(url)`` or ``async with pymq.aio.connect(url) as conn``.
 
     Credentials come from ``username``/``password``, else from the URL (``stomp://user:pass@host``),
     else none (the broker's guest).  TLS: a ``stomps://`` URL with its options, which ``tls=``
-    (:class:`~pymq.TlsOptions` or an ``ssl.SSLContext``) overrides."""
+    (:class:`~pymq.TlsOptions` or an ``ssl.SSLContext``) overrides.  ``vhost``: the broker's virtual host
+    (spec/stomp.md §1; also the URL's path, ``stomp://host:port/shop``), sent as ``host:/<vhost>``."""
     factory = ConnectionFactory(url, username=username, password=password, client_id=client_id,
                                 timeout=timeout, heartbeat=heartbeat, prefetch=prefetch, sync_send=sync_send,
-                                host=host, tls=tls)
+                                host=host, tls=tls, vhost=vhost)
     conn = factory.create_connection()
     if start:
         conn.start()

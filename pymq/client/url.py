@@ -2,7 +2,7 @@
 
 ::
 
-    stomp://[user[:password]@]host[:port]                  plain TCP (``tcp://`` is the same), port 61613
+    stomp://[user[:password]@]host[:port][/vhost]          plain TCP (``tcp://`` is the same), port 61613
     stomps://[user[:password]@]host[:port][?tls options]   TLS (``stomp+ssl://`` and ``ssl://`` too), port 61614
     vm://[user[:password]@]name[?data_dir=...&port=...]    the embedded broker ``name`` in this process
 
@@ -11,7 +11,8 @@ it the system's default ones), ``cert_file`` and ``key_file`` (a client certific
 key may sit in ``cert_file``), ``verify`` (``true``/``false``: check the broker's certificate and host
 name; default true) and ``server_hostname`` (the name to check the certificate against and to send
 as SNI, when it differs from the host connected to).  Percent-encode reserved characters in user
-names, passwords and paths (``%40`` for ``@``).
+names, passwords and paths (``%40`` for ``@``).  A path names the broker's virtual host (spec/stomp.md §1):
+``stomp://host:61613/shop`` connects to vhost ``shop`` (sent as ``host:/shop``).
 
 An unknown option, a TLS option on a plain ``stomp://`` URL or a bad value is refused with
 :class:`~pymq.errors.ConnectFailed` naming it, before anything is connected: a typo must not silently
@@ -108,6 +109,7 @@ class StompAddress:
     tls: TlsOptions | None = None
     username: str | None = None
     password: str | None = None
+    vhost: str | None = None        # the URL's path: the broker's virtual host (spec/stomp.md §1)
 
     @property
     def where(self) -> str:
@@ -282,6 +284,9 @@ def _option_value(url: str, key: str, name: str, kind: object, text: str) -> obj
     raise _refuse("bad-value", f"{key}={text!r} in {redacted(url)}: expected a whole number from {low} to {_MAX_INT}")
 
 
+_VHOST = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
 def parse_url(url: str) -> Address:
     """Read ``url`` (see the module docstring); refuse anything it does not understand."""
     if not isinstance(url, str):
@@ -304,12 +309,14 @@ def parse_url(url: str) -> Address:
         if query and not tls_scheme:
             raise ConnectFailed(f"TLS option {sorted(query)[0]!r} on a plain {scheme}:// URL {redacted(url)}; "
                                 f"use stomps:// (or stomp+ssl://) for TLS")
-        if parts.path not in ("", "/"):
-            raise ConnectFailed(f"a STOMP URL has no path: {redacted(url)}")
+        vhost = unquote(parts.path.strip("/")) or None
+        if vhost is not None and not _VHOST.fullmatch(vhost):
+            raise ConnectFailed(f"a STOMP URL's path is a virtual host name (letters, digits, '_', '-'): "
+                                f"{redacted(url)}")
         host = parts.hostname or "127.0.0.1"
         port = port_text if port_text is not None else (DEFAULT_TLS_PORT if tls_scheme else DEFAULT_PORT)
         tls = _tls_options(url, query) if tls_scheme else None
-        return StompAddress(host, port, tls, username, password)
+        return StompAddress(host, port, tls, username, password, vhost)
     if scheme == "vm":
         netloc = parts.netloc.rpartition("@")[2]
         name = (netloc or parts.path.lstrip("/")) or "default"

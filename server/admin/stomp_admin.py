@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 
-from pymq.errors import InvalidHeader, MissingHeader, PymqError
+from pymq.errors import AccessDenied, InvalidHeader, MissingHeader, PymqError
+from pymq_server.admin.ops import error_result
+from pymq_server.broker.acl import is_admin
 from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.requests import parse_send
 
@@ -60,6 +62,14 @@ def handle(session, headers: dict, body: bytes, submit=None) -> None:
         return
     except RecursionError:
         answer({"ok": False, "error": {"code": "config", "message": "admin body is nested too deeply"}})
+        return
+    if getattr(session, "vhost", "/") != "/" and not is_admin(session.user):
+        # admin operations name the broker's destinations (spec/admin.md "Virtual hosts"): from inside a
+        # virtual host only an administrator may use them
+        answer(error_result(AccessDenied(
+            f"user '{session.user.name}' may not use admin operations from virtual host '/{session.vhost}': "
+            f"they name the broker's destinations", user=session.user.name, destination="/pymq/admin",
+            permission="admin")))
         return
     (submit or broker.admin.submit)(session.user, op, args, answer)
     immediate = False

@@ -194,8 +194,11 @@ class AccessControl:
         found = cache.get(destination)
         if found is None:
             name = topic_patterns.normalize(destination[len(TOPIC):])
+            # a pattern of the default vhost never covers a virtual host's topic ('$vh.<vhost>.', vhosts.py)
+            own_vhost = name.startswith("$vh.")
             found = [acl for pattern, acl in self.acls.patterns.items()
-                     if topic_patterns.covers(pattern[len(TOPIC):], name)]
+                     if pattern.startswith("/topic/$vh.") == own_vhost
+                     and topic_patterns.covers(pattern[len(TOPIC):], name)]
             if len(cache) >= 4096:
                 cache.clear()
             cache[destination] = found

@@ -76,5 +76,9 @@ def own_reply_to(client: Client, reply_to: str) -> str | None:
 
 
 def durable_owner(client: Client) -> str:
-    """Who owns a client's durable subscriptions: its client id, else its user (spec/stomp.md §4)."""
-    return client.client_id or client.user.name
+    """Who owns a client's durable subscriptions: its client id, else its user (spec/stomp.md §4); in a
+    virtual host other than ``/``, that within the vhost (``<vhost>/<owner>``: the same client id in two
+    vhosts owns two sets of subscriptions)."""
+    owner = client.client_id or client.user.name
+    vhost = getattr(client, "vhost", "/")
+    return owner if vhost == "/" else f"{vhost}/{owner}"

@@ -32,6 +32,7 @@ from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.idle import IdleWatch
 from pymq_server.schema import MessageSchema
 from pymq_server.broker.temporary import TemporaryTopics
+from pymq_server.broker import vhosts
 from pymq_server.broker.topic import Topic, TopicPatterns
 from pymq.routing import topics as topic_patterns
 from pymq_server.config import BrokerConfig, QueueConfig, queue_config
@@ -73,7 +74,8 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         resolved = self._resolved.get(destination)
         if resolved is None:
             resolved = names.parse(destination)
-            if resolved[1].startswith("$"):
+            if resolved[1].startswith("$") and not resolved[1].startswith(vhosts.PREFIX):
+                # ('$vh.<vhost>.' names are a vhost's own, mapped by its sessions: vhosts.py)
                 raise DestinationError(f"destination {destination!r}: names starting with '$' are reserved "
                                        f"for the broker", destination=destination)
             if len(self._resolved) < _CACHE_LIMIT:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pymq.protocol.numbers import INT64_MAX
 from pymq.protocol.scanner import encode_headers
 from pymq.selector import untyped
+from pymq_server.broker import vhosts
 
 if TYPE_CHECKING:
     from pymq_server.broker.requests import SendRequest
@@ -88,7 +89,7 @@ class BrokerMessage:
         return block
 
     def _encode_block(self, escaped: bool, cr: bool) -> bytes:
-        block = encode_headers(self.frame_headers(), escaped, cr)
+        block = encode_headers(self.wire_headers(), escaped, cr)
         if self.body:
             block += b"content-length:%d\n" % len(self.body)
         return block
@@ -98,6 +99,14 @@ class BrokerMessage:
         headers = {"destination": self.destination, "message-id": self.message_id,
                    "pymq-seq": str(self.seq)}
         headers.update(self.headers)
+        return headers
+
+    def wire_headers(self) -> dict:
+        """:meth:`frame_headers` as a MESSAGE shows them: a virtual host's destination as its clients name it
+        (without the vhost, vhosts.py; every reader of a message is in its vhost)."""
+        headers = self.frame_headers()
+        if vhosts.PREFIX in self.destination:
+            headers["destination"] = vhosts.outside(self.destination)
         return headers
 
     def selector_values(self) -> dict:

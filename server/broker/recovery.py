@@ -177,7 +177,7 @@ class Recovery:
         queue.enqueue_block(block)
 
     def _queue_for(self, ref: str) -> MessageQueue | None:
-        if ref.startswith("/queue/$"):
+        if ref.startswith("/queue/$") and not ref.startswith("/queue/$vh."):     # (a vhost's: vhosts.py)
             return self.destinations.internal_queue(ref[len("/queue/"):])
         if ref.startswith("/queue/"):
             return self.destinations.queue(ref[len("/queue/"):], create=True)

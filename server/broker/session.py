@@ -22,6 +22,7 @@ from pymq_server.broker.acks import DeliveryLedger
 from pymq_server.broker.auth import ANONYMOUS, User
 from pymq_server.broker.budgets import SELECTOR_ON_LOOP, ConnectionHoldings
 from pymq_server.broker.consumer import Consumer
+from pymq_server.broker import vhosts
 from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.intake import LATER, FrameIntake
 from pymq_server.broker.outlet import FrameOutlet, Link
@@ -60,6 +61,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
                                     max_headers=cfg.max_headers)
         self.user: User = ANONYMOUS
         self.client_id: str | None = None
+        self.vhost = vhosts.DEFAULT              # chosen by CONNECT's host header (vhosts.py)
+        self._vh_prefix = ""
         self.version = "1.0"
         self.consumers: dict[str, Consumer] = {}
         self.transactions = Transactions(cfg.max_transactions_per_connection, cfg.max_transaction_operations,
@@ -92,6 +95,14 @@ class BrokerSession(FrameIntake, FrameOutlet):
 
     def _handle(self, frame: Frame) -> None:
         self.received += 1
+        destination = frame.headers.get("destination")
+        if destination is not None and not destination.startswith("/pymq/"):     # (/pymq/: the broker's own)
+            if not self.is_cluster:       # a peer node forwards a vhost's messages under their core names
+                vhosts.check_client_destination(destination)
+            if self._vh_prefix:
+                headers = dict(frame.headers)
+                headers["destination"] = vhosts.inside(destination, self._vh_prefix)
+                frame = Frame(frame.command, headers, frame.body)
         extra = self._handlers[frame.command](frame)
         if extra is not LATER:
             self.frame_done(frame, extra)
@@ -134,6 +145,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
         """Send ERROR for ``exc`` and close; the broker goes on serving everyone else."""
         if self.closed:
             return
+        if self._vh_prefix:
+            exc = vhosts.as_seen_in(exc, self._vh_prefix)     # the vhost's names, as its client wrote them
         headers = errors.error_headers(exc)
         if frame is not None and frame.headers.get("receipt") is not None:
             headers["receipt-id"] = frame.headers["receipt"]
@@ -194,6 +207,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
         client_hb = parse_heartbeat(h.get("heart-beat"))
         login, passcode = h.get("login"), h.get("passcode")
         self.client_id = h.get("client-id") or None
+        configured = self.broker.config.vhosts
+        vhost = vhosts.select(h.get("host"), configured)
         # the subject of a verified TLS client certificate, set by the transport adapter (mutual TLS)
         certificate = getattr(self.link, "certificate_subject", None)
 
@@ -204,6 +219,13 @@ class BrokerSession(FrameIntake, FrameOutlet):
                 self.fail(error or errors.AuthenticationFailed("authentication failed"), frame)
                 return
             self.user = user
+            if vhost != vhosts.DEFAULT:
+                try:
+                    vhosts.check_access(user, vhost, configured[vhost])
+                except PymqError as exc:
+                    self.fail(exc, frame)
+                    return
+                self.vhost, self._vh_prefix = vhost, vhosts.prefix(vhost)
             if self.client_id is not None:
                 try:
                     self.broker.claim_client_id(self, self.client_id)

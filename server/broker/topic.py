@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pymq.routing.topics import PatternIndex
+from pymq_server.broker.vhosts import PREFIX as VHOST_PREFIX
 from pymq_server.broker.queue import MessageQueue
 
 if TYPE_CHECKING:
@@ -106,6 +107,10 @@ class Topic:
         version, matched = self._matched
         if version != patterns.version:
             matched = patterns.matching(self.name)
+            if self.name.startswith(VHOST_PREFIX):
+                # a virtual host's topic ('$vh.<vhost>.<name>', vhosts.py): only its own vhost's patterns,
+                # which start with the same words; a default-vhost pattern ('#', '*.x.#') never reaches it
+                matched = [t for t in matched if t.name.startswith(VHOST_PREFIX)]
             self._matched = (patterns.version, matched)
         return matched
 

@@ -172,14 +172,14 @@ class VmLink:
             headers["JMSXDeliveryCount"] = str(entry.deliveries)
         if entry.first_in_group:
             headers["JMSXGroupFirstForConsumer"] = "true"
-        headers.update(message.frame_headers())
+        headers.update(message.wire_headers())
         frame = Frame("MESSAGE", headers, message.body)
         conn.send_frame(frame)
         self.client.from_broker(frame)
 
     def send_browse(self, conn: StompConnection, sub_id: str, entry: Any) -> None:
         headers = {"subscription": sub_id, "browser": "true"}
-        headers.update(entry.message.frame_headers())
+        headers.update(entry.message.wire_headers())
         frame = Frame("MESSAGE", headers, entry.message.body)
         conn.send_frame(frame)
         self.client.from_broker(frame)

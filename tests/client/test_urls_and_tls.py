@@ -58,7 +58,7 @@ def test_urls_parse_into_addresses():
     ("vm://x?port=sixty", "expected a TCP port number"),
     ("vm://x?port=99999999999999999999", "expected a TCP port number"),
     ("stomp://h:99999", "bad URL"),
-    ("stomp://h/queue/x", "no path"),
+    ("stomp://h/queue/x", "path is a virtual host name"),
     ("amqp://h", "unsupported URL"),
 ])
 def test_bad_urls_are_refused_before_connecting(url, words):

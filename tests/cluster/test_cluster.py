@@ -110,6 +110,37 @@ def test_a_wildcard_subscriber_gets_what_other_nodes_publish(trio):
     assert wait_for(lambda: f"{base}.*" not in status(b)["filter_patterns"])
 
 
+def test_vhosts_stay_apart_across_nodes(tmp_path, redis_url):  # noqa: F811
+    """A vhost's topic and queue messages cross nodes under the vhost's own names (spec/stomp.md §1): a
+    subscriber of shop on one node gets shop's messages published on another, not the default vhost's."""
+    from tests.cluster.nodes import Node, wait_topic_seen
+    cfg = _cluster_cfg(redis_url)
+    extra = {"vhosts": {"shop": ["*"]}}
+    a, b = (Node(f"n{i}", str(tmp_path / f"n{i}"), cfg, extra).start() for i in range(2))
+    try:
+        assert wait_for(lambda: all(len(status(n)["members"]) == 2 and all(status(n)["links"].values())
+                                    for n in (a, b)), timeout=10)
+        with pymq.connect(b.url + "/shop") as shop_b, pymq.connect(b.url) as default_b:
+            shop_sub = shop_b.create_session().create_consumer(pymq.Topic("news"))
+            default_sub = default_b.create_session().create_consumer(pymq.Topic("news"))
+            wait_topic_seen(b, "$vh.shop.news", [a])
+            wait_topic_seen(b, "news", [a])
+            with pymq.connect(a.url + "/shop") as shop_a, pymq.connect(a.url) as default_a:
+                shop_a.create_session().create_producer(pymq.Topic("news")).send("shop news")
+                default_a.create_session().create_producer(pymq.Topic("news")).send("default news")
+                shop_a.create_session().create_producer(pymq.Queue("orders")).send("shop order")
+            m = shop_sub.receive(5)
+            assert (m.text, m.destination.name) == ("shop news", "news")
+            assert default_sub.receive(5).text == "default news"
+            assert shop_sub.receive(0.3) is None and default_sub.receive(0.1) is None
+            order = shop_b.create_session().create_consumer(pymq.Queue("orders")).receive(5)
+            assert order is not None and order.text == "shop order"
+            assert default_b.create_session().create_consumer(pymq.Queue("orders")).receive(0.3) is None
+    finally:
+        a.stop()
+        b.stop()
+
+
 def test_idle_links_stay_up(trio):
     """A link judges its peer's silence by the heart-beat interval the peer's broker negotiated (10 s by
     default), not by this cluster's membership period: idle links used to be closed and reopened every
