@@ -134,12 +134,17 @@ class ConnectionStatus(enums.Enum):
 class TransportEvent:
     """What a failover connection's transport listener hears (ActiveMQ's ``TransportListener``):
     ``interrupted`` when a link is lost (``error`` says why) and ``resumed`` when the next one is in use,
-    subscriptions and sends restored (``attempts`` it took).  ``broker`` is the broker lost or reached."""
+    subscriptions and sends restored (``attempts`` it took).  ``broker`` is the broker lost or reached.
+    ``temporaries`` (on ``resumed``): this connection's temporary queues and topics the lost links held at
+    the broker (subscribed to, or named in a ``reply-to``).  The broker does not keep them for a new link:
+    each is made again, empty, under a new global name (at once for one with a consumer, else when next
+    named), so what they held and every reply sent to the old name is lost (spec/ha.md §4.7)."""
 
     kind: str
     broker: str
     error: PymqError | None = None
     attempts: int = 0
+    temporaries: tuple[Destination, ...] = ()
 
 
 class Waiter(Protocol):
@@ -260,6 +265,11 @@ class ConnectionCore:
         #: re-entrant lock; nothing in the asyncio shell, where they cannot)
         self._link_lock: AbstractContextManager[object] = nullcontext()
         self.transport_listener: Callable[[TransportEvent], object] | None = None
+        #: failover: the temporary destinations this link made at the broker (STOMP name -> destination),
+        #: and those of the links lost since the last ``resumed`` (:class:`TransportEvent`); at most the
+        #: broker's max_temporary_destinations_per_connection each
+        self._temporaries: dict[str, Destination] = {}
+        self._temporaries_lost: dict[str, Destination] = {}
 
     # -- what the shell provides -------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
@@ -351,6 +361,21 @@ class ConnectionCore:
                                     f"before deleting it (JMS)")
         self._send(Frame("UNSUBSCRIBE", {"id": "pymq-delete-temporary", "pymq-delete-temporary": name}))
         self._deleted.add(name)
+        self._temporaries.pop(name, None)
+
+    def _made_temporary(self, name: str) -> None:
+        """Failover: this link made (or used) the connection's own temporary destination ``name`` (a
+        ``/temp-queue/`` or ``/temp-topic/`` name local to the connection, not another's ``tmp.`` one)."""
+        if self._failover is None or not name.startswith(("/temp-queue/", "/temp-topic/")):
+            return
+        if name.partition("/")[2].partition("/")[2].startswith("tmp.") or name in self._temporaries:
+            return
+        self._temporaries[name] = as_destination(name)
+
+    def _temporaries_resumed(self) -> tuple[Destination, ...]:
+        """The temporaries the links lost since the last ``resumed`` held (and forget them)."""
+        lost, self._temporaries_lost = self._temporaries_lost, {}
+        return tuple(lost.values())
 
     def _check_not_deleted(self, destination: Destination | str) -> None:
         name = destination if isinstance(destination, str) else destination.stomp_name
@@ -386,6 +411,8 @@ class ConnectionCore:
             for session in list(self._sessions):
                 session._recovery = None
             self._link += 1
+            self._temporaries_lost.update(self._temporaries)
+            self._temporaries = {}
 
     def _replay(self) -> list[Frame]:
         """What a new link is told before it is used (spec/ha.md §4.3-4.5), in order: every live
@@ -398,6 +425,7 @@ class ConnectionCore:
         for sub_id, receiver in self._subscriptions.items():
             again = receiver._resubscription()
             if again is not None:
+                self._made_temporary(again.headers.get("destination", ""))
                 # with a receipt nobody waits for: a refusal then names it (see _failover.is_final)
                 live[sub_id] = Frame(again.command, {**again.headers,
                                                      "receipt": f"{RESUBSCRIPTION}{self._link}:{sub_id}"})
@@ -832,6 +860,7 @@ class SessionCore:
         consumer._subscription = Frame("SUBSCRIBE", subscribe_headers(
             consumer.destination, consumer._sub_id, self._ledger.cumulative, consumer.prefetch,
             selector=consumer.selector, no_local=no_local, extra=extra))
+        self.connection._made_temporary(consumer._subscription.headers.get("destination", ""))
         return consumer._subscription
 
     def _forget_consumer(self, consumer: ConsumerCore) -> None:
@@ -1052,6 +1081,9 @@ class ProducerCore:
         conn = session.connection
         if conn._deleted:
             conn._check_not_deleted(frame.headers["destination"])
+        if conn._failover is not None:
+            conn._made_temporary(frame.headers.get("reply-to", ""))
+            conn._made_temporary(frame.headers["destination"])
         if session.transacted:
             frame.headers["transaction"] = session._tx or ""
             session._tx_links.add(conn._link)

@@ -497,7 +497,8 @@ class _Reconnection:
                 transport.close()
                 return
             if resumed:
-                conn._tell(TransportEvent("resumed", _where(address), attempts=attempt))
+                conn._tell(TransportEvent("resumed", _where(address), attempts=attempt,
+                                          temporaries=conn._temporaries_resumed()))
                 return
             error = ConnectionClosed(f"the link to {_where(address)} was lost as it was being resumed")
         if conn.status is ConnectionStatus.RECONNECTING:

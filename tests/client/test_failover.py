@@ -201,6 +201,54 @@ def test_a_takeover_loses_nothing_acknowledged(sdk, pair):
     run(scenario())
 
 
+def _publish_kinds(broker, topic: pymq.Topic, texts: list[str]) -> None:  # noqa: ANN001
+    """Persistent messages to ``topic`` over a direct connection, each with property kind = its first letter."""
+    with pymq.connect(broker.url) as direct:
+        session = direct.create_session()
+        producer = session.create_producer(topic)
+        for text in texts:
+            producer.send(session.create_text_message(text, properties={"kind": text[0]}))
+
+
+def test_subscriptions_come_back_by_name_with_their_selectors_and_ack_modes(sdk, pair):
+    """Across a takeover a durable subscription and a shared durable one (CLIENT_ACKNOWLEDGE) and a shared
+    non-durable one (AUTO_ACKNOWLEDGE) are subscribed again by their names with their selectors: what the
+    first two had delivered and not acknowledged comes back redelivered (the stored subscriptions of those
+    names, not new ones), the third's acknowledged message does not come again, and afterwards each gets
+    only what its selector picks."""
+    topic = pymq.Topic(f"kinds-{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> None:
+        conn = await sdk.connect(pair.url, client_id=f"subs-{uuid.uuid4().hex[:6]}", heartbeat=(500, 500))
+        events: list = []
+        conn.set_transport_listener(events.append)
+        client_ack = conn.create_session(pymq.CLIENT_ACKNOWLEDGE)
+        durable = await sdk.call(client_ack.create_durable_consumer, topic, "d", "kind = 'a'")
+        shared_durable = await sdk.call(client_ack.create_shared_durable_consumer, topic, "sd", "kind = 'b'")
+        auto = conn.create_session()
+        shared = await sdk.call(auto.create_shared_consumer, topic, "sn", "kind = 'c'")
+        await asyncio.to_thread(_publish_kinds, pair.a, topic, ["a1", "b1", "c1"])
+        for consumer, text in ((durable, "a1"), (shared_durable, "b1"), (shared, "c1")):
+            got = await sdk.call(consumer.receive, 10)
+            assert got is not None and got.text == text and not got.redelivered
+        await asyncio.to_thread(pair.takeover)
+        assert await until(lambda: [e.kind for e in events] == ["interrupted", "resumed"], 60), events
+        for consumer, text in ((durable, "a1"), (shared_durable, "b1")):
+            again = await sdk.call(consumer.receive, 10)
+            assert again is not None and again.text == text and again.redelivered
+        await sdk.call(client_ack.acknowledge)
+        await asyncio.to_thread(_publish_kinds, pair.b, topic, ["a2", "b2", "c2", "c3", "b3", "a3"])
+        for consumer, texts in ((durable, ["a2", "a3"]), (shared_durable, ["b2", "b3"]), (shared, ["c2", "c3"])):
+            got = [await sdk.call(consumer.receive, 10) for _ in texts]
+            assert [m.text if m is not None else None for m in got] == texts
+            assert not any(m.redelivered for m in got)
+            assert await sdk.call(consumer.receive, 0.3) is None     # nothing its selector would not pick
+        await sdk.call(client_ack.acknowledge)
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
 # -- a lost link without a takeover (the fault proxy) ------------------------------------------------------------
 
 def _depth(broker, queue: pymq.Queue) -> int:  # noqa: ANN001
@@ -211,7 +259,7 @@ def _depth(broker, queue: pymq.Queue) -> int:  # noqa: ANN001
             return 0                                          # not made yet
 
 
-def _send_direct(broker, destination: pymq.Queue, text: str) -> None:  # noqa: ANN001
+def _send_direct(broker, destination: pymq.Destination, text: str) -> None:  # noqa: ANN001
     with pymq.connect(broker.url) as direct:
         direct.create_session().create_producer(destination).send(text)
 
@@ -503,6 +551,50 @@ def test_a_durable_subscription_the_broker_still_holds_is_tried_again(sdk, proxi
         refused = [e for e in events if e.kind == "interrupted" and getattr(e.error, "code", "") == "illegal-state"]
         assert refused and failures == [], (events, failures)  # refused at least once, never final
         assert await until(lambda: events[-1].kind == "resumed") and conn.status is pymq.ConnectionStatus.OPEN
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+def test_temporary_destinations_lost_with_the_link_are_named_when_it_resumes(sdk, proxied):
+    """The broker keeps no temporary destination for a new link (spec/ha.md §4.7): after a lost link the
+    temporary queue is made again under a new global name, a reply to the old name is refused
+    (unknown-destination) and a reply to the new one arrives; the ``resumed`` event names the temporaries
+    the lost link held (the one subscribed to and the one named only in a reply-to), not one never used."""
+    broker, proxy = proxied
+    service = pymq.Queue(f"svc-{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", heartbeat=(0, 0))
+        events: list = []
+        conn.set_transport_listener(events.append)
+        s = conn.create_session()
+        replies = s.create_temporary_queue()
+        only_named = s.create_temporary_queue()
+        s.create_temporary_topic()                            # never used: the broker never held it
+        c = await sdk.call(s.create_consumer, replies)
+        producer = s.create_producer(service)
+        await sdk.call(producer.send, s.create_text_message("before", reply_to=replies))
+        await sdk.call(producer.send, s.create_text_message("named", reply_to=only_named))
+        responder = await asyncio.to_thread(pymq.connect, broker.url)
+        rs = responder.create_session()
+        requests = await asyncio.to_thread(rs.create_consumer, service)
+        old = await asyncio.to_thread(requests.receive, 5)
+        await asyncio.to_thread(requests.receive, 5)
+        assert old is not None and old.reply_to.name.startswith("tmp.")
+        proxy.cut()
+        proxy.restore()
+        assert await until(lambda: [e.kind for e in events] == ["interrupted", "resumed"])
+        assert set(events[1].temporaries) == {replies, only_named}
+        with pytest.raises(UnknownDestination):               # the old global name is gone with its link
+            await asyncio.to_thread(_send_direct, broker, old.reply_to, "lost")
+        await sdk.call(producer.send, s.create_text_message("after", reply_to=replies))
+        new = await asyncio.to_thread(requests.receive, 5)
+        assert new is not None and new.text == "after" and new.reply_to != old.reply_to
+        await asyncio.to_thread(rs.create_producer(new.reply_to).send, "answer")
+        got = await sdk.call(c.receive, 5)
+        assert got is not None and got.text == "answer"
+        await asyncio.to_thread(responder.close)
         await sdk.call(conn.close)
 
     run(scenario())
