@@ -13,20 +13,38 @@ import asyncio
 import collections
 import itertools
 import logging
-from typing import cast
+from typing import TYPE_CHECKING, Protocol, cast
 from collections.abc import Callable
 
 from pymq_server.broker.consumer import AUTO
 from pymq_server.broker.forwarded import forward_headers
+from pymq_server.config import ClusterConfig
 
 from pymq.errors import PymqError, ProtocolError
 from pymq.protocol.connection import Role, StompConnection, negotiate_heartbeat, parse_heartbeat
 from pymq.protocol.frame import Frame
 
+if TYPE_CHECKING:
+    from pymq_server.broker.entry import Entry
+    from pymq_server.broker.queue import MessageQueue
+    from pymq_server.cluster.state import Figures
+
 log = logging.getLogger("pymq.cluster.link")
 
+
+class LinkOwner(Protocol):
+    """The node a link belongs to (node.py): what the link reads of it and tells it."""
+
+    loop: asyncio.AbstractEventLoop
+    node_id: str
+    config: ClusterConfig
+
+    def link_ready(self, link: PeerLink) -> None: ...
+
+    def link_lost(self, link: PeerLink, was_ready: bool) -> None: ...
+
 class PeerLink(asyncio.Protocol):
-    def __init__(self, node, peer: str, address: str) -> None:
+    def __init__(self, node: LinkOwner, peer: str, address: str) -> None:
         self.node = node
         self.peer = peer
         self.address = address
@@ -148,7 +166,7 @@ class PeerLink(asyncio.Protocol):
 
 
 class OutboxConsumer:
-    """The link to ``peer`` as the consumer of its outbox queue (duck-types broker Consumer).
+    """The link to a peer as the consumer of its outbox queue (duck-types broker Consumer).
 
     Entries handed over during one loop iteration leave as one burst — one write, one receipt on the
     last frame — and that receipt completes the whole burst: a forwarded message costs a frame, not a
@@ -158,10 +176,10 @@ class OutboxConsumer:
     #: a forward is not a delivery to a client: no delivery count is kept for it across a restart
     ack_mode = AUTO
 
-    def __init__(self, node, queue, link: PeerLink, window: int = 1000) -> None:
-        self.node = node
+    def __init__(self, queue: MessageQueue, link: PeerLink, figures: Figures, window: int = 1000) -> None:
         self.queue = queue
         self.link = link
+        self.figures = figures
         self.window = window
         self.active = True
         self.id = "outbox:" + link.peer
@@ -169,8 +187,8 @@ class OutboxConsumer:
         self.unacked: dict = {}
         self.scan = [0, [-1] * 10]
         self.exclusive = False       # an outbox's only reader is its link
-        self._burst: list = []            # taken this iteration, not written yet
-        self._sent: collections.deque = collections.deque()   # written, waiting for their receipt
+        self._burst: list[Entry] = []                          # taken this iteration, not written yet
+        self._sent: collections.deque[Entry] = collections.deque()   # written, waiting for their receipt
         self._flush_scheduled = False
 
     @property
@@ -180,21 +198,21 @@ class OutboxConsumer:
     def can_take(self) -> bool:
         return self.active and self.link.ready and self.in_flight < self.window
 
-    def accepts(self, entry) -> bool:
+    def accepts(self, entry: Entry) -> bool:
         return True
 
-    def deliver(self, entry) -> None:
+    def deliver(self, entry: Entry) -> None:
         self._burst.append(entry)
         if not self._flush_scheduled:
             self._flush_scheduled = True
-            self.node.loop.call_soon(self._flush)
+            self.link.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flush_scheduled = False
         burst, self._burst = self._burst, []
         if not burst:
             return
-        origin = self.node.node_id
+        origin = self.link.node.node_id
         frames = [(forward_headers(e.message, origin), e.message.body) for e in burst]
         try:
             count = len(burst)
@@ -211,7 +229,7 @@ class OutboxConsumer:
         queue = self.queue
         for _ in range(min(count, len(sent))):
             queue.complete(sent.popleft())
-        self.node.forwarded += count
+        self.figures.forwarded += count
         queue.dispatch()
 
     def detach(self) -> None:

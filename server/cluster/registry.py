@@ -17,44 +17,13 @@ from __future__ import annotations
 import abc
 import json
 import time
-from dataclasses import dataclass
 from typing import cast
+
+from pymq_server.cluster.records import Hosted, Member
 
 from pymq.errors import ClusterError, ConfigError
 
-
-@dataclass(frozen=True)
-class Member:
-    node: str
-    address: str            # host:port of its STOMP listener
-    started: int            # ms since the epoch
-    beat: int               # last heartbeat, ms since the epoch
-
-    def alive(self, now_ms: int, dead_after_ms: int) -> bool:
-        return now_ms - self.beat < dead_after_ms
-
-
-@dataclass(frozen=True)
-class Hosted:
-    """Where a durable subscription lives, and what it is (None for a record written before records were
-    kept: such a subscription can be held for but not adopted by another node)."""
-
-    node: str
-    record: dict | None = None
-
-    @property
-    def topic(self) -> str | None:
-        return None if self.record is None else self.record.get("topic")
-
-    def encode(self) -> str:
-        return json.dumps({"node": self.node, "record": self.record}, sort_keys=True)
-
-    @classmethod
-    def decode(cls, raw: str) -> Hosted:
-        if not raw.startswith("{"):
-            return cls(raw)                        # the layout before records: the node id alone
-        data = json.loads(raw)
-        return cls(data["node"], data.get("record"))
+__all__ = ["ClusterRegistry", "Hosted", "Member", "RedisRegistry", "SqlRegistry", "now_ms", "open_registry"]
 
 
 class ClusterRegistry(abc.ABC):
