@@ -2,6 +2,7 @@
 
     eval "$(.ci/services.sh)"     # a private Redis for membership (exports PYMQ_TEST_REDIS_URL)
     python bench/bench_cluster.py [--quick] [--parts filters,throughput] [--redis URL] [--json out.json]
+                                  [--baseline TREE]
 
 Every node is a real `pymq-server` process (tests/cluster/nodes.py) in a cluster of its own name; the
 membership lives in Redis.
@@ -25,6 +26,11 @@ throughput  The same queue load (6 producers, 6 consumers, spread evenly over th
             together and loaded one at a time; ungrouped, and grouped (60 JMSXGroupID values, so a
             message goes to the node its group hashes to). msg/s, the whole cluster's CPU per message,
             forwarded messages, and the ratio to 1 node.
+
+--baseline TREE: every cluster also runs with the broker of another checkout (say `git worktree add --detach
+/tmp/old <commit>`), its nodes started next to this tree's, loaded in turns, and each figure is shown for
+both with the ratio new/old. The baseline runs with this tree's compiled modules when its _ext/ sources
+are the same (copied in), else with its pure-Python twins (said in the output).
 
 Exit status: 1 if a message was lost, duplicated or misrouted, or on a harness error; never because of
 speed. Without Redis the bench says so and exits 0 (1 when CI is set). Never run by pytest.
@@ -64,6 +70,38 @@ TOPICS = 10_000
 SECRET = "bench-cluster-secret"
 
 
+def tree_env(tree: str, tmp: str) -> dict[str, str]:
+    """The environment that makes a node process import pymq and pymq_server from checkout ``tree``
+    (PYTHONPATH ahead of the editable install's finder; the node's working directory is its data dir)."""
+    shim = os.path.join(tmp, "baseline-path")
+    os.makedirs(shim, exist_ok=True)
+    for name, where in (("pymq", "pymq"), ("pymq_server", "server")):
+        link = os.path.join(shim, name)
+        if not os.path.lexists(link):
+            os.symlink(os.path.join(tree, where), link)
+    return {**os.environ, "PYTHONPATH": shim}
+
+
+def baseline_extensions(tree: str) -> str:
+    """Give ``tree`` this tree's compiled modules when both build them from the same _ext/ sources; says
+    which the baseline runs with."""
+    here = os.path.dirname(HERE)
+    if subprocess.run(["diff", "-rq", os.path.join(here, "_ext"), os.path.join(tree, "_ext")],
+                      capture_output=True).returncode != 0:
+        return "its pure-Python twins (its _ext/ differs from this tree's)"
+    copied = 0
+    for top, target in (("pymq", "pymq"), ("server", "server")):
+        for dirpath, _, files in os.walk(os.path.join(here, top)):
+            for f in files:
+                if f.endswith(".so") and "_c." in f:
+                    inside = os.path.relpath(os.path.join(dirpath, f), os.path.join(here, top))
+                    dest = os.path.join(tree, target, inside)
+                    if not os.path.exists(dest) and os.path.isdir(os.path.dirname(dest)):
+                        subprocess.run(["cp", os.path.join(dirpath, f), dest], check=True)
+                        copied += 1
+    return f"the same compiled modules as this tree ({copied} copied in)"
+
+
 def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
@@ -81,8 +119,9 @@ class Cluster:
     """n real nodes with their own cluster name; started, checked formed, stopped (by pid)."""
 
     def __init__(self, tmp: str, label: str, redis: str, n: int, *, advertise: list[int] | None = None,
-                 **settings) -> None:
+                 env: dict[str, str] | None = None, tree: str = "new", **settings) -> None:
         self.label = label
+        self.tree = tree                 # "new" (this checkout) or "old" (--baseline)
         self.name = f"bench-{os.getpid()}-{int(time.time() * 1000) % 10**8}-{label}"
         self.ports = [free_port() for _ in range(n)]
         cfg = {"store": redis, "secret": SECRET, "name": self.name,
@@ -94,7 +133,7 @@ class Cluster:
             if advertise:
                 node_cfg["advertise"] = f"127.0.0.1:{advertise[i]}"
             self.nodes.append(Node(f"n{i}", os.path.join(tmp, label, f"n{i}"), node_cfg,
-                                   {"log_level": "WARNING"}))
+                                   {"log_level": "WARNING"}, env=env))
 
     def start(self, timeout: float = 60) -> Cluster:
         for node, port in zip(self.nodes, self.ports, strict=True):
@@ -394,6 +433,7 @@ class FilterRun:
     cluster_cpu_s: float = 0.0
     per_node: list = field(default_factory=list)
     errors: list = field(default_factory=list)
+    tree: str = "new"                 # new (this checkout) | old (--baseline)
 
     @property
     def failed(self) -> bool:
@@ -436,11 +476,13 @@ def predict_false_positives(layout: Layout, sent: dict, capacity: int, fpr: floa
     return predicted, hits / negatives if negatives else 0.0
 
 
-def run_filters(tmp: str, redis: str, layout: Layout, mode: str, rate: float, settings: dict) -> FilterRun:
-    res = FilterRun(mode, settings.get("filter_capacity", 10_000), settings.get("filter_fpr", 0.01))
+def run_filters(tmp: str, redis: str, layout: Layout, mode: str, rate: float, settings: dict,
+                tree: str = "new", env: dict[str, str] | None = None) -> FilterRun:
+    res = FilterRun(mode, settings.get("filter_capacity", 10_000), settings.get("filter_fpr", 0.01), tree=tree)
     n = layout.nodes
     proxies = Proxies(n)
-    cluster = Cluster(tmp, f"filters-{mode}", redis, n, advertise=proxies.listen, **settings)
+    cluster = Cluster(tmp, f"filters-{mode}-{tree}", redis, n, advertise=proxies.listen, env=env, tree=tree,
+                      **settings)
     ctx = mp.get_context("fork")
     out_q = ctx.Queue()
     procs: list = []
@@ -638,15 +680,32 @@ def print_filters(runs: list[FilterRun], layout: Layout, rate: float) -> dict:
            f"{'cpu s':>6} {'deliveries':>10} {'lost':>5} {'dup':>4} {'misrt':>5}")
     print(hdr)
     print("-" * len(hdr))
+    trees = sorted({r.tree for r in runs}, reverse=True)          # new, old
     for r in runs:
         cap = f"{r.filter_capacity:,}" if r.mode != "broadcast" else "-"
-        print(f"{r.mode:10} {cap:>8} {r.forwarded_messages:9,} {r.forwarded_frames:10,} {r.received_forwarded:9,} "
+        label = r.mode if len(trees) == 1 else f"{r.mode}/{r.tree}"
+        print(f"{label:10} {cap:>8} {r.forwarded_messages:9,} {r.forwarded_frames:10,} {r.received_forwarded:9,} "
               f"{r.discarded_false_positive:9,} {r.wire_fwd_bytes:11,} {r.wire_ctl_bytes:10,} "
               f"{r.wire_bytes_total:11,} {r.setup_ctl_bytes:11,} "
               f"{r.fp_over_received:8.4f} {r.fp_over_negatives:9.2e} {r.expected_fpr:9.2e} {r.cluster_cpu_s:6.1f} "
               f"{r.deliveries:10,} {r.lost:5} {r.duplicated:4} {r.misrouted:5}"
               + (f"  ERROR {'; '.join(r.errors)[:200]}" if r.errors else ""))
     out: dict = {}
+    if len(trees) > 1:
+        new = {r.mode: r for r in runs if r.tree == "new" and not r.failed}
+        old = {r.mode: r for r in runs if r.tree == "old" and not r.failed}
+        for mode in sorted(set(new) & set(old)):
+            a, b = new[mode], old[mode]
+            out[f"{mode} new/old"] = {"cluster_cpu": a.cluster_cpu_s / b.cluster_cpu_s if b.cluster_cpu_s else 0,
+                                      "all_link_bytes": a.wire_bytes_total / b.wire_bytes_total
+                                      if b.wire_bytes_total else 0,
+                                      "received_forwarded": a.received_forwarded / b.received_forwarded
+                                      if b.received_forwarded else 0}
+            print(f"  {mode} new/old: cluster CPU {a.cluster_cpu_s:.1f} / {b.cluster_cpu_s:.1f} s = "
+                  f"{out[f'{mode} new/old']['cluster_cpu']:.2f}, all link bytes "
+                  f"{out[f'{mode} new/old']['all_link_bytes']:.3f}, forwarded copies received "
+                  f"{out[f'{mode} new/old']['received_forwarded']:.3f}")
+    runs = [r for r in runs if r.tree == "new"]
     by = {r.mode: r for r in runs if not r.failed}
     base = by.get("broadcast")
     for mode in ("filtered", "sized"):
@@ -688,6 +747,7 @@ class ThroughputRow:
     nodes: int
     variant: str               # ungrouped | grouped
     result: RunResult
+    tree: str = "new"          # new (this checkout) | old (--baseline)
     round: int = 0
     cluster_us_per_msg: float = 0.0
     forwarded: int = 0
@@ -718,12 +778,12 @@ def run_throughput(cluster: Cluster, variant: str, quick: bool, tag: str) -> Thr
     time.sleep(0.3)
     cpu1, busy1, t1 = sample()
     cpu0, busy0, t0 = at[0] if at else (cpu1, busy1, t1)
-    row = ThroughputRow(n, variant, r)
+    row = ThroughputRow(n, variant, r, cluster.tree)
     row.cluster_us_per_msg = (cpu1 - cpu0) * 1e6 / r.received if r.received else 0.0
     others = busy1 - busy0 - (cpu1 - cpu0) - r.producer_cpu_s - r.consumer_cpu_s
     row.other_cpu_pct = 100 * max(0.0, others) / (t1 - t0) if t1 > t0 else 0.0
     row.forwarded = sum(cluster.status(i)["forwarded"] for i in range(n)) - sum(st0)
-    log(f"  {n} node{'s' if n > 1 else ' '} {variant:9} {r.rate:10,.0f} msg/s"
+    log(f"  {cluster.tree} {n} node{'s' if n > 1 else ' '} {variant:9} {r.rate:10,.0f} msg/s"
         f"  cluster {row.cluster_us_per_msg:6.1f} µs/msg"
         f"  forwarded {row.forwarded:,}  client cpu {r.producer_cpu_pct:.0f}%/{r.consumer_cpu_pct:.0f}%"
         f"  others {row.other_cpu_pct:.0f}%" + (f"  LOST {r.lost}" if r.lost else "")
@@ -734,9 +794,9 @@ def run_throughput(cluster: Cluster, variant: str, quick: bool, tag: str) -> Thr
 def median_rows(rows: list[ThroughputRow]) -> list[ThroughputRow]:
     groups: dict[tuple, list] = {}
     for r in rows:
-        groups.setdefault((r.variant, r.nodes), []).append(r)
+        groups.setdefault((r.variant, r.nodes, r.tree), []).append(r)
     out = []
-    for key in sorted(groups, key=lambda k: (k[0] != "ungrouped", k[1])):
+    for key in sorted(groups, key=lambda k: (k[0] != "ungrouped", k[1], k[2] != "new")):
         g = groups[key]
         failed = [r for r in g if r.failed]
         if failed:
@@ -752,24 +812,37 @@ def print_throughput(rows: list[ThroughputRow], rounds: int) -> dict:
     print(f"\nthroughput: one queue, 6 producers + 6 consumers spread evenly over the nodes, {SIZE} B "
           f"non-persistent, ack:auto, 1,000 in flight per producer; grouped = {GROUPS} JMSXGroupID values"
           + (f"; median of {rounds} rounds" if rounds > 1 else ""))
-    hdr = (f"{'variant':10} {'nodes':>5} {'msg/s':>9} {'vs 1 node':>9} {'cluster µs/msg':>14} {'forwarded':>9} "
-           f"{'p50 ms':>7} {'p99 ms':>7} {'prod cpu':>8} {'cons cpu':>8} {'others':>6} {'sent':>7} {'recv':>7} "
-           f"{'lost':>5} {'dup':>4}")
+    hdr = (f"{'variant':10} {'tree':>4} {'nodes':>5} {'msg/s':>9} {'vs 1 node':>9} {'cluster µs/msg':>14} "
+           f"{'forwarded':>9} {'p50 ms':>7} {'p99 ms':>7} {'prod cpu':>8} {'cons cpu':>8} {'others':>6} "
+           f"{'sent':>7} {'recv':>7} {'lost':>5} {'dup':>4}")
     print(hdr)
     print("-" * len(hdr))
     ratios: dict = {}
-    base = {r.variant: r for r in shown if r.nodes == 1 and not r.failed}
+    base = {(r.variant, r.tree): r for r in shown if r.nodes == 1 and not r.failed}
     for row in shown:
         r = row.result
-        b = base.get(row.variant)
+        b = base.get((row.variant, row.tree))
         ratio = r.rate / b.result.rate if b is not None and b.result.rate and not row.failed else 0.0
-        if ratio:
+        if ratio and b is not None:
             cpu_per_msg = row.cluster_us_per_msg / b.cluster_us_per_msg if b.cluster_us_per_msg else 0.0
-            ratios.setdefault(row.variant, {})[row.nodes] = {"throughput": ratio, "cpu_per_msg": cpu_per_msg}
-        print(f"{row.variant:10} {row.nodes:5} {r.rate:9,.0f} {ratio:9.2f} {row.cluster_us_per_msg:14.1f} "
-              f"{row.forwarded:9,} {r.lat_p50_us / 1000:7.2f} {r.lat_p99_us / 1000:7.2f} {r.producer_cpu_pct:7.0f}% "
+            ratios.setdefault(row.variant if row.tree == "new" else f"{row.variant}/old", {})[row.nodes] = \
+                {"throughput": ratio, "cpu_per_msg": cpu_per_msg}
+        print(f"{row.variant:10} {row.tree:>4} {row.nodes:5} {r.rate:9,.0f} {ratio:9.2f} "
+              f"{row.cluster_us_per_msg:14.1f} {row.forwarded:9,} {r.lat_p50_us / 1000:7.2f} "
+              f"{r.lat_p99_us / 1000:7.2f} {r.producer_cpu_pct:7.0f}% "
               f"{r.consumer_cpu_pct:7.0f}% {row.other_cpu_pct:5.0f}% {r.sent:7} {r.received:7} {r.lost:5} "
               f"{r.duplicated:4}" + (f"  ERROR {'; '.join(r.errors)[:160]}" if r.errors else ""))
+    old = {(r.variant, r.nodes): r for r in shown if r.tree == "old" and not r.failed}
+    for row in shown:
+        b = old.get((row.variant, row.nodes))
+        if row.tree != "new" or row.failed or b is None or not b.result.rate:
+            continue
+        rate = row.result.rate / b.result.rate
+        cpu = row.cluster_us_per_msg / b.cluster_us_per_msg if b.cluster_us_per_msg else 0.0
+        ratios.setdefault("new/old", {}).setdefault(row.variant, {})[row.nodes] = {"throughput": rate,
+                                                                                    "cpu_per_msg": cpu}
+        print(f"  new/old {row.variant:9} {row.nodes} node{'s' if row.nodes > 1 else ' '}: msg/s {rate:.2f}, "
+              f"cluster µs/msg {cpu:.2f}")
     return ratios
 
 
@@ -786,6 +859,7 @@ def main(argv=None) -> int:
     ap.add_argument("--zipf", type=float, default=1.0, help="filters: Zipf exponent of topic popularity")
     ap.add_argument("--rounds", type=int, default=1, help="throughput: repeat and show the median")
     ap.add_argument("--json", help="write all figures to this file")
+    ap.add_argument("--baseline", help="another checkout whose broker runs every cluster too (old vs new)")
     a = ap.parse_args(argv)
     parts = {s.strip() for s in a.parts.split(",") if s.strip()}
     if parts - {"filters", "throughput"}:
@@ -805,23 +879,32 @@ def main(argv=None) -> int:
     rate = a.rate or (600.0 if a.quick else 800.0)
     layout = make_layout(4, subs, msgs, a.zipf)
     with tempfile.TemporaryDirectory(prefix="pymq-bench-cluster-") as tmp:
+        trees: list[tuple[str, dict[str, str] | None]] = [("new", None)]
+        if a.baseline:
+            baseline = os.path.abspath(a.baseline)
+            doc["baseline"] = {"tree": baseline, "extensions": baseline_extensions(baseline)}
+            trees.append(("old", tree_env(baseline, tmp)))
+            log(f"baseline {baseline}: runs with {doc['baseline']['extensions']}")
         if "filters" in parts:
             modes = [("filtered", {"topic_filtering": True}), ("broadcast", {"topic_filtering": False})]
             if not a.quick:
                 sized = max(len(layout.node_topics(i)) for i in range(layout.nodes))
                 modes.append(("sized", {"topic_filtering": True, "filter_capacity": sized, "filter_fpr": 0.01}))
             for mode, settings in modes:
-                filter_runs.append(run_filters(tmp, a.redis, layout, mode, rate, settings))
+                for tree, env in trees:
+                    filter_runs.append(run_filters(tmp, a.redis, layout, mode, rate, settings, tree, env))
         if "throughput" in parts:
             clusters: list[Cluster] = []
             try:
                 # All three clusters up at once (idle nodes cost little), then each load on each in turn,
                 # so other work on this shared machine falls on all node counts alike.
                 for n in (1, 2, 3):
-                    clusters.append(Cluster(tmp, f"tp{n}", a.redis, n).start())
+                    for tree, env in trees:
+                        clusters.append(Cluster(tmp, f"tp{n}-{tree}", a.redis, n, env=env, tree=tree).start())
+                k = len(clusters)
                 for rnd in range(a.rounds):
                     for variant in ("ungrouped", "grouped"):
-                        order = clusters[rnd % 3:] + clusters[: rnd % 3]
+                        order = clusters[rnd % k:] + clusters[: rnd % k]
                         for c in order:
                             time.sleep(0.3)
                             row = run_throughput(c, variant, a.quick, f"{os.getpid()}r{rnd}")
@@ -838,14 +921,15 @@ def main(argv=None) -> int:
     if filter_runs:
         doc["filter_ratios"] = print_filters(filter_runs, layout, rate)
         doc["filters"] = [asdict(r) for r in filter_runs]
-        failed += [f"filters {r.mode}: lost {r.lost}, duplicated {r.duplicated}, misrouted {r.misrouted}, "
+        failed += [f"filters {r.mode}/{r.tree}: lost {r.lost}, duplicated {r.duplicated}, misrouted {r.misrouted}, "
                    f"malformed {r.malformed}, errors {r.errors}" for r in filter_runs if r.failed]
     if tp_rows:
         doc["throughput_ratios"] = print_throughput(tp_rows, a.rounds)
         doc["throughput"] = [{**r.result.as_dict(), "nodes": r.nodes, "variant": r.variant, "round": r.round,
+                              "tree": r.tree,
                               "cluster_us_per_msg": r.cluster_us_per_msg, "forwarded": r.forwarded,
                               "other_cpu_pct": r.other_cpu_pct} for r in tp_rows]
-        failed += [f"throughput {r.nodes} nodes {r.variant}: lost {r.result.lost}, duplicated "
+        failed += [f"throughput {r.tree} {r.nodes} nodes {r.variant}: lost {r.result.lost}, duplicated "
                    f"{r.result.duplicated}, errors {r.result.errors}" for r in tp_rows if r.failed]
     for f in failed:
         print(f"\nFAILED {f}")

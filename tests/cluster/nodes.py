@@ -17,8 +17,11 @@ from tests.conftest import wait_for
 
 
 class Node:
-    def __init__(self, node_id: str, data_dir: str, cluster: dict, extra: dict | None = None) -> None:
+    def __init__(self, node_id: str, data_dir: str, cluster: dict, extra: dict | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self.node_id = node_id
+        self.env = env                   # the process's environment (None: this one's; given: started in
+                                         # its data directory, so the current one's packages do not shadow it)
         self.data_dir = data_dir
         os.makedirs(data_dir, exist_ok=True)
         cfg = {"node_id": node_id, "cluster": cluster, "log_level": "INFO"}
@@ -30,10 +33,12 @@ class Node:
         self.proc: subprocess.Popen | None = None
         self.port: int | None = None
 
-    def start(self, port: int = 0) -> "Node":
+    def start(self, port: int = 0) -> Node:
+        data_dir = self.data_dir
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pymq_server.cli", "--port", str(port), "--data-dir", self.data_dir,
-             "--config", self.config_path], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+             "--config", self.config_path], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+            env=self.env, cwd=None if self.env is None else data_dir)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             line = self.proc.stderr.readline()
@@ -86,8 +91,10 @@ def start_cluster(tmp_path, store_url: str, n: int = 3, **over) -> tuple[list[No
     nodes = [Node(f"n{i}", str(tmp_path / f"n{i}"), cfg).start() for i in range(n)]
     ids = {f"n{i}" for i in range(n)}
     for node in nodes:
-        assert wait_for(lambda: set(status(node)["members"]) == ids and all(status(node)["links"].values())
-                        and len(status(node)["links"]) == n - 1, timeout=10), status(node)
+        def joined(node: Node = node) -> bool:
+            seen = status(node)
+            return set(seen["members"]) == ids and all(seen["links"].values()) and len(seen["links"]) == n - 1
+        assert wait_for(joined, timeout=10), status(node)
     return nodes, cfg
 
 
@@ -97,12 +104,24 @@ def wait_topic_seen(node: Node, topic: str, by: list[Node], timeout: float = 10)
     assert wait_for(lambda: topic in status(node)["filter_topics"], timeout=timeout), status(node)
     serial = status(node)["filter"]["serial"]
     for peer in by:
-        assert wait_for(lambda: ((status(peer)["peer_filters"].get(node.node_id) or {}).get("serial") or 0)
-                        >= serial, timeout=timeout), status(peer)["peer_filters"]
+        def holds(peer: Node = peer) -> bool:
+            return ((status(peer)["peer_filters"].get(node.node_id) or {}).get("serial") or 0) >= serial
+        assert wait_for(holds, timeout=timeout), status(peer)["peer_filters"]
 
 
 def wait_consumers_seen(node: Node, queue: str, by: list[Node], timeout: float = 10) -> None:
     """Until every node of ``by`` knows that ``node`` has a consumer of ``queue`` (its consumer map)."""
     for peer in by:
-        assert wait_for(lambda: status(peer)["remote_consumers"].get("/queue/" + queue, {}).get(node.node_id, 0) > 0,
-                        timeout=timeout), status(peer)["remote_consumers"]
+        def knows(peer: Node = peer) -> bool:
+            return status(peer)["remote_consumers"].get("/queue/" + queue, {}).get(node.node_id, 0) > 0
+        assert wait_for(knows, timeout=timeout), status(peer)["remote_consumers"]
+
+
+def wait_heartbeats(nodes: list[Node], rounds: int, timeout: float = 30) -> None:
+    """Until each node has read the cluster store ``rounds`` more times (its heartbeat: time passing,
+    measured by the nodes themselves rather than slept by the test)."""
+    before = {node.node_id: status(node)["heartbeats"] for node in nodes}
+    for node in nodes:
+        def beaten(node: Node = node) -> bool:
+            return status(node)["heartbeats"] >= before[node.node_id] + rounds
+        assert wait_for(beaten, timeout=timeout, interval=0.05), status(node)["heartbeats"]

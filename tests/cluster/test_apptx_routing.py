@@ -30,8 +30,10 @@ def test_a_grouped_message_from_an_application_transaction_goes_to_its_groups_no
     conns = []
     try:
         for node in nodes.values():
-            assert wait_for(lambda: set(status(node)["members"]) == set(ids) and all(status(node)["links"].values()),
-                            timeout=10), status(node)
+            def joined(node: Node = node) -> bool:
+                seen = status(node)
+                return set(seen["members"]) == set(ids) and all(seen["links"].values())
+            assert wait_for(joined, timeout=10), status(node)
         router = GroupRouter(sorted(ids))
         group = next(g for g in (f"customer-{i}" for i in range(1000)) if router.route(g) == owner)
         queue = f"orders-{uuid.uuid4().hex[:6]}"

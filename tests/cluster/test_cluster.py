@@ -10,13 +10,21 @@ import pytest
 
 import pymq
 from pymq.routing import GroupRouter
-from tests.cluster.nodes import Node, cluster_cfg, start_cluster, status
+from tests.cluster.nodes import (
+    Node,
+    cluster_cfg,
+    start_cluster,
+    status,
+    wait_consumers_seen,
+    wait_heartbeats,
+    wait_topic_seen,
+)
 from tests.conftest import wait_for
 from tests.storage.services import postgres_url, redis_url  # noqa: F401 - fixtures
 
 
-def _cluster_cfg(redis_url, **over):
-    return cluster_cfg(redis_url, **over)
+def _cluster_cfg(store_url, **over):
+    return cluster_cfg(store_url, **over)
 
 
 @pytest.fixture(scope="module")
@@ -32,8 +40,9 @@ def test_groups_are_consumed_in_order_on_the_node_their_hash_names(trio):
     conns = [pymq.connect(n.url) for n in trio]
     try:
         consumers = {n.node_id: c.create_session().create_consumer(queue, prefetch=5000)
-                     for n, c in zip(trio, conns)}
-        time.sleep(0.5)                          # consumer maps reach the peers
+                     for n, c in zip(trio, conns, strict=True)}
+        for node in trio:                        # consumer maps reach the peers
+            wait_consumers_seen(node, queue.name, [n for n in trio if n is not node])
         producer = conns[0].create_session().create_producer(queue)
         groups = [f"customer-{i}" for i in range(40)]
         for seq in range(5):
@@ -63,8 +72,7 @@ def test_topic_filters_forward_only_where_someone_listens(trio):
     before = {n.node_id: status(n) for n in trio}
     with pymq.connect(b.url) as listener, pymq.connect(a.url) as pub:
         sub = listener.create_session().create_consumer(pymq.Topic(wanted))
-        assert wait_for(lambda: wanted in status(b)["filter_topics"])
-        time.sleep(0.4)                                              # b's digest reaches a
+        wait_topic_seen(b, wanted, [a])                              # b's digest reaches a
         p = pub.create_session().create_producer(pymq.Topic(wanted))
         q = pub.create_session().create_producer(pymq.Topic(unwanted))
         for i in range(20):
@@ -148,7 +156,7 @@ def test_idle_links_stay_up(trio):
     def drops():
         return sum("is down" in line or "closing" in line for n in trio for line in list(n.log))
     before = drops()
-    time.sleep(2.5)                                       # > 4 heartbeat periods of 200 ms, with no traffic
+    wait_heartbeats(trio, 12)                             # > 4 periods of 200 ms each, with no traffic
     assert drops() == before
     assert all(all(status(n)["links"].values()) for n in trio)
 
@@ -183,7 +191,7 @@ def test_join_moves_only_the_newcomers_share_of_groups(tmp_path, redis_url):  # 
         queue = pymq.Queue(f"joined-{uuid.uuid4().hex[:6]}")
         conn = pymq.connect(newcomer.url)
         consumer = conn.create_session().create_consumer(queue, prefetch=1000)
-        time.sleep(0.5)
+        wait_consumers_seen(newcomer, queue.name, [nodes[0]])
         with pymq.connect(nodes[0].url) as pub:
             p = pub.create_session().create_producer(queue)
             for g in groups[:50]:
@@ -208,7 +216,7 @@ def test_clean_leave_hands_over_durable_subscriptions(tmp_path, redis_url):  # n
         with pymq.connect(b.url, client_id="auditor") as conn:
             conn.create_session().create_durable_consumer(topic, "trail").close()
         assert wait_for(lambda: status(a)["assignments"].get("sub:auditor:trail") == "n1", timeout=5)
-        time.sleep(0.4)
+        wait_topic_seen(b, topic.name, [a])
         with pymq.connect(a.url) as pub:
             p = pub.create_session().create_producer(topic)
             for i in range(5):
@@ -274,9 +282,9 @@ def test_wrong_cluster_secret_is_refused(tmp_path, redis_url):  # noqa: F811
     nodes, cfg = start_cluster(tmp_path, redis_url, n=2)
     intruder = Node("evil", str(tmp_path / "evil"), dict(cfg, secret="wrong")).start()
     try:
-        time.sleep(1.5)
-        assert not status(nodes[0])["links"].get("evil") is True
-        assert any("access refused for cluster node" in line or "ERROR" in line for line in intruder.log)
+        assert wait_for(lambda: any("access refused for cluster node" in line or "ERROR" in line
+                                    for line in list(intruder.log)), timeout=10), "".join(intruder.log)
+        assert status(nodes[0])["links"].get("evil") is not True
         from tests.conftest import RawStomp
         raw = RawStomp(nodes[0].port)
         frame = raw.connect(login="cluster:evil", passcode="guess")
@@ -297,7 +305,7 @@ def test_postgresql_as_the_cluster_store(tmp_path, postgres_url):  # noqa: F811
         queue = pymq.Queue(f"pg-{uuid.uuid4().hex[:6]}")
         with pymq.connect(nodes[1].url) as cons, pymq.connect(nodes[0].url) as prod:
             consumer = cons.create_session().create_consumer(queue)
-            time.sleep(0.5)
+            wait_consumers_seen(nodes[1], queue.name, [nodes[0]])
             prod.create_session().create_producer(queue).send("via postgres membership")
             assert consumer.receive(5).text == "via postgres membership"
     finally:
@@ -312,7 +320,7 @@ def test_durable_subscription_follows_its_consumer_to_another_node(tmp_path, red
     try:
         with pymq.connect(b.url, client_id="mover") as conn:
             conn.create_session().create_durable_consumer(topic, "inbox").close()
-        time.sleep(0.5)
+        wait_topic_seen(b, topic.name, [a])
         with pymq.connect(a.url) as pub:
             p = pub.create_session().create_producer(topic)
             for i in range(4):

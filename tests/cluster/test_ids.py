@@ -129,7 +129,7 @@ def test_a_message_id_queue_routes_by_the_ids_its_consumers_see(pair):
     conns = [pymq.connect(n.url) for n in pair]
     try:
         consumers = {n.node_id: c.create_session().create_consumer(pymq.Queue(name), prefetch=1000)
-                     for n, c in zip(pair, conns)}
+                     for n, c in zip(pair, conns, strict=True)}
         producer = conns[0].create_session().create_producer(pymq.Queue(name))
         sent = {producer.send(f"m{i}").message_id for i in range(60)}
         session = conns[0].create_session()

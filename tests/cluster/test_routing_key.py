@@ -3,7 +3,6 @@ node of every message, whichever node accepted it and whichever node the queue w
 (spec/routing.md §2.3, spec/cluster.md §4)."""
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 import pymq
 from pymq.errors import ConfigError
 from pymq.routing import GroupRouter
-from tests.cluster.nodes import Node, cluster_cfg, start_cluster, status
+from tests.cluster.nodes import Node, cluster_cfg, start_cluster, status, wait_consumers_seen
 from tests.conftest import wait_for
 from tests.storage.services import redis_url  # noqa: F401 - fixture
 
@@ -35,8 +34,9 @@ def test_correlation_id_routing_declared_through_one_node_holds_on_every_node(tr
     conns = [pymq.connect(n.url) for n in trio]
     try:
         consumers = {n.node_id: cn.create_session().create_consumer(queue, prefetch=1000)
-                     for n, cn in zip(trio, conns)}
-        time.sleep(0.5)                                   # consumer maps reach the peers
+                     for n, cn in zip(trio, conns, strict=True)}
+        for node in trio:                                 # consumer maps reach the peers
+            wait_consumers_seen(node, queue.name, [n for n in trio if n is not node])
         cids = [f"req-{i}" for i in range(12)]
         producer = conns[1].create_session().create_producer(queue)    # sent through b, declared on a
         for seq in range(3):
@@ -80,8 +80,9 @@ def test_message_id_routing_spreads_messages_by_their_assigned_id(tmp_path, redi
         conns = [pymq.connect(n.url) for n in nodes]
         try:
             consumers = {n.node_id: cn.create_session().create_consumer(queue, prefetch=1000)
-                         for n, cn in zip(nodes, conns)}
-            time.sleep(0.5)
+                         for n, cn in zip(nodes, conns, strict=True)}
+            for node in nodes:
+                wait_consumers_seen(node, queue.name, [n for n in nodes if n is not node])
             producer = conns[0].create_session().create_producer(queue)
             for i in range(45):
                 m = pymq.TextMessage(f"m{i}")
