@@ -184,7 +184,7 @@ def main(argv=None) -> int:
     if args.only in (None, "broker"):
         parts += [("broker", "c"), ("broker", "py")]
     if args.only in (None, "atheris") and have_atheris:
-        parts += [("atheris", "scanner"), ("atheris", "selector"), ("atheris", "bulk")]
+        parts += [("atheris", "scanner"), ("atheris", "selector"), ("atheris", "bulk"), ("atheris", "definitions")]
     jvm = jvm_fuzz_command()
     if args.only in (None, "jvm") and jvm is not None:
         parts += [("jvm", "answers")]

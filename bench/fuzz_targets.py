@@ -4,6 +4,7 @@ broker's reader of bulk SEND bodies.
     python bench/fuzz_targets.py scanner -max_total_time=60 -print_final_stats=1 [corpus_dir]
     python bench/fuzz_targets.py selector -max_total_time=60 -print_final_stats=1 [corpus_dir]
     python bench/fuzz_targets.py bulk -max_total_time=60 -print_final_stats=1 [corpus_dir]
+    python bench/fuzz_targets.py definitions -max_total_time=60 -print_final_stats=1 [corpus_dir]
 
 ``bulk`` feeds the bytes to ``bulk_rows.read_bulk`` (an Arrow IPC stream, spec/spark.md §7): it must
 refuse with a MessageFormatError or give a batch that pyarrow's own full validation accepts and that the
@@ -33,6 +34,7 @@ with atheris.instrument_imports():
     from pymq.selector import _lexer, _parser  # noqa: F401  (instrumented for coverage)
 
     from pymq_server.broker import bulk_rows, bulk_stream  # noqa: F401  (instrumented for coverage)
+    from pymq_server.admin import definitions
 
 from pymq.protocol import _scanner_c
 from pymq_server.broker import segments
@@ -104,7 +106,39 @@ def bulk_target(data: bytes) -> None:
     segments.ipc_pieces(segments.LOG_SCHEMA, [rows]).join()
 
 
-TARGETS = {"scanner": scanner_target, "selector": selector_target, "bulk": bulk_target}
+_DEFINITIONS: list = []
+
+
+def _definitions_admin():
+    """One in-process broker core (tests/broker/core_harness.py) the target checks documents against."""
+    if not _DEFINITIONS:
+        import pathlib
+        import tempfile
+        from types import SimpleNamespace
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+        from tests.broker.core_harness import Core
+        core = Core(pathlib.Path(tempfile.mkdtemp(prefix="pymq-fuzz-defs-")), memory_only=True)
+        _DEFINITIONS.append(SimpleNamespace(broker=core.broker, server=SimpleNamespace(store=core.store)))
+    return _DEFINITIONS[0]
+
+
+def definitions_target(data: bytes) -> None:
+    """A definitions document (server/admin/definitions.py, spec/admin.md): its check must answer with an
+    error of the tree (ConfigError, DestinationExists) or a plan, whatever the JSON; nothing is applied."""
+    import json
+    text = atheris.FuzzedDataProvider(data).ConsumeUnicodeNoSurrogates(len(data))
+    try:
+        doc = json.loads(text)
+    except (ValueError, RecursionError):
+        return
+    try:
+        definitions.check(_definitions_admin(), doc)
+    except errors.PymqError:
+        pass
+
+
+TARGETS = {"scanner": scanner_target, "selector": selector_target, "bulk": bulk_target,
+           "definitions": definitions_target}
 
 
 def _bulk_seeds() -> list[bytes]:
@@ -118,6 +152,11 @@ SEEDS = {
                 b"\x01\x03\x01SUBSCRIBE\nid:1\ndestination:/q\nk:a\\cb\n\n\x00\n\n"],
     "selector": [b"color = 'red' AND weight > 2500", b"p LIKE '%a_b%' ESCAPE '!'", b"x + 1 * 2 BETWEEN 1 AND 9",
                  b"NOT (a IN ('x', 'y') OR b IS NULL)", b"x = 9223372036854775807"],
+    "definitions": [b'{"pymq_definitions": 1, "queues": [{"name": "q", "settings": {"max_depth": 5}, "acl": '
+                    b'{"owner": null, "grants": {"*": ["consume"]}}}], "permissions": [{"destination": '
+                    b'"/topic/a.*", "grants": {"role:r": ["produce"]}}], "durable_subscriptions": [{"topic": "a.#", '
+                    b'"owner": "o", "name": "n", "selector": "x > 1"}], "users": [{"name": "u", "roles": ["r"], '
+                    b'"password_hash": "scrypt$16384$8$1$c2FsdA$ZA"}], "vhosts": {}}'],
 }
 
 

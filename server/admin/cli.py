@@ -482,6 +482,33 @@ def _users_remove(c: AdminClient, a):
     return c.call("remove-user", name=a.name), lambda r: print(f"removed user {r['removed']}")
 
 
+@command("definitions", "export")
+def _definitions_export(c: AdminClient, a):
+    doc = c.call("export-definitions")
+
+    def write(d):
+        text = json.dumps(d, indent=2, sort_keys=True) + "\n"
+        if a.file in (None, "-"):
+            sys.stdout.write(text)
+        else:
+            with open(a.file, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            print(f"wrote {a.file}: {len(d['queues'])} queue(s), {len(d['permissions'])} access list(s), "
+                  f"{len(d['durable_subscriptions'])} durable subscription(s), {len(d['users'])} user(s)")
+    return doc, write
+
+
+@command("definitions", "import")
+def _definitions_import(c: AdminClient, a):
+    if a.file == "-":
+        text = sys.stdin.read()
+    else:
+        with open(a.file, encoding="utf-8") as fh:
+            text = fh.read()
+    r = c.call("import-definitions", definitions=text)
+    return r, lambda r: print("imported: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in sorted(r.items())))
+
+
 @command("reload")
 def _reload(c: AdminClient, a):
     def show(r):
@@ -725,6 +752,13 @@ def build_parser() -> argparse.ArgumentParser:
     ur.add_argument("name")
     ur.add_argument("roles")
     u.add_parser("remove", help="remove a user").add_argument("name")
+
+    d = group("definitions", "queues, grants, durable subscriptions, users, storage rules and vhosts as one "
+                             "JSON document (spec/admin.md)")
+    d.add_parser("export", help="write the broker's definitions (stdout, or FILE)").add_argument(
+        "file", nargs="?", default="-")
+    d.add_parser("import", help="apply a definitions document whole or not at all (FILE, or - for stdin)"
+                 ).add_argument("file")
 
     g = group("grants", "permissions on a destination")
     g.add_parser("show", help="owner and grants").add_argument("destination")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 
 import pymq
 from pymq.errors import ConfigError, ConnectionClosed, DestinationError, PymqError, UnknownDestination
-from pymq_server.admin import messages, users
+from pymq_server.admin import definitions, messages, users
 from pymq_server.admin.checks import Offload, queue_name, require_admin, text_arg, user_name
 from pymq_server.broker.acl import may_monitor
 from pymq_server.storage.store import block_state_key
@@ -565,6 +565,8 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
     "set-roles": users.set_roles,
     "remove-user": users.remove_user,
     "reload": users.reload,
+    "export-definitions": definitions.export_definitions,
+    "import-definitions": definitions.import_definitions,
 }
 
 #: operations that change nothing (HTTP GET may call only these)
@@ -572,7 +574,7 @@ READ_ONLY = frozenset({
     "status", "overview", "list-queues", "queue-info", "metrics", "list-destinations", "list-topics",
     "list-subscriptions", "acl", "storage", "list-rules", "connections", "list-consumers", "cluster",
     "list-outboxes", "list-quarantine",
-    "browse-queue", "get-message", "list-dead-letter-queues", "list-users",
+    "browse-queue", "get-message", "list-dead-letter-queues", "list-users", "export-definitions",
 })
 
 
