@@ -389,6 +389,8 @@ class BrokerServer:
                 claimer = PendingClaimer(broker.router, broker.seqs, device, loop)
                 claimer.start()
                 self.claimers.append(claimer)
+                if broker.apptx_table_prefix is None:      # the first one: what CONNECTED tells the SDKs
+                    broker.apptx_table_prefix = getattr(device, "table_prefix", None)
 
     def _setup_selection(self, selection: Any) -> None:
         """The adaptive layer of seed 000: rules from YAML (inline mapping or a file path)."""

@@ -603,6 +603,7 @@ class _Reconnection:
             conn._wire = (conn._link, transport)
             conn.version = transport.version
             conn.server = connected.headers.get("server", conn.server)
+            conn.apptx_table_prefix = connected.headers.get("pymq-apptx-table-prefix") or conn.apptx_table_prefix
             failover.connected_to(address)
             try:
                 for frame in conn._replay():
@@ -949,14 +950,17 @@ async def _send_in_transaction(producer: AsyncMessageProducer, message: MessageB
     from pymq.client.apptx import insert_pending, pending_row
     msg, target, data = pending_row(producer, message, destination, delivery_mode=delivery_mode,
                                     priority=priority, time_to_live=time_to_live)
+    # the broker's SQL device's tables (its CONNECTED names their prefix), else the default ones
+    prefix = producer._session.connection.apptx_table_prefix or "pymq_"
     # async:
     run_sync = getattr(transaction, "run_sync", None)
     if run_sync is not None and inspect.iscoroutinefunction(run_sync):
         # SQLAlchemy's AsyncConnection / AsyncSession: the insert runs on their synchronous side
-        await run_sync(lambda sync: insert_pending(sync, target, data, persistent=msg.persistent))
+        await run_sync(lambda sync: insert_pending(sync, target, data, persistent=msg.persistent,
+                                                   table_prefix=prefix))
         return msg
     # end
-    insert_pending(transaction, target, data, persistent=msg.persistent)
+    insert_pending(transaction, target, data, persistent=msg.persistent, table_prefix=prefix)
     return msg
 
 

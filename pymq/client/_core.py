@@ -243,6 +243,7 @@ class ConnectionCore:
         self.status = ConnectionStatus.CONNECTING
         self.version = "1.2"
         self.server = ""
+        self.apptx_table_prefix: str | None = None
         self.client_id = factory.client_id
         self.user: str | None = None
         self._error: PymqError | None = None
@@ -326,6 +327,9 @@ class ConnectionCore:
         self.version = version
         self.server = connected.headers.get("server", "")
         self.user = connected.headers.get("user-name", username)
+        #: the table prefix of the broker's SQL device that claims app-transaction rows (spec/storage.md
+        #: "SQL device"): ``producer.send(..., transaction=conn)`` writes its pending row there
+        self.apptx_table_prefix = connected.headers.get("pymq-apptx-table-prefix") or None
         if self.status is ConnectionStatus.CONNECTING:   # not lost meanwhile
             self.status = ConnectionStatus.OPEN
 

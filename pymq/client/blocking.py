@@ -517,6 +517,7 @@ class _Reconnection:
             conn._wire = (conn._link, transport)
             conn.version = transport.version
             conn.server = connected.headers.get("server", conn.server)
+            conn.apptx_table_prefix = connected.headers.get("pymq-apptx-table-prefix") or conn.apptx_table_prefix
             failover.connected_to(address)
             try:
                 for frame in conn._replay():
@@ -863,7 +864,9 @@ def _send_in_transaction(producer: MessageProducer, message: MessageBody,
     from pymq.client.apptx import insert_pending, pending_row
     msg, target, data = pending_row(producer, message, destination, delivery_mode=delivery_mode,
                                     priority=priority, time_to_live=time_to_live)
-    insert_pending(transaction, target, data, persistent=msg.persistent)
+    # the broker's SQL device's tables (its CONNECTED names their prefix), else the default ones
+    prefix = producer._session.connection.apptx_table_prefix or "pymq_"
+    insert_pending(transaction, target, data, persistent=msg.persistent, table_prefix=prefix)
     return msg
 
 

@@ -116,6 +116,8 @@ class Broker:
         self.client_ids: dict[str, Client] = {}
         self.admin: Any = None                    # the admin operations (server/admin/ops.py), set by the server
         self.admin_frames: AdminFrames = _no_admin   # and their STOMP end (server/admin/stomp_admin.py)
+        #: the table prefix of the SQL device claiming app-transaction rows (server/app.py), announced to clients
+        self.apptx_table_prefix: str | None = None
         self._conn_ids = itertools.count(1)
         # the layers, bottom up
         self.seqs = SequenceBook(store)

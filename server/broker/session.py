@@ -242,6 +242,10 @@ class BrokerSession(FrameIntake, FrameOutlet):
             headers = {"version": version, "server": SERVER_NAME,
                        "heart-beat": f"{server_hb[0]},{server_hb[1]}", "session": self.id,
                        "user-name": user.name}
+            prefix = self.broker.apptx_table_prefix
+            if prefix is not None:
+                # where producer.send(..., transaction=conn) writes its pending rows (spec/storage.md)
+                headers["pymq-apptx-table-prefix"] = prefix
             self.send_frame("CONNECTED", headers)
             self.link.start_heartbeat(self, to_client, to_server)
             # frames pipelined after CONNECT wait in the scanner; parse them now with the version
