@@ -2,13 +2,18 @@
 
     python -m bench.fuzz --minutes 10             # from the repository root
     python -m bench.fuzz --minutes 2 --json /tmp/fuzz.json
-    python -m bench.fuzz --minutes 5 --only broker     # or: --only atheris
+    python -m bench.fuzz --minutes 5 --only broker     # or: --only admin, --only atheris
 
 Half the time goes to the broker state machine of tests/hostile/fuzzing.py (the same rules the test suite
 checks in a short run: the broker stays up, a refused stream gets ERROR then close, a normal client is
 still served), split between a ``pymq-server`` with the compiled core and one with
-``PYMQ_NO_EXTENSIONS=1``; it runs in batches with fresh seeds and restarts a broker that died (and counts
-that as a failure).  The other half goes to the atheris targets of ``bench/fuzz_targets.py`` — the
+``PYMQ_NO_EXTENSIONS=1``, and the compiled one again over its WebSocket listener (``c/ws``: the same
+traffic in WebSocket fragments); it runs in batches with fresh seeds and restarts a broker that died (and counts
+that as a failure).  A share goes to the admin HTTP port (tests/hostile/admin_fuzzing.py: generated
+requests — every route and operation, right and wrong credentials, broken framing, hostile JSON, mutated
+bytes — against a real broker; each must be answered or closed within the request deadline, never with
+500, never 2xx without credentials, no traceback, nothing an unauthenticated request names created;
+``--only admin``).  The rest goes to the atheris targets of ``bench/fuzz_targets.py`` — the
 compiled scanner against its twin, the selector front end with both evaluators, and the broker's reader of
 bulk SEND bodies (Arrow IPC, spec/spark.md §7) — each in its own
 process with a corpus kept under ``--corpus`` (default ``.fuzz-corpus/``, ignored by git) so later runs
@@ -39,22 +44,25 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def run_broker_fuzz(twin: str, seconds: float, steps: int) -> dict:
+def run_broker_fuzz(what: str, seconds: float, steps: int) -> dict:
+    """``what``: the twin (``c`` or ``py``), with ``/ws`` for the WebSocket listener instead of TCP."""
     from hypothesis import HealthCheck, Phase, settings
     from hypothesis.stateful import run_state_machine_as_test
 
     from tests.hostile.conftest import start_broker
     from tests.hostile.fuzzing import BrokerFuzz
 
+    twin, _, transport = what.partition("/")
     env = {"PYMQ_NO_EXTENSIONS": "1" if twin == "py" else "0"}
     tmp = pathlib.Path(tempfile.mkdtemp(prefix=f"pymq-fuzz-{twin}-"))
-    result = {"twin": twin, "batches": 0, "failures": [], "broker_restarts": 0}
+    result = {"twin": what, "batches": 0, "failures": [], "broker_restarts": 0}
+    BrokerFuzz.transport = transport or "tcp"
     BrokerFuzz.stats = {"steps": 0, "connections": 0, "refused_streams": 0, "errors_seen": 0, "bytes": 0}
     deadline = time.monotonic() + seconds
     def fresh_broker(n: int):
         where = tmp / f"broker-{n}"
         where.mkdir()
-        return start_broker(where, env=env)
+        return start_broker(where, env=env, websocket=bool(transport))
 
     broker = fresh_broker(0)
     started = time.monotonic()
@@ -77,6 +85,40 @@ def run_broker_fuzz(twin: str, seconds: float, steps: int) -> dict:
         broker.stop()
     result.update(BrokerFuzz.stats)
     result["seconds"] = round(time.monotonic() - started, 1)
+    return result
+
+
+def _rss_mib(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return next(round(int(line.split()[1]) / 1024, 1) for line in fh if line.startswith("VmRSS:"))
+    except (OSError, StopIteration):
+        return None
+
+
+def run_admin_fuzz(seconds: float, examples: int = 50) -> dict:
+    """Generated requests against a real broker's admin HTTP port (tests/hostile/admin_fuzzing.py), in
+    batches with fresh seeds; a broker that died is counted as a failure and started again."""
+    from tests.hostile import admin_fuzzing
+
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="pymq-fuzz-admin-"))
+    result: dict = {"batches": 0, "failures": [], "broker_restarts": 0}
+    stats: dict = {"requests": 0, "bytes": 0}
+    started = time.monotonic()
+    broker = admin_fuzzing.start(tmp / "broker-0")
+    result["rss_start_mib"] = _rss_mib(broker.proc.pid)
+    try:
+        while time.monotonic() - started < seconds:
+            if broker.proc.poll() is not None:
+                result["broker_restarts"] += 1
+                broker = admin_fuzzing.start(tmp / f"broker-{result['broker_restarts']}")
+            result["batches"] += 1
+            result["failures"] += admin_fuzzing.run_batch(broker, examples, stats)
+            broker.log[:] = [line for line in broker.log if "Traceback" not in line]   # reported once
+        result["rss_end_mib"] = _rss_mib(broker.proc.pid)
+    finally:
+        broker.stop()
+    result.update(stats, seconds=round(time.monotonic() - started, 1))
     return result
 
 
@@ -168,7 +210,7 @@ def run_jvm_fuzz(command: list[str], seconds: float) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=10.0)
-    p.add_argument("--only", choices=["broker", "atheris", "jvm"])
+    p.add_argument("--only", choices=["broker", "admin", "atheris", "jvm"])
     p.add_argument("--steps", type=int, default=40, help="steps per generated broker session")
     p.add_argument("--corpus", default=str(ROOT / ".fuzz-corpus"))
     p.add_argument("--asan", action="store_true", help="atheris targets against AddressSanitizer builds")
@@ -182,7 +224,9 @@ def main(argv=None) -> int:
         have_atheris = False
     parts = []
     if args.only in (None, "broker"):
-        parts += [("broker", "c"), ("broker", "py")]
+        parts += [("broker", "c"), ("broker", "py"), ("broker", "c/ws")]
+    if args.only in (None, "admin"):
+        parts += [("admin", "http")]
     if args.only in (None, "atheris") and have_atheris:
         parts += [("atheris", "scanner"), ("atheris", "selector"), ("atheris", "bulk"), ("atheris", "definitions")]
     jvm = jvm_fuzz_command()
@@ -192,7 +236,7 @@ def main(argv=None) -> int:
         print("jvm: the JVM Spark source's jar is not built (bindings/spark/build.sh)", flush=True)
         return 1
     share = total / max(1, len(parts))
-    report: dict = {"minutes": args.minutes, "broker": [], "atheris": [], "jvm": [],
+    report: dict = {"minutes": args.minutes, "broker": [], "admin": [], "atheris": [], "jvm": [],
                     "atheris_available": have_atheris, "asan": args.asan}
     asan = asan_tree() if args.asan else None
     if asan is not None:
@@ -217,6 +261,15 @@ def main(argv=None) -> int:
                   f"{len(r['failures'])} failure(s), {r['broker_restarts']} broker restart(s)", flush=True)
             for failure in r["failures"]:
                 print("   FAILURE:", failure, flush=True)
+        elif kind == "admin":
+            r = run_admin_fuzz(share)
+            report["admin"].append(r)
+            print(f"admin HTTP port: {r['batches']} batches, {r['requests']} requests ({r['bytes']} bytes) in "
+                  f"{r['seconds']} s, broker RSS {r['rss_start_mib']} -> {r.get('rss_end_mib')} MiB; "
+                  f"{len(r['failures'])} failure(s), {r['broker_restarts']} broker restart(s)",
+                  flush=True)
+            for failure in r["failures"]:
+                print("   FAILURE:", failure[:2000], flush=True)
         elif kind == "jvm":
             r = run_jvm_fuzz(jvm, share)
             report["jvm"].append(r)
@@ -237,6 +290,7 @@ def main(argv=None) -> int:
         with open(args.json, "w") as fh:
             json.dump(report, fh, indent=2)
     failed = any(r["failures"] for r in report["broker"]) or any(r["failure"] for r in report["atheris"]) \
+        or any(r["failures"] for r in report["admin"]) \
         or any(r["finding"] for r in report["jvm"]) \
         or report.get("asan_tests", {}).get("returncode", 0) != 0
     return 1 if failed else 0

@@ -21,6 +21,7 @@ import pytest
 class BrokerProcess:
     proc: subprocess.Popen
     port: int
+    ws_port: int | None = None          # the WebSocket listener's, when the configuration has one
 
     @property
     def url(self) -> str:
@@ -47,7 +48,12 @@ class BrokerProcess:
         return f"the broker exited with {code}"
 
 
-def start_broker(tmp_path, *args: str, env: dict[str, str] | None = None) -> BrokerProcess:
+def start_broker(tmp_path, *args: str, env: dict[str, str] | None = None, websocket: bool = False) -> BrokerProcess:
+    """``websocket``: the broker also listens for STOMP over WebSocket on a free port (``ws_port``)."""
+    if websocket:
+        config = tmp_path / "websocket.yaml"
+        config.write_text("websocket: {port: 0}\n")
+        args = ("--config", str(config), *args)
     log = open(tmp_path / "broker.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "pymq_server.cli", "--port", "0", "--data-dir",
                              str(tmp_path / "data"), *args], cwd=tmp_path, stdout=subprocess.DEVNULL,
@@ -55,9 +61,11 @@ def start_broker(tmp_path, *args: str, env: dict[str, str] | None = None) -> Bro
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         log.seek(0)
-        m = re.search(r"pymq-server listening on 127\.0\.0\.1:(\d+)", log.read())
-        if m:
-            return BrokerProcess(proc, int(m.group(1)))
+        text = log.read()
+        m = re.search(r"pymq-server listening on 127\.0\.0\.1:(\d+)", text)
+        ws = re.search(r"pymq-server websocket listening on ws://127\.0\.0\.1:(\d+)", text)
+        if m and (ws or not websocket):
+            return BrokerProcess(proc, int(m.group(1)), int(ws.group(1)) if ws else None)
         if proc.poll() is not None:
             break
         time.sleep(0.05)

@@ -13,6 +13,11 @@ itself uses, in the server role — which says whether the stream breaks STOMP. 
 * whenever the broker sends an ERROR (for a reason the model does not see too: an unknown subscription,
   a missing transaction), the connection closes after it;
 * a normal client (the pymq SDK) is still served — checked every few steps and at the end.
+
+With ``BrokerFuzz.transport = "ws"`` the same connections speak STOMP over the broker's WebSocket
+listener (issue 24: every input surface in the fuzz suite): each append is one binary WebSocket message,
+whole, in two fragments, or in one-byte and seven-byte fragments (chosen from its length, so a replay
+splits it the same way), and the broker's messages are read back with wsproto; the rules are the same.
 """
 from __future__ import annotations
 
@@ -28,6 +33,10 @@ from pymq.errors import ProtocolError, PymqError
 from pymq.protocol.connection import Role, State, StompConnection
 from pymq.protocol.frame import Frame
 from pymq.protocol.scanner import FrameScanner, encode_frame
+
+from wsproto import ConnectionType, WSConnection
+from wsproto.events import AcceptConnection, BytesMessage, CloseConnection, Request, TextMessage
+from wsproto.utilities import LocalProtocolError
 
 CONNECT_LIMIT = 64 * 1024
 
@@ -134,9 +143,10 @@ def mutate(draw, data: bytes) -> bytes:
 class Peer:
     """One raw connection and the local model of what the broker must make of its bytes."""
 
-    def __init__(self, port: int) -> None:
+    def __init__(self, port: int, ws: bool = False) -> None:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.ws = self._upgrade() if ws else None
         self.model = StompConnection(Role.SERVER)
         self.model.limit_until_connected(CONNECT_LIMIT)
         self.version = "1.2"
@@ -157,9 +167,52 @@ class Peer:
             return
         self.sent += len(data)
         try:
-            self.sock.sendall(data)
-        except OSError:
+            self.sock.sendall(self._frames(data) if self.ws is not None else data)
+        except (OSError, LocalProtocolError):       # LocalProtocolError: the broker closed the WebSocket
             self.closed = True
+
+    def _upgrade(self):
+        ws = WSConnection(ConnectionType.CLIENT)
+        self.sock.sendall(ws.send(Request(host="127.0.0.1", target="/stomp", subprotocols=["v12.stomp"])))
+        while True:
+            data = self.sock.recv(65536)
+            if not data:
+                raise AssertionError("the broker closed the WebSocket upgrade")
+            ws.receive_data(data)
+            for event in ws.events():
+                if isinstance(event, AcceptConnection):
+                    return ws
+                raise AssertionError(f"the WebSocket upgrade was refused: {event!r}")
+
+    def _frames(self, data: bytes) -> bytes:
+        """``data`` as one binary message: whole, two fragments, or one-byte / seven-byte fragments for its
+        first bytes (the split follows from the length, so a replayed example splits the same way)."""
+        how = len(data) % 4
+        if how == 0 or len(data) < 2:
+            cuts = [len(data)]
+        elif how == 1:
+            cuts = [len(data) // 2, len(data)]
+        else:
+            step = 1 if how == 2 else 7
+            cuts = [*range(step, min(len(data), 4096), step), len(data)]
+        out, start = [], 0
+        for cut in cuts:
+            out.append(self.ws.send(BytesMessage(data=data[start:cut], message_finished=cut == len(data))))
+            start = cut
+        return b"".join(out)
+
+    def _payload(self, data: bytes) -> tuple[bytes, bool]:
+        """What the broker's WebSocket frames in ``data`` carry, and whether it closed."""
+        self.ws.receive_data(data or None)
+        out, closed = [], not data
+        for event in self.ws.events():
+            if isinstance(event, TextMessage):
+                out.append(event.data.encode("utf-8"))
+            elif isinstance(event, BytesMessage):
+                out.append(bytes(event.data))
+            elif isinstance(event, CloseConnection):
+                closed = True
+        return b"".join(out), closed
 
     def _model(self, data: bytes) -> None:
         model = self.model
@@ -210,6 +263,9 @@ class Peer:
             if not data:
                 self.closed = True
                 return True
+            ws_closed = False
+            if self.ws is not None:
+                data, ws_closed = self._payload(data)
             try:
                 self.received += self.reader.feed(data)
                 while True:
@@ -219,6 +275,9 @@ class Peer:
                     self.received += more
             except ProtocolError as exc:
                 raise AssertionError(f"the broker sent a malformed stream: {exc}") from None
+            if ws_closed:
+                self.closed = True
+                return True
 
     @property
     def errors(self) -> list[Frame]:
@@ -244,6 +303,7 @@ class BrokerFuzz(RuleBasedStateMachine):
     """Override ``broker`` (an object with ``port`` and ``alive()``) before running."""
 
     broker = None
+    transport = "tcp"           # or "ws": the broker's WebSocket listener (``broker.ws_port``)
     stats = {"steps": 0, "connections": 0, "refused_streams": 0, "errors_seen": 0, "bytes": 0}
 
     def __init__(self) -> None:
@@ -263,7 +323,8 @@ class BrokerFuzz(RuleBasedStateMachine):
           heartbeat=st.sampled_from([None, "0,0", "0,1000", "1000,0"] + [n + ",0" for n in HOSTILE_NUMBERS[:4]]),
           credentials=st.sampled_from([("guest", "guest"), ("guest", "wrong"), (None, None)]))
     def open(self, version, heartbeat, credentials):
-        peer = Peer(self.broker.port)
+        ws = self.transport == "ws"
+        peer = Peer(self.broker.ws_port if ws else self.broker.port, ws=ws)
         self.stats["connections"] += 1
         headers = {"host": "/"}
         if version is not None:

@@ -23,14 +23,20 @@ def fuzzed_broker(request, tmp_path_factory):
     if request.param == "c" and NO_EXTENSIONS:
         pytest.skip("PYMQ_NO_EXTENSIONS=1: the compiled twin is disabled on purpose")
     env = {"PYMQ_NO_EXTENSIONS": "1" if request.param == "py" else "0"}
-    bp = start_broker(tmp_path_factory.mktemp(f"fuzz-{request.param}"), env=env)
+    bp = start_broker(tmp_path_factory.mktemp(f"fuzz-{request.param}"), env=env, websocket=True)
     yield bp
     bp.stop()
 
 
-def test_broker_under_generated_traffic(fuzzed_broker):
+@pytest.mark.parametrize("transport", ["tcp", "ws"])
+def test_broker_under_generated_traffic(fuzzed_broker, transport):
+    """``ws``: the same traffic over the WebSocket listener, in fragments (issue 24 item 7)."""
     BrokerFuzz.broker = fuzzed_broker
-    run_state_machine_as_test(BrokerFuzz, settings=settings(
-        max_examples=int(os.environ.get("PYMQ_FUZZ_EXAMPLES", "12")), stateful_step_count=25,
-        deadline=None, suppress_health_check=list(HealthCheck)))
+    BrokerFuzz.transport = transport
+    try:
+        run_state_machine_as_test(BrokerFuzz, settings=settings(
+            max_examples=int(os.environ.get("PYMQ_FUZZ_EXAMPLES", "12")), stateful_step_count=25,
+            deadline=None, suppress_health_check=list(HealthCheck)))
+    finally:
+        BrokerFuzz.transport = "tcp"
     assert fuzzed_broker.alive(), fuzzed_broker.describe()
