@@ -466,6 +466,8 @@ class BrokerServer:
             if server is not None:
                 await server.wait_closed()
         await asyncio.sleep(0)   # let transports flush their last frames
+        if self.broker is not None:
+            self.broker.destinations.queue_logs.close()
         if self.store is not None:
             # A device in fault cannot save what changed since the fault; that is said, and the stop
             # goes on: everything acknowledged is durable already (spec/storage.md §8).

@@ -585,6 +585,14 @@ class BrokerConfig(_Section):
                           "consume, browse, purge, create, manage) on destinations without an ACL of their "
                           "own; `create` there lets a user declare new queues. Default: everyone may do "
                           "everything but `manage`. Reloaded by SIGHUP")
+    queue_logs: bool = Field(True, description="a separate log file for each queue (seed 001): its declarations, "
+                             "changes, purges, consumers, dead letters and expiries, in `queue_log_dir`; its path is "
+                             "the `log` of `queue-info`")
+    queue_log_dir: str | None = Field(None, description="where the per-queue logs go (default: "
+                                      "`<data_dir>/queue-logs`)")
+    queue_log_max_bytes: Annotated[int, Field(ge=4096, le=1 << 34)] = Field(
+        1 << 20, description="a queue's log rotates at this size (one older file kept: at most twice this "
+                             "per queue)")
     vhosts: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")], list[Principal]] = Field(
         default_factory=dict, description="virtual hosts besides the default `/` (spec/stomp.md §1): name "
         "(letters, digits, `_`, `-`) -> the principals (`*`, `user:<name>`, `role:<name>`) who may connect to "

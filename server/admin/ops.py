@@ -290,7 +290,8 @@ def queue_info(admin: Admin, user, args: dict) -> dict:
         b.acl.check_sees(user, queue.destination)
     return {"name": name, "destination": queue.destination, "declared": name in b.declared,
             "config": queue.config.to_dict(), "acl": b.acl.describe(queue.destination),
-            "metrics": queue_metrics(queue, b.clock()), "rates": admin.sampler.rate("q:" + name)}
+            "metrics": queue_metrics(queue, b.clock()), "rates": admin.sampler.rate("q:" + name),
+            "log": b.destinations.queue_logs.path_for(name)}
 
 
 def _sees(admin: Admin, user):

@@ -21,6 +21,7 @@ knows about subscriptions, routing or the cluster.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 
 from pymq_server.broker import destination as names
@@ -30,6 +31,7 @@ from pymq_server.broker.clients import Client
 from pymq_server.broker.deadletters import DEAD_LETTER_CONFIG, DeadLetterNames
 from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.idle import IdleWatch
+from pymq_server.broker.queue_logs import QueueLogs
 from pymq_server.schema import MessageSchema
 from pymq_server.broker.temporary import TemporaryTopics
 from pymq_server.broker import vhosts
@@ -57,6 +59,9 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1.x" -> queue
         self.temp_topics: dict[str, Topic] = {}            # global name "tmp.c1.x" -> topic
         self.idle = IdleWatch()                             # auto-delete of what use created
+        # one log per queue (seed 001; queue_logs.py)
+        self.queue_logs = QueueLogs((config.queue_log_dir or os.path.join(config.data_dir, "queue-logs"))
+                                    if config.queue_logs else None, config.queue_log_max_bytes)
         self.internal: dict[str, MessageQueue] = {}        # queues clients cannot address ($cluster.out.*)
         self.declared: dict[str, dict] = {}                # explicitly created queues: name -> catalog record
         self._resolved: dict[str, tuple[names.Kind, str]] = {}
@@ -197,6 +202,8 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         if persist:
             self.store.put_meta("queue:" + name, json.dumps(record).encode())
             self.store.put_meta("acl:" + destination, None)     # the queue's record holds its ACL now
+            self.queue_logs.event(name, f"declared by {user.name if user is not None else 'the broker'}: "
+                                        f"{json.dumps(config.to_dict(), sort_keys=True)}")
         return existing, True
 
     def restore_queue(self, name: str, record: dict) -> None:
@@ -240,6 +247,7 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         record["config"] = after
         self.declared[name] = record
         self.store.put_meta("queue:" + name, json.dumps(record).encode())
+        self.queue_logs.event(name, f"altered by {user.name}: {'; '.join(changes)}")
         return queue, changes
 
     def drop_queue(self, name: str, user: User, *, force: bool = False) -> int:
@@ -266,6 +274,7 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         if source is not None and source in self.queues:
             # its source still names it: emptied, and there again at once (the name stays reserved)
             self.reserve_dead_letter_name(source, name, persist=True)
+        self.queue_logs.event(name, f"dropped by {user.name}: {dropped} message(s) with it")
         return dropped
 
     def purge_queue(self, name: str, user: User) -> int:
@@ -273,7 +282,9 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         if queue is None:
             raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
         self.acl.check(user, queue.destination, "purge")     # consume alone does not empty a queue
-        return queue.purge()
+        purged = queue.purge()
+        self.queue_logs.event(name, f"purged by {user.name}: {purged} message(s)")
+        return purged
 
     def reclaim_idle(self, now_ms: int, keeps_log: Callable[[str], bool]) -> tuple[list[MessageQueue], list[Topic]]:
         """Delete the queues and topics created by use that have been idle and empty for

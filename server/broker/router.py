@@ -189,6 +189,11 @@ class Router:
         ``dead_retention_ms`` (then purged by housekeeping), or dropped when dead-lettering is off."""
         queue = entry.queue
         cfg = queue.config
+        if queue.kind == "queue":
+            name = queue.destination[len("/queue/"):]
+            where = "to " + cfg.dead_letter_prefix + name if cfg.dead_letter else "dropped"
+            self.destinations.queue_logs.event(
+                name, f"message {entry.message.message_id} after {entry.deliveries} deliveries: {where} ({reason})")
         if not cfg.dead_letter:
             log.info("dropping message %s from %s: %s", entry.message.message_id, queue.name, reason)
             return
@@ -203,6 +208,10 @@ class Router:
         self.expired += 1
         target = self.config.expiry_queue
         queue = entry.queue
+        if queue.kind == "queue":
+            self.destinations.queue_logs.event(queue.destination[len("/queue/"):],
+                                               f"message {entry.message.message_id} expired"
+                                               f"{' (to ' + target + ')' if target else ''}")
         if not target or queue.destination == "/queue/" + target or \
                 queue.destination.startswith("/queue/" + self.config.queue_defaults.dead_letter_prefix):
             return

@@ -190,9 +190,20 @@ class Subscriptions:
 
     def consumer_added(self, consumer: Consumer) -> None:
         self.cluster.queue_consumers_changed(consumer.queue)
+        self._log_consumer(consumer, "attached")
+
+    def _log_consumer(self, consumer: Consumer, what: str) -> None:
+        queue = consumer.queue
+        if queue.kind == "queue" and self.destinations.queue_logs.enabled:
+            client = consumer.session
+            self.destinations.queue_logs.event(
+                queue.destination[len("/queue/"):],
+                f"consumer {what}: connection {client.id} user {client.user.name} subscription {consumer.id} "
+                f"({len(queue.consumers)} now)")
 
     def consumer_removed(self, consumer: Consumer) -> None:
         self.cluster.queue_consumers_changed(consumer.queue)
+        self._log_consumer(consumer, "detached")
         sub = consumer.subscription
         if sub is not None and not sub.durable and not consumer.queue.consumers:
             self.drop(sub)          # a non-durable subscription ends with its last consumer

@@ -40,7 +40,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                          "groups", "idle", "consumer", "topic", "log", "acl", "auth", "requests", "clients",
                          "membership", "forwarded", "sequences", "dedup", "flow", "budgets", "stored_form",
                          "segments", "slices", "bulk_rows",
-                         "bulk_stream", "blocks", "quarantine", "vhosts", "backlog", "upkeep", "dispatch"}),
+                         "bulk_stream", "blocks", "quarantine", "vhosts", "queue_logs", "backlog", "upkeep", "dispatch"}),
     ("destinations", {"destinations", "temporary", "deadletters"}),
     ("subscriptions", {"subscriptions"}),
     ("router and range reader", {"placement", "placement_rules", "bulk_placement", "router", "ranges"}),
