@@ -231,6 +231,32 @@ def test_create_a_queue(console):
     assert c.broker.op("queue-info", name="web.created")["config"]["max_deliveries"] == 4
 
 
+def test_definitions_export_and_import(console):
+    """The console's Definitions page (spec/admin.md): Export shows the broker's document (hashes, never
+    passwords); Import applies a pasted one, and a bad one is refused with nothing changed."""
+    c = console("definitions")
+    c.login()
+    c.broker.op("create-queue", name="web.defs", config={"max_depth": 7})
+    c.go("definitions")
+    page = c.page
+    page.click("#definitions-export")
+    expect(page.locator("#flash")).to_contain_text("exported")
+    doc = json.loads(page.input_value("#definitions-json"))
+    assert any(q["name"] == "web.defs" and q["settings"]["max_depth"] == 7 for q in doc["queues"])
+    assert ADMIN_PW not in page.input_value("#definitions-json")
+    expect(page.locator("#definitions-download")).to_be_visible()
+    new = {"pymq_definitions": 1, "queues": [{"name": "web.imported", "settings": {"max_depth": 3}}]}
+    page.fill("#definitions-import", json.dumps(new))
+    page.click("#definitions-import-submit")
+    expect(page.locator("#flash")).to_contain_text("queues created 1")
+    assert c.broker.op("queue-info", name="web.imported")["config"]["max_depth"] == 3
+    bad = {"pymq_definitions": 1, "queues": [{"name": "web.never", "settings": {"max_depth": -1}}]}
+    page.fill("#definitions-import", json.dumps(bad))
+    page.click("#definitions-import-submit")
+    expect(page.locator("#flash")).to_contain_text("config")
+    assert "web.never" not in [q["name"] for q in c.broker.op("list-queues")]
+
+
 def test_browse_a_message_page_by_page(console):
     b = console().broker
     hostile = '<img src=x onerror="alert(1)"><script>alert(2)</script>'

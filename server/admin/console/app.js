@@ -455,6 +455,42 @@ pages.cluster = () => {
   };
 };
 
+pages.definitions = () => {
+  /* Definitions (spec/admin.md): export the broker's queues, grants, durable subscriptions, users (hashes)
+     and storage rules as one JSON document, or import one (applied whole or refused with nothing changed). */
+  const exported = h("textarea", { id: "definitions-json", rows: 14, cols: 100, readonly: true });
+  const download = h("a", { id: "definitions-download", download: "pymq-definitions.json", hidden: true }, "Download");
+  const exportButton = h("button", { type: "button", id: "definitions-export" }, "Export");
+  exportButton.addEventListener("click", async () => {
+    try {
+      const doc = await api("export-definitions");
+      const text = JSON.stringify(doc, null, 2);
+      exported.value = text;
+      if (download.href) URL.revokeObjectURL(download.href);
+      download.href = URL.createObjectURL(new Blob([text], { type: "application/json" }));
+      download.hidden = false;
+      flash(`exported ${doc.queues.length} queue(s), ${doc.permissions.length} access list(s), ` +
+            `${doc.durable_subscriptions.length} durable subscription(s), ${doc.users.length} user(s)`, "ok");
+    } catch (err) {
+      if (err.status !== 401) flash(refusal(err), "error");
+    }
+  });
+  const input = h("textarea", { id: "definitions-import", rows: 10, cols: 100,
+                                placeholder: "paste a definitions document (JSON)" });
+  const form = h("form", { id: "definitions-import-form", onsubmit: (e) => {
+    e.preventDefault();
+    act("import-definitions", { definitions: input.value }, r => "imported: " + Object.entries(r)
+      .map(([k, v]) => `${k.replace(/_/g, " ")} ${v}`).join(", "));
+  } }, input, h("button", { type: "submit", id: "definitions-import-submit" }, "Import"));
+  return {
+    el: h("section", { class: "page", id: "page-definitions" }, h("h2", {}, "Definitions"),
+      h("p", {}, "Queues with their settings, access lists, durable subscriptions, users (password hashes only), " +
+                 "storage rules and virtual hosts, as one JSON document."),
+      h("div", {}, exportButton, " ", download), exported, h("h3", {}, "Import"), form),
+    async update() {},
+  };
+};
+
 // -- routing and refresh ---------------------------------------------------------------------------
 function stopTimer() {
   if (state.timer) clearInterval(state.timer);
