@@ -82,6 +82,12 @@ def render() -> str:
     out += _section("WebSocket", c.WebSocketConfig, "Under `websocket:`: browsers and other WebSocket STOMP "
                                                     "clients (docs/getting-started.md).")
     out += _section("Cluster", c.ClusterConfig, "Under `cluster:` (spec/cluster.md).")
+    out += _section("High availability", c.HaConfig,
+                    "Under `ha:` (spec/ha.md, docs/operations.md \"A live/backup pair\"): the store is the data "
+                    "directory of the default or `file` devices (on a shared file system that honours `flock`), or "
+                    "the PostgreSQL database of the `sql` devices.\n\n"
+                    "```yaml\nnode_id: orders-broker        # the same in every member\ndata_dir: /shared/pymq\n"
+                    "ha: {lease_ms: 2000}\n```")
     out += _section("Users file", c.UsersFile, "The file `users_file` names (docs/users.md). Reloaded by SIGHUP.")
     out += _section("User entry", c.UserEntry, "Under `users: {<name>: ...}` in the users file.", level=3)
     return "\n".join(out).rstrip() + "\n"
@@ -186,7 +192,8 @@ def _type(tp: Any) -> str:
 
 
 _NAMES = {c.QueueConfig: "queue settings", c.UserEntry: "user entry (below)", c.StorageConfig: "section (Storage)",
-          c.TlsConfig: "section (TLS)", c.WebSocketConfig: "section (WebSocket)", c.ClusterConfig: "section (Cluster)"}
+          c.TlsConfig: "section (TLS)", c.WebSocketConfig: "section (WebSocket)", c.ClusterConfig: "section (Cluster)",
+          c.HaConfig: "section (High availability)"}
 
 
 def _bounds(metadata: list) -> str:

@@ -25,6 +25,7 @@ from pymq_server.logs import announce
 from pymq_server.net.accept import ConnectionSlots, Listener, fit_descriptors
 from pymq_server.net.runtime import AsyncioRuntime
 from pymq_server.net.tcp import StompServerProtocol, refusal_frame
+from pymq_server.storage.ha.fence import NO_FENCE, Fence
 from pymq_server.storage.memory import MemoryDevice
 from pymq_server.storage.store import HoldingStore
 
@@ -32,6 +33,7 @@ from pymq.errors import ConfigError, ListenError, PymqError, StorageError
 
 if TYPE_CHECKING:
     from pymq_server.admin.http import AdminHttp
+    from pymq_server.ha_role import HaRole
     from pymq_server.broker.apptx import PendingClaimer
     from pymq_server.cluster.node import ClusterNode
     from pymq_server.storage.device import HoldingDevice
@@ -43,8 +45,9 @@ HOUSEKEEPING_PERIOD_S = 1.0
 STORAGE_MAINTENANCE_PERIOD_S = 0.25
 
 
-def build_devices(config: BrokerConfig) -> tuple[list[HoldingDevice], str | None]:
-    """The holding devices named in ``config.storage`` (default: memory + the paged file store)."""
+def build_devices(config: BrokerConfig, fence: Fence = NO_FENCE) -> tuple[list[HoldingDevice], str | None]:
+    """The holding devices named in ``config.storage`` (default: memory + the paged file store); ``fence``:
+    high availability's, given to every durable device (spec/ha.md §2)."""
     storage = config.storage
     persistent = storage.persistent_device
     specs: dict[str, tuple[str, dict[str, Any]]]
@@ -55,7 +58,7 @@ def build_devices(config: BrokerConfig) -> tuple[list[HoldingDevice], str | None
         # only the options the configuration sets: each device keeps its own defaults for the rest
         specs = {name: (dev.kind, dev.model_dump(exclude={"kind"}, exclude_unset=True))
                  for name, dev in storage.devices.items()}
-    devices = [make_device(kind, name, options, config) for name, (kind, options) in specs.items()]
+    devices = [make_device(kind, name, options, config, fence) for name, (kind, options) in specs.items()]
     return devices, persistent
 
 
@@ -63,7 +66,10 @@ def build_devices(config: BrokerConfig) -> tuple[list[HoldingDevice], str | None
 MIN_CHECKPOINT_BYTES = 1 << 20
 
 
-def make_device(kind: str, name: str, options: dict[str, Any], config: BrokerConfig) -> HoldingDevice:
+def make_device(kind: str, name: str, options: dict[str, Any], config: BrokerConfig,
+                fence: Fence = NO_FENCE) -> HoldingDevice:
+    if fence is not NO_FENCE and kind in ("file", "sql"):
+        options["fence"] = fence
     if kind == "memory":
         return MemoryDevice(name, **options)
     if kind == "file":
@@ -125,6 +131,13 @@ class BrokerServer:
         # listeners share max_connections, the admin port has its own
         self.connections = ConnectionSlots(config.max_connections, "max_connections")
         self.admin_connections = ConnectionSlots(config.admin_max_connections, "admin_max_connections")
+        # high availability (spec/ha.md): this run's role in the group, the fence its devices ask, and the
+        # command line's hook told when it starts waiting as a backup
+        self.ha: HaRole | None = None
+        self.fence: Fence = NO_FENCE
+        self.on_backup: Callable[[BrokerServer], None] | None = None
+        self.abandoned = False
+        self.abandon_done = asyncio.Event()
 
     def _core(self) -> tuple[Broker, HoldingStore, AsyncioRuntime]:
         """What :meth:`start_core` built; asking before it ran is a bug of the caller."""
@@ -143,6 +156,8 @@ class BrokerServer:
         if cfg.tls is not None:
             from pymq_server.net.tls import server_context
             self.ssl_context = server_context(cfg.tls)
+        if cfg.ha is not None and not await self._wait_as_backup():
+            return self
         await self.start_core()
         try:
             if self.before_listeners is not None:
@@ -151,7 +166,40 @@ class BrokerServer:
         except BaseException:
             await self.stop()
             raise
+        if self.ha is not None:
+            self.ha.activated()
         return self
+
+    async def _wait_as_backup(self) -> bool:
+        """spec/ha.md §1.8: a backup runs its admin port (if any), no STOMP listener, until it takes the
+        store (True) or is stopped (False)."""
+        from pymq_server.ha_role import HaRole
+        role = self.ha = HaRole(self)
+        try:
+            if self.config.admin_port is not None:
+                await self._start_admin_http()
+            if self.on_backup is not None:
+                self.on_backup(self)
+            if not await role.wait_until_live():
+                return False
+        except BaseException:
+            await self.stop()
+            raise
+        self.fence = role.medium
+        return True
+
+    @property
+    def live(self) -> bool:
+        """Serving clients: no high availability, or this process holds the store."""
+        return self.broker is not None and not self.abandoned
+
+    async def _start_admin_http(self) -> None:
+        from pymq_server.admin.http import AdminHttp
+        cfg = self.config
+        self.http = AdminHttp(self, cfg.host, cfg.admin_port or 0,
+                              ssl_context=self.ssl_context if cfg.admin_tls else None)
+        self.admin_port = await _listen("admin HTTP port (admin_port)", cfg.host, cfg.admin_port or 0,
+                                        self.http.start())
 
     async def _start_listeners(self) -> None:
         loop = asyncio.get_running_loop()
@@ -193,12 +241,8 @@ class BrokerServer:
             self.websocket_port = self.websocket.sockets[0].getsockname()[1]
         if self.admin is not None:
             self.admin.start()
-        if cfg.admin_port is not None:
-            from pymq_server.admin.http import AdminHttp
-            http = self.http = AdminHttp(self, cfg.host, cfg.admin_port,
-                                         ssl_context=self.ssl_context if cfg.admin_tls else None)
-            self.admin_port = await _listen("admin HTTP port (admin_port)", cfg.host, cfg.admin_port,
-                                            http.start())
+        if cfg.admin_port is not None and self.http is None:      # a backup started it already
+            await self._start_admin_http()
         for server in (self._server, self._tls_server, self.websocket):
             if server is not None:
                 await server.start_serving()
@@ -348,7 +392,7 @@ class BrokerServer:
                         "cannot write serve what they hold and refuse new messages until space returns",
                         cfg.data_dir, exc.strerror)
         runtime = self.runtime = AsyncioRuntime(loop)
-        devices, persistent = build_devices(cfg)
+        devices, persistent = build_devices(cfg, self.fence)
         store = self.store = HoldingStore(devices, persistent_device=persistent, sync_policy=cfg.sync_policy,
                                           sync_window_ms=cfg.sync_window_ms, call_later=runtime.call_later,
                                           run_in_thread=runtime.run_in_thread, codec=STORED_CODEC)
@@ -362,6 +406,8 @@ class BrokerServer:
         except OSError as exc:
             raise StorageError(f"cannot open storage under {cfg.data_dir}: {exc}") from exc
         broker = self.broker = Broker(cfg, store, runtime)
+        if self.ha is not None:
+            broker.serving = self.ha.arbiter         # spec/ha.md §2.1: bytes leave only under a fresh lease
         store.on_device_opened = broker.recover_device
         self.admin = broker.admin = Admin(self)
         broker.admin_frames = stomp_admin.handle
@@ -440,8 +486,51 @@ class BrokerServer:
         finally:
             self._schedule_maintenance()
 
+    async def abandon(self, reason: str) -> None:
+        """Fenced (spec/ha.md §2.4): another process holds the store now.  Nothing more is written or sent:
+        every client connection is aborted (no ERROR, no last RECEIPT), listeners close, timers stop, and
+        storage is dropped without a flush, a checkpoint or a close record; then the OS lock goes."""
+        if self.abandoned:
+            return
+        self.abandoned = self.stopping = True
+        log.error("fenced: %s; abandoning every connection and the store without writing", reason)
+        for timer in (self._housekeeping, self._maintenance, self._selection_timer):
+            if timer is not None:
+                timer.cancel()
+        for server in (self._server, self._tls_server, self.websocket):
+            if server is not None:
+                server.close()
+        if self.broker is not None:
+            for session in list(self.broker.sessions.values()):
+                link = getattr(session, "link", None)      # a BrokerSession (a cluster peer's too)
+                if link is not None:
+                    getattr(link, "abort", link.close)()
+        for claimer in self.claimers:
+            claimer.stop()
+        if self.admin is not None:
+            self.admin.stop()
+        if self.store is not None:
+            self.store.abandon()
+        if self.http is not None:
+            await self.http.stop()
+        if self.runtime is not None:
+            self.runtime.shutdown()
+        if self.ha is not None:
+            await asyncio.to_thread(self.ha.arbiter.abandon)
+        log.error("fenced: everything abandoned")
+        self.abandon_done.set()
+
+    def stop_waiting(self) -> None:
+        """A stop while waiting as a backup: the wait ends (``start`` returns without listening)."""
+        if self.ha is not None:
+            self.ha.stop_waiting()
+
     async def stop(self) -> None:
+        if self.abandoned:
+            return
         self.stopping = True
+        if self.ha is not None:
+            self.ha.stop_waiting()
         if self.admin is not None:
             self.admin.stop()
         if self.cluster is not None:
@@ -479,6 +568,8 @@ class BrokerServer:
                 log.error("storage at shutdown: %s", exc.message)
         if self.runtime is not None:
             self.runtime.shutdown()
+        if self.ha is not None:
+            await self.ha.stop()          # after storage closed: the OS lock goes last (spec/ha.md §1.9)
         log.info("pymq-server stopped")
 
 

@@ -31,6 +31,7 @@ log = logging.getLogger("pymq.server")
 
 EXIT_CONFIG = 2        # the configuration (file, flags, certificates) is wrong: fix it, then start
 EXIT_STARTUP = 1       # a start-up step failed (data directory, a port in use, storage)
+EXIT_FENCED = 3        # ha.after_fenced: exit, and another process took the store (spec/ha.md §2.4)
 
 
 def _serve_parser() -> argparse.ArgumentParser:
@@ -84,16 +85,18 @@ def _passwd(argv: list[str]) -> int:
     return 0
 
 
-async def _run(config: BrokerConfig) -> None:
+async def _run(config: BrokerConfig) -> int:
+    """Serve until SIGTERM/SIGINT (0).  With ``ha:`` a run may end fenced (spec/ha.md §2.4): then the process
+    exits with :data:`EXIT_FENCED` or, by default, starts a new server that waits as a backup."""
     from pymq_server.app import BrokerServer
-    server = BrokerServer(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    started = False
+    current: list[BrokerServer] = []
+    started = [False]
 
     def hup() -> None:
-        if started:
-            server.reload_logged()
+        if started[0] and current:
+            current[0].reload_logged()
         else:
             log.warning("SIGHUP during start-up ignored: nothing to reload yet")
 
@@ -103,19 +106,69 @@ async def _run(config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGHUP, hup)
     try:
-        await server.start()
-        started = True
+        while True:
+            server = BrokerServer(config)
+            server.on_backup = _announce_backup
+            current[:] = [server]
+            started[0] = False
+            fenced = await _serve(server, stop, started)
+            if not fenced or stop.is_set():
+                return 0
+            assert config.ha is not None
+            if config.ha.after_fenced == "exit":
+                return EXIT_FENCED
+            announce("pymq-server fenced: waiting as a backup again", config.log_format)
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
+
+
+async def _serve(server, stop: asyncio.Event, started: list[bool]) -> bool:
+    """One server's run; True when it ended fenced (another process took the store)."""
+    config = server.config
+    starting = asyncio.ensure_future(server.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():          # stopped while waiting as a backup (or recovering)
+            server.stop_waiting()
+            await starting
+            await server.stop()
+            return False
+        starting.result()                # a start-up failure raises here
+        if stop.is_set():
+            await server.stop()
+            return False
+        started[0] = True
         _announce(config, server)
         from pymq._accel import MISSING
         if MISSING:
             log.warning("the compiled core is not installed (%s): the pure-Python twins run instead, several "
                         "times slower on the hot paths; reinstall with a C compiler (Debian: gcc python3-dev), "
                         "or set PYMQ_NO_EXTENSIONS=1 to choose the twins deliberately", ", ".join(MISSING))
-        await stop.wait()
+        waits = {stopping}
+        role = server.ha
+        if role is not None:
+            waits.add(asyncio.ensure_future(role.fenced.wait()))
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for waiting in waits:
+            waiting.cancel()
+        if role is not None and role.fenced.is_set():
+            await server.abandon_done.wait()
+            return True
+        await server.stop()
+        return False
     finally:
-        loop.remove_signal_handler(signal.SIGHUP)
-        if started:
-            await server.stop()
+        stopping.cancel()
+
+
+def _announce_backup(server) -> None:
+    config = server.config
+    kind, where = config.ha_store()
+    line = f"pymq-server backup of node {config.node_id} waiting for the store ({kind})"
+    announce(line, config.log_format)
+    if server.admin_port is not None:
+        scheme = "https" if config.admin_tls else "http"
+        announce(f"pymq-server admin listening on {scheme}://{config.host}:{server.admin_port}/", config.log_format)
 
 
 def _announce(config: BrokerConfig, server) -> None:
@@ -169,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_uvloop:
         install_uvloop()
     try:
-        asyncio.run(_run(config))
+        code = asyncio.run(_run(config))
     except ConfigError as exc:
         print(f"pymq-server: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG
@@ -183,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f" ({exc.filename})" if exc.filename else ""
         print(f"pymq-server: start-up failed{where}: {exc.strerror or exc}", file=sys.stderr)
         return EXIT_STARTUP
-    return 0
+    return code or 0        # (None: a test's stand-in for asyncio.run)
 
 
 if __name__ == "__main__":

@@ -409,6 +409,48 @@ class ClusterConfig(_Section):
                               problems=problems) from None
 
 
+# -- high availability --------------------------------------------------------------------------------
+
+class HaConfig(_Section):
+    """A live/backup group over one shared store (spec/ha.md §1–§3, docs/operations.md): every process of the
+    group has this section, the same `node_id` and the same store; the one holding the store's lease is
+    live, the others wait as backups with no STOMP listener and take over when the live's lease ends."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lease_ms: Annotated[int, Field(ge=100, le=600_000)] = Field(
+        2000, description="a live whose lease is not renewed for this long loses the store to a backup "
+                          "(a dead live's OS lock goes at once; this is for a live that hangs); longer than the "
+                          "longest stall of the broker's event loop")
+    renew_ms: Annotated[int, Field(ge=10, le=300_000)] | None = Field(
+        None, description="how often the live renews its lease (default a quarter of `lease_ms`; at most half)")
+    poll_ms: Annotated[int, Field(ge=10, le=60_000)] = Field(
+        100, description="how often the watching backup reads the lease and tries the OS lock")
+    after_fenced: Literal["backup", "exit"] = Field(
+        "backup", description="what a live does once it finds another took the store (a pause, a network "
+                              "cut): `backup` waits as a backup again, `exit` ends the process with status 3")
+
+    @field_validator("renew_ms")
+    @classmethod
+    def _renew_within_lease(cls, value: int | None, info: ValidationInfo) -> int | None:
+        lease = info.data.get("lease_ms")
+        if value is not None and lease is not None and value * 2 > lease:
+            raise ValueError(f"expected at most half of lease_ms ({lease // 2})")
+        return value
+
+    @field_validator("poll_ms")
+    @classmethod
+    def _poll_within_lease(cls, value: int, info: ValidationInfo) -> int:
+        lease = info.data.get("lease_ms")
+        if lease is not None and value > lease:
+            raise ValueError(f"expected at most lease_ms ({lease})")
+        return value
+
+    @property
+    def renew_every_ms(self) -> int:
+        return self.renew_ms if self.renew_ms is not None else max(10, self.lease_ms // 4)
+
+
 # -- TLS and listeners --------------------------------------------------------------------------------
 
 class TlsConfig(_Section):
@@ -604,6 +646,10 @@ class BrokerConfig(_Section):
     dedup_window_ms: Millis = Field(600_000, description="duplicate detection window (`pymq-dedup-id`, "
                                                          "`_AMQ_DUPL_ID`)")
     dedup_max_ids: Count = Field(1_000_000, description="ids remembered per destination")
+    dedup_persisted_ids: Count = Field(100_000, description="the newest ids of stored persistent messages "
+                                       "kept in the catalog, so the window survives a restart or a takeover "
+                                       "with the ids of messages already consumed (spec/ha.md §3.1); 0: only "
+                                       "the ids of messages still stored come back")
     admin_port: Port | None = Field(None, description="HTTP admin, console and metrics port; unset = off")
     admin_tls: bool = Field(False, description="serve the admin port over HTTPS with the `tls:` "
                                                "certificate")
@@ -620,6 +666,8 @@ class BrokerConfig(_Section):
     websocket: WebSocketConfig | None = Field(None, description="STOMP over WebSocket listener (see "
                                               "WebSocket); unset = off")
     cluster: ClusterConfig | None = Field(None, description="join a cluster (see Cluster)")
+    ha: HaConfig | None = Field(None, description="live/backup over a shared store (see High availability); "
+                                "unset = a single broker")
     workers: Annotated[int, Field(ge=1, le=256)] = Field(
         1, description="worker processes, each owning a shard of the destinations (spec/cores.md); 1 = one "
                        "process. More than 1: no `cluster`, `websocket` or `tls_port: 0`; data in "
@@ -726,7 +774,48 @@ class BrokerConfig(_Section):
             raise ValueError(f"{', '.join(needs_tls)} need(s) a `tls:` section with cert_file and key_file")
         if self.admin_tls and self.admin_port is None:
             raise ValueError("admin_tls is set but admin_port is not")
+        if self.ha is not None:
+            self.ha_store()
         return self
+
+    def ha_store(self) -> tuple[str, str]:
+        """Under ``ha:``, the shared store: ``("file", <data_dir>)`` or ``("postgresql", <url>)`` (spec/ha.md
+        §2.5: every durable device must be one the lease fences).  ValueError when the devices do not allow it."""
+        if self.workers > 1:
+            raise ValueError("ha: with workers > 1 is not supported (one process per member of the group)")
+        if self.cluster is not None:
+            raise ValueError("ha: and cluster: together are not supported yet (a cluster node's backups come "
+                             "later)")
+        devices = self.storage.devices
+        if devices is None:
+            return ("file", self.data_dir)
+        kinds = {name: dev.kind for name, dev in devices.items()}
+        durable = {name: dev for name, dev in devices.items() if dev.kind != "memory"}
+        if not durable:
+            raise ValueError("ha: needs a durable device (file, or sql on PostgreSQL) to share")
+        grid = [name for name, kind in kinds.items() if kind == "grid"]
+        if grid:
+            raise ValueError(f"ha: cannot fence grid device(s) {grid}: use file or sql on PostgreSQL")
+        files = [name for name, dev in durable.items() if dev.kind == "file"]
+        sqls = {name: dev for name, dev in durable.items() if isinstance(dev, SqlDeviceConfig)}
+        if files and sqls:
+            raise ValueError(f"ha: the shared store is one kind: file devices {files} and sql devices "
+                             f"{sorted(sqls)} cannot both be fenced")
+        if files:
+            return ("file", self.data_dir)
+        urls = {dev.url for dev in sqls.values()}
+        if None in urls or any(not url.startswith("postgresql") for url in urls if url):
+            raise ValueError("ha: sql devices must be on PostgreSQL (`url: postgresql+psycopg://...`); SQLite "
+                             "is not a shared store")
+        if len(urls) != 1:
+            raise ValueError(f"ha: every sql device must use the one database of the lease, not {len(urls)}")
+        prefixes = {dev.table_prefix for dev in sqls.values()}
+        if len(prefixes) != 1:
+            raise ValueError("ha: every sql device must use the same table_prefix (the lease row's table)")
+        ids = {dev.broker_id for dev in sqls.values()} - {None}
+        if ids - {self.node_id}:
+            raise ValueError("ha: sql devices' broker_id must be the group's node_id (the members share its rows)")
+        return ("postgresql", urls.pop() or "")
 
     def selector_limits(self):
         """The selector limits of this broker (a ``pymq.selector.SelectorLimits``)."""

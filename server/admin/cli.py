@@ -163,10 +163,38 @@ def command(*path: str):
     return register
 
 
+def _ha_pairs(ha: dict) -> list[tuple[str, object]]:
+    holder = ha.get("holder") or {}
+    took = ha.get("last_takeover_s")
+    return [("role", ha["role"]), ("epoch", ha["epoch"]), ("store", f"{ha['store']}, lease {ha['lease_ms']} ms"),
+            ("holder", f"{holder.get('host', '?')} pid {holder.get('pid', '?')}"
+                       + (" (OS lock)" if holder.get("os_locked") else "") if holder else "none yet"),
+            ("this process", f"{ha['me']['host']} pid {ha['me']['pid']}"
+                             + (", the watching backup" if ha.get("candidate") else "")),
+            ("takeovers", ha["takeovers"] if took is None else f"{ha['takeovers']} (the last live "
+                                                                f"{took:.2f} s after taking the store)"),
+            ("fenced", ha["fenced"] or "no")]
+
+
+@command("ha")
+def _ha(c: AdminClient, a):
+    def show(s):
+        ha = s.get("ha")
+        if ha is None:
+            print("not part of a high-availability group (no ha: section)")
+            return
+        pairs(_ha_pairs(ha))
+    return c.call("status"), show
+
+
 @command("status")
 def _status(c: AdminClient, a):
     def show(s):
         checks = s["checks"]
+        if s.get("role") not in (None, "live"):        # a backup has no broker core to describe
+            pairs([("node", s["node"]), ("version", f"{s['version']} (Python {s['python']})"),
+                   ("ready", s["ready"]), *_ha_pairs(s["ha"])])
+            return
         pairs([("node", s["node"]), ("version", f"{s['version']} (Python {s['python']}, {s['core']} core)"),
                ("ready", s["ready"]),
                ("storage", "open" if checks["storage"] else "NOT READY: " + ", ".join(
@@ -670,6 +698,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     groups.add_parser("status", help="the broker at a glance: readiness, counts, rates, memory")
     groups.add_parser("health", help="exit 0 when the broker is ready (/readyz), 1 when not")
+    groups.add_parser("ha", help="high availability: this process's role (live, backup...), the epoch, the "
+                                 "holder of the store, takeovers (spec/ha.md)")
     groups.add_parser("reload", help="what SIGHUP does: read the config and users files again and apply "
                                      "users, permissions, storage rules, TLS certificate, log level")
 
@@ -836,7 +866,7 @@ def _settings(a: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
-    key = (a.group,) if a.group in ("status", "health", "reload") else (a.group, a.action)
+    key = (a.group,) if a.group in ("status", "health", "reload", "ha") else (a.group, a.action)
     try:
         s = _settings(a)
         url = urllib.parse.urlsplit(s["url"])

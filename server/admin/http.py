@@ -2,6 +2,8 @@
 
     GET  /                          the web console (static files shipped in the package, no CDN)
     GET  /healthz  /readyz          liveness; readiness (storage open, recovery done, listening) — no login
+                                    (a high-availability backup answers these, /metrics and `status` only:
+                                    admin/ha.py)
     GET  /metrics                   Prometheus text format (prometheus_client)
     POST /api/session               console log-in (JSON {user, password}) -> cookie + CSRF token
     GET  /api/session               who is logged in (and the CSRF token again)
@@ -50,6 +52,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from pymq.errors import (ERROR_CODES, AccessDenied, AuthenticationFailed, ConfigError, PymqError, UnknownDestination,
                          UnknownMessage, UnknownUser)
+from pymq_server.admin.ha import BackupAdmin, HaCollector, backup_registry
 from pymq_server.admin.metrics import exposition, registry_for
 from pymq_server.broker.acl import may_monitor
 from pymq_server.admin.ops import READ_ONLY, error_result
@@ -174,14 +177,39 @@ class AdminHttp:
         self.sessions = ConsoleSessions()
         self._console = _load_console()
         self._cores = getattr(server, "cores", None)      # a multi-worker broker: answers for all workers
-        self._registry = registry_for(server.admin, self._cores.collector if self._cores is not None else None)
         cfg = server.config
         self.max_body = cfg.admin_max_body
         self.timeout = cfg.admin_request_timeout_ms / 1000
+        self._registries: dict[int, Any] = {}
+        self._backup: BackupAdmin | None = None
 
     @property
     def admin(self):
         return self.server.admin
+
+    @property
+    def backup(self) -> BackupAdmin | None:
+        """What answers while the process waits as a backup (no broker core yet; spec/ha.md §1.8)."""
+        if self.server.admin is not None:
+            return None
+        if self._backup is None:
+            self._backup = BackupAdmin(self.server)
+        return self._backup
+
+    @property
+    def _registry(self):
+        """The metrics registry of the admin that answers now (a backup's until it takes over)."""
+        admin = self.server.admin
+        registry = self._registries.get(id(admin))
+        if registry is None:
+            if admin is None:
+                registry = backup_registry(self.server)
+            else:
+                registry = registry_for(admin, self._cores.collector if self._cores is not None else None)
+                if getattr(self.server, "ha", None) is not None:
+                    registry.register(HaCollector(self.server))
+            self._registries = {id(admin): registry}
+        return registry
 
     async def start(self) -> int:
         app = web.Application(client_max_size=self.max_body, middlewares=[self._security_headers])
@@ -255,6 +283,9 @@ class AdminHttp:
         never on the loop; ``resource-limit`` when too many are waiting."""
         if login.startswith("cluster:"):
             raise AuthenticationFailed("cluster nodes do not use the admin HTTP interface")
+        backup = self.backup
+        if backup is not None:
+            return await backup.authenticate(login, password, peer)
         answer: asyncio.Future = asyncio.get_running_loop().create_future()
 
         def done(user, error) -> None:
@@ -272,7 +303,9 @@ class AdminHttp:
         session = self.sessions.lookup(token)
         if session is None:
             raise AuthenticationFailed("not logged in (or the console session expired): log in again")
-        user = self.server.broker.authenticator.users.get(session.login)
+        backup = self.backup
+        authenticator = backup.authenticator if backup is not None else self.server.broker.authenticator
+        user = authenticator.users.get(session.login)
         if user is None or user.password_hash != session.password_hash:
             self.sessions.drop(token)
             raise AuthenticationFailed(f"user '{session.login}' was removed or its password changed: "
@@ -358,7 +391,8 @@ class AdminHttp:
         return web.json_response({"status": "ok"})
 
     async def _readyz(self, request: web.Request) -> web.Response:
-        ready, checks = self.admin.readiness()
+        backup = self.backup
+        ready, checks = backup.readiness() if backup is not None else self.admin.readiness()
         return web.json_response({"ready": ready, "checks": checks}, status=200 if ready else 503)
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -408,11 +442,15 @@ class AdminHttp:
                 user = await self._user(request, changing)
         except PymqError as exc:
             return _error(exc)
-        answer: asyncio.Future = asyncio.get_running_loop().create_future()
-        # a multi-worker broker runs the operation where the queue lives, or everywhere (server/cores)
-        submit = self._cores.submit if self._cores is not None else self.admin.submit
-        submit(user, op, args, answer.set_result)
-        result = await answer
+        backup = self.backup
+        if backup is not None:
+            result = backup.answer(op)
+        else:
+            answer: asyncio.Future = asyncio.get_running_loop().create_future()
+            # a multi-worker broker runs the operation where the queue lives, or everywhere (server/cores)
+            submit = self._cores.submit if self._cores is not None else self.admin.submit
+            submit(user, op, args, answer.set_result)
+            result = await answer
         status = 200
         if not result["ok"]:
             status = 500 if result.get("internal") else _status_for(ERROR_CODES.get(result["error"]["code"],

@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 import pymq
 from pymq.errors import ConfigError, ConnectionClosed, DestinationError, PymqError, UnknownDestination
+from pymq_server.admin.ha import ha_status
 from pymq_server.admin import definitions, messages, users
 from pymq_server.admin.checks import Offload, queue_name, require_admin, text_arg, user_name
 from pymq_server.broker.acl import may_monitor
@@ -194,7 +195,12 @@ class Admin:
             "listening": server.port is not None,
             "stopping": bool(getattr(server, "stopping", False)),
         }
-        ready = bool(checks["storage"] and checks["recovered"] and checks["listening"] and not checks["stopping"])
+        ha = ha_status(server)
+        if ha is not None:
+            checks["role"] = ha["role"]            # spec/ha.md §1.8: ready only while live
+            checks["epoch"] = ha["epoch"]
+        ready = bool(checks["storage"] and checks["recovered"] and checks["listening"] and not checks["stopping"]
+                     and (ha is None or ha["role"] == "live"))
         return ready, checks
 
 
@@ -225,6 +231,8 @@ def status(admin: Admin, user, args: dict) -> dict:
                    "client_bytes": b.flow.client_bytes, "max_memory": b.config.max_memory,
                    "memory_high": b.memory_high, "rss_bytes": process_rss()},
         "cluster": {"members": b.cluster.status()["members"]} if b.cluster.active else None,
+        "role": checks.get("role", "live"),
+        "ha": ha_status(admin.server),
     }
 
 

@@ -48,7 +48,7 @@ class BulkBlock:
 
     __slots__ = ("rows", "holder", "queue", "destination", "first_seq", "first_key", "stored", "at",
                  "left", "done_below", "done_above", "counts", "recorded", "producer", "client_id", "user",
-                 "_segment")
+                 "_segment", "possibly_delivered")
 
     def __init__(self, rows: Any, holder: BrokerMessage, queue: str, first_key: int, stored: bool,
                  first_seq: int | None = None) -> None:
@@ -65,6 +65,8 @@ class BulkBlock:
         self.done_below = 0                # every offset below it is settled (or was never in the block)
         self.done_above: set[int] = set()  # settled offsets above done_below
         self.counts: dict[int, int] = {}   # offset -> delivery count, while out to a consumer that acks
+        #: recovered after an unclean end (spec/ha.md §3.2): every row counts as delivered at least once
+        self.possibly_delivered = False
         self.recorded = False              # a catalog record of its state exists (stored blocks)
         self._segment: segments.Segment | None = None     # the rows as a sealed segment (range reads)
         self.producer = ""                 # the producing connection (no-local), its client id and user
@@ -114,12 +116,13 @@ class BulkBlock:
         made = self._made_safely(start, stop)
         counts = self.counts
         first_seq = self.first_seq
+        floor = 1 if self.possibly_delivered else 0
         producer, client_id, user = self.producer, self.client_id, self.user
         out = []
         for message in made:
             message.bulk = self
             message.producer, message.client_id, message.user = producer, client_id, user
-            out.append((message, counts.get(message.seq - first_seq, 0) if counts else 0))
+            out.append((message, max(floor, counts.get(message.seq - first_seq, 0)) if counts else floor))
         return out
 
     def waiting_rows(self, lo: int = 0, hi: int | None = None) -> tuple[segments.Segment, int, int]:

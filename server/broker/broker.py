@@ -23,7 +23,7 @@ from pymq_server.broker.backlog import Pager
 from pymq_server.broker.budgets import Budgets
 from pymq_server.broker.clients import Client
 from pymq_server.broker.consumer import Consumer
-from pymq_server.broker.dedup import DuplicateWindow
+from pymq_server.broker.dedup import DedupJournal, DuplicateWindow
 from pymq_server.broker.destinations import Destinations
 from pymq_server.broker.flow import MemoryFlow
 from pymq_server.broker.log import RetainedLogs
@@ -115,6 +115,9 @@ class Broker:
         self.sessions: dict[str, Client] = {}
         self.client_ids: dict[str, Client] = {}
         self.admin: Any = None                    # the admin operations (server/admin/ops.py), set by the server
+        #: high availability's serving check (spec/ha.md §2.1: ``may_send()`` before bytes leave for a
+        #: client), set by the server; None without ``ha:``
+        self.serving: Any = None
         self.admin_frames: AdminFrames = _no_admin   # and their STOMP end (server/admin/stomp_admin.py)
         #: the table prefix of the SQL device claiming app-transaction rows (server/app.py), announced to clients
         self.apptx_table_prefix: str | None = None
@@ -129,7 +132,11 @@ class Broker:
         self.subscriptions = Subscriptions(config, self.destinations, store, self.budgets)
         self.logs = RetainedLogs(config.retention, self.host)
         self.dedup = DuplicateWindow(config.dedup_window_ms, config.dedup_max_ids, now_ms)
+        self.dedup_journal = DedupJournal(store, config.dedup_window_ms, config.dedup_persisted_ids, now_ms)
+        store.before_barrier = self.dedup_journal.write
         self.placement = Placement(config, store, self.seqs, self.logs, self.dedup, self.flow)
+        self.placement.journal = self.dedup_journal
+        self.placement.call_soon = self.call_soon
         self.router = Router(config, self.destinations, self.subscriptions, self.placement, now_ms)
         self.ranges = RangeReader(self.destinations, self.subscriptions, self.logs, self.seqs, now_ms)
         self.host.dead_letter = self.router.dead_letter
@@ -162,7 +169,7 @@ class Broker:
 
     def _recovery(self) -> Recovery:
         return Recovery(self.store, self.seqs, self.destinations, self.subscriptions, self.logs, self.dedup,
-                        self.flow, self.quarantine)
+                        self.flow, self.quarantine, self.dedup_journal)
 
     def attach_cluster(self, node: ClusterMembership) -> None:
         """Join a cluster, after recovery: from now on ``node`` routes and hears of local changes.  What
@@ -411,6 +418,7 @@ class Broker:
         now = self.now_ms()
         clock = self.clock()
         self.logs.trim(now)
+        self.dedup_journal.expire()
         for queue in list(self.all_queues()):
             queue.expire_ready(now)
             queue.reclaim_timed_out(clock)

@@ -32,6 +32,7 @@ transaction commits, with the message already written by the device (apptx.py).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Union
 
 from pymq_server.broker.bulk_placement import BulkPlacement
@@ -39,7 +40,7 @@ from pymq_server.broker import placement_rules as rules
 from pymq_server.broker.placement_rules import RULES, EntryPath, Plan, Rule, policies
 from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.clients import Client
-from pymq_server.broker.dedup import DuplicateWindow
+from pymq_server.broker.dedup import DedupJournal, DuplicateWindow
 from pymq_server.broker.flow import MemoryFlow
 from pymq_server.broker.log import RetainedLogs
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
@@ -76,6 +77,14 @@ class Placement:
         self.policies = policies()
         self.bulk = BulkPlacement(self)
         self.dropped_no_subscriber = 0
+        #: the persisted duplicate window (spec/ha.md §3.1), set by the broker
+        self.journal: DedupJournal | None = None
+        #: high availability (spec/ha.md §3.3): a new persistent message reaches its queues, log and outboxes
+        #: only once the barrier its receipt waits for made it durable; ``call_soon`` asks that barrier once a
+        #: loop turn for every message placed during it
+        self.visible_when_durable = config.ha is not None
+        self.call_soon: Callable[[Callable[[], None]], None] | None = None
+        self._waiting_durable: list[Callable[[], None]] = []
 
     def place(self, path: EntryPath, target: Target, source: Source, client: Client | None = None,
               admitted: bool = False) -> SendResult:
@@ -212,6 +221,20 @@ class Placement:
             drop_from.drop_oldest()
         if plan.dedup_id is not None:
             self.dedup.remember(plan.destination, plan.dedup_id)
+            if stored and message.persistent and self.journal is not None:
+                self.journal.note(plan.destination, plan.dedup_id)
+        if held and stored and message.persistent and self.visible_when_durable:
+            self._when_durable(lambda: self._enter(message, queues, outboxes, log, stored))
+        else:
+            self._enter(message, queues, outboxes, log, stored)
+        block = plan.block
+        if block is not None and client is not None and rules.must_block(block):
+            block.block_producer(client)
+        return (message.message_id, stored and message.persistent)
+
+    @staticmethod
+    def _enter(message: BrokerMessage, queues: list[MessageQueue], outboxes: list, log: Any, stored: bool) -> None:
+        """Rule 8's second half: the log, the outboxes and every queue get the placed message."""
         if log is not None:
             log.append(message, stored)
         for outbox in outboxes:
@@ -219,10 +242,27 @@ class Placement:
         sole = len(queues) == 1 and not outboxes and log is None     # paging it out frees its memory
         for queue in queues:
             queue.enqueue(message, stored=stored and queue.durable, sole=sole)
-        block = plan.block
-        if block is not None and client is not None and rules.must_block(block):
-            block.block_producer(client)
-        return (message.message_id, stored and message.persistent)
+
+    def _when_durable(self, enter: Callable[[], None]) -> None:
+        """Run ``enter`` once what is written now is durable (spec/ha.md §3.3): one barrier per loop turn."""
+        waiting = self._waiting_durable
+        if not waiting and self.call_soon is not None:
+            self.call_soon(self._durable_barrier)
+        waiting.append(enter)
+        if self.call_soon is None:
+            self._durable_barrier()
+
+    def _durable_barrier(self) -> None:
+        batch, self._waiting_durable = self._waiting_durable, []
+        if not batch:
+            return
+
+        def durable(error: BaseException | None) -> None:
+            # even when the store could not make them durable (the device is in fault: their receipts say
+            # so) the messages are held, and delivered as without high availability
+            for enter in batch:
+                enter()
+        self.store.barrier(durable)
 
     def place_bulk(self, target: Target, batch: Any, body: bytes, client: Client | None) -> BulkResult:
         """Put a bulk SEND's rows (``batch``, read and checked by bulk_rows.read_bulk; ``body`` the frame's

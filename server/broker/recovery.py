@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pymq_server.broker import bulk_rows
 from pymq_server.broker.blocks import STATE_PREFIX, BulkBlock
 from pymq_server.broker.acl import DestinationAcl
-from pymq_server.broker.dedup import DuplicateWindow
+from pymq_server.broker.dedup import JOURNAL_PREFIX, DedupJournal, DuplicateWindow
 from pymq_server.broker.destinations import Destinations
 from pymq_server.broker.flow import MemoryFlow
 from pymq_server.broker.log import RetainedLogs
@@ -46,7 +46,7 @@ RECOVERED_QUEUE = "recovered"
 class Recovery:
     def __init__(self, store: HoldingStore, seqs: SequenceBook, destinations: Destinations,
                  subscriptions: Subscriptions, logs: RetainedLogs, dedup: DuplicateWindow, flow: MemoryFlow,
-                 quarantine: Quarantine | None = None) -> None:
+                 quarantine: Quarantine | None = None, journal: DedupJournal | None = None) -> None:
         self.store = store
         self.seqs = seqs
         self.destinations = destinations
@@ -55,6 +55,10 @@ class Recovery:
         self.dedup = dedup
         self.flow = flow
         self.quarantine = quarantine if quarantine is not None else Quarantine()
+        self.journal = journal
+        #: the store's last owner did not close it (spec/ha.md §3.2): every recovered message may have been
+        #: delivered, so each comes back counted as delivered at least once (its next delivery is flagged)
+        self.unclean = store.unclean
         #: catalog records of stored bulk blocks' settled rows (blocks.py), taken as their blocks come back
         self._block_states: dict[str, bytes] = {}
 
@@ -72,6 +76,7 @@ class Recovery:
     def _catalog(self) -> None:
         reserved: dict[str, int] = {}
         durable: list[tuple[str, str, dict]] = []
+        journal: list[tuple[str, str, int]] = []
         acls = self.destinations.acl.acls
         for key, value in self.store.iter_meta():
             try:
@@ -87,9 +92,14 @@ class Recovery:
                     acls[key[4:]] = DestinationAcl.from_dict(json.loads(value))
                 elif key.startswith(STATE_PREFIX):
                     self._block_states[key] = value
+                elif key.startswith(JOURNAL_PREFIX) and self.journal is not None:
+                    journal.extend(self.journal.restore(key, value))
             except Exception as exc:  # noqa: BLE001 - whatever a foreign record raises, the broker starts
                 self._set_aside_meta(key, value, exc)
         self.seqs.load(reserved)
+        # the persisted window first, oldest first: ids of messages still stored join it after (recovery)
+        for destination, dedup_id, until in sorted(journal, key=lambda entry: entry[2]):
+            self.dedup.remember(destination, dedup_id, until)
         for key, name, record in durable:
             try:
                 self.subscriptions.restore(name, record)
@@ -148,7 +158,10 @@ class Recovery:
                 if segment is not None:
                     self._block(queue, ref, message, *segment)
                     continue
-                queue.enqueue(message, stored=True, deliveries=deliveries.get(ref, 0), sole=sole)
+                delivered = deliveries.get(ref, 0)
+                if self.unclean and not delivered:
+                    delivered = 1      # possibly delivered: flagged when it goes out (spec/ha.md §3.2)
+                queue.enqueue(message, stored=True, deliveries=delivered, sole=sole)
             count += 1
         self.logs.end_restore()
         return count
@@ -168,6 +181,7 @@ class Recovery:
         with their delivery counts."""
         block = BulkBlock(rows, record, queue.name, first_key, True)
         block.restore(self._block_states.pop(block_state_key(record.key, ref), None))
+        block.possibly_delivered = self.unclean
         if ref != queue.name and block.recorded:         # kept under /queue/recovered: the record follows
             self.store.put_meta(block_state_key(record.key, ref), None)
             self.store.block_changed(block)

@@ -121,6 +121,10 @@ class SequenceBook:
         if self.store.catalog.kind == "memory":
             return
         self.store.put_meta("seq:" + name, str(upto).encode())
+        if self.store.in_unit:
+            # inside a transaction's unit (spec/ha.md §3.4) the reservation is one of its changes: durable with
+            # the messages numbered from it, or gone with them; a sync here would split the unit
+            return
         # a reservation must be durable before any number from it is used
         catalog = self.store.catalog
         try:

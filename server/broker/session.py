@@ -388,15 +388,18 @@ class BrokerSession(FrameIntake, FrameOutlet):
     def _on_commit(self, frame: Frame) -> None:
         # all or nothing: every SEND is admitted before the first is applied (transactions.py)
         ops = self.transactions.commit(frame.headers["transaction"], self._admit)
-        for op in ops:
-            if isinstance(op, SendRequest):
-                self._send(op, admitted=True)
-                continue
-            try:
-                consumer = self.deliveries.resolve(op, self.consumers)
-            except (UnknownMessage, UnknownSubscription):
-                continue  # released meanwhile (consumer gone) and already back in its queue
-            self._redispatch.add(self.deliveries.settle(consumer, op))
+        # one unit of the store: its sends and acknowledgements are durable together or not at all, across a
+        # crash or a takeover (spec/ha.md §3.4)
+        with self.broker.store.unit():
+            for op in ops:
+                if isinstance(op, SendRequest):
+                    self._send(op, admitted=True)
+                    continue
+                try:
+                    consumer = self.deliveries.resolve(op, self.consumers)
+                except (UnknownMessage, UnknownSubscription):
+                    continue  # released meanwhile (consumer gone) and already back in its queue
+                self._redispatch.add(self.deliveries.settle(consumer, op))
 
     def _admit(self, request: SendRequest, unit: dict[str, Any]) -> None:
         self.broker.admit(self, request, unit)

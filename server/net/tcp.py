@@ -79,6 +79,7 @@ class StompServerProtocol(asyncio.Protocol):
                  session_type: Callable[..., BrokerSession] = BrokerSession) -> None:
         self.broker = broker
         self.session_type = session_type    # the multi-worker broker's HomeSession (server/cores)
+        self._serving = broker.serving      # high availability's serving check (None without ha:)
         self.loop = loop
         self.transport: asyncio.Transport | None = None
         self.session: BrokerSession | None = None
@@ -355,6 +356,17 @@ class StompServerProtocol(asyncio.Protocol):
         if transport is None or (self._closing and not force):
             return
         out = self._out
+        serving = self._serving
+        if serving is not None and out:
+            # high availability (spec/ha.md §2.1): bytes leave only under a fresh lease
+            verdict = serving.may_send()
+            if not verdict:
+                if verdict is None:               # not confirmed just now: try again shortly
+                    self._flush_scheduled = True
+                    self.loop.call_later(0.01, self._flush, force)
+                else:
+                    self.abort()                  # fenced: nothing more, ever
+                return
         if not self._large and (force or not self._transport_paused):
             # the common case, small MESSAGEs and RECEIPTs only: one join and one write, no walk over
             # the pieces (this runs once per loop turn with tens of frames queued)
@@ -407,6 +419,17 @@ class StompServerProtocol(asyncio.Protocol):
             self._resume("output")
             if not session.writable and not session.closed:
                 session.set_writable(True)
+
+    def abort(self) -> None:
+        """Drop the connection without writing anything more (high availability: fenced, spec/ha.md §2.4)."""
+        self._closing = True
+        self._out.clear()
+        self._out_bytes = 0
+        self._large = 0
+        self._cancel_timers()
+        self._release_unauthenticated()
+        if self.transport is not None:
+            self.transport.abort()
 
     def close(self) -> None:
         """Write what is queued (an ERROR or the last RECEIPT), then close."""

@@ -134,6 +134,11 @@ class BufferedDevice(HoldingDevice):
         self._online = False
         self._latency = 0.0                    # moving average of commit time, seconds
         self._opened = False
+        # an open unit (spec/ha.md §3.4): ``sync`` does not swap the batch until it ends, so its changes are
+        # committed in one transaction (the broker thread opens and closes it in synchronous code)
+        self._unit_depth = 0
+        self._unit_owner = 0
+        self._unit_closed = threading.Condition(self._lock)
 
     # -- subclass hooks -------------------------------------------------------------------------
     @abc.abstractmethod
@@ -294,10 +299,24 @@ class BufferedDevice(HoldingDevice):
     def flush(self) -> None:
         """Nothing to do: the batch is handed to the server in one transaction by :meth:`sync`."""
 
+    def begin_unit(self) -> None:
+        with self._lock:
+            self._unit_depth += 1
+            self._unit_owner = threading.get_ident()
+
+    def end_unit(self) -> None:
+        with self._lock:
+            self._unit_depth -= 1
+            if self._unit_depth == 0:
+                self._unit_closed.notify_all()
+
     def sync(self) -> None:
         self._check_open()
         with self._sync_lock:
             with self._lock:
+                if self._unit_depth and self._unit_owner != threading.get_ident():
+                    # another thread is inside a unit: commit it whole, after its end
+                    self._unit_closed.wait_for(lambda: self._unit_depth == 0, timeout=30.0)
                 batch = self._pending
                 if not batch:
                     return

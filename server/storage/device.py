@@ -131,6 +131,18 @@ class HoldingDevice(abc.ABC):
     def sync(self) -> None:  # noqa: B027
         """Make everything flushed so far durable (may run in a worker thread)."""
 
+    def abandon(self) -> None:  # noqa: B027 - devices holding files or connections override
+        """Let go of everything without writing a byte (high availability: another process holds the store
+        now, spec/ha.md §2.4).  The device is unusable afterwards."""
+
+    # -- units (spec/ha.md §3.4): a transaction's changes become durable all together or not at all
+    def begin_unit(self) -> None:  # noqa: B027 - devices whose writes could be split override
+        """Changes from now until :meth:`end_unit` (broker thread, synchronous code) are one unit: a crash
+        keeps all of them or none.  Units nest; the outermost end closes the unit."""
+
+    def end_unit(self) -> None:  # noqa: B027
+        """Close the unit :meth:`begin_unit` opened."""
+
     @property
     def checkpoint_due(self) -> bool:
         """A device with a log says when it should be trimmed (``checkpoint``); the store asks after syncs."""

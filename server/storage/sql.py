@@ -46,6 +46,7 @@ from sqlalchemy.engine import Connection, Engine
 from pymq.errors import ConfigError, StorageError
 
 from ._buffered import ADD, DROP, BufferedDevice, WriteBatch
+from .ha.fence import NO_FENCE, Fence, Fenced
 from .device import StoredMessage
 
 __all__ = [
@@ -199,12 +200,16 @@ class SqlDevice(BufferedDevice):
     """
 
     kind = "sql"
-    _backend_errors = (sa.exc.SQLAlchemyError,)
+    # a fenced write transaction (spec/ha.md §2.2) fails like one the server refused: nothing committed
+    _backend_errors = (sa.exc.SQLAlchemyError, Fenced)
 
     def __init__(self, name: str, url: str | sa.URL, *, broker_id: str = "broker",
                  table_prefix: str = DEFAULT_TABLE_PREFIX, synchronous: str = "FULL",
-                 busy_timeout_s: float = 10.0, engine_options: dict[str, Any] | None = None) -> None:
+                 busy_timeout_s: float = 10.0, engine_options: dict[str, Any] | None = None,
+                 fence: Fence = NO_FENCE) -> None:
         super().__init__(name)
+        #: high availability's fence (spec/ha.md §2.2): the first statement of every write transaction
+        self.fence = fence
         if not _BROKER_ID_RE.match(broker_id):
             raise ConfigError(f"broker id {broker_id!r} must match {_BROKER_ID_RE.pattern}",
                               broker_id=broker_id)
@@ -276,6 +281,16 @@ class SqlDevice(BufferedDevice):
                 self._engine = None
             self._reset_held()
 
+    def abandon(self) -> None:
+        """Let the database go without committing what waits (another process holds the store)."""
+        self._opened = False
+        with self._lock:
+            self._online = False
+            self._pending = WriteBatch()
+        if self._engine is not None:
+            self._engine.dispose()
+            self._engine = None
+
     def _make_engine(self) -> Engine:
         options = dict(self._engine_options)
         if self._dialect == "sqlite":
@@ -298,6 +313,9 @@ class SqlDevice(BufferedDevice):
             event.listen(engine, "begin", _begin_mode)
             return engine
         options.setdefault("pool_pre_ping", True)
+        ha_args = self.fence.sql_connect_args(self._dialect)
+        if ha_args:
+            options["connect_args"] = {**options.get("connect_args", {}), **ha_args}
         return sa.create_engine(self.url, **options)
 
     def _create_tables(self) -> None:
@@ -310,7 +328,7 @@ class SqlDevice(BufferedDevice):
 
     def _writer(self) -> _WriteTransaction:
         """A connection in a write transaction (BEGIN IMMEDIATE on SQLite), committed on exit."""
-        return _WriteTransaction(self._db)
+        return _WriteTransaction(self._db, self.fence)
 
     def _referenced(self, m: sa.Table):
         r = self._t.reference
@@ -553,14 +571,19 @@ class SqlDevice(BufferedDevice):
 class _WriteTransaction:
     """``with`` block: a connection in a write transaction, committed on success."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, fence: Fence = NO_FENCE) -> None:
         self._engine = engine
+        self._fence = fence
+        self._tx: Any = None
 
     def __enter__(self) -> Connection:
         conn = self._engine.connect().execution_options(pymq_begin="IMMEDIATE")
         try:
             self._tx = conn.begin()
+            self._fence.guard_sql(conn)      # high availability: nothing of an old epoch commits (2.2)
         except BaseException:
+            if self._tx is not None and self._tx.is_active:
+                self._tx.rollback()
             conn.close()
             raise
         self._conn = conn

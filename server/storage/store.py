@@ -24,6 +24,7 @@ Faults (spec/storage.md §8) are answered, never silent, and survived:
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -46,6 +47,10 @@ _NONE_EXCLUDED: frozenset[str] = frozenset()
 
 #: delivery records reach the OS with the next write of the device's log, or after this long at most
 DELIVERY_FLUSH_S = 0.010
+
+
+#: the catalog record of an owner that has the store open (spec/ha.md §3.2)
+RUN_MARKER = "run:open"
 
 
 def block_state_key(record_key: int, queue: str) -> str:
@@ -78,6 +83,12 @@ class HoldingStore:
         self._delivery_flush: set[HoldingDevice] = set()   # devices with delivery records to hand out
         #: stored bulk blocks (broker/blocks.py) whose catalog record of settled rows is behind
         self._blocks_changed: set[StoredBlock] = set()
+        #: called first by every barrier and by ``flush_all``, before anything is flushed: the broker writes
+        #: its persisted duplicate window there (spec/ha.md §3.1)
+        self.before_barrier: Callable[[], None] | None = None
+        #: the store's previous owner did not close it cleanly (spec/ha.md §3.2): known once ``open`` ran
+        self.unclean = False
+        self._unit_depth = 0
 
     # -- what other parts read -------------------------------------------------------------------------
     @property
@@ -121,9 +132,27 @@ class HoldingStore:
         numbering without it); any other one that cannot is left out of service, refusing messages, and
         ``maintain`` opens it later."""
         self.repairs.open((self.catalog, self.memory))
+        if self.catalog is self.memory:
+            return
+        # spec/ha.md §3.2: a record that lives exactly as long as an owner has the store open; found at open,
+        # the last owner ended without closing it (a kill, a crash, a takeover).  Durable before any delivery.
+        self.unclean = any(key == RUN_MARKER for key, _ in self.catalog.iter_meta())
+        try:
+            self.catalog.put_meta(RUN_MARKER, b"1")
+            self.catalog.flush()
+            self.catalog.sync()
+        except StorageError as exc:
+            # a full or failing disk: the device serves what it holds read-only and takes no messages, and
+            # records no deliveries either, until its repair (whose checkpoint carries the record)
+            log.warning("storage at open: the run record is not durable yet: %s", exc.message)
 
     def close(self) -> None:
         self.behind.write()
+        if self.catalog is not self.memory and self.catalog.name not in self.repairs.unopened:
+            try:
+                self.catalog.put_meta(RUN_MARKER, None)     # a clean close: delivery counts are exact
+            except StorageError as exc:
+                log.error("storage at close: %s", exc.message)
         errors = []
         for device in self.devices.values():
             try:
@@ -132,6 +161,15 @@ class HoldingStore:
                 errors.append(f"{device.name}: {exc}")
         if errors:
             raise StorageError("closing devices failed: " + "; ".join(errors))
+
+    def abandon(self) -> None:
+        """Let every device go without writing (spec/ha.md §2.4: this process was fenced)."""
+        self.before_barrier = None
+        for device in self.devices.values():
+            try:
+                device.abandon()
+            except Exception:  # noqa: BLE001 - let the others go too
+                log.exception("abandoning device %s", device.name)
 
     # -- placement -----------------------------------------------------------------------------------------
     def hold(self, message: Storable, queues: Sequence[str]) -> bool:
@@ -152,7 +190,7 @@ class HoldingStore:
             self.chooser.in_heap(message, None)
             return False
         refusal: str | None
-        if self.write_behind and device.writes_behind:
+        if self.write_behind and device.writes_behind and not self._unit_depth:
             try:
                 device.check_room(message.size)    # room now: a full disk refuses the SEND itself
             except StorageError as exc:
@@ -313,12 +351,34 @@ class HoldingStore:
             if block.recorded:
                 self.put_meta(block_state_key(block.holder.key, block.queue), None)
 
+    # -- units (spec/ha.md §3.4) --------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def unit(self) -> Iterator[None]:
+        """Changes made inside (synchronous code on the broker thread: a transaction's COMMIT) become durable
+        all together or not at all, on every device; messages placed inside are written at once, not behind."""
+        devices = [d for d in self.devices.values() if d is not self.memory]
+        for device in devices:
+            device.begin_unit()
+        self._unit_depth += 1
+        try:
+            yield
+        finally:
+            self._unit_depth -= 1
+            for device in devices:
+                device.end_unit()
+
+    @property
+    def in_unit(self) -> bool:
+        return self._unit_depth > 0
+
     # -- durability ------------------------------------------------------------------------------------------
     def barrier(self, callback: BarrierCallback) -> None:
         """Call ``callback(None)`` once everything written so far is durable under the sync policy,
         or ``callback(error)`` when a device could not make it durable (a failed flush or sync, or a
         message written behind that could not be stored: the receipts waiting on it become an ERROR,
         never a wait without end)."""
+        if self.before_barrier is not None:
+            self.before_barrier()
         self.behind.write()
         if self._blocks_changed:
             self._write_blocks()
@@ -333,6 +393,8 @@ class HoldingStore:
     def flush_all(self) -> list[str]:
         """Flush and sync every device (a clean stop); returns what failed, per device, instead of
         stopping at the first (a device in fault cannot sync; the others still must)."""
+        if self.before_barrier is not None:
+            self.before_barrier()
         self.behind.write()
         if self._blocks_changed:
             self._write_blocks()

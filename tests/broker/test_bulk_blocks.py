@@ -255,7 +255,9 @@ def test_a_restart_brings_back_exactly_the_rows_not_settled_with_their_counts(tm
     frames = [client.read(10) for _ in range(len(expected))]
     assert [f.body for f in frames] == [f"r{i}".encode() for i in expected]
     for f in frames:
-        was_out = int(f.body[1:]) in out
+        # after kill -9 every row may have been delivered (spec/ha.md §3.2): all come flagged; after a clean
+        # stop the recorded counts are exact
+        was_out = int(f.body[1:]) in out or stop == "kill -9"
         assert (f.headers.get("redelivered") == "true") == was_out, f.headers
         assert f.headers.get("JMSXDeliveryCount", "1") == ("2" if was_out else "1")
     with pytest.raises(TimeoutError):

@@ -27,7 +27,7 @@ PACKAGE_LEVELS: list[tuple[str, set[str]]] = [
     ("storage", {"storage"}),
     ("configuration", {"__init__", "config", "_config_reference", "logs", "schema"}),
     ("the broker core", {"broker"}),
-    ("around the core", {"cluster", "admin", "net"}),
+    ("around the core", {"cluster", "admin", "net", "ha_role"}),
     ("one server", {"app"}),
     ("servers run for others", {"embedded", "cores"}),
     ("the command line", {"cli", "__main__"}),

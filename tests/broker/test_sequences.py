@@ -22,6 +22,8 @@ class Catalog:
 
 
 class Store:
+    in_unit = False        # never inside a transaction's unit here
+
     def __init__(self) -> None:
         self.catalog = Catalog()
 

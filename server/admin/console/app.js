@@ -148,6 +148,12 @@ function showLogin(message) {
   document.getElementById("login-user").focus();
 }
 
+// high availability (spec/ha.md §1.8): the header says the role of this process in its group
+function nodeLine(s) {
+  const role = s.ha ? ` · ${s.ha.role} (epoch ${s.ha.epoch})` : "";
+  return `node ${s.node} · ${s.version}${role}`;
+}
+
 function enter(session) {
   state.csrf = session.csrf;
   state.user = session.user;
@@ -155,8 +161,7 @@ function enter(session) {
   document.getElementById("login").hidden = true;
   document.getElementById("app").hidden = false;
   document.getElementById("whoami").textContent = `${session.user}${session.admin ? " (admin)" : ""}`;
-  api("status").then(s => { document.getElementById("node").textContent = `node ${s.node} · ${s.version}`; },
-    () => {});
+  api("status").then(s => { document.getElementById("node").textContent = nodeLine(s); }, () => {});
   route();
 }
 
@@ -214,9 +219,15 @@ pages.overview = () => {
     async update() {
       const o = await api("overview");
       const s = o.status;
-      document.getElementById("node").textContent = `node ${s.node} · ${s.version}`;
+      document.getElementById("node").textContent = nodeLine(s);
       const tile = (label, value, id) => h("div", { class: "tile", id }, h("span", { class: "label" }, label),
         h("span", { class: "value" }, value));
+      if (s.role && s.role !== "live") {     // a backup: no broker core to describe yet
+        const holder = s.ha && s.ha.holder ? `${s.ha.holder.host} pid ${s.ha.holder.pid}` : "none yet";
+        tiles.replaceChildren(tile("Role", s.role, "tile-role"), tile("Epoch", fmt(s.ha.epoch), "tile-epoch"),
+          tile("Live", holder, "tile-holder"), tile("Takeovers", fmt(s.ha.takeovers), "tile-takeovers"));
+        return;
+      }
       tiles.replaceChildren(
         tile("Status", s.ready ? "ready" : "NOT READY", "tile-ready"),
         tile("Connections", fmt(s.connections), "tile-connections"),

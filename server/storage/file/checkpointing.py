@@ -138,6 +138,13 @@ class Checkpointer:
                 # again (retrying the fsync could "succeed" without the data); the repair rewrites it all
                 with store.lock:
                     raise store.fail(exc, "fsync of the log") from exc
+            try:
+                # high availability (spec/ha.md §2.3): what this sync made durable was durable before any newer
+                # epoch was written only if the epoch is still this process's now; else no barrier completes
+                store.io.fence.verify()
+            except OSError as exc:
+                with store.lock:
+                    raise store.fail(exc, "a sync's epoch check") from exc
             elapsed = time.perf_counter() - started
             with store.lock:
                 figures = store.figures
@@ -264,6 +271,13 @@ class Checkpointer:
         pages, wal = store.pages, store.log
         alloc = pages.alloc
         with store.lock:
+            if wal.unit_depth:
+                # a unit is open (spec/ha.md §3.4): a snapshot now would hold part of it.  Put off: the next
+                # sync, maintenance round or repair starts the checkpoint again
+                if new_chain:
+                    raise StorageError(f"file device {store.name!r}: repair put off while a unit is open",
+                                       device=store.name)
+                return
             if new_chain:
                 if wal.segment is not None:
                     wal.segment.discard()

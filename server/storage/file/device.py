@@ -37,6 +37,7 @@ may run in one worker thread; the open store's ``lock`` and ``sync_lock`` say ho
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -48,12 +49,15 @@ from ..device import Allocation, DeviceStatus, HoldingDevice, StoredMessage
 from ..page_alloc import NON_PERSISTENT, PERSISTENT, SYSTEM
 from . import format as fmt
 from .checkpointing import Checkpointer
+from ..ha.fence import NO_FENCE, Fence
 from .fileio import OS_IO, FileIO
 from .index import HOT_LIMIT
 from .recovery import Recovery
 from .state import OpenStore
 from .status import StoreStatus
 from .writing import WritePath
+
+log = logging.getLogger("pymq.storage")
 
 DEFAULT_PAGE_SIZE = 64 * 1024
 DEFAULT_CHECKPOINT_BYTES = 32 * 1024 * 1024
@@ -80,7 +84,8 @@ class FileDevice(HoldingDevice):
     def __init__(self, name: str, directory: str | os.PathLike, page_size: int = DEFAULT_PAGE_SIZE, *,
                  checkpoint_bytes: int = DEFAULT_CHECKPOINT_BYTES, max_bytes: int | None = None,
                  fsync: bool = True, read_only: bool = False, checkpoint_in_sync: bool = True,
-                 io: FileIO | None = None, headroom_bytes: int | None = None, index_hot: int = HOT_LIMIT) -> None:
+                 io: FileIO | None = None, headroom_bytes: int | None = None, index_hot: int = HOT_LIMIT,
+                 fence: Fence = NO_FENCE) -> None:
         """``fsync=False`` skips every fsync (tests, throwaway stores); ``read_only`` opens without
         changing a byte (inspection); ``max_bytes`` bounds the page file (``allocate`` raises when full);
         ``headroom_bytes`` is the disk space held back so a checkpoint can always run (``headroom.py``;
@@ -88,7 +93,8 @@ class FileDevice(HoldingDevice):
         as objects (the rest cost 32 bytes each; ``index.py``);
         ``checkpoint_in_sync=False`` leaves due checkpoints to the caller (``checkpoint_due`` /
         ``checkpoint()``, as the commit driver does) so a sync never waits for one; ``io`` replaces the
-        system calls (tests inject faults with it).  An existing store keeps the page size it was
+        system calls (tests inject faults with it); ``fence`` is high availability's (spec/ha.md §2: every
+        write passes it, every sync re-reads the epoch).  An existing store keeps the page size it was
         created with."""
         if page_size & (page_size - 1) or not fmt.MIN_PAGE_SIZE <= page_size <= fmt.MAX_PAGE_SIZE:
             raise StorageError(f"page size {page_size} is not a power of two in "
@@ -104,6 +110,7 @@ class FileDevice(HoldingDevice):
         self.headroom_bytes = headroom_bytes
         self.index_hot = index_hot
         self.io: FileIO = io or OS_IO
+        self.fence = fence
         self._hook: Callable[[str], None] | None = None
         self._store: OpenStore | None = None
         self._writes: WritePath | None = None
@@ -144,14 +151,20 @@ class FileDevice(HoldingDevice):
         store = OpenStore(self.name, self.directory, self.page_size, io=self.io, fsync=self._fsync,
                           read_only=self.read_only, max_bytes=self.max_bytes, headroom_bytes=self.headroom_bytes,
                           index_hot=self.index_hot)
+        store.io.fence = self.fence
         store.lock_fd = os.open(os.path.join(self.directory, "LOCK"),
                                 os.O_RDONLY | os.O_CREAT if self.read_only else os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(store.lock_fd, (fcntl.LOCK_SH if self.read_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
-            os.close(store.lock_fd)
-            raise StorageError(f"store {self.directory} is in use by another process", path=self.directory) \
-                from exc
+            if not self.fence.active:
+                os.close(store.lock_fd)
+                raise StorageError(f"store {self.directory} is in use by another process",
+                                   path=self.directory) from exc
+            # high availability: this process took the store by lease from a live that is stopped, not gone,
+            # and still holds this lock; the epoch fences it (spec/ha.md §2), the lock would only keep us out
+            log.warning("file device %r: the former live still holds %s; its writes are fenced by the epoch",
+                        self.name, os.path.join(self.directory, "LOCK"))
         writes = WritePath(store)
         checkpointer = Checkpointer(store, writes, self.checkpoint_bytes, self.checkpoint_in_sync, self._hook)
         recovery = Recovery(store, checkpointer)
@@ -206,9 +219,29 @@ class FileDevice(HoldingDevice):
         for name in ("check_room", "remove", "record_delivery"):
             self.__dict__.pop(name, None)
 
+    def abandon(self) -> None:
+        """Release the files, writing nothing (the gate is closed first: a write in flight in a worker
+        thread is refused)."""
+        store = self._store
+        if store is not None:
+            store.io.closed_for = "abandoned: another process holds the store"
+        self._drop()
+
     def _simulate_crash(self) -> None:
         """Drop every unflushed byte and release the files, as ``kill -9`` would (tests only)."""
         self._drop()
+
+    def begin_unit(self) -> None:
+        store = self._store
+        if store is not None:
+            with store.lock:
+                store.log.begin_unit()
+
+    def end_unit(self) -> None:
+        store = self._store
+        if store is not None:
+            with store.lock:
+                store.log.end_unit()
 
     def set_io(self, io: FileIO) -> None:
         """Route every later system call through ``io`` (tests: inject faults into an open device)."""

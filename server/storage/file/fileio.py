@@ -20,6 +20,8 @@ import errno
 import os
 import sys
 
+from ..ha.fence import NO_FENCE, Fence
+
 #: fdatasync where the OS has it (Linux), else fsync (macOS)
 _datasync = getattr(os, "fdatasync", os.fsync)
 _FALLOC_FL_KEEP_SIZE = 1
@@ -116,25 +118,34 @@ class WriteGate(FileIO):
     The open store hands this object, not the operating system, to its page file and its log segments, so
     every call that changes the disk (``open`` for writing, ``write``, ``pwrite``, ``reserve``, ``truncate``,
     ``datasync``, ``fsync``, ``unlink``) passes :meth:`check` first.  While ``closed_for`` is set, each such
-    call raises :class:`StoreClosedForWrites` before touching the disk; reads go through unchanged.  Nothing
-    closes it yet but the store's own close; a store that learns it no longer owns its files (high
-    availability: a newer live broker took them over) closes the gate here, in one place, and no later
-    write of any component can reach the disk.  ``inner`` is the operating system (tests put a fault layer
+    call raises :class:`StoreClosedForWrites` before touching the disk; reads go through unchanged.  The
+    store's own close closes it, and so does high availability's fence when a newer live broker took the
+    files over (``fence`` raises ``Fenced``, spec/ha.md §2), here in one place: no later write of any
+    component can reach the disk.  ``inner`` is the operating system (tests put a fault layer
     there, also on an open store: ``FileDevice.set_io``)."""
 
-    __slots__ = ("inner", "closed_for")
+    __slots__ = ("inner", "closed_for", "fence")
 
-    def __init__(self, inner: FileIO) -> None:
+    def __init__(self, inner: FileIO, fence: Fence = NO_FENCE) -> None:
         self.inner = inner
         #: why writes are refused (None: open)
         self.closed_for: str | None = None
+        #: high availability (spec/ha.md §2.2): a write that could corrupt a newer epoch's store (the page
+        #: file, a log segment's creation, a removal) is made inside ``fence.exclusive()``; every other
+        #: write asks ``fence.check()``.  NO_FENCE without ``ha:``.
+        self.fence = fence
 
     def check(self) -> None:
         if self.closed_for is not None:
             raise StoreClosedForWrites(self.closed_for)
+        self.fence.check()
 
     def open(self, path: str, flags: int, mode: int = 0o644) -> int:
-        if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
+        if flags & (os.O_CREAT | os.O_TRUNC):
+            self.check()
+            with self.fence.exclusive():       # creating a log segment truncates it: never a newer epoch's
+                return self.inner.open(path, flags, mode)
+        if flags & (os.O_WRONLY | os.O_RDWR):
             self.check()
         return self.inner.open(path, flags, mode)
 
@@ -143,11 +154,13 @@ class WriteGate(FileIO):
 
     def write(self, fd: int, data: memoryview) -> int:
         self.check()
+        self.fence.check_write()               # log appends: under a fresh lease (spec/ha.md §2.3)
         return self.inner.write(fd, data)
 
     def pwrite(self, fd: int, data: memoryview, offset: int) -> int:
         self.check()
-        return self.inner.pwrite(fd, data, offset)
+        with self.fence.exclusive():           # the page file: never over a newer epoch's pages
+            return self.inner.pwrite(fd, data, offset)
 
     def pread(self, fd: int, size: int, offset: int) -> bytes:
         return self.inner.pread(fd, size, offset)
@@ -162,7 +175,8 @@ class WriteGate(FileIO):
 
     def truncate(self, fd: int, length: int) -> None:
         self.check()
-        self.inner.truncate(fd, length)
+        with self.fence.exclusive():
+            self.inner.truncate(fd, length)
 
     def reserve(self, fd: int, offset: int, length: int) -> bool:
         self.check()
@@ -174,7 +188,8 @@ class WriteGate(FileIO):
 
     def unlink(self, path: str) -> None:
         self.check()
-        self.inner.unlink(path)
+        with self.fence.exclusive():
+            self.inner.unlink(path)
 
     def free_space(self, path: str) -> int | None:
         return self.inner.free_space(path)

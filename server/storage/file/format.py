@@ -142,6 +142,10 @@ applies only frames up to the last valid COMMIT frame.  Payloads by type:
             counts and the redelivered flag survive a restart.  An entry for a message or reference
             that no longer exists is ignored.  An older pymq stops at this type: open such a store with
             it only after a clean shutdown, which leaves the log empty
+* 8 UNIT_END empty; always with the COMMIT flag.  The frames before it back to the previous COMMIT frame
+            are one unit (a transaction's changes, spec/ha.md §3.4), logged without the flag: replay
+            applies all of them or, when the log ends before this frame, none.  An older pymq stops at
+            this type, as at 7
 
 Only persistent messages and catalog records are logged; non-persistent pages are never logged.
 """
@@ -209,6 +213,7 @@ F_REMOVE = 4
 F_ADDREF = 5
 F_META = 6
 F_DELIVERED = 7
+F_UNIT_END = 8
 FRAME_COMMIT = 1
 
 PUT_HEAD = struct.Struct("<II")

@@ -223,6 +223,8 @@ class Recovery:
                 queue = names.names.get(qid)
                 if queue is not None:
                     index.replay_delivery(key, queue, count)
+        elif ftype == fmt.F_UNIT_END:
+            pass                              # its COMMIT flag applied the unit's frames; nothing of its own
         elif ftype == fmt.F_META:
             key, value = fmt.decode_meta_record(payload)
             if value is None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from pymq.errors import StorageError
 
+from . import format as fmt
 from .wal import Segment, list_segments, new_salt, segment_path
 
 if TYPE_CHECKING:
@@ -19,7 +20,8 @@ if TYPE_CHECKING:
 
 
 class LogWriter:
-    __slots__ = ("store", "segment", "old_segments", "next_number", "since_checkpoint", "logging")
+    __slots__ = ("store", "segment", "old_segments", "next_number", "since_checkpoint", "logging", "unit_depth",
+                 "unit_frames")
 
     def __init__(self, store: OpenStore) -> None:
         self.store = store
@@ -31,6 +33,10 @@ class LogWriter:
         self.since_checkpoint = 0
         #: frames are written (False in fault: the next checkpoint records the state instead)
         self.logging = True
+        #: an open unit (spec/ha.md §3.4): its frames are logged without the COMMIT flag, and its end with a
+        #: UNIT_END frame that has it, so replay applies all of them or none; checkpoints wait for its end
+        self.unit_depth = 0
+        self.unit_frames = 0
 
     @property
     def current(self) -> Segment:
@@ -42,6 +48,9 @@ class LogWriter:
     def append(self, ftype: int, payload: bytes, commit: bool) -> None:
         if not self.logging:
             return
+        if self.unit_depth:
+            commit = False
+            self.unit_frames += 1
         seg = self.current
         before = seg.size
         self.since_checkpoint += seg.append(ftype, payload, commit) - before
@@ -50,9 +59,22 @@ class LogWriter:
         """``append`` of a payload given as pieces (a large message's PUT: logged from its own bytes)."""
         if not self.logging:
             return
+        if self.unit_depth:
+            commit = False
+            self.unit_frames += 1
         seg = self.current
         before = seg.size
         self.since_checkpoint += seg.append_pieces(ftype, pieces, commit) - before
+
+    def begin_unit(self) -> None:
+        self.unit_depth += 1
+
+    def end_unit(self) -> None:
+        """The outermost end of a unit: its frames are committed by one UNIT_END frame."""
+        self.unit_depth -= 1
+        if self.unit_depth == 0 and self.unit_frames:
+            self.unit_frames = 0
+            self.append(fmt.F_UNIT_END, b"", True)
 
     def stop(self) -> None:
         """Stop logging (the store entered fault) and forget what was not handed to the OS yet."""
