@@ -635,6 +635,10 @@ class BrokerConfig(_Section):
     queue_log_max_bytes: Annotated[int, Field(ge=4096, le=1 << 34)] = Field(
         1 << 20, description="a queue's log rotates at this size (one older file kept: at most twice this "
                              "per queue)")
+    vhost_max_connections: dict[str, Positive] = Field(
+        default_factory=dict, description="virtual host name -> the most connections it may have at once (a "
+        "CONNECT past it is a `resource-limit` ERROR naming `vhost_max_connections`); unset: only "
+        "`max_connections` for the whole broker")
     vhosts: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")], list[Principal]] = Field(
         default_factory=dict, description="virtual hosts besides the default `/` (spec/stomp.md §1): name "
         "(letters, digits, `_`, `-`) -> the principals (`*`, `user:<name>`, `role:<name>`) who may connect to "

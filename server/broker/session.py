@@ -225,6 +225,15 @@ class BrokerSession(FrameIntake, FrameOutlet):
                 except PymqError as exc:
                     self.fail(exc, frame)
                     return
+                limit = self.broker.config.vhost_max_connections.get(vhost)
+                if limit is not None:
+                    others = sum(1 for s in self.broker.sessions.values()
+                                 if s is not self and getattr(s, "vhost", vhosts.DEFAULT) == vhost)
+                    if others >= limit:
+                        self.fail(errors.ResourceLimit(
+                            f"virtual host '/{vhost}' already has {limit} connections; try again later",
+                            limit="vhost_max_connections", held=others), frame)
+                        return
                 self.vhost, self._vh_prefix = vhost, vhosts.prefix(vhost)
             if self.client_id is not None:
                 try:
