@@ -8,6 +8,7 @@ included, for the whole 60 s.  Here raw sockets stall at each point of a handsha
 """
 from __future__ import annotations
 
+import re
 import resource
 import socket
 import ssl
@@ -17,6 +18,8 @@ import time
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from tests.client.tls import Authority
 from tests.conftest import RawStomp, wait_for
@@ -237,3 +240,72 @@ def test_clients_that_speak_first_complete_their_handshakes(tmp_path, loop):
             proc.kill()
             proc.wait(10)
         log.close()
+
+
+@st.composite
+def mutated_hellos(draw, hello: bytes) -> tuple[bytes, bool]:
+    """A real ClientHello with bytes flipped, inserted, deleted or cut (record and handshake lengths,
+    extensions, cipher lists all get hit), and whether the client then shuts its side."""
+    data = bytearray(hello)
+    for _ in range(draw(st.integers(1, 4))):
+        at = draw(st.integers(0, len(data) - 1)) if data else 0
+        how = draw(st.sampled_from(["flip", "insert", "delete", "cut"]))
+        if how == "flip" and data:
+            data[at] ^= draw(st.integers(1, 255))
+        elif how == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+        elif how == "delete" and data:
+            del data[at]
+        elif how == "cut":
+            data = data[:at]
+    return bytes(data), draw(st.booleans())
+
+
+def test_mutated_client_hellos_end_within_connect_timeout_and_break_nothing(tmp_path, server_cert):
+    """The TLS listener in the fuzz suite (issue 24): generated broken ClientHellos against a real
+    ``pymq-server``; each connection is closed within ``connect_timeout_ms`` (1 s) and a few seconds of a
+    loaded machine's slack, the broker stays up and writes no traceback, and a real TLS client is served
+    after them (found nothing when written; it guards the handshake path moved in 05bf316)."""
+    config = tmp_path / "broker.yaml"
+    config.write_text(yaml.safe_dump({"tls_port": 0, "connect_timeout_ms": 1000, "tls": _tls(server_cert)}))
+    log = open(tmp_path / "broker.log", "w+")
+    proc = subprocess.Popen([sys.executable, "-m", "pymq_server.cli", "--port", "0", "--data-dir",
+                             str(tmp_path / "data"), "--config", str(config)], stderr=log, stdout=subprocess.DEVNULL)
+    try:
+        def tls_port():
+            log.seek(0)
+            m = re.search(r"tls listening on 127\.0\.0\.1:(\d+)", log.read())
+            return int(m.group(1)) if m else None
+        assert wait_for(lambda: tls_port() is not None or proc.poll() is not None, timeout=30)
+        port = tls_port()
+        assert port is not None, "the broker did not start"
+
+        @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(mutated_hellos(client_hello()))
+        def one(case):
+            data, shut = case
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            try:
+                sock.sendall(data)
+                if shut:
+                    sock.shutdown(socket.SHUT_WR)
+                assert closed_within(sock, 6), f"a broken ClientHello held open: {data!r}"
+            finally:
+                sock.close()
+            assert proc.poll() is None, f"the broker died after {data!r}"
+
+        one()
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        with ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=10)) as tls:
+            tls.sendall(b"CONNECT\naccept-version:1.2\nhost:/\n\n\x00")
+            assert tls.recv(65536).startswith(b"CONNECTED")
+        log.seek(0)
+        assert "Traceback" not in log.read()
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
