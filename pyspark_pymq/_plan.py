@@ -102,9 +102,11 @@ class Chunk:
 
 def split_by_bytes(destination: str, chunks: list[Chunk], target: int) -> list[Span]:
     """Spans of about ``target`` body bytes from one destination's probes (in sequence order, covering its
-    span): a piece ends at a probe's end when the next probe would take it past the target; a probe larger
-    than the target is cut into ``ceil(bytes / target)`` pieces of equal message counts, at message sequence
-    numbers.  The JVM source plans with it (bindings/spark ``Plan.splitByBytes``, the same vectors)."""
+    span): a piece ends at a probe's end when the next probe would take it past the target; a probe of at
+    least twice the target is cut into ``floor(bytes / target)`` pieces of equal message counts, at message
+    sequence numbers (a probe stops after the message crossing its budget: probed at the target, it holds a
+    little more and stays whole).  The JVM source plans with it (bindings/spark ``Plan.splitByBytes``, the
+    same vectors)."""
     out: list[Span] = []
     lo = hi = -1
     acc = 0
@@ -112,11 +114,11 @@ def split_by_bytes(destination: str, chunks: list[Chunk], target: int) -> list[S
         if c.end <= c.start:
             continue
         n = len(c.seqs)
-        if c.bytes > target and n > 1:
+        if c.bytes >= 2 * target and n > 1:
             if lo >= 0:
                 out.append(Span(destination, lo, hi))
                 lo, acc = -1, 0
-            pieces = min(n, -(-c.bytes // target))
+            pieces = min(n, c.bytes // target)
             start = c.start
             for i in range(1, pieces):
                 cut = c.seqs[n * i // pieces]

@@ -134,7 +134,10 @@ final class BatchScan implements ScanBuilder, SupportsPushDownRequiredColumns, S
                 long[] narrowed = push.narrow(start, end);
                 spans.add(new Plan.Span(dest, narrowed[0], Math.max(narrowed[0], narrowed[1])));
             }
-            return planner.partitions(spans, parallelism(opts), true);
+            // bodies dominate what a task moves only when it reads them: a read without `value` (a count(),
+            // headers only) moves a few fixed bytes a row, so its pieces are cut by width, without probes
+            boolean bodies = List.of(required.fieldNames()).contains("value");
+            return planner.partitions(spans, parallelism(opts), bodies);
         }
 
         @Override

@@ -164,9 +164,10 @@ final class Plan {
 
     /**
      * Spans of about {@code target} body bytes from one destination's probes (in sequence order, covering
-     * its span): a piece ends at a probe's end when the next probe would take it past the target; a probe
-     * larger than the target is cut into ceil(bytes / target) pieces of equal message counts, at message
-     * sequence numbers.
+     * its span): a piece ends at a probe's end when the next probe would take it past the target; a probe of
+     * at least twice the target is cut into floor(bytes / target) pieces of equal message counts, at message
+     * sequence numbers (a probe stops after the message that crosses its budget, so one probed at the
+     * target holds a little more than it and stays whole).
      */
     static List<Span> splitByBytes(String destination, List<Chunk> chunks, long target) {
         List<Span> out = new ArrayList<>();
@@ -178,13 +179,13 @@ final class Plan {
                 continue;
             }
             int n = c.seqs().length;
-            if (c.bytes() > target && n > 1) {
+            if (c.bytes() >= 2 * target && n > 1) {
                 if (lo >= 0) {
                     out.add(new Span(destination, lo, hi));
                     lo = -1;
                     acc = 0;
                 }
-                int pieces = (int) Math.min(n, (c.bytes() + target - 1) / target);
+                int pieces = (int) Math.min(n, c.bytes() / target);
                 long from = c.start();
                 for (int i = 1; i < pieces; i++) {
                     long cut = c.seqs()[(int) ((long) n * i / pieces)];

@@ -261,9 +261,45 @@ final class Planner implements AutoCloseable {
      * bytes (then the width rule applies).
      */
     private List<Plan.Span> bySize(List<Plan.Span> spans, long parallelism) {
-        Map<Plan.Span, List<Plan.Chunk>> layout = new LinkedHashMap<>();
-        long total = 0;
         long budget = Math.min(PROBE_BYTES, opts.maxBytesPerPartition());
+        Map<Plan.Span, List<Plan.Chunk>> layout = probe(spans, budget);
+        if (layout == null) {
+            return null;
+        }
+        long total = 0;
+        for (List<Plan.Chunk> chunks : layout.values()) {
+            for (Plan.Chunk c : chunks) {
+                total += c.bytes();
+            }
+        }
+        long target = Math.max(1, Math.min(opts.maxBytesPerPartition(), (total + parallelism - 1) / parallelism));
+        if (target < budget) {
+            // pieces smaller than a probe: probe again at the target, so each piece ends at the message
+            // whose bytes reach it (cutting a probe by message counts would assume every message weighs the
+            // same); finer probes would cut pieces under the target, and more of them than minPartitions
+            layout = probe(spans, target);
+            if (layout == null) {
+                return null;
+            }
+        }
+        List<Plan.Span> out = new ArrayList<>();
+        for (Map.Entry<Plan.Span, List<Plan.Chunk>> e : layout.entrySet()) {
+            List<Plan.Chunk> chunks = e.getValue();
+            if (chunks.isEmpty()) {
+                continue;
+            }
+            // the last probe ends where the broker had nothing more: the span still ends where it was planned
+            Plan.Chunk last = chunks.get(chunks.size() - 1);
+            chunks.set(chunks.size() - 1, new Plan.Chunk(last.start(), e.getKey().end(), last.seqs(), last.bytes()));
+            out.addAll(Plan.splitByBytes(e.getKey().destination(), chunks, target));
+        }
+        return out;
+    }
+
+    /** Each span read in probes of at most {@code budget} body bytes (sequence numbers only); null when the
+     * broker does not say an answer's bytes. */
+    private Map<Plan.Span, List<Plan.Chunk>> probe(List<Plan.Span> spans, long budget) {
+        Map<Plan.Span, List<Plan.Chunk>> layout = new LinkedHashMap<>();
         for (Plan.Span s : spans) {
             List<Plan.Chunk> chunks = new ArrayList<>();
             long cursor = s.start();
@@ -277,7 +313,6 @@ final class Planner implements AutoCloseable {
                 }
                 long next = Math.min(s.end(), Math.max(r.next(), cursor + 1));
                 chunks.add(new Plan.Chunk(cursor, next, seqs(r.arrow(), s.destination()), bytes));
-                total += bytes;
                 if (r.next() <= cursor) {
                     break;
                 }
@@ -285,19 +320,7 @@ final class Planner implements AutoCloseable {
             }
             layout.put(s, chunks);
         }
-        long target = Math.max(1, Math.min(opts.maxBytesPerPartition(), (total + parallelism - 1) / parallelism));
-        List<Plan.Span> out = new ArrayList<>();
-        for (Map.Entry<Plan.Span, List<Plan.Chunk>> e : layout.entrySet()) {
-            List<Plan.Chunk> chunks = e.getValue();
-            if (chunks.isEmpty()) {
-                continue;
-            }
-            // the last probe ends where the broker had nothing more: the span still ends where it was planned
-            Plan.Chunk last = chunks.get(chunks.size() - 1);
-            chunks.set(chunks.size() - 1, new Plan.Chunk(last.start(), e.getKey().end(), last.seqs(), last.bytes()));
-            out.addAll(Plan.splitByBytes(e.getKey().destination(), chunks, target));
-        }
-        return out;
+        return layout;
     }
 
     /** The {@code seq} column of an Arrow answer. */
