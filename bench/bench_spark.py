@@ -57,23 +57,34 @@ WRITE_RUNS = 2
 #: the format name of each implementation in the benchmark's session
 FORMATS = {"python": "pymq_python", "jvm": "pymq"}
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+#: the broker processes whose CPU is counted as the broker's (the benchmark's broker, and the two-worker
+#: broker of the parallel read with its workers); everything else under this process is Spark's (its JVM
+#: and Python workers)
+BROKERS: list[int] = []
 
-def start_broker(work: str) -> tuple[subprocess.Popen, str]:
+
+def start_broker(work: str, workers: int = 1) -> tuple[subprocess.Popen, str]:
+    """A pymq-server on a free port (``workers`` processes: ``--workers``), data and log under ``work``."""
+    tag = "broker" if workers == 1 else f"broker-{workers}w"
     config = os.path.join(work, "broker.yaml")
     with open(config, "w") as fh:
         # several 1M-row retained logs are kept (each writer's runs): enough message memory that none pages
         # out to its records (spec/spark.md §8), so the reads measured are reads, not re-reads of the disk
         fh.write('retention:\n  "/topic/bench.*": {ms: 86400000}\nmax_memory: 6GiB\n')
-    log_path = os.path.join(work, "broker.log")
+    log_path = os.path.join(work, f"{tag}.log")
+    extra = [] if workers == 1 else ["--workers", str(workers)]
     with open(log_path, "w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "pymq_server", "--port", "0", "--data-dir",
-                                 os.path.join(work, "data"), "--config", config, "--log-level", "WARNING"],
-                                stderr=log, cwd=ROOT)
-    deadline = time.monotonic() + 30
+                                 os.path.join(work, f"data-{tag}"), "--config", config, "--log-level", "WARNING",
+                                 *extra], stderr=log, cwd=ROOT)
+    BROKERS.append(proc.pid)
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
         with open(log_path) as fh:
-            found = re.search(r"listening on ([\d.]+):(\d+)", fh.read())
-        if found:
+            text = fh.read()
+        found = re.search(r"listening on ([\d.]+):(\d+)", text)
+        if found and (workers == 1 or "pymq-server workers:" in text):
             return proc, f"stomp://{found.group(1)}:{found.group(2)}"
         time.sleep(0.1)
     proc.kill()
@@ -93,6 +104,9 @@ def spark_session(jar: str | None):
              .config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
              # the latency runs' real-time mode with a ForeachWriter, and a batch long enough for the run
              .config("spark.sql.streaming.realTimeMode.minBatchDuration", "1s")
+             # a loaded machine starts Python workers slowly: their authentication handshake may take 120 s, not
+             # 15 (Spark's own 10 s wait for the worker's connection cannot be configured)
+             .config("spark.python.authenticate.socketTimeout", "120s")
              .config("spark.sql.shuffle.partitions", "2").config("spark.driver.memory", "2g").getOrCreate())
     from pyspark_pymq import PymqPythonDataSource
     spark.dataSource.register(PymqPythonDataSource)
@@ -248,10 +262,113 @@ def queue_consumer(url: str, queue: str, expected: int, done: dict) -> threading
     return thread
 
 
-def timed(fn):
+def _proc_stats() -> dict[int, tuple[int, int, float]]:
+    """pid -> (parent pid, start time in ticks, own CPU seconds) of every process on the machine."""
+    out: dict[int, tuple[int, int, float]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:                      # gone between the listing and the read
+            continue
+        out[int(entry)] = (int(fields[1]), int(fields[19]), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS)
+    return out
+
+
+class CpuSampler:
+    """The CPU seconds of the Spark side and the broker side, each a process tree under this process,
+    sampled every 0.2 s by a thread: a process's own time as last seen, kept after it exits (Spark's Python
+    workers come and go, and their parent need not wait for them, so a parent's children's times would
+    miss them); a process that exits loses at most its last 0.2 s.  The machine is shared, so CPU seconds
+    are what to compare between runs: load stretches wall time far more than the CPU a piece of work takes."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[int, int], tuple[str, float]] = {}
+        self.lock = threading.Lock()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            time.sleep(0.2)
+
+    def sample(self) -> None:
+        stats = _proc_stats()
+        me = os.getpid()
+
+        def side(pid: int) -> str | None:
+            for _ in range(64):
+                if pid in BROKERS:
+                    return "broker"
+                parent = stats.get(pid, (0, 0, 0.0))[0]
+                if parent == me:
+                    return "spark"
+                if parent <= 1:
+                    return None
+                pid = parent
+            return None
+
+        with self.lock:
+            for pid, (_, started, cpu) in stats.items():
+                where = side(pid)
+                if where is not None:
+                    self.seen[(pid, started)] = (where, cpu)
+
+    def totals(self) -> dict[tuple[int, int], tuple[str, float]]:
+        self.sample()
+        with self.lock:
+            return dict(self.seen)
+
+
+SAMPLER: list[CpuSampler] = []
+
+
+def cpu_by_side() -> dict[tuple[int, int], tuple[str, float]]:
+    """Every process of either side seen so far, with its CPU seconds (:class:`CpuSampler`)."""
+    if not SAMPLER:
+        SAMPLER.append(CpuSampler())
+    return SAMPLER[0].totals()
+
+
+def cpu_of_tree(root: int) -> dict[int, float]:
+    """CPU seconds so far of ``root`` and each of its descendants (own time only), by pid."""
+    parent: dict[int, int] = {}
+    cpu: dict[int, float] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as fh:
+                    fields = fh.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent[int(entry)] = int(fields[1])
+            cpu[int(entry)] = sum(int(f) for f in fields[11:13]) / CLOCK_TICKS
+    mine = {root}
+    grew = True
+    while grew:
+        grew = False
+        for pid, pp in parent.items():
+            if pp in mine and pid not in mine:
+                mine.add(pid)
+                grew = True
+    return {pid: cpu[pid] for pid in mine if pid in cpu}
+
+
+def timed(fn, cpu: dict | None = None):
+    """(result, wall seconds); with ``cpu``, it is filled with the CPU seconds each side took."""
+    before = cpu_by_side() if cpu is not None else None
     t0 = time.perf_counter()
     result = fn()
-    return result, time.perf_counter() - t0
+    elapsed = time.perf_counter() - t0
+    if cpu is not None and before is not None:
+        after = cpu_by_side()
+        sides = {"spark": 0.0, "broker": 0.0}
+        for key, (where, seconds) in after.items():
+            sides[where] += seconds - before.get(key, (where, 0.0))[1]
+        cpu.update(sides)
+    return result, elapsed
 
 
 def best_of(runs, fn):
@@ -261,21 +378,31 @@ def best_of(runs, fn):
     return results[0][0], min(t for _, t in results)
 
 
-def best_of_each(runs, fns):
+def best_of_each(runs, fns, cpus: list[dict] | None = None):
     """:func:`best_of` for several queries run in turns (a, b, c, a, b, c, ...), not one after the other:
     on a machine shared with other work the load drifts within seconds, and in turns each query sees the
-    same drift, so their ratio is not the ratio of two different moments."""
+    same drift, so their ratio is not the ratio of two different moments.  With ``cpus`` (one dict per
+    query) each gets the CPU seconds of its least costly run, per side (CPU varies far less with load
+    than time: the least is the query's own cost with the least interference)."""
     times: list[list[float]] = [[] for _ in fns]
     results: list = [None] * len(fns)
     for _ in range(runs):
         for i, fn in enumerate(fns):
-            result, t = timed(fn)
+            cpu: dict = {}
+            result, t = timed(fn, cpu if cpus is not None else None)
             results[i] = result if results[i] is None else results[i]
             times[i].append(t)
+            if cpus is not None and (not cpus[i] or sum(cpu.values()) < sum(cpus[i].values())):
+                cpus[i].clear()
+                cpus[i].update(cpu)
     return [(results[i], min(times[i])) for i in range(len(fns))]
 
 
-from pymq.errors import PymqError  # noqa: E402  (after the sys.path set-up above)
+def per_million(cpu: dict, rows: int) -> dict:
+    """CPU seconds per side per 1M rows, rounded for the table."""
+    return {side: round(seconds * 1_000_000 / rows, 2) for side, seconds in cpu.items()}
+
+
 
 
 def jvm_jar() -> str:
@@ -354,6 +481,72 @@ def latency_run(spark, fmt: str, topic: str, rate: int, seconds: float, trigger:
 URL: list[str] = []
 
 
+def parallel_reads(spark, work: str, url: str, rows: int, workers: int) -> dict:
+    """``rows`` rows spread over 2W retained topics (two owned by each of W workers), written by the JVM
+    source to the benchmark's broker and to a broker of W workers; then ``count()`` and a full scan of all
+    of them in one query from each broker, in turns, best of READ_RUNS, CPU per side; and one more full
+    scan of the W-worker broker with each worker's CPU, which shows every worker serving its own topics."""
+
+    wproc, wurl = start_broker(work, workers)
+    try:
+        return _parallel_reads(spark, url, wproc, wurl, rows, workers)
+    finally:
+        wproc.terminate()
+        try:
+            wproc.wait(30)
+        except subprocess.TimeoutExpired:
+            wproc.kill()
+
+
+def _parallel_reads(spark, url: str, wproc: subprocess.Popen, wurl: str, rows: int, workers: int) -> dict:
+    from pyspark.sql import functions as F
+
+    from pymq.routing import GroupRouter
+    router = GroupRouter([f"w{k}" for k in range(workers)])
+    topics: list[str] = []
+    owned = dict.fromkeys(range(workers), 0)
+    i = 0
+    while len(topics) < 2 * workers:
+        name = f"bench.spread.{i}"
+        w = int(router.route(f"/topic/{name}")[1:])
+        if owned[w] < 2:
+            owned[w] += 1
+            topics.append(name)
+        i += 1
+    share = rows // len(topics)
+    part = (spark.range(share, numPartitions=2)
+            .selectExpr("cast(id % 1000 as string) as key",
+                        "encode(lpad(cast(id as string), 100, 'x'), 'utf-8') as value"))
+    for u in (url, wurl):
+        for t in topics:
+            part.write.format("pymq").option("url", u).option("topic", t).mode("append").save()
+    names = ",".join(f"/topic/{t}" for t in topics)
+
+    def reader(u: str):
+        return spark.read.format("pymq").option("url", u).option("destinations", names).option(
+            "minPartitions", str(len(topics)))
+
+    scan = F.sum(F.length("value")).alias("bytes")
+    out: dict = {}
+    total = share * len(topics)
+    for label, query in (("count()", lambda u: reader(u).load().count()),
+                         ("full scan", lambda u: reader(u).load().agg(scan).first()["bytes"])):
+        brokers = [("1 process", url), (f"{workers} workers", wurl)]
+        cpus: list[dict] = [{} for _ in brokers]
+        results = best_of_each(READ_RUNS, [lambda u=u, q=query: q(u) for _, u in brokers], cpus)
+        fig = {name: total / t for (name, _), (_, t) in zip(brokers, results, strict=True)}
+        fig.update(unit="rows/s", topics=len(topics),
+                   cpu={name: per_million(c, total) for (name, _), c in zip(brokers, cpus, strict=True)})
+        out[f"parallel read {label}, {len(topics)} topics"] = fig
+    # which process served the last scan: each of the W workers' own CPU during one more scan
+    before = cpu_of_tree(wproc.pid)
+    reader(wurl).load().agg(scan).first()
+    after = cpu_of_tree(wproc.pid)
+    out[f"parallel read full scan, {len(topics)} topics"]["per process"] = sorted(
+        (round(after[p] - before.get(p, 0.0), 2) for p in after), reverse=True)
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="pymq Spark connector benchmark")
     parser.add_argument("--quick", action="store_true", help="20k rows, short latency runs (smoke test)")
@@ -363,15 +556,27 @@ def main() -> int:
     parser.add_argument("--latency-seconds", type=float, help="measured seconds per latency run (default 10)")
     parser.add_argument("--impls", default="python,jvm", help="implementations to measure: python, jvm")
     parser.add_argument("--json", help="write the figures to this file ('-' for stdout)")
+    parser.add_argument("--no-queue-write", dest="queue_write", action="store_false",
+                        help="skip the writes into a queue with a live consumer (the longest part)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="workers of the parallel read's second broker (1: no parallel read)")
     args = parser.parse_args()
     rows = args.rows or (20_000 if args.quick else 1_000_000)
     latency_seconds = args.latency_seconds or (3 if args.quick else 10)
     impls = [i.strip() for i in args.impls.split(",") if i.strip()]
     rates = [int(r) for r in args.rates.split(",") if r.strip()]
 
+    def save() -> None:
+        """The figures so far (written after each part: a later part that fails loses nothing)."""
+        if args.json and args.json != "-":
+            with open(args.json, "w") as fh:
+                fh.write(json.dumps({"rows": rows, "per_trigger": args.per_trigger, "impls": impls,
+                                     "figures": figures, "failures": failures, "complete": False}, indent=2))
+
     work = tempfile.mkdtemp(prefix="bench-spark-")
     broker, url = start_broker(work)
     URL[:] = [url]
+    cpu_by_side()                       # the sampler starts: it knows every process from here on
     failures: list[str] = []
     figures: dict[str, dict] = {}
     try:
@@ -405,23 +610,37 @@ def main() -> int:
         # own (the reads below read the first)
         write_times: dict[str, list[float]] = {impl: [] for impl in impls}
         parquet_times: list[float] = []
+        write_cpu: dict[str, dict] = {}
+
+        def least(name: str, cpu: dict) -> None:
+            if name not in write_cpu or sum(cpu.values()) < sum(write_cpu[name].values()):
+                write_cpu[name] = cpu
+
         for run in range(WRITE_RUNS):
             for impl in impls:
                 topic = f"bench.rows.{impl}" + ("" if run == 0 else f".{run}")
+                cpu: dict = {}
                 _, t = timed(lambda i=impl, t=topic: source.write.format(FORMATS[i]).option("url", url)
-                             .option("topic", t).mode("append").save())
+                             .option("topic", t).mode("append").save(), cpu)
                 write_times[impl].append(t)
-            _, t = timed(lambda: source.write.mode("overwrite").parquet(parquet))
+                least(impl, cpu)
+            cpu = {}
+            _, t = timed(lambda: source.write.mode("overwrite").parquet(parquet), cpu)
             parquet_times.append(t)
-        _, t_nw = timed(lambda: source.write.format("null_arrow").mode("append").save())
+            least("parquet", cpu)
+        cpu = {}
+        _, t_nw = timed(lambda: source.write.format("null_arrow").mode("append").save(), cpu)
+        least("null Arrow sink", cpu)
         t_qw = min(parquet_times)
         print("writes:", write_times, "parquet", parquet_times, "null", t_nw, flush=True)
+        save()
         figures["batch write (retained topic)"] = {
             **{impl: rows / min(ts) for impl, ts in write_times.items()}, "parquet": rows / t_qw,
-            "null Arrow sink": rows / t_nw, "unit": "rows/s"}
+            "null Arrow sink": rows / t_nw, "unit": "rows/s",
+            "cpu": {name: per_million(c, rows) for name, c in write_cpu.items()}}
 
         # into a queue while a STOMP consumer takes the messages: the write, and the consumer's end
-        for impl in impls:
+        for impl in (impls if args.queue_write else []):
             consumed: dict = {}
             queue = f"bench.live-queue.{impl}"
             consumer = queue_consumer(url, queue, rows, consumed)
@@ -444,10 +663,14 @@ def main() -> int:
         queries = [(impl, (lambda i=impl: reader(i).load().count())) for impl in impls]
         queries += [("parquet", lambda: spark.read.parquet(parquet).count()),
                     ("ready Arrow", lambda: ready.load().count())]
-        results = best_of_each(READ_RUNS, [q for _, q in queries])
+        cpus: list[dict] = [{} for _ in queries]
+        results = best_of_each(READ_RUNS, [q for _, q in queries], cpus)
         figures["batch read count()"] = {name: rows / t for (name, _), (_, t) in zip(queries, results, strict=True)}
         figures["batch read count()"]["unit"] = "rows/s"
+        figures["batch read count()"]["cpu"] = {name: per_million(c, rows)
+                                                for (name, _), c in zip(queries, cpus, strict=True)}
         print("count():", figures["batch read count()"], flush=True)
+        save()
         for (name, _), (n, _) in zip(queries, results, strict=True):
             if n != rows:
                 failures.append(f"count(): {name} {n}, expected {rows}")
@@ -456,20 +679,47 @@ def main() -> int:
         queries = [(impl, (lambda i=impl: reader(i).load().agg(scan).first()["bytes"])) for impl in impls]
         queries += [("parquet", lambda: spark.read.parquet(parquet).agg(scan).first()["bytes"]),
                     ("ready Arrow", lambda: ready.load().agg(scan).first()["bytes"])]
-        results = best_of_each(READ_RUNS, [q for _, q in queries])
+        cpus: list[dict] = [{} for _ in queries]
+        results = best_of_each(READ_RUNS, [q for _, q in queries], cpus)
         figures["batch read full scan"] = {name: rows / t for (name, _), (_, t) in zip(queries, results, strict=True)}
         figures["batch read full scan"]["unit"] = "rows/s"
+        figures["batch read full scan"]["cpu"] = {name: per_million(c, rows)
+                                                for (name, _), c in zip(queries, cpus, strict=True)}
         print("full scan:", figures["batch read full scan"], flush=True)
+        save()
         for (name, _), (b, _) in zip(queries, results, strict=True):
             if b != rows * 100:
                 failures.append(f"full scan: {name} {b} bytes, expected {rows * 100}")
 
+        # parallel reads of many destinations: the same rows in 2W topics (two owned by each worker), read by
+        # one query from the benchmark's broker (one process) and from a broker running W workers, where
+        # each task connects to the worker that owns its destination (spec/spark.md §2, owners)
+        if "jvm" in impls and args.workers > 1:
+            try:
+                figures.update(parallel_reads(spark, work, url, rows, args.workers))
+                print("parallel reads:", {k: v for k, v in figures.items() if k.startswith("parallel")}, flush=True)
+                save()
+            except Exception as exc:    # noqa: BLE001  (reported; the other runs still run)
+                failures.append(f"parallel reads: {exc}")
+
         # streaming throughput: the same messages, args.per_trigger per micro-batch, into the noop sink
         def stream_run(df, name):
-            q = (df.writeStream.format("noop").option("checkpointLocation", os.path.join(work, name))
-                 .trigger(availableNow=True).start())
-            t0 = time.perf_counter()
-            q.awaitTermination()
+            for attempt in range(3):
+                q = (df.writeStream.format("noop")
+                     .option("checkpointLocation", os.path.join(work, f"{name}-{attempt}"))
+                     .trigger(availableNow=True).start())
+                t0 = time.perf_counter()
+                try:
+                    q.awaitTermination()
+                    break
+                except Exception as exc:   # noqa: BLE001
+                    # Spark waits 10 s (not configurable) for a Python worker to start: on a loaded
+                    # machine a Python source's stream can fail before its first batch; it is started
+                    # again from its start, with a new checkpoint
+                    if "failed to connect back" not in str(exc) or attempt == 2:
+                        raise
+                    print(f"{name}: a Python worker did not start in time; starting the stream again",
+                          flush=True)
             elapsed = time.perf_counter() - t0
             if q.exception() is not None:
                 raise RuntimeError(str(q.exception()))
@@ -512,6 +762,7 @@ def main() -> int:
                                                                  for p in done[:s_batches]), "ready Arrow": a_median})
         figures["stream msg/s"] = stream_figures
         figures["stream trigger (median)"] = trigger_figures
+        save()
 
         # end-to-end latency under a steady producer: each implementation's lowest-latency trigger
         for rate in rates:
@@ -522,11 +773,12 @@ def main() -> int:
                     topic = f"bench.live.{impl}.{kind}.{rate}"
                     try:
                         fig = latency_run(spark, FORMATS[impl], topic, rate, latency_seconds, trigger, work)
-                    except (PymqError, RuntimeError, OSError) as exc:   # reported; the other runs still run
+                    except Exception as exc:   # noqa: BLE001  (reported; the other runs still run)
                         failures.append(f"latency {impl} {kind} at {rate}: {exc}")
                         continue
                     figures[f"latency {impl} {kind} {rate // 1000}k msg/s"] = fig
                     print(f"latency {impl} {kind} {rate}: {fig}", flush=True)
+                    save()
                     if fig["seen"] < fig["sent"]:
                         failures.append(f"latency {impl} {kind} at {rate}: {fig['seen']} rows seen, "
                                         f"{fig['sent']} sent")
@@ -545,13 +797,25 @@ def main() -> int:
             print(f"{name:44} p50 {fig['p50']} ms, p99 {fig['p99']} ms, max {fig['max']} ms "
                   f"({fig['seen']} of {fig['sent']} rows)")
             continue
-        bases = [k for k in fig if k not in (*impls, "unit")]
+        if name.startswith("parallel read"):
+            for b, value in fig.items():
+                if isinstance(value, float):
+                    cpu = fig["cpu"].get(b, {})
+                    print(f"{name:44} {b:>10} {value:>12,.0f} {fig['unit']:<6} CPU-s per 1M rows: {cpu}")
+                    name = ""
+            if "per process" in fig:
+                print(f"{'':44} CPU-s of each broker process in one more scan: {fig['per process']}")
+            continue
+        cpus = fig.get("cpu", {})
+        bases = [k for k in fig if k not in (*impls, "unit", "cpu")]
         for impl in (i for i in impls if i in fig):
             ratios = ", ".join(f"{fig[impl] / fig[b]:.2f} of {b}" for b in bases if fig.get(b))
-            print(f"{name:38} {impl:>6} {fig[impl]:>12,.0f} {fig['unit']:<6} {ratios}")
+            cpu = f"  CPU-s per 1M rows: {cpus[impl]}" if impl in cpus else ""
+            print(f"{name:38} {impl:>6} {fig[impl]:>12,.0f} {fig['unit']:<6} {ratios}{cpu}")
             name = ""
         for b in bases:
-            print(f"{'':38} {'':>6} {fig[b]:>12,.0f} {fig['unit']:<6} ({b})")
+            cpu = f"  CPU-s per 1M rows: {cpus[b]}" if b in cpus else ""
+            print(f"{'':38} {'':>6} {fig[b]:>12,.0f} {fig['unit']:<6} ({b}){cpu}")
     for failure in failures:
         print("FAILED:", failure)
     if args.json:

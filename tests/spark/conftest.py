@@ -50,6 +50,9 @@ def spark(jvm_source):
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.sql.session.timeZone", "UTC")
+               # a loaded machine starts Python workers slowly: their authentication handshake may take 120 s, not
+               # 15 (Spark's own 10 s wait for the worker's connection cannot be configured)
+               .config("spark.python.authenticate.socketTimeout", "120s")
                .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
                .config("spark.driver.bindAddress", "127.0.0.1")
                .config("spark.driver.host", "127.0.0.1")
