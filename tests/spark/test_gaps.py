@@ -44,6 +44,34 @@ def test_messages_removed_while_a_partition_is_read_fail_the_read(impl, spark_br
             assert [v for b in batches for v in b] == [f"x{i:02d}" for i in range(20, 30)]
 
 
+def test_a_single_message_removed_while_a_partition_is_read_fails_the_read(impl, spark_broker, name):
+    """The smallest gap (issue 31): one message, the very next the task would read, gone between two fetches."""
+    url, queue = spark_broker.url, pymq.Queue(name)
+    send(url, queue, [f"x{i:02d}" for i in range(20)])
+    s = seqs(url, queue)
+    part = impl.partition(url, f"/queue/{name}", s[0], s[-1] + 1, fetch_size=10, check_loss=True)
+    with impl.fetches_in_flight(1):
+        batches = impl.batches(part)
+        assert next(batches)[-1] == "x09"
+        remove_below(url, queue, s[11])                     # x10 alone goes
+        with pytest.raises(DataLoss, match=r"no longer holds them") as err:
+            next(batches)
+        assert (err.value.requested, err.value.earliest) == (s[10], s[11])
+
+
+def test_a_single_message_removed_before_a_trigger_fails_its_planning(impl, spark_broker, name):
+    url, queue = spark_broker.url, pymq.Queue(name)
+    send(url, queue, ["a", "b", "c"])
+    s = seqs(url, queue)
+    remove_below(url, queue, s[1])                          # "a" alone goes
+    with pytest.raises(DataLoss, match="were removed") as err:
+        impl.reader(url, queue=name).latestOffset(to_offset({f"/queue/{name}": s[0]}), ReadAllAvailable())
+    assert (err.value.requested, err.value.earliest) == (s[0], s[1])
+    # and no gap, no error: planned from where the messages are
+    end = impl.reader(url, queue=name).latestOffset(to_offset({f"/queue/{name}": s[1]}), ReadAllAvailable())
+    assert from_offset(end) == {f"/queue/{name}": s[2] + 1}
+
+
 def test_a_pipelined_read_reports_messages_removed_before_it_asked_for_them(impl, spark_broker, name):
     """With fetches asked ahead, a window asked before the removal may still bring its rows (they were
     read, so nothing is lost); any window asked after it reports the loss: the rows before the error are a

@@ -58,7 +58,7 @@ def test_a_damaged_body_is_reported_by_recovery_never_returned(tmp_path):
     try:
         got: dict[int, bytes] = {}
         with pytest.raises(StorageError, match="corrupt"):
-            for message, refs in device.recover():
+            for message, _refs in device.recover():
                 got[message.key] = message.data
         assert got == {1: _msg(1).data}     # what came before the damaged one, intact; nothing after it
         with pytest.raises(StorageError):
