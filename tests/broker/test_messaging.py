@@ -131,7 +131,10 @@ def test_expired_messages_are_never_delivered(broker, raw):
     send(p, "/queue/exp", "old", expires=str(now - 1000))
     send(p, "/queue/exp", "soon", expiration="100")
     send(p, "/queue/exp", "fresh", expiration="60000")
-    time.sleep(0.3)
+    p.send("SEND", {"destination": "/queue/other", "receipt": "sent"}, b"")
+    assert p.read().command == "RECEIPT"      # the three arrived before this: "soon" expires before now + 100
+    sent = time.time() * 1000
+    assert wait_for(lambda: time.time() * 1000 > sent + 100, timeout=10)
     c = raw()
     c.send("SUBSCRIBE", {"destination": "/queue/exp", "id": "1"})
     assert [f.body for f in drain(c)] == [b"fresh"]
@@ -264,7 +267,8 @@ def test_temp_queue_request_reply(broker, raw):
     # when its connection closes the temporary queue is gone
     requester.send("DISCONNECT", {"receipt": "d"})
     requester.read()
-    time.sleep(0.1)
+    name = reply_to[len("/temp-queue/"):]
+    assert wait_for(lambda: broker.call(lambda: name not in broker.broker.destinations.temp_queues))
     late = raw()
     send(late, reply_to, "too late")
     err = late.read_until_closed()[-1]

@@ -57,10 +57,11 @@ def test_per_queue_max_deliveries_and_dead_retention(broker):
         for _ in range(2):
             assert c.receive(5).text == "poison"
             s.recover()
+        dead_by = time.time() + 0.001            # it was dead-lettered before the last recover() returned
         assert c.receive(0.3) is None
         dlq = s.create_browser(pymq.Queue("DLQ." + name))
         assert [m.text for m in dlq] == ["poison"]
-        time.sleep(1.6)
+        assert wait_for(lambda: time.time() > dead_by + 1.5, timeout=10)     # its retention has passed
         broker.call(broker.broker.housekeeping)
         assert list(dlq) == []                       # purged after its retention
 
@@ -90,7 +91,8 @@ def test_queue_defaults_priority_and_expiration(broker):
         waiting = {m.text: m for m in s.create_browser(pymq.Queue(name))}
         assert waiting["defaulted"].priority == 8 and waiting["defaulted"].expiration > 0
         assert waiting["explicit"].priority == 2
-        time.sleep(0.3)
+        expires = waiting["defaulted"].expiration
+        assert wait_for(lambda: time.time() * 1000 > expires, timeout=10)   # "defaulted" is past its time
         c = s.create_consumer(pymq.Queue(name))
         assert c.receive(5).text == "explicit"
         assert c.receive(0.3) is None                          # "defaulted" expired unseen
@@ -105,7 +107,8 @@ def test_delivery_timeout_returns_message(broker):
         c = s.create_consumer(pymq.Queue(name))
         first = c.receive(5)
         assert first.text == "slow job"
-        time.sleep(0.3)
+        received = time.monotonic()                   # the broker's clock: its deadline is before this + 0.2
+        assert wait_for(lambda: time.monotonic() > received + 0.2, timeout=10)
         broker.call(broker.broker.housekeeping)      # the daemon's tick
         again = c.receive(5)                          # back to ready, redelivered
         assert again.text == "slow job" and again.redelivered and again.delivery_count == 2
@@ -233,7 +236,8 @@ def test_expiry_queue(broker_factory):
     with pymq.connect(broker.url) as conn:
         s = conn.create_session()
         s.create_producer(pymq.Queue("perishable")).send("milk", time_to_live=50)
-        time.sleep(0.1)
+        sent = time.time() * 1000                 # it arrived before this: it expires before sent + 50
+        assert wait_for(lambda: time.time() * 1000 > sent + 50, timeout=10)
         broker.call(broker.broker.housekeeping)
         m = s.create_consumer(pymq.Queue("Expired")).receive(5)
         assert m.text == "milk" and m.properties["pymq-original-destination"] == "/queue/perishable"

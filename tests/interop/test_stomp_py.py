@@ -1,13 +1,13 @@
 """stomp.py (a STOMP client nobody here wrote) and the pymq SDK exchange messages both ways."""
 from __future__ import annotations
 
-import time
 import uuid
 
 import pytest
 import stomp
 
 import pymq
+from tests.conftest import wait_for
 from tests.stomp_py_client import connections
 
 
@@ -104,7 +104,7 @@ def test_stomp_py_acks_inside_a_transaction(broker, stomppy):
         c.ack(transaction=tx, **_ack_args(c, f))
     c.commit(tx)
     c.unsubscribe("1")
-    time.sleep(0.2)
+    assert wait_for(lambda: broker.call(lambda: broker.broker.queues[name].depth) == 0)
     with pymq.connect(broker.url) as conn:
         assert conn.create_session().create_consumer(pymq.Queue(name)).receive(0.3) is None
 
@@ -123,7 +123,8 @@ def test_request_reply_sdk_client_stomp_py_service(broker, stomppy):
     c, listener = stomppy()
     service = _name("svc")
     c.subscribe(f"/queue/{service}", id="svc", ack="auto")
-    time.sleep(0.1)
+    assert wait_for(lambda: broker.call(lambda: service in broker.broker.queues
+                                        and len(broker.broker.queues[service].consumers) == 1))
     with pymq.connect(broker.url) as conn:
         s = conn.create_session()
         requestor = pymq.Requestor(s, pymq.Queue(service))

@@ -47,3 +47,23 @@ def test_agrees_with_a_regular_expression(text: str) -> None:
         assert not ok
     else:
         assert ok and value == int(text)
+
+
+def test_a_minus_sign_is_refused_where_negatives_are_not_even_on_zero() -> None:
+    """``-0`` is 0 in value but not a non-negative wire integer: the sign alone is refused (issue 31: a
+    mutant that checked the sign only for a positive minimum let it through)."""
+    with pytest.raises(InvalidHeader, match="non-negative integer"):
+        parse_wire_int("content-length", "-0")
+    with pytest.raises(InvalidHeader, match="must be an integer"):
+        parse_wire_int("d", "5x", minimum=-1)
+    assert parse_wire_int("d", "-0", minimum=-1) == 0
+
+
+def test_header_int_passes_its_name_and_both_bounds() -> None:
+    assert header_int({"n": "0"}, "n") == 0                       # the default minimum is 0
+    assert header_int({"n": "-5"}, "n", minimum=-10) == -5
+    with pytest.raises(InvalidHeader) as info:
+        header_int({"n": "11"}, "n", maximum=10)
+    assert info.value.header == "n" and "'n'" in str(info.value)
+    with pytest.raises(InvalidHeader):
+        header_int({"n": "-1"}, "n")
