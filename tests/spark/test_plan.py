@@ -109,3 +109,40 @@ def test_split_by_bytes_vectors(case):
     if live:
         assert spans[0].start == live[0].start and spans[-1].end == live[-1].end
         assert all(a.end == b.start for a, b in zip(spans, spans[1:]))
+
+
+# -- exact cases (issue 31: each kills a mutant of _plan.py that the vectors and the properties let live) ----
+
+def test_split_by_bytes_flushes_what_is_pending_before_a_probe_larger_than_the_target():
+    from pyspark_pymq._plan import Chunk, split_by_bytes
+    d = "/queue/q"
+    chunks = [Chunk(0, 10, tuple(range(0, 10)), 100), Chunk(10, 20, tuple(range(10, 20)), 1000),
+              Chunk(20, 30, tuple(range(20, 30)), 100), Chunk(30, 40, tuple(range(30, 40)), 100)]
+    assert split_by_bytes(d, chunks, 200) == [
+        Span(d, 0, 10),                                                  # pending, flushed before the large one
+        Span(d, 10, 12), Span(d, 12, 14), Span(d, 14, 16), Span(d, 16, 18), Span(d, 18, 20),   # 1000 B in 5
+        Span(d, 20, 40)]                                                 # 100 + 100 is not past 200: one piece
+
+
+def test_split_by_bytes_starts_counting_again_after_a_piece_ends():
+    from pyspark_pymq._plan import Chunk, split_by_bytes
+    d = "/queue/q"
+    chunks = [Chunk(0, 10, (0, 5), 150), Chunk(10, 20, (10, 15), 100), Chunk(20, 30, (20, 25), 100)]
+    assert split_by_bytes(d, chunks, 200) == [Span(d, 0, 10), Span(d, 10, 30)]
+
+
+def test_split_by_bytes_cuts_a_two_message_probe_and_skips_an_empty_one():
+    from pyspark_pymq._plan import Chunk, split_by_bytes
+    d = "/queue/q"
+    assert split_by_bytes(d, [Chunk(0, 10, (0, 5), 1000)], 300) == [Span(d, 0, 5), Span(d, 5, 10)]
+    assert split_by_bytes(d, [Chunk(5, 5, (), 0)], 300) == []
+
+
+def test_cap_messages_exact_cases():
+    # a destination the batch has not started on, or one with nothing new, keeps its end
+    assert cap_messages({}, {"a": 5, "b": 7}, 3) == {"a": 5, "b": 7}
+    assert cap_messages({"a": 12}, {"a": 10, "b": 100}, 5) == {"a": 10, "b": 100}
+    # nothing beyond an end, even for the destination that gets the remainder
+    assert cap_messages({"a": 0, "b": 10}, {"a": 100, "b": 10}, 10) == {"a": 10, "b": 10}
+    # the remainder goes to the largest fractional share (c: 0.8), not by name
+    assert cap_messages({"a": 0, "b": 0, "c": 0}, {"a": 5, "b": 3, "c": 2}, 4) == {"a": 2, "b": 1, "c": 1}
