@@ -50,11 +50,13 @@ STATES_T = (
     "tests/hostile/test_bulk_delivery.py",
 )
 ACL_T = (
-    "tests/broker/test_permission_matrix.py",
+    "tests/broker/test_permission_derived.py",
     "tests/broker/test_access_control.py",
     "tests/broker/test_derived_names.py",
+    "tests/broker/test_permission_matrix.py",
 )
 PLACE_T = (
+    "tests/broker/test_overflow_edges.py",
     "tests/broker/test_placement.py",
     "tests/broker/test_placement_agreement.py",
     "tests/broker/test_last_value_depth.py",
