@@ -86,9 +86,17 @@ def baseline_extensions(tree: str) -> str:
     """Give ``tree`` this tree's compiled modules when both build them from the same _ext/ sources; says
     which the baseline runs with."""
     here = os.path.dirname(HERE)
-    if subprocess.run(["diff", "-rq", os.path.join(here, "_ext"), os.path.join(tree, "_ext")],
-                      capture_output=True).returncode != 0:
-        return "its pure-Python twins (its _ext/ differs from this tree's)"
+
+    def sources(root: str) -> dict[str, bytes]:
+        ext = os.path.join(root, "_ext")
+        out = {}
+        for f in sorted(os.listdir(ext)):
+            if f.endswith(".pyx"):
+                with open(os.path.join(ext, f), "rb") as fh:
+                    out[f] = fh.read()
+        return out
+    if sources(here) != sources(tree):
+        return "its pure-Python twins (its _ext/*.pyx differ from this tree's)"
     copied = 0
     for top, target in (("pymq", "pymq"), ("server", "server")):
         for dirpath, _, files in os.walk(os.path.join(here, top)):
