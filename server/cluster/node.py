@@ -293,8 +293,11 @@ class ClusterNode:
 
     def route_queue(self, queue: MessageQueue, headers: Mapping[str, str], message_id: str) -> str | None:
         """The peer a new message for ``queue`` goes to, or None to keep it here (spec/cluster.md §4)."""
-        return self.state.route_queue(queue.destination[len("/queue/"):], queue.name, headers, message_id,
-                                      local_consumers(queue))
+        state = self.state
+        if state.membership.alone:                 # per message: the common case first, nothing computed
+            return None
+        return state.route_queue(queue.destination[len("/queue/"):], queue.name, headers, message_id,
+                                 lambda: local_consumers(queue))
 
     def topic_outboxes(self, topic: Topic, message: Any) -> list[MessageQueue]:
         """Outboxes of the peers that should get a topic message, and of dead hosts of durable

@@ -63,14 +63,15 @@ class QueueRoutes:
 
     # -- where a message goes ---------------------------------------------------------------------------
     def route(self, name: str, destination: str, headers: Mapping[str, str], message_id: str,
-              router: GroupRouter, local_consumers: int, ready: set[str]) -> str | None:
-        """The peer a new message for queue ``name`` goes to, or None to keep it here."""
+              router: GroupRouter, local_consumers: Callable[[], int], ready: set[str]) -> str | None:
+        """The peer a new message for queue ``name`` goes to, or None to keep it here. ``local_consumers``
+        is asked only for an unkeyed message (counting them walks the queue's consumers: not per message)."""
         key = routing_key_of(self.key_for(name), group_id=headers.get("JMSXGroupID"),
                              correlation_id=headers.get("correlation-id"), message_id=message_id)
         if key is not None:
             target = router.route(key.key)
             return None if target == self.node_id else target
-        if local_consumers:
+        if local_consumers():
             return None
         return self.consumer_peer(destination, ready)
 

@@ -173,7 +173,7 @@ class ClusterState:
 
     # -- the hot path: where a message goes ----------------------------------------------------------
     def route_queue(self, name: str, destination: str, headers: Mapping[str, str], message_id: str,
-                    local_consumers: int) -> str | None:
+                    local_consumers: Callable[[], int]) -> str | None:
         membership = self.membership
         if membership.alone:
             return None

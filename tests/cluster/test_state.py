@@ -106,7 +106,7 @@ def test_a_peer_that_beats_is_joined_and_connected_to_and_one_that_stops_is_dead
     assert n0.membership.dead == {"n1"} and n0.membership.peers == []
     assert n0.ready == set() and n0.topics.peers.peers == ()
     assert n0.membership.router.destinations == ("n0",)
-    assert n0.route_queue("q", "/queue/q", {"JMSXGroupID": "g"}, "ID:n0-1", 0) is None   # alone: local
+    assert n0.route_queue("q", "/queue/q", {"JMSXGroupID": "g"}, "ID:n0-1", lambda: 0) is None   # alone: local
     clock.advance(100)
     store.beat("n0", "n1")                                        # n1 returns under its id
     actions = _read(n0, store)
@@ -159,7 +159,7 @@ def test_keyed_messages_go_to_their_keys_node_and_unkeyed_ones_to_consumers_roun
     router = GroupRouter(["n0", "n1", "n2"])
 
     def route(name, headers, mid="ID:n0-1", local=0):
-        return n0.route_queue(name, "/queue/" + name, headers, mid, local)
+        return n0.route_queue(name, "/queue/" + name, headers, mid, lambda: local)
     for g in (f"g{i}" for i in range(30)):
         expected = router.route(g)
         assert route("q", {"JMSXGroupID": g}) == (None if expected == "n0" else expected)
