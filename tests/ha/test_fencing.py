@@ -65,6 +65,21 @@ def test_rule_2_2_no_page_file_write_or_segment_of_an_old_epoch_after_a_new_one(
     other.close()
 
 
+def test_rule_2_2_a_page_write_of_an_old_epoch_is_refused_even_under_a_fresh_lease(held):
+    """Sealed pages of non-persistent messages (paged out, never logged) go to the page file at the next
+    flush, with no log append before them: the page write itself reads the epoch under the epoch lock and
+    is refused, though the former live's lease still looks fresh by its own clock."""
+    tmp_path, device, arbiter = held
+    other = take_over(tmp_path / "ha")
+    before = store_digest(tmp_path)
+    with pytest.raises(StorageError, match="fenced"):
+        for key in range(1000, 1040):             # ten 4 KiB pages of them: pages are sealed and written
+            device.write(StoredMessage(key, "/queue/q", key, False, b"n" * 1000), ["/queue/q"])
+            device.flush()
+    assert store_digest(tmp_path) == before
+    other.close()
+
+
 def test_rule_2_3_a_log_append_goes_only_under_a_fresh_lease(held):
     """A former live past its serving window renews before it appends: the renewal finds the new epoch and
     nothing is appended (without the rule the frames would land in its log segment)."""
