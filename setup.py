@@ -1,10 +1,12 @@
 """Build the Cython hot paths in _ext/ into the packages that hold their pure-Python twins.
 
-PYMQ_NO_EXTENSIONS=1 skips them.  A missing compiler or Cython also skips them, with a banner on stderr
-that names each module and says what to install, so the install still succeeds and the twins carry the
-same semantics (``pymq-server`` warns again at start-up).  PYMQ_REQUIRE_EXTENSIONS=1 turns every such
-skip into a failed build (CI, release wheels).  PYMQ_DEBUG_BUILD=1 turns on bounds checks and line
-tracing for debugging.
+A module that cannot be built (no C compiler, no Python headers, no Cython) fails the build, naming each
+module and the two ways on: install the compiler, or choose the pure-Python twins.  pip shows a build's
+output only when the build fails (or with -v): a warning on a build that goes on would never reach the
+person installing.  PYMQ_NO_EXTENSIONS=1 chooses the twins deliberately (nothing is compiled, nothing to
+warn about); PYMQ_REQUIRE_EXTENSIONS=0 lets a build that cannot compile go on with the twins, with a
+banner on stderr (seen under ``python -m build`` or ``pip -v``; ``pymq-server`` names every missing
+module again at start-up).  PYMQ_DEBUG_BUILD=1 turns on bounds checks and line tracing for debugging.
 """
 import os
 import sys
@@ -23,20 +25,23 @@ EXTENSIONS = [
 ]
 
 DEBUG = os.environ.get("PYMQ_DEBUG_BUILD") == "1"
-REQUIRE = os.environ.get("PYMQ_REQUIRE_EXTENSIONS") == "1"
+REQUIRE = os.environ.get("PYMQ_REQUIRE_EXTENSIONS", "1") != "0"    # the default: see the docstring
 
 
 def skipped(what: str, reason: object) -> None:
     """A compiled module cannot be built: fail the build (PYMQ_REQUIRE_EXTENSIONS=1) or say so loudly."""
     if REQUIRE:
-        raise SystemExit(f"pymq: cannot build {what}: {reason}\n"
-                         f"pymq: PYMQ_REQUIRE_EXTENSIONS=1 makes this an error; install a C compiler and the "
-                         f"Python headers (Debian: apt-get install gcc python3-dev) and Cython >= 3")
+        bar = "pymq: " + "*" * 72
+        raise SystemExit(f"{bar}\npymq: cannot build {what}: {reason}\n"
+                         f"pymq: install a C compiler and the Python headers (Debian: apt-get install gcc "
+                         f"python3-dev) and build again; or install the pure-Python twins, same behaviour and "
+                         f"several times slower: PYMQ_NO_EXTENSIONS=1 (or PYMQ_REQUIRE_EXTENSIONS=0 to compile "
+                         f"what can be); PYMQ_REQUIRE_EXTENSIONS=1 makes this an error (the default)\n{bar}")
     bar = "pymq: " + "*" * 72
     sys.stderr.write(f"{bar}\npymq: WARNING: not building {what} ({reason})\n"
                      f"pymq: this installation runs the pure-Python twin instead: same behaviour, several "
-                     f"times slower.\npymq: install gcc and python3-dev (Debian) to compile it, or set "
-                     f"PYMQ_REQUIRE_EXTENSIONS=1 to make this an error\n{bar}\n")
+                     f"times slower (PYMQ_REQUIRE_EXTENSIONS=0 asked for this).\npymq: install gcc and "
+                     f"python3-dev (Debian) to compile it\n{bar}\n")
 
 DIRECTIVES = {
     "language_level": "3",

@@ -98,8 +98,8 @@ def embedded(name: str, options: dict[str, str]) -> EmbeddedBroker:
     try:
         start = registered(TRANSPORTS, "vm")
     except ImportError as exc:   # registered, but the broker package cannot be imported
-        raise ConnectFailed(f"vm://{name} needs the broker package (pymq_server), which cannot be "
-                            f"imported: {exc}") from None
+        raise ConnectFailed(f"vm://{name} needs the broker (`pip install \"pymq-broker[server]\"`), which "
+                            f"cannot be imported: {exc}") from None
     if start is None:
         raise ConnectFailed(f"vm://{name} needs the broker (pymq-broker), and no installed distribution "
                             f"registers a 'vm' transport (entry point group {TRANSPORTS!r}); an editable "

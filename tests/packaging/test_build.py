@@ -1,10 +1,7 @@
-"""What a stranger installs: ``python -m build`` makes an sdist with the Cython sources and, from that
-sdist, a wheel with the compiled core; the wheel installs into a fresh virtual environment and runs a
-broker there; without a compiler the build says so loudly, and fails under PYMQ_REQUIRE_EXTENSIONS=1.
-
-Slow (two builds, each in pip's isolated build environment, compiling the Cython modules): a couple of
-minutes.  Builds need the ``build`` package and, for the isolated environment, the package index (or
-pip's cache) — as ``pip install -e .`` does.
+"""What a stranger installs: an sdist with the Cython sources and, from that sdist, a wheel with the
+compiled core (built once per session by conftest.py, offline); the wheel installs into a fresh virtual
+environment and runs a broker there; without a compiler the build says so loudly, and fails under
+PYMQ_REQUIRE_EXTENSIONS=1.  test_python_packages.py installs the same builds into clean environments.
 """
 from __future__ import annotations
 
@@ -21,7 +18,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.slow
+# the session's one build (conftest.py) is paid by the first test: minutes on a loaded machine
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 
 def _extensions() -> list[tuple[str, str]]:
@@ -44,14 +42,9 @@ def _build(args: list[str], out: Path, **env: str) -> subprocess.CompletedProces
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("dist")
-    # the sdist first, then the wheel from the unpacked sdist: what `python -m build` does by default
-    run = _build([str(ROOT)], out, PYMQ_REQUIRE_EXTENSIONS="1")
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    sdists, wheels = list(out.glob("*.tar.gz")), list(out.glob("*.whl"))
-    assert len(sdists) == 1 and len(wheels) == 1, sorted(p.name for p in out.iterdir())
-    return sdists[0], wheels[0], out
+def built(python_dists):
+    # the session's one build: the sdist, and the wheel built offline from it (conftest.py)
+    return python_dists.sdist, python_dists.wheel, python_dists.wheelhouse
 
 
 def test_sdist_carries_the_cython_sources_and_the_licence(built):
@@ -86,7 +79,8 @@ def test_wheel_carries_the_compiled_core(built):
     assert {"pymq_server/admin/console/index.html", "pymq/py.typed", "pymq_server/config.py"} <= names
     assert not [n for n in names if n.endswith((".pyx", ".c")) or n.startswith("tests/")]
     assert "Name: pymq-broker" in metadata and "License-Expression: Apache-2.0" in metadata
-    assert "Project-URL: Documentation" in metadata and "Classifier: Programming Language :: Cython" in metadata
+    assert "Classifier: Programming Language :: Cython" in metadata
+    assert ".example" not in metadata, "no placeholder addresses in the published metadata"
     assert "pymq-server = pymq_server.cli:main" in entry_points and "pymq-admin" in entry_points
 
 
@@ -117,19 +111,37 @@ print("ok", pymq.__version__)
     assert check.returncode == 0 and "is valid" in check.stderr
 
 
-def test_without_a_compiler_the_build_is_loud_and_fails_when_extensions_are_required(built, tmp_path):
-    sdist, _, _ = built
+def test_without_a_compiler_and_with_the_fallback_asked_for_the_build_is_loud(built, tmp_path):
+    sdist, _, wheelhouse = built
     if shutil.which("gcc") is None and shutil.which("cc") is None:
         pytest.skip("no compiler to take away")
     # CC=false: the C compiler "fails" for every module, as on a machine without one
-    loud = _build(["--wheel", str(sdist)], tmp_path / "loud", CC="false", PYMQ_REQUIRE_EXTENSIONS="0")
+    offline = {"PIP_NO_INDEX": "1", "PIP_FIND_LINKS": str(wheelhouse)}    # the build requirements, offline
+    loud = _build(["--wheel", str(sdist)], tmp_path / "loud", CC="false", PYMQ_REQUIRE_EXTENSIONS="0", **offline)
     output = loud.stdout + loud.stderr
     assert loud.returncode == 0, output[-3000:]
     assert "pymq: WARNING: not building pymq.protocol._scanner_c" in output
     assert "runs the pure-Python twin instead" in output
-    required = _build(["--wheel", str(sdist)], tmp_path / "strict", CC="false", PYMQ_REQUIRE_EXTENSIONS="1")
-    output = required.stdout + required.stderr
-    assert required.returncode != 0
-    assert "pymq: cannot build pymq.protocol._scanner_c" in output
-    assert "PYMQ_REQUIRE_EXTENSIONS=1 makes this an error" in output
-    assert not list((tmp_path / "strict").glob("*.whl")) if (tmp_path / "strict").exists() else True
+    # PYMQ_REQUIRE_EXTENSIONS=1 (the default) fails: test_pip_install_without_a_compiler... below
+
+
+def test_pip_install_without_a_compiler_fails_loudly_unless_the_twins_are_chosen(built, tmp_path):
+    """pip shows a build's output only when it fails (or with -v): a build that cannot compile fails by
+    default, with the banner naming the module and the ways on; PYMQ_NO_EXTENSIONS=1 installs the twins."""
+    sdist, _, wheelhouse = built
+    if shutil.which("gcc") is None and shutil.which("cc") is None:
+        pytest.skip("no compiler to take away")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYMQ_NO_EXTENSIONS", "PYMQ_REQUIRE_EXTENSIONS")}
+    env.update(CC="false", PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse))
+    pip = [sys.executable, "-m", "pip", "install", "--no-deps", "--no-cache-dir"]
+    failed = subprocess.run([*pip, "--target", str(tmp_path / "default"), str(sdist)], capture_output=True,
+                            text=True, timeout=900, env=env)
+    output = failed.stdout + failed.stderr
+    assert failed.returncode != 0, output[-3000:]
+    assert "pymq: cannot build pymq.protocol._scanner_c" in output, output[-3000:]      # without -v
+    assert "PYMQ_NO_EXTENSIONS=1" in output and "apt-get install gcc python3-dev" in output
+    chosen = subprocess.run([*pip, "--target", str(tmp_path / "twins"), str(sdist)], capture_output=True,
+                            text=True, timeout=900, env={**env, "PYMQ_NO_EXTENSIONS": "1"})
+    assert chosen.returncode == 0, (chosen.stdout + chosen.stderr)[-3000:]
+    assert (tmp_path / "twins" / "pymq" / "protocol" / "_scanner_py.py").exists()
+    assert not list((tmp_path / "twins").rglob("*.so"))

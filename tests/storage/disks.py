@@ -77,8 +77,10 @@ def small_disk(tmp_path):
 class BrokerProcess:
     """A ``pymq-server`` child process; its stderr is collected in ``log``."""
 
-    def __init__(self, data_dir: Path, *args: str, config: str | None = None, cwd: Path | None = None) -> None:
-        cmd = [sys.executable, "-m", "pymq_server.cli", "--port", "0", "--data-dir", str(data_dir)]
+    def __init__(self, data_dir: Path, *args: str, config: str | None = None, cwd: Path | None = None,
+                 command: tuple[str, ...] = (sys.executable, "-m", "pymq_server.cli")) -> None:
+        # command: another installation's pymq-server (tests/packaging runs one from a clean venv)
+        cmd = [*command, "--port", "0", "--data-dir", str(data_dir)]
         if config is not None:
             cmd += ["--config", config]
         self.proc = subprocess.Popen([*cmd, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
