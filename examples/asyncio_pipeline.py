@@ -18,23 +18,28 @@ import argparse
 import asyncio
 import json
 import sys
+import uuid
 
 import pymq
 import pymq.aio
 
 READINGS = 20
+# this run's own queues: on a shared broker, queues of another program (or an earlier run) are left alone,
+# and these are dropped at the end
+RUN = uuid.uuid4().hex[:8]
+RAW, CLEAN = pymq.Queue(f"example-raw-{RUN}"), pymq.Queue(f"example-clean-{RUN}")
 
 
 async def produce(conn) -> None:
-    producer = conn.create_session().create_producer(pymq.Queue("raw"))
+    producer = conn.create_session().create_producer(RAW)
     for i in range(READINGS):
         await producer.send(json.dumps({"sensor": f"s{i % 3}", "celsius": 20 + i * 0.5}))
 
 
 async def transform(conn) -> None:
     session = conn.create_session(transacted=True)
-    raw = await session.create_consumer(pymq.Queue("raw"))
-    clean = session.create_producer(pymq.Queue("clean"))
+    raw = await session.create_consumer(RAW)
+    clean = session.create_producer(CLEAN)
     for _ in range(READINGS):
         message = await raw.receive(timeout=10)
         reading = json.loads(message.text)
@@ -45,7 +50,7 @@ async def transform(conn) -> None:
 
 
 async def consume(conn) -> list[dict]:
-    consumer = await conn.create_session().create_consumer(pymq.Queue("clean"))
+    consumer = await conn.create_session().create_consumer(CLEAN)
     out = []
     async for message in consumer:
         out.append(json.loads(message.text))
@@ -56,7 +61,15 @@ async def consume(conn) -> list[dict]:
 
 async def main_async(url: str) -> int:
     async with pymq.aio.connect(url) as conn:
-        _, _, results = await asyncio.wait_for(asyncio.gather(produce(conn), transform(conn), consume(conn)), 60)
+        queues = conn.queue_manager()
+        for queue in (RAW, CLEAN):
+            await queues.create(queue)
+        try:
+            _, _, results = await asyncio.wait_for(asyncio.gather(produce(conn), transform(conn), consume(conn)),
+                                                   60)
+        finally:
+            for queue in (RAW, CLEAN):
+                await queues.drop(queue, force=True)
     for r in results[:3]:
         print(f"{r['sensor']}: {r['celsius']} C = {r['fahrenheit']} F")
     print(f"... {len(results)} readings in all")

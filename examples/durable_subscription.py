@@ -14,8 +14,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 
 import pymq
+
+# this run's own topic and client id: on a shared broker another program's "news" is left alone; the
+# durable subscription is removed at the end and the topic, created by use, goes once idle
+RUN = uuid.uuid4().hex[:8]
+NEWS, ARCHIVER = pymq.Topic(f"example-news-{RUN}"), f"archiver-{RUN}"
 
 
 def read_all(consumer: pymq.MessageConsumer) -> list[str]:
@@ -30,18 +36,18 @@ def main() -> int:
     parser.add_argument("--url", default="vm://example-durable")
     args = parser.parse_args()
     with pymq.connect(args.url) as publisher_conn:
-        publish = publisher_conn.create_session().create_producer(pymq.Topic("news"))
+        publish = publisher_conn.create_session().create_producer(NEWS)
 
         # 1. the archiver subscribes durably, reads one item, and disconnects
-        with pymq.connect(args.url, client_id="archiver") as conn:
-            archive = conn.create_session().create_durable_consumer(pymq.Topic("news"), "archive")
+        with pymq.connect(args.url, client_id=ARCHIVER) as conn:
+            archive = conn.create_session().create_durable_consumer(NEWS, "archive")
             publish.send("morning edition")
             first = read_all(archive)
         print("archiver, first visit:", first)
 
         # 2. news while it is away: a plain subscriber sees only what comes while it listens
         with pymq.connect(args.url) as conn:
-            live = conn.create_session().create_consumer(pymq.Topic("news"))
+            live = conn.create_session().create_consumer(NEWS)
             publish.send("noon edition")
             publish.send("evening edition")
             live_seen = read_all(live)
@@ -49,9 +55,9 @@ def main() -> int:
         print("plain subscriber saw:  ", live_seen)
 
         # 3. the archiver comes back under the same client id and subscription name
-        with pymq.connect(args.url, client_id="archiver") as conn:
+        with pymq.connect(args.url, client_id=ARCHIVER) as conn:
             session = conn.create_session()
-            archive = session.create_durable_consumer(pymq.Topic("news"), "archive")
+            archive = session.create_durable_consumer(NEWS, "archive")
             caught_up = read_all(archive)
             archive.close()
             session.unsubscribe("archive")                    # done with it: the broker forgets it

@@ -17,16 +17,20 @@ import argparse
 import sys
 import threading
 import time
+import uuid
 
 import pymq
 
 CUSTOMERS = ["customer-A", "customer-B", "customer-C", "customer-D"]
+# this run's own queue: on a shared broker another program's "payments" is left alone (and not drained);
+# created first, dropped at the end
+PAYMENTS = pymq.Queue(f"example-payments-{uuid.uuid4().hex[:8]}")
 
 
 def worker(url: str, name: str, seen: dict, ready: threading.Barrier, done: threading.Event) -> None:
     with pymq.connect(url) as conn:
         session = conn.create_session(ack_mode=pymq.CLIENT_ACKNOWLEDGE)
-        consumer = session.create_consumer(pymq.Queue("payments"))
+        consumer = session.create_consumer(PAYMENTS)
         ready.wait()
         while not done.is_set():
             message = consumer.receive(timeout=0.2)
@@ -41,6 +45,16 @@ def main() -> int:
     parser.add_argument("--url", default="vm://example-groups")
     parser.add_argument("--per-group", type=int, default=25)
     args = parser.parse_args()
+    with pymq.connect(args.url) as admin:
+        queues = admin.queue_manager()
+        queues.create(PAYMENTS)
+        try:
+            return run(args)
+        finally:
+            queues.drop(PAYMENTS, force=True)
+
+
+def run(args: argparse.Namespace) -> int:
     seen: dict[str, list] = {}
     ready, done = threading.Barrier(3), threading.Event()
     workers = [threading.Thread(target=worker, args=(args.url, f"worker-{i}", seen, ready, done))
@@ -50,7 +64,7 @@ def main() -> int:
     ready.wait()
     total = args.per_group * len(CUSTOMERS)
     with pymq.connect(args.url) as conn:
-        producer = conn.create_session().create_producer(pymq.Queue("payments"))
+        producer = conn.create_session().create_producer(PAYMENTS)
         for n in range(args.per_group):
             for customer in CUSTOMERS:                        # interleaved: A1 B1 C1 D1 A2 B2 ...
                 message = pymq.TextMessage(f"{customer} payment {n}", properties={"n": n})

@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import uuid
 
 import pymq
 
 PRICES = {"apple": 0.40, "pear": 0.55, "plum": 0.25}
+# this run's own request queue: on a shared broker another service's "prices" is left alone; created
+# first, dropped at the end (the replies go to the requestor's temporary queue, gone with its connection)
+REQUESTS = pymq.Queue(f"example-prices-{uuid.uuid4().hex[:8]}")
 
 
 def start_service(conn: pymq.Connection) -> None:
     session = conn.create_session()
-    requests = session.create_consumer(pymq.Queue("prices"))
+    requests = session.create_consumer(REQUESTS)
 
     def answer(request: pymq.Message) -> None:
         item = request.properties.get("item")
@@ -43,16 +47,21 @@ def main() -> int:
     parser.add_argument("--url", default="vm://example-request-reply")
     args = parser.parse_args()
     with pymq.connect(args.url) as service_conn, pymq.connect(args.url) as client_conn:
-        start_service(service_conn)
-        session = client_conn.create_session()
-        with pymq.Requestor(session, pymq.Queue("prices")) as requestor:
-            answers = []
-            for item, quantity in (("apple", 3), ("plum", 10), ("kiwi", 1)):
-                answer = requestor.request(pymq.TextMessage("quote", properties={"item": item,
-                                                                                 "quantity": quantity}),
-                                           timeout=10)
-                answers.append(answer.body)
-                print(f"{quantity} x {item}: {answer.body}")
+        queues = service_conn.queue_manager()
+        queues.create(REQUESTS)
+        try:
+            start_service(service_conn)
+            session = client_conn.create_session()
+            with pymq.Requestor(session, REQUESTS) as requestor:
+                answers = []
+                for item, quantity in (("apple", 3), ("plum", 10), ("kiwi", 1)):
+                    answer = requestor.request(pymq.TextMessage("quote", properties={"item": item,
+                                                                                     "quantity": quantity}),
+                                               timeout=10)
+                    answers.append(answer.body)
+                    print(f"{quantity} x {item}: {answer.body}")
+        finally:
+            queues.drop(REQUESTS, force=True)
     ok = answers[0]["total"] == 1.2 and answers[1]["total"] == 2.5 and answers[2]["error"] == "unknown item"
     print("request/reply: all answers matched their requests" if ok else "request/reply: WRONG ANSWERS")
     return 0 if ok else 1

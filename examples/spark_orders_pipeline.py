@@ -1,6 +1,7 @@
 """A small pipeline with the pymq Spark connector.
 
-    orders ──▶ /queue/orders ──▶ Spark streaming query: running totals per customer ──▶ /topic/order-totals
+    orders ──▶ /queue/example-orders-<run> ──▶ Spark streaming query: running totals per customer
+                                                                ──▶ /topic/example-order-totals-<run>
                                                                                           │
                                                         a Python consumer prints them ◀───┘
 
@@ -27,8 +28,14 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 
 import pymq
+
+# this run's own queue and topic: on a shared broker (--url) another program's "orders" is left alone (and
+# not consumed); the queue is created first and dropped at the end, the topic (created by use) goes once idle
+RUN = uuid.uuid4().hex[:8]
+ORDERS, TOTALS = f"example-orders-{RUN}", f"example-order-totals-{RUN}"
 
 
 def start_broker(work: str) -> tuple[subprocess.Popen, str]:
@@ -53,7 +60,7 @@ def send_orders(url: str, count: int) -> dict[str, float]:
     totals: dict[str, float] = {}
     with pymq.connect(url) as conn:
         session = conn.create_session(transacted=True)
-        producer = session.create_producer(pymq.Queue("orders"))
+        producer = session.create_producer(pymq.Queue(ORDERS))
         for i in range(count):
             customer = f"customer-{rng.randint(1, 5)}"
             amount = round(rng.uniform(5, 500), 2)
@@ -75,7 +82,7 @@ def run_query(url: str, checkpoint: str) -> None:
              .config("spark.sql.shuffle.partitions", "2").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     orders = (spark.readStream.format("pymq")          # found without register(): pyspark_pymq
-              .option("url", url).option("queue", "orders").option("mode", "consume")
+              .option("url", url).option("queue", ORDERS).option("mode", "consume")
               .option("maxMessagesPerTrigger", "100").load()
               .select(F.from_json(F.col("value").cast("string"),
                                   "order INT, customer STRING, amount DOUBLE").alias("o"))
@@ -84,7 +91,7 @@ def run_query(url: str, checkpoint: str) -> None:
               .agg(F.round(F.sum("amount"), 2).alias("total"), F.count("*").alias("orders"))
               .select(F.col("customer").alias("key"),
                       F.to_json(F.struct("customer", "total", "orders")).alias("value")))
-    query = (totals.writeStream.format("pymq").option("url", url).option("topic", "order-totals")
+    query = (totals.writeStream.format("pymq").option("url", url).option("topic", TOTALS)
              .option("dedup", "true").outputMode("complete").option("checkpointLocation", checkpoint)
              .trigger(availableNow=True).start())
     query.awaitTermination()
@@ -103,15 +110,20 @@ def main() -> int:
         broker, url = start_broker(work)
     try:
         with pymq.connect(url) as conn:
-            totals_topic = conn.create_session().create_consumer(pymq.Topic("order-totals"))
-            expected = send_orders(url, args.orders)
-            print(f"sent {args.orders} orders to /queue/orders; running the Spark query ...")
-            run_query(url, os.path.join(work, "checkpoint"))
-            latest: dict[str, dict] = {}
-            while (message := totals_topic.receive(timeout=2.0)) is not None:
-                total = json.loads(message.text)
-                latest[total["customer"]] = total
-                print(f"  {message.group_id}: {total['orders']} orders, total {total['total']:.2f}")
+            queues = conn.queue_manager()
+            queues.create(ORDERS)
+            try:
+                totals_topic = conn.create_session().create_consumer(pymq.Topic(TOTALS))
+                expected = send_orders(url, args.orders)
+                print(f"sent {args.orders} orders to /queue/{ORDERS}; running the Spark query ...")
+                run_query(url, os.path.join(work, "checkpoint"))
+                latest: dict[str, dict] = {}
+                while (message := totals_topic.receive(timeout=2.0)) is not None:
+                    total = json.loads(message.text)
+                    latest[total["customer"]] = total
+                    print(f"  {message.group_id}: {total['orders']} orders, total {total['total']:.2f}")
+            finally:
+                queues.drop(ORDERS, force=True)
         ok = {c: t["total"] for c, t in latest.items()} == expected
         print("totals match what was sent" if ok else f"MISMATCH: expected {expected}")
         return 0 if ok else 1

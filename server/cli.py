@@ -19,10 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import getpass
+import importlib.util
 import logging
 import signal
 import sys
 
+import pymq
 from pymq.errors import ConfigError, ListenError, PymqError, StorageError
 from pymq_server.config import BrokerConfig
 from pymq_server.logs import announce, configure_logging
@@ -60,7 +62,9 @@ def _serve_parser() -> argparse.ArgumentParser:
                    "(default 1; spec/cores.md)")
     p.add_argument("--no-uvloop", action="store_true", help="use the default asyncio loop")
     p.add_argument("--check-config", action="store_true",
-                   help="check the configuration (and the users file) and exit: 0 when valid, 2 when not")
+                   help="check the configuration, the users file and the TLS files it names (opened, the "
+                        "key matched to the certificate) and exit: 0 when valid, 2 when not")
+    p.add_argument("--version", action="version", version=f"pymq-server {pymq.__version__}")
     return p
 
 
@@ -140,11 +144,11 @@ async def _serve(server, stop: asyncio.Event, started: list[bool]) -> bool:
             return False
         started[0] = True
         _announce(config, server)
-        from pymq._accel import MISSING
-        if MISSING:
+        missing = compiled_missing()
+        if missing:
             log.warning("the compiled core is not installed (%s): the pure-Python twins run instead, several "
                         "times slower on the hot paths; reinstall with a C compiler (Debian: gcc python3-dev), "
-                        "or set PYMQ_NO_EXTENSIONS=1 to choose the twins deliberately", ", ".join(MISSING))
+                        "or set PYMQ_NO_EXTENSIONS=1 to choose the twins deliberately", ", ".join(missing))
         waits = {stopping}
         role = server.ha
         if role is not None:
@@ -169,6 +173,28 @@ def _announce_backup(server) -> None:
     if server.admin_port is not None:
         scheme = "https" if config.admin_tls else "http"
         announce(f"pymq-server admin listening on {scheme}://{config.host}:{server.admin_port}/", config.log_format)
+
+
+def compiled_missing() -> list[str]:
+    """Every compiled module of setup.py's EXTENSIONS this installation lacks (none under
+    PYMQ_NO_EXTENSIONS=1, a deliberate choice).  Some pickers are imported only when their path is first
+    used, so each is imported here to note its own; the Spark connector's decoder is not the broker's to
+    import (it needs pyarrow), so its module is only looked for."""
+    import pymq.protocol.scanner  # noqa: F401  (each picker notes a compiled module it cannot import)
+    import pymq.routing.bloom  # noqa: F401
+    import pymq.routing.topics  # noqa: F401
+    import pymq.selector._evaluator  # noqa: F401
+    import pymq_server.storage.page_alloc  # noqa: F401
+    from pymq._accel import MISSING, NO_EXTENSIONS
+    missing = list(MISSING)
+    if not NO_EXTENSIONS and "pyspark_pymq._decode_c" not in missing:
+        try:
+            found = importlib.util.find_spec("pyspark_pymq._decode_c") is not None
+        except ImportError:
+            found = False
+        if not found:
+            missing.append("pyspark_pymq._decode_c")
+    return missing
 
 
 def _announce(config: BrokerConfig, server) -> None:
@@ -200,6 +226,11 @@ def main(argv: list[str] | None = None) -> int:
         if config.users_file:
             from pymq_server.config import load_users_file
             load_users_file(config.users_file)
+        if config.tls is not None:
+            # what start-up does before anything opens: every file the `tls:` section names opened, the
+            # certificate and key matched, the CA file read (a valid-looking path is not a valid file)
+            from pymq_server.net.tls import server_context
+            server_context(config.tls)
     except PymqError as exc:
         print(f"pymq-server: {exc.message}", file=sys.stderr)
         return EXIT_CONFIG

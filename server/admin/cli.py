@@ -1,6 +1,6 @@
 """``pymq-admin``: manage a running broker from the command line, over its admin HTTP API.
 
-    pymq-admin [--url URL] [--user U] [--password P] [--json] COMMAND ...
+    pymq-admin [--url URL] [--user U] [--password P] [--json] COMMAND ... [the same options]
 
 Every command is one admin operation (spec/admin.md) sent as ``POST /api/<operation>``, so the CLI is
 refused exactly what the console and STOMP clients are refused.  Output is a human table, or the
@@ -29,7 +29,10 @@ from collections.abc import Callable, Sequence
 
 import yaml
 
+import pymq
+
 OK, FAILED, USAGE, UNREACHABLE, AUTH, DENIED, NOT_FOUND = 0, 1, 2, 3, 4, 5, 6
+CLOSED_PIPE = 141      # 128 + SIGPIPE: what a shell reports for a C tool whose reader went away
 EXIT_CODES = {
     OK: "success",
     FAILED: "the broker refused or could not complete the operation (the message says why); "
@@ -39,6 +42,7 @@ EXIT_CODES = {
     AUTH: "authentication failed (wrong user or password, or a localhost-only user from afar)",
     DENIED: "the user may not do this (access-denied)",
     NOT_FOUND: "what the command names does not exist (queue, message, user, connection)",
+    CLOSED_PIPE: "the output's reader went away (`pymq-admin ... | head`): the rest is not printed",
 }
 _HTTP_EXIT = {401: AUTH, 403: DENIED, 404: NOT_FOUND}
 DEFAULT_URL = "http://127.0.0.1:8161"
@@ -680,16 +684,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="exit codes:\n" + "\n".join(f"  {k}  {v}" for k, v in EXIT_CODES.items()) +
                "\n\nreference: docs/cli.md; every command has --help")
-    p.add_argument("--url", help=f"admin endpoint (env PYMQ_ADMIN_URL; default {DEFAULT_URL})")
-    p.add_argument("--user", "-u", help="broker user (env PYMQ_ADMIN_USER; default guest)")
-    p.add_argument("--password", "-p", help="password (env PYMQ_ADMIN_PASSWORD; prefer the environment "
-                                            "or the config file: arguments are visible to other local users)")
-    p.add_argument("--config", help=f"YAML file with url, user, password, cafile (env PYMQ_ADMIN_CONFIG; "
-                                    f"default {DEFAULT_CONFIG} when it exists)")
-    p.add_argument("--cafile", help="CA certificates to verify an https:// admin endpoint")
-    p.add_argument("--insecure", action="store_true", help="do not verify the https certificate")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for an answer (default 30)")
-    p.add_argument("--json", action="store_true", help="print the operation's JSON result (for scripts)")
+    p.add_argument("--version", action="version", version=f"pymq-admin {pymq.__version__}")
+    _global_options(p, None)
     groups = p.add_subparsers(dest="group", metavar="COMMAND", required=True)
 
     def group(name: str, help_text: str):
@@ -820,7 +816,40 @@ def build_parser() -> argparse.ArgumentParser:
     po = cl.add_parser("purge-outbox", help="drop what this node holds for a peer that is not alive")
     po.add_argument("node")
     po.add_argument("--forget", action="store_true", help="also delete the peer's membership record")
+    # the global options anywhere on the line (`pymq-admin queues list --json`, as git and kubectl take
+    # theirs): every command's parser takes them too, with no default of its own, so one given after the
+    # command sets the value and one not given leaves the main parser's
+    for sub in _subparsers(p):
+        _global_options(sub, argparse.SUPPRESS)
     return p
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every command and group parser under ``parser``."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in dict.fromkeys(action.choices.values()):
+                found += [sub, *_subparsers(sub)]
+    return found
+
+
+def _global_options(p: argparse.ArgumentParser, default) -> None:
+    """The options every command takes; ``default`` None on the main parser, SUPPRESS on the commands'."""
+    def d(value):
+        return value if default is None else default
+    p.add_argument("--url", default=d(None), help=f"admin endpoint (env PYMQ_ADMIN_URL; default {DEFAULT_URL})")
+    p.add_argument("--user", "-u", default=d(None), help="broker user (env PYMQ_ADMIN_USER; default guest)")
+    p.add_argument("--password", "-p", default=d(None),
+                   help="password (env PYMQ_ADMIN_PASSWORD; prefer the environment or the config file: "
+                        "arguments are visible to other local users)")
+    p.add_argument("--config", default=d(None), help=f"YAML file with url, user, password, cafile (env "
+                                                     f"PYMQ_ADMIN_CONFIG; default {DEFAULT_CONFIG} when it exists)")
+    p.add_argument("--cafile", default=d(None), help="CA certificates to verify an https:// admin endpoint")
+    p.add_argument("--insecure", action="store_true", default=d(False), help="do not verify the https certificate")
+    p.add_argument("--timeout", type=float, default=d(30.0), help="seconds to wait for an answer (default 30)")
+    p.add_argument("--json", action="store_true", default=d(False),
+                   help="print the operation's JSON result (for scripts)")
 
 
 def _settings(a: argparse.Namespace) -> dict:
@@ -864,6 +893,17 @@ def _settings(a: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:
+        # the reader went away (`pymq-admin ... | head`): no traceback, as any Unix tool; what Python would
+        # still flush at exit goes to /dev/null, and the status is a SIGPIPE death's, 128 + 13
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return CLOSED_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
     key = (a.group,) if a.group in ("status", "health", "reload", "ha") else (a.group, a.action)
@@ -885,6 +925,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result, indent=2, default=str))
     else:
         printer(result)
+    sys.stdout.flush()     # a closed pipe is found here, inside main, not at interpreter exit
     return OK
 
 

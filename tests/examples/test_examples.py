@@ -61,6 +61,51 @@ def test_sdk_example_against_a_broker_over_tcp(broker, name):
     assert run.stdout.strip().splitlines()[-1] == SDK_EXAMPLES[name]
 
 
+#: names the examples used to take on whatever broker they were pointed at (and drained)
+LIVE_QUEUES = ("orders", "payments", "prices", "raw", "clean")
+
+
+@pytest.mark.parametrize("name", sorted(SDK_EXAMPLES))
+def test_sdk_example_leaves_a_live_brokers_destinations_alone(broker, name):
+    """Pointed at a live broker, an example makes its own uniquely named destinations and removes them:
+    an operator's queues named like the example's keep their messages, an operator's durable subscription
+    named like the example's keeps its own, and no queue or subscription is left behind."""
+    with pymq.connect(broker.url) as conn:
+        producer = conn.create_session().create_producer()
+        for queue in LIVE_QUEUES:
+            producer.send("the operator's own", pymq.Queue(queue))
+    with pymq.connect(broker.url, client_id="archiver") as conn:
+        conn.create_session().create_durable_consumer(pymq.Topic("news"), "archive").close()
+    with pymq.connect(broker.url) as conn:
+        conn.create_session().create_producer(pymq.Topic("news")).send("the operator's own news")
+        queues = conn.queue_manager()
+        before = sorted(q["name"] for q in queues.list() if not str(q["name"]).startswith("DLQ."))
+
+    run = _run([str(EXAMPLES / name), "--url", broker.url])
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip().splitlines()[-1] == SDK_EXAMPLES[name]
+
+    with pymq.connect(broker.url) as conn:
+        queues = conn.queue_manager()
+        after = sorted(q["name"] for q in queues.list() if not str(q["name"]).startswith("DLQ."))
+        assert after == before, "the example left queues behind (or took the operator's)"
+        for queue in LIVE_QUEUES:
+            assert queues.metrics(queue)["depth"] == 1, f"{name} drained the operator's queue {queue}"
+        subscriptions = conn.queue_manager().call("list-subscriptions")
+        names = sorted(str(s.get("name")) for s in subscriptions)
+        assert names == ["sub:archiver:archive"], f"subscriptions left behind or removed: {subscriptions}"
+    with pymq.connect(broker.url, client_id="archiver") as conn:
+        session = conn.create_session()
+        archive = session.create_durable_consumer(pymq.Topic("news"), "archive")
+        got = archive.receive(5)
+        assert got is not None and got.text == "the operator's own news", f"{name} took the operator's news"
+        archive.close()
+        session.unsubscribe("archive")
+    with pymq.connect(broker.url) as conn:
+        for queue in LIVE_QUEUES:
+            conn.queue_manager().drop(queue, force=True)
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 def test_spark_pipeline_in_the_readme_set_up():
