@@ -9,6 +9,9 @@ original: a crash in between leaves a duplicate, never a loss.  Headers the brok
 place (dead-letter reason, delivery count, expiry of the dead-letter retention, duplicate-detection id,
 scheduled delay) are not carried over.  Permissions: browsing needs ``browse`` on the queue; moving,
 retrying and dropping need ``consume`` on the source and ``produce`` on the target.
+
+Publishing (the console's form, ``publish``) sends one message through the same SEND path, as the asking
+user: it needs ``produce`` on the destination, as a STOMP SEND from that user would.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from itertools import islice
 from typing import Any
 
 from pymq.errors import ConfigError, DestinationError, PymqError, UnknownDestination, UnknownMessage
-from pymq_server.admin.checks import bool_arg, ids_arg, int_arg, queue_name, text_arg
+from pymq_server.admin.checks import MAX_TEXT, bool_arg, ids_arg, int_arg, queue_name, text_arg
 from pymq_server.broker.acl import may_monitor
 from pymq_server.broker.requests import parse_send
 
@@ -147,12 +150,12 @@ def _selected(queue, ids: list[str] | None, limit: int, accept=None) -> list:
     return [found[i] for i in dict.fromkeys(ids)]
 
 
-def _target(broker, text: str) -> str:
-    """A destination to move to: a queue name, ``/queue/name`` or ``/topic/name``."""
+def _target(broker, text: str, verb: str = "moved to") -> str:
+    """A destination to move (or publish) to: a queue name, ``/queue/name`` or ``/topic/name``."""
     if not text.startswith("/"):
         text = "/queue/" + text
     if not text.startswith(("/queue/", "/topic/")):
-        raise DestinationError(f"messages can be moved to a queue or a topic, not {text!r}", destination=text)
+        raise DestinationError(f"messages can be {verb} a queue or a topic, not {text!r}", destination=text)
     broker.resolve(text)            # validates the name
     return text
 
@@ -251,6 +254,51 @@ def drop_messages(admin, user, args: dict) -> dict:
     entries = _selected(queue, ids, len(ids))
     queue.remove_ready(entries)
     return {"dropped": len(entries)}
+
+
+#: largest body ``publish`` takes (the admin port's admin_max_body bounds the request before this)
+MAX_PUBLISH_BODY = 1024 * 1024
+#: most headers one ``publish`` sets
+MAX_PUBLISH_HEADERS = 64
+#: headers ``publish`` sets itself or that belong to a frame, never to a message an operator types
+_FRAME_HEADERS = frozenset({"destination", "content-length", "transaction", "receipt", "message-id",
+                            "subscription", "ack", "persistent"})
+
+
+def publish(admin, user, args: dict) -> dict:
+    """Send one message (``body`` text, ``headers`` string to string, ``persistent``) to ``destination``
+    (a queue name, ``/queue/name`` or ``/topic/name``) as ``user``."""
+    broker = admin.broker
+    target = _target(broker, text_arg(args, "destination") or "", "published to")
+    body = args.get("body", "")
+    if not isinstance(body, str):
+        raise ConfigError(f"argument 'body' must be a string, got {type(body).__name__}")
+    data = body.encode("utf-8", "surrogatepass") if body else b""
+    if len(data) > MAX_PUBLISH_BODY:
+        raise ConfigError(f"a published body may have at most {MAX_PUBLISH_BODY} bytes, got {len(data)}")
+    raw = args.get("headers") or {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"argument 'headers' must be an object of strings, got {type(raw).__name__}")
+    if len(raw) > MAX_PUBLISH_HEADERS:
+        raise ConfigError(f"at most {MAX_PUBLISH_HEADERS} headers, got {len(raw)}")
+    headers: dict[str, str] = {}
+    for name, value in raw.items():
+        if not isinstance(value, str) or not name or len(name) > MAX_TEXT or len(value) > MAX_TEXT:
+            raise ConfigError(f"header {str(name)[:64]!r}: names and values are strings of 1-{MAX_TEXT} "
+                              f"characters")
+        if name.lower() in _FRAME_HEADERS or name.startswith("pymq-") or any(c in name for c in ":\r\n") \
+                or any(c in value for c in "\r\n"):
+            raise ConfigError(f"header {name[:64]!r} cannot be set here (a frame's own, the broker's, or "
+                              f"a line break)")
+        headers[name] = value
+    broker.acl.check(user, target, "produce")
+    if target.startswith("/queue/") and target[len("/queue/"):] not in broker.queues:
+        broker.acl.check(user, target, "create")      # a SEND to a new queue creates it: so does this
+    headers["destination"] = target
+    headers["persistent"] = "true" if bool_arg(args, "persistent", True) else "false"
+    request = parse_send(headers, data)
+    broker.send(None, request, pause=False)
+    return {"destination": target, "bytes": len(data), "persistent": headers["persistent"] == "true"}
 
 
 def dead_letter_prefixes(broker) -> set[str]:

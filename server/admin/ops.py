@@ -567,6 +567,7 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
     "move-messages": messages.move_messages,
     "retry-dead-letters": messages.retry_dead_letters,
     "drop-messages": messages.drop_messages,
+    "publish": messages.publish,
     "list-dead-letter-queues": messages.list_dead_letter_queues,
     "list-users": users.list_users,
     "add-user": users.add_user,

@@ -508,3 +508,211 @@ def test_cluster_nodes(console, tmp_path, redis_url):  # noqa: F811
             node.stop()
             node.kill()
 
+
+
+# -- running the broker from the console (issue 28.4) --------------------------------------------------------
+def _ink(page, canvas_id: str) -> bool:
+    return page.evaluate(
+        """id => { const c = document.getElementById(id); if (!c || !c.width) return false;
+                   const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+                   let ink = 0; for (let i = 3; i < d.length; i += 4) if (d[i]) ink++;
+                   return ink > 500; }""", canvas_id)
+
+
+def _shot_is_real(path: str) -> None:
+    """The screenshot exists and is a picture of something (not an empty or blank page)."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+    assert head == b"\x89PNG\r\n\x1a\n", path
+    assert os.path.getsize(path) > 20_000, (path, os.path.getsize(path))
+
+
+def test_users_roles_and_grants(console):
+    b = console().broker
+    name = "web-" + uuid.uuid4().hex[:6]
+    b.op("create-queue", name="web.granted")
+    c = console("users")
+    c.login()
+    expect(c.page.locator("#nav-users")).to_be_visible()
+    c.go("users")
+    page = c.page
+    expect(c.row("user", ADMIN)).to_be_visible()
+    expect(c.cell("user", APP, "roles")).to_have_text("app")
+    page.fill("#new-user-name", name)
+    page.fill("#new-user-password", "a-password-of-carol")
+    page.fill("#new-user-roles", "app")
+    page.click("#add-user-submit")
+    expect(page.locator("#flash")).to_contain_text(f"user {name} added")
+    expect(c.cell("user", name, "roles")).to_have_text("app")
+    assert {u["name"]: u["roles"] for u in b.op("list-users")}[name] == ["app"]
+    with pymq.connect(b.url, username=name, password="a-password-of-carol"):
+        pass                                                  # the new user logs in at once
+
+    roles = c.row("user", name).locator("input.roles-input")
+    roles.fill("app, monitor")
+    c.row("user", name).locator("button.set-roles").click()
+    expect(page.locator("#flash")).to_contain_text(f"roles of {name}: app, monitor")
+    expect(c.cell("user", name, "roles")).to_have_text("app, monitor")
+    assert {u["name"]: u["roles"] for u in b.op("list-users")}[name] == ["app", "monitor"]
+
+    page.fill("#grants-destination", "/queue/web.granted")
+    page.fill("#grant-principal", f"user:{name}")
+    page.check("#grant-consume")
+    page.check("#grant-browse")
+    page.click("#grants-submit")
+    expect(page.locator("#flash")).to_contain_text(f"granted consume, browse on /queue/web.granted to user:{name}")
+    expect(c.row("principal", f"user:{name}")).to_contain_text("browse, consume")
+    expect(page.locator("#grants-owner")).to_contain_text(f"Owner of /queue/web.granted: {ADMIN}")
+    assert sorted(b.op("acl", destination="/queue/web.granted")["grants"][f"user:{name}"]) == ["browse", "consume"]
+    _shot_is_real(c.shot("users-and-grants"))
+    revoke = c.row("principal", f"user:{name}").locator('button.revoke[data-permission="consume"]')
+    revoke.click()
+    revoke.click()
+    expect(page.locator("#flash")).to_contain_text(f"revoked consume on /queue/web.granted from user:{name}")
+    expect(c.row("principal", f"user:{name}")).not_to_contain_text("consume")
+    assert b.op("acl", destination="/queue/web.granted")["grants"][f"user:{name}"] == ["browse"]
+
+    remove = c.row("user", name).locator("button.remove-user")
+    remove.click()
+    remove.click()
+    expect(page.locator("#flash")).to_contain_text(f"user {name} removed")
+    expect(c.row("user", name)).to_have_count(0)
+    assert name not in {u["name"] for u in b.op("list-users")}
+    with pytest.raises(PymqError):
+        pymq.connect(b.url, username=name, password="a-password-of-carol").close()
+
+
+def test_alter_and_drop_a_queue(console):
+    b = console().broker
+    b.op("create-queue", name="web.alter")
+    send(b, "web.alter", ["x", "y"])
+    c = console("alter-drop")
+    c.login()
+    c.go("queues/web.alter")
+    page = c.page
+    expect(page.locator('#queue-summary [data-metric="depth"] .value')).to_have_text("2")
+    page.fill("#alter-max_deliveries", "3")
+    page.fill("#alter-max_depth", "50")
+    page.select_option("#alter-overflow", "reject")
+    page.click("#alter-submit")
+    expect(page.locator("#flash")).to_contain_text("altered web.alter")
+    config = b.op("queue-info", name="web.alter")["config"]
+    assert (config["max_deliveries"], config["max_depth"], config["overflow"]) == (3, 50, "reject")
+    page.locator("details summary").click()
+    expect(page.locator("#queue-summary details")).to_contain_text("max_depth")
+    _shot_is_real(c.shot("altered"))
+    # past what the field allows (the browser's own check taken away): the broker refuses, nothing changes
+    page.evaluate("document.getElementById('alter-default_priority').removeAttribute('max')")
+    page.fill("#alter-default_priority", "12")
+    page.click("#alter-submit")
+    expect(page.locator("#flash")).to_contain_text("default_priority")
+    expect(page.locator("#flash")).to_have_class(re.compile("error"))
+    assert b.op("queue-info", name="web.alter")["config"]["default_priority"] != 12
+    drop = page.locator("#drop-queue")
+    drop.click()
+    expect(drop).to_have_text("Drop web.alter and its messages?")
+    assert "web.alter" in {q["name"] for q in b.op("list-queues")}
+    drop.click()
+    expect(page.locator("#flash")).to_contain_text("dropped web.alter (2 message(s))")
+    expect(page.locator("#page-queues")).to_be_visible()          # back on the list
+    expect(c.row("queue", "web.alter")).to_have_count(0)
+    assert "web.alter" not in {q["name"] for q in b.op("list-queues")}
+
+
+def test_publish_with_headers_and_the_queue_charts(console):
+    b = console().broker
+    b.op("create-queue", name="web.publish")
+    c = console("publish")
+    c.login()
+    c.go("queues/web.publish")
+    page = c.page
+    page.fill("#publish-headers", "color: blue\nJMSType: greeting")
+    page.fill("#publish-body", "hello from the console")
+    page.uncheck("#publish-persistent")
+    page.click("#publish-submit")
+    expect(page.locator("#flash")).to_contain_text("published 22 byte(s) to /queue/web.publish")
+    expect(page.locator("#message-browser td.preview")).to_contain_text("hello from the console")
+    expect(page.locator('#message-browser td:nth-child(5)')).to_have_text("no")       # not persistent
+    page.locator("#message-browser a.message-link").first.click()
+    expect(page.locator('#message-detail tr[data-header="color"]')).to_contain_text("blue")
+    # readable timestamps: a date, with the epoch milliseconds after it
+    stamp = page.locator('#message-detail tr[data-header="timestamp"] td').nth(1)
+    expect(stamp).to_have_text(re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC \(\d{13}\)$"))
+    with pymq.connect(b.url, username=ADMIN, password=ADMIN_PW) as conn:
+        got = conn.create_session().create_consumer(pymq.Queue("web.publish")).receive(5)
+        assert got is not None and got.text == "hello from the console"
+        assert got.properties["color"] == "blue" and got.delivery_mode == pymq.NON_PERSISTENT
+    # the queue's own charts: depth and rates sampled every refresh
+    send(b, "web.publish", [f"m{i}" for i in range(30)])
+    assert wait_until(lambda: _ink(page, "queue-chart-depth") and _ink(page, "queue-chart-rates"), timeout=20)
+    expect(page.locator('#queue-summary [data-metric="depth"] .value')).to_have_text("30")
+    _shot_is_real(c.shot("queue-charts"))
+    # a header the broker owns is refused, nothing is sent
+    page.fill("#publish-headers", "destination: /queue/elsewhere")
+    page.fill("#publish-body", "misdirected")
+    page.click("#publish-submit")
+    expect(page.locator("#flash")).to_contain_text("cannot be set here")
+    assert depth(b, "web.publish") == 30
+    # to a topic, from the topics page, persistent by default
+    with pymq.connect(b.url, username=ADMIN, password=ADMIN_PW) as conn:
+        listener = conn.create_session().create_consumer(pymq.Topic("web.news"))
+        c.go("topics")
+        page.fill("#publish-destination", "/topic/web.news")
+        page.fill("#publish-body", "extra")
+        page.click("#publish-submit")
+        expect(page.locator("#flash")).to_contain_text("to /topic/web.news (persistent)")
+        heard = listener.receive(5)
+        assert heard is not None and heard.text == "extra"
+
+
+def test_monitor_user_gets_no_write_controls_and_the_api_refuses_them(console, tmp_path):
+    monitor, monitor_pw = "watcher", "watcher-secret"
+    b = BrokerProcess(tmp_path / "monitored", users={ADMIN: (ADMIN_PW, ["admin"]), monitor: (monitor_pw, ["monitor"])},
+                      config={"default_permissions": {"role:app": ["produce", "consume", "browse", "create"]}})
+    b.start()
+    try:
+        b.op("create-queue", name="web.watched", config={"max_depth": 10})
+        send(b, "web.watched", ["kept"])
+        c = console("monitor", broker=b)
+        c.login(monitor, monitor_pw)
+        page = c.page
+        expect(page.locator("#nav-users")).to_be_hidden()
+        c.go("queues")
+        expect(page.locator("#queue-list")).to_be_visible()
+        expect(page.locator("#create-queue")).to_have_count(0)
+        expect(page.locator("button.purge")).to_have_count(0)
+        c.go("topics")
+        expect(page.locator("#page-topics")).to_be_visible()
+        expect(page.locator("#publish-form")).to_have_count(0)
+        c.go("queues/web.watched")
+        expect(page.locator("#page-queue")).to_be_visible()
+        for absent in ("#drop-queue", "#alter-queue", "#publish-form", "#purge-queue"):
+            expect(page.locator(absent)).to_have_count(0)
+        c.go("users")
+        expect(page.locator("#users-body .refused")).to_contain_text("access-denied")
+        expect(page.locator("#add-user")).to_have_count(0)
+        _shot_is_real(c.shot("monitor-read-only"))
+        # the API refuses what the buttons would have done, with the session's own CSRF token
+        answers = page.evaluate("""async () => {
+            const post = async (op, args) => {
+              const r = await fetch(`/api/${op}`, { method: "POST", credentials: "same-origin",
+                headers: { "Content-Type": "application/json", "X-CSRF-Token": state.csrf },
+                body: JSON.stringify(args) });
+              return [r.status, (await r.json()).error.code];
+            };
+            return [await post("publish", { destination: "/queue/web.watched", body: "no" }),
+                    await post("drop-queue", { name: "web.watched", force: true }),
+                    await post("alter-queue", { name: "web.watched", config: { max_depth: 99 } }),
+                    await post("purge-queue", { name: "web.watched" }),
+                    await post("add-user", { name: "intruder", password: "x-password", roles: ["admin"] }),
+                    await post("grant", { destination: "/queue/web.watched", principal: "user:watcher",
+                                          permissions: ["produce"] })];
+        }""")
+        assert answers == [[403, "access-denied"]] * 6, answers
+        # and nothing changed
+        info = b.op("queue-info", name="web.watched")
+        assert info["metrics"]["depth"] == 1 and info["config"]["max_depth"] == 10
+        assert "intruder" not in {u["name"] for u in b.op("list-users")}
+        assert f"user:{monitor}" not in (b.op("acl", destination="/queue/web.watched")["grants"] or {})
+    finally:
+        assert b.stop() == 0, "".join(b.log[-30:])

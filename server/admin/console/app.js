@@ -7,7 +7,11 @@
  */
 "use strict";
 
-const state = { csrf: null, user: null, admin: false, view: null, timer: null, busy: false };
+const state = { csrf: null, user: null, admin: false, writer: true, view: null, timer: null, busy: false };
+
+/* Controls that change something are shown only to users who may be allowed to use them: a user whose
+ * only role is monitor gets none (the API refuses them anyway); the rest are decided by the API. */
+function writable(node) { return state.writer ? node : null; }
 
 // -- the API ---------------------------------------------------------------------------------------
 class ApiError extends Error {
@@ -79,6 +83,16 @@ function time(ms) {
   return ms ? new Date(ms).toISOString().replace("T", " ").replace("Z", " UTC") : "–";
 }
 
+/* Headers that carry an instant as epoch milliseconds: shown as a date, with the number after it. */
+const TIME_HEADERS = new Set(["timestamp", "expires", "pymq-dead-at", "pymq-expired-at", "AMQ_SCHEDULED_TIME",
+  "pymq-deliver-at", "deliver-at", "pymq-dead-lettered-at"]);
+function headerValue(name, value) {
+  if ((TIME_HEADERS.has(name) || /-(at|time)$/i.test(name)) && /^\d{10,16}$/.test(value) && Number(value) > 0) {
+    return `${time(Number(value))} (${value})`;
+  }
+  return value;
+}
+
 /* A table: columns are [heading, key | (row) => value | Node, {class}] */
 function table(rows, columns, { rowAttrs, empty = "none" } = {}) {
   const numeric = columns.map(([, key]) => rows.length > 0 && typeof key === "string" &&
@@ -138,6 +152,38 @@ async function act(op, args, done) {
   }
 }
 
+
+/* "name: value" lines as a headers object (blank lines ignored); a line without a colon is an error. */
+function parseHeaders(text) {
+  const headers = {};
+  for (const line of text.split("\n")) {
+    if (!line.trim()) continue;
+    const at = line.indexOf(":");
+    if (at <= 0) throw new Error(`header line without "name: value": ${line}`);
+    headers[line.slice(0, at).trim()] = line.slice(at + 1).trim();
+  }
+  return headers;
+}
+
+/* Publish one message (headers, body, persistent) to a fixed destination, or to the one typed. */
+function publishForm(fixed) {
+  const destination = fixed ? null : h("input", { id: "publish-destination", placeholder: "/queue/name or /topic/name", required: true });
+  const headers = h("textarea", { id: "publish-headers", rows: 3, placeholder: "name: value (one per line)" });
+  const body = h("textarea", { id: "publish-body", rows: 4, placeholder: "message body (text)" });
+  const persistent = h("input", { id: "publish-persistent", type: "checkbox", checked: true });
+  return h("form", { id: "publish-form", class: "stack-form", onsubmit: async e => {
+    e.preventDefault();
+    let parsed;
+    try { parsed = parseHeaders(headers.value); } catch (err) { flash(err.message, "error"); return; }
+    const target = fixed || destination.value;
+    const r = await act("publish", { destination: target, headers: parsed, body: body.value, persistent: persistent.checked },
+      r => `published ${r.bytes} byte(s) to ${r.destination}${r.persistent ? " (persistent)" : ""}`);
+    if (r) body.value = "";
+  } }, h("strong", {}, "Publish a message"), destination ? h("label", {}, "Destination ", destination) : null,
+    h("label", {}, "Headers ", headers), h("label", {}, "Body ", body),
+    h("label", { class: "check" }, persistent, " persistent"), h("button", { type: "submit", id: "publish-submit" }, "Publish"));
+}
+
 // -- log-in ----------------------------------------------------------------------------------------
 function showLogin(message) {
   stopTimer();
@@ -158,6 +204,9 @@ function enter(session) {
   state.csrf = session.csrf;
   state.user = session.user;
   state.admin = session.admin;
+  const roles = session.roles || [];
+  state.writer = session.admin || !(roles.length > 0 && roles.every(r => r === "monitor"));
+  document.getElementById("nav-users").hidden = !session.admin;
   document.getElementById("login").hidden = true;
   document.getElementById("app").hidden = false;
   document.getElementById("whoami").textContent = `${session.user}${session.admin ? " (admin)" : ""}`;
@@ -262,15 +311,15 @@ pages.queues = () => {
     h("label", {}, "Max deliveries ", maxDeliveries), h("label", {}, "Max depth ", maxDepth),
     h("label", {}, "Overflow ", overflow), h("button", { type: "submit", id: "create-queue-submit" }, "Create"));
   return {
-    el: h("section", { class: "page", id: "page-queues" }, h("h2", {}, "Queues"), list, form),
+    el: h("section", { class: "page", id: "page-queues" }, h("h2", {}, "Queues"), list, writable(form)),
     async update() {
       const rows = await api("list-queues");
       list.replaceChildren(table(rows, [
         ["Name", QUEUE_LINK], ["Depth", "depth"], ["Ready", "ready"], ["In flight", "in_flight"],
         ["Scheduled", "scheduled"], ["Consumers", "consumers"], ["In /s", "rate_in"], ["Out /s", "rate_out"],
         ["Ack /s", "rate_ack"], ["Dead-lettered", "dead_lettered"], ["Owner", "owner"],
-        ["", q => confirmButton("Purge", `Purge ${q.name}?`, () => act("purge-queue", { name: q.name },
-          r => `purged ${r.purged_messages} messages from ${q.name}`), { class: "purge", "data-queue": q.name }),
+        ["", q => writable(confirmButton("Purge", `Purge ${q.name}?`, () => act("purge-queue", { name: q.name },
+          r => `purged ${r.purged_messages} messages from ${q.name}`), { class: "purge", "data-queue": q.name })),
          { col: "actions" }],
       ], { rowAttrs: q => ({ "data-queue": q.name }), empty: "no queues yet" }));
     },
@@ -279,8 +328,38 @@ pages.queues = () => {
 
 pages.queue = (queueName) => {
   const PAGE = 20;
+  const KEEP = 150;                       // samples kept: 5 minutes at one every 2 s
   let offset = 0;
   let selected = null;
+  const samples = [];
+  const charts = {
+    depth: new LineChart(h("canvas", { id: "queue-chart-depth" }), { series: [
+      { key: "depth", label: "depth", color: "#7c3aed" }, { key: "in_flight", label: "in flight", color: "#0891b2" }] }),
+    rates: new LineChart(h("canvas", { id: "queue-chart-rates" }), { series: [
+      { key: "rate_in", label: "in /s", color: "#2563eb" }, { key: "rate_out", label: "delivered /s", color: "#16a34a" },
+      { key: "rate_ack", label: "acked /s", color: "#f59e0b" }] }),
+  };
+  const panel = (title, chart) => h("figure", { class: "chart" }, h("figcaption", {}, title), chart.canvas);
+  const chartBox = h("div", { class: "charts", id: "queue-charts" }, panel("Depth", charts.depth), panel("Rates", charts.rates));
+  const alterField = (key, label, attrs = {}) => h("label", {}, `${label} `, h("input", { id: `alter-${key}`, "data-key": key, type: "number", ...attrs }));
+  const overflow = h("select", { id: "alter-overflow" }, h("option", { value: "" }, "(unchanged)"),
+    ["block", "reject", "drop-oldest"].map(o => h("option", { value: o }, o)));
+  const alterForm = h("form", { id: "alter-queue", class: "inline-form", onsubmit: async e => {
+    e.preventDefault();
+    const config = {};
+    for (const input of alterForm.querySelectorAll("input[data-key]")) if (input.value !== "") config[input.dataset.key] = Number(input.value);
+    if (overflow.value) config.overflow = overflow.value;
+    if (Object.keys(config).length === 0) { flash("nothing to change", "error"); return; }
+    const r = await act("alter-queue", { name: queueName, config }, r => `altered ${queueName}: ${fmt(r.changes)}`);
+    if (r) for (const input of alterForm.querySelectorAll("input[data-key]")) input.value = "";
+  } }, h("strong", {}, "Alter"), alterField("max_deliveries", "Max deliveries", { min: 0 }),
+    alterField("max_depth", "Max depth", { min: 0 }), h("label", {}, "Overflow ", overflow),
+    alterField("delivery_timeout_ms", "Delivery timeout ms", { min: 0 }), alterField("default_priority", "Default priority", { min: 0, max: 9 }),
+    h("button", { type: "submit", id: "alter-submit" }, "Alter"));
+  const dropButton = confirmButton("Drop queue", `Drop ${queueName} and its messages?`, async () => {
+    const r = await act("drop-queue", { name: queueName, force: true }, r => `dropped ${queueName} (${r.dropped_messages} message(s))`);
+    if (r) location.hash = "#/queues";
+  }, { id: "drop-queue" });
   const summary = h("div", { id: "queue-summary" });
   const browser = h("div", { id: "message-browser" });
   const detail = h("div", { id: "message-detail", class: "detail" });
@@ -297,10 +376,11 @@ pages.queue = (queueName) => {
       const isDead = "pymq-original-destination" in m.headers;
       detail.replaceChildren(
         h("h3", {}, `Message ${m.message_id}`),
-        table(Object.entries(m.headers).map(([k, v]) => ({ k, v })), [["Header", "k"], ["Value", "v"]]),
+        table(Object.entries(m.headers).map(([k, v]) => ({ k, v: headerValue(k, v) })), [["Header", "k"], ["Value", "v"]],
+          { rowAttrs: r => ({ "data-header": r.k }) }),
         h("h4", {}, `Body (${m.body_size} bytes${m.body_truncated ? ", first 64 KiB" : ""}${"body_base64" in m ? ", binary as base64" : ""})`),
         h("pre", { id: "message-body", class: "body" }, "body" in m ? m.body : m.body_base64),
-        h("div", { class: "actions" },
+        writable(h("div", { class: "actions" },
           isDead ? h("button", { type: "button", id: "retry-message", onclick: () => act("retry-dead-letters",
             { name: queueName, message_ids: [m.message_id] }, r => `retried ${r.moved} message(s)`).then(() => detail.replaceChildren()) },
             `Retry to ${m.headers["pymq-original-destination"]}`) : null,
@@ -313,7 +393,7 @@ pages.queue = (queueName) => {
           confirmButton("Delete", "Delete this message?", async () => {
             const r = await act("drop-messages", { name: queueName, message_ids: [m.message_id] }, r => `deleted ${r.dropped} message(s)`);
             if (r) detail.replaceChildren();
-          }, { id: "drop-message" })));
+          }, { id: "drop-message" }))));
     } catch (err) {
       if (err.status !== 401) detail.replaceChildren(h("p", { class: "error" }, refusal(err)));
     }
@@ -321,12 +401,17 @@ pages.queue = (queueName) => {
 
   return {
     el: h("section", { class: "page", id: "page-queue" },
-      h("h2", {}, h("a", { href: "#/queues" }, "Queues"), " / ", queueName), summary,
+      h("h2", {}, h("a", { href: "#/queues" }, "Queues"), " / ", queueName), summary, chartBox,
+      writable(h("div", { class: "queue-forms" }, alterForm, publishForm(`/queue/${queueName}`))),
       h("h3", {}, "Messages (ready, in delivery order)"), browser, pager, detail),
     async update() {
       try {
         const q = await api("queue-info", { name: queueName });
         const m = q.metrics;
+        samples.push({ t: Date.now(), depth: m.depth, in_flight: m.in_flight, rate_in: m.rate_in || 0,
+          rate_out: m.rate_out || 0, rate_ack: m.rate_ack || 0 });
+        if (samples.length > KEEP) samples.shift();
+        for (const chart of Object.values(charts)) chart.update(samples);
         summary.replaceChildren(
           h("div", { class: "tiles" },
             ...[["Depth", m.depth, "depth"], ["Ready", m.ready, "ready"], ["In flight", m.in_flight, "in_flight"],
@@ -340,8 +425,9 @@ pages.queue = (queueName) => {
             table(Object.entries(q.acl.grants || {}).map(([p, v]) => ({ p, v })), [["Principal", "p"], ["Permissions", "v"]],
               { empty: q.acl.default ? "broker defaults apply" : "no grants" }),
             h("p", {}, `Owner: ${q.acl.owner || "–"}`)),
-          h("div", { class: "actions" }, confirmButton("Purge", `Purge ${queueName}?`,
-            () => act("purge-queue", { name: queueName }, r => `purged ${r.purged_messages} messages`), { id: "purge-queue" })));
+          writable(h("div", { class: "actions" }, confirmButton("Purge", `Purge ${queueName}?`,
+            () => act("purge-queue", { name: queueName }, r => `purged ${r.purged_messages} messages`), { id: "purge-queue" }),
+            dropButton)));
       } catch (err) {
         if (err.status !== 401) summary.replaceChildren(h("p", { class: "error" }, refusal(err)));
         return;
@@ -385,10 +471,15 @@ function listPage(id, title, op, render) {
   };
 }
 
-pages.topics = () => listPage("topics", "Topics", "list-topics", rows => table(rows, [
-  ["Topic", "destination"], ["Published", "published"], ["In /s", "rate_in"],
-  ["Subscriptions", t => t.subscriptions.length], ["Durable", t => t.subscriptions.filter(s => s.durable).length],
-], { rowAttrs: t => ({ "data-topic": t.name }), empty: "no topics yet" }));
+pages.topics = () => {
+  const page = listPage("topics", "Topics", "list-topics", rows => table(rows, [
+    ["Topic", "destination"], ["Published", "published"], ["In /s", "rate_in"],
+    ["Subscriptions", t => t.subscriptions.length], ["Durable", t => t.subscriptions.filter(s => s.durable).length],
+  ], { rowAttrs: t => ({ "data-topic": t.name }), empty: "no topics yet" }));
+  const form = writable(publishForm(null));
+  if (form) page.el.append(form);
+  return page;
+};
 
 pages.subscriptions = () => listPage("subscriptions", "Subscriptions", "list-subscriptions", rows => table(rows, [
   ["Topic", "topic"], ["Subscription", "name"], ["Durable", "durable"], ["Shared", "shared"], ["Client id", "client_id"],
@@ -399,8 +490,8 @@ pages.subscriptions = () => listPage("subscriptions", "Subscriptions", "list-sub
 pages.connections = () => listPage("connections", "Connections", "connections", rows => table(rows, [
   ["Id", "id"], ["User", "user"], ["Peer", "peer"], ["Client id", "client_id"], ["STOMP", "version"],
   ["Subscriptions", "subscriptions"], ["Frames in", "received"], ["Messages out", "sent"],
-  ["", c => confirmButton("Close", `Close ${c.id}?`, () => act("close-connection", { id: c.id }, r => `closed ${r.closed}`),
-    { class: "close-connection", "data-connection": c.id }), { col: "actions" }],
+  ["", c => writable(confirmButton("Close", `Close ${c.id}?`, () => act("close-connection", { id: c.id }, r => `closed ${r.closed}`),
+    { class: "close-connection", "data-connection": c.id })), { col: "actions" }],
 ], { rowAttrs: c => ({ "data-connection": c.id }), empty: "no connections" }));
 
 pages.consumers = () => listPage("consumers", "Consumers", "list-consumers", rows => table(rows, [
@@ -410,12 +501,92 @@ pages.consumers = () => listPage("consumers", "Consumers", "list-consumers", row
 
 pages.dlq = () => listPage("dlq", "Dead-letter queues", "list-dead-letter-queues", rows => table(rows, [
   ["Dead-letter queue", QUEUE_LINK], ["For", "source"], ["Depth", "depth"], ["Consumers", "consumers"], ["Reasons", "reasons"],
-  ["", d => h("span", { class: "actions" },
+  ["", d => writable(h("span", { class: "actions" },
     confirmButton("Retry all", `Retry all to ${d.source}?`, () => act("retry-dead-letters", { name: d.name },
       r => `retried ${r.moved} message(s)${r.more ? "; more are waiting: retry again" : ""}`), { class: "retry-all", "data-queue": d.name }),
     confirmButton("Delete all", `Delete all of ${d.name}?`, () => act("purge-queue", { name: d.name },
-      r => `deleted ${r.purged_messages} dead letter(s)`), { class: "purge", "data-queue": d.name })), { col: "actions" }],
+      r => `deleted ${r.purged_messages} dead letter(s)`), { class: "purge", "data-queue": d.name }))), { col: "actions" }],
 ], { rowAttrs: d => ({ "data-queue": d.name }), empty: "no dead letters" }));
+
+
+/* Users of the users file and the grants on a destination (administrators: the API refuses the rest). */
+pages.users = () => {
+  const list = h("div", { id: "users-body" });
+  const name = h("input", { id: "new-user-name", placeholder: "name", required: true, autocomplete: "off" });
+  const password = h("input", { id: "new-user-password", type: "password", required: true, autocomplete: "new-password" });
+  const roles = h("input", { id: "new-user-roles", placeholder: "admin, app" });
+  const addForm = h("form", { id: "add-user", class: "inline-form", onsubmit: async e => {
+    e.preventDefault();
+    const r = await act("add-user", { name: name.value, password: password.value, roles: roles.value },
+      () => `user ${name.value} added`);
+    password.value = "";
+    if (r) { name.value = ""; roles.value = ""; }
+  } }, h("strong", {}, "Add a user"), h("label", {}, "Name ", name), h("label", {}, "Password ", password),
+    h("label", {}, "Roles ", roles), h("button", { type: "submit", id: "add-user-submit" }, "Add"));
+
+  const grantsBody = h("div", { id: "grants-body" });
+  const destination = h("input", { id: "grants-destination", placeholder: "/queue/name or /topic/name", required: true });
+  const principal = h("input", { id: "grant-principal", placeholder: "user:alice, role:app or *" });
+  const perms = ["produce", "consume", "browse", "purge", "create", "manage"].map(p =>
+    h("label", { class: "check" }, h("input", { type: "checkbox", value: p, class: "grant-permission", id: `grant-${p}` }), ` ${p}`));
+  let shown = null;
+  async function showGrants() {
+    shown = destination.value;
+    try {
+      const acl = await api("acl", { destination: shown });
+      const rows = Object.entries(acl.grants || {}).map(([p, v]) => ({ principal: p, permissions: v }));
+      grantsBody.replaceChildren(h("p", { id: "grants-owner" }, `Owner of ${shown}: ${acl.owner || "–"}`),
+        table(rows, [["Principal", "principal"], ["Permissions", "permissions"],
+          ["", g => writable(h("span", { class: "actions" }, g.permissions.map(perm => confirmButton(`Revoke ${perm}`,
+            `Revoke ${perm} from ${g.principal}?`, () => act("revoke", { destination: shown, principal: g.principal, permissions: [perm] },
+              () => `revoked ${perm} on ${shown} from ${g.principal}`).then(showGrants),
+            { class: "revoke", "data-principal": g.principal, "data-permission": perm })))), { col: "actions" }]],
+        { rowAttrs: g => ({ "data-principal": g.principal }), empty: acl.default ? "broker defaults apply" : "no grants" }));
+    } catch (err) {
+      if (err.status !== 401) grantsBody.replaceChildren(h("p", { class: "error refused" }, refusal(err)));
+    }
+  }
+  const grantsForm = h("form", { id: "grants-form", class: "inline-form", onsubmit: async e => {
+    e.preventDefault();
+    const chosen = perms.map(l => l.querySelector("input")).filter(i => i.checked).map(i => i.value);
+    if (principal.value && chosen.length) {
+      const r = await act("grant", { destination: destination.value, principal: principal.value, permissions: chosen },
+        () => `granted ${chosen.join(", ")} on ${destination.value} to ${principal.value}`);
+      if (r) for (const l of perms) l.querySelector("input").checked = false;
+    }
+    await showGrants();
+  } }, h("strong", {}, "Grants"), h("label", {}, "Destination ", destination),
+    writable(h("span", {}, h("label", {}, "Principal ", principal), ...perms)),
+    h("button", { type: "submit", id: "grants-submit" }, state.writer ? "Show / grant" : "Show"));
+
+  return {
+    el: h("section", { class: "page", id: "page-users" }, h("h2", {}, "Users"), list, writable(addForm),
+      h("h3", {}, "Permissions"), grantsForm, grantsBody),
+    async update() {
+      let rows;
+      try {
+        rows = await api("list-users");
+      } catch (err) {
+        if (err.status !== 401) list.replaceChildren(h("p", { class: "error refused" }, refusal(err)));
+        return;
+      }
+      const editing = document.activeElement;
+      if (editing && editing.tagName === "INPUT" && list.contains(editing)) return;   // a roles field being typed in
+      list.replaceChildren(table(rows, [
+        ["User", "name"], ["Roles", "roles"], ["Loopback only", "loopback_only"],
+        ["", u => {
+          if (!state.writer) return null;
+          const input = h("input", { class: "roles-input", value: u.roles.join(", "), "aria-label": `roles of ${u.name}` });
+          return h("span", { class: "actions" }, input,
+            h("button", { type: "button", class: "set-roles", onclick: () => act("set-roles", { name: u.name, roles: input.value },
+              () => `roles of ${u.name}: ${input.value || "none"}`) }, "Set roles"),
+            confirmButton("Remove", `Remove ${u.name}?`, () => act("remove-user", { name: u.name }, () => `user ${u.name} removed`),
+              { class: "remove-user" }));
+        }, { col: "actions" }],
+      ], { rowAttrs: u => ({ "data-user": u.name }), empty: "no users file" }));
+    },
+  };
+};
 
 pages.storage = () => listPage("storage", "Storage devices", "storage", s => {
   const health = (s.rules && s.rules.devices) || {};
