@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 from collections.abc import Callable, Iterator
 
 from pymq_server.broker import destination as names
@@ -56,8 +57,9 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         self.queues: dict[str, MessageQueue] = {}          # "orders" -> queue
         self.topics: dict[str, Topic] = {}
         self.patterns = TopicPatterns()                     # pattern topics with subscriptions (topic.py)
-        self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1.x" -> queue
-        self.temp_topics: dict[str, Topic] = {}            # global name "tmp.c1.x" -> topic
+        self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1-<incarnation>.x" -> queue
+        self.temp_topics: dict[str, Topic] = {}            # global name "tmp.c1-<incarnation>.x" -> topic
+        self.incarnation = secrets.token_hex(4)             # temporary.py: names of a former process refused
         self.idle = IdleWatch()                             # auto-delete of what use created
         # one log per queue (seed 001; queue_logs.py)
         self.queue_logs = QueueLogs((config.queue_log_dir or os.path.join(config.data_dir, "queue-logs"))
@@ -361,7 +363,7 @@ class Destinations(TemporaryTopics, DeadLetterNames):
 
     # -- temporary queues --------------------------------------------------------------------------
     def create_temp_queue(self, owner: Client, local: str) -> MessageQueue:
-        global_name = f"tmp.{owner.id}.{local}"
+        global_name = self.temporary_prefix(owner) + local
         queue = MessageQueue(self.host, "/temp-queue/" + global_name, "/temp-queue/" + global_name,
                              kind="temp", config=self.config.queue_defaults, durable=False)
         queue.owner = owner

@@ -1,5 +1,5 @@
 """Temporary topics (``/temp-topic/``, JMS ``TemporaryTopic``), part of the destinations layer: a connection's
-topics, named ``tmp.<connection>.<name>`` once shared in a ``reply-to``; anyone may publish to one while
+topics, named ``tmp.<connection>-<incarnation>.<name>`` once shared in a ``reply-to``; anyone may publish to one while
 its connection lives, only that connection subscribes (spec/stomp.md §3).  Also JMS ``delete()`` of a
 connection's temporary queues and topics.
 """
@@ -20,6 +20,14 @@ class TemporaryTopics:
     """The temporary topics of :class:`~pymq_server.broker.destinations.Destinations` (a part of it)."""
 
     temp_topics: dict[str, Topic]
+    #: this broker process's mark in global temporary names. Connection ids start again at c1 in every process,
+    #: so without it a ``tmp.c12.reply`` a responder kept across a restart or a takeover would name whichever
+    #: new connection c12 made a ``reply``, and the reply would reach another user (spec/stomp.md §3)
+    incarnation: str
+
+    def temporary_prefix(self, owner: Client) -> str:
+        """The start of every global name of ``owner``'s temporary queues and topics."""
+        return f"tmp.{owner.id}-{self.incarnation}."
 
     def delete_temp_queue(self, queue: MessageQueue) -> None: ...
 
@@ -32,7 +40,7 @@ class TemporaryTopics:
             raise DestinationError(f"pymq-delete-temporary names a /temp-queue/ or /temp-topic/, not {destination!r}",
                                    destination=destination)
         if name.startswith("tmp."):
-            own = f"tmp.{owner.id}."
+            own = self.temporary_prefix(owner)
             if not name.startswith(own):
                 raise AccessDenied(f"only the connection that created temporary destination '{destination}' "
                                    f"may delete it", destination=destination)
@@ -51,7 +59,7 @@ class TemporaryTopics:
             self.forget_temp_topic(held)  # type: ignore[arg-type]
 
     def create_temp_topic(self, owner: Client, local: str) -> Topic:
-        global_name = f"tmp.{owner.id}.{local}"
+        global_name = self.temporary_prefix(owner) + local
         topic = Topic(global_name, "/temp-topic/")
         topic.owner = owner
         self.temp_topics[global_name] = topic

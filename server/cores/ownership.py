@@ -66,7 +66,7 @@ class Ownership:
         return self._index[self._router.route(destination)]
 
     def _temporary_home(self, name: str) -> int:
-        """``tmp.w<k>c<n>.<local>``: worker k; a local name (one's own temporary): here."""
+        """``tmp.w<k>c<n>-<incarnation>.<local>``: worker k; a local name (one's own temporary): here."""
         if not name.startswith("tmp.w"):
             return self.me
         digits = ""
