@@ -41,9 +41,9 @@ def _known_settings() -> set[str]:
     from pymq_server import config as c
     names: set[str] = set()
     for model in (c.BrokerConfig, c.QueueConfig, c.StorageConfig, c.TlsConfig, c.WebSocketConfig, c.ClusterConfig,
-                  c.MemoryDeviceConfig, c.FileDeviceConfig, c.SqlDeviceConfig, c.GridDeviceConfig):
+                  c.MemoryDeviceConfig, c.FileDeviceConfig, c.SqlDeviceConfig, c.GridDeviceConfig, c.HaConfig):
         names |= set(model.model_fields)
-    for section in ("storage", "tls", "websocket", "cluster"):
+    for section in ("storage", "tls", "websocket", "cluster", "ha"):
         field = c.BrokerConfig.model_fields[section]
         model = next(a for a in getattr(field.annotation, "__args__", (field.annotation,))
                      if isinstance(a, type) and issubclass(a, BaseModel))
@@ -59,5 +59,10 @@ def test_guides_name_real_settings(page):
     allowed = {"pymq_server", "pyspark_pymq", "pymq_build_info", "certificate_subject", "loopback_only", "log_format", "user_name"}
     for name in re.findall(r"`([a-z]+(?:_[a-z]+)+(?:\.[a-z_]+)?|[a-z]+\.[a-z_]+)`", text):
         if name in allowed or name.endswith((".md", ".py", ".yaml")) or name.startswith("pymq."):
+            continue
+        if name.startswith("pymq_"):            # a metric: its family is named in the broker's source
+            family = name.removesuffix("_total")
+            assert any(f'"{family}"' in source.read_text(encoding="utf-8")
+                       for source in (DOCS.parent / "server").rglob("*.py")), f"docs/{page}: no metric {name!r}"
             continue
         assert name in known, f"docs/{page} mentions {name!r}, which is not a setting"
