@@ -408,6 +408,8 @@ class BrokerServer:
         broker = self.broker = Broker(cfg, store, runtime)
         if self.ha is not None:
             broker.serving = self.ha.arbiter         # spec/ha.md §2.1: bytes leave only under a fresh lease
+            arbiter = self.ha.arbiter
+            broker.destinations.queue_logs.gate = lambda: arbiter.may_send() is True
         store.on_device_opened = broker.recover_device
         self.admin = broker.admin = Admin(self)
         broker.admin_frames = stomp_admin.handle
@@ -494,6 +496,12 @@ class BrokerServer:
             return
         self.abandoned = self.stopping = True
         log.error("fenced: %s; abandoning every connection and the store without writing", reason)
+        if self.broker is not None:
+            # the per-queue logs live in the shared data directory too: the connections aborted below would
+            # append their consumers' detaching to the new live's files
+            queue_logs = self.broker.destinations.queue_logs
+            queue_logs.close()
+            queue_logs.directory = None
         for timer in (self._housekeeping, self._maintenance, self._selection_timer):
             if timer is not None:
                 timer.cancel()

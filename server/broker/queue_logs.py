@@ -18,6 +18,7 @@ import os
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import IO
 
 log = logging.getLogger("pymq.queue_logs")
@@ -44,6 +45,9 @@ class QueueLogs:
         self.max_bytes = max_bytes
         self._open: OrderedDict[str, IO[str]] = OrderedDict()
         self.failed_writes = 0
+        #: high availability (spec/ha.md §2): the files are in the group's shared data directory, so a line
+        #: is written only while this process's lease is fresh (a woken former live writes none); None: always
+        self.gate: Callable[[], bool] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -59,6 +63,10 @@ class QueueLogs:
         """Append one line for ``queue``: a UTC timestamp and ``text``."""
         path = self.path_for(queue)
         if path is None:
+            return
+        gate = self.gate
+        if gate is not None and not gate():
+            self.failed_writes += 1
             return
         now = time.time()
         line = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now * 1000) % 1000:03d}Z {text}\n"
