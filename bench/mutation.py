@@ -291,6 +291,9 @@ MUTANTS: list[Mutant] = [
         "if not page.cont and page.live_count == 0 and tail is not page:",
         "if not page.cont and page.live_count == 0:",
         RECOVERY_T,
+        equivalent="free_page() also unsets the tail it frees: an empty tail freed at recovery costs the next "
+        "message a fresh page, nothing else (tests/storage/test_file_recovery_damage.py checks every later "
+        "message comes back)",
     ),
     Mutant(
         "recovery-continuations-swept",
@@ -446,7 +449,14 @@ MUTANTS: list[Mutant] = [
     Mutant("numbers-unicode-digits", N, "not digits.isascii() or ", "", NUMBERS_T),
     Mutant("numbers-empty-header-parsed", N, 'if value is None or value == "":', "if value is None:", NUMBERS_T),
     Mutant("numbers-twenty-digits", N, "MAX_DIGITS: Final = 19", "MAX_DIGITS: Final = 20", NUMBERS_T),
-    Mutant("plan-negative-width", L, "return max(0, self.end - self.start)", "return self.end - self.start", PLAN_T),
+    Mutant(
+        "plan-negative-width",
+        L,
+        "return max(0, self.end - self.start)",
+        "return self.end - self.start",
+        PLAN_T,
+        equivalent="width is read only by split(), after it drops every span whose width is not positive",
+    ),
     Mutant(
         "plan-cap-shares-past-available",
         L,
@@ -617,8 +627,11 @@ def main() -> int:
     parser.add_argument("--only", action="append", default=[], help="run mutants whose id starts with this")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument("--keep", action="store_true", help="keep the private copy (its path is printed)")
+    parser.add_argument("--tests", nargs="+", help="run these pytest arguments instead of each mutant's own selection")
     args = parser.parse_args()
     chosen = [m for m in MUTANTS if not args.only or any(m.id.startswith(o) for o in args.only)]
+    if args.tests:
+        chosen = [Mutant(m.id, m.path, m.old, m.new, tuple(args.tests), m.equivalent) for m in chosen]
     if args.list:
         for m in chosen:
             print(f"{m.id:44} {m.path}" + (f"  [equivalent: {m.equivalent}]" if m.equivalent else ""))

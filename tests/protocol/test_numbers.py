@@ -67,3 +67,9 @@ def test_header_int_passes_its_name_and_both_bounds() -> None:
     assert info.value.header == "n" and "'n'" in str(info.value)
     with pytest.raises(InvalidHeader):
         header_int({"n": "-1"}, "n")
+
+
+def test_at_most_nineteen_characters_even_for_a_small_value() -> None:
+    with pytest.raises(InvalidHeader, match="at most 19"):
+        parse_wire_int("content-length", "0" * 19 + "1")
+    assert parse_wire_int("content-length", "0" * 18 + "1") == 1

@@ -146,3 +146,8 @@ def test_cap_messages_exact_cases():
     assert cap_messages({"a": 0, "b": 10}, {"a": 100, "b": 10}, 10) == {"a": 10, "b": 10}
     # the remainder goes to the largest fractional share (c: 0.8), not by name
     assert cap_messages({"a": 0, "b": 0, "c": 0}, {"a": 5, "b": 3, "c": 2}, 4) == {"a": 2, "b": 1, "c": 1}
+
+
+def test_an_offset_position_must_be_an_int_not_a_bool():
+    with pytest.raises(ConfigError):
+        from_offset({"/queue/q": {"0": True}})
