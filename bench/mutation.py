@@ -406,8 +406,18 @@ MUTANTS: list[Mutant] = [
         "        return r if LONG_MIN <= r <= LONG_MAX else None",
         "        return r",
         SELECTOR_T,
+        equivalent="an int outside 64 bits is no number to every reader of the result (compare, arith, IN, "
+        "BETWEEN all give UNKNOWN for it, and IS NULL applies to identifiers only): the same as NULL",
     ),
-    Mutant("selector-negation-overflow", E, "return -x if -x <= LONG_MAX else None", "return -x", SELECTOR_T),
+    Mutant(
+        "selector-negation-overflow",
+        E,
+        "return -x if -x <= LONG_MAX else None",
+        "return -x",
+        SELECTOR_T,
+        equivalent="an int outside 64 bits is no number to every reader of the result (compare, arith, IN, "
+        "BETWEEN all give UNKNOWN for it, and IS NULL applies to identifiers only): the same as NULL",
+    ),
     Mutant(
         "selector-in-non-string",
         E,

@@ -38,3 +38,9 @@ def test_the_exact_ends_of_the_long_type(evaluator, value, number):
     assert _eval(evaluator, "x = x", {"x": value}) is expected
     assert _eval(evaluator, "x >= -9223372036854775808", {"x": value}) is expected
     assert _eval(evaluator, "x IS NULL", {"x": value}) is False
+
+
+def test_strings_are_not_ordered(evaluator):
+    # ordering a string literal is refused when compiled; two string values meet only at run time
+    for text in ("s < t", "t > s", "s <= s", "s >= s"):
+        assert _eval(evaluator, text, {"s": "b", "t": "z"}) is None, text
