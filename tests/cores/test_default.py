@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from tests.client.tls import Authority
 from tests.conftest import RawStomp
 
 
@@ -44,9 +45,12 @@ def test_workers_1_is_the_one_process_broker(tmp_path):
 @pytest.mark.parametrize("setting,why", [
     ("cluster: {store: 'redis://127.0.0.1:1/0', secret: s3cret}\n", "`cluster`"),
     ("websocket: {port: 0}\n", "`websocket`"),
-    ("tls_port: 0\ntls: {cert_file: /nonexistent.pem, key_file: /nonexistent.key}\n", "`tls_port: 0`"),
+    ("tls_port: 0\ntls: {cert_file: CERT, key_file: KEY}\n", "`tls_port: 0`"),
 ])
 def test_settings_the_workers_cannot_honour_are_refused(tmp_path, setting, why):
+    if "CERT" in setting:       # a real pair: the TLS files are opened and matched before the workers' rule
+        issued = Authority(tmp_path).issue("broker", ips=("127.0.0.1",))
+        setting = setting.replace("CERT", str(issued.cert)).replace("KEY", str(issued.key))
     cfg = tmp_path / "broker.yaml"
     cfg.write_text(setting)
     done = subprocess.run([sys.executable, "-m", "pymq_server.cli", "--port", "0", "--data-dir", str(tmp_path / "d"),

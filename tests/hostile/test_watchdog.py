@@ -97,6 +97,8 @@ clock: FakeLoop
 
 
 class Broker:
+    serving = None          # no ha: section (server/net/tcp.py reads it)
+
     def __init__(self, config):
         self.config = config
 
