@@ -183,7 +183,10 @@ def test_a_broker_restarted_on_a_full_disk_writes_with_its_headroom(small_disk, 
     restarted = broker_processes(disk.path / "data")
     assert restarted.wait_log(r"recovered \d+ persistent messages"), restarted.log
     assert "READ-ONLY" not in restarted.log, restarted.log
-    assert roundtrip(restarted.port, {"destination": "/queue/new"}, body(1)) == "ERROR"
+    # still full of messages nobody consumed: new persistent ones are refused, with an answer (recovery's
+    # checkpoint may give back a page or two of log it no longer needs: the few that fit are taken first)
+    taken, refusal = send_until_refused(restarted.port, "/queue/new", limit=20)
+    assert refusal is not None and len(taken) < 20, (taken, refusal)
     assert roundtrip(restarted.port, {"destination": "/queue/new", "persistent": "false"}) == "RECEIPT"
     assert drain(restarted.port, "/queue/full") == receipted
     assert persistent_accepted_again(restarted.port, "/queue/after"), restarted.log   # the ballast stays

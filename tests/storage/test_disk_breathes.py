@@ -40,6 +40,9 @@ def fill(port: int, destination: str, first: int, limit: int = 5000) -> list[int
                 continue
             assert frame.command == "ERROR" and frame.headers.get("pymq-code") == "storage", frame
             fill.refusal = frame.headers.get("message", "")        # type: ignore[attr-defined]
+            # the SEND the ERROR answers, and whether it came from a sync that failed after the message was
+            # taken (spec/storage.md §8: it may still be delivered, at least once) rather than a refusal
+            fill.refused = (i, "not confirmed durable" in frame.body.decode())  # type: ignore[attr-defined]
             return receipted
         raise AssertionError(f"{limit} SENDs and the disk never filled")
     finally:
@@ -82,6 +85,13 @@ def drained(port: int, destination: str) -> list[int]:
     return consume(port, destination)
 
 
+def is_what_was_receipted(got: list[int], receipted: list[int]) -> bool:
+    """``got`` is every receipted message once, in order; the last fill's refused SEND may follow only when
+    its ERROR came from a failed sync, never after a refusal (which changes nothing)."""
+    refused, in_doubt = fill.refused                                # type: ignore[attr-defined]
+    return got == receipted or (in_doubt and got == receipted + [refused])
+
+
 def accepted_again(port: int, destination: str, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -96,19 +106,22 @@ def test_consuming_gives_a_full_disk_back_without_a_restart(small_disk, broker_p
     bp = broker_processes(disk.path / "data")
     first = fill(bp.port, "/queue/full", 0)
     assert len(first) >= 100, f"only {len(first)} messages of {BODY} bytes fit a 2 MiB disk"
-    assert drained(bp.port, "/queue/full") == first
+    got = drained(bp.port, "/queue/full")
+    assert is_what_was_receipted(got, first), (got[-3:], first[-3:], fill.refusal)
     # the space comes back without a restart: persistent SENDs are taken again, about as many as before
     assert accepted_again(bp.port, "/queue/probe"), bp.log
     assert drained(bp.port, "/queue/probe") == [9_999_999]
     second = fill(bp.port, "/queue/full", 100_000)
     assert len(second) >= 0.8 * len(first), (len(first), len(second), fill.refusal)
     # and again, so the second time was no accident
-    assert drained(bp.port, "/queue/full") == second
+    got = drained(bp.port, "/queue/full")
+    assert is_what_was_receipted(got, second), (got[-3:], second[-3:], fill.refusal)
     third = fill(bp.port, "/queue/full", 200_000)
     assert len(third) >= 0.8 * len(first), (len(first), len(third), fill.refusal)
     bp.kill()                                      # kill -9 with the disk full again
     restarted = broker_processes(disk.path / "data")
-    assert drained(restarted.port, "/queue/full") == third
+    got = drained(restarted.port, "/queue/full")
+    assert is_what_was_receipted(got, third), (got[-3:], third[-3:], fill.refusal)
     assert accepted_again(restarted.port, "/queue/after"), restarted.log
     assert restarted.terminate() == 0, restarted.log
 
