@@ -90,11 +90,11 @@ def test_what_the_broker_charges_covers_what_things_cost(broker, traced):
         p.send_raw(b"".join(frames("SEND", {"destination": "/queue/sole", "persistent": "false", "a": "1", "b": "2",
                                             "c": "3", "d": "4"}, b"") for _ in range(N)))
         _sync(p, "m")
-    # the first batch also grows what is then reused (the connection's read buffer, the queue's containers):
-    # 854-1,159 bytes a message over six runs, where the next batch costs 857-861 each time. What a message costs
-    # is the next batch's figure.
+    # a batch may also grow what is then reused (the connection's read buffer, the queue's containers): the
+    # first read 854-1,159 bytes a message over six runs where the next read 857-861, and the whole-suite run
+    # still failed after one warm-up batch. What a message costs is the least of three batches after it.
     messages()
-    assert _each(rb, N, messages) <= MESSAGE_OVERHEAD + ENTRY_OVERHEAD
+    assert min(_each(rb, N, messages) for _ in range(3)) <= MESSAGE_OVERHEAD + ENTRY_OVERHEAD
 
     def browses():
         for start in range(0, N, 500):
@@ -109,7 +109,14 @@ def test_what_the_broker_charges_covers_what_things_cost(broker, traced):
         c.send_raw(frames("BEGIN", {"transaction": "T"}) + b"".join(
             frames("SEND", {"destination": "/queue/tx", "transaction": "T"}, b"") for _ in range(N)))
         _sync(c, "o")
-    assert _each(rb, N, operations) <= budgets.OPERATION_COST + len("/queue/tx")
+
+    def operations_then_abort() -> float:
+        cost = _each(rb, N, operations)
+        c.send("ABORT", {"transaction": "T"})
+        return cost
+    # as for messages: a one-off growth of a reused buffer lands in some batch (308 bytes an operation in five
+    # runs of six, 632 in one); the least of three
+    assert min(operations_then_abort() for _ in range(3)) <= budgets.OPERATION_COST + len("/queue/tx")
 
 
 @pytest.mark.parametrize("text", [
