@@ -81,6 +81,12 @@ def render() -> str:
                                         "(docs/tls.md).")
     out += _section("WebSocket", c.WebSocketConfig, "Under `websocket:`: browsers and other WebSocket STOMP "
                                                     "clients (docs/getting-started.md).")
+    out += _section("Virtual hosts", c.VhostConfig,
+                    "Under `vhosts: {<name>: ...}` (spec/stomp.md §1): each virtual host's principals and limits; "
+                    "a list alone is its principals. A limit refuses with `resource-limit` naming the setting, "
+                    "before anything is made; another vhost and the default `/` are unaffected.\n\n"
+                    "```yaml\nvhosts:\n  books: [\"*\"]\n  shop:\n    principals: [role:shop]\n    max_connections: 200\n"
+                    "    max_queues: 1000\n    max_memory: 256MiB\n```")
     out += _section("Cluster", c.ClusterConfig, "Under `cluster:` (spec/cluster.md).")
     out += _section("High availability", c.HaConfig,
                     "Under `ha:` (spec/ha.md, docs/operations.md \"A live/backup pair\"): the store is the data "
@@ -193,7 +199,7 @@ def _type(tp: Any) -> str:
 
 _NAMES = {c.QueueConfig: "queue settings", c.UserEntry: "user entry (below)", c.StorageConfig: "section (Storage)",
           c.TlsConfig: "section (TLS)", c.WebSocketConfig: "section (WebSocket)", c.ClusterConfig: "section (Cluster)",
-          c.HaConfig: "section (High availability)"}
+          c.HaConfig: "section (High availability)", c.VhostConfig: "vhost entry (Virtual hosts)"}
 
 
 def _bounds(metadata: list) -> str:

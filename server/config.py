@@ -504,6 +504,49 @@ class RetentionRule(TypedDict, total=False):
     messages: Count
 
 
+class VhostConfig(_Section):
+    """One virtual host (spec/stomp.md §1): who may connect to it and what it may hold. The default vhost
+    ``/`` has none of these: the broker-wide limits bound it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    principals: list[Principal] = Field(default_factory=list, description="who may connect (`*`, "
+                                        "`user:<name>`, `role:<name>`); administrators always may")
+    max_connections: Positive | None = Field(None, description="connections it may have at once; a CONNECT "
+                                             "past it is a `resource-limit` ERROR naming `max_connections` "
+                                             "(unset: only the broker's `max_connections`)")
+    max_queues: Positive | None = Field(None, description="queues it may hold (declared or made by use; the "
+                                        "dead-letter and expiry queues the broker makes count and are never "
+                                        "refused); a SEND, SUBSCRIBE or `create-queue` that would make one "
+                                        "more is a `resource-limit` ERROR naming `max_queues`, and makes nothing")
+    max_memory: Size | None = Field(None, description="message memory its messages may hold in the broker "
+                                    "(bodies + ~0.75 KiB each, counted as `max_memory` counts them: a message "
+                                    "paged to disk leaves it); a SEND that would pass it is a `resource-limit` "
+                                    "ERROR naming `max_memory` and places nothing (unset: only the broker's "
+                                    "`max_memory`)")
+
+    @field_validator("principals")
+    @classmethod
+    def _principals(cls, value: list[str]) -> list[str]:
+        for principal in value:
+            try:
+                _principal(principal)
+            except ValueError as exc:
+                raise ValueError(f"principal {principal!r}: {exc}") from None
+        return value
+
+    def to_dict(self) -> list[str] | dict[str, Any]:
+        """The entry as written in a configuration file or a definitions document: the list of principals
+        alone when no limit is set."""
+        limits = {k: v for k, v in self.model_dump().items() if k != "principals" and v is not None}
+        return {"principals": list(self.principals), **limits} if limits else list(self.principals)
+
+
+def _vhost_entry(value: Any) -> Any:
+    """A vhost's entry may be its list of principals alone (the form before limits)."""
+    return {"principals": value} if isinstance(value, list) else value
+
+
 class BrokerConfig(_Section):
     """The broker's settings: the YAML file's top level."""
 
@@ -635,16 +678,13 @@ class BrokerConfig(_Section):
     queue_log_max_bytes: Annotated[int, Field(ge=4096, le=1 << 34)] = Field(
         1 << 20, description="a queue's log rotates at this size (one older file kept: at most twice this "
                              "per queue)")
-    vhost_max_connections: dict[str, Positive] = Field(
-        default_factory=dict, description="virtual host name -> the most connections it may have at once (a "
-        "CONNECT past it is a `resource-limit` ERROR naming `vhost_max_connections`); unset: only "
-        "`max_connections` for the whole broker")
-    vhosts: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")], list[Principal]] = Field(
+    vhosts: dict[Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")],
+                 Annotated[VhostConfig, BeforeValidator(_vhost_entry)]] = Field(
         default_factory=dict, description="virtual hosts besides the default `/` (spec/stomp.md §1): name "
-        "(letters, digits, `_`, `-`) -> the principals (`*`, `user:<name>`, `role:<name>`) who may connect to "
-        "it (administrators always may). A CONNECT with `host:/<name>` (or `host:<name>`) selects one: its own "
-        "queues, topics, grants and durable subscriptions, kept apart in storage; an unknown `/<name>` is "
-        "refused; a host name such as `localhost` means `/`")
+        "(letters, digits, `_`, `-`) -> its principals and limits (see Virtual hosts); a list is its principals "
+        "alone. A CONNECT with `host:/<name>` (or `host:<name>`) selects one: its own queues, topics, grants "
+        "and durable subscriptions, kept apart in storage; an unknown `/<name>` is refused; a host name such as "
+        "`localhost` means `/`")
     expiry_queue: str | None = Field(None, min_length=1, description="expired messages are moved to this "
                                      "queue instead of dropped")
     dedup_window_ms: Millis = Field(600_000, description="duplicate detection window (`pymq-dedup-id`, "
@@ -697,17 +737,6 @@ class BrokerConfig(_Section):
     # where the settings came from, so SIGHUP can read them again the same way
     _source: str | None = PrivateAttr(None)
     _overrides: dict = PrivateAttr(default_factory=dict)
-
-    @field_validator("vhosts")
-    @classmethod
-    def _vhost_principals(cls, value: dict) -> dict:
-        for name, principals in value.items():
-            for principal in principals:
-                try:
-                    _principal(principal)
-                except ValueError as exc:
-                    raise ValueError(f"vhost {name!r}: principal {principal!r}: {exc}") from None
-        return value
 
     @field_validator("default_permissions")
     @classmethod

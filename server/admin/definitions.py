@@ -49,7 +49,8 @@ def export_definitions(admin, user, args: dict) -> Offload:
                                                                    key=lambda s: s.name)]
     selection = admin.server.store.selection
     rules = None if selection is None else [r.to_mapping() for r in selection.rules]
-    doc: dict[str, Any] = {"pymq_definitions": FORMAT, "vhosts": dict(sorted(broker.config.vhosts.items())),
+    doc: dict[str, Any] = {"pymq_definitions": FORMAT, "vhosts": {name: entry.to_dict() for name, entry
+                                                                      in sorted(broker.config.vhosts.items())},
                            "queues": queues, "permissions": permissions, "durable_subscriptions": subs,
                            "users": [], "storage_rules": rules}
     path = broker.authenticator.users_file
@@ -175,7 +176,7 @@ def check(admin, doc: Any) -> Plan:
     plan = Plan()
     vhosts = doc.get("vhosts") or {}
     if not isinstance(vhosts, dict):
-        raise ConfigError("definitions: 'vhosts' must map vhost names to principals")
+        raise ConfigError("definitions: 'vhosts' must map vhost names to their entries (principals and limits)")
     for name in vhosts:
         if name not in broker.config.vhosts:
             raise ConfigError(f"definitions: virtual host {str(name)[:80]!r} is not configured on this broker "

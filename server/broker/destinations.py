@@ -127,6 +127,10 @@ class Destinations(TemporaryTopics, DeadLetterNames):
             raise UnknownDestination(f"queue '/queue/{name}' does not exist (auto-creation is off)",
                                      destination="/queue/" + name)
         names.check_name(name, "/queue/" + name)
+        if create is None:
+            # a client's use makes it: its vhost's max_queues (the broker's own queues, dead-letter and expiry
+            # ones, recovery's, pass create=True and are never refused: a dead letter is not lost to a limit)
+            vhosts.check_queues(name, self.config.vhosts, self.queues)
 
     def create_queue(self, name: str, config: QueueConfig | None = None) -> MessageQueue:
         names.check_name(name, "/queue/" + name)
@@ -191,6 +195,8 @@ class Destinations(TemporaryTopics, DeadLetterNames):
                                     f"with other settings ({diff})", destination=destination)
         dead_letters = self.check_dead_letter_name(name, config, user)     # and one its declarer may create
         self.acl.checked_grants(grants)                 # a bad principal refuses before the queue exists
+        if existing is None and user is not None:
+            vhosts.check_queues(name, self.config.vhosts, self.queues)      # (recovery's are never refused)
         if existing is None:
             existing = self.create_queue(name, config)
         else:

@@ -23,6 +23,8 @@ import logging
 from typing import Any, TYPE_CHECKING, Protocol
 from collections.abc import Callable
 
+from pymq_server.broker.vhosts import PREFIX as VHOST_MARK     # a virtual host's names hold it after their kind
+
 if TYPE_CHECKING:
     from pymq_server.broker.message import BrokerMessage
     from pymq_server.config import BrokerConfig
@@ -60,7 +62,7 @@ CLIENT_FLOOR = 8 * 1024 * 1024
 
 class MemoryFlow:
     __slots__ = ("config", "store", "call_soon", "held_bytes", "held_messages", "entries", "client_bytes", "high",
-                 "_blocked")
+                 "_blocked", "vhost_memory")
 
     def __init__(self, config: BrokerConfig, store: HoldingStore,
                  call_soon: Callable[[Callable[[], None]], None]) -> None:
@@ -73,11 +75,16 @@ class MemoryFlow:
         self.client_bytes = 0             # what clients hold besides messages (budgets.py)
         self.high = False
         self._blocked: set[Producer] = set()
+        #: virtual host -> the message memory its messages hold (bodies + MESSAGE_OVERHEAD each, in memory: as
+        #: held_bytes counts them), what its ``max_memory`` bounds (vhosts.py); None on a broker without vhosts
+        self.vhost_memory: dict[str, int] | None = {} if config.vhosts else None
 
     def held(self, message: BrokerMessage) -> None:
         """A message was placed: its bytes count until :meth:`message_gone`."""
         self.held_bytes += message.size
         self.held_messages += 1
+        if self.vhost_memory is not None and VHOST_MARK in message.destination:
+            self._vhost(message, 1)
         if not self.high and (self.held_bytes + self.held_messages * MESSAGE_OVERHEAD
                               + self.entries * ENTRY_OVERHEAD) > self.config.max_memory:   # messages(), inlined
             self._above_high()
@@ -126,6 +133,8 @@ class MemoryFlow:
         # paged_out(), inlined: this runs once per message
         self.held_bytes -= message.size
         self.held_messages -= 1
+        if self.vhost_memory is not None and VHOST_MARK in message.destination:
+            self._vhost(message, -1)
         if self.high and self.messages() < self.config.max_memory * 0.8:
             self._below_high()
 
@@ -137,6 +146,16 @@ class MemoryFlow:
         holder.refs -= 1
         if not holder.refs:
             self.message_gone(holder)
+
+    def _vhost(self, message: BrokerMessage, sign: int) -> None:
+        """``message`` (of a virtual host: its destination is ``/<kind>/$vh.<vhost>.<name>``) entered or
+        left memory."""
+        destination = message.destination
+        start = destination.find(VHOST_MARK) + len(VHOST_MARK)
+        vhost = destination[start:destination.find(".", start)]
+        memory = self.vhost_memory
+        assert memory is not None
+        memory[vhost] = memory.get(vhost, 0) + sign * (message.size + MESSAGE_OVERHEAD)
 
     # -- paging (backlog.py) -------------------------------------------------------------------------
     def messages(self) -> int:
@@ -161,11 +180,15 @@ class MemoryFlow:
         """A paged-out message is in memory again (counted as held, without the warnings of held())."""
         self.held_bytes += message.size
         self.held_messages += 1
+        if self.vhost_memory is not None and VHOST_MARK in message.destination:
+            self._vhost(message, 1)
 
     def paged_out(self, message: BrokerMessage) -> None:
         """A message left memory: paged out, or gone."""
         self.held_bytes -= message.size
         self.held_messages -= 1
+        if self.vhost_memory is not None and VHOST_MARK in message.destination:
+            self._vhost(message, -1)
         if self.high and self.messages() < self.config.max_memory * 0.8:
             self._below_high()
 

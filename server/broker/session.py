@@ -22,6 +22,7 @@ from pymq_server.broker.acks import DeliveryLedger
 from pymq_server.broker.auth import ANONYMOUS, User
 from pymq_server.broker.budgets import SELECTOR_ON_LOOP, ConnectionHoldings
 from pymq_server.broker.consumer import Consumer
+from pymq_server.broker.flow import MESSAGE_OVERHEAD
 from pymq_server.broker import vhosts
 from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.intake import LATER, FrameIntake
@@ -63,6 +64,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.client_id: str | None = None
         self.vhost = vhosts.DEFAULT              # chosen by CONNECT's host header (vhosts.py)
         self._vh_prefix = ""
+        self._vh_max_memory: int | None = None   # the vhost's max_memory (vhosts.check_memory)
         self.version = "1.0"
         self.consumers: dict[str, Consumer] = {}
         self.transactions = Transactions(cfg.max_transactions_per_connection, cfg.max_transaction_operations,
@@ -220,21 +222,15 @@ class BrokerSession(FrameIntake, FrameOutlet):
                 return
             self.user = user
             if vhost != vhosts.DEFAULT:
+                entry = configured[vhost]
                 try:
-                    vhosts.check_access(user, vhost, configured[vhost])
+                    vhosts.check_access(user, vhost, entry.principals)
+                    vhosts.check_connections(vhost, entry, self.broker.sessions.values(), self)
                 except PymqError as exc:
                     self.fail(exc, frame)
                     return
-                limit = self.broker.config.vhost_max_connections.get(vhost)
-                if limit is not None:
-                    others = sum(1 for s in self.broker.sessions.values()
-                                 if s is not self and getattr(s, "vhost", vhosts.DEFAULT) == vhost)
-                    if others >= limit:
-                        self.fail(errors.ResourceLimit(
-                            f"virtual host '/{vhost}' already has {limit} connections; try again later",
-                            limit="vhost_max_connections", held=others), frame)
-                        return
                 self.vhost, self._vh_prefix = vhost, vhosts.prefix(vhost)
+                self._vh_max_memory = entry.max_memory
             if self.client_id is not None:
                 try:
                     self.broker.claim_client_id(self, self.client_id)
@@ -279,6 +275,12 @@ class BrokerSession(FrameIntake, FrameOutlet):
             if destination.startswith("/pymq/cluster/") and self.is_cluster:
                 self.broker.cluster_control(self, headers, frame.body)
                 return None
+        if self._vh_max_memory is not None:
+            # before anything is parsed or made: a refused SEND places nothing and creates no queue
+            memory = self.broker.flow.vhost_memory
+            assert memory is not None
+            vhosts.check_memory(self.vhost, self._vh_max_memory, memory.get(self.vhost, 0),
+                                len(frame.body) + MESSAGE_OVERHEAD)
         if FORMAT_HEADER in headers and is_bulk(headers):   # the look-up first: a call less per SEND
             return self._send_bulk(parse_bulk_send(headers, frame.body))
         request = parse_send(headers, frame.body)

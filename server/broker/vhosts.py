@@ -25,7 +25,13 @@ import re
 
 import copy
 
-from pymq.errors import AccessDenied, DestinationError, PymqError
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+
+from pymq.errors import AccessDenied, DestinationError, PymqError, ResourceLimit
+
+if TYPE_CHECKING:
+    from pymq_server.config import VhostConfig
 
 DEFAULT = "/"
 #: the first word of a vhost's internal destination names
@@ -41,7 +47,7 @@ def check_name(name: str) -> str:
     return name
 
 
-def select(host: str | None, configured: dict[str, list[str]]) -> str:
+def select(host: str | None, configured: Mapping[str, Any]) -> str:
     """The vhost a CONNECT's ``host`` header names (see the module's docstring); AccessDenied for a
     ``/name`` that names no configured vhost."""
     if host is None or host == DEFAULT:
@@ -63,6 +69,47 @@ def check_access(user, vhost: str, principals: list[str]) -> None:
     if not mine.intersection(principals):
         raise AccessDenied(f"user '{user.name}' may not connect to virtual host '/{vhost}': not one of its "
                            f"principals", user=user.name, destination="vhost:/" + vhost, permission="connect")
+
+
+# -- limits (spec/stomp.md §1 "Limits"): each refuses before anything is made ----------------------------
+
+def check_connections(vhost: str, entry: VhostConfig, sessions: Iterable[Any], me: object) -> None:
+    """ResourceLimit when ``vhost`` has its ``max_connections`` already (``me`` is the one connecting)."""
+    limit = entry.max_connections
+    if limit is None:
+        return
+    held = sum(1 for s in sessions if s is not me and getattr(s, "vhost", DEFAULT) == vhost)
+    if held >= limit:
+        raise ResourceLimit(f"virtual host '/{vhost}' already has {held} connections (its max_connections is "
+                            f"{limit}); try again later", limit="max_connections", vhost=vhost, held=held)
+
+
+def check_queues(name: str, configured: dict[str, VhostConfig], queues: Iterable[str]) -> None:
+    """ResourceLimit when queue ``name`` (a core name) would be one more than its vhost's ``max_queues``.
+    Counted when a queue is made, not kept: making a queue is rare, and a count taken from the queues
+    themselves cannot drift from them whichever way a queue goes."""
+    if not name.startswith(PREFIX):
+        return
+    dot = name.find(".", len(PREFIX))
+    vhost = name[len(PREFIX):dot]
+    entry = configured.get(vhost)
+    if entry is None or entry.max_queues is None:
+        return
+    start = name[:dot + 1]
+    held = sum(1 for queue in queues if queue.startswith(start))
+    if held >= entry.max_queues:
+        raise ResourceLimit(f"virtual host '/{vhost}' holds {held} queues (its max_queues is {entry.max_queues}): "
+                            f"queue '/queue/{name}' is not made", limit="max_queues", vhost=vhost, held=held,
+                            destination="/queue/" + name)
+
+
+def check_memory(vhost: str, limit: int, held: int, cost: int) -> None:
+    """ResourceLimit when a message costing ``cost`` would take ``vhost``'s message memory past its
+    ``max_memory`` (``held``: what its messages hold now, MemoryFlow.vhost_memory)."""
+    if held + cost > limit:
+        raise ResourceLimit(f"virtual host '/{vhost}' holds {held} bytes of message memory (its max_memory is "
+                            f"{limit}): a message costing {cost} bytes is refused; consume some first",
+                            limit="max_memory", vhost=vhost, held=held)
 
 
 def prefix(vhost: str) -> str:

@@ -199,18 +199,3 @@ def test_stomp_py_selects_a_vhost_with_its_vhost_argument(broker_factory):
     refused.set_listener("collector", listener)
     with pytest.raises(stomp.exception.ConnectFailedException):
         refused.connect("guest", "guest", wait=True)
-
-
-def test_a_vhost_has_its_own_connection_limit(broker_factory):
-    b = broker_factory(vhosts=VHOSTS, vhost_max_connections={"shop": 2})
-    held = [_raw(b, "/shop") for _ in range(2)]
-    assert all(frame.command == "CONNECTED" for _, frame in held)
-    c, frame = _raw(b, "/shop")
-    assert frame.command == "ERROR" and frame.headers["pymq-code"] == "resource-limit", frame
-    assert "vhost_max_connections" in str(frame.headers)
-    assert _raw(b, "/books")[1].command == "CONNECTED" and _raw(b, None)[1].command == "CONNECTED"
-    held[0][0].send("DISCONNECT", {"receipt": "bye"})
-    assert held[0][0].read().command == "RECEIPT"
-    held[0][0].close()
-    from tests.conftest import wait_for
-    assert wait_for(lambda: _raw(b, "/shop")[1].command == "CONNECTED", timeout=5)
