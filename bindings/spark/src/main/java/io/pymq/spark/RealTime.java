@@ -1,6 +1,7 @@
 package io.pymq.spark;
 
 import org.apache.arrow.memory.BufferAllocator;
+import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -85,6 +86,9 @@ final class RealTime {
         public RecordStatus nextWithTimeout(Long startTimeMs, Long timeoutMs) throws IOException {
             long deadline = startTimeMs + timeoutMs;
             while (true) {
+                // a stopped query kills its tasks while they wait or read: Spark checks between rows, so a row
+                // fetched after the kill would still reach the sink in a batch that never commits
+                stopIfKilled();
                 if (batch != null && row + 1 < batch.numRows()) {
                     row++;
                     handed = current.seq(row) + 1;
@@ -108,6 +112,13 @@ final class RealTime {
                     return RecordStatus.newStatusWithoutArrivalTime(false);
                 }
                 Reads.sleep(Math.min(POLL_MS, left));
+            }
+        }
+
+        private static void stopIfKilled() {
+            TaskContext task = TaskContext.get();
+            if (task != null) {
+                task.killTaskIfInterrupted();
             }
         }
 
