@@ -2,7 +2,9 @@
 
 :class:`BrokerServer` is what ``pymq-server`` runs and what tests and the embedded ``vm://`` broker
 start in-process.  Start-up order matters: storage opens and recovers before the first listener
-accepts, so no client ever sees a half-recovered broker.
+accepts, so no client ever sees a half-recovered broker.  The server owns that order and the devices
+its configuration names (:func:`build_devices`); the sockets are ``listeners.py``'s, the periodic work
+``chores.py``'s, a live reload ``reloading.py``'s.
 """
 from __future__ import annotations
 
@@ -15,21 +17,22 @@ import ssl
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from pymq_server import reloading
 from pymq_server.admin import stomp_admin
 from pymq_server.admin.ops import Admin
 from pymq_server.broker.broker import Broker
 from pymq_server.broker.session import BrokerSession
 from pymq_server.broker.stored_form import STORED_CODEC
+from pymq_server.chores import Chores
 from pymq_server.config import BrokerConfig
-from pymq_server.logs import announce
-from pymq_server.net.accept import ConnectionSlots, Listener, fit_descriptors
+from pymq_server.listeners import Listeners
+from pymq_server.net.accept import ConnectionSlots, Listener
 from pymq_server.net.runtime import AsyncioRuntime
-from pymq_server.net.tcp import StompServerProtocol, refusal_frame
 from pymq_server.storage.ha.fence import NO_FENCE, Fence
 from pymq_server.storage.memory import MemoryDevice
 from pymq_server.storage.store import HoldingStore
 
-from pymq.errors import ConfigError, ListenError, PymqError, StorageError
+from pymq.errors import ConfigError, StorageError
 
 if TYPE_CHECKING:
     from pymq_server.admin.http import AdminHttp
@@ -39,11 +42,6 @@ if TYPE_CHECKING:
     from pymq_server.storage.device import HoldingDevice
 
 log = logging.getLogger("pymq.server")
-
-HOUSEKEEPING_PERIOD_S = 1.0
-#: how often the store is asked to bring back devices out of service (each has its own back-off)
-STORAGE_MAINTENANCE_PERIOD_S = 0.25
-
 
 def build_devices(config: BrokerConfig, fence: Fence = NO_FENCE) -> tuple[list[HoldingDevice], str | None]:
     """The holding devices named in ``config.storage`` (default: memory + the paged file store); ``fence``:
@@ -98,26 +96,23 @@ def make_device(kind: str, name: str, options: dict[str, Any], config: BrokerCon
 
 
 class BrokerServer:
+    """One broker server run: it assembles the levels below and owns the order of its life — TLS material,
+    (as a backup first under ``ha:``) storage, recovery, the core, then the listeners and the cluster; a
+    clean stop in the reverse order, or a fenced process abandoning everything without a write.  Its parts
+    each own one concern: the sockets (:class:`~pymq_server.listeners.Listeners`), the periodic work
+    (:class:`~pymq_server.chores.Chores`), live configuration changes (``server/reloading.py``) and the
+    high-availability role (``server/ha_role.py``)."""
+
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config
         self.broker: Broker | None = None
         self.store: HoldingStore | None = None
         self.runtime: AsyncioRuntime | None = None
-        self._server: Listener | None = None
-        self._tls_server: Listener | None = None
-        self._housekeeping: asyncio.TimerHandle | None = None
-        self._maintenance: asyncio.TimerHandle | None = None
-        self._selection_timer: asyncio.TimerHandle | None = None
+        self.listeners = Listeners(config)
+        self.chores: Chores | None = None
         self.claimers: list[PendingClaimer] = []
         self.admin: Admin | None = None
-        self.http: AdminHttp | None = None
-        self.websocket: Listener | None = None
         self.cluster: ClusterNode | None = None
-        self.ssl_context: ssl.SSLContext | None = None
-        self.admin_port: int | None = None
-        self.port: int | None = None
-        self.tls_port: int | None = None
-        self.websocket_port: int | None = None
         self.recovered = 0
         self.recovery_done = False     # /readyz: storage recovered
         self.stopping = False          # /readyz: a clean stop has begun
@@ -127,10 +122,6 @@ class BrokerServer:
         self.reuse_port = False
         self.before_listeners: Callable[[], Awaitable[None]] | None = None
         self.cores: Any = None         # worker 0's admin over all workers (server/cores/admin.py)
-        # sockets open at once, counted from accept (server/net/accept.py): the STOMP, TLS and WebSocket
-        # listeners share max_connections, the admin port has its own
-        self.connections = ConnectionSlots(config.max_connections, "max_connections")
-        self.admin_connections = ConnectionSlots(config.admin_max_connections, "admin_max_connections")
         # high availability (spec/ha.md): this run's role in the group, the fence its devices ask, and the
         # command line's hook told when it starts waiting as a backup
         self.ha: HaRole | None = None
@@ -139,7 +130,45 @@ class BrokerServer:
         self.abandoned = False
         self.abandon_done = asyncio.Event()
 
-    def _core(self) -> tuple[Broker, HoldingStore, AsyncioRuntime]:
+    # what the listeners hold, read by the admin operations, the command line and tests
+    @property
+    def port(self) -> int | None:
+        return self.listeners.port
+
+    @property
+    def tls_port(self) -> int | None:
+        return self.listeners.tls_port
+
+    @property
+    def websocket_port(self) -> int | None:
+        return self.listeners.websocket_port
+
+    @property
+    def admin_port(self) -> int | None:
+        return self.listeners.admin_port
+
+    @property
+    def http(self) -> AdminHttp | None:
+        return self.listeners.http
+
+    @property
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return self.listeners.ssl_context
+
+    @property
+    def connections(self) -> ConnectionSlots:
+        return self.listeners.connections
+
+    @property
+    def admin_connections(self) -> ConnectionSlots:
+        return self.listeners.admin_connections
+
+    def admin_listener(self, host: str, port: int, make_inner: Callable[[], asyncio.BaseProtocol],
+                       ssl_context: ssl.SSLContext | None, refusal: Callable[[], bytes]) -> Listener:
+        """The admin port's listening socket (server/admin/http.py asks; :meth:`Listeners.admin_listener`)."""
+        return self.listeners.admin_listener(host, port, make_inner, ssl_context, refusal)
+
+    def core(self) -> tuple[Broker, HoldingStore, AsyncioRuntime]:
         """What :meth:`start_core` built; asking before it ran is a bug of the caller."""
         if self.broker is None or self.store is None or self.runtime is None:
             raise RuntimeError("BrokerServer.start_core() has not run")
@@ -155,7 +184,7 @@ class BrokerServer:
         cfg = self.config
         if cfg.tls is not None:
             from pymq_server.net.tls import server_context
-            self.ssl_context = server_context(cfg.tls)
+            self.listeners.ssl_context = server_context(cfg.tls)
         if cfg.ha is not None and not await self._wait_as_backup():
             return self
         await self.start_core()
@@ -177,7 +206,7 @@ class BrokerServer:
         role = self.ha = HaRole(self)
         try:
             if self.config.admin_port is not None:
-                await self._start_admin_http()
+                await self.listeners.start_admin_http(self)
             if self.on_backup is not None:
                 self.on_backup(self)
             if not await role.wait_until_live():
@@ -193,185 +222,34 @@ class BrokerServer:
         """Serving clients: no high availability, or this process holds the store."""
         return self.broker is not None and not self.abandoned
 
-    async def _start_admin_http(self) -> None:
-        from pymq_server.admin.http import AdminHttp
-        cfg = self.config
-        self.http = AdminHttp(self, cfg.host, cfg.admin_port or 0,
-                              ssl_context=self.ssl_context if cfg.admin_tls else None)
-        self.admin_port = await _listen("admin HTTP port (admin_port)", cfg.host, cfg.admin_port or 0,
-                                        self.http.start())
-
     async def _start_listeners(self) -> None:
-        loop = asyncio.get_running_loop()
         cfg = self.config
-        broker, _, _ = self._core()
-
-        session_type = self.session_type
-        self._fit_connection_caps()
-        slots = self.connections
-        handshake = cfg.connect_timeout_ms / 1000
-
-        def stomp() -> StompServerProtocol:
-            return StompServerProtocol(broker, loop, session_type)
-
-        def stomp_refusal() -> bytes:
-            return refusal_frame(slots.limit)
-
-        # bound first, accepting last: no client connects before every listener is in place; every socket
-        # counted from accept, TLS handshakes under connect_timeout_ms (server/net/accept.py)
-        self._server = await _listen("STOMP port (port)", cfg.host, cfg.port, _bind(
-            loop, cfg.host, cfg.port, slots, stomp, reuse_port=self.reuse_port, refusal=stomp_refusal))
-        self.port = self._server.sockets[0].getsockname()[1]
-        if cfg.tls_port is not None:
-            self._tls_server = await _listen("STOMP over TLS port (tls_port)", cfg.host, cfg.tls_port, _bind(
-                loop, cfg.host, cfg.tls_port, slots, stomp, reuse_port=self.reuse_port,
-                ssl_context=self.ssl_context, handshake_timeout=handshake))
-            self.tls_port = self._tls_server.sockets[0].getsockname()[1]
-        if cfg.websocket is not None:
-            from pymq_server.net.websocket import WebSocketConnection, origins, refusal_response
-            ws = cfg.websocket
-            allowed = origins(ws.allowed_origins)
-
-            def websocket() -> WebSocketConnection:
-                return WebSocketConnection(broker, loop, ws.path, allowed)
-
-            self.websocket = await _listen("WebSocket port (websocket.port)", cfg.host, ws.port, _bind(
-                loop, cfg.host, ws.port, slots, websocket, ssl_context=self.ssl_context if ws.tls else None,
-                handshake_timeout=handshake, refusal=refusal_response))
-            self.websocket_port = self.websocket.sockets[0].getsockname()[1]
+        broker, _, _ = self.core()
+        listeners = self.listeners
+        # bound first, accepting last: no client connects before every listener is in place
+        await listeners.bind(broker, self.session_type, self.reuse_port)
         if self.admin is not None:
             self.admin.start()
-        if cfg.admin_port is not None and self.http is None:      # a backup started it already
-            await self._start_admin_http()
-        for server in (self._server, self._tls_server, self.websocket):
-            if server is not None:
-                await server.start_serving()
-        log.info("pymq-server listening on %s:%d (data in %s)", cfg.host, self.port, cfg.data_dir)
-        if self.tls_port is not None:
-            log.info("STOMP over TLS on %s:%d", cfg.host, self.tls_port)
-        if self.websocket is not None and cfg.websocket is not None:
-            scheme = "wss" if cfg.websocket.tls else "ws"
-            log.info("STOMP over WebSocket on %s://%s:%d%s", scheme, cfg.host, self.websocket_port,
-                     cfg.websocket.path)
-        if self.http is not None:
-            scheme = "https" if cfg.admin_tls else "http"
-            log.info("admin and metrics on %s://%s:%d/", scheme, cfg.host, self.admin_port)
+        if cfg.admin_port is not None and listeners.http is None:      # a backup started it already
+            await listeners.start_admin_http(self)
+        await listeners.start_serving()
         if cfg.cluster:
             from pymq_server.cluster.node import ClusterNode
             ccfg = cfg.cluster
             broker.authenticator.cluster_secret = ccfg.secret
-            cluster = self.cluster = ClusterNode(broker, ccfg, loop, cfg.node_id, f"{cfg.host}:{self.port}")
+            cluster = self.cluster = ClusterNode(broker, ccfg, asyncio.get_running_loop(), cfg.node_id,
+                                                 f"{cfg.host}:{self.port}")
             broker.attach_cluster(cluster)      # after recovery: the node learns what it made
             await cluster.start()
 
-    def admin_listener(self, host: str, port: int, make_inner: Callable[[], asyncio.BaseProtocol],
-                       ssl_context: ssl.SSLContext | None, refusal: Callable[[], bytes]) -> Listener:
-        """The admin port's listening socket (server/admin/http.py asks): counted from accept against
-        ``admin_max_connections``, HTTPS handshakes under ``connect_timeout_ms``."""
-        return Listener.bind(asyncio.get_running_loop(), host, port, self.admin_connections, make_inner,
-                             ssl_context=ssl_context, handshake_timeout=self.config.connect_timeout_ms / 1000,
-                             refusal=refusal)
-
-    def _fit_connection_caps(self) -> None:
-        """Keep the connection caps within the file-descriptor limit: a broker out of descriptors stops
-        accepting on every listener (asyncio pauses them all), so past the limit a connection is refused
-        by its cap instead.  The soft limit is raised towards the hard one first when the caps need it."""
-        cfg = self.config
-        admin = cfg.admin_max_connections if cfg.admin_port is not None else 0
-        wanted = cfg.max_connections + admin
-        room = fit_descriptors(wanted)
-        if room >= wanted:
-            return
-        admin = min(admin, max(8, room // 8)) if admin else 0
-        stomp = max(1, room - admin)
-        self.connections.limit = stomp
-        self.admin_connections.limit = admin
-        log.warning("the file-descriptor limit (ulimit -n) leaves room for %d connections, fewer than "
-                    "max_connections %d + admin_max_connections %d: accepting %d STOMP/TLS/WebSocket and %d "
-                    "admin connections at once; raise the limit for more", room, cfg.max_connections,
-                    cfg.admin_max_connections if cfg.admin_port is not None else 0, stomp, admin)
-
-    # -- live changes (SIGHUP, the admin "reload" operation) ---------------------------------------
+    # -- live changes (SIGHUP, the admin "reload" operation): server/reloading.py ---------------------
     def reload_logged(self) -> None:
-        """:meth:`reload` for a SIGHUP (the CLI's, a worker's): the outcome logged, a refusal or a bug
-        keeping the running configuration, never taking the broker down."""
-        try:
-            result = self.reload()
-        except PymqError as exc:
-            log.error("reload refused, the running configuration is kept: %s", exc.message)
-        except Exception:  # a bug in reload must not take the broker down with it
-            log.exception("reload failed, the running configuration is kept")
-        else:
-            announce(f"pymq-server reloaded: {len(result['users'])} user(s)"
-                     + (f", needing a restart: {', '.join(result['restart_needed'])}" if result["restart_needed"]
-                        else ""), self.config.log_format)
+        """:func:`~pymq_server.reloading.reload_logged`: a SIGHUP's reload, its outcome logged."""
+        reloading.reload_logged(self)
 
     def reload(self) -> dict:
-        """Read the configuration file and the users file again and apply what can change while the
-        broker runs: users (and ``allow_anonymous``), ``default_permissions``, the storage-selection
-        rules, the TLS certificate and key, ``log_level``.  Open connections are kept (they keep the user
-        they logged in as).  Everything is read and checked before anything changes: an invalid file
-        raises ConfigError and the broker keeps what it had.  Settings that differ but need a restart
-        are listed under ``restart_needed``.  Runs on the broker's event loop."""
-        from pymq_server.broker.acl import AccessControl
-        from pymq_server.broker.auth import load_users
-        broker, store, _ = self._core()
-        old = self.config
-        new = old.reread()
-        users = load_users(new.users_file) if new.users_file else None
-        defaults = AccessControl(new.default_permissions).defaults
-        layer = None
-        if new.storage.selection is not None:
-            from pymq_server.config import read_selection
-            from pymq_server.storage.selection import AdaptiveSelection
-            layer = AdaptiveSelection.from_yaml(read_selection(new.storage.selection),
-                                                list(store.devices.values()))
-        fresh_tls = None
-        ssl_context = self.ssl_context
-        if new.tls is not None and ssl_context is not None:
-            from pymq_server.net.tls import load_certificates, server_context
-            fresh_tls = new.tls
-            server_context(new.tls)                     # loads and checks every file; nothing live yet
-        # -- everything read and valid: apply --------------------------------------------------------
-        broker.authenticator.replace(new.users_file, users, new.allow_anonymous)
-        broker.acl.defaults = defaults
-        if layer is not None:
-            from pymq_server.broker.stored_form import rule_context_of
-            had = store.selection is not None
-            store.use_selection(layer, rule_context_of)
-            if not had:
-                self._refresh_selection()
-        if fresh_tls is not None and ssl_context is not None:
-            load_certificates(ssl_context, fresh_tls)
-        logging.getLogger().setLevel(new.log_level)
-        applied = {"users_file", "allow_anonymous", "default_permissions", "log_level"}
-        for key in applied:
-            setattr(old, key, getattr(new, key))
-        if layer is not None:
-            old.storage = old.storage.model_copy(update={"selection": new.storage.selection})
-        restart = sorted(k for k in type(new).model_fields
-                         if k not in applied and k not in ("storage", "tls")
-                         and getattr(new, k) != getattr(old, k))
-        if new.storage.model_copy(update={"selection": None}) != old.storage.model_copy(
-                update={"selection": None}) or (layer is None and old.storage.selection is not None):
-            restart.append("storage")
-        if (new.tls is None) != (old.tls is None) or (
-                new.tls is not None and old.tls is not None
-                and new.tls.model_copy(update={"cert_file": "", "key_file": "", "key_password": None})
-                != old.tls.model_copy(update={"cert_file": "", "key_file": "", "key_password": None})):
-            restart.append("tls")
-        if fresh_tls is not None:
-            old.tls = new.tls
-        result = {"users": sorted(broker.authenticator.users),
-                  "default_permissions": broker.acl.defaults.to_dict()["grants"],
-                  "storage_rules": len(layer.rules) if layer is not None else None,
-                  "tls_reloaded": fresh_tls is not None,
-                  "restart_needed": restart}
-        log.info("configuration reloaded from %s: %d user(s), %s storage rule(s)%s",
-                 old.source or "the command line", len(result["users"]),
-                 result["storage_rules"] if layer is not None else "no",
-                 f"; changed but needing a restart: {', '.join(restart)}" if restart else "")
-        return result
+        """:func:`~pymq_server.reloading.reload`: what can change while the broker runs, applied."""
+        return reloading.reload(self)
 
     async def start_core(self) -> BrokerServer:
         """Storage, recovery and the broker core, without a listener (the embedded vm:// broker)."""
@@ -413,9 +291,9 @@ class BrokerServer:
         store.on_device_opened = broker.recover_device
         self.admin = broker.admin = Admin(self)
         broker.admin_frames = stomp_admin.handle
-        selection = cfg.storage.selection
-        if selection is not None:
-            self._setup_selection(selection)
+        chores = self.chores = Chores(broker, store, runtime)
+        if cfg.storage.selection is not None:
+            chores.use_selection(cfg.storage.selection)
         self.recovered = broker.recover()
         self.recovery_done = True
         if self.recovered:
@@ -424,14 +302,13 @@ class BrokerServer:
             gc.collect()
             gc.freeze()
         self._start_claimers(loop)
-        self._schedule_housekeeping()
-        self._schedule_maintenance()
+        chores.start()
         return self
 
     def _start_claimers(self, loop: asyncio.AbstractEventLoop) -> None:
         """Messages applications commit in their own transactions on a SQL device (seed 001)."""
         from pymq_server.broker.apptx import PendingClaimer
-        broker, store, _ = self._core()
+        broker, store, _ = self.core()
         for device in store.devices.values():
             if device.kind == "sql" and hasattr(device, "pending_listener"):
                 claimer = PendingClaimer(broker.router, broker.seqs, device, loop)
@@ -439,54 +316,6 @@ class BrokerServer:
                 self.claimers.append(claimer)
                 if broker.apptx_table_prefix is None:      # the first one: what CONNECTED tells the SDKs
                     broker.apptx_table_prefix = getattr(device, "table_prefix", None)
-
-    def _setup_selection(self, selection: Any) -> None:
-        """The adaptive layer of seed 000: rules from YAML (inline mapping or a file path)."""
-        from pymq_server.broker.stored_form import rule_context_of
-        from pymq_server.config import read_selection
-        from pymq_server.storage.selection import AdaptiveSelection
-        _, store, _ = self._core()
-        layer = AdaptiveSelection.from_yaml(read_selection(selection), list(store.devices.values()))
-        store.use_selection(layer, rule_context_of)
-        self._refresh_selection()
-
-    def _refresh_selection(self) -> None:
-        _, store, runtime = self._core()
-        layer = store.selection
-        if layer is None:
-            return
-        now = runtime.time()
-        try:
-            layer.refresh(now)
-        except Exception:  # a monitor bug must not stop the broker; the next refresh retries
-            log.exception("storage monitor refresh failed")
-        delay = max(0.01, layer.next_refresh() - runtime.time())
-        self._selection_timer = asyncio.get_running_loop().call_later(delay, self._refresh_selection)
-
-    def _schedule_housekeeping(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._housekeeping = loop.call_later(HOUSEKEEPING_PERIOD_S, self._run_housekeeping)
-
-    def _run_housekeeping(self) -> None:
-        try:
-            self._core()[0].housekeeping()
-        finally:
-            self._schedule_housekeeping()
-
-    def _schedule_maintenance(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._maintenance = loop.call_later(STORAGE_MAINTENANCE_PERIOD_S, self._run_maintenance)
-
-    def _run_maintenance(self) -> None:
-        """Devices in fault are repaired, devices that did not open at start-up opened (spec/storage.md
-        §8), each with its own back-off; the work runs in worker threads."""
-        _, store, runtime = self._core()
-        try:
-            store.maintain(runtime.time())
-        except Exception:  # a bug here must not stop the broker; the next round retries
-            log.exception("storage maintenance failed")
-        finally:
-            self._schedule_maintenance()
 
     async def abandon(self, reason: str) -> None:
         """Fenced (spec/ha.md §2.4): another process holds the store now.  Nothing more is written or sent:
@@ -502,12 +331,9 @@ class BrokerServer:
             queue_logs = self.broker.destinations.queue_logs
             queue_logs.close()
             queue_logs.directory = None
-        for timer in (self._housekeeping, self._maintenance, self._selection_timer):
-            if timer is not None:
-                timer.cancel()
-        for server in (self._server, self._tls_server, self.websocket):
-            if server is not None:
-                server.close()
+        if self.chores is not None:
+            self.chores.cancel()
+        self.listeners.close()
         if self.broker is not None:
             for session in list(self.broker.sessions.values()):
                 link = getattr(session, "link", None)      # a BrokerSession (a cluster peer's too)
@@ -543,15 +369,9 @@ class BrokerServer:
             self.admin.stop()
         if self.cluster is not None:
             await self.cluster.stop()          # hand-over needs the links and the loop still running
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-        if self._maintenance is not None:
-            self._maintenance.cancel()
-        if self._selection_timer is not None:
-            self._selection_timer.cancel()
-        for server in (self._server, self._tls_server, self.websocket):
-            if server is not None:
-                server.close()
+        if self.chores is not None:
+            self.chores.cancel()
+        self.listeners.close()
         if self.http is not None:
             await self.http.stop()
         for claimer in self.claimers:
@@ -559,9 +379,7 @@ class BrokerServer:
         if self.broker is not None:
             for session in list(self.broker.sessions.values()):
                 session.close()
-        for server in (self._server, self._tls_server, self.websocket):
-            if server is not None:
-                await server.wait_closed()
+        await self.listeners.wait_closed()
         await asyncio.sleep(0)   # let transports flush their last frames
         if self.broker is not None:
             self.broker.destinations.queue_logs.close()
@@ -579,20 +397,6 @@ class BrokerServer:
         if self.ha is not None:
             await self.ha.stop()          # after storage closed: the OS lock goes last (spec/ha.md §1.9)
         log.info("pymq-server stopped")
-
-
-async def _bind(loop: asyncio.AbstractEventLoop, host: str, port: int, slots: ConnectionSlots,
-                make_inner: Callable[[], asyncio.BaseProtocol], **options: Any) -> Listener:
-    return Listener.bind(loop, host, port, slots, make_inner, **options)
-
-
-async def _listen(what: str, host: str, port: int, starting):
-    """Await ``starting`` (a server start); a bind failure becomes a ListenError naming the listener."""
-    try:
-        return await starting
-    except OSError as exc:
-        raise ListenError(f"cannot listen on {host}:{port} for the {what}: {exc.strerror or exc}",
-                          listener=what, host=host, port=port) from None
 
 
 #: the cyclic collector's thresholds in a broker process (Python's defaults: 700, 10, 10).  A broker makes

@@ -237,7 +237,7 @@ class AdminHttp:
         await self.runner.setup()
         server = self.runner.server
         assert server is not None
-        # the listening socket is the server's (app.py: counted from accept against admin_max_connections,
+        # the listening socket is the server's (listeners.py: counted from accept against admin_max_connections,
         # HTTPS handshakes under connect_timeout_ms, server/net/accept.py)
         self.listener = self.server.admin_listener(self.host, self.port, server, self.ssl_context,
                                                    refusal_response)

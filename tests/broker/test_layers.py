@@ -28,7 +28,7 @@ PACKAGE_LEVELS: list[tuple[str, set[str]]] = [
     ("configuration", {"__init__", "config", "_config_reference", "logs", "schema"}),
     ("the broker core", {"broker"}),
     ("around the core", {"cluster", "admin", "net", "ha_role"}),
-    ("one server", {"app"}),
+    ("one server", {"app", "listeners", "chores", "reloading"}),
     ("servers run for others", {"embedded", "cores"}),
     ("the command line", {"cli", "__main__"}),
 ]
