@@ -157,3 +157,40 @@ def test_continuation_pages_of_a_large_message_survive_recovery_and_later_writes
     device.sync()
     device._simulate_crash()
     assert _recovered(tmp_path) == written
+
+
+@pytest.mark.parametrize("lost", ["the end frame", "the end frame's last byte"])
+def test_a_unit_whose_end_never_reached_the_log_comes_back_as_if_never_begun(tmp_path, lost):
+    """A unit (a transaction's COMMIT, a bulk batch: spec/storage.md) is all or nothing: its frames are
+    committed by one end frame; with that frame torn away by a crash, recovery brings back none of the
+    unit's writes and undoes none of its removes — the messages as they were before the unit began."""
+    from pymq_server.storage.file.wal import list_segments, segment_path
+    device = _opened(tmp_path, checkpoint_bytes=1 << 30)
+    for key in (1, 2):
+        device.write(_msg(key), ["q"])
+    device.flush()
+    segment = device._store.log.current
+    before = segment.size
+    device.begin_unit()
+    device.write(_msg(3), ["q"])
+    device.write(_msg(4), ["q", "r"])
+    device.remove(1, "q")
+    device.end_unit()
+    device.flush()
+    after = segment.size
+    device._simulate_crash()
+    assert _recovered_and_crashed(tmp_path) == {2: _msg(2).data, 3: _msg(3).data, 4: _msg(4).data}
+    cut = after - fmt.FRAME_SIZE if lost == "the end frame" else after - 1     # the end frame has no payload
+    assert before < cut and list_segments(tmp_path)[-1] == segment.number
+    os.truncate(segment_path(tmp_path, segment.number), cut)
+    assert _recovered(tmp_path) == {1: _msg(1).data, 2: _msg(2).data}
+
+
+def _recovered_and_crashed(path) -> dict[int, bytes]:
+    """What recovery brings back, leaving the log as it was (read-only: nothing checkpointed)."""
+    device = FileDevice("file", path, PAGE, read_only=True)
+    device.open()
+    try:
+        return {m.key: m.data for m, _ in device.recover()}
+    finally:
+        device.close()
