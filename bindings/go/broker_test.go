@@ -34,6 +34,8 @@ var (
 	listening = regexp.MustCompile(`pymq-server listening on (\S+:\d+)`)
 	// the broker's other listeners, announced after the first line: tls (host:port), websocket (a URL)
 	otherListener = regexp.MustCompile(`pymq-server (tls|websocket) listening on (\S+)`)
+	// a member of a live/backup group (spec/ha.md) that waits for the store: it listens once it takes over
+	backupLine = regexp.MustCompile(`pymq-server backup of node \S+ waiting`)
 )
 
 // testBroker is one pymq-server process over a data directory that outlives restarts.
@@ -47,6 +49,7 @@ type testBroker struct {
 	waited  chan struct{}
 	others  map[string]string // "tls" -> host:port, "websocket" -> ws://host:port/path
 	changed chan struct{}
+	live    chan string // every later listening line of a backup that took over
 }
 
 func serverCommand() ([]string, error) {
@@ -81,7 +84,8 @@ func newBroker(extra ...string) (*testBroker, error) {
 	return b, nil
 }
 
-// start runs the broker on port ("0": a free one) and waits for its listening line.
+// start runs the broker on port ("0": a free one) and waits for its listening line, or for its line
+// saying it waits as a backup (b.addr stays empty; awaitLive waits for its takeover).
 func (b *testBroker) start(port string) error {
 	args := append(append([]string{}, b.command[1:]...), "--host", "127.0.0.1", "--port", port, "--data-dir", b.dataDir)
 	args = append(args, b.extra...)
@@ -94,13 +98,24 @@ func (b *testBroker) start(port string) error {
 		return fmt.Errorf("cannot start %v: %w", b.command, err)
 	}
 	found := make(chan string, 1)
+	b.live = make(chan string, 4)
+	live := b.live
 	var log strings.Builder
 	go func() {
 		r := bufio.NewReader(stderr)
+		first := true
 		for {
 			line, err := r.ReadString('\n')
 			if m := listening.FindStringSubmatch(line); m != nil {
-				found <- m[1]
+				if first {
+					found <- m[1]
+				} else {
+					live <- m[1]
+				}
+				first = false
+			} else if backupLine.MatchString(line) && first {
+				found <- ""
+				first = false
 			} else if m := otherListener.FindStringSubmatch(line); m != nil {
 				b.mu.Lock()
 				b.others[m[1]] = m[2]
@@ -137,6 +152,19 @@ func (b *testBroker) start(port string) error {
 	case <-time.After(60 * time.Second):
 		b.stop()
 		return fmt.Errorf("%v did not report its port within 60 s", b.command)
+	}
+}
+
+// awaitLive waits until a broker started as a backup takes over and listens.
+func (b *testBroker) awaitLive(t *testing.T, within time.Duration) string {
+	t.Helper()
+	select {
+	case addr := <-b.live:
+		b.addr = addr
+		return addr
+	case <-time.After(within):
+		t.Fatalf("the backup did not take over within %v", within)
+		return ""
 	}
 }
 

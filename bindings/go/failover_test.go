@@ -16,6 +16,7 @@ import (
 
 	pymq "github.com/pymq/pymq/bindings/go"
 	"github.com/pymq/pymq/bindings/go/internal/vectors"
+	"github.com/pymq/pymq/bindings/go/stomp"
 )
 
 // TestFailoverURLVectors: spec/vectors/failover_urls.json (spec/ha.md §4.1-4.2): every URL parsed or
@@ -122,14 +123,45 @@ func freePort(t *testing.T) string {
 	return port
 }
 
-// TestFailoverFollowsATakeover: broker A is killed with SIGKILL and B starts on A's data directory at
-// another port; a connection whose URL names both carries on: OnStatus says reconnecting then open, a
-// send made meanwhile waits and goes through, subscriptions (a durable one with its selector) are made
-// again, the message held unacknowledged comes back redelivered, and the transaction that had sent
-// something fails at Commit with ErrTxLost while the next one commits.
+// haPair starts a live/backup pair of real pymq-server processes over one shared data directory
+// (spec/ha.md §1: the file store's OS lock and lease): a is live, b waits as its backup and will listen
+// at portB once it takes over.
+func haPair(t *testing.T) (a, b *testBroker, portB string) {
+	t.Helper()
+	cfg := writeConfig(t, "ha:\n  lease_ms: 1000\n  poll_ms: 50\nheartbeat_send_ms: 500\nheartbeat_recv_ms: 500\n")
+	a = ownBroker(t, cfg...)
+	if a.addr == "" { // every member first says it waits as a backup, then takes the free store
+		a.awaitLive(t, 60*time.Second)
+	}
+	portB = freePort(t)
+	b = &testBroker{command: a.command, dataDir: a.dataDir, extra: cfg, others: map[string]string{},
+		changed: make(chan struct{}, 1)}
+	if err := b.start(portB); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.stop)
+	if b.addr != "" {
+		t.Fatalf("the second member of the pair is live (%s), not a backup", b.addr)
+	}
+	return a, b, portB
+}
+
+// flowRecord is what a client-acknowledging consumer saw of one message.
+type flowRecord struct {
+	text        string
+	redelivered bool
+}
+
+// TestFailoverFollowsATakeover: the live of a real live/backup pair (spec/ha.md) is killed with SIGKILL
+// under a producer that waits for its receipts and a client-acknowledging consumer; the backup takes over
+// the store at another port, and a connection whose URL names both carries on: OnStatus says
+// reconnecting then open, a send made meanwhile goes through, every receipted message is delivered (a
+// second copy only flagged redelivered), subscriptions are made again (a durable one with its selector,
+// a shared durable one and a shared one by their names), the message held unacknowledged comes back
+// redelivered, and the transaction that had sent something fails at Commit with ErrTxLost while the next
+// one commits.
 func TestFailoverFollowsATakeover(t *testing.T) {
-	a := ownBroker(t)
-	portB := freePort(t)
+	a, b, portB := haPair(t)
 	log := newStatusLog()
 	url := "failover:(stomp://" + a.addr + ",stomp://127.0.0.1:" + portB + ")?initialReconnectDelay=50&maxReconnectDelay=400"
 	c, err := pymq.Dial(url, pymq.Options{ClientID: "go-ha-" + strconv.FormatInt(time.Now().UnixNano(), 36), OnStatus: log.record})
@@ -138,9 +170,16 @@ func TestFailoverFollowsATakeover(t *testing.T) {
 	}
 	defer c.Close()
 	held := queue(t)
-	topic := "/topic/go-ha-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	flow := queue(t)
+	tag := strconv.FormatInt(time.Now().UnixNano(), 36)
+	topic := "/topic/go-ha-" + tag
 	sHeld := subscribe(t, c, held, pymq.SubscribeOptions{Ack: pymq.AckClientIndividual})
 	sDur := subscribe(t, c, topic, pymq.SubscribeOptions{DurableName: "d", Selector: "n > 0"})
+	sSharedDur := subscribe(t, c, topic, pymq.SubscribeOptions{DurableName: "sd-" + tag,
+		Headers: []stomp.Header{{Name: "shared", Value: "true"}}})
+	sShared := subscribe(t, c, topic, pymq.SubscribeOptions{
+		Headers: []stomp.Header{{Name: "shared-subscription-name", Value: "s-" + tag}}})
+	sFlow := subscribe(t, c, flow, pymq.SubscribeOptions{Ack: pymq.AckClient, Prefetch: 20})
 	send(t, c, held, pymq.NewTextMessage("held"))
 	first := expect(t, sHeld)
 	txDest := queue(t)
@@ -152,29 +191,103 @@ func TestFailoverFollowsATakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	done := make(chan error, 1)
+	// a producer waiting for each receipt, and a consumer acknowledging each message, while the live dies
+	var mu sync.Mutex
+	var receipted []string
+	var seen []flowRecord
+	stopFlow := make(chan struct{})
+	produced := make(chan error, 1)
+	go func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stopFlow:
+				produced <- nil
+				return
+			default:
+			}
+			text := "flow-" + strconv.Itoa(i)
+			ctx, cancel := context.WithTimeout(bg, 60*time.Second)
+			err := c.Send(ctx, flow, pymq.NewTextMessage(text))
+			cancel()
+			if err != nil {
+				produced <- err
+				return
+			}
+			mu.Lock()
+			receipted = append(receipted, text)
+			mu.Unlock()
+		}
+	}()
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		for {
+			ctx, cancel := context.WithTimeout(bg, 3*time.Second)
+			m, err := sFlow.Receive(ctx)
+			cancel()
+			if errors.Is(err, context.DeadlineExceeded) {
+				select {
+				case <-stopFlow:
+					return // quiet for 3 s after the producer stopped: all there is
+				default:
+					continue
+				}
+			}
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			seen = append(seen, flowRecord{m.Text(), m.Redelivered})
+			mu.Unlock()
+			_ = m.Ack(bg) // ErrStaleMessage for a delivery of the lost link: it comes again
+		}
+	}()
+	countReceipted := func() int { mu.Lock(); defer mu.Unlock(); return len(receipted) }
+	for deadline := time.Now().Add(20 * time.Second); countReceipted() < 20; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the producer made no progress before the kill")
+		}
+	}
+
 	kill9(a)
 	log.await(t, pymq.StatusReconnecting, 1, 20*time.Second)
+	done := make(chan error, 1)
 	go func() {
 		ctx, cancel := context.WithTimeout(bg, 60*time.Second)
 		defer cancel()
 		done <- c.Send(ctx, held, pymq.NewTextMessage("during"))
 	}()
-	select {
-	case err := <-done:
-		t.Fatalf("a send returned while no broker was there: %v", err)
-	case <-time.After(300 * time.Millisecond):
-	}
-	// the takeover: a new process on A's store, at B's address
-	b := &testBroker{command: a.command, dataDir: a.dataDir, others: map[string]string{}, changed: make(chan struct{}, 1)}
-	if err := b.start(portB); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(b.stop)
+	b.awaitLive(t, 60*time.Second)
 	if err := <-done; err != nil {
 		t.Fatalf("the send made during the outage: %v", err)
 	}
 	log.await(t, pymq.StatusOpen, 2, 30*time.Second)
+	atKill := countReceipted()
+	for deadline := time.Now().Add(20 * time.Second); countReceipted() < atKill+20; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the producer made no progress after the takeover")
+		}
+	}
+	close(stopFlow)
+	if err := <-produced; err != nil {
+		t.Fatalf("a send across the takeover failed: %v", err)
+	}
+	<-consumed
+	mu.Lock()
+	got := map[string]int{}
+	for _, r := range seen {
+		got[r.text]++
+		if got[r.text] > 1 && !r.redelivered {
+			t.Errorf("%s came again unflagged", r.text)
+		}
+	}
+	for _, text := range receipted {
+		if got[text] == 0 {
+			t.Errorf("the receipted %s was lost", text)
+		}
+	}
+	t.Logf("%d receipted sends, %d deliveries (%d before the kill)", len(receipted), len(seen), atKill)
+	mu.Unlock()
 
 	if err := first.Ack(bg); !errors.Is(err, pymq.ErrStaleMessage) {
 		t.Fatalf("acking a message of the lost link: want ErrStaleMessage, got %v", err)
@@ -222,6 +335,13 @@ func TestFailoverFollowsATakeover(t *testing.T) {
 	}
 	if extra := receive(t, sDur, 500*time.Millisecond); extra != nil {
 		t.Fatalf("the selector let %q through", extra.Text())
+	}
+	for name, s := range map[string]*pymq.Subscription{"shared durable": sSharedDur, "shared": sShared} {
+		for _, want := range []string{"n=0", "n=1"} {
+			if got := expect(t, s); got.Text() != want {
+				t.Fatalf("the %s subscription after the takeover: got %q, want %q", name, got.Text(), want)
+			}
+		}
 	}
 }
 

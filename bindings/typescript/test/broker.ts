@@ -40,21 +40,6 @@ function killChild(child: ChildProcess | undefined): Promise<void> {
   });
 }
 
-/** A broker on `dataDir` at `port` (a takeover: the store of a broker killed before). */
-export async function brokerOn(dataDir: string, port: number): Promise<Broker | string> {
-  const command = serverCommand();
-  if (typeof command === 'string') return command;
-  const listeners: Record<string, string> = {};
-  const { child } = await run(command, port, dataDir, [], listeners);
-  return {
-    host: '127.0.0.1', port, listeners, dataDir,
-    stop: () => stopChild(child),
-    start: async () => undefined,
-    remove: () => stopChild(child),
-    kill: () => killChild(child),
-  };
-}
-
 export function inCi(): boolean {
   const ci = (process.env.CI ?? '').trim().toLowerCase();
   return ci !== '' && ci !== '0' && ci !== 'false' && ci !== 'no';
@@ -182,4 +167,72 @@ export function brokerConfig(yaml: string): string[] {
   const file = path.join(dir, 'broker.yaml');
   fs.writeFileSync(file, yaml);
   return ['--config', file];
+}
+
+/** A member of a live/backup group (spec/ha.md) over a shared data directory. */
+export interface Member {
+  /** the STOMP port once it is live (it listens only then) */
+  live(withinMs?: number): Promise<number>;
+  /** whether it announced itself a backup waiting for the store before anything else */
+  waitedAsBackup: boolean;
+  /** SIGKILL: the process closes nothing */
+  kill(): Promise<void>;
+  /** SIGSTOP / SIGCONT: a paused process holds its sockets (the kernel still accepts connections) */
+  pause(): void;
+  resume(): void;
+}
+
+/**
+ * Starts a member of a live/backup pair on `dataDir` at `port` with the configuration file `config` (an
+ * `ha:` section): every member first says it waits for the store; the first takes it and listens, a later
+ * one waits as a backup until the live goes (live() resolves then).  Resolves once it said either.
+ */
+export async function startMember(dataDir: string, port: number, config: string): Promise<Member | string> {
+  const command = serverCommand();
+  if (typeof command === 'string') return command;
+  const child: ChildProcess = spawn(command[0],
+    [...command.slice(1), '--host', '127.0.0.1', '--port', String(port), '--data-dir', dataDir, '--config', config],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  let onLive: ((port: number) => void) | undefined;
+  let livePort: number | undefined;
+  const announced = new Promise<void>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`${command.join(' ')} said nothing within 60 s\n${log}`)), 60000);
+    child.stderr!.setEncoding('utf-8');
+    child.stderr!.on('data', (text: string) => {
+      log += text;
+      if (/pymq-server backup of node \S+ waiting/.test(log) || /pymq-server listening on/.test(log)) {
+        clearTimeout(timer);
+        resolve();
+      }
+      const m = /pymq-server listening on [^\s:]+:(\d+)/.exec(log);
+      if (m && livePort === undefined) {
+        livePort = Number(m[1]);
+        onLive?.(livePort);
+      }
+    });
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${command.join(' ')} exited (${code}):\n${log}`));
+    });
+  });
+  await announced;
+  return {
+    waitedAsBackup: livePort === undefined,
+    live: (withinMs = 60000) => new Promise<number>((resolve, reject) => {
+      if (livePort !== undefined) return resolve(livePort);
+      const timer = setTimeout(() => reject(new Error(`no takeover within ${withinMs} ms\n${log.slice(-3000)}`)), withinMs);
+      onLive = (p) => {
+        clearTimeout(timer);
+        resolve(p);
+      };
+    }),
+    kill: () => killChild(child),
+    pause: () => {
+      child.kill('SIGSTOP');
+    },
+    resume: () => {
+      child.kill('SIGCONT');
+    },
+  };
 }

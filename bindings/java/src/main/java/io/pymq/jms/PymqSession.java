@@ -218,7 +218,7 @@ public class PymqSession implements QueueSession, TopicSession {
             return;     // delivered by a lost link: the broker gives it back, redelivered (spec/ha.md §4.5)
         }
         switch (mode) {
-            case AUTO_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE -> d.link().send("ACK", List.of(new Header("id", d.ackId())), null);
+            case AUTO_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE -> acknowledgeOn(d.link(), "ACK", List.of(new Header("id", d.ackId())), false);
             case CLIENT_ACKNOWLEDGE -> {
                 synchronized (this) {
                     unacked.add(d);
@@ -226,7 +226,7 @@ public class PymqSession implements QueueSession, TopicSession {
             }
             default -> {
                 synchronized (this) {
-                    d.link().send("ACK", List.of(new Header("id", d.ackId()), new Header("transaction", tx)), null);
+                    acknowledgeOn(d.link(), "ACK", List.of(new Header("id", d.ackId()), new Header("transaction", tx)), false);
                     unacked.add(d);
                     txWork = true;
                 }
@@ -360,7 +360,9 @@ public class PymqSession implements QueueSession, TopicSession {
         BrokerLink link = connection.link();
         for (Delivery d : deliveries) {
             if (d.link() == link) {       // one of a lost link is given back by the broker itself
-                link.send("NACK", List.of(new Header("id", d.ackId())), null);
+                if (!acknowledgeOn(link, "NACK", List.of(new Header("id", d.ackId())), false)) {
+                    return;
+                }
             }
         }
     }
@@ -416,14 +418,34 @@ public class PymqSession implements QueueSession, TopicSession {
             unacked.clear();
         }
         for (int i = 0; i < done.size(); i++) {
-            List<Header> h = List.of(new Header("id", done.get(i).ackId()));
-            if (i == done.size() - 1) {
-                link.call("ACK", h, null);    // the receipt confirms every ACK before it
-            } else {
-                link.send("ACK", h, null);
+            // the last one's receipt confirms every ACK before it
+            if (!acknowledgeOn(link, "ACK", List.of(new Header("id", done.get(i).ackId())), i == done.size() - 1)) {
+                break;
             }
         }
         endClosedConsumers();
+    }
+
+    /**
+     * Sends an ACK or NACK on {@code link} (waiting for its receipt when {@code confirm}); false when a
+     * failover connection lost that link meanwhile: its deliveries come back redelivered on the next link,
+     * so the acknowledgement does nothing (spec/ha.md §4.5), as for a message of a link already lost.
+     */
+    private boolean acknowledgeOn(BrokerLink link, String command, List<Header> headers, boolean confirm)
+            throws JMSException {
+        try {
+            if (confirm) {
+                link.call(command, headers, null);
+            } else {
+                link.send(command, headers, null);
+            }
+            return true;
+        } catch (JMSException e) {
+            if (connection.failover() && PymqConnection.isLoss(e)) {
+                return false;
+            }
+            throw e;
+        }
     }
 
     @Override

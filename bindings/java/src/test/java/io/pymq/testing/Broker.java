@@ -33,6 +33,8 @@ import java.util.stream.Stream;
  */
 public final class Broker {
     private static final Pattern LISTENING = Pattern.compile("pymq-server listening on (\\S+:\\d+)");
+    /** A member of a live/backup group (spec/ha.md) waiting for the store: it listens once it takes over. */
+    private static final Pattern BACKUP = Pattern.compile("pymq-server backup of node \\S+ waiting");
     private static String address;
     private static String reason;
     private static boolean tried;
@@ -107,12 +109,34 @@ public final class Broker {
 
     /** A broker process of a test's own, on a data directory it names (a takeover: the next one on the same). */
     public static final class Own {
+        /** host:port, or null for a member that waits as a backup (see {@link #awaitLive}). */
         public final String address;
         public final Process process;
+        private final CompletableFuture<String> live;
 
-        Own(String address, Process process) {
+        Own(String address, Process process, CompletableFuture<String> live) {
             this.address = address;
             this.process = process;
+            this.live = live;
+        }
+
+        /** The address of a member started as a backup once it has taken the store over and listens. */
+        public String awaitLive(long seconds) throws Exception {
+            return address != null ? address : live.get(seconds, TimeUnit.SECONDS);
+        }
+
+        /** SIGSTOP: the process holds its sockets (the kernel still accepts connections) and answers nothing. */
+        public void pause() throws Exception {
+            signal("STOP");
+        }
+
+        /** SIGCONT. */
+        public void resume() throws Exception {
+            signal("CONT");
+        }
+
+        private void signal(String name) throws Exception {
+            new ProcessBuilder("kill", "-" + name, Long.toString(process.pid())).inheritIO().start().waitFor();
         }
 
         /** kill -9: the process gets no chance to close anything. */
@@ -122,15 +146,25 @@ public final class Broker {
         }
     }
 
+    /**
+     * A member of a live/backup pair over {@code dataDir} (spec/ha.md: the file store's lock and lease), with the
+     * configuration {@code haYaml}: the first one started becomes live (its address once it listens), a later
+     * one waits as a backup ({@code address} null until {@link Own#awaitLive}).
+     */
+    public static Own startMember(Path dataDir, int port, Path haYaml) {
+        return startOn(dataDir, port, List.of("--config", haYaml.toString()));
+    }
+
     /** Starts pymq-server on {@code dataDir} and {@code port} (0: any), or skips (fails under CI) without one. */
-    public static Own startOn(Path dataDir, int port) {
+    public static Own startOn(Path dataDir, int port, List<String> extra) {
         if (System.getenv("PYMQ_SERVER") == null && !inCi()) {
             address();   // skips with the reason when there is no broker command at all
         }
         try {
             Process[] p = new Process[1];
-            String addr = start(List.of(), new java.util.HashMap<>(), dataDir, port, p);
-            return new Own(addr, p[0]);
+            CompletableFuture<String> live = new CompletableFuture<>();
+            String addr = start(extra, new java.util.HashMap<>(), dataDir, port, p, live);
+            return new Own(addr.isEmpty() ? null : addr, p[0], live);
         } catch (Exception e) {
             if (inCi()) {
                 Assertions.fail("cannot start a broker: " + e.getMessage());
@@ -141,11 +175,14 @@ public final class Broker {
     }
 
     private static String start(List<String> extra, java.util.Map<String, String> listeners) throws IOException, InterruptedException {
-        return start(extra, listeners, Files.createTempDirectory("pymq-java-test-"), 0, new Process[1]);
+        return start(extra, listeners, Files.createTempDirectory("pymq-java-test-"), 0, new Process[1],
+                new CompletableFuture<>());
     }
 
+    /** Starts the broker; returns its address, or "" when it first announced itself a backup (a live/backup
+     *  group's members all do; {@code live} then gets the address it listens on once it holds the store). */
     private static String start(List<String> extra, java.util.Map<String, String> listeners, Path dataDir, int port,
-                                Process[] started) throws IOException, InterruptedException {
+                                Process[] started, CompletableFuture<String> live) throws IOException, InterruptedException {
         String cmd = System.getenv("PYMQ_SERVER");
         List<String> command = new ArrayList<>(List.of((cmd == null || cmd.isBlank() ? "pymq-server" : cmd).strip().split("\\s+")));
         command.addAll(List.of("--host", "127.0.0.1", "--port", Integer.toString(port), "--data-dir", dataDir.toString()));
@@ -161,7 +198,11 @@ public final class Broker {
                     Matcher m = LISTENING.matcher(line);
                     Matcher other = OTHER.matcher(line);
                     if (m.find()) {
-                        found.complete(m.group(1));
+                        if (!found.complete(m.group(1))) {
+                            live.complete(m.group(1));
+                        }
+                    } else if (BACKUP.matcher(line).find()) {
+                        found.complete("");
                     } else if (other.find()) {
                         listeners.put(other.group(1), other.group(2));
                     } else if (log.length() < 8192) {
