@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pymq.destination import Destination, Queue, Topic, as_destination
 from pymq.errors import ConfigError, DestinationError, InvalidSelector
 from pymq.selector import compile_selector
+from pyspark_pymq._patterns import DestinationPattern
 
 if TYPE_CHECKING:
     from pymq import Connection
@@ -364,7 +365,7 @@ class ReadOptions:
 
     connection: ConnectionOptions
     destinations: tuple[str, ...]        # STOMP names; empty with a pattern (resolved by the source)
-    pattern: str | None = None           # a glob over STOMP names
+    pattern: str | None = None           # destinationPattern (pyspark_pymq._patterns)
     mode: str = "browse"
     subscription: str | None = None
     selector: str | None = None
@@ -406,9 +407,7 @@ class ReadOptions:
         destinations: tuple[str, ...] = ()
         if pattern is not None:
             # resolved on the driver against the broker's destination listing (the source reads them)
-            if not pattern.startswith("/"):
-                raise ConfigError(f"option 'destinationPattern' is a glob over STOMP names, such as "
-                                  f"'/topic/metrics.*' or '/queue/orders-*'; got {pattern!r}")
+            DestinationPattern(pattern)                   # refused here, before any job, when malformed
         else:
             key = given[0]
             names = _name_list(opts[key], _SPELLING[key])
@@ -428,7 +427,7 @@ class ReadOptions:
             except InvalidSelector as exc:
                 raise ConfigError(f"option 'selector' is not a valid JMS selector: {exc}") from None
         topics = [d for d in destinations if destination_kind(d) == "topic"]
-        if pattern is not None and subscription is not None and not pattern.startswith(Topic.prefix):
+        if pattern is not None and subscription is not None and not DestinationPattern(pattern).topics_only:
             raise ConfigError("option 'subscription' names a durable subscription of a topic; a "
                               "'destinationPattern' used with it must start with /topic/")
         if subscription is not None and len(topics) != len(destinations):

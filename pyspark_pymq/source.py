@@ -21,7 +21,6 @@ acknowledged).
 """
 from __future__ import annotations
 
-import fnmatch
 import logging
 import time
 from collections import deque
@@ -66,6 +65,7 @@ from pyspark_pymq._options import (
     WriteOptions,
     destination_kind,
 )
+from pyspark_pymq._patterns import DestinationPattern
 from pyspark_pymq._plan import Span, cap_messages, from_offset, split, to_offset
 
 log = logging.getLogger("pyspark_pymq")
@@ -264,8 +264,8 @@ def _resolve(session, opts: ReadOptions) -> tuple[str, ...]:
         raise ConfigError(f"option 'destinationPattern' needs the broker's destination listing (admin "
                           f"operation list-destinations), which failed: {exc}") from None
     names = {*listing.get("queues", ()), *listing.get("topics", ()), *listing.get("logs", ())}
-    return tuple(sorted(n for n in names if n.startswith(("/queue/", "/topic/"))
-                        and fnmatch.fnmatchcase(n, opts.pattern)))
+    pattern = DestinationPattern(opts.pattern)
+    return tuple(sorted(n for n in names if pattern.matches(n)))
 
 
 def _bounds(session, opts: ReadOptions, dest: str) -> tuple[int, int] | None:

@@ -148,7 +148,9 @@ def test_a_topic_without_retention_is_refused_at_start_with_the_reason(impl, bro
     assert list(impl.reader(url, topic=name, subscription="s1").initialOffset()) == [f"/topic/{name}"]
     with pymq.connect(url) as conn:
         conn.create_session().create_producer(pymq.Topic(f"kept.{name}")).send("kept")
-    r = impl.reader(url, destinationPattern="/topic/*", startingOffsets="earliest")
+    with pytest.raises(ConfigError, match="not a glob"):             # destinationPattern was a glob before
+        impl.reader(url, destinationPattern="/topic/kept*")
+    r = impl.reader(url, destinationPattern="/topic/#", startingOffsets="earliest")      # every topic
     start = r.initialOffset()
     assert f"/topic/kept.{name}" in from_offset(start) and f"/topic/{name}" not in from_offset(start)
 

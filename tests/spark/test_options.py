@@ -42,9 +42,15 @@ def test_a_pattern_is_resolved_by_the_source():
     o = read(destinationPattern="/topic/m.*")
     assert (o.pattern, o.destinations) == ("/topic/m.*", ())
     refused("exactly one of", destinations="/queue/a", destinationPattern="/topic/*")
-    refused("glob over STOMP names", destinationPattern="m.*")
-    refused("must start with /topic/", destinationPattern="/*", subscription="s")
-    refused("needs the destinations named", streaming=True, destinationPattern="/queue/*", mode="consume")
+    # the broker's wildcard syntax (spec/routing.md §5); an old glob is refused, not read literally
+    refused("takes /topic/<pattern> or /queue/<pattern>", destinationPattern="m.*")
+    refused("takes /topic/<pattern> or /queue/<pattern>", destinationPattern="/*/orders")
+    refused("not a glob", destinationPattern="/queue/orders-*")
+    refused("not a glob", destinationPattern="/topic/ok.#,/topic/m?")
+    assert read(destinationPattern="/topic/a.*, /queue/b.>").pattern == "/topic/a.*, /queue/b.>"
+    refused("must start with /topic/", destinationPattern="/topic/a.*,/queue/b.*", subscription="s")
+    assert read(destinationPattern="/topic/a.*,/topic/b.#", subscription="s").subscription == "s"
+    refused("needs the destinations named", streaming=True, destinationPattern="/queue/#", mode="consume")
 
 
 def test_offsets():

@@ -3,6 +3,7 @@ The vectors of spec/spark.md are run here too."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from pymq.errors import ConfigError
+from pyspark_pymq._patterns import DestinationPattern
 from pyspark_pymq._plan import (
     Span,
     batch_dedup_base,
@@ -151,3 +153,18 @@ def test_cap_messages_exact_cases():
 def test_an_offset_position_must_be_an_int_not_a_bool():
     with pytest.raises(ConfigError):
         from_offset({"/queue/q": {"0": True}})
+
+
+PATTERNS = VECTORS["destination_patterns"]
+
+
+@pytest.mark.parametrize("case", PATTERNS["cases"], ids=lambda c: c["pattern"])
+def test_destination_pattern_vectors(case):
+    pattern = DestinationPattern(case["pattern"])
+    assert sorted(n for n in PATTERNS["names"] if pattern.matches(n)) == case["matches"]
+
+
+@pytest.mark.parametrize("case", PATTERNS["refused"], ids=lambda c: c["pattern"])
+def test_destination_pattern_refusals(case):
+    with pytest.raises(ConfigError, match=re.escape(case["error"])):
+        DestinationPattern(case["pattern"])

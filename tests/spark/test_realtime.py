@@ -24,7 +24,8 @@ pytestmark = pytest.mark.spark
 def committed_offsets(checkpoint: Path, dest: str) -> int | None:
     """The next sequence number of ``dest`` in the checkpoint's last committed batch (its offsets entry
     with a commit entry), or None before any commit: where a restarted query goes on."""
-    commits = [int(p.name) for p in (checkpoint / "commits").glob("[0-9]*")] if (checkpoint / "commits").is_dir() else []
+    done = checkpoint / "commits"
+    commits = [int(p.name) for p in done.glob("[0-9]*")] if done.is_dir() else []
     if not commits:
         return None
     for line in (checkpoint / "offsets" / str(max(commits))).read_text().splitlines():

@@ -592,10 +592,7 @@ final class Options {
         String namedKind = null;
         List<String> destinations = new ArrayList<>();
         if (pattern != null) {
-            if (!pattern.startsWith("/")) {
-                throw PymqException.config("option 'destinationPattern' is a glob over STOMP names, such as "
-                        + "'/topic/metrics.*' or '/queue/orders-*'; got " + pyRepr(pattern));
-            }
+            new DestinationPattern(pattern);              // refused here, before any job, when malformed
         } else {
             String key = sources.get(0);
             namedKind = key.equals("queue") || key.equals("topic") ? key : null;
@@ -627,7 +624,7 @@ final class Options {
         for (String d : destinations) {
             (kind(d).equals("topic") ? topics : queues).add(d);
         }
-        if (pattern != null && subscription != null && !pattern.startsWith(TOPIC)) {
+        if (pattern != null && subscription != null && !new DestinationPattern(pattern).topicsOnly()) {
             throw PymqException.config("option 'subscription' names a durable subscription of a topic; a "
                     + "'destinationPattern' used with it must start with /topic/");
         }

@@ -89,42 +89,14 @@ final class Planner implements AutoCloseable {
         }
         TreeSet<String> names = new TreeSet<>();
         listing.values().forEach(names::addAll);
+        DestinationPattern pattern = new DestinationPattern(opts.pattern());
         List<String> out = new ArrayList<>();
         for (String n : names) {
-            if ((n.startsWith(Options.QUEUE) || n.startsWith(Options.TOPIC)) && glob(opts.pattern(), n)) {
+            if (pattern.matches(n)) {
                 out.add(n);
             }
         }
         return out;
-    }
-
-    /** Python's {@code fnmatch.fnmatchcase}: * ? [seq] over the whole name, '/' matched like any character. */
-    static boolean glob(String pattern, String name) {
-        StringBuilder re = new StringBuilder();
-        for (int i = 0; i < pattern.length(); i++) {
-            char c = pattern.charAt(i);
-            switch (c) {
-                case '*' -> re.append(".*");
-                case '?' -> re.append('.');
-                case '[' -> {
-                    int j = pattern.indexOf(']', i + 2);
-                    if (j < 0) {
-                        re.append("\\[");
-                    } else {
-                        String inner = pattern.substring(i + 1, j);
-                        re.append('[').append(inner.startsWith("!") ? "^" + escapeClass(inner.substring(1))
-                                : escapeClass(inner)).append(']');
-                        i = j;
-                    }
-                }
-                default -> re.append(java.util.regex.Pattern.quote(String.valueOf(c)));
-            }
-        }
-        return java.util.regex.Pattern.compile(re.toString(), java.util.regex.Pattern.DOTALL).matcher(name).matches();
-    }
-
-    private static String escapeClass(String s) {
-        return s.replace("\\", "\\\\").replace("[", "\\[");
     }
 
     /** (earliest available, latest assigned) of {@code dest}, or null when nothing can ever be read there. */

@@ -96,4 +96,28 @@ class PlanVectorsTest {
             assertEquals(c.get("id").asText(), base + ":" + c.get("row").asLong());
         }
     }
+
+    @Test
+    void destinationPatterns() throws Exception {
+        JsonNode v = VectorFiles.load("spark.json").get("destination_patterns");
+        for (JsonNode c : v.get("cases")) {
+            DestinationPattern p = new DestinationPattern(c.get("pattern").asText());
+            List<String> got = new ArrayList<>();
+            for (JsonNode n : v.get("names")) {
+                if (p.matches(n.asText())) {
+                    got.add(n.asText());
+                }
+            }
+            java.util.Collections.sort(got);
+            List<String> want = new ArrayList<>();
+            c.get("matches").forEach(n -> want.add(n.asText()));
+            assertEquals(want, got, c.toString());
+        }
+        for (JsonNode c : v.get("refused")) {
+            PymqException e = assertThrows(PymqException.class, () -> new DestinationPattern(c.get("pattern").asText()),
+                    c.toString());
+            assertEquals(PymqException.CONFIG, e.code());
+            assertTrue(e.getMessage().contains(c.get("error").asText()), e.getMessage() + " / " + c);
+        }
+    }
 }
