@@ -173,7 +173,7 @@ def _traffic(broker, stop, seconds=12.0):
                 producer.send(f"live {i}", delivery_mode=pymq.NON_PERSISTENT)
             for _ in range(15):                 # leave a few behind: the depth chart moves too
                 consumer.receive(1)
-            time.sleep(0.2)
+            time.sleep(0.2)                     # the traffic's pace (the charts move), not a wait
 
 
 def test_session_survives_a_reload_and_ends_at_log_out(console):

@@ -72,7 +72,7 @@ def test_kill_9_keeps_exactly_the_receipted_persistent_messages(tmp_path, sync_p
                 else:
                     p.send("SEND", {"destination": "/queue/crash", "receipt": str(n)}, b"P" + body)
                 n += 1
-            time.sleep(0.002)
+            time.sleep(0.002)       # the load's pace (a sustained stream, not a flood), not a wait
             if len(receipted) > 2000 and time.monotonic() - start > 1.0:
                 os.kill(proc.pid, signal.SIGKILL)
                 killed = True

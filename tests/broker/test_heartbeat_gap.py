@@ -16,6 +16,6 @@ def test_idle_blocking_connection_with_fast_heartbeats_stays_open(broker_factory
     for _ in range(5):
         conn = pymq.connect(broker.url, heartbeat=(200, 200))
         conn.exception_listener = errors.append
-        time.sleep(1.0)
+        time.sleep(1.0)         # idle under 200 ms heart-beats: the idle time is what is tested
         conn.close()
     assert not errors, errors

@@ -328,7 +328,7 @@ def test_heartbeat_keeps_a_quiet_client_alive(broker_factory):
     c = RawStomp(broker.port)
     c.connect(**{"heart-beat": "200,200"})
     for _ in range(8):
-        time.sleep(0.15)
+        time.sleep(0.15)        # a client beating every 150 ms is what is tested: the pace, not a wait
         c.send_raw(b"\n")
     c.send("SEND", {"destination": "/queue/hb", "receipt": "r"}, b"x")
     frames = []
@@ -359,7 +359,7 @@ def test_slow_consumer_is_bounded_by_backpressure(broker_factory):
     # the consumer reads nothing; dispatch must stall with most of the backlog still queued
     assert wait_for(lambda: broker.call(lambda: not broker.broker.sessions[
         [k for k in broker.broker.sessions][-1]].writable), timeout=5)
-    time.sleep(0.3)
+    broker.call(lambda: None)   # a turn of the broker's loop since the pause: a dispatch past it would be done
     waiting = broker.call(lambda: q.ready.count)
     assert waiting > total // 2, waiting
     got = 0
@@ -379,7 +379,7 @@ def test_producer_flow_control_pauses_senders_once_the_disk_limit_is_reached(bro
     for i in range(800):
         p.send("SEND", {"destination": "/queue/mem", "persistent": "false"}, b"y" * 1024)
     assert wait_for(lambda: broker.call(lambda: broker.broker.memory_high))
-    time.sleep(0.2)
+    broker.call(lambda: None)   # a turn of the broker's loop since the pause: a read past it would be done
     held = broker.call(lambda: broker.broker.held_bytes)
     # the broker stops at the limit (plus the frame that crossed it): the rest waits in the socket
     assert held <= 200 * 1024 + 1024, held

@@ -8,6 +8,7 @@ import pytest
 
 import pymq
 from pymq.errors import PymqError
+from tests.conftest import wait_for
 
 
 def _name():
@@ -67,9 +68,9 @@ def test_from_timestamp(retained):
         s = conn.create_session()
         p = s.create_producer(topic)
         p.send("old")
-        time.sleep(0.05)
+        stamped = int(time.time() * 1000)                 # "old" carries this millisecond or an earlier one
+        assert wait_for(lambda: int(time.time() * 1000) > stamped)
         cut = int(time.time() * 1000)
-        time.sleep(0.01)
         p.send("new")
         assert [m.text for m in s.read_range(topic, from_timestamp=cut).messages] == ["new"]
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import threading
+import time
 import uuid
 
 import pytest
@@ -98,8 +99,8 @@ async def test_producer_options_priority_ttl_delivery_mode(url):
         p = s.create_producer(dest)
         await p.send("low", priority=1, delivery_mode=pymq.NON_PERSISTENT)
         sent = await p.send("high", priority=8, time_to_live=60_000)
-        await p.send("gone", time_to_live=1)
-        await asyncio.sleep(0.05)
+        gone = await p.send("gone", time_to_live=1)
+        assert await until(lambda: time.time() * 1000 > gone.expiration)     # its time to live ran out
         c = await s.create_consumer(dest)
         first, second = await c.receive(5), await c.receive(5)
         assert (first.text, first.priority) == ("high", 8) and first.expiration == sent.expiration > 0
@@ -223,7 +224,8 @@ async def test_consumer_buffer_is_bounded_by_prefetch(url):
             await p.send(str(i), delivery_mode=pymq.NON_PERSISTENT)
         c = await s.create_consumer(dest, prefetch=5)
         assert await until(lambda: c.buffered == 5)
-        await asyncio.sleep(0.2)                      # the broker has had time to overfill, if it would
+        # a round trip on this connection: whatever the broker sent before its receipt has been read
+        await s.create_producer(q()).send("barrier")
         assert c.buffered == 5
         assert [(await c.receive(5)).text for _ in range(40)] == [str(i) for i in range(40)]
 
@@ -615,7 +617,9 @@ async def test_stopped_connection_holds_delivery(url):
         c2 = await s.create_consumer(d2 := q())
         c2.set_message_listener(lambda m: got.append(m.text))
         await s.create_producer(d2).send("held")
-        await asyncio.sleep(0.2)
+        # two round trips on this connection: "held" reached it, and a listener would have run by now
+        await s.create_producer(q()).send("barrier")
+        await s.create_producer(q()).send("barrier")
         assert got == []                                     # listeners wait too
         await conn.start()
         assert (await c.receive(5)).text == "wait"
@@ -678,7 +682,7 @@ async def test_session_is_used_by_one_task_at_a_time(url):
         s = conn.create_session()
         c = await s.create_consumer(q())
         waiting = asyncio.create_task(c.receive(1.0))
-        await asyncio.sleep(0)                        # the task is now suspended inside the session
+        assert await until(lambda: s._guard._owner is waiting)    # the task is suspended inside the session
         with pytest.raises(IllegalStateError, match="another task"):
             await s.create_producer(q()).send("x")
         with pytest.raises(IllegalStateError, match="another task"):
@@ -823,7 +827,7 @@ async def test_exception_listener_on_broker_loss_tcp(broker_factory):
     s = conn.create_session()
     c = await s.create_consumer(q())
     waiting = asyncio.create_task(c.receive())          # wait forever: the loss must wake it
-    await asyncio.sleep(0)
+    assert await until(lambda: s._guard._owner is waiting)
     await asyncio.to_thread(broker.stop)
     assert await until(lambda: errors)
     assert isinstance(errors[0], ConnectionClosed) and len(errors) == 1
@@ -916,7 +920,8 @@ async def test_heartbeats_keep_an_idle_connection_and_detect_a_silent_broker(bro
     errors = []
     conn.exception_listener = errors.append
     s = conn.create_session()
-    await asyncio.sleep(1.2)                  # six of our intervals idle: only our beats keep it open
+    await asyncio.sleep(1.2)                  # six of our intervals idle: only our beats keep it open (the
+                                              # idle time is what is tested, not a wait for something)
     assert conn.status is ConnectionStatus.OPEN and not errors, errors
     await s.create_producer(q()).send("still here")
     proxy.frozen = True                       # the broker goes silent

@@ -3,7 +3,6 @@ Session._dispatch_loop: `with self._guard:` raises IllegalStateError out of the 
 later message for the listener waits forever.  Using a listener's session from another thread is JMS
 misuse, but the failure should be loud (or the dispatcher should wait its turn), not a silent stall."""
 import threading
-import time
 import uuid
 
 import pymq
@@ -18,10 +17,15 @@ def test_listener_keeps_working_after_the_session_was_busy(broker):
         s.create_consumer(a).set_message_listener(lambda m: got.append(m.text))
         other = s.create_consumer(b)
         p = conn.create_session().create_producer(a)
-        busy = threading.Thread(target=lambda: other.receive(1.0))
+        woke = []
+        busy = threading.Thread(target=lambda: woke.append(other.receive(10.0)))
         busy.start()
-        time.sleep(0.1)
+        assert wait_for(lambda: s._guard._owner == busy.ident)        # the other thread is inside the session
         p.send("during")            # arrives while the other thread is inside the session
-        busy.join()
+        # then wake that thread: the broker sent "during" on this connection before this one
+        conn.create_session().create_producer(b).send("wake")
+        busy.join(10)
+        assert [m.text for m in woke] == ["wake"]
         p.send("after")
         assert wait_for(lambda: len(got) == 2), got
+        assert got == ["during", "after"]           # each once

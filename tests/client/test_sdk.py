@@ -275,20 +275,18 @@ def test_request_reply_over_temporary_queue(url):
 
 def test_session_is_single_threaded(conn):
     s = conn.create_session()
-    c = s.create_consumer(q())
-    started = threading.Event()
-
-    def blocker():
-        started.set()
-        c.receive(1.0)
-
-    t = threading.Thread(target=blocker)
+    queue = q()
+    c = s.create_consumer(queue)
+    got = []
+    t = threading.Thread(target=lambda: got.append(c.receive(10.0)))
     t.start()
-    started.wait()
-    time.sleep(0.1)
+    # the other thread is inside the session once it owns it (its receive is waiting there)
+    assert wait_for(lambda: s._guard._owner == t.ident)
     with pytest.raises(IllegalStateError, match="another thread"):
         s.create_producer(q()).send("x")
-    t.join()
+    conn.create_session().create_producer(queue).send("wake")        # the receive returns at once
+    t.join(10)
+    assert [m.text for m in got] == ["wake"]
 
 
 def test_closed_objects_raise(conn):

@@ -6,11 +6,11 @@ import base64
 import json
 import re
 import socket
-import time
 import urllib.request
 
 from tests.cores.conftest import owned_by, start_broker, stop_broker
 from tests.cores.test_cross_shard import _passwd
+from tests.conftest import wait_for
 from tests.cores.test_forwarding import _receipt
 
 
@@ -151,11 +151,13 @@ def test_a_consumer_that_does_not_read_stops_its_remote_owner(tmp_path):
             p.send("SEND", {"destination": dest, "persistent": "false", "seq": str(i)}, body)
         p.send("SEND", {"destination": dest, "persistent": "false", "seq": "end", "receipt": "r"}, b"x")
         _receipt(p, "r", timeout=60)
-        depth = 0
-        for _ in range(50):                             # let dispatch settle (bounded)
-            info = json.loads(_get(admin_port, f"/api/queues/{name}"))
-            depth = info["result"]["metrics"]["depth"]
-            time.sleep(0.1)
+
+        def read_depth() -> int:
+            return json.loads(_get(admin_port, f"/api/queues/{name}"))["result"]["metrics"]["depth"]
+        seen: list[int] = []
+        # dispatch has settled: the depth read twice in a row, 0.1 s apart, is the same (bounded)
+        assert wait_for(lambda: seen.append(read_depth()) or len(seen) > 1 and seen[-1] == seen[-2], 10, 0.1), seen
+        depth = seen[-1]
         assert depth > count // 2, depth                # most are still at the owner, not in the home
         got = []
         consumer.sock.settimeout(30)

@@ -155,7 +155,9 @@ def test_rule_2_a_stopped_live_wakes_fenced_having_written_and_sent_nothing(grou
     assert port_refuses(port)
     # nothing left the former live after it woke: its clients see their connections end, no frame
     assert consumer.read_until_closed(10) == [] and producer.read_until_closed(10) == []
-    time.sleep(0.5)         # anything late would land now; then the store must be exactly as the new live left it
+    # a window for anything late to land (a negative: there is nothing to wait for); then the store must be
+    # exactly as the new live left it
+    time.sleep(0.5)
     assert group.state() == before
     assert "fenced" in live.log
     frames = drain(new_port)

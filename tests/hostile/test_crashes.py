@@ -8,13 +8,14 @@ absurd heart-beat got a generic internal error.
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 import time
 
 import pytest
 
 import pymq
-from tests.conftest import RawStomp
+from tests.conftest import RawStomp, wait_for
 
 
 def _serves(bp) -> bool:
@@ -25,6 +26,21 @@ def _serves(bp) -> bool:
         session.create_producer(queue).send("ok")
         message = session.create_consumer(queue).receive(timeout=10)
         return message is not None and message.text == "ok"
+
+
+def _settled(bp) -> None:
+    """Give a broker that is dying the time to die (its exit status then goes into the failure)."""
+    try:
+        bp.proc.wait(2)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _bytes_waiting(client: RawStomp) -> bool:
+    try:
+        return bool(client.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT))
+    except BlockingIOError:
+        return False
 
 
 def _error_then_closed(client: RawStomp) -> dict:
@@ -41,7 +57,7 @@ def test_first_frame_with_content_length_int64_max(broker_process):
     try:
         headers = _error_then_closed(client)
     except (ConnectionError, TimeoutError):
-        time.sleep(0.5)
+        _settled(bp)
         pytest.fail(f"no ERROR frame; {bp.describe()}")
     finally:
         client.close()
@@ -65,7 +81,7 @@ def test_selectors_without_bounds_are_invalid_selectors(broker_process, selector
                                   "receipt": "r"})
         headers = _error_then_closed(client)
     except (ConnectionError, TimeoutError):
-        time.sleep(0.5)
+        _settled(bp)
         pytest.fail(f"no ERROR frame; {bp.describe()}")
     finally:
         client.close()
@@ -193,7 +209,6 @@ def test_a_large_message_to_many_subscribers_is_held_once(broker_process, tmp_pa
             assert client.connect().command == "CONNECTED"
             client.send("SUBSCRIBE", {"destination": "/topic/large", "id": "s", "receipt": "r"})
             assert client.read(10).command == "RECEIPT"
-        time.sleep(0.5)
         before = _rss(bp.proc.pid)
         body = b"L" * (3 * 1024 * 1024 + 512 * 1024)
         producer = RawStomp(bp.port)
@@ -202,7 +217,8 @@ def test_a_large_message_to_many_subscribers_is_held_once(broker_process, tmp_pa
         producer.send("SEND", {"destination": "/topic/large", "persistent": "false", "receipt": "sent"}, body)
         assert producer.read(30).command == "RECEIPT"
         del body
-        time.sleep(1.5)
+        # the broker has written to every subscriber (bytes wait in each socket): the body is held now
+        assert wait_for(lambda: all(_bytes_waiting(c) for c in subscribers[:30]), timeout=30)
         grown = _rss(bp.proc.pid) - before
         assert bp.alive(), bp.describe()
         # one body (3.5 MiB) in the broker, at most ~320 KiB queued per subscriber's socket, and slack

@@ -36,6 +36,16 @@ def _all_protocols_held(rb) -> int:
     return rb.call(measure)
 
 
+def _answered(client: RawStomp) -> bool:
+    """Bytes (or the connection's end) wait in ``client``'s socket, unread."""
+    try:
+        return client.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) is not None
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
 def _live_sessions(rb):
     import gc
     from pymq_server.broker.session import BrokerSession
@@ -118,7 +128,8 @@ def test_all_unauthenticated_connections_share_one_cap(broker_factory):
             client = RawStomp(rb.port)
             clients.append(client)
             client.sock.sendall(b"CONNECT\naccept-version:1.2\nx:" + b"y" * (60 * KiB))
-        time.sleep(0.5)
+        # the broker has read past the cap: the refusals are on their way back
+        assert wait_for(lambda: sum(_answered(c) for c in clients) >= 7, timeout=10)
         for client in clients:
             try:
                 frame = client.read(0.5)
@@ -228,7 +239,8 @@ def test_browsing_a_queue_respects_the_outgoing_buffer(broker_factory):
         assert client.connect().command == "CONNECTED"
         for i in range(10):
             client.send("SUBSCRIBE", {"destination": "/queue/browsed", "id": f"b{i}", "browser": "true"})
-        time.sleep(1.0)
+        # the broker filled what it may for this client and paused its browses (the session is not writable)
+        assert wait_for(lambda: rb.call(lambda: any(not s.writable for s in _live_sessions(rb))), timeout=10)
         held = _all_protocols_held(rb)
         assert held <= 64 * KiB + 512 * KiB, f"{held} bytes queued for a client that does not read"
         # the client reads everything in the end: 10 x 1000 messages, then 10 end markers

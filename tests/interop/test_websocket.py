@@ -13,6 +13,7 @@ from aiohttp import WSMsgType
 
 import pymq
 from pymq.protocol.scanner import FrameScanner, encode_frame
+from tests.conftest import wait_for
 
 WS = {"websocket": {"port": 0}}
 
@@ -310,7 +311,9 @@ def test_a_websocket_that_does_not_read_costs_bounded_broker_memory(broker_facto
             await client.send("SUBSCRIBE", {"id": "s", "destination": "/queue/slow", "receipt": "r"})
             assert (await client.read()).headers["receipt-id"] == "r"
             await asyncio.to_thread(flood)
-            await asyncio.sleep(1.0)                          # let the broker push what it will
+            # the broker filled the browser's buffer and paused its deliveries (the session is not writable)
+            assert await asyncio.to_thread(wait_for, lambda: broker.call(
+                lambda: any(not s.writable for s in broker.broker.sessions.values())), 10)
             buffered = broker.call(lambda: [s.link.transport.get_write_buffer_size()
                                             for s in broker.broker.sessions.values()])
             queue = broker.broker.queues["slow"]

@@ -11,6 +11,7 @@ import time
 import pytest
 
 import pymq
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.spark
 
@@ -82,7 +83,8 @@ def test_offsets_bound_a_batch_read_and_reads_span_destinations(spark, impl, spa
     assert spark.read.format(impl.fmt).option("url", url).option("topic", name) \
         .option("startingOffsets", "latest").load().count() == 0
     # a start by time: the first message stamped at or after it, and what follows
-    time.sleep(0.01)                  # the earlier messages carry an earlier millisecond
+    stamped = int(time.time() * 1000)                  # the earlier messages carry this millisecond or earlier
+    assert wait_for(lambda: int(time.time() * 1000) > stamped)
     cut = send(url, pymq.Topic(name), ["late-1", "late-2"])[0].timestamp
     late = (spark.read.format(impl.fmt).option("url", url).option("topic", name)
             .option("startingTimestamp", str(cut)).load().selectExpr("cast(value as string) v").collect())

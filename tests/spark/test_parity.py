@@ -19,6 +19,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable
 import pymq
 from pymq.errors import ConnectionClosed
 from pyspark_pymq._plan import from_offset
+from tests.conftest import wait_for
 from tests.spark.test_batch import seqs
 
 pytestmark = pytest.mark.spark
@@ -37,7 +38,8 @@ def test_starting_and_ending_by_timestamp(impl, spark_broker, name):
             for dest in (a, b):
                 sent = p.send(f"{dest.name[-1]}{i}", dest)
                 stamps[f"{dest.name[-1]}{i}"] = sent.timestamp
-            time.sleep(0.005)                    # distinct milliseconds between rounds
+            stamped = int(time.time() * 1000)     # the round's messages carry this millisecond or earlier
+            assert wait_for(lambda: int(time.time() * 1000) > stamped)      # distinct milliseconds per round
     both = f"/topic/{name}.a,/topic/{name}.b"
     t2, t4 = stamps["a2"], stamps["a4"]
     assert t2 < t4 and stamps["a3"] > t2
@@ -69,7 +71,7 @@ def test_min_messages_per_trigger_waits_until_max_trigger_delay(impl, spark_brok
             p.send(f"m{i}")
     held = time.monotonic()
     assert r.latestOffset(start, ReadAllAvailable()) == start          # 3 < 5: held back
-    while time.monotonic() - held < 0.5:
+    while time.monotonic() - held < 0.5:        # the trigger's delay running out is the behaviour tested
         time.sleep(0.05)
     end = r.latestOffset(start, ReadAllAvailable())                    # the delay passed: fires with 3
     assert impl.values(r.partitions(start, end)) == ["m0", "m1", "m2"]

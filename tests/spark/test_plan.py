@@ -140,6 +140,14 @@ def test_split_by_bytes_cuts_a_two_message_probe_and_skips_an_empty_one():
     assert split_by_bytes(d, [Chunk(5, 5, (), 0)], 300) == []
 
 
+def test_split_by_bytes_cuts_a_probe_of_exactly_twice_the_target_and_not_one_byte_less():
+    """spec/spark.md §2: a probe of at least twice the target is cut; below that it stays whole."""
+    from pyspark_pymq._plan import Chunk, split_by_bytes
+    d = "/queue/q"
+    assert split_by_bytes(d, [Chunk(0, 4, (0, 1, 2, 3), 600)], 300) == [Span(d, 0, 2), Span(d, 2, 4)]
+    assert split_by_bytes(d, [Chunk(0, 4, (0, 1, 2, 3), 599)], 300) == [Span(d, 0, 4)]
+
+
 def test_cap_messages_exact_cases():
     # a destination the batch has not started on, or one with nothing new, keeps its end
     assert cap_messages({}, {"a": 5, "b": 7}, 3) == {"a": 5, "b": 7}

@@ -154,6 +154,8 @@ class CountingDevice:
         self.checkpoint_due = False
         self.checkpoints = 0
         self.threads = set()
+        #: set: each sync waits for it (a sync held in flight for as long as a test needs)
+        self.hold: threading.Event | None = None
 
     def flush(self):
         self.flushes += 1
@@ -161,8 +163,10 @@ class CountingDevice:
     def sync(self):
         seen = self.flushes
         self.threads.add(threading.get_ident())
+        if self.hold is not None:
+            assert self.hold.wait(10), "the test never let the sync finish"
         if self.sync_seconds:
-            time.sleep(self.sync_seconds)
+            time.sleep(self.sync_seconds)   # a slow disk is what is simulated here
         if self.fail:
             raise OSError("fsync failed")
         self.syncs += 1
@@ -226,22 +230,26 @@ def test_store_a_barrier_with_nothing_new_waits_for_the_sync_in_flight_and_start
     nothing to flush while an earlier receipt's sync runs: they wait for that sync and start no other (they
     used to register a commit of their own, a second fsync per sync in flight)."""
     async def main():
-        device = CountingDevice(sync_seconds=0.05)
+        device = CountingDevice()
+        device.hold = threading.Event()
         committer = Committer(device, "always")
         loop = asyncio.get_running_loop()
         first = asyncio.ensure_future(committer.commit())
-        await asyncio.sleep(0.01)                       # its sync is in flight now
-        assert device.syncs == 0
+        deadline = loop.time() + 10
+        while not device.threads and loop.time() < deadline:      # its sync is in flight now (held)
+            await asyncio.sleep(0.005)
+        assert device.threads and device.syncs == 0
         joined = loop.create_future()
         committer.store.barrier(lambda error: joined.set_result(error))   # nothing dirty
+        device.hold.set()
         assert await joined is None
         assert device.syncs == 1, "answered by the sync in flight"
         await first
-        await asyncio.sleep(0.1)
+        await committer.commit()        # one more commit, one more sync: no third was started meanwhile
         committer.close()
         return device
     device = asyncio.run(main())
-    assert device.syncs == 1
+    assert device.syncs == 2
 
 
 def test_store_reports_sync_failure_to_the_committer():
