@@ -19,6 +19,7 @@ from pymq_server.config import BrokerConfig
 from pymq_server.cores.home import HomeSession
 from pymq_server.cores.mesh import Mesh
 from pymq_server.cores.ownership import worker_node_id
+from pymq_server.logs import announce
 
 log = logging.getLogger("pymq.cores")
 
@@ -82,6 +83,12 @@ class Worker:
         try:
             await server.start()
             started = True
+            if server.admin_port is not None:
+                # the admin port is this worker's own (worker 0's): bound to port 0 only it knows the
+                # number, so it says it (before its ready line: before the supervisor's "workers:" line)
+                scheme = "https" if self.config.admin_tls else "http"
+                announce(f"pymq-server admin listening on {scheme}://{self.config.host}:{server.admin_port}/",
+                         self.config.log_format)
             os.write(ready_fd, f"{self.k}\n".encode())
             os.close(ready_fd)
             await stop.wait()

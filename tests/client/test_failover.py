@@ -13,13 +13,14 @@ shells through their own public API.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,9 +37,20 @@ FAST = "initialReconnectDelay=50&maxReconnectDelay=400&jitter=0"
 
 
 def free_port() -> int:
+    """A port for a broker that starts later at an address a URL names from the start (B of a Pair): the
+    one place a port is picked before its server binds it."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A port where nothing answers, for as long as the block runs: bound and never listening (a connect
+    is refused), so no other process can take it meanwhile."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 class Sdk:
@@ -444,16 +456,16 @@ def test_the_first_connect_goes_through_the_group(sdk, broker_processes, tmp_pat
     """At the first connect each broker is tried in turn (a dead first one is passed over); with none
     answering, connect() fails after one pass (startupMaxReconnectAttempts=0)."""
     live = broker_processes(tmp_path / "live")
-    dead = free_port()
 
-    async def scenario() -> None:
+    async def scenario(dead: int, other: int) -> None:
         conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{dead},stomp://127.0.0.1:{live.port})?{FAST}")
         assert conn.status is pymq.ConnectionStatus.OPEN and conn._failover.current == 1
         await sdk.call(conn.close)
         with pytest.raises(ConnectFailed):
-            await sdk.connect(f"stomp://127.0.0.1:{dead},stomp://127.0.0.1:{free_port()}")
+            await sdk.connect(f"stomp://127.0.0.1:{dead},stomp://127.0.0.1:{other}")
 
-    run(scenario())
+    with refused_port() as dead, refused_port() as other:
+        run(scenario(dead, other))
 
 
 @pytest.fixture

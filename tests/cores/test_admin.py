@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import socket
 import urllib.request
 
 from tests.cores.conftest import owned_by, start_broker, stop_broker
@@ -14,19 +13,15 @@ from tests.conftest import wait_for
 from tests.cores.test_forwarding import _receipt
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _with_admin_port(tmp_path):
-    """A 2-worker broker with an admin port and the administrator alice: (the broker, its admin port)."""
+    """A 2-worker broker with an admin port and the administrator alice: (the broker, its admin port).
+    The admin port binds port 0 and worker 0 says which one it got (no port picked free, then lost)."""
     users = tmp_path / "users.yaml"
     _passwd(users, "alice", "alice-pw", "admin")
-    admin_port = _free_port()
-    return start_broker(str(tmp_path / "data"), "--users-file", str(users), "--admin-port", str(admin_port)), \
-        admin_port
+    cluster = start_broker(str(tmp_path / "data"), "--users-file", str(users), "--admin-port", "0")
+    said = re.findall(r"^pymq-server admin listening on http://127\.0\.0\.1:(\d+)/$", "".join(cluster.stderr), re.M)
+    assert len(said) == 1 and int(said[0]) > 0, "".join(cluster.stderr)
+    return cluster, int(said[0])
 
 
 def _get(port: int, path: str) -> str:
