@@ -607,6 +607,12 @@ class BrokerConfig(_Section):
     max_temporary_destinations_per_connection: Positive = Field(
         10_000, description="temporary queues and topics one connection may make (each ~4 KiB of broker "
                             "memory, counted in `max_memory_per_connection`; they go with the connection)")
+    temporary_reclaim_ms: Millis = Field(
+        30_000, description="how long a client whose link was lost may take its temporary queues' and topics' "
+        "global names back by reconnecting (spec/ha.md §4.7): from the loss on this broker, or, after a restart "
+        "or a takeover by a backup, from the new process starting to serve. Only the same user with the token "
+        "its CONNECTED gave, and only while no other client holds them; 0 turns re-claiming off (every "
+        "connection gets new names). What a temporary held is not kept: it is never persistent")
     max_memory_per_connection: Size = Field(
         128 * 1024 * 1024, ge=64 * 1024, description="broker memory one connection may hold besides its "
         "messages, charged before anything is made: subscriptions (~4 KiB each), compiled selectors (1 KiB + "

@@ -136,9 +136,12 @@ class TransportEvent:
     ``interrupted`` when a link is lost (``error`` says why) and ``resumed`` when the next one is in use,
     subscriptions and sends restored (``attempts`` it took).  ``broker`` is the broker lost or reached.
     ``temporaries`` (on ``resumed``): this connection's temporary queues and topics the lost links held at
-    the broker (subscribed to, or named in a ``reply-to``).  The broker does not keep them for a new link:
-    each is made again, empty, under a new global name (at once for one with a consumer, else when next
-    named), so what they held and every reply sent to the old name is lost (spec/ha.md §4.7)."""
+    the broker (subscribed to, or named in a ``reply-to``) whose global names the new link could not take
+    back (spec/ha.md §4.7: the broker refused the re-claim, e.g. past ``temporary_reclaim_ms``, or a broker
+    that does not re-claim).  Each is made again, empty, under a new global name (at once for one with a
+    consumer, else when next named), so a reply sent to the old name is lost.  Empty when the names were
+    re-claimed: replies to them reach the new link (what the temporaries held before is lost either way:
+    a temporary destination's messages are never persistent)."""
 
     kind: str
     broker: str
@@ -271,6 +274,11 @@ class ConnectionCore:
         #: broker's max_temporary_destinations_per_connection each
         self._temporaries: dict[str, Destination] = {}
         self._temporaries_lost: dict[str, Destination] = {}
+        #: failover: the token the broker's CONNECTED gave (``pymq-reclaim-token``), offered by the next link's
+        #: CONNECT so that its temporaries keep their global names (spec/ha.md §4.7); secret: never logged
+        self._reclaim_token: str | None = None
+        #: a link since the last ``resumed`` got new global names (its re-claim was refused)
+        self._names_lost = False
 
     # -- what the shell provides -------------------------------------------------------------------
     def _send(self, frame: Frame) -> None:
@@ -321,6 +329,8 @@ class ConnectionCore:
             headers["passcode"] = password
         if self.factory.client_id:
             headers["client-id"] = self.factory.client_id
+        if self._failover is not None and self._reclaim_token:
+            headers["pymq-reclaim"] = self._reclaim_token
         return headers
 
     def _opened(self, connected: Frame, version: str, username: str | None) -> None:
@@ -330,6 +340,7 @@ class ConnectionCore:
         #: the table prefix of the broker's SQL device that claims app-transaction rows (spec/storage.md
         #: "SQL device"): ``producer.send(..., transaction=conn)`` writes its pending row there
         self.apptx_table_prefix = connected.headers.get("pymq-apptx-table-prefix") or None
+        self._reclaim_token = connected.headers.get("pymq-reclaim-token") or None
         if self.status is ConnectionStatus.CONNECTING:   # not lost meanwhile
             self.status = ConnectionStatus.OPEN
 
@@ -376,9 +387,22 @@ class ConnectionCore:
             return
         self._temporaries[name] = as_destination(name)
 
+    def _relinked(self, connected: Frame) -> None:
+        """A failover link is connected (``connected``: its CONNECTED): did it take back the global names of
+        the lost link's temporaries (``pymq-reclaimed``), and the token for the next one."""
+        if connected.headers.get("pymq-reclaimed") != "true":
+            self._names_lost = True
+        self._reclaim_token = connected.headers.get("pymq-reclaim-token") or None
+
     def _temporaries_resumed(self) -> tuple[Destination, ...]:
-        """The temporaries the links lost since the last ``resumed`` held (and forget them)."""
+        """The temporaries the links lost since the last ``resumed`` held and that have new global names now
+        (none when every link since re-claimed the names); the others are the new link's again."""
         lost, self._temporaries_lost = self._temporaries_lost, {}
+        if not self._names_lost:
+            for name, destination in lost.items():
+                self._temporaries.setdefault(name, destination)
+            return ()
+        self._names_lost = False
         return tuple(lost.values())
 
     def _check_not_deleted(self, destination: Destination | str) -> None:

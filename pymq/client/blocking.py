@@ -518,6 +518,7 @@ class _Reconnection:
             conn.version = transport.version
             conn.server = connected.headers.get("server", conn.server)
             conn.apptx_table_prefix = connected.headers.get("pymq-apptx-table-prefix") or conn.apptx_table_prefix
+            conn._relinked(connected)
             failover.connected_to(address)
             try:
                 for frame in conn._replay():

@@ -25,6 +25,7 @@ from pymq_server.broker.clients import Client
 from pymq_server.broker.consumer import Consumer
 from pymq_server.broker.dedup import DedupJournal, DuplicateWindow
 from pymq_server.broker.destinations import Destinations
+from pymq_server.broker.temporary import NAMES_KEY_RECORD, Reclaimed, TemporaryNames
 from pymq_server.broker.flow import MemoryFlow
 from pymq_server.broker.log import RetainedLogs
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
@@ -46,6 +47,12 @@ from pymq_server.storage.store import HoldingStore
 from pymq.errors import AuthenticationFailed, IllegalStateError, PymqError, ResourceLimit, UnknownDestination
 
 log = logging.getLogger("pymq.broker")
+
+
+def _key_stored(error: BaseException | None) -> None:
+    if error is not None:
+        log.warning("the key of temporary names' re-claim tokens is not stored (%s): a restarted broker or a "
+                    "backup taking over will refuse this process's tokens", error)
 
 
 class Runtime(Protocol):
@@ -129,6 +136,7 @@ class Broker:
         self.acl = AccessControl(config.default_permissions)
         self.budgets = Budgets(config, self.flow)
         self.destinations = Destinations(config, store, self.host, self.acl)
+        self.destinations.name_holders = TemporaryNames(config.temporary_reclaim_ms, self.clock)
         self.subscriptions = Subscriptions(config, self.destinations, store, self.budgets)
         self.logs = RetainedLogs(config.retention, self.host)
         self.dedup = DuplicateWindow(config.dedup_window_ms, config.dedup_max_ids, now_ms)
@@ -159,7 +167,14 @@ class Broker:
     # -- start-up: recovery, then the cluster ----------------------------------------------------------
     def recover(self) -> int:
         """Rebuild catalog state and queues from storage; returns the number of messages recovered."""
-        return self._recovery().run()
+        count = self._recovery().run()
+        holders = self.destinations.name_holders
+        if holders.key is None:                   # the store had none (a new store): one for every later process
+            self.store.put_meta(NAMES_KEY_RECORD, holders.start(None))
+            self.store.barrier(_key_stored)
+        else:
+            holders.start(holders.key)
+        return count
 
     def recover_device(self, device: Any) -> int:
         """A device that could not be opened at start-up is open now: its messages join their queues."""
@@ -195,6 +210,29 @@ class Broker:
         if session.client_id and self.client_ids.get(session.client_id) is session:
             del self.client_ids[session.client_id]
         self.flow.forget(session)
+
+    def temporary_names(self, session: Client, vhost: str, token: str | None) -> Reclaimed:
+        """The global names of ``session``'s temporaries (spec/ha.md §4.7): new ones, or, for a CONNECT that
+        offers the ``token`` an earlier connection of the same client got, that connection's names.  A
+        connection of that client still open with them (a half-open link not yet seen to end) is closed
+        first, which also frees its client id."""
+        holders = self.destinations.name_holders
+        user = session.user.name
+        if token is None:
+            return holders.issue(session.id, vhost, user)
+        answer = holders.reclaim(token, session.id, vhost, user)
+        if answer.holder:
+            old = self.sessions.get(answer.holder)
+            if old is not None and old is not session and not old.closed:
+                log.info("connection %s re-claims the temporary names of %s: closing it", session.id, old.id)
+                old.close()
+            holders.released(answer.names, answer.holder, lost=True)     # (if it was not closed by now)
+            answer = holders.reclaim(token, session.id, vhost, user)
+        return answer
+
+    def temporary_names_released(self, session: Client, names: str, lost: bool) -> None:
+        """``session`` ended; ``lost``: without DISCONNECT, so its client may re-claim its names."""
+        self.destinations.name_holders.released(names, session.id, lost)
 
     def claim_client_id(self, session: Client, client_id: str) -> None:
         self.subscriptions.check_client_id(session.user, client_id)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import time
 from collections.abc import Callable, Iterator
 
 from pymq_server.broker import destination as names
@@ -34,7 +35,7 @@ from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.idle import IdleWatch
 from pymq_server.broker.queue_logs import QueueLogs
 from pymq_server.schema import MessageSchema
-from pymq_server.broker.temporary import TemporaryTopics
+from pymq_server.broker.temporary import TemporaryNames, TemporaryTopics
 from pymq_server.broker import vhosts
 from pymq_server.broker.topic import Topic, TopicPatterns
 from pymq.routing import topics as topic_patterns
@@ -57,9 +58,11 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         self.queues: dict[str, MessageQueue] = {}          # "orders" -> queue
         self.topics: dict[str, Topic] = {}
         self.patterns = TopicPatterns()                     # pattern topics with subscriptions (topic.py)
-        self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1-<incarnation>.x" -> queue
-        self.temp_topics: dict[str, Topic] = {}            # global name "tmp.c1-<incarnation>.x" -> topic
-        self.incarnation = secrets.token_hex(4)             # temporary.py: names of a former process refused
+        self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1-<nonce>.x" -> queue
+        self.temp_topics: dict[str, Topic] = {}            # global name "tmp.c1-<nonce>.x" -> topic
+        #: whose global names are whose, and their re-claim (temporary.py; the broker gives it its clock)
+        self.name_holders = TemporaryNames(config.temporary_reclaim_ms, time.monotonic)
+        self.incarnation = secrets.token_hex(8)             # temporary.py: for a client driven directly
         self.idle = IdleWatch()                             # auto-delete of what use created
         # one log per queue (seed 001; queue_logs.py)
         self.queue_logs = QueueLogs((config.queue_log_dir or os.path.join(config.data_dir, "queue-logs"))

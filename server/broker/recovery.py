@@ -34,6 +34,7 @@ from pymq_server.broker.requests import first_alias
 from pymq_server.broker.sequences import SequenceBook
 from pymq_server.broker.stored_form import decode_stored
 from pymq_server.broker.subscriptions import Subscriptions
+from pymq_server.broker.temporary import NAMES_KEY_RECORD
 from pymq_server.storage.device import StoredMessage
 from pymq_server.storage.store import HoldingStore, block_state_key
 
@@ -92,6 +93,8 @@ class Recovery:
                     acls[key[4:]] = DestinationAcl.from_dict(json.loads(value))
                 elif key.startswith(STATE_PREFIX):
                     self._block_states[key] = value
+                elif key == NAMES_KEY_RECORD:
+                    self.destinations.name_holders.key = bytes(value)     # re-claim tokens (temporary.py)
                 elif key.startswith(JOURNAL_PREFIX) and self.journal is not None:
                     journal.extend(self.journal.restore(key, value))
             except Exception as exc:  # noqa: BLE001 - whatever a foreign record raises, the broker starts

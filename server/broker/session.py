@@ -72,6 +72,10 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self._holdings: ConnectionHoldings | None = None     # made with the first charge (the user is known)
         self.temp_queues: dict[str, MessageQueue] = {}     # local name -> queue
         self.temp_topics: dict[str, Topic] = {}            # local name -> temporary topic
+        #: ``c12-<nonce>``: its temporaries' global names are ``tmp.<temporary_names>.<local>``, given at
+        #: CONNECT, possibly those of an earlier connection of the same client (spec/ha.md §4.7)
+        self.temporary_names = ""
+        self._disconnected = False
         self.closed = False
         self.deliveries = DeliveryLedger()
         self.receipts = ReceiptQueue(self)
@@ -193,6 +197,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
         for topic in list(self.temp_topics.values()):
             self.broker.delete_temp_topic(topic)
         self.temp_topics.clear()
+        if self.temporary_names:
+            self.broker.temporary_names_released(self, self.temporary_names, lost=not self._disconnected)
         self.receipts.clear()
         self._browses.clear()
         if self._holdings is not None:
@@ -231,6 +237,10 @@ class BrokerSession(FrameIntake, FrameOutlet):
                     return
                 self.vhost, self._vh_prefix = vhost, vhosts.prefix(vhost)
                 self._vh_max_memory = entry.max_memory
+            # before the client id: a re-claim closes a half-open link of the same client, which frees its id
+            reclaim = h.get("pymq-reclaim")
+            names = self.broker.temporary_names(self, self.vhost, reclaim)
+            self.temporary_names = names.names
             if self.client_id is not None:
                 try:
                     self.broker.claim_client_id(self, self.client_id)
@@ -251,6 +261,12 @@ class BrokerSession(FrameIntake, FrameOutlet):
             if prefix is not None:
                 # where producer.send(..., transaction=conn) writes its pending rows (spec/storage.md)
                 headers["pymq-apptx-table-prefix"] = prefix
+            if names.token:
+                headers["pymq-reclaim-token"] = names.token     # for this client's next CONNECT only: secret
+            if reclaim is not None:
+                headers["pymq-reclaimed"] = "false" if names.refused else "true"
+                if names.refused:
+                    headers["pymq-reclaim-refused"] = names.refused
             self.send_frame("CONNECTED", headers)
             self.link.start_heartbeat(self, to_client, to_server)
             # frames pipelined after CONNECT wait in the scanner; parse them now with the version
@@ -420,6 +436,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
 
     # -- DISCONNECT --------------------------------------------------------------------------------
     def _on_disconnect(self, frame: Frame) -> None:
+        self._disconnected = True           # an orderly end: its temporary names cannot be re-claimed here
         for consumer in self.consumers.values():
             consumer.active = False     # nothing more is dispatched: it would only come back at close
         receipt = frame.headers.get("receipt")

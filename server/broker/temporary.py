@@ -1,11 +1,18 @@
 """Temporary topics (``/temp-topic/``, JMS ``TemporaryTopic``), part of the destinations layer: a connection's
-topics, named ``tmp.<connection>-<incarnation>.<name>`` once shared in a ``reply-to``; anyone may publish to one while
+topics, named ``tmp.<connection>-<nonce>.<name>`` once shared in a ``reply-to``; anyone may publish to one while
 its connection lives, only that connection subscribes (spec/stomp.md §3).  Also JMS ``delete()`` of a
-connection's temporary queues and topics.
+connection's temporary queues and topics, and :class:`TemporaryNames`: who holds which global names, and who
+may take them back after a lost link or a takeover (spec/ha.md §4.7).
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import base64
+import hashlib
+import hmac
+import re
+import secrets
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 from pymq_server.broker.topic import Topic
 
@@ -16,18 +23,147 @@ if TYPE_CHECKING:
     from pymq_server.broker.queue import MessageQueue
 
 
+#: the catalog record of the key that signs re-claim tokens: in the store, so a restarted broker and the
+#: backup of an HA pair (which recovers the same store) verify what the former process signed
+NAMES_KEY_RECORD = "temporary-names-key"
+#: ``c12`` or, with several workers, ``w1c12`` (server/cores/home.py)
+_CONNECTION_ID = re.compile(r"(w[0-9]{1,5})?c[0-9]{1,19}")
+_NONCE = re.compile(r"[0-9a-f]{16}")
+_MAX_TOKEN = 96
+
+
+class Reclaimed(NamedTuple):
+    """The answer to a CONNECT's ``pymq-reclaim``: ``names`` (``c12-<nonce>``) the connection's temporaries
+    are named under, ``token`` for CONNECTED, ``refused`` why an offered token re-claimed nothing, ``holder``
+    the id of a connection of the same client still open with those names (close it and ask again)."""
+
+    names: str
+    token: str
+    refused: str = ""
+    holder: str = ""
+
+
+class TemporaryNames:
+    """Who holds which global names of temporary destinations, and who may take them back (spec/ha.md §4.7).
+
+    A connection's temporaries are named ``tmp.<names>.<local>`` with ``names`` = ``<connection id>-<nonce>``,
+    the nonce 64 random bits: unique in a process and across processes (connection ids start again at c1 in
+    every process, so a ``tmp.c12.reply`` a responder kept across a restart or a takeover would otherwise
+    name whichever new c12 made a ``reply``, and the reply would reach another user).  CONNECTED gives the
+    connection a token, ``<connection id>.<nonce>.<mac>``, the mac an HMAC of (vhost, user, connection id,
+    nonce) under a key kept in the store's catalog; a later connection offering it in CONNECT takes the same
+    names again when (1) the mac verifies for *its* user and vhost (another principal re-claims nothing),
+    (2) no other client holds them (a connection of the same client still open, a half-open link, is closed
+    first: the token is only ever sent to that client), (3) within ``temporary_reclaim_ms`` of the link's
+    loss here (a connection ended by DISCONNECT keeps nothing), or, for names this process never held
+    (another process's: a restart, a takeover), of this process starting to serve, and (4) on the worker the
+    names belong to.  Sans-IO: the clock is given."""
+
+    def __init__(self, window_ms: int, clock: Callable[[], float]) -> None:
+        self.window = window_ms / 1000
+        self.clock = clock
+        self.key: bytes | None = None
+        self.serving_since = clock()
+        self.held: dict[str, str] = {}          # names -> id of the connection holding them
+        self.lost: dict[str, float] = {}        # names whose link was lost (no DISCONNECT) -> when
+        #: names whose connection ended with DISCONNECT while this process serves its first window (past it, the
+        #: window alone refuses what this process does not hold or keep, and the set is dropped)
+        self.disconnected: set[str] = set()
+
+    def start(self, key: bytes | None) -> bytes:
+        """Serving from now on (after recovery: a takeover's new live too), with the store's key, or a new one
+        to store when it had none (returned)."""
+        self.key = key if key else secrets.token_bytes(32)
+        self.serving_since = self.clock()
+        return self.key
+
+    def _mac(self, vhost: str, user: str, names: str) -> str:
+        if self.key is None:
+            self.start(None)
+        assert self.key is not None
+        message = "\0".join(("pymq-temporary-names", vhost, user, names)).encode("utf-8", "surrogatepass")
+        digest = hmac.new(self.key, message, hashlib.sha256).digest()[:16]
+        return base64.urlsafe_b64encode(digest).rstrip(b"=").decode("ascii")
+
+    def issue(self, conn_id: str, vhost: str, user: str) -> Reclaimed:
+        """New names for connection ``conn_id`` (no token offered, or one that re-claimed nothing)."""
+        names = f"{conn_id}-{secrets.token_hex(8)}"
+        while names in self.held or names in self.lost:       # 64 random bits: never, but cheap to be sure
+            names = f"{conn_id}-{secrets.token_hex(8)}"
+        self.held[names] = conn_id
+        return Reclaimed(names, self._token(names, vhost, user))
+
+    def _token(self, names: str, vhost: str, user: str) -> str:
+        return names.replace("-", ".", 1) + "." + self._mac(vhost, user, names) if self.window else ""
+
+    def reclaim(self, token: str, conn_id: str, vhost: str, user: str) -> Reclaimed:
+        """Connection ``conn_id`` of ``user`` offers ``token``: its old names, or new ones with why not."""
+        checked = self._check(token, conn_id, vhost, user)
+        if isinstance(checked, str):
+            return self.issue(conn_id, vhost, user)._replace(refused=checked)
+        names = checked.names
+        holder = self.held.get(names)
+        if holder is not None:
+            return Reclaimed(names, token, holder=holder)
+        if names in self.disconnected:
+            return self.issue(conn_id, vhost, user)._replace(
+                refused="the connection that held the names ended them with DISCONNECT")
+        lost = self.lost.pop(names, None)
+        since = self.serving_since if lost is None else lost
+        if self.clock() - since > self.window:
+            return self.issue(conn_id, vhost, user)._replace(
+                refused=f"the names were not re-claimed within temporary_reclaim_ms ({self.window * 1000:.0f} ms)")
+        self.held[names] = conn_id
+        return Reclaimed(names, token)
+
+    def _check(self, token: str, conn_id: str, vhost: str, user: str) -> Reclaimed | str:
+        if not self.window:
+            return "re-claiming temporary names is off (temporary_reclaim_ms: 0)"
+        parts = token.split(".") if len(token) <= _MAX_TOKEN else []
+        if len(parts) != 3 or not _CONNECTION_ID.fullmatch(parts[0]) or not _NONCE.fullmatch(parts[1]):
+            return "the token is not one this broker gives"
+        names = f"{parts[0]}-{parts[1]}"
+        if not hmac.compare_digest(parts[2], self._mac(vhost, user, names)):
+            # another user's token, or a forged one: the same answer, which tells nothing about either
+            return "the token does not verify for this user"
+        if _worker(parts[0]) != _worker(conn_id):
+            return "the names belong to another worker of this broker (spec/cores.md)"
+        return Reclaimed(names, token)
+
+    def released(self, names: str, conn_id: str, lost: bool) -> None:
+        """Connection ``conn_id`` ended; ``lost``: without DISCONNECT (its client may come back for them)."""
+        if self.held.get(names) != conn_id:
+            return
+        del self.held[names]
+        now = self.clock()
+        if not lost:
+            if now - self.serving_since <= self.window:
+                self.disconnected.add(names)
+            elif self.disconnected:
+                self.disconnected = set()
+        elif self.window:
+            if self.lost:                     # forget what can no longer be re-claimed (bounded: one window)
+                stale = now - self.window
+                for old in [n for n, at in self.lost.items() if at < stale]:
+                    del self.lost[old]
+            self.lost[names] = now
+
+
+def _worker(conn_id: str) -> str:
+    return conn_id[:conn_id.index("c")]
+
+
 class TemporaryTopics:
     """The temporary topics of :class:`~pymq_server.broker.destinations.Destinations` (a part of it)."""
 
     temp_topics: dict[str, Topic]
-    #: this broker process's mark in global temporary names. Connection ids start again at c1 in every process,
-    #: so without it a ``tmp.c12.reply`` a responder kept across a restart or a takeover would name whichever
-    #: new connection c12 made a ``reply``, and the reply would reach another user (spec/stomp.md §3)
+    name_holders: TemporaryNames
+    #: a process's mark for a client the core is driven with directly (tests): sessions get their names at CONNECT
     incarnation: str
 
     def temporary_prefix(self, owner: Client) -> str:
         """The start of every global name of ``owner``'s temporary queues and topics."""
-        return f"tmp.{owner.id}-{self.incarnation}."
+        return f"tmp.{getattr(owner, 'temporary_names', '') or f'{owner.id}-{self.incarnation}'}."
 
     def delete_temp_queue(self, queue: MessageQueue) -> None: ...
 

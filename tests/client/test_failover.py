@@ -122,6 +122,19 @@ def proxied(broker_processes, tmp_path):  # noqa: ANN201
     proxy.close()
 
 
+@pytest.fixture
+def proxied_no_reclaim(broker_processes, tmp_path):  # noqa: ANN201
+    """A broker that never gives temporary names back (``temporary_reclaim_ms: 0``): a reconnecting client
+    offers no token, so nothing closes a half-open link of its own early (spec/ha.md §4.7), as with clients
+    that do not offer one (Java, Go, TypeScript today)."""
+    config = tmp_path / "no-reclaim.yaml"
+    config.write_text("temporary_reclaim_ms: 0\n")
+    broker = broker_processes(tmp_path / "one", config=str(config))
+    proxy = TcpProxy("127.0.0.1", broker.port)
+    yield broker, proxy
+    proxy.close()
+
+
 def body(m) -> str:  # noqa: ANN001
     return m.text
 
@@ -505,12 +518,12 @@ def test_a_missed_heartbeat_is_a_lost_link(sdk, beating):
     run(scenario())
 
 
-def test_a_client_id_the_broker_still_holds_is_tried_again(sdk, proxied):
+def test_a_client_id_the_broker_still_holds_is_tried_again(sdk, proxied_no_reclaim):
     """A half-open link (the client's side gone, the broker's open and silent, as after a partition): the
     broker holds the connection's client id until the link's heart-beat deadline, so the reconnections
     before it are refused with ``illegal-state``; the SDK tries again with its back-off (spec/ha.md §4.3)
     rather than giving up, and resumes once the broker lets the old link go — with its consumer back."""
-    broker, proxy = proxied
+    broker, proxy = proxied_no_reclaim
     queue = pymq.Queue(f"held-{uuid.uuid4().hex[:6]}")
     client_id = f"held-{uuid.uuid4().hex[:6]}"
 
@@ -537,13 +550,13 @@ def test_a_client_id_the_broker_still_holds_is_tried_again(sdk, proxied):
     run(scenario())
 
 
-def test_a_durable_subscription_the_broker_still_holds_is_tried_again(sdk, proxied):
+def test_a_durable_subscription_the_broker_still_holds_is_tried_again(sdk, proxied_no_reclaim):
     """Without a client id a durable subscription belongs to the user, and the half-open link still holds
     it: the new link's re-subscription is refused with ``illegal-state``, and the SDK takes that as a link
     lost (it tries again with the back-off going on, spec/ha.md §4.3), not as the end of the connection;
     once the broker drops the old link the subscription comes back under its name, with what was published
     to it meanwhile."""
-    broker, proxy = proxied
+    broker, proxy = proxied_no_reclaim
     topic = pymq.Topic(f"held-{uuid.uuid4().hex[:6]}")
     name = f"held-{uuid.uuid4().hex[:6]}"
 
@@ -568,26 +581,98 @@ def test_a_durable_subscription_the_broker_still_holds_is_tried_again(sdk, proxi
     run(scenario())
 
 
-def test_temporary_destinations_lost_with_the_link_are_named_when_it_resumes(sdk, proxied):
-    """The broker keeps no temporary destination for a new link (spec/ha.md §4.7): after a lost link the
-    temporary queue is made again under a new global name, a reply to the old name is refused
-    (unknown-destination) and a reply to the new one arrives; the ``resumed`` event names the temporaries
-    the lost link held (the one subscribed to and the one named only in a reply-to), not one never used."""
+def test_a_re_claim_ends_the_half_open_link_at_once(sdk, proxied):
+    """The same half-open link with a broker that re-claims temporary names (spec/ha.md §4.7): the SDK's
+    CONNECT offers the lost link's token, so the broker closes that link at once (only this client was ever
+    sent the token) and the first attempt resumes, with the client id and the durable subscription free and
+    what was published to it meanwhile — no ``illegal-state`` and no wait for the heart-beat deadline."""
+    broker, proxy = proxied
+    topic = pymq.Topic(f"held-{uuid.uuid4().hex[:6]}")
+    name, client_id = f"held-{uuid.uuid4().hex[:6]}", f"held-{uuid.uuid4().hex[:6]}"
+
+    async def scenario() -> None:
+        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", client_id=client_id,
+                                 heartbeat=(60_000, 60_000))     # the old link's deadline: over a minute
+        events: list = []
+        conn.set_transport_listener(events.append)
+        s = conn.create_session()
+        d = await sdk.call(s.create_durable_consumer, topic, name, "n > 1")
+        proxy.sever()
+        await asyncio.to_thread(_publish_direct, broker, topic, [1, 2])
+        proxy.restore()
+        got = await sdk.call(d.receive, 20)                    # long before that deadline
+        assert got is not None and got.get_property("n") == 2
+        assert await until(lambda: [e.kind for e in events] == ["interrupted", "resumed"]), events
+        assert events[1].temporaries == ()                     # (a refused re-subscription: another interrupted)
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+async def _requester(sdk: Sdk, url: str, service: pymq.Queue, events: list) -> tuple:  # noqa: ANN001
+    """A failover requester: a temporary queue it reads replies from, one named only in a reply-to and one
+    never used; a request sent for each of the first two."""
+    conn = await sdk.connect(url, heartbeat=(0, 0))
+    conn.set_transport_listener(events.append)
+    s = conn.create_session()
+    replies = s.create_temporary_queue()
+    only_named = s.create_temporary_queue()
+    s.create_temporary_topic()                                # never used: the broker never held it
+    c = await sdk.call(s.create_consumer, replies)
+    producer = s.create_producer(service)
+    await sdk.call(producer.send, s.create_text_message("before", reply_to=replies))
+    await sdk.call(producer.send, s.create_text_message("named", reply_to=only_named))
+    return conn, s, replies, only_named, c, producer
+
+
+def test_temporary_destinations_keep_their_names_across_a_lost_link(sdk, proxied):
+    """A plain reconnect re-claims the temporaries' global names (spec/ha.md §4.7): a reply the responder
+    addresses to the name it got before the loss reaches the requester's consumer on the new link, and the
+    ``resumed`` event names no temporary (none got a new name)."""
     broker, proxy = proxied
     service = pymq.Queue(f"svc-{uuid.uuid4().hex[:6]}")
 
     async def scenario() -> None:
-        conn = await sdk.connect(f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", heartbeat=(0, 0))
         events: list = []
-        conn.set_transport_listener(events.append)
-        s = conn.create_session()
-        replies = s.create_temporary_queue()
-        only_named = s.create_temporary_queue()
-        s.create_temporary_topic()                            # never used: the broker never held it
-        c = await sdk.call(s.create_consumer, replies)
-        producer = s.create_producer(service)
-        await sdk.call(producer.send, s.create_text_message("before", reply_to=replies))
-        await sdk.call(producer.send, s.create_text_message("named", reply_to=only_named))
+        conn, s, replies, _, c, producer = await _requester(
+            sdk, f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", service, events)
+        responder = await asyncio.to_thread(pymq.connect, broker.url)
+        rs = responder.create_session()
+        requests = await asyncio.to_thread(rs.create_consumer, service)
+        old = await asyncio.to_thread(requests.receive, 5)
+        await asyncio.to_thread(requests.receive, 5)
+        assert old is not None and old.reply_to.name.startswith("tmp.")
+        proxy.cut()
+        proxy.restore()
+        assert await until(lambda: [e.kind for e in events] == ["interrupted", "resumed"])
+        assert events[1].temporaries == ()
+        await asyncio.to_thread(rs.create_producer(old.reply_to).send, "answer to the old name")
+        got = await sdk.call(c.receive, 5)
+        assert got is not None and got.text == "answer to the old name"
+        await sdk.call(producer.send, s.create_text_message("after", reply_to=replies))
+        new = await asyncio.to_thread(requests.receive, 5)
+        assert new is not None and new.reply_to == old.reply_to
+        await asyncio.to_thread(responder.close)
+        await sdk.call(conn.close)
+
+    run(scenario())
+
+
+def test_temporaries_whose_names_were_not_re_claimed_are_named_when_it_resumes(sdk, broker_processes, tmp_path):
+    """A broker that re-claims nothing (``temporary_reclaim_ms: 0``) gives the new link new global names: a
+    reply to the old name is refused (unknown-destination), one to the new name arrives, and the ``resumed``
+    event names the temporaries the lost link held (the one subscribed to and the one named only in a
+    reply-to), not one never used."""
+    config = tmp_path / "no-reclaim.yaml"
+    config.write_text("temporary_reclaim_ms: 0\n")
+    broker = broker_processes(tmp_path / "one", config=str(config))
+    proxy = TcpProxy("127.0.0.1", broker.port)
+    service = pymq.Queue(f"svc-{uuid.uuid4().hex[:6]}")
+
+    async def scenario() -> None:
+        events: list = []
+        conn, s, replies, only_named, c, producer = await _requester(
+            sdk, f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", service, events)
         responder = await asyncio.to_thread(pymq.connect, broker.url)
         rs = responder.create_session()
         requests = await asyncio.to_thread(rs.create_consumer, service)
@@ -609,7 +694,10 @@ def test_temporary_destinations_lost_with_the_link_are_named_when_it_resumes(sdk
         await asyncio.to_thread(responder.close)
         await sdk.call(conn.close)
 
-    run(scenario())
+    try:
+        run(scenario())
+    finally:
+        proxy.close()
 
 
 def test_a_full_window_holds_the_sender_until_receipts_come(sdk, proxied, monkeypatch):

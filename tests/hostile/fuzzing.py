@@ -48,6 +48,10 @@ HOSTILE_SELECTORS = ["x + 1" + " + 1" * 300 + " > 0", "NOT " * 200 + "b", "(" * 
                      "p LIKE '%a%a%a%a%a%a%b'", "x = " + "9" * 40, "a IN (" + ",".join(["1"] * 3000) + ")",
                      "color = 'red'", "x >", "'unterminated", "p LIKE '" + "_" * 2000 + "'"]
 
+HOSTILE_TOKENS = ["c1.0123456789abcdef.AAAAAAAAAAAAAAAAAAAAAA", "w99999c1.0123456789abcdef.x", "c1..", "...", "",
+                  "c" + "9" * 40 + ".0123456789abcdef.x", "c1." + "f" * 3000 + ".x", "c1.0123456789ABCDEF.x",
+                  "c1.٣123456789abcdef.x", "c1.0123456789abcdef." + "A" * 3000]
+
 _text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=20)
 
 
@@ -114,6 +118,8 @@ def hostile_frame(draw):
             b"id:s1", b"transaction:t9", b"receipt:" + b"r" * draw(st.integers(1, 300)),
             b"heart-beat:" + draw(st.sampled_from(HOSTILE_NUMBERS)).encode("utf-8") + b",0",
             b"k:" + b"v" * draw(st.integers(0, 3000)),
+            # a CONNECT's re-claim of temporary names (spec/ha.md §4.7): never more than re-claimed or not
+            b"pymq-reclaim:" + draw(st.sampled_from(HOSTILE_TOKENS)).encode("utf-8"),
         ])))
     body = draw(st.binary(max_size=100))
     return b"\n".join(lines) + b"\n\n" + body + draw(st.sampled_from([b"\x00", b"", b"\x00\x00", b"\r\n"]))
