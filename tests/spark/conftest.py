@@ -34,7 +34,11 @@ def jvm_source():
 def spark(jvm_source):
     from tests.spark._spark import need_spark
     need_spark()
-    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # the workers run this interpreter, with the installed pyspark rather than Spark's pyspark.zip: a worker
+    # then starts in a third of the time, well inside Spark's fixed 10 s wait for a streaming source's worker
+    # (tests/spark/worker_python.sh)
+    os.environ["PYMQ_WORKER_PYTHON"] = sys.executable
+    os.environ["PYSPARK_PYTHON"] = str(Path(__file__).with_name("worker_python.sh"))
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if ROOT not in paths:

@@ -71,3 +71,17 @@ def test_configuration_alone_chooses_the_implementation(spark, jvm_source, tmp_p
 
     assert table_class() == "org.apache.spark.sql.execution.datasources.v2.python.PythonTable"
     assert table_class(jvm_source[0]) == "io.pymq.spark.PymqSource$PymqTable"
+
+
+def test_the_suite_s_python_workers_import_the_installed_pyspark(spark):
+    """tests/spark/worker_python.sh: the workers import the installed pyspark (with its bytecode cache), not
+    Spark's pyspark.zip, which they would compile again at each start (a streaming source's worker has a fixed
+    10 s to connect back)."""
+    def where(_):
+        import sys
+
+        import pyspark
+        return [(pyspark.__file__, [p for p in sys.path if p.endswith(("pyspark.zip", "src.zip"))])]
+
+    [(module, zips)] = spark.sparkContext.parallelize([0], 1).mapPartitions(where).collect()
+    assert ".zip" not in module and zips == [], (module, zips)
