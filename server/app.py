@@ -237,8 +237,10 @@ class BrokerServer:
             from pymq_server.cluster.node import ClusterNode
             ccfg = cfg.cluster
             broker.authenticator.cluster_secret = ccfg.secret
+            # with backups, the node is this process's HA epoch: peers refuse a fenced one (spec/ha.md §5)
+            epoch = self.ha.medium.epoch if self.ha is not None else 0
             cluster = self.cluster = ClusterNode(broker, ccfg, asyncio.get_running_loop(), cfg.node_id,
-                                                 f"{cfg.host}:{self.port}")
+                                                 f"{cfg.host}:{self.port}", epoch=epoch)
             broker.attach_cluster(cluster)      # after recovery: the node learns what it made
             await cluster.start()
 
@@ -333,6 +335,8 @@ class BrokerServer:
             queue_logs.directory = None
         if self.chores is not None:
             self.chores.cancel()
+        if self.cluster is not None:
+            self.cluster.abandon()          # no beat, no link, no hand-over: the node is another's now
         self.listeners.close()
         if self.broker is not None:
             for session in list(self.broker.sessions.values()):

@@ -822,9 +822,6 @@ class BrokerConfig(_Section):
         §2.5: every durable device must be one the lease fences).  ValueError when the devices do not allow it."""
         if self.workers > 1:
             raise ValueError("ha: with workers > 1 is not supported (one process per member of the group)")
-        if self.cluster is not None:
-            raise ValueError("ha: and cluster: together are not supported yet (a cluster node's backups come "
-                             "later)")
         devices = self.storage.devices
         if devices is None:
             return ("file", self.data_dir)

@@ -35,8 +35,13 @@ class ClusterMembership(Protocol):
         """The queue of messages waiting to go to ``peer``."""
         ...
 
-    def on_forwarded(self) -> None:
-        """A peer forwarded a message here."""
+    def on_forwarded(self, client: Any = None) -> None:
+        """A peer forwarded a message here over ``client``'s link (refused, raising, when that link is of a
+        fenced former process of the node: spec/ha.md §5)."""
+        ...
+
+    def link_admitted(self, session: Any, headers: Mapping[str, str]) -> None:
+        """A peer node's link logged in with these CONNECT headers; raises to refuse it."""
         ...
 
     def discarded_forwarded(self) -> None:
@@ -79,7 +84,10 @@ class Standalone:
     def outbox(self, peer: str) -> MessageQueue:
         raise ConfigError(f"this broker is not part of a cluster: there is no peer {peer!r}")
 
-    def on_forwarded(self) -> None:
+    def on_forwarded(self, client: Any = None) -> None:
+        pass
+
+    def link_admitted(self, session: Any, headers: Mapping[str, str]) -> None:
         pass
 
     def discarded_forwarded(self) -> None:

@@ -69,7 +69,7 @@ class Router:
             self.destinations.check_publishable(name)   # a pattern is refused before anything is made
         path = self._entry(client, request, kind)
         if path is EntryPath.CLUSTER_INBOUND:
-            self.cluster.on_forwarded()
+            self.cluster.on_forwarded(client)      # refuses a fenced former process's link (spec/ha.md §5)
             request = arrived(request)          # the message it was on its first node (forwarded.py)
         reply_to = request.properties.get("reply-to")
         if reply_to is not None and client is not None and reply_to.startswith(("/temp-queue/", "/temp-topic/")):

@@ -227,6 +227,12 @@ class BrokerSession(FrameIntake, FrameOutlet):
                 self.fail(error or errors.AuthenticationFailed("authentication failed"), frame)
                 return
             self.user = user
+            if self.is_cluster:
+                try:        # a peer node's link: one of a fenced former process is refused (spec/ha.md §5)
+                    self.broker.cluster.link_admitted(self, h)
+                except PymqError as exc:
+                    self.fail(exc, frame)
+                    return
             if vhost != vhosts.DEFAULT:
                 entry = configured[vhost]
                 try:

@@ -108,5 +108,23 @@ class DropAdopted:
     key: str
 
 
+@dataclass(frozen=True)
+class Replaced:
+    """``peer``'s node id is held at a higher HA epoch now (its backup took over, spec/ha.md §5): the link to
+    the former process and its links here of a lower epoch close; its filter and consumer counts are
+    forgotten until the new process announces them; a link to the record's address follows."""
+
+    peer: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Fenced:
+    """This node's own record carries a higher epoch than this process holds: another process took the
+    node over. Nothing more is written to the store or sent on a link."""
+
+    epoch: int
+
+
 Action = Union[Connect, PeerDead, Reroute, Announce, SendConsumers, AttachOutbox, CheckRedistribution,
-               HeldTransfer, MoveOrder, FollowConsumer, Adopt, DropAdopted]
+               HeldTransfer, MoveOrder, FollowConsumer, Adopt, DropAdopted, Replaced, Fenced]

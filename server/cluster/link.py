@@ -38,6 +38,7 @@ class LinkOwner(Protocol):
     loop: asyncio.AbstractEventLoop
     node_id: str
     config: ClusterConfig
+    epoch: int
 
     def link_ready(self, link: PeerLink) -> None: ...
 
@@ -68,9 +69,11 @@ class PeerLink(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport = cast(asyncio.Transport, transport)     # a stream: create_connection's
         hb = self.node.config.heartbeat_ms
-        transport.write(self.conn.send(Frame("CONNECT", {
-            "accept-version": "1.2", "host": "/", "login": "cluster:" + self.node.node_id,
-            "passcode": self.node.config.secret, "heart-beat": f"{hb},{hb}"})))
+        headers = {"accept-version": "1.2", "host": "/", "login": "cluster:" + self.node.node_id,
+                   "passcode": self.node.config.secret, "heart-beat": f"{hb},{hb}"}
+        if self.node.epoch:
+            headers["pymq-node-epoch"] = str(self.node.epoch)      # spec/ha.md §5: peers refuse a lower one
+        transport.write(self.conn.send(Frame("CONNECT", headers)))
 
     def data_received(self, data: bytes) -> None:
         self._last_recv = self.loop.time()
@@ -147,6 +150,12 @@ class PeerLink(asyncio.Protocol):
     def close(self) -> None:
         if self.transport is not None and not self.transport.is_closing():
             self.transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection without writing what is buffered (a fenced process sends nothing more)."""
+        self.ready = False
+        if self.transport is not None:
+            self.transport.abort()
 
     # -- heart-beats -----------------------------------------------------------------------------
     def _schedule_beat(self) -> None:

@@ -11,7 +11,9 @@ Invariants:
   when persistent) and leaves it only on the peer's receipt: nothing accepted is lost to a crash or a
   dead peer (its outbox is re-routed or held, §5);
 * a forwarded message is never forwarded again (``pymq-forwarded``) and keeps its id on every node;
-* a grouped queue message goes to the node the group hash names over the live nodes.
+* a grouped queue message goes to the node the group hash names over the live nodes;
+* with backups (spec/ha.md §5) every write to the store, every link, forward and control frame is of this
+  process's HA epoch, and a peer's links of a lower epoch than its node id has shown are refused.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import asyncio
 import json
 import logging
 import time
+import weakref
 from typing import Any, cast
 from collections.abc import Callable, Mapping
 
@@ -32,10 +35,12 @@ from pymq_server.cluster.actions import (
     CheckRedistribution,
     Connect,
     DropAdopted,
+    Fenced,
     FollowConsumer,
     HeldTransfer,
     MoveOrder,
     PeerDead,
+    Replaced,
     Reroute,
     SendConsumers,
 )
@@ -48,7 +53,8 @@ from pymq_server.cluster.registry import ClusterRegistry, Member, open_registry
 from pymq_server.cluster.state import CONTROL_PREFIX, Clock, ClusterState, SystemClock
 from pymq_server.config import ClusterConfig
 
-from pymq.errors import PymqError
+from pymq.errors import ClusterError, PymqError
+from pymq.protocol.numbers import header_int
 from pymq.routing.groups import RoutingKey, parse_routing_key
 
 log = logging.getLogger("pymq.cluster")
@@ -71,19 +77,23 @@ class ClusterNode:
     active = True
 
     def __init__(self, broker: ClusterHost, config: ClusterConfig, loop: asyncio.AbstractEventLoop,
-                 node_id: str, advertise: str, clock: Clock | None = None) -> None:
+                 node_id: str, advertise: str, clock: Clock | None = None, epoch: int = 0) -> None:
         self.broker = broker
         self.config = config
         self.loop = loop
         self.node_id = node_id
         self.advertise = config.advertise or advertise
+        self.epoch = epoch                  # this process's HA epoch (0: the node has no backups)
+        #: peers' sessions here (their links), with the epoch each connected at
+        self._inbound: weakref.WeakKeyDictionary[Any, tuple[str, int]] = weakref.WeakKeyDictionary()
+        self.abandoned = False
 
         def local_key(name: str) -> RoutingKey:
             queue = broker.queues.get(name)
             return RoutingKey(queue.config.routing_key) if queue is not None else RoutingKey.GROUP
 
         self.state = ClusterState(node_id, config, clock or SystemClock(), local_key=local_key,
-                                  hosts_here=lambda key: broker.find_subscription(key) is not None)
+                                  hosts_here=lambda key: broker.find_subscription(key) is not None, epoch=epoch)
         self.started = self.state.started
         self.outboxes = Outboxes(broker, self.state)
         self.redistribution = Redistribution(broker, self.state)
@@ -110,7 +120,8 @@ class ClusterNode:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     async def start(self) -> None:
-        self._registry = await self._in_thread(open_registry, self.config.store, self.config.name)
+        self._registry = await self._in_thread(open_registry, self.config.store, self.config.name, self.node_id,
+                                               self.epoch)
         # queues this node declares with a routing key (config or catalog) tell the cluster how they route
         broker = self.broker
         declared: dict[str, str] = {name: q.config.routing_key for name, q in broker.queues.items()
@@ -146,7 +157,7 @@ class ClusterNode:
                 self.moves.follow(key, host.node)
 
     def _schedule(self) -> None:
-        if not self.state.stopping:
+        if not self.state.stopping and not self.abandoned:
             self._tick = self.loop.call_later(self.config.heartbeat_ms / 1000.0, self._on_tick)
 
     def _on_tick(self) -> None:
@@ -155,7 +166,9 @@ class ClusterNode:
 
     async def _refresh(self) -> None:
         """Beat, read the members, the assignment map and the routing keys; act on what changed."""
-        me = Member(self.node_id, self.advertise, self.started, self.state.clock.now_ms())
+        if self.abandoned:
+            return
+        me = Member(self.node_id, self.advertise, self.started, self.state.clock.now_ms(), self.epoch)
 
         def io() -> tuple:
             self.registry.beat(me)
@@ -164,14 +177,38 @@ class ClusterNode:
         try:
             members, hosted, routing_keys = await self._in_thread(io)
         except PymqError as exc:
+            if getattr(exc, "reason", None) == "stale-epoch":
+                self._act([Fenced(int(getattr(exc, "stored_epoch", 0) or 0))])
+                return
             log.error("cluster store unreachable: %s (keeping the last membership)", exc)
         else:
+            if self.abandoned:
+                return
             self._act(self.state.read(members, hosted, routing_keys))
         self._schedule()
+
+    def abandon(self) -> None:
+        """Fenced (spec/ha.md §2.4, §5): another process holds this node now.  Nothing more goes to the
+        store or a link: the heartbeat stops, every link is aborted, no hand-over, the record stays (it is
+        the new process's)."""
+        if self.abandoned:
+            return
+        self.abandoned = True
+        self.state.stopping = True
+        if self._tick is not None:
+            self._tick.cancel()
+        for link in list(self.links.values()):
+            link.abort()
+        self.links.clear()
 
     async def stop(self) -> None:
         """Leave cleanly: hand durable subscriptions over, let outboxes drain, ask peers to drop our
         filter, delete our record (spec/cluster.md §6)."""
+        if self.abandoned:
+            registry = self._registry
+            if registry is not None:
+                await self._in_thread(registry.close)
+            return
         self.state.stopping = True
         if self._tick is not None:
             self._tick.cancel()
@@ -231,6 +268,28 @@ class ClusterNode:
                 self.moves.adopt(action.record)
             elif isinstance(action, DropAdopted):
                 self.moves.drop_adopted(action.key)
+            elif isinstance(action, Replaced):
+                self._replaced(action)
+            elif isinstance(action, Fenced):
+                log.error("cluster: this node was taken over at epoch %d (this process holds %d): leaving "
+                          "the cluster without a word", action.epoch, self.epoch)
+                self.abandon()
+
+    def _replaced(self, action: Replaced) -> None:
+        """A peer's node id is held at a higher epoch: our link to its former process closes (the next read
+        connects to the record's address), its former process's links here are aborted."""
+        link = self.links.pop(action.peer, None)
+        if link is not None:
+            link.close()
+        for session, (peer, epoch) in list(self._inbound.items()):
+            if peer == action.peer and epoch < action.epoch:
+                self._refuse(session)
+
+    @staticmethod
+    def _refuse(session: Any) -> None:
+        link = getattr(session, "link", None)
+        if link is not None:
+            getattr(link, "abort", link.close)()
 
     def _move(self, order: MoveOrder) -> None:
         if order.host == self.node_id:
@@ -306,7 +365,30 @@ class ClusterNode:
         outboxes = [self.outboxes(p) for p in targets]
         return outboxes + self.outboxes.held_for(held) if held else outboxes
 
-    def on_forwarded(self) -> None:
+    def link_admitted(self, session: Any, headers: Mapping[str, str]) -> None:
+        """A peer's link logged in (its CONNECT's ``pymq-node-epoch``, 0 without): refused with ClusterError
+        when its node id has shown a higher epoch (spec/ha.md §5); a higher one replaces the former process."""
+        peer = session.user.name.split(":", 1)[-1]
+        epoch = header_int(headers, "pymq-node-epoch", 0)
+        admitted, actions = self.state.link_opened(peer, epoch)
+        if not admitted:
+            raise self._stale(peer, epoch)
+        self._inbound[session] = (peer, epoch)
+        self._act(actions)
+
+    def _stale(self, peer: str, epoch: int) -> ClusterError:
+        return ClusterError(f"cluster node {peer} at epoch {epoch} was taken over (epoch "
+                            f"{self.state.epochs.get(peer, 0)}): refused", reason="stale-epoch", node=peer)
+
+    def _check_epoch(self, session: Any) -> None:
+        seen = self._inbound.get(session)
+        if seen is not None and not self.state.admits(*seen):
+            self._refuse(session)
+            raise self._stale(*seen)
+
+    def on_forwarded(self, client: Any = None) -> None:
+        if client is not None:
+            self._check_epoch(client)
         self.state.figures.received_forwarded += 1
 
     def discarded_forwarded(self) -> None:
@@ -381,6 +463,7 @@ class ClusterNode:
 
     def on_control(self, session: Any, headers: dict, body: bytes) -> None:
         """A control message from another node (spec/cluster.md §2)."""
+        self._check_epoch(session)
         kind = headers["destination"][len(CONTROL_PREFIX):]
         peer = headers.get("pymq-node") or session.user.name.split(":", 1)[-1]
         self._act(self.state.control(peer, kind, headers, body))

@@ -5,7 +5,7 @@ state (state.py and its parts) decides from them.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 
 @dataclass(frozen=True)
@@ -14,9 +14,27 @@ class Member:
     address: str            # host:port of its STOMP listener
     started: int            # ms since the epoch
     beat: int               # last heartbeat, ms since the epoch
+    #: the high-availability epoch of the process that holds the node's store (spec/ha.md §1.2; 0 for a
+    #: node without ``ha:``): a node id's record and links of a lower epoch are a fenced former live's
+    epoch: int = 0
 
     def alive(self, now_ms: int, dead_after_ms: int) -> bool:
         return now_ms - self.beat < dead_after_ms
+
+    def encode(self) -> str:
+        """The stored JSON; ``epoch`` only when there is one, so a record of a node without ``ha:`` reads
+        the same to a node of an earlier version (which would refuse a field it does not know)."""
+        data = {"node": self.node, "address": self.address, "started": self.started, "beat": self.beat}
+        if self.epoch:
+            data["epoch"] = self.epoch
+        return json.dumps(data)
+
+    @classmethod
+    def decode(cls, raw: str | bytes) -> Member:
+        """A stored record; fields a later version may add are ignored, a missing epoch is 0."""
+        data = json.loads(raw)
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,12 @@ record (topic, selector, owner, ...), so that any node can hold messages for a d
 and adopt them (spec/cluster.md §5, §6).  The routing-key map says which id each queue routes on
 (spec/routing.md §2.3) for every node, whichever node it was declared through.
 
+**Fenced writes** (spec/ha.md §5): a node with backups writes as the holder of an HA epoch; every write it
+makes checks, in the same store operation, that its own membership record does not carry a higher epoch
+(a Lua script on Redis, a row lock on SQL), so a former live woken from a pause cannot put its address
+back into the record, delete it, or change the maps the new live keeps.  A refused write raises
+``ClusterError`` with reason ``stale-epoch``.  Without ``ha:`` (epoch 0) nothing is checked.
+
 Blocking I/O: the cluster node calls these methods from a worker thread (spec/cluster.md §1).
 """
 from __future__ import annotations
@@ -26,9 +32,27 @@ from pymq.errors import ClusterError, ConfigError
 __all__ = ["ClusterRegistry", "Hosted", "Member", "RedisRegistry", "SqlRegistry", "now_ms", "open_registry"]
 
 
+def stale_epoch(node: str, mine: int, stored: int) -> ClusterError:
+    return ClusterError(f"cluster store: node {node}'s record is at epoch {stored}, this process holds "
+                        f"{mine}: it was taken over (a fenced former live writes nothing)",
+                        reason="stale-epoch", node=node, epoch=mine, stored_epoch=stored)
+
+
+def record_epoch(raw: str | bytes | None) -> int:
+    """The epoch a stored membership record carries (0: none, or no record)."""
+    if raw is None:
+        return 0
+    try:
+        return int(json.loads(raw).get("epoch") or 0)
+    except (ValueError, AttributeError, TypeError):
+        return 0
+
+
 class ClusterRegistry(abc.ABC):
-    def __init__(self, cluster: str) -> None:
+    def __init__(self, cluster: str, node: str | None = None, epoch: int = 0) -> None:
         self.cluster = cluster
+        self.node = node            # whose writes these are
+        self.epoch = epoch          # their HA epoch (0: not fenced)
 
     @abc.abstractmethod
     def beat(self, member: Member) -> None:
@@ -73,9 +97,28 @@ class ClusterRegistry(abc.ABC):
         pass
 
 
+#: one fenced write (KEYS: the members hash, the written hash; ARGV: node, epoch, op, field[, value]): refused
+#: with the stored epoch when the node's record carries a higher one, else HSET or HDEL
+_FENCED_WRITE = """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if raw then
+  local ok, rec = pcall(cjson.decode, raw)
+  if ok and type(rec) == 'table' and tonumber(rec['epoch'] or 0) > tonumber(ARGV[2]) then
+    return tonumber(rec['epoch'])
+  end
+end
+if ARGV[3] == 'hset' then
+  redis.call('HSET', KEYS[2], ARGV[4], ARGV[5])
+else
+  redis.call('HDEL', KEYS[2], ARGV[4])
+end
+return -1
+"""
+
+
 class RedisRegistry(ClusterRegistry):
-    def __init__(self, url: str, cluster: str) -> None:
-        super().__init__(cluster)
+    def __init__(self, url: str, cluster: str, node: str | None = None, epoch: int = 0) -> None:
+        super().__init__(cluster, node, epoch)
         try:
             import redis
         except ImportError as exc:
@@ -86,6 +129,7 @@ class RedisRegistry(ClusterRegistry):
         self._routing = f"pymq:cluster:{cluster}:routing-keys"
         self._errors = (redis.RedisError,)
         self._watch_error = redis.WatchError
+        self._fenced_write = self._redis.register_script(_FENCED_WRITE)
 
     def _call(self, fn, *args):
         try:
@@ -93,21 +137,31 @@ class RedisRegistry(ClusterRegistry):
         except self._errors as exc:
             raise ClusterError(f"cluster store (Redis) failed: {exc}", reason="store") from exc
 
+    def _write(self, key: str, field: str, value: str | None) -> None:
+        """HSET (or with None, HDEL) ``key`` ``field``: fenced under an epoch (the module's docstring)."""
+        if not self.epoch:
+            if value is None:
+                self._call(self._redis.hdel, key, field)
+            else:
+                self._call(self._redis.hset, key, field, value)
+            return
+        args = [self.node, self.epoch, "hdel" if value is None else "hset", field]
+        stored = self._call(self._fenced_write, [self._members, key], args if value is None else args + [value])
+        if int(stored) >= 0:
+            raise stale_epoch(self.node or "", self.epoch, int(stored))
+
     def beat(self, member: Member) -> None:
-        self._call(self._redis.hset, self._members, member.node, json.dumps(member.__dict__))
+        self._write(self._members, member.node, member.encode())
 
     def members(self) -> list[Member]:
         raw = self._call(self._redis.hgetall, self._members)
-        return [Member(**json.loads(v)) for v in raw.values()]
+        return [Member.decode(v) for v in raw.values()]
 
     def leave(self, node: str) -> None:
-        self._call(self._redis.hdel, self._members, node)
+        self._write(self._members, node, None)
 
     def assign(self, subscription: str, node: str | None, record: dict | None = None) -> None:
-        if node is None:
-            self._call(self._redis.hdel, self._assign, subscription)
-        else:
-            self._call(self._redis.hset, self._assign, subscription, Hosted(node, record).encode())
+        self._write(self._assign, subscription, None if node is None else Hosted(node, record).encode())
 
     def subscriptions(self) -> dict[str, Hosted]:
         raw = self._call(self._redis.hgetall, self._assign)
@@ -119,7 +173,11 @@ class RedisRegistry(ClusterRegistry):
             with self._redis.pipeline(transaction=True) as pipe:
                 while True:
                     try:
-                        pipe.watch(self._assign)
+                        pipe.watch(self._assign, self._members)
+                        if self.epoch:
+                            stored = record_epoch(cast("bytes | None", pipe.hget(self._members, self.node or "")))
+                            if stored > self.epoch:
+                                raise stale_epoch(self.node or "", self.epoch, stored)
                         raw = cast("bytes | None", pipe.hget(self._assign, subscription))   # not decode_responses
                         previous = Hosted.decode(raw.decode()) if raw is not None else None
                         keep = record if record is not None else (previous.record if previous else None)
@@ -133,7 +191,7 @@ class RedisRegistry(ClusterRegistry):
         return previous.node if previous is not None else None
 
     def set_routing_key(self, queue: str, routing_key: str) -> None:
-        self._call(self._redis.hset, self._routing, queue, routing_key)
+        self._write(self._routing, queue, routing_key)
 
     def routing_keys(self) -> dict[str, str]:
         raw = self._call(self._redis.hgetall, self._routing)
@@ -144,8 +202,8 @@ class RedisRegistry(ClusterRegistry):
 
 
 class SqlRegistry(ClusterRegistry):
-    def __init__(self, url: str, cluster: str) -> None:
-        super().__init__(cluster)
+    def __init__(self, url: str, cluster: str, node: str | None = None, epoch: int = 0) -> None:
+        super().__init__(cluster, node, epoch)
         try:
             import sqlalchemy as sa
         except ImportError as exc:
@@ -173,10 +231,23 @@ class SqlRegistry(ClusterRegistry):
         except sa.exc.SQLAlchemyError as exc:
             raise ClusterError(f"cluster store (SQL) failed: {exc}", reason="store") from exc
 
+    def _fence(self, conn) -> None:
+        """Under an epoch: lock this node's membership row for the transaction and refuse to go on when it
+        carries a higher epoch (the module's docstring)."""
+        if not self.epoch:
+            return
+        t = self.t_members
+        raw = conn.execute(self.sa.select(t.c.record).where(t.c.cluster == self.cluster, t.c.node == self.node)
+                           .with_for_update()).scalar()
+        stored = record_epoch(raw)
+        if stored > self.epoch:
+            raise stale_epoch(self.node or "", self.epoch, stored)
+
     def _upsert(self, table, keys: dict, values: dict) -> None:
         sa = self.sa
         try:
             with self.engine.begin() as conn:
+                self._fence(conn)
                 cond = sa.and_(*[table.c[k] == v for k, v in keys.items()])
                 updated = conn.execute(table.update().where(cond).values(**values)).rowcount
                 if not updated:
@@ -197,18 +268,19 @@ class SqlRegistry(ClusterRegistry):
         sa = self.sa
         try:
             with self.engine.begin() as conn:
+                self._fence(conn)
                 conn.execute(table.delete().where(sa.and_(*[table.c[k] == v for k, v in keys.items()])))
         except sa.exc.SQLAlchemyError as exc:
             raise ClusterError(f"cluster store (SQL) failed: {exc}", reason="store") from exc
 
     def beat(self, member: Member) -> None:
         self._upsert(self.t_members, {"cluster": self.cluster, "node": member.node},
-                     {"record": json.dumps(member.__dict__), "beat_ms": member.beat})
+                     {"record": member.encode(), "beat_ms": member.beat})
 
     def members(self) -> list[Member]:
         t = self.t_members
         rows = self._query(self.sa.select(t.c.record).where(t.c.cluster == self.cluster))
-        return [Member(**json.loads(r[0])) for r in rows]
+        return [Member.decode(r[0]) for r in rows]
 
     def leave(self, node: str) -> None:
         self._delete(self.t_members, cluster=self.cluster, node=node)
@@ -238,11 +310,12 @@ class SqlRegistry(ClusterRegistry):
         self.engine.dispose()
 
 
-def open_registry(url: str, cluster: str) -> ClusterRegistry:
+def open_registry(url: str, cluster: str, node: str | None = None, epoch: int = 0) -> ClusterRegistry:
+    """The store of ``url``; ``node`` and ``epoch``: whose writes are fenced (0: none)."""
     if url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisRegistry(url, cluster)
+        return RedisRegistry(url, cluster, node, epoch)
     if url.startswith(("postgresql", "sqlite")):
-        return SqlRegistry(url, cluster)
+        return SqlRegistry(url, cluster, node, epoch)
     raise ConfigError(f"cluster store {url!r}: use redis://... or postgresql+psycopg://...")
 
 

@@ -31,9 +31,11 @@ from pymq_server.cluster.actions import (
     CheckRedistribution,
     Connect,
     DropAdopted,
+    Fenced,
     FollowConsumer,
     MoveOrder,
     PeerDead,
+    Replaced,
     Reroute,
     SendConsumers,
 )
@@ -82,6 +84,7 @@ class Figures:
     moves_ordered: int = 0              # coordinator: moves of idle subscriptions it ordered
     moved_out: int = 0                  # subscriptions this node moved to another by policy
     moves_refused: int = 0              # refused: a consumer was attached
+    refused_stale_epoch: int = 0        # links, forwards and control frames of a node's former process
 
 
 CONTROL_PREFIX = "/pymq/cluster/"
@@ -89,8 +92,13 @@ CONTROL_PREFIX = "/pymq/cluster/"
 
 class ClusterState:
     def __init__(self, node_id: str, config: ClusterConfig, clock: Clock, *,
-                 local_key: Callable[[str], RoutingKey], hosts_here: Callable[[str], bool]) -> None:
+                 local_key: Callable[[str], RoutingKey], hosts_here: Callable[[str], bool], epoch: int = 0) -> None:
         self.node_id = node_id
+        #: this process's HA epoch (spec/ha.md §5; 0 without ``ha:``), and the highest each node id has shown
+        #: in its record or a link's CONNECT: what is lower is a fenced former process's
+        self.epoch = epoch
+        self.epochs: dict[str, int] = {}
+        self.fenced = False
         self.config = config
         self.clock = clock
         self.started = clock.now_ms()
@@ -110,6 +118,9 @@ class ClusterState:
         """One read of the store: react to routing keys declared elsewhere, joins and deaths, subscriptions
         adopted elsewhere, and (the coordinator) place idle subscriptions."""
         actions: list[Action] = []
+        members, fenced = self._current(members, actions)
+        if fenced:
+            return actions
         changed = self.routes.apply(routing_keys)
         if changed:
             actions.append(CheckRedistribution(tuple(sorted(changed))))
@@ -128,6 +139,63 @@ class ClusterState:
         actions += self.hosting.read(hosted, self.membership.alive)
         actions += self._rebalance()
         return actions
+
+    # -- epochs (spec/ha.md §5) -------------------------------------------------------------------------
+    def _current(self, members: list[Member], actions: list[Action]) -> tuple[list[Member], bool]:
+        """The records of this read as the highest epochs say: a record of a lower epoch than one already
+        seen (a former live's beat that raced its fence) is read as the last record of the higher one; a
+        higher epoch of a peer replaces it (actions); a higher epoch of this node fences this process."""
+        out = []
+        for member in members:
+            node, epoch = member.node, member.epoch
+            if node == self.node_id:
+                if epoch > self.epoch and not self.fenced:
+                    self.fenced = True
+                    log.error("cluster: node %s's record is at epoch %d, this process holds %d: fenced",
+                              node, epoch, self.epoch)
+                    actions.append(Fenced(epoch))
+                out.append(member)
+                continue
+            known = self.epochs.get(node)
+            if known is not None and epoch < known:
+                held = self.membership.members.get(node)
+                if held is not None and held.epoch >= known:
+                    out.append(held)
+                continue
+            if known is not None and epoch > known:
+                actions += self._replaced(node, epoch)
+            self.epochs[node] = epoch
+            out.append(member)
+        return out, self.fenced
+
+    def _replaced(self, peer: str, epoch: int) -> list[Action]:
+        log.warning("cluster: node %s is held at epoch %d now (taken over): its former process is refused",
+                    peer, epoch)
+        self.epochs[peer] = epoch
+        self.ready.discard(peer)
+        if peer in self.topics.peers.peers:
+            self.topics.peer_left(peer)
+            self.topics.peer_joined(peer)           # match-all until the new process announces
+        self.routes.drop_peer(peer)
+        return [Replaced(peer, epoch)]
+
+    def admits(self, peer: str, epoch: int) -> bool:
+        """A frame on a link ``peer`` opened at ``epoch``: False (refuse it, counted) when the node id has
+        shown a higher epoch since."""
+        if epoch >= self.epochs.get(peer, 0):
+            return True
+        self.figures.refused_stale_epoch += 1
+        return False
+
+    def link_opened(self, peer: str, epoch: int) -> tuple[bool, list[Action]]:
+        """``peer`` connected at ``epoch``: refused when lower than its highest; a higher one replaces it."""
+        if not self.admits(peer, epoch):
+            return False, []
+        known = self.epochs.get(peer)
+        if known is None or epoch == known:
+            self.epochs[peer] = epoch
+            return True, []
+        return True, self._replaced(peer, epoch)
 
     def _peer_dead(self, peer: str) -> list[Action]:
         log.warning("cluster: node %s is dead (no heartbeat for %d ms)", peer, self.config.dead_after_ms)
@@ -219,7 +287,8 @@ class ClusterState:
     # -- status --------------------------------------------------------------------------------------
     def status(self) -> dict:
         membership, hosting = self.membership, self.hosting
-        status: dict[str, object] = {"node": self.node_id, "members": sorted(membership.members)}
+        status: dict[str, object] = {"node": self.node_id, "members": sorted(membership.members),
+                                     "epoch": self.epoch, "epochs": dict(sorted(self.epochs.items()))}
         status.update(self.topics.status())
         status.update({"remote_consumers": self.routes.remote_consumers,
                        "assignments": dict(sorted(hosting.assignments.items())),

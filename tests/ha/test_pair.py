@@ -198,7 +198,6 @@ def test_a_group_of_three_takes_over_twice(file_group):
      "grid"),
     ({"storage": {"devices": {"file": {}, "db": {"kind": "sql", "url": "postgresql+psycopg://u@h/d"}},
                   "persistent_device": "file"}}, "one kind"),
-    ({"cluster": {"store": "redis://127.0.0.1:1/0", "secret": "s"}}, "cluster"),
 ])
 def test_rule_2_5_what_the_lease_cannot_fence_is_refused(tmp_path, doc, problem):
     import yaml
