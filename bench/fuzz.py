@@ -228,7 +228,8 @@ def main(argv=None) -> int:
     if args.only in (None, "admin"):
         parts += [("admin", "http")]
     if args.only in (None, "atheris") and have_atheris:
-        parts += [("atheris", "scanner"), ("atheris", "selector"), ("atheris", "bulk"), ("atheris", "definitions")]
+        parts += [("atheris", "scanner"), ("atheris", "selector"), ("atheris", "bulk"), ("atheris", "definitions"),
+                  ("atheris", "filter")]
     jvm = jvm_fuzz_command()
     if args.only in (None, "jvm") and jvm is not None:
         parts += [("jvm", "answers")]

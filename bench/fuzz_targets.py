@@ -5,6 +5,12 @@ broker's reader of bulk SEND bodies.
     python bench/fuzz_targets.py selector -max_total_time=60 -print_final_stats=1 [corpus_dir]
     python bench/fuzz_targets.py bulk -max_total_time=60 -print_final_stats=1 [corpus_dir]
     python bench/fuzz_targets.py definitions -max_total_time=60 -print_final_stats=1 [corpus_dir]
+    python bench/fuzz_targets.py filter -max_total_time=60 -print_final_stats=1 [corpus_dir]
+
+``filter`` feeds a cluster peer's filter announcement (spec/routing.md §3.4-3.5: the digest bytes and the
+``pymq-filter-patterns`` list) to ``TopicInterest.announced``: it must apply it or refuse with a
+ClusterError, and the peer it describes must then want a topic exactly when its digest's bits or its
+listed patterns say so, or be match-all; nothing else may be raised.
 
 ``bulk`` feeds the bytes to ``bulk_rows.read_bulk`` (an Arrow IPC stream, spec/spark.md §7): it must
 refuse with a MessageFormatError or give a batch that pyarrow's own full validation accepts and that the
@@ -35,6 +41,7 @@ with atheris.instrument_imports():
 
     from pymq_server.broker import bulk_rows, bulk_stream  # noqa: F401  (instrumented for coverage)
     from pymq_server.admin import definitions
+    from pymq_server.cluster import topics as cluster_topics  # noqa: F401  (instrumented for coverage)
 
 from pymq.protocol import _scanner_c
 from pymq_server.broker import segments
@@ -137,8 +144,23 @@ def definitions_target(data: bytes) -> None:
         pass
 
 
+def filter_target(data: bytes) -> None:
+    """A peer's filter announcement: (digest bytes, patterns header) from the input, checked by the property
+    of tests/hostile/filter_announcements.py."""
+    fdp = atheris.FuzzedDataProvider(data)
+    body = fdp.ConsumeBytes(fdp.ConsumeIntInRange(0, 64))
+    raw = fdp.ConsumeUnicodeNoSurrogates(fdp.remaining_bytes()) if fdp.ConsumeBool() else None
+    _filter_check()(body, raw)
+
+
+def _filter_check():
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    from tests.hostile.filter_announcements import check_announcement
+    return check_announcement
+
+
 TARGETS = {"scanner": scanner_target, "selector": selector_target, "bulk": bulk_target,
-           "definitions": definitions_target}
+           "definitions": definitions_target, "filter": filter_target}
 
 
 def _bulk_seeds() -> list[bytes]:
@@ -157,6 +179,8 @@ SEEDS = {
                     b'"/topic/a.*", "grants": {"role:r": ["produce"]}}], "durable_subscriptions": [{"topic": "a.#", '
                     b'"owner": "o", "name": "n", "selector": "x > 1"}], "users": [{"name": "u", "roles": ["r"], '
                     b'"password_hash": "scrypt$16384$8$1$c2FsdA$ZA"}], "vhosts": {}}'],
+    "filter": [b"\x08\x01\x01\x07\x01\x00\x00\x00\x08\xff" + b'["stocks.*","a.#"]',
+               b"\x08\x01\x01\x07\x00\x00\x00\x00\x08\x00" + b'["*.x"]', b"\x00" + b"[[[[[["],
 }
 
 

@@ -56,3 +56,34 @@ def test_an_overfull_filter_is_regenerated_and_reannounced(tmp_path, redis_url):
         raw.sock.close()
         for node in nodes:
             node.stop()
+
+
+def test_a_node_with_a_pattern_subscription_gets_the_topics_it_matches_only(tmp_path, redis_url):  # noqa: F811
+    """spec/routing.md §3.5: n1 subscribes to stocks.*; n0 reads the pattern from n1's announcement and
+    forwards stocks.a there, not bonds.a nor stocks.a.b (before, n1's digest was match-all and got all)."""
+    nodes, _ = start_cluster(tmp_path, redis_url, n=2)
+    a, b = nodes
+    prefix = uuid.uuid4().hex[:6]
+    raw = RawStomp(b.port)
+    try:
+        assert raw.connect().command == "CONNECTED"
+        raw.send("SUBSCRIBE", {"id": "p", "destination": f"/topic/{prefix}.stocks.*", "receipt": "r"})
+        assert raw.read(10).command == "RECEIPT"
+        serial = status(b)["filter"]["serial"]
+        assert wait_for(lambda: (status(a)["peer_filters"]["n1"]["serial"] or 0) >= serial, timeout=10)
+        seen = status(a)["peer_filters"]["n1"]
+        assert seen["patterns"] == [f"{prefix}.stocks.*"] and not seen["match_all"]
+        before = status(b)["received_forwarded"]
+        with pymq.connect(a.url) as pub:
+            session = pub.create_session()
+            for name in ("bonds.a", "stocks.a.b", "stocks", "stocks.a"):
+                session.create_producer(pymq.Topic(f"{prefix}.{name}")).send(name, delivery_mode=pymq.NON_PERSISTENT)
+        frame = raw.read(10)
+        assert frame.command == "MESSAGE" and frame.body == b"stocks.a"
+        assert wait_for(lambda: status(a)["outboxes"].get("n1", 0) == 0, timeout=10)
+        assert status(b)["received_forwarded"] - before == 1          # nothing it did not want
+        assert status(b)["discarded_false_positive"] == 0
+    finally:
+        raw.sock.close()
+        for node in nodes:
+            node.stop()

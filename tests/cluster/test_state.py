@@ -232,23 +232,60 @@ def test_two_nodes_exchange_filters_and_forward_only_what_the_other_wants(clock)
     assert n0.topic_targets("prices.us") == (["n1"], [])
 
 
-def test_a_pattern_subscription_makes_the_announced_digest_match_all_until_it_goes(clock):
+@pytest.mark.parametrize("lists_patterns", [True, False], ids=["patterns-announced", "earlier-version"])
+def test_a_pattern_subscription_is_announced_and_matched_at_the_sender_or_match_all(clock, lists_patterns):
+    """spec/routing.md §3.5: a node announces its patterns with its match-all digest; a peer that reads the
+    list forwards it only the topics they match (and its topics' bits still count); a node of an earlier
+    version, which sends the match-all digest alone, gets every topic message as before."""
     store = Store(clock)
     store.beat("n0", "n1")
     n0, n1 = _state("n0", clock), _state("n1", clock, popular_fraction=1.0)
+    n1.topics.announce_patterns = lists_patterns
     _read(n0, store)
     _read(n1, store)
     _exchange(n0, n1, n0.link_up("n1"))
     _exchange(n1, n0, n1.link_up("n0"))
     assert n0.topic_targets("stocks.ibm") == ([], [])                  # n1 wants nothing yet
     assert n1.topic_changed("stocks.*", True, pattern=True) and not n1.topic_changed("stocks.*", True, pattern=True)
+    assert n1.topic_changed("bonds.ibm", True)
     _exchange(n1, n0, n1.announce())
-    assert n1.status()["filter_patterns"] == ["stocks.*"] and n1.status()["filter_topics"] == []
-    assert n0.topic_targets("stocks.ibm") == (["n1"], [])              # match-all: n1 matches the pattern itself
-    assert n0.topic_targets("bonds.x") == (["n1"], [])
+    assert n1.status()["filter_patterns"] == ["stocks.*"] and n1.status()["filter_topics"] == ["bonds.ibm"]
+    assert n0.topic_targets("stocks.ibm") == (["n1"], [])              # n1 matches the pattern itself
+    assert n0.topic_targets("bonds.ibm") == (["n1"], [])               # its topics' bits
+    if lists_patterns:
+        assert n0.topic_targets("bonds.x") == ([], []) and n0.topic_targets("stocks.a.b") == ([], [])
+        assert n0.status()["peer_filters"]["n1"] == {**n0.status()["peer_filters"]["n1"], "match_all": False,
+                                                     "patterns": ["stocks.*"]}
+    else:
+        assert n0.topic_targets("bonds.x") == (["n1"], [])              # match-all, as before
     assert n1.topic_changed("stocks.*", False, pattern=True)
     _exchange(n1, n0, n1.announce())
     assert n0.topic_targets("stocks.ibm") == ([], []) and n1.status()["filter_patterns"] == []
+    assert not n0.topics.peer_patterns and n0.topics.peer_patterns.index.patterns() == []
+
+
+def test_an_announced_pattern_list_that_is_not_one_leaves_the_peer_match_all(clock):
+    """Hostile or broken lists: a peer's announcement whose pattern list is not JSON, not a list, holds
+    a name that is no pattern, or is over the bounds, is read as match-all (never as wanting nothing)."""
+    from pymq_server.cluster.topics import MAX_ANNOUNCED_PATTERNS, PATTERNS_HEADER
+    n0 = _state("n0", clock)
+    n1 = _state("n1", clock)
+    n1.topic_changed("stocks.*", True, pattern=True)
+    n1.topics.renew()
+    headers, body = n1.topics.announcement()
+    assert headers[PATTERNS_HEADER] == '["stocks.*"]'
+    n0.topics.peer_joined("n1")
+    bad = ["stocks.*", '"stocks.*"', '["stocks.ibm"]', "[1]", '[""]', "{}", "[" * 10_000,
+           "[" + ",".join(['"a.*"'] * (MAX_ANNOUNCED_PATTERNS + 1)) + "]"]
+    for serial, value in enumerate(bad, start=10):
+        assert n0.topics.announced("n1", {**headers, PATTERNS_HEADER: value, "pymq-filter-serial": str(serial)},
+                                   body)
+        assert n0.topics.targets("bonds.x", {"n0", "n1"}) == ["n1"], value
+    # past the bounds a node announces no list at all (the match-all digest alone)
+    for i in range(MAX_ANNOUNCED_PATTERNS):
+        n1.topic_changed(f"p{i}.*", True, pattern=True)
+    n1.topics.renew()
+    assert PATTERNS_HEADER not in n1.topics.announcement()[0]
 
 
 def test_an_overfull_filter_is_regenerated_before_it_is_announced(clock):
