@@ -21,7 +21,6 @@ import asyncio
 import json
 import logging
 import time
-import weakref
 from typing import Any, cast
 from collections.abc import Callable, Mapping
 
@@ -44,6 +43,7 @@ from pymq_server.cluster.actions import (
     Reroute,
     SendConsumers,
 )
+from pymq_server.cluster.epochs import LinkEpochs
 from pymq_server.cluster.handover import Moves
 from pymq_server.cluster.host import ClusterHost
 from pymq_server.cluster.link import PeerLink
@@ -53,8 +53,7 @@ from pymq_server.cluster.registry import ClusterRegistry, Member, open_registry
 from pymq_server.cluster.state import CONTROL_PREFIX, Clock, ClusterState, SystemClock
 from pymq_server.config import ClusterConfig
 
-from pymq.errors import ClusterError, PymqError
-from pymq.protocol.numbers import header_int
+from pymq.errors import PymqError
 from pymq.routing.groups import RoutingKey, parse_routing_key
 
 log = logging.getLogger("pymq.cluster")
@@ -84,8 +83,6 @@ class ClusterNode:
         self.node_id = node_id
         self.advertise = config.advertise or advertise
         self.epoch = epoch                  # this process's HA epoch (0: the node has no backups)
-        #: peers' sessions here (their links), with the epoch each connected at
-        self._inbound: weakref.WeakKeyDictionary[Any, tuple[str, int]] = weakref.WeakKeyDictionary()
         self.abandoned = False
 
         def local_key(name: str) -> RoutingKey:
@@ -95,6 +92,7 @@ class ClusterNode:
         self.state = ClusterState(node_id, config, clock or SystemClock(), local_key=local_key,
                                   hosts_here=lambda key: broker.find_subscription(key) is not None, epoch=epoch)
         self.started = self.state.started
+        self.epochs = LinkEpochs(self.state)
         self.outboxes = Outboxes(broker, self.state)
         self.redistribution = Redistribution(broker, self.state)
         self.links: dict[str, PeerLink] = {}
@@ -281,15 +279,7 @@ class ClusterNode:
         link = self.links.pop(action.peer, None)
         if link is not None:
             link.close()
-        for session, (peer, epoch) in list(self._inbound.items()):
-            if peer == action.peer and epoch < action.epoch:
-                self._refuse(session)
-
-    @staticmethod
-    def _refuse(session: Any) -> None:
-        link = getattr(session, "link", None)
-        if link is not None:
-            getattr(link, "abort", link.close)()
+        self.epochs.replaced(action.peer, action.epoch)
 
     def _move(self, order: MoveOrder) -> None:
         if order.host == self.node_id:
@@ -366,29 +356,12 @@ class ClusterNode:
         return outboxes + self.outboxes.held_for(held) if held else outboxes
 
     def link_admitted(self, session: Any, headers: Mapping[str, str]) -> None:
-        """A peer's link logged in (its CONNECT's ``pymq-node-epoch``, 0 without): refused with ClusterError
-        when its node id has shown a higher epoch (spec/ha.md §5); a higher one replaces the former process."""
-        peer = session.user.name.split(":", 1)[-1]
-        epoch = header_int(headers, "pymq-node-epoch", 0)
-        admitted, actions = self.state.link_opened(peer, epoch)
-        if not admitted:
-            raise self._stale(peer, epoch)
-        self._inbound[session] = (peer, epoch)
-        self._act(actions)
-
-    def _stale(self, peer: str, epoch: int) -> ClusterError:
-        return ClusterError(f"cluster node {peer} at epoch {epoch} was taken over (epoch "
-                            f"{self.state.epochs.get(peer, 0)}): refused", reason="stale-epoch", node=peer)
-
-    def _check_epoch(self, session: Any) -> None:
-        seen = self._inbound.get(session)
-        if seen is not None and not self.state.admits(*seen):
-            self._refuse(session)
-            raise self._stale(*seen)
+        """A peer's link logged in (spec/ha.md §5): refused with ClusterError at a stale epoch."""
+        self._act(self.epochs.admitted(session, headers))
 
     def on_forwarded(self, client: Any = None) -> None:
         if client is not None:
-            self._check_epoch(client)
+            self.epochs.check(client)
         self.state.figures.received_forwarded += 1
 
     def discarded_forwarded(self) -> None:
@@ -463,7 +436,7 @@ class ClusterNode:
 
     def on_control(self, session: Any, headers: dict, body: bytes) -> None:
         """A control message from another node (spec/cluster.md §2)."""
-        self._check_epoch(session)
+        self.epochs.check(session)
         kind = headers["destination"][len(CONTROL_PREFIX):]
         peer = headers.get("pymq-node") or session.user.name.split(":", 1)[-1]
         self._act(self.state.control(peer, kind, headers, body))
