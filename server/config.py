@@ -813,6 +813,13 @@ class BrokerConfig(_Section):
             raise ValueError(f"{', '.join(needs_tls)} need(s) a `tls:` section with cert_file and key_file")
         if self.admin_tls and self.admin_port is None:
             raise ValueError("admin_tls is set but admin_port is not")
+        limited = sorted(name for name, entry in self.vhosts.items()
+                         if (entry.max_connections, entry.max_queues, entry.max_memory) != (None, None, None))
+        if limited and self.workers > 1:
+            # each worker counts only its own connections, queues and memory (spec/cores.md): a limit would
+            # hold per worker, not per vhost
+            raise ValueError(f"vhosts {', '.join(limited)}: limits (max_connections, max_queues, max_memory) with "
+                             f"workers > 1 are not supported yet (each worker would count only its own)")
         if self.ha is not None:
             self.ha_store()
         return self

@@ -22,6 +22,7 @@ from typing import Any
 
 from pymq.errors import ConfigError, DestinationError, PymqError, UnknownDestination, UnknownMessage
 from pymq_server.admin.checks import MAX_TEXT, bool_arg, ids_arg, int_arg, queue_name, text_arg
+from pymq_server.broker import vhosts
 from pymq_server.broker.acl import may_monitor
 from pymq_server.broker.requests import parse_send
 
@@ -218,15 +219,25 @@ def retry_dead_letters(admin, user, args: dict) -> dict:
     broker.acl.check(user, queue.destination, "consume")
     ids = ids_arg(args)
     batch = None if ids is not None else _batch_limit(args)
+    # the header names the queue as its vhost's clients do (router.py): back inside the dead-letter queue's vhost
+    vh = vhosts.split(queue.destination[len("/queue/"):])[0]
+
+    def origin_of(entry) -> str | None:
+        origin = entry.message.headers.get("pymq-original-destination")
+        if origin is None:
+            return None
+        origin = vhosts.inside(origin, vh) if vh else origin
+        # never out of the dead-letter queue's vhost, whatever the header says
+        return origin if vhosts.split(origin.partition("/queue/")[2])[0] == vh else None
 
     def retryable(entry) -> bool:
-        origin = entry.message.headers.get("pymq-original-destination")
+        origin = origin_of(entry)
         return origin is not None and origin.startswith("/queue/") and origin != queue.destination
     # without ids, only what can go back is taken: messages that cannot never block the ones behind them
     entries = _selected(queue, ids, batch or 0, None if ids is not None else retryable)
     targets: dict[str, str | None] = {}
     for entry in entries:
-        origin = entry.message.headers.get("pymq-original-destination")
+        origin = origin_of(entry)
         if origin is not None and origin not in targets:
             targets[origin] = origin if origin.startswith("/queue/") and origin != queue.destination else None
     for target in targets.values():
@@ -234,7 +245,7 @@ def retry_dead_letters(admin, user, args: dict) -> dict:
             broker.acl.check(user, target, "produce")     # every refusal before anything moves
 
     def target_of(entry) -> tuple[str | None, str]:
-        origin = entry.message.headers.get("pymq-original-destination")
+        origin = origin_of(entry)
         if origin is None:
             return None, "no pymq-original-destination header: not a dead letter (use move)"
         if targets.get(origin) is None:
@@ -314,7 +325,8 @@ def list_dead_letter_queues(admin, user, args: dict) -> list:
     out = []
     with_reasons = bool_arg(args, "reasons", True)
     for name, queue in sorted(broker.queues.items()):
-        prefix = next((p for p in prefixes if name.startswith(p) and len(name) > len(p)), None)
+        vh, local = vhosts.split(name)             # a vhost's dead-letter queues are inside it
+        prefix = next((p for p in prefixes if local.startswith(p) and len(local) > len(p)), None)
         if prefix is None or not (may_monitor(user) or broker.acl.sees(user, queue.destination)):
             continue
         reasons: dict[str, int] = {}
@@ -322,7 +334,7 @@ def list_dead_letter_queues(admin, user, args: dict) -> list:
             for entry in islice(queue.ready, 1000):        # a sample: the newest kinds of failure
                 reason = entry.message.headers.get("pymq-dead-letter-reason", "unknown")
                 reasons[reason] = reasons.get(reason, 0) + 1
-        out.append({"name": name, "destination": queue.destination, "source": name[len(prefix):],
+        out.append({"name": name, "destination": queue.destination, "source": vh + local[len(prefix):],
                     "depth": queue.depth, "ready": queue.ready.count, "consumers": len(queue.consumers),
                     "reasons": reasons})
     return out

@@ -13,6 +13,7 @@ import logging
 
 from pymq.errors import AccessDenied, InvalidHeader, MissingHeader, PymqError
 from pymq_server.admin.ops import error_result
+from pymq_server.broker import vhosts
 from pymq_server.broker.acl import is_admin
 from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.requests import parse_send
@@ -35,6 +36,12 @@ def handle(session, headers: dict, body: bytes, submit=None) -> None:
     if headers.get("transaction") is not None:
         raise InvalidHeader("admin requests cannot be part of a transaction", header="transaction")
     broker = session.broker
+    # the answer goes where the asker's reply-to names in the asker's vhost (spec/stomp.md §1): an
+    # administrator asking from /shop with reply-to:/queue/answers reads it there, never in '/' or another vhost
+    # (a '$' name is refused as in a destination header: no answer lands in another vhost's queue)
+    if not getattr(session, "is_cluster", False):
+        vhosts.check_client_destination(reply_to)
+    reply_to = vhosts.inside(reply_to, getattr(session, "_vh_prefix", ""))
     reply = {"destination": reply_to, "content-type": "application/json", "persistent": "false",
              "pymq-admin-op": op}
     if "correlation-id" in headers:

@@ -28,6 +28,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from pymq_server.broker import destination as names
+from pymq_server.broker import vhosts
 from pymq_server.broker.acl import AccessControl, DestinationAcl
 from pymq_server.broker.auth import User
 from pymq_server.config import BrokerConfig, QueueConfig
@@ -48,6 +49,23 @@ SERVES = "dead_letter_of"
 
 #: the settings of a dead-letter queue: it never dead-letters again
 DEAD_LETTER_CONFIG = QueueConfig(max_deliveries=0, dead_letter=False)
+
+
+def dead_letter_name(name: str, prefix: str) -> str:
+    """The dead-letter queue of queue ``name`` (a core name; for a subscription, its dotted key) under
+    ``prefix``: inside the queue's vhost (``$vh.shop.work`` -> ``$vh.shop.DLQ.work``), and a vhost
+    subscription's without the owner's vhost (``sub.shop/app.feed`` of vhost shop -> ``$vh.shop.DLQ.sub.app.feed``)."""
+    vh, local = vhosts.split(name)
+    return vh + prefix + local
+
+
+def subscription_key(source: str) -> str:
+    """The dotted subscription key a dead-letter queue's source names, as the subscriptions layer keeps it:
+    a vhost's ``$vh.shop.sub.app.feed`` is ``sub.shop/app.feed`` (the owner within its vhost, clients.py)."""
+    vh, local = vhosts.split(source)
+    if vh and local.startswith("sub."):
+        return f"sub.{vh[len(vhosts.PREFIX):-1]}/{local[4:]}"
+    return source
 
 
 class DeadLetterNames:
@@ -86,18 +104,19 @@ class DeadLetterNames:
         if not destination.startswith("/queue/"):
             return None
         name = destination[7:]
+        vh, local = vhosts.split(name)           # a vhost's dead-letter and expiry queues are its own
         expiry = self.config.expiry_queue
-        if expiry and name == expiry:
+        if expiry and local == expiry:
             return DestinationAcl()
         source = self.dead_letter_sources.get(name)
         if source is None:
             prefix = self.config.queue_defaults.dead_letter_prefix
-            if not prefix or not name.startswith(prefix):
+            if not prefix or not local.startswith(prefix):
                 if len(self._not_system) < _CACHE_LIMIT:
                     self._not_system.add(destination)
                 return None
-            source = name[len(prefix):]
-            creator = self.subscription_creator(source)
+            source = vh + local[len(prefix):]
+            creator = self.subscription_creator(subscription_key(source))
             if creator is not None:
                 return DestinationAcl(creator)
         if source not in self.queues:
@@ -112,7 +131,7 @@ class DeadLetterNames:
         prefix (None when it is, or when dead letters are dropped)."""
         if not config.dead_letter or config.dead_letter_prefix == self.config.queue_defaults.dead_letter_prefix:
             return None
-        return config.dead_letter_prefix + name
+        return dead_letter_name(name, config.dead_letter_prefix)
 
     def check_dead_letter_name(self, name: str, config: QueueConfig, user: User | None, *,
                                create_checked: bool = True) -> str | None:

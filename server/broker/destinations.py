@@ -153,7 +153,8 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         settings = self.config.queues.get(name)
         if settings:
             return queue_config(settings, f"queue {name}", base=self.config.queue_defaults)
-        if name.startswith(self.config.queue_defaults.dead_letter_prefix) or name in self.dead_letter_sources:
+        if (vhosts.split(name)[1].startswith(self.config.queue_defaults.dead_letter_prefix)
+                or name in self.dead_letter_sources):
             return DEAD_LETTER_CONFIG           # a dead-letter queue never dead-letters again
         return self.config.queue_defaults
 
@@ -390,7 +391,7 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         connection's own local names always."""
         if name.startswith("tmp."):
             queue = self.temp_queues.get(name)
-            if queue is None:
+            if queue is None or not vhosts.same_vhost(client, queue.owner):    # another vhost's: as if gone
                 raise UnknownDestination(f"temporary queue '/temp-queue/{name}' does not exist "
                                          f"(its connection has closed)", destination="/temp-queue/" + name)
             return queue

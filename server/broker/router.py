@@ -22,7 +22,9 @@ from collections.abc import Callable
 
 from pymq_server.broker import bulk_rows
 from pymq_server.broker.bulk_rows import BulkResult
+from pymq_server.broker import vhosts
 from pymq_server.broker.clients import Client, own_reply_to
+from pymq_server.broker.deadletters import dead_letter_name
 from pymq_server.broker.destinations import Destinations, Kind
 from pymq_server.broker.forwarded import SUBSCRIPTION, arrived
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
@@ -191,16 +193,23 @@ class Router:
         cfg = queue.config
         if queue.kind == "queue":
             name = queue.destination[len("/queue/"):]
-            where = "to " + cfg.dead_letter_prefix + name if cfg.dead_letter else "dropped"
+            where = "to " + dead_letter_name(name, cfg.dead_letter_prefix) if cfg.dead_letter else "dropped"
             self.destinations.queue_logs.event(
                 name, f"message {entry.message.message_id} after {entry.deliveries} deliveries: {where} ({reason})")
         if not cfg.dead_letter:
             log.info("dropping message %s from %s: %s", entry.message.message_id, queue.name, reason)
             return
-        base = queue.name.replace(":", ".") if queue.kind == "subscription" else queue.destination.split("/", 2)[2]
+        if queue.kind == "subscription":
+            # 'sub:<owner>:<name>'; in a vhost the owner is '<vhost>/<owner>' and the queue goes inside it
+            vh = vhosts.split(queue.destination.split("/", 2)[2])[0]
+            base = queue.name.replace(":", ".")
+            if vh:
+                base = vh + "sub." + base.removeprefix(f"sub.{vh[len(vhosts.PREFIX):-1]}/")
+        else:
+            base = queue.destination.split("/", 2)[2]
         expires = self.now_ms() + cfg.dead_retention_ms if cfg.dead_retention_ms else 0
-        self._move(EntryPath.DEAD_LETTER, entry, cfg.dead_letter_prefix + base, "pymq-dead-letter-reason",
-                   reason, expires)
+        self._move(EntryPath.DEAD_LETTER, entry, dead_letter_name(base, cfg.dead_letter_prefix),
+                   "pymq-dead-letter-reason", reason, expires)
 
     def on_expired(self, entry: Entry) -> None:
         """An expired message leaves its queue: counted, and moved to the expiry queue if one is set
@@ -212,17 +221,17 @@ class Router:
             self.destinations.queue_logs.event(queue.destination[len("/queue/"):],
                                                f"message {entry.message.message_id} expired"
                                                f"{' (to ' + target + ')' if target else ''}")
-        if not target or queue.destination == "/queue/" + target or \
-                queue.destination.startswith("/queue/" + self.config.queue_defaults.dead_letter_prefix):
+        vh, local = vhosts.split(queue.destination.split("/", 2)[2])     # a vhost's expiry queue is its own
+        if not target or local == target or local.startswith(self.config.queue_defaults.dead_letter_prefix):
             return
-        self._move(EntryPath.EXPIRY, entry, target, "pymq-expiry-reason", "expired", 0)
+        self._move(EntryPath.EXPIRY, entry, vh + target, "pymq-expiry-reason", "expired", 0)
 
     def _move(self, path: EntryPath, entry: Entry, queue_name: str, reason_header: str, reason: str,
               expires: int) -> None:
         original = entry.message
         target = self.destinations.queue(queue_name, create=True)
         headers = dict(original.headers)
-        headers["pymq-original-destination"] = original.destination
+        headers["pymq-original-destination"] = vhosts.outside(original.destination)   # as its vhost names it
         headers["pymq-original-message-id"] = original.message_id
         headers[reason_header] = reason
         headers["JMSXDeliveryCount"] = str(entry.deliveries)

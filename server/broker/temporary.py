@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from pymq_server.broker.topic import Topic
+from pymq_server.broker import vhosts
 
 from pymq.errors import AccessDenied, DestinationError, IllegalStateError, UnknownDestination
 
@@ -209,7 +210,7 @@ class TemporaryTopics:
         connection's own local names always."""
         if name.startswith("tmp.") or client is None:
             topic = self.temp_topics.get(name)
-            if topic is None:
+            if topic is None or not vhosts.same_vhost(client, topic.owner):     # another vhost's: as if gone
                 raise UnknownDestination(f"temporary topic '/temp-topic/{name}' does not exist "
                                          f"(its connection has closed)", destination="/temp-topic/" + name)
             return topic

@@ -112,6 +112,25 @@ def check_memory(vhost: str, limit: int, held: int, cost: int) -> None:
                             limit="max_memory", vhost=vhost, held=held)
 
 
+def same_vhost(client: Any, owner: Any) -> bool:
+    """Whether ``client`` may reach a temporary destination of ``owner``'s by its global name: only from the
+    owner's vhost (the global name is unique broker-wide, the reach is not); the broker's own SEND (None) and
+    a peer node's always."""
+    return (client is None or getattr(client, "is_cluster", False)
+            or getattr(client, "vhost", DEFAULT) == getattr(owner, "vhost", DEFAULT))
+
+
+def split(name: str) -> tuple[str, str]:
+    """A core queue or topic name as (its vhost's prefix, the name inside the vhost): ``$vh.shop.orders`` is
+    (``$vh.shop.``, ``orders``), a default vhost's name ('', name). The broker's names derived from a queue's
+    (its dead-letter queue, the expiry queue) are made inside the vhost from the second part."""
+    if name.startswith(PREFIX):
+        dot = name.find(".", len(PREFIX))
+        if dot >= 0:
+            return name[:dot + 1], name[dot + 1:]
+    return "", name
+
+
 def prefix(vhost: str) -> str:
     """What a vhost's destination names start with inside the core ('' for the default vhost)."""
     return "" if vhost == DEFAULT else f"{PREFIX}{vhost}."

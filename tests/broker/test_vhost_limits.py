@@ -128,5 +128,7 @@ def test_vhost_limits_are_checked_in_the_configuration():
                 {"principals": ["*"], "max_conections": 3}):
         with pytest.raises((ConfigError, ValueError)):
             BrokerConfig.from_dict({"vhosts": {"shop": bad}})
+    with pytest.raises(ConfigError, match="workers > 1"):          # a worker would count only its own
+        BrokerConfig.from_dict({"workers": 2, "vhosts": {"shop": {"principals": ["*"], "max_queues": 5}}})
     config = BrokerConfig.from_dict({"vhosts": {"shop": {"principals": ["*"], "max_memory": "1MiB"}, "b": ["*"]}})
     assert config.vhosts["shop"].max_memory == 1 << 20 and config.vhosts["b"].principals == ["*"]
