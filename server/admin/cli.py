@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 import yaml
 
 import pymq
+from pymq_server.broker import vhosts
 
 OK, FAILED, USAGE, UNREACHABLE, AUTH, DENIED, NOT_FOUND = 0, 1, 2, 3, 4, 5, 6
 CLOSED_PIPE = 141      # 128 + SIGPIPE: what a shell reports for a C tool whose reader went away
@@ -62,6 +63,7 @@ class AdminClient:
     def __init__(self, url: str, user: str, password: str, timeout: float = 30.0,
                  cafile: str | None = None, insecure: bool = False) -> None:
         self.url = url.rstrip("/")
+        self.vhost: str | None = None        # --vhost: names and lists inside that virtual host (in_vhost)
         self.auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
         self.timeout = timeout
         self.context: ssl.SSLContext | None = None
@@ -89,6 +91,8 @@ class AdminClient:
                 from None
 
     def call(self, op: str, **args: Any) -> Any:
+        if self.vhost is not None:
+            return self.in_vhost(op, args)
         status, raw = self.request("POST", "/api/" + op, {k: v for k, v in args.items() if v is not None})
         try:
             answer = json.loads(raw)
@@ -102,6 +106,47 @@ class AdminClient:
             raise CliError(f"{error.get('code', 'error')}: {error.get('message', 'failed')}",
                            _HTTP_EXIT.get(status, FAILED), answer)
         return answer["result"]
+
+    def in_vhost(self, op: str, args: dict[str, Any]) -> Any:
+        """``op`` as seen from inside the virtual host ``--vhost`` names (spec/admin.md "Virtual hosts"): the
+        names given are the vhost's (``orders`` is ``$vh.shop.orders``), lists hold that vhost's only, and what
+        comes back names things as the vhost's clients do."""
+        vh = self.vhost
+        assert vh is not None
+        prefix = vhosts.prefix(vh)
+        args = dict(args)
+        if op in VHOST_LISTS:
+            args["vhost"] = vh
+        for key in ("name", "target", "queue", "destination", "from", "to"):
+            value = args.get(key)
+            if isinstance(value, str) and prefix:
+                args[key] = vhosts.inside(value, prefix) if value.startswith("/") else prefix + value
+        vhost, self.vhost = self.vhost, None
+        try:
+            return _vhost_names(self.call(op, **args), prefix)
+        finally:
+            self.vhost = vhost
+
+
+#: the operations whose ``vhost`` argument narrows what they list (server/admin/vhost_ops.py)
+VHOST_LISTS = frozenset({"list-queues", "list-topics", "list-subscriptions", "list-destinations", "metrics",
+                         "connections", "list-consumers", "list-dead-letter-queues"})
+
+
+def _vhost_names(value: Any, prefix: str) -> Any:
+    """A result with a vhost's core names (``$vh.shop.orders``, ``/queue/$vh.shop.orders``) as its clients
+    name them."""
+    if not prefix:
+        return value
+    if isinstance(value, str):
+        if value.startswith(prefix):
+            return value[len(prefix):]
+        return vhosts.outside(value) if prefix in value else value
+    if isinstance(value, list):
+        return [_vhost_names(v, prefix) for v in value]
+    if isinstance(value, dict):
+        return {_vhost_names(k, prefix): _vhost_names(v, prefix) for k, v in value.items()}
+    return value
 
 
 # -- output ------------------------------------------------------------------------------------------
@@ -316,6 +361,19 @@ def _queues_drop(c: AdminClient, a):
 def _queues_purge(c: AdminClient, a):
     result = c.call("purge-queue", name=a.name)
     return result, lambda r: print(f"purged {r['purged_messages']} messages from {a.name}")
+
+
+VHOST_COLUMNS = [("VHOST", "name"), ("CONNECTIONS", "connections"), ("QUEUES", "queues"), ("TOPICS", "topics"),
+                 ("MESSAGES", "depth"), ("MEMORY", "memory_bytes"), ("MAX-CONN", "max_connections"),
+                 ("MAX-QUEUES", "max_queues"), ("MAX-MEMORY", "max_memory"), ("PRINCIPALS", "principals")]
+
+
+@command("vhosts", "list")
+def _vhosts_list(c: AdminClient, a):
+    def show(rows):
+        table([{**r, **r["limits"], "principals": ",".join(r["principals"]) if r["principals"] else None}
+               for r in rows], VHOST_COLUMNS)
+    return c.call("list-vhosts"), show
 
 
 @command("topics", "list")
@@ -699,6 +757,8 @@ def build_parser() -> argparse.ArgumentParser:
     groups.add_parser("reload", help="what SIGHUP does: read the config and users files again and apply "
                                      "users, permissions, storage rules, TLS certificate, log level")
 
+    group("vhosts", "virtual hosts with their limits and what each holds (--vhost works inside one)").add_parser(
+        "list", help="every virtual host: connections, queues, topics, messages, memory, limits, principals")
     q = group("queues", "list, show, create, alter, drop and purge queues")
     q.add_parser("list", help="queues with depth, ready, in-flight, consumers and rates")
     q.add_parser("show", help="one queue's metrics, rates, configuration and permissions").add_argument("name")
@@ -848,6 +908,9 @@ def _global_options(p: argparse.ArgumentParser, default) -> None:
     p.add_argument("--cafile", default=d(None), help="CA certificates to verify an https:// admin endpoint")
     p.add_argument("--insecure", action="store_true", default=d(False), help="do not verify the https certificate")
     p.add_argument("--timeout", type=float, default=d(30.0), help="seconds to wait for an answer (default 30)")
+    p.add_argument("--vhost", default=d(None), help="work inside this virtual host: names are its own (`queues show "
+                   "orders` is its orders), lists hold its things only (spec/admin.md \"Virtual hosts\"); default: "
+                   "the whole broker, a vhost's names as $vh.<vhost>.<name>")
     p.add_argument("--json", action="store_true", default=d(False),
                    help="print the operation's JSON result (for scripts)")
 
@@ -913,6 +976,11 @@ def _main(argv: list[str] | None) -> int:
         if url.scheme not in ("http", "https") or not url.netloc:
             raise CliError(f"--url must be http://host:port or https://host:port, got {s['url']!r}", USAGE)
         client = AdminClient(s["url"], s["user"], s["password"], a.timeout, s["cafile"], s["insecure"])
+        if a.vhost is not None:
+            try:
+                client.vhost = "/" if a.vhost in ("", "/") else vhosts.check_name(a.vhost.removeprefix("/"))
+            except ValueError as exc:
+                raise CliError(f"--vhost: {exc}", USAGE) from None
         result, printer = COMMANDS[key](client, a)
     except CliError as exc:
         if a.json and exc.payload is not None:

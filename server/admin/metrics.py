@@ -21,6 +21,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.platform_collector import PlatformCollector
 
 import pymq
+from pymq_server.broker.vhosts import outside, vhost_of
 
 # (family, key in queue_metrics(), counter?, help) for queues and, with other labels, subscriptions
 QUEUE_FAMILIES = [
@@ -78,30 +79,37 @@ class BrokerCollector:
         yield GaugeMetricFamily("pymq_ready", "1 when storage is open, recovery is done and the broker "
                                 "listens (what /readyz answers)", value=1 if ready else 0)
 
-        queues = [(q.destination, queue_metrics(q, clock)) for q in admin.client_queues()]
-        subs = [(t.destination, s.name, "true" if s.durable else "false", queue_metrics(s.queue, clock))
-                for t in broker.topics.values() for s in t.subscriptions.values()]
+        # every destination's family carries a 'vhost' label and names it as the vhost's clients do
+        # (RabbitMQ's queue and vhost labels): /queue/orders of vhost shop is {queue="/queue/orders",vhost="shop"}
+        queues = [(outside(q.destination), vhost_of(q.destination), queue_metrics(q, clock))
+                  for q in admin.client_queues()]
+        subs = [(outside(t.destination), s.name, "true" if s.durable else "false", vhost_of(t.destination),
+                 queue_metrics(s.queue, clock)) for t in broker.topics.values() for s in t.subscriptions.values()]
         for suffix, key, counter, help_text in QUEUE_FAMILIES:
-            fam = _family("pymq_queue_" + suffix, counter, help_text, ["queue"])
-            for destination, m in queues:
-                fam.add_metric([destination], m[key])
+            fam = _family("pymq_queue_" + suffix, counter, help_text, ["queue", "vhost"])
+            for destination, vhost, m in queues:
+                fam.add_metric([destination, vhost], m[key])
             yield fam
             fam = _family("pymq_subscription_" + suffix, counter, help_text,
-                          ["topic", "subscription", "durable"])
-            for topic, name, durable, m in subs:
-                fam.add_metric([topic, name, durable], m[key])
+                          ["topic", "subscription", "durable", "vhost"])
+            for topic, name, durable, vhost, m in subs:
+                fam.add_metric([topic, name, durable, vhost], m[key])
             yield fam
 
         yield GaugeMetricFamily("pymq_queues", "Queues (temporary queues excluded)", value=len(queues))
         yield GaugeMetricFamily("pymq_topics", "Topics", value=len(broker.topics))
         yield GaugeMetricFamily("pymq_subscriptions", "Topic subscriptions (durable and not)", value=len(subs))
-        published = CounterMetricFamily("pymq_topic_published", "Messages published to the topic", labels=["topic"])
-        per_topic = GaugeMetricFamily("pymq_topic_subscriptions", "Subscriptions of the topic", labels=["topic"])
+        published = CounterMetricFamily("pymq_topic_published", "Messages published to the topic",
+                                        labels=["topic", "vhost"])
+        per_topic = GaugeMetricFamily("pymq_topic_subscriptions", "Subscriptions of the topic",
+                                      labels=["topic", "vhost"])
         for topic in broker.topics.values():
-            published.add_metric([topic.destination], topic.published)
-            per_topic.add_metric([topic.destination], len(topic.subscriptions))
+            labels = [outside(topic.destination), vhost_of(topic.destination)]
+            published.add_metric(labels, topic.published)
+            per_topic.add_metric(labels, len(topic.subscriptions))
         yield published
         yield per_topic
+        yield from _vhost_families(admin)
 
         figures = admin.broker_figures()
         yield GaugeMetricFamily("pymq_connections", "Open client connections", value=figures["connections"])
@@ -166,6 +174,32 @@ class BrokerCollector:
             for peer, depth in status["outboxes"].items():
                 outbox.add_metric([peer], depth)
             yield outbox
+
+
+def _vhost_families(admin) -> Iterator[Metric]:
+    """Per-vhost gauges (RabbitMQ's per-vhost figures): connections, queues, topics, messages, message memory
+    and the vhost's limits, for '/' and every configured vhost."""
+    from pymq_server.admin.vhost_ops import LIMITS, vhost_rows
+    rows = vhost_rows(admin.broker)
+    for key, name, help_text in (
+            ("connections", "pymq_vhost_connections", "Open client connections in the virtual host"),
+            ("queues", "pymq_vhost_queues", "Queues of the virtual host (temporary queues excluded)"),
+            ("topics", "pymq_vhost_topics", "Topics of the virtual host"),
+            ("depth", "pymq_vhost_messages", "Messages in the virtual host's queues"),
+            ("memory_bytes", "pymq_vhost_memory_bytes", "Message memory the virtual host's messages hold (what its "
+                                                        "max_memory bounds)")):
+        fam = GaugeMetricFamily(name, help_text, labels=["vhost"])
+        for row in rows:
+            fam.add_metric([row["name"]], row[key])
+        yield fam
+    limit = GaugeMetricFamily("pymq_vhost_limit", "A virtual host's limit (max_connections, max_queues, max_memory); "
+                              "absent when unset", labels=["vhost", "limit"])
+    for row in rows:
+        for key in LIMITS:
+            value = row["limits"].get(key)
+            if value is not None:
+                limit.add_metric([row["name"], key], value)
+    yield limit
 
 
 def registry_for(admin, wrap=None) -> CollectorRegistry:

@@ -21,8 +21,9 @@ from collections.abc import Callable
 import pymq
 from pymq.errors import ConfigError, ConnectionClosed, DestinationError, PymqError, UnknownDestination
 from pymq_server.admin.ha import ha_status
-from pymq_server.admin import definitions, messages, users
+from pymq_server.admin import definitions, messages, users, vhost_ops
 from pymq_server.admin.checks import Offload, queue_name, require_admin, text_arg, user_name
+from pymq_server.broker import vhosts
 from pymq_server.broker.acl import may_monitor
 from pymq_server.storage.store import block_state_key
 from pymq_server.admin.rates import PERIOD_S, RateSampler, process_rss, wall_ms
@@ -247,12 +248,13 @@ def list_queues(admin: Admin, user, args: dict) -> list:
     b = admin.broker
     clock = b.clock()
     out = []
-    sees = _sees(admin, user)
+    sees = _sees(admin, user, args)
     for name, queue in sorted(b.queues.items()):
         if not sees(queue.destination):
             continue
         acl = b.acl.acls.get(queue.destination)
-        out.append({"name": name, "destination": queue.destination, "declared": name in b.declared,
+        out.append({"name": name, "destination": queue.destination, "vhost": vhosts.vhost_of(queue.destination),
+                    "declared": name in b.declared,
                     "owner": acl.owner if acl else None, **queue_metrics(queue, clock),
                     **admin.sampler.rate("q:" + name)})
     return out
@@ -296,25 +298,26 @@ def queue_info(admin: Admin, user, args: dict) -> dict:
         raise UnknownDestination(f"queue '/queue/{name}' does not exist", destination="/queue/" + name)
     if not may_monitor(user):                   # lists and metrics show the monitor role every queue
         b.acl.check_sees(user, queue.destination)
-    return {"name": name, "destination": queue.destination, "declared": name in b.declared,
-            "config": queue.config.to_dict(), "acl": b.acl.describe(queue.destination),
+    return {"name": name, "destination": queue.destination, "vhost": vhosts.vhost_of(queue.destination),
+            "declared": name in b.declared, "config": queue.config.to_dict(), "acl": b.acl.describe(queue.destination),
             "metrics": queue_metrics(queue, b.clock()), "rates": admin.sampler.rate("q:" + name),
             "log": b.destinations.queue_logs.path_for(name)}
 
 
-def _sees(admin: Admin, user):
+def _sees(admin: Admin, user, args: dict | None = None):
     """What ``user`` may see in lists and metrics: destinations it holds some permission on (every one
-    for administrators and the ``monitor`` role)."""
+    for administrators and the ``monitor`` role), in the vhost the ``vhost`` argument names (vhost_ops.py)."""
+    in_vhost = vhost_ops.destination_filter(admin.broker, args or {})
     if may_monitor(user):
-        return lambda destination: True
+        return in_vhost
     acl = admin.broker.acl
-    return lambda destination: acl.sees(user, destination)
+    return lambda destination: in_vhost(destination) and acl.sees(user, destination)
 
 
 def metrics(admin: Admin, user, args: dict) -> dict:
     b = admin.broker
     clock = b.clock()
-    sees = _sees(admin, user)
+    sees = _sees(admin, user, args)
     return {"queues": {n: queue_metrics(q, clock) for n, q in sorted(b.queues.items()) if sees(q.destination)},
             "subscriptions": {q.name: queue_metrics(q, clock) for t in b.topics.values() if sees(t.destination)
                               for q in (s.queue for s in t.subscriptions.values())},
@@ -324,7 +327,7 @@ def metrics(admin: Admin, user, args: dict) -> dict:
 # -- destinations and permissions ------------------------------------------------------------------
 def list_destinations(admin: Admin, user, args: dict) -> dict:
     b = admin.broker
-    sees = _sees(admin, user)
+    sees = _sees(admin, user, args)
     return {"queues": sorted(q.destination for q in b.queues.values() if sees(q.destination)),
             "topics": sorted(t.destination for t in b.topics.values() if sees(t.destination)),
             "logs": sorted(d for d in b.logs if sees(d))}
@@ -339,17 +342,18 @@ def _subscription(sub, clock: float, sampler: RateSampler) -> dict:
 def list_topics(admin: Admin, user, args: dict) -> list:
     b = admin.broker
     clock = b.clock()
-    return [{"name": t.name, "destination": t.destination, "published": t.published,
-             **admin.sampler.rate("t:" + t.name),
+    sees = _sees(admin, user, args)
+    return [{"name": t.name, "destination": t.destination, "vhost": vhosts.vhost_of(t.destination),
+             "published": t.published, **admin.sampler.rate("t:" + t.name),
              "subscriptions": [_subscription(s, clock, admin.sampler) for s in t.subscriptions.values()]}
-            for _, t in sorted(b.topics.items()) if _sees(admin, user)(t.destination)]
+            for _, t in sorted(b.topics.items()) if sees(t.destination)]
 
 
 def list_subscriptions(admin: Admin, user, args: dict) -> list:
     b = admin.broker
     clock = b.clock()
-    sees = _sees(admin, user)
-    return [{"topic": t.destination, **_subscription(s, clock, admin.sampler)}
+    sees = _sees(admin, user, args)
+    return [{"topic": t.destination, "vhost": vhosts.vhost_of(t.destination), **_subscription(s, clock, admin.sampler)}
             for _, t in sorted(b.topics.items()) if sees(t.destination) for s in t.subscriptions.values()]
 
 
@@ -489,10 +493,12 @@ def purge_outbox(admin: Admin, user, args: dict) -> dict:
 # -- connections and consumers ---------------------------------------------------------------------
 def connections(admin: Admin, user, args: dict) -> list:
     require_admin(user, "list connections")
+    in_vhost = vhost_ops.session_filter(admin.broker, args)
     return [{"id": s.id, "user": getattr(s.user, "name", None), "peer": s.peer_host,
+             "vhost": getattr(s, "vhost", vhosts.DEFAULT),
              "client_id": s.client_id, "version": s.version, "subscriptions": len(s.consumers),
              "received": s.received, "sent": s.sent, "writable": s.writable}
-            for s in admin.broker.sessions.values()]
+            for s in admin.broker.sessions.values() if in_vhost(s)]
 
 
 def close_connection(admin: Admin, user, args: dict) -> dict:
@@ -512,13 +518,17 @@ def list_consumers(admin: Admin, user, args: dict) -> list:
     if only is not None and not only.startswith("/") and only not in _subscription_names(admin.broker):
         only = "/queue/" + only
     out = []
+    in_vhost = vhost_ops.session_filter(admin.broker, args)
     for session in admin.broker.sessions.values():
+        if not in_vhost(session):
+            continue
         for consumer in session.consumers.values():
             queue = consumer.queue
             if only is not None and only not in (queue.name, queue.destination):
                 continue
             sub = consumer.subscription
             out.append({"connection": session.id, "user": getattr(session.user, "name", None),
+                        "vhost": getattr(session, "vhost", vhosts.DEFAULT),
                         "peer": session.peer_host, "id": consumer.id, "destination": consumer.destination,
                         "queue": queue.name, "ack": consumer.ack_mode, "prefetch": consumer.prefetch,
                         "in_flight": consumer.in_flight,
@@ -559,6 +569,7 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
     "connections": connections,
     "close-connection": close_connection,
     "list-consumers": list_consumers,
+    "list-vhosts": vhost_ops.list_vhosts,
     "cluster": cluster,
     "list-outboxes": list_outboxes,
     "purge-outbox": purge_outbox,
@@ -583,7 +594,7 @@ OPERATIONS: dict[str, Callable[[Admin, Any, dict], Any]] = {
 READ_ONLY = frozenset({
     "status", "overview", "list-queues", "queue-info", "metrics", "list-destinations", "list-topics",
     "list-subscriptions", "acl", "storage", "list-rules", "connections", "list-consumers", "cluster",
-    "list-outboxes", "list-quarantine",
+    "list-outboxes", "list-quarantine", "list-vhosts",
     "browse-queue", "get-message", "list-dead-letter-queues", "list-users", "export-definitions",
 })
 

@@ -716,3 +716,45 @@ def test_monitor_user_gets_no_write_controls_and_the_api_refuses_them(console, t
         assert f"user:{monitor}" not in (b.op("acl", destination="/queue/web.watched")["grants"] or {})
     finally:
         assert b.stop() == 0, "".join(b.log[-30:])
+
+
+def test_vhost_selector_narrows_the_lists(console, tmp_path):
+    """The header's virtual-host selector (spec/admin.md "Virtual hosts"): all, '/', or one vhost, for every list;
+    a user who may not list vhosts has none."""
+    broker = BrokerProcess(tmp_path / "vhosts", users={ADMIN: (ADMIN_PW, ["admin"]), APP: (APP_PW, ["app"])},
+                           config={"vhosts": {"shop": {"principals": ["*"], "max_queues": 10}}})
+    broker.start()
+    try:
+        with pymq.connect(broker.url + "/shop", username=ADMIN, password=ADMIN_PW) as conn:
+            conn.create_session().create_producer(pymq.Queue("web.vh")).send("in shop")
+        send(broker, "web.vh.default", ["in /"])
+        held = pymq.connect(broker.url, username=APP, password=APP_PW, vhost="shop")
+        c = console("vhosts", broker)
+        c.login()
+        c.go("queues")
+        page = c.page
+        expect(c.row("queue", "$vh.shop.web.vh")).to_be_visible()
+        expect(c.row("queue", "web.vh.default")).to_be_visible()
+        expect(page.locator("#vhost-pick")).to_be_visible()
+        expect(page.locator("#vhost option")).to_have_count(3)                 # all, /, shop
+        page.select_option("#vhost", "shop")
+        expect(c.row("queue", "web.vh.default")).to_have_count(0)
+        expect(c.cell("queue", "$vh.shop.web.vh", "vhost")).to_have_text("shop")
+        c.shot("shop-queues")
+        c.go("connections")                                                    # the choice holds on every list
+        expect(page.locator("#connections-body td[data-col='user']")).to_have_text([APP])
+        page.select_option("#vhost", "/")
+        expect(page.locator("#connections-body td[data-col='user']", has_text=APP)).to_have_count(0)
+        c.go("queues")
+        expect(c.row("queue", "web.vh.default")).to_be_visible()
+        expect(c.row("queue", "$vh.shop.web.vh")).to_have_count(0)
+        page.select_option("#vhost", "")
+        expect(c.row("queue", "$vh.shop.web.vh")).to_be_visible()
+        held.close()
+        other = console("vhosts-app", broker)
+        other.login(APP, APP_PW)
+        other.go("queues")
+        expect(other.page.locator("#queue-list")).to_be_visible()
+        expect(other.page.locator("#vhost-pick")).to_be_hidden()
+    finally:
+        assert broker.stop() == 0

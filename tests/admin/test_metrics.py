@@ -32,7 +32,7 @@ def value(samples, name, **labels):
 
 def test_queue_topic_process_and_build_metrics(broker_process):
     b = broker_process
-    q = {"queue": "/queue/m.work"}
+    q = {"queue": "/queue/m.work", "vhost": "/"}
     b.op("create-queue", name="m.work", config={"max_deliveries": 1})
     with pymq.connect(b.url, username=ADMIN, password=ADMIN_PW, client_id="m-client") as conn:
         session = conn.create_session()
@@ -64,7 +64,7 @@ def test_queue_topic_process_and_build_metrics(broker_process):
 
         def settled(s):
             return (value(s, "pymq_queue_dead_lettered_total", **q) == 1
-                    and value(s, "pymq_queue_expired_total", queue="/queue/m.expiring") == 1)
+                    and value(s, "pymq_queue_expired_total", queue="/queue/m.expiring", vhost="/") == 1)
         samples = wait_until(lambda: (lambda s: s if settled(s) else None)(scrape(b)), timeout=15)
         assert samples, "dead letter or expiry never showed up"
         assert value(samples, "pymq_queue_ready", **q) == 2                  # m3, m4
@@ -76,13 +76,14 @@ def test_queue_topic_process_and_build_metrics(broker_process):
         assert value(samples, "pymq_queue_added_total", **q) == 6
         assert value(samples, "pymq_queue_failed_total", **q) == 1
         assert value(samples, "pymq_queue_consumers", **q) == 1
-        assert value(samples, "pymq_queue_ready", queue="/queue/DLQ.m.work") == 1
-        assert value(samples, "pymq_queue_ready", queue="/queue/m.expiring") == 0
-        t = {"topic": "/topic/m.news"}
+        assert value(samples, "pymq_queue_ready", queue="/queue/DLQ.m.work", vhost="/") == 1
+        assert value(samples, "pymq_queue_ready", queue="/queue/m.expiring", vhost="/") == 0
+        t = {"topic": "/topic/m.news", "vhost": "/"}
         assert value(samples, "pymq_topic_published_total", **t) == 2
         assert value(samples, "pymq_topic_subscriptions", **t) == 2
         assert value(samples, "pymq_topics", ) >= 1 and value(samples, "pymq_subscriptions") >= 2
-        durable = {"topic": "/topic/m.news", "subscription": "sub:m-client:keeper", "durable": "true"}
+        durable = {"topic": "/topic/m.news", "subscription": "sub:m-client:keeper", "durable": "true",
+                   "vhost": "/"}
         assert value(samples, "pymq_subscription_ready", **durable) == 2
         assert value(samples, "pymq_subscription_delivered_total", **durable) == 0
         live = [k for k in samples if k[0] == "pymq_subscription_delivered_total"

@@ -50,8 +50,8 @@ def test_http_admin_and_prometheus(admin_broker):
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
             samples[name] = float(value)
-    assert samples['pymq_queue_depth{queue="/queue/billing"}'] == 3
-    assert samples['pymq_queue_added_total{queue="/queue/billing"}'] == 3
+    assert samples['pymq_queue_depth{queue="/queue/billing",vhost="/"}'] == 3
+    assert samples['pymq_queue_added_total{queue="/queue/billing",vhost="/"}'] == 3
     assert "# TYPE pymq_queue_failed_total counter" in text
     # errors and authentication
     status, text = _http(admin_broker, "POST", "/api/create-queue", {"name": "billing",

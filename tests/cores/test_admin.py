@@ -46,7 +46,7 @@ def test_metrics_and_listings_cover_every_worker(tmp_path):
         assert depth[queues[0]] == 3 and depth[queues[1]] == 3, listed
         text = _get(admin_port, "/metrics")
         for dest in queues.values():
-            m = re.search(r'^pymq_queue_depth\{queue="' + re.escape(dest) + r'"\} (\S+)$', text, re.M)
+            m = re.search(r'^pymq_queue_depth\{queue="' + re.escape(dest) + r'",vhost="/"\} (\S+)$', text, re.M)
             assert m and float(m.group(1)) == 3.0, dest
         assert len(re.findall(r"^# TYPE pymq_queue_depth ", text, re.M)) == 1      # one family, merged
         ready = re.search(r"^pymq_ready (\S+)$", text, re.M)

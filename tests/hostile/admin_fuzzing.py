@@ -40,13 +40,14 @@ OPERATIONS = [
     "add-rule", "replace-rule", "remove-rule", "list-rules", "list-quarantine", "drop-quarantined", "connections",
     "close-connection", "list-consumers", "cluster", "list-outboxes", "purge-outbox", "browse-queue", "get-message",
     "move-messages", "retry-dead-letters", "drop-messages", "list-dead-letter-queues", "list-users", "add-user",
-    "set-password", "set-roles", "remove-user", "reload", "export-definitions", "import-definitions", "no-such-op",
+    "set-password", "set-roles", "remove-user", "reload", "export-definitions", "import-definitions", "list-vhosts",
+    "no-such-op",
 ]
 #: argument names the operations read (server/admin/ops.py, messages.py, users.py)
 KEYS = ["name", "queue", "from", "to", "destination", "principal", "permissions", "grants", "config", "limit",
         "offset", "body_limit", "id", "ids", "message_id", "key", "device", "node", "user", "password", "roles",
         "force", "forget", "reasons", "selector", "match", "rule", "index", "dead_letter_prefix", "max_depth",
-        "definitions", "pymq_definitions", "vhosts", "queues", "users", "settings", "acl", "storage_rules"]
+        "definitions", "pymq_definitions", "vhosts", "vhost", "queues", "users", "settings", "acl", "storage_rules"]
 #: keys whose text names something the request could create (queues, users, destinations)
 NAMING = {"name", "queue", "from", "to", "destination", "principal", "user", "key"}
 

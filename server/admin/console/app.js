@@ -7,7 +7,11 @@
  */
 "use strict";
 
-const state = { csrf: null, user: null, admin: false, writer: true, view: null, timer: null, busy: false };
+const state = { csrf: null, user: null, admin: false, writer: true, view: null, timer: null, busy: false, vhost: "" };
+
+/* The lists the virtual-host selector narrows (their `vhost` argument, spec/admin.md "Virtual hosts"). */
+const VHOST_LISTS = new Set(["list-queues", "list-topics", "list-subscriptions", "list-destinations", "metrics",
+  "connections", "list-consumers", "list-dead-letter-queues"]);
 
 /* Controls that change something are shown only to users who may be allowed to use them: a user whose
  * only role is monitor gets none (the API refuses them anyway); the rest are decided by the API. */
@@ -24,6 +28,7 @@ class ApiError extends Error {
 
 async function api(op, args = {}, { write = false } = {}) {
   let response;
+  if (state.vhost && VHOST_LISTS.has(op) && args.vhost === undefined) args = { ...args, vhost: state.vhost };
   if (write) {
     response = await fetch(`/api/${op}`, {
       method: "POST", credentials: "same-origin",
@@ -200,6 +205,18 @@ function nodeLine(s) {
   return `node ${s.node} · ${s.version}${role}`;
 }
 
+/* The virtual-host selector: shown when the broker has vhosts besides "/" and the user may list them
+ * (administrators and the monitor role); "all" shows the whole broker. */
+function pickVhosts() {
+  const select = document.getElementById("vhost");
+  api("list-vhosts").then(rows => {
+    select.replaceChildren(h("option", { value: "" }, "all"), ...rows.map(v => h("option", { value: v.name }, v.name)));
+    select.value = state.vhost;
+    document.getElementById("vhost-pick").hidden = rows.length < 2;
+  }, () => { document.getElementById("vhost-pick").hidden = true; });
+  select.onchange = () => { state.vhost = select.value; refresh(); };
+}
+
 function enter(session) {
   state.csrf = session.csrf;
   state.user = session.user;
@@ -211,6 +228,7 @@ function enter(session) {
   document.getElementById("app").hidden = false;
   document.getElementById("whoami").textContent = `${session.user}${session.admin ? " (admin)" : ""}`;
   api("status").then(s => { document.getElementById("node").textContent = nodeLine(s); }, () => {});
+  pickVhosts();
   route();
 }
 
@@ -315,7 +333,7 @@ pages.queues = () => {
     async update() {
       const rows = await api("list-queues");
       list.replaceChildren(table(rows, [
-        ["Name", QUEUE_LINK], ["Depth", "depth"], ["Ready", "ready"], ["In flight", "in_flight"],
+        ["Name", QUEUE_LINK], ["Vhost", "vhost"], ["Depth", "depth"], ["Ready", "ready"], ["In flight", "in_flight"],
         ["Scheduled", "scheduled"], ["Consumers", "consumers"], ["In /s", "rate_in"], ["Out /s", "rate_out"],
         ["Ack /s", "rate_ack"], ["Dead-lettered", "dead_lettered"], ["Owner", "owner"],
         ["", q => writable(confirmButton("Purge", `Purge ${q.name}?`, () => act("purge-queue", { name: q.name },
@@ -473,7 +491,7 @@ function listPage(id, title, op, render) {
 
 pages.topics = () => {
   const page = listPage("topics", "Topics", "list-topics", rows => table(rows, [
-    ["Topic", "destination"], ["Published", "published"], ["In /s", "rate_in"],
+    ["Topic", "destination"], ["Vhost", "vhost"], ["Published", "published"], ["In /s", "rate_in"],
     ["Subscriptions", t => t.subscriptions.length], ["Durable", t => t.subscriptions.filter(s => s.durable).length],
   ], { rowAttrs: t => ({ "data-topic": t.name }), empty: "no topics yet" }));
   const form = writable(publishForm(null));
@@ -488,7 +506,7 @@ pages.subscriptions = () => listPage("subscriptions", "Subscriptions", "list-sub
 ], { rowAttrs: s => ({ "data-subscription": s.name }), empty: "no subscriptions" }));
 
 pages.connections = () => listPage("connections", "Connections", "connections", rows => table(rows, [
-  ["Id", "id"], ["User", "user"], ["Peer", "peer"], ["Client id", "client_id"], ["STOMP", "version"],
+  ["Id", "id"], ["User", "user"], ["Vhost", "vhost"], ["Peer", "peer"], ["Client id", "client_id"], ["STOMP", "version"],
   ["Subscriptions", "subscriptions"], ["Frames in", "received"], ["Messages out", "sent"],
   ["", c => writable(confirmButton("Close", `Close ${c.id}?`, () => act("close-connection", { id: c.id }, r => `closed ${r.closed}`),
     { class: "close-connection", "data-connection": c.id })), { col: "actions" }],
