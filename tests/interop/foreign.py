@@ -11,7 +11,8 @@ hello          —                                                              
                                                                                    error_frames (bool: does
                                                                                    the client expose ERROR
                                                                                    headers)
-connect        port, host, version (the one version to accept), login, passcode    version, headers
+connect        port, host, version (the one version to accept), login, passcode,   version, headers
+               headers{} (more CONNECT headers: host:/<vhost> a virtual host)
 send           destination, body_hex, content_type, headers{}, receipt, transaction receipted
 subscribe      id, destination, ack, headers{}                                     —
 sync           — (BEGIN + ABORT with a receipt: a barrier for earlier frames)      —
@@ -140,9 +141,11 @@ class ForeignClient:
         return reply
 
     # -- the client's operations ---------------------------------------------------------------
-    def connect(self, port: int, version: str, login: str = "guest", passcode: str = "guest") -> dict:
+    def connect(self, port: int, version: str, login: str = "guest", passcode: str = "guest",
+                headers: dict | None = None) -> dict:
+        """``headers``: more CONNECT headers (``host`` names a virtual host, spec/stomp.md §1)."""
         reply = self.ok("connect", port=port, host="127.0.0.1", version=version, login=login,
-                        passcode=passcode)
+                        passcode=passcode, headers=headers or {})
         self.version = reply["version"]
         return reply
 

@@ -140,8 +140,15 @@ func (d *driver) connect(r request) reply {
 	if host == "" {
 		host = "127.0.0.1"
 	}
+	// the CONNECT host header (a virtual host, spec/stomp.md §1): go-stomp's Host option, which a custom
+	// header could not override
+	vhost := "/"
+	if v, ok := r.Headers["host"]; ok {
+		vhost = v
+		delete(r.Headers, "host")
+	}
 	opts := []func(*stomp.Conn) error{
-		stomp.ConnOpt.Host("/"),
+		stomp.ConnOpt.Host(vhost),
 		stomp.ConnOpt.HeartBeat(0, 0),
 		stomp.ConnOpt.RcvReceiptTimeout(10 * time.Second),
 		stomp.ConnOpt.DisconnectReceiptTimeout(10 * time.Second),
