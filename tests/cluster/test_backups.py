@@ -10,6 +10,7 @@ alone, node n1 a live/backup pair on one data directory, membership in the test 
 """
 from __future__ import annotations
 
+import json
 import uuid
 
 import pymq
@@ -54,7 +55,7 @@ def _receive(conn_url: str, client_id: str, topic: str, name: str, count: int) -
         return got
 
 
-def test_a_killed_nodes_backup_takes_over_its_queues_outboxes_and_durable_subscribers(tmp_path, redis_url):  # noqa: F811
+def test_rule_5_a_killed_nodes_backup_takes_over_its_queues_outboxes_and_durable_subscribers(tmp_path, redis_url):  # noqa: F811
     cfg = cluster_cfg(redis_url, dead_after_ms=1500)
     n0 = Node("n0", str(tmp_path / "n0"), cfg).start()
     live = backup = None
@@ -106,7 +107,7 @@ def test_a_killed_nodes_backup_takes_over_its_queues_outboxes_and_durable_subscr
         n0.kill()
 
 
-def test_a_paused_former_live_forwards_nothing_after_its_backup_took_over(tmp_path, redis_url):  # noqa: F811
+def test_rule_5_2_and_5_4_a_paused_former_live_forwards_nothing_after_its_backup_took_over(tmp_path, redis_url):  # noqa: F811
     cfg = cluster_cfg(redis_url, dead_after_ms=1500)
     # n0 asks no heart-beats of its clients, so the former live's link to it outlives the pause (as a link
     # does whose pause is shorter than its heart-beat deadline): the peers' refusal is what stops it
@@ -170,6 +171,14 @@ def test_a_paused_former_live_forwards_nothing_after_its_backup_took_over(tmp_pa
         assert bodies == [b"from the new live"], bodies
         seen = _status(n0.port)
         assert seen["epochs"]["n1"] == 2 and seen["links"]["n1"]
+        # the former live, fenced, left the node's record alone: the new live's address and epoch (5.3, 5.4)
+        import redis
+        client_store = redis.Redis.from_url(redis_url)
+        try:
+            record = json.loads(client_store.hget(f"pymq:cluster:{cfg['name']}:members", "n1"))
+        finally:
+            client_store.close()
+        assert record["address"] == f"127.0.0.1:{new_port}" and record["epoch"] == 2, record
         assert seen["refused_stale_epoch"] >= 1
     finally:
         for member in (live, backup):

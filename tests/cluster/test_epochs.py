@@ -27,7 +27,7 @@ def _member(clock: FakeClock, node: str, port: int, epoch: int = 0, beat_ago: in
     return Member(node, f"127.0.0.1:{port}", 0, clock.wall - beat_ago, epoch)
 
 
-def test_a_record_at_a_higher_epoch_replaces_the_former_process_and_connects_to_the_new_address(clock):
+def test_rule_5_1_and_5_2_a_record_at_a_higher_epoch_replaces_the_former_process_and_connects_to_the_new_address(clock):
     n0 = _state("n0", clock)
     actions = _read(n0, _member(clock, "n0", 6000), _member(clock, "n1", 6001, epoch=1))
     assert Connect("n1", "127.0.0.1:6001") in actions
@@ -52,7 +52,7 @@ def test_a_record_at_a_higher_epoch_replaces_the_former_process_and_connects_to_
     assert n0.figures.refused_stale_epoch == 2
 
 
-def test_a_link_at_a_higher_epoch_replaces_before_the_record_says_so(clock):
+def test_rule_5_2_a_link_at_a_higher_epoch_replaces_before_the_record_says_so(clock):
     n0 = _state("n0", clock)
     _read(n0, _member(clock, "n0", 6000), _member(clock, "n1", 6001, epoch=1))
     n0.link_up("n1")
@@ -68,7 +68,7 @@ def test_a_link_at_a_higher_epoch_replaces_before_the_record_says_so(clock):
     assert not any(isinstance(a, Replaced) for a in actions) and Connect("n1", "127.0.0.1:7001") in actions
 
 
-def test_a_lower_epochs_record_is_read_as_the_last_record_of_the_higher_one(clock):
+def test_rule_5_2_a_lower_epochs_record_is_read_as_the_last_record_of_the_higher_one(clock):
     """A former live's beat that raced its fence puts its old address back for a moment: peers keep the
     address of the epoch they know, and the node does not die or flap for it."""
     n0 = _state("n0", clock)
@@ -84,7 +84,7 @@ def test_a_lower_epochs_record_is_read_as_the_last_record_of_the_higher_one(cloc
     assert PeerDead("n1") in actions
 
 
-def test_nodes_without_backups_are_epoch_0_and_a_restart_is_no_replacement(clock):
+def test_rule_5_2_nodes_without_backups_are_epoch_0_and_a_restart_is_no_replacement(clock):
     n0 = _state("n0", clock)
     _read(n0, _member(clock, "n0", 6000), _member(clock, "n1", 6001))
     n0.link_up("n1")
@@ -95,7 +95,7 @@ def test_nodes_without_backups_are_epoch_0_and_a_restart_is_no_replacement(clock
     assert n0.figures.refused_stale_epoch == 0
 
 
-def test_this_process_is_fenced_when_its_own_record_is_at_a_higher_epoch(clock):
+def test_rule_5_4_this_process_is_fenced_when_its_own_record_is_at_a_higher_epoch(clock):
     n1 = _state("n1", clock)
     n1.epoch = 1
     _read(n1, _member(clock, "n0", 6000), _member(clock, "n1", 6001, epoch=1))
@@ -106,7 +106,7 @@ def test_this_process_is_fenced_when_its_own_record_is_at_a_higher_epoch(clock):
     assert _read(n1, _member(clock, "n0", 6000), _member(clock, "n1", 7001, epoch=2)) == []   # once, and nothing
 
 
-def test_records_carry_the_epoch_only_when_there_is_one_and_read_unknown_fields(clock):
+def test_rule_5_1_records_carry_the_epoch_only_when_there_is_one_and_read_unknown_fields(clock):
     plain = Member("n0", "h:1", 5, 6)
     assert "epoch" not in plain.encode() and Member.decode(plain.encode()) == plain
     held = Member("n0", "h:1", 5, 6, 3)
@@ -116,7 +116,7 @@ def test_records_carry_the_epoch_only_when_there_is_one_and_read_unknown_fields(
 
 
 @pytest.mark.parametrize("kind", ["redis", "postgresql"])
-def test_a_former_processs_store_writes_are_refused_and_change_nothing(request, kind):
+def test_rule_5_3_a_former_processs_store_writes_are_refused_and_change_nothing(request, kind):
     """The membership store is not fenced by the HA lease: its writes check the epoch themselves."""
     import uuid
 
