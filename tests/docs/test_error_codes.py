@@ -3,7 +3,8 @@
 The codes a broker can send are those of the error classes its code raises or builds: every call of a class
 of the one error tree (``pymq.errors``) in the broker's package and in the SDK modules it runs (the codec, the
 selector compiler, the routing primitives), found by reading their source, plus codes written as literals
-in admin answers. Each must be a row of the table in §6, so a new error cannot reach the wire undocumented.
+in admin answers and the codes of error classes the broker defines itself (``code = "..."``). Each must be a
+row of the table in §6, so a new error cannot reach the wire undocumented.
 """
 from __future__ import annotations
 
@@ -65,6 +66,13 @@ def raised_codes() -> dict[str, set[str]]:
                         name = func.attr
                     if name in classes:
                         found.setdefault(classes[name].code, set()).add(where)
+                # an error class of the broker's own with its code (class TooLarge(PymqError): code = "...")
+                if isinstance(node, ast.ClassDef):
+                    for item in node.body:
+                        if isinstance(item, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "code"
+                                                                for t in item.targets) and \
+                                isinstance(item.value, ast.Constant) and isinstance(item.value.value, str):
+                            found.setdefault(item.value.value, set()).add(where)
                 # a code written out in an answer: {"code": "config", ...}
                 if isinstance(node, ast.Dict):
                     for key, value in zip(node.keys, node.values):
@@ -105,3 +113,4 @@ def test_the_scan_sees_what_it_must():
     assert "server/schema.py" in found["schema-violation"]
     assert "server/broker/destinations.py" in found["destination-exists"]
     assert "storage" in found and "listen" in found
+    assert "server/admin/http.py" in found["resource-limit"]         # its own class TooLarge's code
