@@ -31,6 +31,9 @@ NAMES_KEY_RECORD = "temporary-names-key"
 _CONNECTION_ID = re.compile(r"(w[0-9]{1,5})?c[0-9]{1,19}")
 _NONCE = re.compile(r"[0-9a-f]{16}")
 _MAX_TOKEN = 96
+#: the most names kept for a re-claim (lost links, DISCONNECTs of the first window), oldest forgotten first:
+#: a client dropping logged-in links as fast as it can holds at most this many (~150 bytes each)
+MAX_KEPT = 100_000
 
 
 class Reclaimed(NamedTuple):
@@ -138,7 +141,7 @@ class TemporaryNames:
         del self.held[names]
         now = self.clock()
         if not lost:
-            if now - self.serving_since <= self.window:
+            if now - self.serving_since <= self.window and len(self.disconnected) < MAX_KEPT:
                 self.disconnected.add(names)
             elif self.disconnected:
                 self.disconnected = set()
@@ -147,6 +150,8 @@ class TemporaryNames:
                 stale = now - self.window
                 for old in [n for n, at in self.lost.items() if at < stale]:
                     del self.lost[old]
+            if len(self.lost) >= MAX_KEPT:
+                del self.lost[next(iter(self.lost))]
             self.lost[names] = now
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import pytest
 
 from pymq_server.broker.auth import save_user
+from pymq_server.broker import temporary
 from pymq_server.broker.temporary import TemporaryNames
 from tests.conftest import RawStomp
 
@@ -96,7 +97,7 @@ def test_names_of_another_worker_and_a_window_of_zero_are_refused(holders):
     assert off.issue("c1", "/", "alice").token == ""          # no token at all: nothing to offer
 
 
-def test_what_is_kept_for_a_re_claim_is_bounded_by_the_window(holders):
+def test_what_is_kept_for_a_re_claim_is_bounded_by_the_window_and_a_count(holders, monkeypatch):
     names, clock = holders
     for k in range(1000):
         names.released(names.issue(f"c{k}", "/", "alice").names, f"c{k}", lost=True)
@@ -105,6 +106,11 @@ def test_what_is_kept_for_a_re_claim_is_bounded_by_the_window(holders):
     names.released(last.names, "c5000", lost=True)
     assert list(names.lost) == [last.names]
     assert not names.held
+    clock.now += 1
+    monkeypatch.setattr(temporary, "MAX_KEPT", 10)
+    for k in range(25):
+        names.released(names.issue(f"c{6000 + k}", "/", "alice").names, f"c{6000 + k}", lost=True)
+    assert len(names.lost) == 10 and last.names not in names.lost          # the oldest forgotten first
     disconnected = names.issue("c5001", "/", "alice")
     names.released(disconnected.names, "c5001", lost=False)   # DISCONNECT: nothing kept for it
     assert disconnected.names not in names.lost

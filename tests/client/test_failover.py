@@ -659,10 +659,10 @@ def test_temporary_destinations_keep_their_names_across_a_lost_link(sdk, proxied
 
 
 def test_temporaries_whose_names_were_not_re_claimed_are_named_when_it_resumes(sdk, broker_processes, tmp_path):
-    """A broker that re-claims nothing (``temporary_reclaim_ms: 0``) gives the new link new global names: a
-    reply to the old name is refused (unknown-destination), one to the new name arrives, and the ``resumed``
-    event names the temporaries the lost link held (the one subscribed to and the one named only in a
-    reply-to), not one never used."""
+    """A broker that re-claims nothing (``temporary_reclaim_ms: 0``: no token to offer) gives the new link new
+    global names: a reply to the old name is refused (unknown-destination), one to the new name arrives, and
+    the ``resumed`` event names the temporaries the lost link held (the one subscribed to and the one named
+    only in a reply-to), not one never used."""
     config = tmp_path / "no-reclaim.yaml"
     config.write_text("temporary_reclaim_ms: 0\n")
     broker = broker_processes(tmp_path / "one", config=str(config))
@@ -698,6 +698,35 @@ def test_temporaries_whose_names_were_not_re_claimed_are_named_when_it_resumes(s
         run(scenario())
     finally:
         proxy.close()
+
+
+def test_the_core_offers_the_last_token_and_names_only_temporaries_that_got_new_names():
+    """The client core alone (no broker): each failover CONNECT offers the token of the last CONNECTED; the
+    ``resumed`` event names the lost link's temporaries when a link since the last one was refused the
+    re-claim (``pymq-reclaimed: false``, e.g. past the broker's window) or was not answered about it (a
+    broker without tokens), and none when each re-claimed them."""
+    from pymq.client._core import ConnectionCore, ConnectionSettings
+    from pymq.protocol.frame import Frame
+
+    core = ConnectionCore(ConnectionSettings("failover:(stomp://127.0.0.1:1,stomp://127.0.0.1:2)"))
+    core._opened(Frame("CONNECTED", {"version": "1.2", "pymq-reclaim-token": "c1.0123456789abcdef.T1"}), "1.2", None)
+    assert core._connect_headers(None, None)["pymq-reclaim"] == "c1.0123456789abcdef.T1"
+    core._made_temporary("/temp-queue/replies")
+    for answer, token, named in [({"pymq-reclaimed": "true"}, "T1", ()),
+                                 ({"pymq-reclaimed": "false", "pymq-reclaim-refused": "late"}, "T2",
+                                  (pymq.TemporaryQueue("replies"),)),
+                                 ({}, "", (pymq.TemporaryQueue("replies"),))]:
+        core._interrupt()
+        headers = {"version": "1.2", **answer}
+        if token:
+            headers["pymq-reclaim-token"] = token
+        core._relinked(Frame("CONNECTED", headers))
+        assert core._temporaries_resumed() == named, answer
+        core._made_temporary("/temp-queue/replies")       # the re-subscription makes it again on the new link
+        assert core._connect_headers(None, None).get("pymq-reclaim") == (token or None)
+    single = ConnectionCore(ConnectionSettings("stomp://127.0.0.1:1"))
+    single._opened(Frame("CONNECTED", {"version": "1.2", "pymq-reclaim-token": "c1.0123456789abcdef.T1"}), "1.2", None)
+    assert "pymq-reclaim" not in single._connect_headers(None, None)     # no failover: nothing to re-claim
 
 
 def test_a_full_window_holds_the_sender_until_receipts_come(sdk, proxied, monkeypatch):
