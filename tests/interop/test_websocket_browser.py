@@ -29,7 +29,10 @@ PAGE = """<!doctype html>
   window.__state = "starting";
   const client = new StompJs.Client({
     brokerURL: new URLSearchParams(location.search).get("ws"),
-    connectHeaders: {login: "browser", passcode: "browser-pw"},
+    // ?vhost=/name: CONNECT's host header selects a virtual host (spec/stomp.md §1)
+    connectHeaders: {login: "browser", passcode: "browser-pw",
+                     ...(new URLSearchParams(location.search).get("vhost")
+                         ? {host: new URLSearchParams(location.search).get("vhost")} : {})},
     reconnectDelay: 0,
     heartbeatIncoming: 1000, heartbeatOutgoing: 1000,
   });
@@ -146,6 +149,37 @@ def test_stompjs_in_chromium_talks_to_the_python_sdk(broker_factory, tmp_path, c
         q = broker.broker.queues["to-browser"]
         assert broker.call(lambda: (q.depth, q.acquired)) == (0, 0)
         page.screenshot(path=os.path.join(artifacts_dir("websocket"), "stompjs-page.png"))
+    finally:
+        page.evaluate("window.__state = 'closed'; client.deactivate()")
+        page.close()
+
+
+def test_stompjs_selects_a_vhost_and_replies_stay_in_it(broker_factory, tmp_path, chromium, page_server):  # noqa: F811
+    """Issue 27 item 2 with stompjs: connectHeaders.host '/web' puts the page in vhost web; its queues are web's
+    (an SDK in '/' sees none of them), and a request/reply through its temporary queue stays inside web."""
+    from pymq_server.broker.auth import save_user
+    users = tmp_path / "users.yaml"
+    save_user(str(users), "browser", "browser-pw", ["app"])
+    save_user(str(users), "sdk", "sdk-pw", ["admin"])
+    broker = broker_factory(users_file=str(users), vhosts={"web": ["user:browser"]},
+                            websocket={"port": 0, "allowed_origins": [page_server.rstrip("/")]})
+    ws_url = f"ws://127.0.0.1:{broker.server.websocket_port}/stomp"
+    page = chromium.new_page()
+    try:
+        page.goto(f"{page_server}?ws={ws_url}&vhost=/web")
+        page.wait_for_function("window.__state === 'subscribed' || window.__state.startsWith('error')",
+                               timeout=15_000)
+        assert page.evaluate("window.__state") == "subscribed"
+        with pymq.connect(broker.url, username="sdk", password="sdk-pw") as conn:     # the default vhost
+            assert conn.create_session().create_consumer(pymq.Queue("from-browser")).receive(0.5) is None
+        with pymq.connect(broker.url + "/web", username="sdk", password="sdk-pw") as conn:
+            session = conn.create_session()
+            first = session.create_consumer(pymq.Queue("from-browser")).receive(10)
+            assert first is not None and first.text.startswith("hello from Mozilla")
+            reply = pymq.Requestor(session, pymq.Queue("to-browser")).request(pymq.TextMessage("in web"), timeout=10)
+            assert reply is not None and reply.text == "echo: in web"
+        queues = broker.call(lambda: set(broker.broker.queues))
+        assert {"$vh.web.from-browser", "$vh.web.to-browser"} <= queues and "to-browser" not in queues
     finally:
         page.evaluate("window.__state = 'closed'; client.deactivate()")
         page.close()
