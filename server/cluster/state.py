@@ -98,6 +98,7 @@ class ClusterState:
         #: in its record or a link's CONNECT: what is lower is a fenced former process's
         self.epoch = epoch
         self.epochs: dict[str, int] = {}
+        self._latest: dict[str, Member] = {}        # each node's last record at its highest epoch
         self.fenced = False
         self.config = config
         self.clock = clock
@@ -157,14 +158,21 @@ class ClusterState:
                 out.append(member)
                 continue
             known = self.epochs.get(node)
+            latest = self._latest.get(node)
             if known is not None and epoch < known:
-                held = self.membership.members.get(node)
-                if held is not None and held.epoch >= known:
-                    out.append(held)
-                continue
-            if known is not None and epoch > known:
+                if epoch == 0 and latest is not None and member.started > latest.started:
+                    # the node started again without ``ha:`` (no epoch) after its last record with one: not a
+                    # former live (one of those has an epoch, and started before), so it is the node now
+                    actions += self._replaced(node, 0)
+                else:
+                    held = self.membership.members.get(node)
+                    if held is not None and held.epoch >= known:
+                        out.append(held)
+                    continue
+            elif known is not None and epoch > known:
                 actions += self._replaced(node, epoch)
             self.epochs[node] = epoch
+            self._latest[node] = member
             out.append(member)
         return out, self.fenced
 

@@ -242,7 +242,7 @@ class TopicInterest:
             self.peers.classify(topic, self.popular_fraction)
         if self.filtering:
             targets = [p for p in self.peers.targets(topic) if p in live]
-            if self.peer_patterns:
+            if self.peer_patterns.by_peer:           # (a dict's truth: no call per message without patterns)
                 targets = self._with_patterns(topic, targets, live)
         else:
             targets = [p for p in live if p != self.node_id]

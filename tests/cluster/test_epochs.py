@@ -95,6 +95,25 @@ def test_rule_5_2_nodes_without_backups_are_epoch_0_and_a_restart_is_no_replacem
     assert n0.figures.refused_stale_epoch == 0
 
 
+def test_rule_5_2_a_node_started_again_without_ha_is_the_node_again(clock):
+    """An operator drops ``ha:`` from a node that had it: its new process writes no epoch. A record of
+    epoch 0 that started after the node's last record with an epoch is the node (a former live always has
+    an epoch and started earlier), so peers do not lock it out; a record of a lower epoch that started
+    earlier is still a former live's."""
+    n0 = _state("n0", clock)
+    _read(n0, _member(clock, "n0", 6000), Member("n1", "127.0.0.1:7001", 100, clock.wall, 2))
+    n0.link_up("n1")
+    clock.advance(100)
+    actions = _read(n0, _member(clock, "n0", 6000), Member("n1", "127.0.0.1:6001", 50, clock.wall, 1))
+    assert actions == [] and not n0.admits("n1", 1)                           # a former live: refused
+    actions = _read(n0, _member(clock, "n0", 6000), Member("n1", "127.0.0.1:6001", 50, clock.wall, 0))
+    assert actions == [] and not n0.admits("n1", 0)                           # started before: refused too
+    clock.advance(100)
+    actions = _read(n0, _member(clock, "n0", 6000), Member("n1", "127.0.0.1:8001", 300, clock.wall, 0))
+    assert actions[0] == Replaced("n1", 0) and Connect("n1", "127.0.0.1:8001") in actions
+    assert n0.admits("n1", 0) and n0.link_opened("n1", 0) == (True, [])
+
+
 def test_rule_5_4_this_process_is_fenced_when_its_own_record_is_at_a_higher_epoch(clock):
     n1 = _state("n1", clock)
     n1.epoch = 1
