@@ -176,3 +176,26 @@ def test_destination_pattern_vectors(case):
 def test_destination_pattern_refusals(case):
     with pytest.raises(ConfigError, match=re.escape(case["error"])):
         DestinationPattern(case["pattern"])
+
+
+TOPIC_PATTERNS = json.loads((Path(__file__).resolve().parents[2] / "spec" / "vectors" / "topic_patterns.json")
+                            .read_text())
+
+
+def test_destination_patterns_follow_the_broker_s_topic_pattern_vectors():
+    """spec/vectors/topic_patterns.json through destinationPattern, for topics and queues alike: the same
+    answer as the broker's matcher, or refused (a word holding '*', '?' or '[', an empty pattern)."""
+    checked = 0
+    for case in TOPIC_PATTERNS["matches"]:
+        pattern, topic = case["pattern"], case["topic"]
+        glob_like = any(w not in ("*", "#", ">") and set(w) & set("*?[") for w in pattern.split("."))
+        for kind in ("/topic/", "/queue/"):
+            if glob_like or not pattern:
+                with pytest.raises(ConfigError):
+                    DestinationPattern(kind + pattern)
+                continue
+            assert DestinationPattern(kind + pattern).matches(kind + topic) is case["match"], case
+            assert not DestinationPattern(kind + pattern).matches(("/queue/" if kind == "/topic/" else "/topic/")
+                                                                  + topic)
+            checked += 1
+    assert checked > 1000

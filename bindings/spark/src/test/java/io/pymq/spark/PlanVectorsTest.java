@@ -120,4 +120,30 @@ class PlanVectorsTest {
             assertTrue(e.getMessage().contains(c.get("error").asText()), e.getMessage() + " / " + c);
         }
     }
+
+    /** topic_patterns.json through destinationPattern, topics and queues alike: the broker's answer, or refused. */
+    @Test
+    void destinationPatternsFollowTopicPatternVectors() throws Exception {
+        int checked = 0;
+        for (JsonNode c : VectorFiles.load("topic_patterns.json").get("matches")) {
+            String pattern = c.get("pattern").asText();
+            String topic = c.get("topic").asText();
+            boolean globLike = false;
+            for (String w : TopicPattern.split(pattern)) {
+                boolean wildcard = w.equals("*") || w.equals("#") || w.equals(">");
+                globLike |= !wildcard && (w.contains("*") || w.contains("?") || w.contains("["));
+            }
+            for (String kind : List.of(Options.TOPIC, Options.QUEUE)) {
+                if (globLike || pattern.isEmpty()) {
+                    assertThrows(PymqException.class, () -> new DestinationPattern(kind + pattern), c.toString());
+                    continue;
+                }
+                DestinationPattern p = new DestinationPattern(kind + pattern);
+                assertEquals(c.get("match").asBoolean(), p.matches(kind + topic), c.toString());
+                assertTrue(!p.matches((kind.equals(Options.TOPIC) ? Options.QUEUE : Options.TOPIC) + topic));
+                checked++;
+            }
+        }
+        assertTrue(checked > 1000, "checked " + checked);
+    }
 }
