@@ -91,7 +91,9 @@ def render() -> str:
     out += _section("High availability", c.HaConfig,
                     "Under `ha:` (spec/ha.md, docs/operations.md \"A live/backup pair\"): the store is the data "
                     "directory of the default or `file` devices (on a shared file system that honours `flock`), or "
-                    "the PostgreSQL database of the `sql` devices.\n\n"
+                    "the PostgreSQL database of the `sql` devices. A cluster node may have backups: each member "
+                    "carries the node's `node_id`, `ha:` and the same `cluster:` section, and the one that holds the "
+                    "store joins the cluster as the node (spec/ha.md §5).\n\n"
                     "```yaml\nnode_id: orders-broker        # the same in every member\ndata_dir: /shared/pymq\n"
                     "ha: {lease_ms: 2000}\n```")
     out += _section("Users file", c.UsersFile, "The file `users_file` names (docs/users.md). Reloaded by SIGHUP.")
