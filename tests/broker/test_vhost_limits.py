@@ -94,6 +94,19 @@ def test_queues_per_vhost_hold_and_a_refusal_makes_no_queue(broker_factory):
     assert not {"$vh.shop.c", "$vh.shop.d", "$vh.shop.e", "$vh.shop.f"} & _queues(b)
 
 
+def test_the_brokers_own_queues_are_made_at_the_limit_so_no_dead_letter_is_lost(broker_factory):
+    b = broker_factory(vhosts=VHOSTS, queue_defaults={"max_deliveries": 1})
+    c = _raw(b, "/shop")[0]
+    assert _send(c, "/queue/a", b"dies").command == "RECEIPT"
+    assert _send(c, "/queue/b").command == "RECEIPT"                # the vhost's 2 queues: at its max_queues
+    c.send("SUBSCRIBE", {"destination": "/queue/a", "id": "1", "ack": "client-individual"})
+    frame = c.read()
+    c.send("NACK", {"id": frame.headers["ack"], "receipt": "n"})
+    assert c.read().command == "RECEIPT"
+    assert wait_for(lambda: "$vh.shop.DLQ.a" in _queues(b))
+    assert b.call(lambda: b.broker.queues["$vh.shop.DLQ.a"].depth) == 1      # a third queue, by the broker
+
+
 def test_memory_per_vhost_holds_a_refusal_places_nothing_and_consuming_makes_room(broker_factory):
     b = broker_factory(vhosts=VHOSTS)
     c = _raw(b, "/shop")[0]

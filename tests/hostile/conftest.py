@@ -50,9 +50,10 @@ class BrokerProcess:
 
 def start_broker(tmp_path, *args: str, env: dict[str, str] | None = None, websocket: bool = False) -> BrokerProcess:
     """``websocket``: the broker also listens for STOMP over WebSocket on a free port (``ws_port``)."""
-    if websocket:
-        config = tmp_path / "websocket.yaml"
-        config.write_text("websocket: {port: 0}\n")
+    if websocket or not any(arg == "--config" for arg in args):
+        config = tmp_path / "hostile.yaml"
+        # a vhost the fuzzer's CONNECTs select (fuzzing.FUZZ_VHOSTS)
+        config.write_text(("websocket: {port: 0}\n" if websocket else "") + "vhosts: {fuzz: ['*']}\n")
         args = ("--config", str(config), *args)
     log = open(tmp_path / "broker.log", "w+")
     proc = subprocess.Popen([sys.executable, "-m", "pymq_server.cli", "--port", "0", "--data-dir",

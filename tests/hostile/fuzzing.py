@@ -244,6 +244,10 @@ class Peer:
         from pymq.protocol.connection import negotiate_version, parse_heartbeat
         parse_heartbeat(frame.headers.get("heart-beat"))           # raises what the broker raises
         version = negotiate_version(frame.headers.get("accept-version"))
+        host = frame.headers.get("host")
+        if host is not None and host.startswith("/") and host != "/" and host[1:] not in FUZZ_VHOSTS:
+            self.broken = "unknown virtual host"                   # access-denied (spec/stomp.md §1)
+            return
         if frame.headers.get("login", "guest") != "guest" or frame.headers.get("passcode", "guest") != "guest":
             self.broken = "bad credentials"                        # the broker refuses the login
             return
@@ -305,6 +309,12 @@ def still_serves(port: int) -> bool:
         return message is not None and message.text == "probe"
 
 
+#: the virtual hosts of the fuzzed broker (tests/hostile/conftest.py start_broker), and the CONNECT host
+#: headers drawn: the default, a vhost by '/name' and by 'name', host names, unknown and malformed vhosts
+FUZZ_VHOSTS = {"fuzz"}
+HOSTS = ["/", "/fuzz", "fuzz", "localhost", "", "/nope", "/fuzz/x", "/" + "x" * 300, "/fuzz\u00e9", "/$vh"]
+
+
 class BrokerFuzz(RuleBasedStateMachine):
     """Override ``broker`` (an object with ``port`` and ``alive()``) before running."""
 
@@ -327,12 +337,13 @@ class BrokerFuzz(RuleBasedStateMachine):
     @precondition(lambda self: len(self.live()) < 4)
     @rule(version=st.sampled_from(["1.0", "1.1", "1.2", "1.0,1.1,1.2", "2.0", None]),
           heartbeat=st.sampled_from([None, "0,0", "0,1000", "1000,0"] + [n + ",0" for n in HOSTILE_NUMBERS[:4]]),
-          credentials=st.sampled_from([("guest", "guest"), ("guest", "wrong"), (None, None)]))
-    def open(self, version, heartbeat, credentials):
+          credentials=st.sampled_from([("guest", "guest"), ("guest", "wrong"), (None, None)]),
+          host=st.sampled_from(HOSTS))
+    def open(self, version, heartbeat, credentials, host):
         ws = self.transport == "ws"
         peer = Peer(self.broker.ws_port if ws else self.broker.port, ws=ws)
         self.stats["connections"] += 1
-        headers = {"host": "/"}
+        headers = {"host": host}
         if version is not None:
             headers["accept-version"] = version
         if heartbeat is not None:
