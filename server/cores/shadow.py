@@ -181,7 +181,7 @@ class ShadowProtocol(StompServerProtocol):
     def send_frame(self, conn: Any, frame: Frame) -> None:
         if frame.command == "RECEIPT":
             data = conn.send(frame)
-            self._flush(force=True)     # what was written before the receipt goes first
+            self.output.flush(force=True)     # what was written before the receipt goes first
             self.mesh.send(self.home, Kind.RECEIPT, self.home, self.conn, data)
             return
         super().send_frame(conn, frame)
