@@ -108,7 +108,7 @@ def frame_bytes(body_size: int) -> int:
     message = SimpleNamespace(headers={"persistent": "true", "priority": "4", "timestamp": "1700000000000",
                                        "content-type": "text/plain", "pymq-seq": "123456"},
                               destination="/topic/src12345", message_id="ID:node-017-1700000000123456",
-                              deliver_at=0)
+                              key=1700000000123456, deliver_at=0)     # key: the forward id (3b19a58)
     headers = forward_headers(message, "node-017")
     headers["receipt"] = "f123"
     return len(encode_frame("SEND", headers, b"x" * body_size, "1.2"))
