@@ -30,6 +30,23 @@ def _cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+#: --broker-pid: the pymq-server whose CPU each loop costs (its process tree, /proc), or 0
+BROKER_PID = 0
+
+
+def _broker_cpu() -> float:
+    if not BROKER_PID:
+        return 0.0
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from peers import cpu_seconds
+
+    return cpu_seconds(BROKER_PID)
+
+
+def _broker_us(cpu_s: float, messages: int) -> float:
+    return cpu_s * 1e6 / messages if BROKER_PID and messages else 0.0
+
+
 def _body_of(message) -> bytes | None:
     # The message model is being written alongside this bench: accept the likely spellings.
     for attr in ("body", "text", "payload"):
@@ -61,19 +78,19 @@ def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool,
         # (durable write included): that is a different measurement from a pipelined non-persistent loop.
         producer.delivery_mode = pymq.PERSISTENT if persistent else pymq.NON_PERSISTENT
         # Send loop.
-        cpu0, t0 = _cpu(), time.perf_counter()
+        cpu0, t0, bcpu0 = _cpu(), time.perf_counter(), _broker_cpu()
         deadline = t0 + seconds
         sent = 0
         while sent < count and time.perf_counter() < deadline:
             body = b"%012d" % sent + pad
             producer.send(session.create_text_message(body.decode()) if text else body)
             sent += 1
-        send_s, send_cpu = time.perf_counter() - t0, _cpu() - cpu0
+        send_s, send_cpu, send_bcpu = time.perf_counter() - t0, _cpu() - cpu0, _broker_cpu() - bcpu0
         # Receive loop: the messages are already queued, so this is the SDK's delivery path alone.
         consumer = session.create_consumer(pymq.Queue(queue))
         seen = bytearray(sent)
         received = dups = unreadable = 0
-        cpu0, t0 = _cpu(), time.perf_counter()
+        cpu0, t0, bcpu0 = _cpu(), time.perf_counter(), _broker_cpu()
         deadline = t0 + seconds + 30
         while received < sent and time.perf_counter() < deadline:
             m = consumer.receive(timeout=5)
@@ -91,7 +108,7 @@ def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool,
                 dups += 1
             else:
                 seen[seq] = 1
-        recv_s, recv_cpu = time.perf_counter() - t0, _cpu() - cpu0
+        recv_s, recv_cpu, recv_bcpu = time.perf_counter() - t0, _cpu() - cpu0, _broker_cpu() - bcpu0
         lost = sent - sum(seen) if not unreadable else sent - received
     finally:
         conn.close()
@@ -102,6 +119,9 @@ def run(url: str, count: int, size: int, seconds: float, queue: str, text: bool,
         "received": received, "recv_rate": received / recv_s if recv_s else 0.0,
         "recv_cpu_pct": 100 * recv_cpu / recv_s if recv_s else 0.0,
         "lost": lost, "duplicated": dups, "unreadable": unreadable,
+        # the broker's CPU per message during each loop (--broker-pid; 0 without): the receive loop's
+        # includes the acknowledgements the SDK sends
+        "broker_send_us": _broker_us(send_bcpu, sent), "broker_recv_us": _broker_us(recv_bcpu, received),
     }
 
 
@@ -116,18 +136,18 @@ async def _run_aio(url: str, count: int, size: int, seconds: float, queue: str, 
         session = conn.create_session()
         producer = session.create_producer(pymq.Queue(queue))
         producer.delivery_mode = pymq.PERSISTENT if persistent else pymq.NON_PERSISTENT
-        cpu0, t0 = _cpu(), time.perf_counter()
+        cpu0, t0, bcpu0 = _cpu(), time.perf_counter(), _broker_cpu()
         deadline = t0 + seconds
         sent = 0
         while sent < count and time.perf_counter() < deadline:
             body = b"%012d" % sent + pad
             await producer.send(session.create_text_message(body.decode()) if text else body)
             sent += 1
-        send_s, send_cpu = time.perf_counter() - t0, _cpu() - cpu0
+        send_s, send_cpu, send_bcpu = time.perf_counter() - t0, _cpu() - cpu0, _broker_cpu() - bcpu0
         consumer = await session.create_consumer(pymq.Queue(queue))
         seen = bytearray(sent)
         received = dups = unreadable = 0
-        cpu0, t0 = _cpu(), time.perf_counter()
+        cpu0, t0, bcpu0 = _cpu(), time.perf_counter(), _broker_cpu()
         deadline = t0 + seconds + 30
         while received < sent and time.perf_counter() < deadline:
             m = await consumer.receive(timeout=5)
@@ -145,7 +165,7 @@ async def _run_aio(url: str, count: int, size: int, seconds: float, queue: str, 
                 dups += 1
             else:
                 seen[seq] = 1
-        recv_s, recv_cpu = time.perf_counter() - t0, _cpu() - cpu0
+        recv_s, recv_cpu, recv_bcpu = time.perf_counter() - t0, _cpu() - cpu0, _broker_cpu() - bcpu0
         lost = sent - sum(seen) if not unreadable else sent - received
     finally:
         await conn.close()
@@ -156,6 +176,9 @@ async def _run_aio(url: str, count: int, size: int, seconds: float, queue: str, 
         "received": received, "recv_rate": received / recv_s if recv_s else 0.0,
         "recv_cpu_pct": 100 * recv_cpu / recv_s if recv_s else 0.0,
         "lost": lost, "duplicated": dups, "unreadable": unreadable,
+        # the broker's CPU per message during each loop (--broker-pid; 0 without): the receive loop's
+        # includes the acknowledgements the SDK sends
+        "broker_send_us": _broker_us(send_bcpu, sent), "broker_recv_us": _broker_us(recv_bcpu, received),
     }
 
 
@@ -206,6 +229,8 @@ def compare(quick: bool, count: int, size: int, seconds: float, rounds: int = 1,
                                 "--count", str(count), "--size", str(size), "--seconds", str(seconds),
                                 "--queue", f"bench.sdk.{api}.{os.getpid()}.{len(rows)}", "--json", "-"]
                         argv += ["--persistent"] if persistent else []
+                        if url.startswith("stomp://") and broker is not None and broker.proc is not None:
+                            argv += ["--broker-pid", str(broker.proc.pid)]
                         # cwd: the embedded broker makes a directory named after it there
                         p = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=work, env=env)
                         lines = p.stdout.strip().splitlines()
@@ -235,8 +260,8 @@ def _median(runs: list[dict]) -> dict:
         if "error" in r:
             return r
     out = dict(runs[0])
-    for key in ("send_rate", "recv_rate"):
-        values = sorted(r[key] for r in runs)
+    for key in ("send_rate", "recv_rate", "broker_send_us", "broker_recv_us"):
+        values = sorted(r.get(key, 0.0) for r in runs)
         out[key] = values[len(values) // 2]
     out["lost"] = max(r["lost"] for r in runs)
     out["duplicated"] = max(r["duplicated"] for r in runs)
@@ -253,7 +278,9 @@ def _print_pair(url: str, persistent: bool, pair: dict) -> None:
         else:
             print(f"{scheme:9} {mode:14} {api:8}  send {r['send_rate']:9.0f} msg/s"
                   f"   receive {r['recv_rate']:9.0f} msg/s"
-                  f"   lost {r['lost']} dup {r['duplicated']}")
+                  f"   lost {r['lost']} dup {r['duplicated']}"
+                  + (f"   broker µs/msg: send loop {r['broker_send_us']:.1f}, receive loop {r['broker_recv_us']:.1f}"
+                     if r.get("broker_recv_us") else ""))
     if "error" not in a and "error" not in b and b.get("send_rate") and b.get("recv_rate"):
         print(f"{scheme:9} {mode:14} {'aio/blk':8}  send {a['send_rate'] / b['send_rate']:9.2f}x        "
               f"receive {a['recv_rate'] / b['recv_rate']:9.2f}x")
@@ -271,7 +298,10 @@ def _print_against_base(url: str, persistent: bool, medians: dict) -> None:
             continue
         print(f"{scheme:9} {mode:14} {api + '@base':14}  send {base['send_rate']:9.0f} msg/s   receive "
               f"{base['recv_rate']:9.0f} msg/s   new/base: send {new['send_rate'] / base['send_rate']:.2f}x  "
-              f"receive {new['recv_rate'] / base['recv_rate']:.2f}x")
+              f"receive {new['recv_rate'] / base['recv_rate']:.2f}x"
+              + (f"   broker µs/msg of the receive loop {new['broker_recv_us']:.1f} / {base['broker_recv_us']:.1f}"
+                 f" = {new['broker_recv_us'] / base['broker_recv_us']:.2f}x"
+                 if new.get("broker_recv_us") and base.get("broker_recv_us") else ""))
 
 
 def main(argv=None) -> int:
@@ -294,7 +324,11 @@ def main(argv=None) -> int:
                                        "the same rounds (this build's rate over its rate is printed)")
     ap.add_argument("--quick", action="store_true", help="2,000 messages, 3 s")
     ap.add_argument("--json", help="write the result as JSON to this file ('-' for stdout)")
+    ap.add_argument("--broker-pid", type=int, default=0,
+                    help="a pymq-server's pid: report its CPU per message during each loop (--compare sets it)")
     a = ap.parse_args(argv)
+    global BROKER_PID
+    BROKER_PID = a.broker_pid
     if a.quick:
         a.count, a.seconds = min(a.count, 2_000), 3.0
     if a.compare:

@@ -231,6 +231,11 @@ def spawn(function: Callable[[], Coroutine[Any, Any, None]], name: str) -> Worke
     return Worker(asyncio.get_running_loop().create_task(function(), name=name))
 
 
+def call_later(loop: asyncio.AbstractEventLoop, delay: float, function: Callable[[], None]) -> None:
+    """Call ``function()`` once, ``delay`` seconds from now, on the connection's loop."""
+    loop.call_later(delay, function)
+
+
 async def call_listener(listener: Callable[[_T], object], value: _T) -> None:
     """Call a message or exception listener; a coroutine function's result is awaited."""
     result = listener(value)

@@ -36,14 +36,14 @@ import time
 from typing import Any, TypeVar
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from pymq.aio._waiting import (Flag, Guard, ListenerQueue, Lock, Receipt, Wakeup, Worker, call_listener, check_loop,
-                               current_loop, guarded, link_lock, spawn)
+from pymq.aio._waiting import (Flag, Guard, ListenerQueue, Lock, Receipt, Wakeup, Worker, call_later, call_listener,
+                               check_loop, current_loop, guarded, link_lock, spawn)
 from pymq.aio.transport import AsyncTransport, transport_for
-from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE, EXCLUSIVE_HEADERS,
-                               SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore, ConnectionSettings,
-                               ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult, SessionCore,
-                               TransportEvent, browse_queue, durable_headers, durable_topic, reply_message,
-                               request_message, session_mode, shared_durable_headers, shared_headers,
+from pymq.client._core import (AUTO_ACKNOWLEDGE, CLIENT_ACKNOWLEDGE, DUPS_OK_ACKNOWLEDGE,
+                               EXCLUSIVE_HEADERS, SESSION_TRANSACTED, AckMode, BrowseCore, ConnectionCore,
+                               ConnectionSettings, ConnectionStatus, ConsumerCore, Headers, ProducerCore, RangeResult,
+                               SessionCore, TransportEvent, browse_queue, durable_headers, durable_topic,
+                               reply_message, request_message, session_mode, shared_durable_headers, shared_headers,
                                unsubscribe_frame)
 from pymq.client.admin import (AdminCall, AdminInbox, JsonObject, admin_result, alter_call, create_call,
                                destinations_call, drop_call, grant_call, info_call, list_call, metrics_call,
@@ -338,6 +338,9 @@ class AsyncConnection(ConnectionCore):
 
     def _window_freed(self) -> None:
         self._window_space.set()
+
+    def _acks_held(self, consumer: ConsumerCore, delay: float) -> None:
+        call_later(self._loop, delay, consumer._flush_held_ack)
 
     async def _send_flowing(self, frame: Frame) -> None:
         """Send a SEND, first waiting while the broker holds back this connection's producers."""

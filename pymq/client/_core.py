@@ -32,6 +32,8 @@ from __future__ import annotations
 import enum
 import itertools
 import ssl
+import threading
+import time
 import uuid
 from collections import deque
 from contextlib import AbstractContextManager, nullcontext
@@ -293,6 +295,11 @@ class ConnectionCore:
 
     def _window_freed(self) -> None:
         """A receipt made room in the failover window of SENDs (the transport's thread: never waits)."""
+
+    def _acks_held(self, consumer: ConsumerCore, delay: float) -> None:
+        """AUTO_ACKNOWLEDGE began holding back an ACK of ``consumer``: the shell calls
+        ``consumer._flush_held_ack()`` ``delay`` seconds from now (its loop's timer, or a timer thread),
+        so an acknowledgement is never held longer, whatever the application does next."""
 
     # -- status ------------------------------------------------------------------------------------
     @property
@@ -599,16 +606,6 @@ class AckLedger:
         return None
 
 
-class _AutoLedger(AckLedger):
-    """AUTO_ACKNOWLEDGE: each message is acknowledged when ``receive`` returns it (or its listener returns)."""
-
-    def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
-        return Frame("ACK", delivery.ack)
-
-    def failed(self, delivery: Delivery) -> list[Bound]:
-        return [(Frame("NACK", delivery.ack), delivery.link)]
-
-
 class _DupsOkLedger(AckLedger):
     """DUPS_OK_ACKNOWLEDGE: cumulative acks every ``prefetch // 4`` messages and before waiting."""
 
@@ -616,7 +613,8 @@ class _DupsOkLedger(AckLedger):
 
     def __init__(self) -> None:
         super().__init__()
-        self._held: dict[ConsumerCore, tuple[Headers, int, int]] = {}
+        #: consumer -> (ack headers of the latest message taken, messages taken, link, first taken at)
+        self._held: dict[ConsumerCore, tuple[Headers, int, int, float]] = {}
 
     def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
         consumer = delivery.consumer
@@ -625,7 +623,7 @@ class _DupsOkLedger(AckLedger):
         if count >= max(1, consumer.prefetch // 4):
             self._held.pop(consumer, None)
             return Frame("ACK", delivery.ack)
-        self._held[consumer] = (delivery.ack, count, delivery.link)
+        self._held[consumer] = (delivery.ack, count, delivery.link, 0.0)
         return None
 
     def before_wait(self, consumer: ConsumerCore) -> Bound | None:
@@ -640,6 +638,53 @@ class _DupsOkLedger(AckLedger):
 
     def drop(self, consumer: ConsumerCore) -> Bound | None:
         return self.before_wait(consumer)
+
+
+#: AUTO_ACKNOWLEDGE: the most messages one held-back (cumulative) ACK covers, and how long after the
+#: first of them it is sent at the latest (seconds; a later take, or the shell's timer)
+AUTO_ACK_BATCH = 64
+AUTO_ACK_HOLD_S = 0.1
+
+
+class _AutoLedger(_DupsOkLedger):
+    """AUTO_ACKNOWLEDGE: each message is acknowledged once ``receive`` returned it (or its listener
+    returned), with acknowledgements coalesced (issue 30): the subscription is STOMP's cumulative
+    ``client`` mode, and one ACK naming the latest message taken covers those taken before it.
+
+    The ACK is sent at once whenever the consumer has nothing more buffered, so a consumer that keeps up
+    acknowledges each message as it takes it, exactly as one ACK per message did, and nothing is held
+    while the application waits.  While more is buffered (a burst the broker wrote in one go) the ACK is
+    held until ``AUTO_ACK_BATCH`` messages are taken, or ``AUTO_ACK_HOLD_S`` after the first held one
+    (the shell's timer: an application that takes one message and then works for an hour without
+    calling ``receive`` still acknowledges it within that time, and a producer its queue blocked goes
+    on), or the consumer waits or closes, or a listener raises (then the held ACK goes first and the
+    NACK names only the failed message, which comes back).  A crash can therefore bring back the
+    messages taken in the last ``AUTO_ACK_HOLD_S`` (at most ``AUTO_ACK_BATCH``, all of one burst), never
+    an acknowledged one; a lost link drops the held ACK with the link, and its messages come again
+    (spec/ha.md §4.5).  Cumulative acks are safe here because AUTO never reorders deliveries:
+    ``recover()`` returns nothing of an AUTO session (the CLIENT ledger's note)."""
+
+    def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
+        return self.owe(delivery.consumer, delivery.ack, delivery.link)
+
+    def owe(self, consumer: ConsumerCore, ack: Headers, link: int) -> Frame | None:
+        """``consumer`` handed the application the message named by ``ack`` (of link ``link``): the
+        ACK to send now, or None when it is held back (covered by a later cumulative one)."""
+        if not consumer._buffer:              # nothing more here: acknowledge now (and what was held)
+            if self._held:
+                self._held.pop(consumer, None)
+            return Frame("ACK", ack)
+        held = self._held.get(consumer)
+        now = time.monotonic()
+        if held is None or held[2] != link:   # a held ACK of a lost link is dropped with it
+            self._held[consumer] = (ack, 1, link, now)
+            consumer._hold_started()
+            return None
+        if held[1] + 1 >= AUTO_ACK_BATCH or now - held[3] >= AUTO_ACK_HOLD_S:
+            del self._held[consumer]
+            return Frame("ACK", ack)
+        self._held[consumer] = (ack, held[1] + 1, link, held[3])
+        return None
 
 
 class _ClientLedger(AckLedger):
@@ -892,12 +937,13 @@ class SessionCore:
         return consumer._subscription
 
     def _forget_consumer(self, consumer: ConsumerCore) -> None:
-        bound = self._ledger.drop(consumer)
-        if bound is not None and not self.connection.closed:
-            try:
-                self.connection._send_on(*bound)
-            except PymqError:
-                pass
+        with consumer._ack_lock:
+            bound = self._ledger.drop(consumer)
+            if bound is not None and not self.connection.closed:
+                try:
+                    self.connection._send_on(*bound)
+                except PymqError:
+                    pass
         if consumer in self._consumers:
             self._consumers.remove(consumer)
 
@@ -963,9 +1009,14 @@ class ConsumerCore:
         self._waiting = False
         self._closed = False
         #: AUTO_ACKNOWLEDGE over STOMP 1.2, the JMS default: each message is acknowledged by its ack id
-        #: when it is taken, with no delivery record (the hot path of receive)
-        self._ack_at_once = (session.ack_mode is AckMode.AUTO_ACKNOWLEDGE
-                             and session.connection.version == "1.2")
+        #: when it is taken (coalesced: _AutoLedger.owe), with no delivery record (the hot path of receive)
+        ledger = session._ledger
+        self._auto_ledger = (ledger if isinstance(ledger, _AutoLedger) and session.connection.version == "1.2"
+                             else None)
+        #: taking a held-back ACK and sending it happen together (the timer of _flush_held_ack runs on
+        #: another thread in the blocking shell): cumulative ACKs must reach the wire in order
+        self._ack_lock = threading.Lock()
+        self._ack_timer = False                   # a _flush_held_ack is scheduled
         self._subscription: Frame | None = None      # the SUBSCRIBE sent (a failover sends it again)
         self._sub_id = session.connection._register(self)
 
@@ -1028,14 +1079,38 @@ class ConsumerCore:
     def _take(self, frame: Frame, link: int) -> Message:
         """``receive`` returns the message of ``frame`` (of link ``link``): acknowledge it as the
         session's mode says."""
-        if self._ack_at_once:
+        auto = self._auto_ledger
+        if auto is not None:
             h = frame.headers
             message = received(from_frame(h, frame.body))
-            self._session.connection._send_on(Frame("ACK", {"id": h.get("ack", "")}), link)
+            with self._ack_lock:
+                ack = auto.owe(self, {"id": h.get("ack", "")}, link)
+                if ack is not None:
+                    self._session.connection._send_on(ack, link)
             return message
         message, delivery = self._open(frame, link)
-        self._session._consumed(delivery)
+        with self._ack_lock:
+            self._session._consumed(delivery)
         return message
+
+    def _hold_started(self) -> None:
+        """The AUTO ledger began holding an ACK of this consumer: have it sent within AUTO_ACK_HOLD_S."""
+        if not self._ack_timer:
+            self._ack_timer = True
+            self._session.connection._acks_held(self, AUTO_ACK_HOLD_S)
+
+    def _flush_held_ack(self) -> None:
+        """The shell's timer: send the ACK held back for this consumer, if any (AUTO_ACKNOWLEDGE)."""
+        self._ack_timer = False
+        session = self._session
+        with self._ack_lock:
+            bound = session._ledger.before_wait(self)
+            if bound is None or session.connection.closed:
+                return
+            try:
+                session.connection._send_on(*bound)
+            except PymqError:
+                pass                                  # the connection is going: its messages come again
 
     def _for_listener(self, frame: Frame, link: int) -> tuple[Message, Delivery]:
         """The message of ``frame`` for a listener; CLIENT and transacted sessions record it first,
@@ -1052,16 +1127,18 @@ class ConsumerCore:
         session = self._session
         if session._ledger.records_before_listener:
             return
-        if failed:
-            session._listener_failed(delivery)
-        else:
-            session._consumed(delivery)
+        with self._ack_lock:
+            if failed:
+                session._listener_failed(delivery)
+            else:
+                session._consumed(delivery)
 
     def _before_wait(self) -> None:
-        """About to wait: let the broker refill credit held by batched (dups-ok) acks."""
-        bound = self._session._ledger.before_wait(self)
-        if bound is not None:
-            self._session.connection._send_on(*bound)
+        """About to wait: let the broker refill credit held by batched (auto, dups-ok) acks."""
+        with self._ack_lock:
+            bound = self._session._ledger.before_wait(self)
+            if bound is not None:
+                self._session.connection._send_on(*bound)
 
     def _closing(self) -> None:
         """Local bookkeeping of ``close()`` (the shell sends UNSUBSCRIBE)."""

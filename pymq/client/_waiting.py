@@ -149,6 +149,13 @@ def call_listener(listener: Callable[[_T], object], value: _T) -> None:
     listener(value)
 
 
+def call_later(loop: object, delay: float, function: Callable[[], None]) -> None:
+    """Call ``function()`` once, ``delay`` seconds from now, on a daemon timer thread."""
+    timer = threading.Timer(delay, function)
+    timer.daemon = True
+    timer.start()
+
+
 # -- one thread at a time in a session --------------------------------------------------------------------
 
 class Guard:

@@ -74,10 +74,75 @@ def setup(mode: AckMode) -> tuple[Wire, SessionCore, Consumer]:
     return wire, session, consumer
 
 
-def test_auto_acknowledge_acks_each_message_as_it_is_taken():
+def test_auto_acknowledge_coalesces_a_burst_into_one_cumulative_ack():
+    """Issue 30: five messages read in one go are acknowledged by one ACK of the last, on a cumulative
+    (``client``) subscription; nothing is held once the buffer is empty."""
     wire, session, consumer = setup(AckMode.AUTO_ACKNOWLEDGE)
+    assert session._ledger.cumulative is True
+    assert session._subscribe_frame(consumer).headers["ack"] == "client"
     assert texts(consumer) == ["n0", "n1", "n2", "n3", "n4"]
-    assert [(f.command, f.headers["id"]) for f in wire.sent] == [("ACK", f"a{n}") for n in range(5)]
+    assert [(f.command, f.headers) for f in wire.sent] == [("ACK", {"id": "a4"})]
+    consumer._before_wait()
+    assert len(wire.sent) == 1                 # nothing left held
+
+
+def test_auto_acknowledge_acks_at_once_a_consumer_that_keeps_up():
+    """One message buffered at a time (a consumer as fast as its broker): one ACK per message, sent when
+    ``receive`` returns it, as before coalescing."""
+    wire = Wire()
+    session = SessionCore(wire, AckMode.AUTO_ACKNOWLEDGE)
+    consumer = Consumer(session, Queue("q"), None, 100)
+    for n in range(3):
+        wire._frame_received(message(consumer, n))
+        consumer._take(consumer._buffer.popleft(), 0)
+        assert [f.headers["id"] for f in wire.sent] == [f"a{k}" for k in range(n + 1)]
+
+
+def test_auto_acknowledge_holds_at_most_a_batch_or_a_while(monkeypatch):
+    from pymq.client import _core
+    wire = Wire()
+    session = SessionCore(wire, AckMode.AUTO_ACKNOWLEDGE)
+    consumer = Consumer(session, Queue("q"), None, 1000)
+    total = 2 * _core.AUTO_ACK_BATCH + 3
+    for n in range(total):
+        wire._frame_received(message(consumer, n))
+    for _ in range(_core.AUTO_ACK_BATCH * 2):
+        consumer._take(consumer._buffer.popleft(), 0)
+    batch = _core.AUTO_ACK_BATCH
+    assert [f.headers["id"] for f in wire.sent] == [f"a{batch - 1}", f"a{2 * batch - 1}"]
+    # a take long after the first held one sends the ACK though more is buffered
+    consumer._take(consumer._buffer.popleft(), 0)
+    clock = _core.time.monotonic() + _core.AUTO_ACK_HOLD_S + 1
+    monkeypatch.setattr(_core.time, "monotonic", lambda: clock)
+    consumer._take(consumer._buffer.popleft(), 0)
+    assert [f.headers["id"] for f in wire.sent][-1] == f"a{2 * batch + 1}"
+    assert len(consumer._buffer) == 1
+
+
+def test_auto_acknowledge_listener_failure_acks_what_was_held_then_nacks_only_its_message():
+    """A listener that raises: the ACK held for the messages before it goes first, then the NACK
+    (cumulative on a ``client`` subscription) names the failed one, which alone comes back."""
+    wire, session, consumer = setup(AckMode.AUTO_ACKNOWLEDGE)
+    for _ in range(2):
+        _, delivery = consumer._for_listener(consumer._buffer.popleft(), 0)
+        consumer._listener_done(delivery, failed=False)
+    assert wire.sent == []                     # held: more is buffered
+    _, delivery = consumer._for_listener(consumer._buffer.popleft(), 0)
+    consumer._listener_done(delivery, failed=True)
+    assert [(f.command, f.headers["id"]) for f in wire.sent] == [("ACK", "a1"), ("NACK", "a2")]
+
+
+def test_auto_acknowledge_drops_an_ack_held_for_a_lost_link():
+    """After a failover (a new link) the ACK held for the old link's messages is not sent: the broker
+    returned them with the link, and an ACK on the new one would name unknown ids."""
+    wire, session, consumer = setup(AckMode.AUTO_ACKNOWLEDGE)
+    consumer._take(consumer._buffer.popleft(), 0)
+    consumer._take(consumer._buffer.popleft(), 0)
+    wire._link = 1
+    consumer._before_wait()
+    assert wire.sent == []
+    consumer._closing()
+    assert wire.sent == []
 
 
 def test_client_acknowledge_acks_each_consumed_message():
