@@ -1,8 +1,16 @@
 """pymq against RabbitMQ (STOMP plugin) and ActiveMQ Classic on the same workloads, in the same run.
 
     python bench/bench_brokers.py [--quick] [--brokers pymq,rabbitmq,activemq] [--workloads a,b,c,d,i,e,k,sdk]
-                                  [--headers N] [--seconds S] [--pin-broker CPUS] [--pin-client CPUS]
+                                  [--client asyncio,go] [--headers N] [--seconds S] [--pinned]
+                                  [--pin-broker CPUS] [--pin-client CPUS]
                                   [--json out.json] [--rounds N] [--window N] [--self-check]
+
+Nothing is pinned by default: every broker runs as its defaults make it, with the cores and threads it
+chooses (the JVM's and Erlang's schedulers on every core, pymq in one process unless --pymq-workers),
+which is how people run them: the headline figures.  --pinned puts every broker's threads on CPU 0 and the
+load client on CPU 1: the CPU-per-message view (what one core of broker does), labelled as such.
+--client picks the load client(s): asyncio (bench/loadclient.py, the default), go (bench/goload: go-stomp,
+a client nobody here wrote), or both, each row then measured with each, so no row depends on one client.
 
 The brokers are started by this script (bench/peers.py: own temp data dirs, free ports, 127.0.0.1 only) and
 warmed up; then each workload runs against each broker in turn, driven by the bench's own load client
@@ -40,6 +48,8 @@ from dataclasses import dataclass, field
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from loadclient import Endpoint, LoadSpec, RunResult, run_load, uvloop  # noqa: E402
+
+CLIENTS = ("asyncio", "go")
 from peers import BROKERS, Broker, PeerUnavailable, PymqBroker, machine_busy_seconds  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -121,6 +131,7 @@ class Row:
     other_cpu_pct: float = 0.0
     round: int = 0
     extra: dict = field(default_factory=dict)
+    client: str = "asyncio"       # the load client that measured it (CLIENTS)
 
     @property
     def failed(self) -> bool:
@@ -137,8 +148,17 @@ def endpoint(b: Broker) -> Endpoint:
                     explicit_non_persistent=b.dialect.explicit_non_persistent)
 
 
+def load_runner(client: str):
+    """The load client's run_load: bench/loadclient.py's (asyncio) or bench/goload.py's (go-stomp)."""
+    if client == "go":
+        import goload
+
+        return goload.run_load
+    return run_load
+
+
 def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_brokers: list[Broker],
-            app_headers: int = APP_HEADERS, seconds: float = 0.0) -> Row:
+            app_headers: int = APP_HEADERS, seconds: float = 0.0, client: str = "asyncio") -> Row:
     prefix = b.dialect.topic_prefix if w.spec.get("topic") else b.dialect.queue_prefix
     duration = w.quick_seconds if quick else (min(seconds, w.seconds) if seconds else w.seconds)
     spec = LoadSpec(destination=f"{prefix}bench.{run_id}.{w.key}", count=w.quick_count if quick else w.count,
@@ -150,8 +170,8 @@ def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_b
         return b.cpu_seconds(), sum(x.cpu_seconds() for x in all_brokers), machine_busy_seconds(), time.monotonic()
 
     at_start = []
-    r = run_load(endpoint(b), spec, on_started=lambda: at_start.append(sample()))
-    row = Row(b.name, w.key, w.title, r)
+    r = load_runner(client)(endpoint(b), spec, on_started=lambda: at_start.append(sample()))
+    row = Row(b.name, w.key, w.title, r, client=client)
     if at_start:
         cpu0, brokers0, busy0, t0 = at_start[0]
         cpu1, brokers1, busy1, t1 = sample()
@@ -339,9 +359,11 @@ def print_table(rows: list[Row]) -> None:
             print(f"{row.workload:11} {row.broker:9} {fmt_rate(r.rate):>9}  receive loop; send loop "
                   f"{fmt_rate(r.send_rate):>7} msg/s {'':>15} {r.sent:8} {r.received:8} {r.lost:5} {r.duplicated:4}")
             continue
+        # the Go client is one process: its whole CPU shows under prod cpu, "(all)" under cons cpu
+        cons = f"{r.consumer_cpu_pct:7.0f}%" if r.client != "go" else f"{'(all)':>8}"
         print(f"{row.workload:11} {row.broker:9} {fmt_rate(r.rate):>9} {r.lat_p50_us / 1000:8.2f} "
               f"{r.lat_p99_us / 1000:8.2f} {r.lat_p999_us / 1000:8.2f} {row.broker_cpu_us_per_msg:10.1f} "
-              f"{r.producer_cpu_pct:7.0f}% {r.consumer_cpu_pct:7.0f}% {row.other_cpu_pct:5.0f}% "
+              f"{r.producer_cpu_pct:7.0f}% {cons} {row.other_cpu_pct:5.0f}% "
               f"{r.sent:8} {r.received:8} "
               f"{r.lost:5} {r.duplicated:4}" + (f"  ERROR {'; '.join(r.errors)[:200]}" if r.errors else ""))
 
@@ -457,23 +479,38 @@ def reprint(path: str) -> int:
         row = Row(d.pop("broker"), d.pop("workload"), d.pop("title"), RunResult(), d.pop("broker_cpu_s"),
                   d.pop("broker_cpu_us_per_msg"), d.pop("other_cpu_pct"), d.pop("round"), d.pop("extra"))
         row.result = RunResult(**{k: v for k, v in d.items() if k in RunResult.__dataclass_fields__})
+        row.client = row.result.client
         rows.append(row)
     n = max((r.round for r in rows), default=0) + 1
-    print_table(median_rows(rows, n))
-    print_ratios(ratios(median_rows(rows, n)))
-    workers_table = markdown_workers(rows)
-    if workers_table:
-        print()
-        print(workers_table)
-    if n > 1:
-        print()
-        print(markdown_ranges(rows))
+    clients = [c for c in CLIENTS if any(r.client == c for r in rows)]
+    for client in clients:
+        if len(clients) > 1:
+            print(f"\n=== load client: {client} ===\n")
+        report([r for r in rows if r.client == client], n)
     return 0
 
 
-def self_check() -> int:
+def report(rows: list[Row], rounds: int) -> dict:
+    """The tables of one load client's rows: the median table, the ranges over rounds, the ratios, the
+    multi-worker table; returns the ratios."""
+    print_table(median_rows(rows, rounds))
+    if rounds > 1:
+        print(f"\nranges over the {rounds} rounds (ratios within each round; peers' figure for pymq-only rows is "
+              "their plain row):\n")
+        print(markdown_ranges(rows))
+    rat = ratios(median_rows(rows, rounds))
+    print_ratios(rat)
+    workers_table = markdown_workers(rows)
+    if workers_table:
+        print(f"\nthe multi-worker broker against pymq, per round ({rounds} rounds):\n")
+        print(workers_table)
+    return rat
+
+
+def self_check(clients: list[str]) -> int:
     """Prove the harness counts right: codec round trips, then a toy broker that drops one message and
-    duplicates another must be reported as exactly 1 lost and 1 duplicated, and a clean one as 0 and 0."""
+    duplicates another must be reported as exactly 1 lost and 1 duplicated, and a clean one as 0 and 0,
+    by each load client in ``clients``."""
     import multiprocessing as mp
 
     from loadclient import FrameReader, encode_frame
@@ -494,11 +531,11 @@ def self_check() -> int:
         if [(c, b) for c, _, b in got] != want or got[0][1][b"ack"] != b"ID\\cx\\c1":
             failures.append(f"codec, chunks of {chunking}: {got!r}")
     ctx = mp.get_context("fork")
-    for label, drop, dup, topic, want in (
+    for client, label, drop, dup, topic, want in [(c, *case) for c in clients for case in (
         ("clean queue", (), (), False, (0, 0)),
         ("faulty queue", ((0, 10),), ((1, 20),), False, (1, 1)),
         ("faulty topic", ((0, 5),), ((0, 7),), True, (2, 2)),  # 2 subscribers: each misses one, each gets one twice
-    ):
+    )]:
         port = free_port()
         proc = ctx.Process(target=serve, args=(port, drop, dup), daemon=True)
         proc.start()
@@ -507,17 +544,18 @@ def self_check() -> int:
             spec = LoadSpec(destination=f"/{'topic' if topic else 'queue'}/selfcheck", topic=topic,
                             producers=1 if topic else 2, consumers=2, count=2_000, duration=5, idle_timeout=1.0,
                             app_headers=APP_HEADERS)
-            r = run_load(Endpoint("127.0.0.1", port), spec)
+            r = load_runner(client)(Endpoint("127.0.0.1", port), spec)
         finally:
             proc.kill()
             proc.join(5)
         got = (r.lost, r.duplicated)
         expect_recv = spec.count * spec.producers * (spec.consumers if topic else 1) - want[0] + want[1]
         ok = got == want and not r.errors and r.received == expect_recv
-        print(f"self-check {label:13}: sent {r.sent} received {r.received} lost {r.lost} dup {r.duplicated} "
-              f"-> {'ok' if ok else 'WRONG'}")
+        print(f"self-check {client:7} {label:13}: sent {r.sent} received {r.received} lost {r.lost} "
+              f"dup {r.duplicated} -> {'ok' if ok else 'WRONG'}")
         if not ok:
-            failures.append(f"{label}: want lost/dup {want}, got {got}, received {r.received}, errors {r.errors}")
+            failures.append(f"{client} {label}: want lost/dup {want}, got {got}, received {r.received}, "
+                            f"errors {r.errors}")
     for f in failures:
         print("self-check FAILED:", f)
     print("self-check passed" if not failures else "self-check failed")
@@ -541,6 +579,12 @@ def main(argv=None) -> int:
                          "broker pymq-base beside pymq: old and new in the same run")
     ap.add_argument("--pymq-workers", type=int, default=0,
                     help="also run `pymq-server --workers N` as broker pymq-wN beside pymq (spec/cores.md)")
+    ap.add_argument("--client", default="asyncio",
+                    help="load client(s), comma-separated: asyncio (bench/loadclient.py), go (bench/goload, "
+                         "go-stomp); with both every row runs once per client and each gets its own tables")
+    ap.add_argument("--pinned", action="store_true",
+                    help="the CPU-per-message view: every broker's threads on CPU 0, the load client on CPU 1 "
+                         "(--pin-broker 0 --pin-client 1); the default runs everything unpinned")
     ap.add_argument("--pin-broker", default="",
                     help="CPU list (taskset -c syntax, e.g. 0) for every broker's threads")
     ap.add_argument("--pin-client", default="",
@@ -555,10 +599,15 @@ def main(argv=None) -> int:
                     help=f"messages in flight per producer, sent but not yet delivered (default {WINDOW}; "
                          "0 = unbounded pipelining, where latency becomes the age of the backlog)")
     a = ap.parse_args(argv)
+    clients = [c.strip() for c in a.client.split(",") if c.strip()]
+    if not clients or set(clients) - set(CLIENTS):
+        ap.error(f"--client: one or more of {', '.join(CLIENTS)}")
     if a.self_check:
-        return self_check()
+        return self_check(clients)
     if a.from_json:
         return reprint(a.from_json)
+    if a.pinned:
+        a.pin_broker, a.pin_client = a.pin_broker or "0", a.pin_client or "1"
     header_counts = [int(x) for x in str(a.headers).split(",") if x.strip()]
     brokers = [s.strip() for s in a.brokers.split(",") if s.strip()]
     if a.pymq_base and "pymq-base" not in brokers:
@@ -610,7 +659,7 @@ def main(argv=None) -> int:
                 # The load client's processes fork from this one and inherit its CPUs.
                 os.sched_setaffinity(0, parse_cpus(a.pin_client))
             for rnd in range(a.rounds):
-                for w, h in [(w, h) for w in WORKLOADS for h in header_counts]:
+                for w, h, client in [(w, h, c) for w in WORKLOADS for h in header_counts for c in clients]:
                     if w.group not in groups:
                         continue
                     # Rotate the order each round so no broker always runs first (or right after ActiveMQ's
@@ -622,12 +671,13 @@ def main(argv=None) -> int:
                         time.sleep(0.3)  # let the previous broker's after-work (acks, GC) settle
                         if a.pin_broker:
                             pin_tree(b, a.pin_broker)  # threads started since the last row too
-                        row = run_one(b, w, a.quick, f"{run_id}r{rnd}h{h}", a.window, up, h, a.seconds)
+                        row = run_one(b, w, a.quick, f"{run_id}r{rnd}h{h}{client}", a.window, up, h, a.seconds,
+                                      client)
                         if len(header_counts) > 1:
                             row.workload = f"{w.key}@h{h}"
                         row.round = rnd
                         r = row.result
-                        log(f"  r{rnd} {row.workload:5} {b.name:9} {r.rate:10,.0f} msg/s"
+                        log(f"  r{rnd} {row.workload:5} {b.name:9} {client:7} {r.rate:10,.0f} msg/s"
                             f"  p50 {r.lat_p50_us / 1000:7.2f} ms"
                             f"  p99 {r.lat_p99_us / 1000:7.2f} ms  broker {row.broker_cpu_us_per_msg:6.1f} µs/msg"
                             f"  client cpu {r.producer_cpu_pct:.0f}%/{r.consumer_cpu_pct:.0f}%"
@@ -640,6 +690,7 @@ def main(argv=None) -> int:
                 if pymq_up is not None and "sdk" in groups:
                     for row in run_sdk(pymq_up, a.quick):
                         row.round = rnd
+                        row.client = clients[0]          # set beside that client's qn/qp
                         rows.append(row)
         finally:
             for b in up:
@@ -653,19 +704,16 @@ def main(argv=None) -> int:
           f"on the machine during the row (load average at start {load_at_start:.1f})"
           + (f"; median of {a.rounds} rounds by msg/s" if a.rounds > 1 else "")
           + f". {a.headers} application headers per SEND"
-          + (f"; brokers pinned to CPU {a.pin_broker}" if a.pin_broker else "")
+          + (f"; brokers pinned to CPU {a.pin_broker} (the CPU-per-message view, not how the brokers run by "
+             "default)" if a.pin_broker else "; nothing pinned (each broker on the cores and threads its "
+             "defaults give it)")
           + (f", load client to CPU {a.pin_client}" if a.pin_client else "") + "\n")
-    print_table(median_rows(rows, a.rounds))
-    if a.rounds > 1:
-        print(f"\nranges over the {a.rounds} rounds (ratios within each round; peers' figure for pymq-only rows is "
-              "their plain row):\n")
-        print(markdown_ranges(rows))
-    rat = ratios(median_rows(rows, a.rounds))
-    print_ratios(rat)
-    workers_table = markdown_workers(rows)
-    if workers_table:
-        print(f"\nthe multi-worker broker against pymq, per round ({a.rounds} rounds):\n")
-        print(workers_table)
+    rat: dict = {}
+    for client in clients:
+        mine = [r for r in rows if r.client == client]
+        if len(clients) > 1:
+            print(f"\n=== load client: {client} ===\n")
+        rat[client] = report(mine, a.rounds)
     for name, why in unavailable.items():
         print(f"\n{name}: not measured: {why}")
     failed = [r for r in rows if r.failed]
@@ -678,12 +726,13 @@ def main(argv=None) -> int:
             "quick": a.quick, "cores": os.cpu_count(), "python": platform.python_version(),
             "loop": "uvloop" if uvloop else "asyncio", "versions": versions, "unavailable": unavailable,
             "receipt_every": RECEIPT_EVERY, "max_unconfirmed": MAX_UNCONFIRMED, "app_headers": a.headers,
-            "pin_broker": a.pin_broker, "pin_client": a.pin_client,
+            "pin_broker": a.pin_broker, "pin_client": a.pin_client, "clients": clients,
             "results": [dict(broker=r.broker, workload=r.workload, title=r.title, broker_cpu_s=r.broker_cpu_s,
                              broker_cpu_us_per_msg=r.broker_cpu_us_per_msg, other_cpu_pct=r.other_cpu_pct,
                              round=r.round,
                              **r.result.as_dict(), extra=r.extra)
                         for r in rows],
+            # per load client, as report() prints them
             "ratios": rat,
         }
         with open(a.json, "w") as f:

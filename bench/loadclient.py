@@ -633,6 +633,9 @@ class RunResult:
     confirm_wait_s: float = 0.0
     consumers_gave_up: str = ""    # why a consumer stopped before it had every message (then: lost > 0)
     errors: list = field(default_factory=list)
+    # which load client measured it: "asyncio" (this module) or "go" (goload.py: go-stomp, one process,
+    # whose CPU is all in the producer's fields)
+    client: str = "asyncio"
 
     def as_dict(self) -> dict:
         return asdict(self)
