@@ -1,6 +1,7 @@
 """The broker core's hot path in-process: SEND → MESSAGE → ACK through real sessions, no sockets.
 
     python bench/bench_core.py [--messages N] [--rounds R] [--workloads q-auto,q-client,q-persist,topic4]
+                               [--workloads q-client,q-cumulative]   # one ACK per message vs one per 64
 
 Each connection is the real TCP adapter (``StompServerProtocol``) over a fake transport that only counts
 the bytes and MESSAGE frames written, so what is measured is exactly the broker's work per message:
@@ -11,6 +12,11 @@ message (client-individual) in one batch per read. The figure is CPU microsecond
 time, median of the rounds), which a busy shared machine disturbs far less than throughput, and the
 cheapest batch of 1,000 over all rounds ("best batch"), which filters out most foreign load; compare two
 builds by running this script from each checkout back to back.
+
+``q-cumulative`` is ``q-client`` acknowledged as the SDK's AUTO_ACKNOWLEDGE does since issue 30: an ``ack:client``
+subscription and one cumulative ACK per 64 messages (pymq.client._core.AUTO_ACK_BATCH) instead of one
+``client-individual`` ACK per message (what the SDK sent before): the two side by side are the broker's
+saving per message.
 """
 from __future__ import annotations
 
@@ -27,6 +33,8 @@ from pymq_server.config import BrokerConfig
 from pymq_server.net.tcp import StompServerProtocol
 
 BATCH = 1000
+#: q-cumulative: messages one cumulative ACK covers (the SDK's AUTO_ACK_BATCH)
+ACK_BATCH = 64
 
 
 class CountingTransport:
@@ -91,12 +99,13 @@ async def run_workload(name: str, messages: int, data_dir: str) -> tuple[float, 
     broker = server.broker
     topic = name == "topic4"
     destination = f"/topic/bench-{name}" if topic else f"/queue/bench-{name}"
-    client_acks = name in ("q-client", "q-persist")
+    client_acks = name in ("q-client", "q-persist", "q-cumulative")
+    ack_every = ACK_BATCH if name == "q-cumulative" else 1
     consumers = []
     for i in range(4 if topic else 1):
         proto, transport = _connect(broker, loop)
-        headers = {"destination": destination, "id": f"s{i}",
-                   "ack": "client-individual" if client_acks else "auto", "prefetch-count": "0"}
+        mode = ("client" if ack_every > 1 else "client-individual") if client_acks else "auto"
+        headers = {"destination": destination, "id": f"s{i}", "ack": mode, "prefetch-count": "0"}
         proto.data_received(encode_frame("SUBSCRIBE", headers, b"", "1.2"))
         consumers.append((proto, transport))
     producer, ptransport = _connect(broker, loop)
@@ -123,7 +132,9 @@ async def run_workload(name: str, messages: int, data_dir: str) -> tuple[float, 
         await _settle(lambda target=target: sum(t.messages for _, t in consumers) >= target)
         if client_acks:
             proto = consumers[0][0]
-            proto.data_received(b"".join(b"ACK\nid:%d\n\n\x00" % (acked + i + 1) for i in range(BATCH)))
+            # ack tokens count from 1 per connection; a cumulative ACK names every ack_every-th and the last
+            proto.data_received(b"".join(b"ACK\nid:%d\n\n\x00" % (acked + i + 1) for i in range(BATCH)
+                                         if (i + 1) % ack_every == 0 or i + 1 == BATCH))
             acked += BATCH
         if persistent:
             await _settle(lambda sent=sent: ptransport.receipts >= sent // 100)
