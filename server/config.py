@@ -612,7 +612,8 @@ class BrokerConfig(_Section):
         "global names back by reconnecting (spec/ha.md §4.7): from the loss on this broker, or, after a restart "
         "or a takeover by a backup, from the new process starting to serve. Only the same user with the token "
         "its CONNECTED gave, and only while no other client holds them; 0 turns re-claiming off (every "
-        "connection gets new names). What a temporary held is not kept: it is never persistent")
+        "connection gets new names). Meanwhile a lost link's temporary queues are kept in memory with what they "
+        "hold and take SENDs (on this broker only: temporary destinations are never persistent)")
     max_memory_per_connection: Size = Field(
         128 * 1024 * 1024, ge=64 * 1024, description="broker memory one connection may hold besides its "
         "messages, charged before anything is made: subscriptions (~4 KiB each), compiled selectors (1 KiB + "

@@ -142,8 +142,8 @@ class TransportEvent:
     back (spec/ha.md §4.7: the broker refused the re-claim, e.g. past ``temporary_reclaim_ms``, or a broker
     that does not re-claim).  Each is made again, empty, under a new global name (at once for one with a
     consumer, else when next named), so a reply sent to the old name is lost.  Empty when the names were
-    re-claimed: replies to them reach the new link (what the temporaries held before is lost either way:
-    a temporary destination's messages are never persistent)."""
+    re-claimed: replies to them reach the new link (on the same broker with what the queues held and what
+    was sent meanwhile; after a takeover without: temporary destinations are never persistent)."""
 
     kind: str
     broker: str

@@ -230,9 +230,25 @@ class Broker:
             answer = holders.reclaim(token, session.id, vhost, user)
         return answer
 
-    def temporary_names_released(self, session: Client, names: str, lost: bool) -> None:
-        """``session`` ended; ``lost``: without DISCONNECT, so its client may re-claim its names."""
-        self.destinations.name_holders.released(names, session.id, lost)
+    def temporary_names_released(self, session: Client, names: str, lost: bool,
+                                 queues: dict[str, MessageQueue], keep: bool = True) -> None:
+        """``session`` ended; ``lost``: without DISCONNECT, so its client may re-claim its names, and its
+        temporary ``queues`` (local name -> queue) are kept for that until the window passes, unless not
+        ``keep`` (the broker ended the connection with an ERROR)."""
+        holders = self.destinations.name_holders
+        keep = keep and lost and bool(holders.window) and holders.held.get(names) == session.id
+        holders.released(names, session.id, lost)
+        if not keep:
+            for queue in queues.values():
+                self.destinations.delete_temp_queue(queue)
+            return
+        generation = self.destinations.orphan_temp_queues(names, queues)
+        if generation:
+            self.runtime.call_later(holders.window, self.destinations.drop_orphaned, names, generation)
+
+    def adopt_temporaries(self, session: Client, names: str) -> dict[str, MessageQueue]:
+        """The temporary queues ``session``'s re-claimed ``names`` kept since their link was lost."""
+        return self.destinations.adopt_temp_queues(names, session)
 
     def claim_client_id(self, session: Client, client_id: str) -> None:
         self.subscriptions.check_client_id(session.user, client_id)

@@ -35,7 +35,7 @@ from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.idle import IdleWatch
 from pymq_server.broker.queue_logs import QueueLogs
 from pymq_server.schema import MessageSchema
-from pymq_server.broker.temporary import TemporaryNames, TemporaryTopics
+from pymq_server.broker.temporary import MAX_ORPHANED, TemporaryNames, TemporaryTopics
 from pymq_server.broker import vhosts
 from pymq_server.broker.topic import Topic, TopicPatterns
 from pymq.routing import topics as topic_patterns
@@ -63,6 +63,10 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         #: whose global names are whose, and their re-claim (temporary.py; the broker gives it its clock)
         self.name_holders = TemporaryNames(config.temporary_reclaim_ms, time.monotonic)
         self.incarnation = secrets.token_hex(8)             # temporary.py: for a client driven directly
+        #: temporary queues of lost links kept for a re-claim: names -> (generation, local name -> queue)
+        self.orphaned: dict[str, tuple[int, dict[str, MessageQueue]]] = {}
+        self.orphaned_count = 0
+        self._orphan_generation = 0
         self.idle = IdleWatch()                             # auto-delete of what use created
         # one log per queue (seed 001; queue_logs.py)
         self.queue_logs = QueueLogs((config.queue_log_dir or os.path.join(config.data_dir, "queue-logs"))
@@ -379,6 +383,42 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         queue.owner = owner
         self.temp_queues[global_name] = queue
         return queue
+
+    def orphan_temp_queues(self, names: str, queues: dict[str, MessageQueue]) -> int:
+        """A link was lost (spec/ha.md §4.7): its temporary queues stay, owned by nobody, taking SENDs to their
+        global names until the client re-claims ``names`` (:meth:`adopt_temp_queues`) or the window passes
+        (:meth:`drop_orphaned`); past :data:`MAX_ORPHANED` kept queues they go at once, as without re-claim.
+        Returns the generation the window's end must name (0: nothing kept)."""
+        if not queues or self.orphaned_count + len(queues) > MAX_ORPHANED:
+            for queue in queues.values():
+                self.delete_temp_queue(queue)
+            return 0
+        for queue in queues.values():
+            queue.owner = None
+        self._orphan_generation += 1
+        self.orphaned[names] = (self._orphan_generation, dict(queues))
+        self.orphaned_count += len(queues)
+        return self._orphan_generation
+
+    def adopt_temp_queues(self, names: str, owner: Client) -> dict[str, MessageQueue]:
+        """``owner`` re-claimed ``names``: the kept queues (local name -> queue) are its own again."""
+        kept = self.orphaned.pop(names, None)
+        if kept is None:
+            return {}
+        self.orphaned_count -= len(kept[1])
+        for queue in kept[1].values():
+            queue.owner = owner
+        return kept[1]
+
+    def drop_orphaned(self, names: str, generation: int) -> None:
+        """The re-claim window of ``names``' lost link passed: its kept queues go with their messages."""
+        kept = self.orphaned.get(names)
+        if kept is None or kept[0] != generation:
+            return
+        del self.orphaned[names]
+        self.orphaned_count -= len(kept[1])
+        for queue in kept[1].values():
+            self.delete_temp_queue(queue)
 
     def delete_temp_queue(self, queue: MessageQueue) -> None:
         self.temp_queues.pop(queue.name[len("/temp-queue/"):], None)

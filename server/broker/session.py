@@ -10,7 +10,8 @@ Rules kept here (spec/stomp.md §5, §6):
 * every error is an ERROR frame with a ``message`` header (and ``receipt-id`` when the failing frame
   asked for a receipt), after which the connection closes — the broker keeps serving everyone else;
 * when the connection goes away for any reason, its unacknowledged messages return to their queues at
-  once, its open transactions are aborted and its non-durable subscriptions and temporary queues vanish.
+  once, its open transactions are aborted and its non-durable subscriptions and temporary queues vanish
+  (a link lost without DISCONNECT leaves its temporary queues for its client's re-claim: spec/ha.md §4.7).
 """
 from __future__ import annotations
 
@@ -76,6 +77,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         #: CONNECT, possibly those of an earlier connection of the same client (spec/ha.md §4.7)
         self.temporary_names = ""
         self._disconnected = False
+        self._refused = False
         self.closed = False
         self.deliveries = DeliveryLedger()
         self.receipts = ReceiptQueue(self)
@@ -167,6 +169,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         if note:
             body += f"\n\n{note}"
         log.info("connection %s (%s): %s: %s", self.id, self.peer_host, exc.code, exc.message)
+        self._refused = True            # ended by the broker: its temporary queues are not kept (spec/ha.md §4.7)
         try:
             self.link.send_frame(self.conn, Frame("ERROR", headers, body.encode("utf-8")))
         except ProtocolError:
@@ -191,14 +194,17 @@ class BrokerSession(FrameIntake, FrameOutlet):
             self._remove_consumer(consumer, reason="connection closed")
         self.consumers.clear()
         self.deliveries.clear()
-        for queue in list(self.temp_queues.values()):
-            self.broker.delete_temp_queue(queue)
-        self.temp_queues.clear()
         for topic in list(self.temp_topics.values()):
             self.broker.delete_temp_topic(topic)
         self.temp_topics.clear()
+        queues, self.temp_queues = self.temp_queues, {}
         if self.temporary_names:
-            self.broker.temporary_names_released(self, self.temporary_names, lost=not self._disconnected)
+            # a lost link's temporary queues are kept for its client's re-claim (spec/ha.md §4.7)
+            self.broker.temporary_names_released(self, self.temporary_names, not self._disconnected, queues,
+                                                 keep=not self._refused)
+        else:
+            for queue in queues.values():
+                self.broker.delete_temp_queue(queue)
         self.receipts.clear()
         self._browses.clear()
         if self._holdings is not None:
@@ -247,6 +253,14 @@ class BrokerSession(FrameIntake, FrameOutlet):
             reclaim = h.get("pymq-reclaim")
             names = self.broker.temporary_names(self, self.vhost, reclaim)
             self.temporary_names = names.names
+            if reclaim is not None and not names.refused:
+                for local, queue in self.broker.adopt_temporaries(self, names.names).items():
+                    try:
+                        self.holdings.temporary(local)
+                    except PymqError:
+                        self.broker.delete_temp_queue(queue)
+                        continue
+                    self.temp_queues[local] = queue
             if self.client_id is not None:
                 try:
                     self.broker.claim_client_id(self, self.client_id)

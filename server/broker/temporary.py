@@ -34,6 +34,9 @@ _MAX_TOKEN = 96
 #: the most names kept for a re-claim (lost links, DISCONNECTs of the first window), oldest forgotten first:
 #: a client dropping logged-in links as fast as it can holds at most this many (~150 bytes each)
 MAX_KEPT = 100_000
+#: the most temporary queues of lost links kept for a re-claim at once, over every link (each ~4 KiB besides
+#: its messages, which count in the broker's memory as any queue's do); past it a lost link's go at once
+MAX_ORPHANED = 10_000
 
 
 class Reclaimed(NamedTuple):

@@ -231,3 +231,69 @@ def test_without_re_claiming_no_token_is_given(broker_factory):
     client, connected = _connect(broker.port, token="c1.0123456789abcdef.AAAA")
     assert connected["pymq-reclaimed"] == "false" and "temporary_reclaim_ms: 0" in connected["pymq-reclaim-refused"]
     client.close()
+
+
+# -- what a lost link's temporary queues hold meanwhile ------------------------------------------------------
+
+def _until(fn, timeout: float = 10.0) -> bool:
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if fn():
+            return True
+        time.sleep(0.01)
+    return fn()
+
+
+def _kept(broker, reply_to: str) -> bool:
+    names = reply_to[len("/temp-queue/tmp."):].rpartition(".")[0]
+    return broker.call(lambda: names in broker.broker.destinations.orphaned)
+
+
+def test_a_lost_link_s_queue_keeps_its_messages_and_takes_replies_until_the_re_claim(broker):
+    first, connected = _connect(broker.port)
+    old = _reply_to(first, "kept")            # its own 'ask' was delivered and never acknowledged (auto: acked)
+    first.send("SUBSCRIBE", {"destination": "/temp-queue/unacked", "id": "u", "ack": "client-individual"})
+    first.send("SEND", {"destination": "/temp-queue/unacked", "receipt": "u1"}, b"delivered, not acknowledged")
+    got = {first.read(10).command, first.read(10).command}
+    assert got == {"RECEIPT", "MESSAGE"}
+    first.close()                                            # lost without DISCONNECT
+    assert _until(lambda: _kept(broker, old))
+    assert _reply(broker.port, old).command == "RECEIPT"     # taken while nobody holds the name
+    second, connected = _connect(broker.port, token=connected["pymq-reclaim-token"])
+    assert connected["pymq-reclaimed"] == "true" and not _kept(broker, old)
+    second.send("SUBSCRIBE", {"destination": "/temp-queue/kept", "id": "k"})
+    frame = second.read(10)
+    assert frame.command == "MESSAGE" and frame.body == b"the reply", frame
+    second.send("SUBSCRIBE", {"destination": "/temp-queue/unacked", "id": "u"})
+    frame = second.read(10)
+    assert frame.body == b"delivered, not acknowledged" and frame.headers.get("redelivered") == "true", frame
+    second.close()
+
+
+def test_kept_queues_go_with_their_messages_when_the_window_passes(broker_factory):
+    broker = broker_factory(temporary_reclaim_ms=300)
+    first, connected = _connect(broker.port)
+    old = _reply_to(first)
+    first.close()
+    assert _until(lambda: _kept(broker, old))
+    assert _until(lambda: not _kept(broker, old))           # the window's end dropped it
+    frame = _reply(broker.port, old)
+    assert frame.command == "ERROR" and frame.headers["pymq-code"] == "unknown-destination", frame
+    assert broker.call(lambda: [n for n in broker.broker.destinations.temp_queues if n in old]) == []
+
+
+def test_disconnect_keeps_nothing_and_past_the_cap_a_lost_link_keeps_nothing(broker, monkeypatch):
+    first, connected = _connect(broker.port)
+    old = _reply_to(first)
+    first.send("DISCONNECT", {"receipt": "bye"})
+    assert first.read(10).command == "RECEIPT"
+    assert _until(lambda: _reply(broker.port, old).command == "ERROR")
+    assert not _kept(broker, old)
+    from pymq_server.broker import destinations
+    monkeypatch.setattr(destinations, "MAX_ORPHANED", 0)
+    second, _ = _connect(broker.port)
+    old = _reply_to(second)
+    second.close()
+    assert _until(lambda: _reply(broker.port, old).command == "ERROR")
+    assert not _kept(broker, old)
