@@ -22,7 +22,7 @@ KiB, MiB = 1024, 1024 * 1024
 
 
 def _flow(max_memory: int = 64 * MiB) -> MemoryFlow:
-    return MemoryFlow(SimpleNamespace(max_memory=max_memory), None, lambda fn: None)   # type: ignore[arg-type]
+    return MemoryFlow(SimpleNamespace(max_memory=max_memory, vhosts={}), None, lambda fn: None)   # type: ignore[arg-type]
 
 
 def test_a_refused_charge_holds_nothing_anywhere():
