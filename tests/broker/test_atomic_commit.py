@@ -143,7 +143,9 @@ def test_a_temporary_queue_that_is_gone_applies_nothing(txbroker):
     c.send("BEGIN", {"transaction": "t6"})
     c.send("SEND", {"destination": f"/queue/{ok}", "transaction": "t6"}, b"one")
     c.send("SEND", {"destination": f"/temp-queue/{temp}", "transaction": "t6"}, b"reply")
-    other.close()                                        # the temporary queue goes with its connection
+    other.send("DISCONNECT", {"receipt": "bye"})         # the temporary queue goes with its connection (a lost
+    assert other.read().command == "RECEIPT"             # link would leave it for a re-claim: spec/ha.md §4.7)
+    other.close()
     assert txbroker.call(lambda: temp in getattr(txbroker.broker, 'destinations', txbroker.broker).temp_queues) in (True, False)
     import time
     deadline = time.monotonic() + 5

@@ -132,7 +132,10 @@ def matrix_broker(tmp_path_factory):
                             ("mon", ["monitor"]))}}))
     config = BrokerConfig.from_dict(dict(
         host="127.0.0.1", port=0, admin_port=0, data_dir=str(tmp / "data"), users_file=str(users),
-        allow_anonymous=True, default_permissions=DEFAULTS, expiry_queue=EXPIRY, queues=CONFIGURED))
+        allow_anonymous=True, default_permissions=DEFAULTS, expiry_queue=EXPIRY, queues=CONFIGURED,
+        # the helpers close sockets without DISCONNECT: their temporary queues must go at once, not wait for a
+        # re-claim (spec/ha.md §4.7), or a snapshot taken meanwhile sees them
+        temporary_reclaim_ms=0))
     rb = RunningBroker(config)
     yield rb
     rb.stop()
