@@ -24,6 +24,7 @@ from pymq_server.broker.auth import ANONYMOUS, User
 from pymq_server.broker.budgets import SELECTOR_ON_LOOP, ConnectionHoldings
 from pymq_server.broker.consumer import Consumer
 from pymq_server.broker.flow import MESSAGE_OVERHEAD
+from pymq_server.broker.handshake import Handshake
 from pymq_server.broker import vhosts
 from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.intake import LATER, FrameIntake
@@ -36,8 +37,7 @@ from pymq_server.broker.transactions import Transactions
 
 from pymq import errors
 from pymq.errors import InvalidHeader, ProtocolError, PymqError, ResourceLimit, UnknownMessage, UnknownSubscription
-from pymq.protocol.connection import (Role, StompConnection, negotiate_heartbeat, negotiate_version, offer_heartbeat,
-                                      parse_heartbeat)
+from pymq.protocol.connection import Role, StompConnection
 from pymq.protocol.frame import Frame
 
 if TYPE_CHECKING:
@@ -46,9 +46,6 @@ if TYPE_CHECKING:
     from pymq_server.broker.topic import Topic
 
 log = logging.getLogger("pymq.session")
-
-SERVER_NAME = "pymq/0.1"
-
 
 class BrokerSession(FrameIntake, FrameOutlet):
     def __init__(self, broker: Broker, link: Link, peer_host: str | None, conn_id: str) -> None:
@@ -211,94 +208,39 @@ class BrokerSession(FrameIntake, FrameOutlet):
             self.broker.budgets.connection_closed(self.user.name, self._holdings.budget)
         self.broker.session_closed(self)
 
-    # -- CONNECT ---------------------------------------------------------------------------------
+    # -- CONNECT (handshake.py) ----------------------------------------------------------------------
     def _on_connect(self, frame: Frame) -> None:
-        # the connection limit is checked here, after reading CONNECT, so the client reads the ERROR
-        # instead of a reset that may discard it
-        self.broker.session_opened(self)
-        h = frame.headers
-        version = negotiate_version(h.get("accept-version"))
-        client_hb = parse_heartbeat(h.get("heart-beat"))
-        login, passcode = h.get("login"), h.get("passcode")
-        self.client_id = h.get("client-id") or None
-        configured = self.broker.config.vhosts
-        vhost = vhosts.select(h.get("host"), configured)
-        # the subject of a verified TLS client certificate, set by the transport adapter (mutual TLS)
-        certificate = getattr(self.link, "certificate_subject", None)
+        Handshake(self, frame).start()
 
-        def finish(user: User | None, error: PymqError | None) -> None:
-            if self.closed:
-                return
-            if error is not None or user is None:
-                self.fail(error or errors.AuthenticationFailed("authentication failed"), frame)
-                return
-            self.user = user
-            if self.is_cluster:
-                try:        # a peer node's link: one of a fenced former process is refused (spec/ha.md §5)
-                    self.broker.cluster.link_admitted(self, h)
-                except PymqError as exc:
-                    self.fail(exc, frame)
-                    return
-            if vhost != vhosts.DEFAULT:
-                entry = configured[vhost]
-                try:
-                    vhosts.check_access(user, vhost, entry.principals)
-                    vhosts.check_connections(vhost, entry, self.broker.sessions.values(), self)
-                except PymqError as exc:
-                    self.fail(exc, frame)
-                    return
-                self.vhost, self._vh_prefix = vhost, vhosts.prefix(vhost)
-                self._vh_max_memory = entry.max_memory
-            # before the client id: a re-claim closes a half-open link of the same client, which frees its id
-            reclaim = h.get("pymq-reclaim")
-            names = self.broker.temporary_names(self, self.vhost, reclaim)
-            self.temporary_names = names.names
-            if reclaim is not None and not names.refused:
-                for local, queue in self.broker.adopt_temporaries(self, names.names).items():
-                    try:
-                        self.holdings.temporary(local)
-                    except PymqError:
-                        self.broker.delete_temp_queue(queue)
-                        continue
-                    self.temp_queues[local] = queue
-            if self.client_id is not None:
-                try:
-                    self.broker.claim_client_id(self, self.client_id)
-                except PymqError as exc:
-                    self.fail(exc, frame)
-                    return
-            cfg = self.broker.config
-            # the client's intervals, down to heartbeat_min_ms (spec/stomp.md §6)
-            server_hb = offer_heartbeat(client_hb, (cfg.heartbeat_send_ms, cfg.heartbeat_recv_ms),
-                                        cfg.heartbeat_min_ms) if client_hb != (0, 0) else (0, 0)
-            to_server, to_client = negotiate_heartbeat(client_hb, server_hb)
-            self.version = version
-            self.deliveries.version = version
-            headers = {"version": version, "server": SERVER_NAME,
-                       "heart-beat": f"{server_hb[0]},{server_hb[1]}", "session": self.id,
-                       "user-name": user.name}
-            prefix = self.broker.apptx_table_prefix
-            if prefix is not None:
-                # where producer.send(..., transaction=conn) writes its pending rows (spec/storage.md)
-                headers["pymq-apptx-table-prefix"] = prefix
-            if names.token:
-                headers["pymq-reclaim-token"] = names.token     # for this client's next CONNECT only: secret
-            if reclaim is not None:
-                headers["pymq-reclaimed"] = "false" if names.refused else "true"
-                if names.refused:
-                    headers["pymq-reclaim-refused"] = names.refused
-            self.send_frame("CONNECTED", headers)
-            self.link.start_heartbeat(self, to_client, to_server)
-            # frames pipelined after CONNECT wait in the scanner; parse them now with the version
-            if self._held is None:
-                self._held = []
-            self._resume()
+    def hold_input(self) -> None:
+        """Frames after this one wait until :meth:`connected` (a login checked in a worker thread)."""
+        self._held = []
 
-        # where the login comes from, for loopback-only users: the link may know better than the address
-        # (a browser page served from elsewhere, over WebSocket)
-        where = getattr(self.link, "login_host", self.peer_host)
-        if self.broker.authenticate(login, passcode, where, certificate, finish):
-            self._held = []             # the check runs in a worker thread: later frames wait for it
+    def enter_vhost(self, vhost: str, max_memory: int | None) -> None:
+        self.vhost, self._vh_prefix = vhost, vhosts.prefix(vhost)
+        self._vh_max_memory = max_memory
+
+    def adopt_temporaries(self, names: Any) -> None:
+        """A re-claim granted: the temporary queues kept under these names are this connection's again,
+        each charged to its budget (one that does not fit is deleted)."""
+        for local, queue in self.broker.adopt_temporaries(self, names).items():
+            try:
+                self.holdings.temporary(local)
+            except PymqError:
+                self.broker.delete_temp_queue(queue)
+                continue
+            self.temp_queues[local] = queue
+
+    def connected(self, version: str, headers: dict[str, str], to_client: int, to_server: int) -> None:
+        """The handshake admitted this connection: CONNECTED with ``headers``, the heart-beats kept."""
+        self.version = version
+        self.deliveries.version = version
+        self.send_frame("CONNECTED", headers)
+        self.link.start_heartbeat(self, to_client, to_server)
+        # frames pipelined after CONNECT wait in the scanner; parse them now with the version
+        if self._held is None:
+            self._held = []
+        self._resume()
 
     # -- SEND --------------------------------------------------------------------------------------
     def _on_send(self, frame: Frame) -> dict[str, str] | None:
