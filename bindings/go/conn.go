@@ -312,12 +312,15 @@ func dialGroup(ctx context.Context, g *BrokerGroup, opts Options) (*Conn, error)
 				return nil, last
 			case <-time.After(o.jittered(attempt, c.picker.rnd)):
 			}
-			nc, err := c.picker.dial(ctx)
+			actx, cancel := o.attempt(ctx)
+			nc, err := c.picker.dial(actx)
 			if err != nil {
+				cancel()
 				last = err
 				continue
 			}
-			l, err := c.handshake(ctx, nc, 1)
+			l, err := c.handshake(actx, nc, 1)
+			cancel()
 			if err != nil {
 				var se *ServerError
 				if errors.As(err, &se) {
@@ -568,11 +571,16 @@ func (c *Conn) reconnect(gen uint64) {
 func (c *Conn) restore(gen uint64) (*link, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.opts.timeout())
 	defer cancel()
-	nc, err := c.redial(ctx)
+	actx, cancelAttempt := ctx, context.CancelFunc(func() {})
+	if c.fo != nil {
+		actx, cancelAttempt = c.fo.attempt(ctx) // a group's connectionTimeout (spec/ha.md §4.2)
+	}
+	defer cancelAttempt()
+	nc, err := c.redial(actx)
 	if err != nil {
 		return nil, err
 	}
-	l, err := c.handshake(ctx, nc, gen)
+	l, err := c.handshake(actx, nc, gen)
 	if err != nil {
 		return nil, err
 	}

@@ -45,11 +45,24 @@ type FailoverOptions struct {
 	StartupMaxReconnectAttempts int     // extra passes over the list at the first connect; -1 until one answers
 	Randomize                   bool    // shuffle the list before each pass
 	Timeout                     int     // ms a call waits while reconnecting; -1 until the attempts are spent
+	// ms one attempt may take to open its link (TCP, TLS, CONNECTED), within Options.Timeout; 0: that alone.
+	// A stopped broker's port still accepts TCP connections: without it an attempt there would wait the whole
+	// Options.Timeout before the next broker is tried.
+	ConnectionTimeout int
 }
 
 // DefaultFailoverOptions are spec/ha.md §4.2's defaults.
 var DefaultFailoverOptions = FailoverOptions{InitialReconnectDelay: 100, MaxReconnectDelay: 5000,
-	UseExponentialBackOff: true, BackOffMultiplier: 2, Jitter: 0.2, MaxReconnectAttempts: -1, Timeout: -1}
+	UseExponentialBackOff: true, BackOffMultiplier: 2, Jitter: 0.2, MaxReconnectAttempts: -1, Timeout: -1,
+	ConnectionTimeout: 3000}
+
+// attempt bounds one attempt's dial and handshake by ConnectionTimeout (within ctx's own deadline).
+func (o FailoverOptions) attempt(ctx context.Context) (context.Context, context.CancelFunc) {
+	if o.ConnectionTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, time.Duration(o.ConnectionTimeout)*time.Millisecond)
+}
 
 // DelayBefore is the wait (before jitter) before attempt n (from 1) after a loss: 0 for the first, then the
 // initial delay times the multiplier to the power n-2 (just the initial delay without exponential back-off),
@@ -280,6 +293,8 @@ func parseFailoverOptions(raw, query string) (FailoverOptions, error) {
 			o.Randomize, err = boolean()
 		case "timeout":
 			o.Timeout, err = whole(-1)
+		case "connectionTimeout":
+			o.ConnectionTimeout, err = whole(0)
 		default:
 			return o, refuse("unknown-option", "unknown failover option %q in %s (spec/ha.md section 4.2)", key, redacted(raw))
 		}

@@ -71,9 +71,9 @@ func TestFailoverURLVectors(t *testing.T) {
 			"maxReconnectDelay": float64(o.MaxReconnectDelay), "useExponentialBackOff": o.UseExponentialBackOff,
 			"backOffMultiplier": o.BackOffMultiplier, "jitter": o.Jitter,
 			"maxReconnectAttempts": float64(o.MaxReconnectAttempts), "startupMaxReconnectAttempts": float64(o.StartupMaxReconnectAttempts),
-			"randomize": o.Randomize, "timeout": float64(o.Timeout)}
+			"randomize": o.Randomize, "timeout": float64(o.Timeout), "connectionTimeout": float64(o.ConnectionTimeout)}
 		for k, want := range c.Options {
-			if got[k] != want {
+			if _, known := got[k]; !known || got[k] != want {
 				t.Errorf("%s: option %s = %v, want %v", c.Name, k, got[k], want)
 			}
 		}
@@ -595,6 +595,81 @@ func TestAClientIDTheBrokerStillHoldsIsWaitedFor(t *testing.T) {
 	log.await(t, pymq.StatusOpen, 2, 20*time.Second)
 	send(t, c, dest, pymq.NewTextMessage("back"))
 	if got := expect(t, s); got.Text() != "back" {
+		t.Fatalf("got %q", got.Text())
+	}
+}
+
+// silentServer accepts TCP connections and never answers (a SIGSTOPped broker's port does the same: the
+// kernel completes the handshake); accepted counts them.
+func silentServer(t *testing.T) (addr string, accepted func() int) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var held []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range held {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c)
+			mu.Unlock()
+		}
+	}()
+	return ln.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return len(held) }
+}
+
+// TestASilentBrokerIsPassedOverWithinConnectionTimeout: connectionTimeout (spec/ha.md §4.2) bounds each
+// attempt, so a broker whose port accepts and never answers is passed over for the next one, at the first
+// connect and after a loss, long before the connection's own Timeout (40 s here: without the option the
+// first Dial fails once it is spent, and the send after the loss outlives the failover timeout of 20 s).
+func TestASilentBrokerIsPassedOverWithinConnectionTimeout(t *testing.T) {
+	silent, accepted := silentServer(t)
+	broker := needBroker(t)
+	const options = "?connectionTimeout=2000&initialReconnectDelay=20&maxReconnectDelay=200&timeout=20000"
+	c, err := pymq.Dial("failover:(stomp://"+silent+",stomp://"+broker+")"+options,
+		pymq.Options{Timeout: 40 * time.Second})
+	if err != nil {
+		t.Fatalf("the broker after a silent one was not reached: %v", err)
+	}
+	c.Close()
+	if accepted() != 1 {
+		t.Fatalf("the silent broker was tried %d times, want once (first in the list)", accepted())
+	}
+	// after a loss the attempts start with the broker after the lost one: the silent one
+	proxy := newCutProxy(t, broker)
+	log := newStatusLog()
+	c, err = pymq.Dial("failover:(stomp://"+proxy.addr+",stomp://"+silent+",stomp://"+broker+")"+options,
+		pymq.Options{Timeout: 40 * time.Second, OnStatus: log.record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	dest := queue(t)
+	s := subscribe(t, c, dest, pymq.SubscribeOptions{})
+	proxy.stop()
+	log.await(t, pymq.StatusReconnecting, 1, 20*time.Second)
+	ctx, cancel := context.WithTimeout(bg, 60*time.Second)
+	defer cancel()
+	if err := c.Send(ctx, dest, pymq.NewTextMessage("after")); err != nil {
+		t.Fatalf("a send after the loss: %v", err)
+	}
+	if accepted() != 2 {
+		t.Fatalf("the silent broker was tried %d times in all, want twice", accepted())
+	}
+	if got := expect(t, s); got.Text() != "after" {
 		t.Fatalf("got %q", got.Text())
 	}
 }

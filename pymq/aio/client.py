@@ -539,7 +539,8 @@ class _Reconnection:
                 await self.stopping.wait(wait)
             transport = conn._transport if attempt == 1 else conn._new_transport(address)
             try:
-                connected = await transport.connect(conn._connect_headers_for(address), conn.factory.timeout)
+                connected = await transport.connect(conn._connect_headers_for(address),
+                                                    failover.options.attempt_timeout(conn.factory.timeout))
             except PymqError as exc:
                 error = exc
                 if _refused(exc):
@@ -571,7 +572,8 @@ class _Reconnection:
                 return
             transport = conn._new_transport(address)
             try:
-                connected = await transport.connect(conn._connect_headers_for(address), conn.factory.timeout)
+                connected = await transport.connect(conn._connect_headers_for(address),
+                                                    failover.options.attempt_timeout(conn.factory.timeout))
             except PymqError as exc:
                 error = exc
                 if _refused(exc):

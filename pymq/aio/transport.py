@@ -159,6 +159,7 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
         try:
             first = await asyncio.wait_for(asyncio.shield(connected), timeout)
         except asyncio.TimeoutError:
+            connected.cancel()      # the closing socket must not leave an exception nobody retrieves
             self._abort()
             raise PymqTimeout(f"no CONNECTED from {where} within {timeout:g} s") from None
         except PymqError:

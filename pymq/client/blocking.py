@@ -453,7 +453,8 @@ class _Reconnection:
                 self.stopping.wait(wait)
             transport = conn._transport if attempt == 1 else conn._new_transport(address)
             try:
-                connected = transport.connect(conn._connect_headers_for(address), conn.factory.timeout)
+                connected = transport.connect(conn._connect_headers_for(address),
+                                              failover.options.attempt_timeout(conn.factory.timeout))
             except PymqError as exc:
                 error = exc
                 if _refused(exc):
@@ -485,7 +486,8 @@ class _Reconnection:
                 return
             transport = conn._new_transport(address)
             try:
-                connected = transport.connect(conn._connect_headers_for(address), conn.factory.timeout)
+                connected = transport.connect(conn._connect_headers_for(address),
+                                              failover.options.attempt_timeout(conn.factory.timeout))
             except PymqError as exc:
                 error = exc
                 if _refused(exc):

@@ -142,6 +142,7 @@ class FailoverOptions:
     startup_max_reconnect_attempts: int = 0
     randomize: bool = False
     timeout: int = -1
+    connection_timeout: int = 3000
 
     def delay_ms(self, attempt: int) -> float:
         """The wait before ``attempt`` (1 = the first attempt after a loss, which is immediate), before
@@ -156,6 +157,15 @@ class FailoverOptions:
                     break
                 delay *= self.backoff_multiplier
         return min(delay, float(self.max_reconnect_delay))
+
+    def attempt_timeout(self, timeout: float) -> float:
+        """How long one attempt may take to open its link (TCP, TLS, CONNECTED), in seconds: the
+        ``connectionTimeout`` option within the client's own ``timeout`` (0: the client's timeout alone).  A
+        stopped broker's port still accepts TCP connections, so without it an attempt there would wait the
+        whole client timeout before the next broker is tried."""
+        if self.connection_timeout <= 0:
+            return timeout
+        return min(timeout, self.connection_timeout / 1000.0)
 
     def jittered(self, delay_ms: float, uniform: float) -> float:
         """``delay_ms`` scaled by ``1 + jitter * (2 * uniform - 1)`` for ``uniform`` in [0, 1], capped."""
@@ -183,10 +193,11 @@ FAILOVER_OPTIONS = {
     "startupMaxReconnectAttempts": "startup_max_reconnect_attempts",
     "randomize": "randomize",
     "timeout": "timeout",
+    "connectionTimeout": "connection_timeout",
 }
 #: the smallest value of each integer option (the largest is 2**31 - 1, so every binding's int holds it)
 _INT_MINIMUM = {"initial_reconnect_delay": 0, "max_reconnect_delay": 0, "max_reconnect_attempts": -1,
-                "startup_max_reconnect_attempts": -1, "timeout": -1}
+                "startup_max_reconnect_attempts": -1, "timeout": -1, "connection_timeout": 0}
 #: the closed range of each decimal option
 _FLOAT_RANGE = {"backoff_multiplier": (1.0, 1000.0), "jitter": (0.0, 1.0)}
 _INT_TEXT = re.compile(r"-?[0-9]{1,10}")

@@ -36,6 +36,7 @@ REQUIRED = {
     # failover (spec/ha.md section 4): the URL vectors, a takeover on the same store, re-sent SENDs, giving up
     "TestFailoverURLVectors", "TestFailoverFollowsATakeover", "TestUnreceiptedSendsGoAgainOnce",
     "TestFailoverGivesUpAfterItsAttempts", "TestAClientIDTheBrokerStillHoldsIsWaitedFor",
+    "TestASilentBrokerIsPassedOverWithinConnectionTimeout",
 }
 
 

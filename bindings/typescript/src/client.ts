@@ -30,7 +30,7 @@
  */
 import { utf8Decode } from './bytes.js';
 import { encodeFrame, FrameScanner, header, type Frame, type Header } from './frame.js';
-import { DEFAULT_FAILOVER_OPTIONS, jitteredDelayBefore, type FailoverOptions } from './failover.js';
+import { attemptTimeout, DEFAULT_FAILOVER_OPTIONS, jitteredDelayBefore, type FailoverOptions } from './failover.js';
 import { Message } from './message.js';
 import type { Connector, Transport } from './transport.js';
 
@@ -418,6 +418,7 @@ export class Connection {
         ...DEFAULT_FAILOVER_OPTIONS, initialReconnectDelay: r.initialDelayMs ?? 100, maxReconnectDelay: r.maxDelayMs ?? 10000,
         backOffMultiplier: r.multiplier && r.multiplier >= 1 ? r.multiplier : 2,
         maxReconnectAttempts: r.maxAttempts ? r.maxAttempts : -1, timeout: this.timeoutMs,
+        connectionTimeout: 0, // one broker: its attempts have the whole timeoutMs, as before
       };
     }
   }
@@ -442,7 +443,7 @@ export class Connection {
         const i = conn.nextMember(-1);
         const link = new Link(conn, 1);
         try {
-          await link.open(conn.members[i], options, conn.timeoutMs);
+          await link.open(conn.members[i], options, attemptTimeout(fo, conn.timeoutMs));
         } catch (err) {
           if (err instanceof ServerError) throw err; // refused, not unreachable
           last = err as Error;
@@ -584,7 +585,7 @@ export class Connection {
       const i = this.nextMember(after);
       const link = new Link(this, gen);
       try {
-        await link.open(this.members[i], this.options, this.timeoutMs);
+        await link.open(this.members[i], this.options, attemptTimeout(fo, this.timeoutMs));
         link.start(); // reads the receipts of the subscriptions made again below
         for (const sub of this.subscriptions.values()) {
           await link.request(this.id('r-'), 'SUBSCRIBE', sub._headers, undefined, this.timeoutMs);

@@ -30,12 +30,24 @@ export interface FailoverOptions {
   randomize: boolean;
   /** how long a call waits while reconnecting (ms); -1 until the attempts are spent */
   timeout: number;
+  /**
+   * how long one attempt may take to open its link (transport, CONNECTED), in ms, within the connection's
+   * timeoutMs; 0: that alone.  A stopped broker's port still accepts TCP connections: without it an
+   * attempt there would wait the whole timeoutMs before the next broker is tried.
+   */
+  connectionTimeout: number;
 }
 
 export const DEFAULT_FAILOVER_OPTIONS: Readonly<FailoverOptions> = Object.freeze({
   initialReconnectDelay: 100, maxReconnectDelay: 5000, useExponentialBackOff: true, backOffMultiplier: 2,
   jitter: 0.2, maxReconnectAttempts: -1, startupMaxReconnectAttempts: 0, randomize: false, timeout: -1,
+  connectionTimeout: 3000,
 });
+
+/** The time one attempt of a group may take to open its link: connectionTimeout within timeoutMs. */
+export function attemptTimeout(options: FailoverOptions, timeoutMs: number): number {
+  return options.connectionTimeout > 0 ? Math.min(timeoutMs, options.connectionTimeout) : timeoutMs;
+}
 
 export interface BrokerGroup {
   brokers: BrokerAddress[];
@@ -152,6 +164,7 @@ function members(raw: string, inner: string): BrokerAddress[] {
 
 const WHOLE_MIN: Record<string, number> = {
   initialReconnectDelay: 0, maxReconnectDelay: 0, maxReconnectAttempts: -1, startupMaxReconnectAttempts: -1, timeout: -1,
+  connectionTimeout: 0,
 };
 const DECIMAL_RANGE: Record<string, [number, number]> = { backOffMultiplier: [1, 1000], jitter: [0, 1] };
 const BOOLEANS = ['useExponentialBackOff', 'randomize'];

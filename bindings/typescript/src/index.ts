@@ -16,7 +16,7 @@ export {
 } from './client.js';
 export type { AckMode, BrokerMember, ClientOptions, ReconnectOptions, Status, SubscribeOptions } from './client.js';
 export {
-  DEFAULT_FAILOVER_OPTIONS, delayBefore, FailoverUrlError, jitteredDelayBefore, parseBrokerAddress, parseBrokerURL,
+  attemptTimeout, DEFAULT_FAILOVER_OPTIONS, delayBefore, FailoverUrlError, jitteredDelayBefore, parseBrokerAddress, parseBrokerURL,
 } from './failover.js';
 export type { BrokerAddress, BrokerGroup, FailoverOptions, FailoverUrlErrorKind } from './failover.js';
 export { STOMP_SUBPROTOCOLS, webSocket } from './websocket.js';

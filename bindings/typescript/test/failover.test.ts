@@ -309,4 +309,60 @@ describe('failover against real brokers', () => {
     assert.match(c.error!.message, /3 attempts/);
     await assert.rejects(c.send(queue(), Message.text('x')));
   });
+
+  it('passes over a broker that accepts and never answers within connectionTimeout', async (t) => {
+    // connectionTimeout (spec/ha.md §4.2) bounds each attempt: a port that accepts TCP connections and never
+    // answers (a SIGSTOPped live's does the same) is passed over for the next broker, at the first connect and
+    // after a loss.  The connection's timeoutMs is 30 s: without the option the first connect takes it all (a
+    // generous bound of 20 s fails), and the send after the loss outlives the failover timeout of 20 s.
+    const shared = await startBroker();
+    if (typeof shared === 'string') return unavailable(t, shared);
+    cleanups.push(() => shared.remove());
+    const held: net.Socket[] = [];
+    const silent = net.createServer((socket) => {
+      held.push(socket);
+    });
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => {
+      for (const s of held) s.destroy();
+      silent.close();
+    });
+    const silentUrl = `stomp://127.0.0.1:${(silent.address() as net.AddressInfo).port}`;
+    const real = `stomp://${shared.host}:${shared.port}`;
+    const options = 'connectionTimeout=2000&initialReconnectDelay=20&maxReconnectDelay=200&timeout=20000';
+    const started = Date.now();
+    const first = await connect({ url: `failover:(${silentUrl},${real})?${options}`, timeoutMs: 30000 });
+    assert.ok(Date.now() - started < 20000, 'the silent attempt ended after connectionTimeout');
+    assert.equal(held.length, 1, 'the silent broker was tried first');
+    await first.close();
+
+    // after a loss the attempts start with the broker after the lost one: the silent one
+    const links: net.Socket[] = [];
+    const proxy = net.createServer((client) => {
+      const upstream = net.connect(shared.port, shared.host);
+      links.push(client, upstream);
+      client.pipe(upstream);
+      upstream.pipe(client);
+      client.on('error', () => upstream.destroy());
+      upstream.on('error', () => client.destroy());
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    cleanups.push(() => {
+      proxy.close();
+    });
+    const proxyUrl = `stomp://127.0.0.1:${(proxy.address() as net.AddressInfo).port}`;
+    const log = statusLog();
+    const c = await connect({ url: `failover:(${proxyUrl},${silentUrl},${real})?${options}`, timeoutMs: 30000,
+      onStatus: log.record });
+    cleanups.push(() => c.close().catch(() => undefined));
+    const dest = queue();
+    const sub = await c.subscribe(dest);
+    proxy.close();
+    for (const s of links) s.destroy();
+    await log.until('reconnecting', 1);
+    await c.send(dest, Message.text('after')); // waits while it reconnects
+    assert.equal((await sub.receive(10000))?.text, 'after');
+    assert.equal(held.length, 2, 'the silent broker was tried again after the loss');
+    assert.deepEqual(log.seen, ['open', 'reconnecting', 'open']);
+  });
 });

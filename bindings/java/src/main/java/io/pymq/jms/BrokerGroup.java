@@ -24,8 +24,17 @@ final class BrokerGroup implements java.io.Serializable {
     /** The failover options (spec/ha.md §4.2), by their URL names. */
     record Options(int initialReconnectDelay, int maxReconnectDelay, boolean useExponentialBackOff,
                    double backOffMultiplier, double jitter, int maxReconnectAttempts, int startupMaxReconnectAttempts,
-                   boolean randomize, int timeout) implements java.io.Serializable {
-        static final Options DEFAULTS = new Options(100, 5000, true, 2.0, 0.2, -1, 0, false, -1);
+                   boolean randomize, int timeout, int connectionTimeout) implements java.io.Serializable {
+        static final Options DEFAULTS = new Options(100, 5000, true, 2.0, 0.2, -1, 0, false, -1, 3000);
+
+        /**
+         * How long (ms) one attempt may take to open its link (TCP, TLS, CONNECTED): {@code connectionTimeout}
+         * within the connection's own {@code timeout} (0: that alone).  A stopped broker's port still accepts
+         * TCP connections: without it an attempt there would wait the whole timeout before the next broker.
+         */
+        long attemptTimeout(long timeout) {
+            return connectionTimeout <= 0 ? timeout : Math.min(timeout, connectionTimeout);
+        }
 
         /**
          * The wait (ms, before jitter) before attempt {@code n} (from 1) after a loss: 0 for the first, then
@@ -59,7 +68,8 @@ final class BrokerGroup implements java.io.Serializable {
     }
 
     private static final String[] NAMES = {"initialReconnectDelay", "maxReconnectDelay", "useExponentialBackOff",
-            "backOffMultiplier", "jitter", "maxReconnectAttempts", "startupMaxReconnectAttempts", "randomize", "timeout"};
+            "backOffMultiplier", "jitter", "maxReconnectAttempts", "startupMaxReconnectAttempts", "randomize", "timeout",
+            "connectionTimeout"};
     private static final Pattern WHOLE = Pattern.compile("-?[0-9]+");
     private static final Pattern DECIMAL = Pattern.compile("[0-9]+(\\.[0-9]+)?");
 
@@ -183,7 +193,8 @@ final class BrokerGroup implements java.io.Serializable {
                 whole(url, given, "maxReconnectAttempts", -1, d.maxReconnectAttempts()),
                 whole(url, given, "startupMaxReconnectAttempts", -1, d.startupMaxReconnectAttempts()),
                 bool(url, given, "randomize", d.randomize()),
-                whole(url, given, "timeout", -1, d.timeout()));
+                whole(url, given, "timeout", -1, d.timeout()),
+                whole(url, given, "connectionTimeout", 0, d.connectionTimeout()));
     }
 
     private static String decode(String s) {

@@ -129,23 +129,23 @@ final class BrokerLink {
      * JMSException.  {@code heartBeat} is what this side offers: {send every, expect every} in ms.
      */
     static BrokerLink open(Endpoint endpoint, SSLSocketFactory tls, List<Header> headers, long[] heartBeat,
-                           long timeoutMs, Listener listener) throws JMSException {
+                           long timeoutMs, long connectMs, Listener listener) throws JMSException {
         Socket socket = null;
         try {
             socket = new Socket();
             socket.setTcpNoDelay(true);
-            socket.connect(new InetSocketAddress(endpoint.host(), endpoint.port()), (int) timeoutMs);
+            socket.connect(new InetSocketAddress(endpoint.host(), endpoint.port()), (int) connectMs);
             if (endpoint.tls()) {
                 SSLSocketFactory factory = tls != null ? tls : (SSLSocketFactory) SSLSocketFactory.getDefault();
                 SSLSocket ssl = (SSLSocket) factory.createSocket(socket, endpoint.host(), endpoint.port(), true);
                 SSLParameters params = ssl.getSSLParameters();
                 params.setEndpointIdentificationAlgorithm("HTTPS");    // check the certificate names the host
                 ssl.setSSLParameters(params);
-                ssl.setSoTimeout((int) timeoutMs);
+                ssl.setSoTimeout((int) connectMs);
                 ssl.startHandshake();
                 socket = ssl;
             }
-            socket.setSoTimeout((int) timeoutMs);
+            socket.setSoTimeout((int) connectMs);
             List<Header> connect = new ArrayList<>(headers);
             connect.add(new Header("heart-beat", heartBeat[0] + "," + heartBeat[1]));
             OutputStream o = socket.getOutputStream();
@@ -156,10 +156,10 @@ final class BrokerLink {
             InputStream i = socket.getInputStream();
             byte[] buf = new byte[64 * 1024];
             Frame first = null;
-            long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(timeoutMs);
+            long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(connectMs);
             while (first == null) {
                 if (System.nanoTime() > deadline) {
-                    throw new SocketTimeoutException("no CONNECTED within " + timeoutMs + " ms");
+                    throw new SocketTimeoutException("no CONNECTED within " + connectMs + " ms");
                 }
                 int n = i.read(buf);
                 if (n < 0) {

@@ -199,8 +199,10 @@ public class PymqConnection implements QueueConnection, TopicConnection {
         if (withClientId != null) {
             headers.add(new Header("client-id", withClientId));
         }
+        // a group's attempts end after connectionTimeout (spec/ha.md section 4.2); a single broker has the timeout
+        long connectMs = failover ? failoverOptions.attemptTimeout(factory.getTimeout()) : factory.getTimeout();
         return BrokerLink.open(m.endpoint(), factory.sslSocketFactory(), headers, factory.heartBeat(),
-                factory.getTimeout(), new BrokerLink.Listener() {
+                factory.getTimeout(), connectMs, new BrokerLink.Listener() {
                     @Override
                     public void message(BrokerLink from, Frame frame) {
                         Subscriber s = subscribers.get(frame.get("subscription", ""));

@@ -347,4 +347,60 @@ class FailoverTest {
         assertThrows(JMSException.class, () -> s.createProducer(q).send(s.createTextMessage("x")));
         c.close();
     }
+
+    /**
+     * connectionTimeout (spec/ha.md §4.2) bounds each attempt: a broker whose port accepts TCP connections and
+     * never answers (a SIGSTOPped live's does the same) is passed over for the next one, at the first connect
+     * and after a loss.  The connection's own timeout is 30 s: without the option the first connect takes it
+     * all (a generous bound of 20 s fails), and the send after the loss outlives the failover timeout of 20 s.
+     */
+    @Test
+    void aSilentBrokerIsPassedOverWithinConnectionTimeout() throws Exception {
+        try (ServerSocket silent = new ServerSocket(0, 50, java.net.InetAddress.getLoopbackAddress());
+             Proxy proxy = new Proxy(Broker.address())) {
+            String options = "?connectionTimeout=2000&initialReconnectDelay=20&maxReconnectDelay=200&timeout=20000";
+            String silentUrl = "stomp://127.0.0.1:" + silent.getLocalPort();
+            PymqConnectionFactory first = new PymqConnectionFactory("failover:(" + silentUrl + ",stomp://"
+                    + Broker.address() + ")" + options);
+            first.setTimeout(30000);
+            long started = System.nanoTime();
+            first.createConnection().close();
+            assertTrue(System.nanoTime() - started < TimeUnit.SECONDS.toNanos(20),
+                    "the attempt on the silent port ended after connectionTimeout, not the connection's timeout");
+
+            // after a loss the attempts start with the broker after the lost one: the silent one
+            PymqConnectionFactory cf = new PymqConnectionFactory("failover:(stomp://" + proxy.address() + ","
+                    + silentUrl + ",stomp://" + Broker.address() + ")" + options);
+            cf.setTimeout(30000);
+            List<String> events = new CopyOnWriteArrayList<>();
+            cf.setTransportListener(new TransportListener() {
+                @Override
+                public void transportInterrupted() {
+                    events.add("interrupted");
+                }
+
+                @Override
+                public void transportResumed() {
+                    events.add("resumed");
+                }
+            });
+            Connection c = cf.createConnection();
+            try {
+                c.start();
+                Session s = c.createSession();
+                Queue q = s.createQueue("silent-" + UUID.randomUUID());
+                MessageConsumer consumer = s.createConsumer(q);
+                MessageProducer producer = s.createProducer(q);
+                proxy.cutAll();
+                await(() -> events.contains("interrupted"), "transportInterrupted");
+                producer.send(s.createTextMessage("after"));       // waits while it reconnects
+                Message m = consumer.receive(10000);
+                assertNotNull(m, "the message sent after the loss");
+                assertEquals("after", ((TextMessage) m).getText());
+                assertEquals(List.of("interrupted", "resumed"), events);
+            } finally {
+                c.close();
+            }
+        }
+    }
 }

@@ -74,5 +74,6 @@ class FailoverUrlVectorsTest {
         assertEquals(o.get("startupMaxReconnectAttempts").asInt(), opts.startupMaxReconnectAttempts());
         assertEquals(o.get("randomize").asBoolean(), opts.randomize());
         assertEquals(o.get("timeout").asInt(), opts.timeout());
+        assertEquals(o.get("connectionTimeout").asInt(), opts.connectionTimeout());
     }
 }
