@@ -84,10 +84,13 @@ type Reconnect struct {
 // loopback only), with default heart-beats and no reconnection.
 type Options struct {
 	Login, Passcode string
-	ClientID        string        // JMS client id: scopes durable subscriptions
-	Version         string        // the one STOMP version to accept; "" accepts 1.1 and 1.2
-	Host            string        // the CONNECT host header; "" sends "/"
-	Timeout         time.Duration // bound of calls whose context has no deadline; default 10 s
+	ClientID        string // JMS client id: scopes durable subscriptions
+	Version         string // the one STOMP version to accept; "" accepts 1.1 and 1.2
+	Host            string // the CONNECT host header; "" sends "/" (VHost wins)
+	// VHost selects the broker's virtual host (spec/stomp.md §1), sent as host:/<VHost>; the URL's path
+	// names it too ("stomp://host:61613/shop"), this wins.  "" is the broker's default vhost "/".
+	VHost   string
+	Timeout time.Duration // bound of calls whose context has no deadline; default 10 s
 	// AsyncSend makes Send return without waiting for the broker's receipt on persistent messages
 	// (the default waits, so a returned Send means the message is durable and Message.ID is set).
 	AsyncSend bool
@@ -179,6 +182,16 @@ func DialContext(ctx context.Context, addr string, opts Options) (*Conn, error) 
 	}
 	for _, prefix := range []string{"stomp://", "tcp://"} {
 		hostport = strings.TrimPrefix(hostport, prefix)
+	}
+	if i := strings.IndexByte(hostport, '/'); i >= 0 && strings.Contains(addr, "://") {
+		vhost, err := vhostOfPath(hostport[i:])
+		if err != nil {
+			return nil, fmt.Errorf("pymq: %s: %w", redacted(addr), err)
+		}
+		hostport = hostport[:i]
+		if opts.VHost == "" {
+			opts.VHost = vhost
+		}
 	}
 	cfg := opts.TLS
 	if useTLS {

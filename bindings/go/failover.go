@@ -27,8 +27,20 @@ type Broker struct {
 	TLS      bool
 	Username string
 	Password string
-	HasUser  bool // the URL named a user
-	HasPass  bool // the URL named a password
+	HasUser  bool   // the URL named a user
+	HasPass  bool   // the URL named a password
+	VHost    string // the URL's path: the broker's virtual host (spec/stomp.md §1); "" none
+}
+
+var vhostName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// vhostOfPath reads a STOMP URL's path ("/shop") as the virtual host it names ("" for none or "/").
+func vhostOfPath(path string) (string, error) {
+	name, err := url.PathUnescape(strings.TrimPrefix(path, "/"))
+	if err != nil || (name != "" && !vhostName.MatchString(name)) {
+		return "", fmt.Errorf("a STOMP URL's path is a virtual host name (letters, digits, '_', '-'), not %q", path)
+	}
+	return name, nil
 }
 
 // Addr is host:port for net.Dial.
@@ -207,8 +219,11 @@ func parseMember(raw string) (Broker, error) {
 	default:
 		return Broker{}, fmt.Errorf("unsupported URL %s: use stomp://host:port or stomp+ssl://host:port", redacted(raw))
 	}
-	if u.Opaque != "" || (u.Path != "" && u.Path != "/") {
-		return Broker{}, fmt.Errorf("a STOMP URL has no path: %s", redacted(raw))
+	if u.Opaque != "" {
+		return Broker{}, fmt.Errorf("not a broker URL: %s", redacted(raw))
+	}
+	if b.VHost, err = vhostOfPath(u.EscapedPath()); err != nil {
+		return Broker{}, fmt.Errorf("%w: %s", err, redacted(raw))
 	}
 	if u.RawQuery != "" {
 		return Broker{}, fmt.Errorf("the Go client has no URL options (%s): use Options", redacted(raw))
@@ -373,6 +388,16 @@ func (p *picker) dial(ctx context.Context) (net.Conn, error) {
 }
 
 // credentials of the member reached last, unless the application gave its own.
+// vhost is the virtual host the URL of the member dialed last names ("" none).
+func (p *picker) vhost() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.last < 0 {
+		return ""
+	}
+	return p.group.Brokers[p.last].VHost
+}
+
 func (p *picker) credentials(opts Options) (string, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

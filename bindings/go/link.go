@@ -88,7 +88,13 @@ func (c *Conn) handshake(ctx context.Context, nc net.Conn, gen uint64) (*link, e
 		accept = "1.1,1.2"
 	}
 	host := opts.Host
-	if host == "" {
+	vhost := opts.VHost
+	if vhost == "" && c.picker != nil {
+		vhost = c.picker.vhost()
+	}
+	if vhost != "" {
+		host = "/" + vhost // spec/stomp.md §1: the virtual host
+	} else if host == "" {
 		host = "/"
 	}
 	login, passcode := opts.Login, opts.Passcode

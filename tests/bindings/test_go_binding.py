@@ -15,6 +15,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 from tests.bindings.vector_coverage import check_ran
 from tests.interop.foreign import PROVIDER
 from tests.storage.services import service_url
@@ -37,9 +39,12 @@ REQUIRED = {
     "TestFailoverURLVectors", "TestFailoverFollowsATakeover", "TestUnreceiptedSendsGoAgainOnce",
     "TestFailoverGivesUpAfterItsAttempts", "TestAClientIDTheBrokerStillHoldsIsWaitedFor",
     "TestASilentBrokerIsPassedOverWithinConnectionTimeout",
+    # virtual hosts (spec/stomp.md section 1): the URL's path and Options.VHost
+    "TestVirtualHostsKeepTheirQueuesApart",
 }
 
 
+@pytest.mark.timeout(600)      # its own suite, bounded by the subprocess timeout below
 def test_go_binding_suite(tmp_path):
     go = service_url("PYMQ_GO", "Go toolchain for bindings/go", PROVIDER)
     report = tmp_path / "vectors-ran.txt"

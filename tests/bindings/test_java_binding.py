@@ -18,6 +18,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from tests.bindings.vector_coverage import check_ran
 from tests.interop.foreign import PROVIDER
 from tests.storage.services import service_url
@@ -31,10 +33,11 @@ REQUIRED = {
     "io.pymq.jms.HeartBeatTest", "io.pymq.jms.TlsTest", "io.pymq.jms.examples.SpringJmsExampleTest",
     # issue 28.5's race forced, failover (spec/ha.md section 4) against real brokers and its URL vectors
     "io.pymq.jms.ClientIdSwapTest", "io.pymq.jms.FailoverTest", "io.pymq.jms.FailoverUrlVectorsTest",
-    "io.pymq.jms.TemporaryDeleteTest",
+    "io.pymq.jms.TemporaryDeleteTest", "io.pymq.jms.VhostTest",
 }
 
 
+@pytest.mark.timeout(900)      # its own suite, bounded by the subprocess timeout below
 def test_java_binding_suite(tmp_path):
     mvn = service_url("PYMQ_MVN", "Maven for bindings/java", PROVIDER)
     report = tmp_path / "vectors-ran.txt"

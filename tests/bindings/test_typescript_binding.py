@@ -15,6 +15,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.bindings.vector_coverage import check_ran
 from tests.interop.foreign import PROVIDER
 from tests.storage.services import service_url
@@ -29,9 +31,12 @@ REQUIRED = ["frames.json parse vectors", "frames.json encode vectors", "murmur3.
             "reconnection", "heart-beats", "TLS", "STOMP over WebSocket", "subscriptions as async iterators",
             "the broker's own TLS and WebSocket listeners",
             # failover (spec/ha.md section 4): the URL vectors; a takeover, re-sent SENDs, giving up
-            "failover URLs (spec/vectors/failover_urls.json)", "failover against real brokers"]
+            "failover URLs (spec/vectors/failover_urls.json)", "failover against real brokers",
+            # spec/stomp.md section 1: the URL's path and the vhost option
+            "virtual hosts"]
 
 
+@pytest.mark.timeout(600)      # its own suite (a build and ~250 tests), bounded by the subprocess timeout below
 def test_typescript_binding_suite(tmp_path):
     npm = service_url("PYMQ_NPM", "npm for bindings/typescript", PROVIDER)
     report = tmp_path / "vectors-ran.txt"

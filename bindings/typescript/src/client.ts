@@ -111,6 +111,8 @@ export interface BrokerMember {
   connector: Connector;
   login?: string;
   passcode?: string;
+  /** the broker's virtual host at this member (its URL's path); ClientOptions.vhost wins */
+  vhost?: string;
 }
 
 /** How many SENDs of a reconnecting connection may wait for their receipt; send() waits while that many do. */
@@ -148,6 +150,11 @@ export interface ClientOptions {
   passcode?: string;
   /** JMS client id: scopes durable subscriptions */
   clientId?: string;
+  /**
+   * the broker's virtual host (spec/stomp.md §1), sent as `host:/<vhost>`; ./node also reads it from a URL's
+   * path (`stomp://host:61613/shop`).  Absent: the broker's default vhost "/".
+   */
+  vhost?: string;
   /** the one STOMP version to accept; default "1.1,1.2" */
   version?: string;
   /** connect, receipt and reconnection waits (ms); default 10000 */
@@ -225,7 +232,7 @@ class Link {
       if (this.error) throw this.error;
       const hb = options.heartBeat === false ? { sendMs: 0, receiveMs: 0 } : options.heartBeat ?? DEFAULT_HEART_BEAT;
       const headers: Header[] = [
-        ['accept-version', options.version ?? '1.1,1.2'], ['host', '/'],
+        ['accept-version', options.version ?? '1.1,1.2'], ['host', `/${(options.vhost ?? member.vhost ?? '').replace(/^\//, '')}`],
         ['login', options.login ?? member.login ?? 'guest'],
         ['passcode', options.login !== undefined ? options.passcode ?? 'guest' : member.passcode ?? options.passcode ?? 'guest'],
         ['heart-beat', `${hb.sendMs},${hb.receiveMs}`],

@@ -12,6 +12,25 @@ export interface BrokerAddress {
   tls: boolean;
   username?: string;
   password?: string;
+  /** the URL's path: the broker's virtual host (spec/stomp.md §1) */
+  vhost?: string;
+}
+
+const VHOST = /^[A-Za-z0-9_-]{1,64}$/;
+
+/** A STOMP URL's path ("/shop") read as the virtual host it names (undefined for none or "/"). */
+export function vhostOfPath(pathname: string, raw: string): string | undefined {
+  let name: string;
+  try {
+    name = decodeURIComponent(pathname.replace(/^\//, ''));
+  } catch {
+    name = pathname;
+  }
+  if (!name) return undefined;
+  if (!VHOST.test(name)) {
+    throw new Error(`a STOMP URL's path is a virtual host name (letters, digits, '_', '-'), not "${pathname}": ${redacted(raw)}`);
+  }
+  return name;
 }
 
 /** The options of spec/ha.md §4.2, by ActiveMQ's names (delays in ms). */
@@ -100,11 +119,12 @@ export function parseBrokerAddress(raw: string): BrokerAddress {
   const tls = SECURE.includes(scheme);
   if (!tls && !PLAIN.includes(scheme)) throw new Error(`unsupported URL ${redacted(raw)}: use stomp:// or stomp+ssl://`);
   if (!raw.slice(scheme.length + 1).startsWith('//')) throw new Error(`not host:port in ${redacted(raw)}`);
-  if (u.pathname && u.pathname !== '/') throw new Error(`a STOMP URL has no path: ${redacted(raw)}`);
+  const vhost = vhostOfPath(u.pathname, raw);
   if (u.search) throw new Error(`a broker URL in a group takes no options (${redacted(raw)})`);
   const host = u.hostname.replace(/^\[|\]$/g, '') || '127.0.0.1';
   const port = u.port ? Number(u.port) : tls ? 61614 : 61613;
   const out: BrokerAddress = { host, port, tls };
+  if (vhost) out.vhost = vhost;
   const authority = raw.slice(raw.indexOf('//') + 2).split(/[/?#]/, 1)[0];
   const at = authority.lastIndexOf('@');
   if (at >= 0) {

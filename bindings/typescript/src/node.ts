@@ -12,7 +12,7 @@ import * as net from 'node:net';
 import * as tls from 'node:tls';
 
 import { connect as connectWith, type BrokerMember, type ClientOptions, type Connection } from './client.js';
-import { parseBrokerURL } from './failover.js';
+import { parseBrokerURL, vhostOfPath } from './failover.js';
 import type { Connector, Transport } from './transport.js';
 import { webSocket, type WebSocketConstructor } from './websocket.js';
 
@@ -102,9 +102,13 @@ export function connect(options: NodeConnectOptions): Promise<Connection> {
     const group = parseBrokerURL(options.url);
     const brokers: BrokerMember[] = group.brokers.map((b) => ({
       connector: tcp({ host: b.host, port: b.port, tls: b.tls ? options.tls ?? true : undefined }),
-      login: b.username, passcode: b.password,
+      login: b.username, passcode: b.password, vhost: b.vhost,
     }));
     return connectWith({ ...options, brokers, failover: { ...group.options, ...options.failover } });
   }
-  return connectWith({ ...options, connector: connectorFor(options) });
+  let vhost = options.vhost;
+  if (vhost === undefined && options.url && !options.connector && /^(stomp|tcp|stomp\+ssl|stomp\+tls|ssl|tls|stomps):/i.test(options.url)) {
+    vhost = vhostOfPath(new URL(options.url).pathname, options.url);
+  }
+  return connectWith({ ...options, vhost, connector: connectorFor(options) });
 }

@@ -29,13 +29,15 @@ import java.util.Map;
  * ConnectionFactory cf = new PymqConnectionFactory("stomp://alice:secret@127.0.0.1:61613?clientId=app-1");
  * }</pre>
  *
- * <p>URL: {@code stomp://[user[:password]@]host[:port][?option=value&...]} ({@code tcp://} is the same),
+ * <p>URL: {@code stomp://[user[:password]@]host[:port][/vhost][?option=value&...]} ({@code tcp://} is the same),
  * or {@code stomp+ssl://} (also {@code ssl://}, {@code stomps://}) for TLS, default port 61613.  Options
  * (each also a setter): {@code clientId}; {@code prefetch} (most unacknowledged messages a consumer holds,
  * default 1000); {@code timeout} (ms for connecting and for every wait on the broker, default 10000);
  * {@code heartBeat} ("send,receive" ms this side offers, default "10000,10000"; "0,0" turns them off);
  * {@code syncSend} (default true: a persistent send outside a transaction returns once the broker's
- * receipt says the message is durable).  Credentials in the URL are percent-decoded; those given to
+ * receipt says the message is durable); {@code vhost} (the broker's virtual host, spec/stomp.md section 1, sent
+ * as {@code host:/<vhost>}; the URL's path names it too: {@code stomp://host:61613/shop}; default: the
+ * broker's default vhost {@code /}).  Credentials in the URL are percent-decoded; those given to
  * {@code createConnection(user, password)} win.  Without any, the broker treats the connection as guest
  * (accepted from loopback only).
  */
@@ -53,6 +55,7 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
     private long heartBeatSend = 10_000;
     private long heartBeatReceive = 10_000;
     private boolean syncSend = true;
+    private String vhost;
     private transient SSLSocketFactory sslSocketFactory;
     private List<Member> members;
     private BrokerGroup group;
@@ -127,8 +130,9 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
         if (uri.getPort() > 65535) {
             throw new IllegalArgumentException("port " + uri.getPort() + " out of range in " + BrokerGroup.redacted(url));
         }
-        if (uri.getRawPath() != null && !uri.getRawPath().isEmpty() && !uri.getRawPath().equals("/")) {
-            throw new IllegalArgumentException("a STOMP URL has no path: " + BrokerGroup.redacted(url));
+        String path = uri.getRawPath() == null ? "" : decode(uri.getRawPath().replaceFirst("^/", ""));
+        if (!path.isEmpty()) {
+            checkVhost(path, url);     // the path names the broker's virtual host (spec/stomp.md section 1)
         }
         String h = uri.getHost() == null ? "127.0.0.1" : uri.getHost();
         if (h.startsWith("[") && h.endsWith("]")) {
@@ -158,6 +162,9 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
                 options.put(key, value);
             }
         }
+        if (!path.isEmpty()) {
+            options.putIfAbsent("vhost", path);
+        }
         // the values are checked here too, so a bad one refuses the URL before anything is set
         new PymqConnectionFactory().applyAll(options);
         return new Member(new BrokerLink.Endpoint(h, uri.getPort() > 0 ? uri.getPort() : 61613, secure), u, pw,
@@ -165,7 +172,16 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
     }
 
     private static final List<String> OPTIONS = List.of("clientId", "prefetch", "timeout", "heartBeat", "syncSend",
-            "user", "password");
+            "user", "password", "vhost");
+
+    private static final java.util.regex.Pattern VHOST = java.util.regex.Pattern.compile("[A-Za-z0-9_-]{1,64}");
+
+    private static void checkVhost(String name, String url) {
+        if (!VHOST.matcher(name).matches()) {
+            throw new IllegalArgumentException("a virtual host name is letters, digits, '_' and '-' (at most 64), not \""
+                    + name + "\"" + (url == null ? "" : " in " + BrokerGroup.redacted(url)));
+        }
+    }
 
     private void applyAll(Map<String, String> options) {
         options.forEach(this::option);
@@ -180,6 +196,7 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
             case "syncSend" -> syncSend = Boolean.parseBoolean(value);
             case "user" -> user = value;
             case "password" -> password = value;
+            case "vhost" -> setVhost(value);
             default -> throw new IllegalArgumentException("unknown option \"" + key + "\"");
         }
     }
@@ -219,6 +236,20 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
 
     public void setClientID(String clientId) {
         this.clientId = clientId;
+    }
+
+    /** The broker's virtual host (spec/stomp.md section 1), or null for the broker's default vhost "/". */
+    public String getVhost() {
+        return vhost;
+    }
+
+    /** Selects the broker's virtual host ({@code host:/<vhost>} in CONNECT); null or "" or "/": the default. */
+    public void setVhost(String vhost) {
+        String name = vhost == null ? "" : vhost.replaceFirst("^/", "");
+        if (!name.isEmpty()) {
+            checkVhost(name, null);
+        }
+        this.vhost = name.isEmpty() ? null : name;
     }
 
     public int getPrefetch() {

@@ -13,9 +13,12 @@ import java.util.Map;
 /**
  * A MapMessage: {@code application/x-pymq-map+json} on the wire, a JSON object whose values are JSON
  * scalars or {@code {"$bytes": "<base64>"}} (spec/stomp.md §7), so Python, Go and TypeScript read the same
- * map.  JSON has one kind of integer and one kind of real: integral values come back as {@code Long},
- * floating ones as {@code Double}, and a {@code char} travels as a one-character string; the getters
- * convert as {@link TypedValues} explains (and {@link #getChar} accepts a one-character string).
+ * map.  JSON has one kind of integer and one kind of real, and a {@code char} travels as a one-character
+ * string; {@code pymq-jms-types} names the entries set narrower ({@code :count=int}, {@code :f=float},
+ * {@code :c=char}; spec/stomp.md §7), so a Java receiver's {@link #getObject} gives back the type that was
+ * set (JMS 3.11.3); from other SDKs integral values come back as {@code Long}, floating ones as
+ * {@code Double}.  The getters convert as {@link TypedValues} explains (and {@link #getChar} accepts a
+ * one-character string).
  * A received body is decoded on first use: a body that is not such an object makes the getters throw
  * MessageFormatException, not the receive.
  */
@@ -28,7 +31,41 @@ public class PymqMapMessage extends PymqMessage implements MapMessage {
     }
 
     PymqMapMessage(byte[] body) {
+        this(body, null);
+    }
+
+    /** A received body and its {@code pymq-jms-types} header (null: none), which narrows its entries. */
+    PymqMapMessage(byte[] body, String jmsTypes) {
         this.encoded = body;
+        this.jmsTypes = jmsTypes;
+    }
+
+    private String jmsTypes;         // the received pymq-jms-types: the narrowing of the entries not decoded yet
+
+    /**
+     * The map entries' items of {@code pymq-jms-types} ({@code :name=int}, ...; spec/stomp.md section 7) for
+     * the entries narrower than their JSON value, so a Java receiver's getObject gives back the type that was
+     * set.  An entry whose name holds ',' or '=' cannot be named there: it comes back as Long / Double /
+     * String.
+     */
+    String entryJmsTypes() {
+        StringBuilder out = new StringBuilder();
+        if (map == null) {        // received and not touched: what it came with
+            WireFormat.entryJmsTypes(jmsTypes).forEach((name, code) -> append(out, name, code));
+            return out.toString();
+        }
+        for (Map.Entry<String, Object> e : map.entrySet()) {
+            String code = WireFormat.entryJmsTypeCode(e.getValue());
+            String name = e.getKey();
+            if (code != null && name.indexOf(',') < 0 && name.indexOf('=') < 0) {
+                append(out, name, code);
+            }
+        }
+        return out.toString();
+    }
+
+    private static void append(StringBuilder out, String name, String code) {
+        out.append(out.length() > 0 ? "," : "").append(WireFormat.MAP_ENTRY).append(name).append('=').append(code);
     }
 
     @Override
@@ -44,15 +81,19 @@ public class PymqMapMessage extends PymqMessage implements MapMessage {
         return WireFormat.encodeMap(map);
     }
 
-    /** The decoded map (a read-only view): values are Boolean, Long, Double, String, byte[] or null. */
+    /**
+     * The decoded map (a read-only view): values are Boolean, Long, Double, String, byte[] or null, or the
+     * narrower type that was set (Integer, Short, Byte, Float, Character) when the sender named it.
+     */
     public Map<String, Object> map() throws JMSException {
         return Collections.unmodifiableMap(values());
     }
 
     private Map<String, Object> values() throws JMSException {
         if (map == null) {
-            map = WireFormat.decodeMap(encoded);
+            map = WireFormat.decodeMap(encoded, WireFormat.entryJmsTypes(jmsTypes));
             encoded = null;
+            jmsTypes = null;
         }
         return map;
     }

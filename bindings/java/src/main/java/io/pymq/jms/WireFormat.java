@@ -89,10 +89,41 @@ final class WireFormat {
             // (a plain header without it compares as a number when it reads as one: spec/selector.md section 3)
             h.add(new Header("pymq-types", types.toString()));
         }
+        if (m instanceof PymqMapMessage map) {
+            String entries = map.entryJmsTypes();
+            if (!entries.isEmpty()) {
+                jmsTypes.append(jmsTypes.length() > 0 ? "," : "").append(entries);
+            }
+        }
         if (jmsTypes.length() > 0) {
             h.add(new Header(JMS_TYPES, jmsTypes.toString()));
         }
         return h;
+    }
+
+    /**
+     * In {@code pymq-jms-types}, an item naming a MapMessage entry rather than a property starts with this
+     * (spec/stomp.md section 7): no property name does (a STOMP header name has no bare ':').
+     */
+    static final String MAP_ENTRY = ":";
+
+    /** The JMS type of a map entry narrower than its JSON value: those of properties, and {@code char}. */
+    static String entryJmsTypeCode(Object v) {
+        return v instanceof Character ? "char" : jmsTypeCode(v);
+    }
+
+    /** The map entries' narrowing items of a {@code pymq-jms-types} header ({@code :name} to type). */
+    static Map<String, String> entryJmsTypes(String header) {
+        Map<String, String> out = new HashMap<>();
+        if (header != null) {
+            for (String item : header.split(",", -1)) {
+                int eq = item.lastIndexOf('=');
+                if (item.startsWith(MAP_ENTRY) && eq > MAP_ENTRY.length()) {
+                    out.put(item.substring(MAP_ENTRY.length(), eq), item.substring(eq + 1));
+                }
+            }
+        }
+        return out;
     }
 
     private static void append(StringBuilder list, String name, String code) {
@@ -194,7 +225,7 @@ final class WireFormat {
         byte[] body = f.body();
         PymqMessage m;
         if (base.equals(MAP_TYPE) || "jms-map-json".equals(h.get("transformation"))) {
-            m = new PymqMapMessage(body);
+            m = new PymqMapMessage(body, h.get(JMS_TYPES));
         } else if (base.startsWith("text/") || base.equals("application/json") || base.equals("application/xml")) {
             m = new PymqTextMessage(new String(body, charset(ctype)));
         } else if (!base.isEmpty()) {
@@ -425,6 +456,15 @@ final class WireFormat {
     }
 
     static Map<String, Object> decodeMap(byte[] body) throws JMSException {
+        return decodeMap(body, Map.of());
+    }
+
+    /**
+     * The map of a MapMessage body; {@code narrow} (entry name to JMS type, from {@code pymq-jms-types})
+     * gives an entry back as the type that was set (Integer, Short, Byte, Float, Character) when its JSON
+     * value is that kind of value and fits; else it stays Long, Double or String.
+     */
+    static Map<String, Object> decodeMap(byte[] body, Map<String, String> narrow) throws JMSException {
         Map<String, Object> out = new LinkedHashMap<>();
         if (body.length == 0) {
             return out;
@@ -437,7 +477,8 @@ final class WireFormat {
                 String name = p.currentName();
                 JsonToken t = p.nextToken();
                 out.put(name, switch (t) {
-                    case VALUE_STRING -> p.getText();
+                    case VALUE_STRING -> "char".equals(narrow.get(name)) && p.getText().length() == 1
+                            ? (Object) p.getText().charAt(0) : p.getText();
                     case VALUE_TRUE -> Boolean.TRUE;
                     case VALUE_FALSE -> Boolean.FALSE;
                     case VALUE_NULL -> null;
@@ -446,9 +487,9 @@ final class WireFormat {
                             throw new MessageFormatException("map value " + name + ": integer " + p.getText()
                                     + " does not fit in a long");
                         }
-                        yield p.getLongValue();
+                        yield narrowed(p.getLongValue(), narrow.getOrDefault(name, ""), p.getText());
                     }
-                    case VALUE_NUMBER_FLOAT -> p.getDoubleValue();
+                    case VALUE_NUMBER_FLOAT -> narrowed(p.getDoubleValue(), narrow.getOrDefault(name, ""), p.getText());
                     case START_OBJECT -> bytesValue(p, name);
                     default -> throw new MessageFormatException("map value " + name + " is a JSON " + t
                             + ", not a scalar or {\"$bytes\": ...}");

@@ -264,6 +264,51 @@ class ProviderTest {
         assertNull(consumer.receive(200));
     }
 
+    /**
+     * JMS 3.11.3: MapMessage.getObject gives back the type that was set (issue 27.6), through the broker and
+     * again after a forward of the received message unchanged; an entry whose name pymq-jms-types cannot
+     * carry (',' or '=') comes back as JSON's Long; the getters still convert.
+     */
+    @Test
+    void mapMessageEntriesComeBackAsTheTypeThatWasSet() throws JMSException {
+        Connection c = connect();
+        Session s = c.createSession();
+        Queue q = queue(s);
+        Queue forwarded = s.createQueue("java-fwd-" + name);
+        MapMessage m = s.createMapMessage();
+        m.setInt("i", 3);
+        m.setShort("sh", (short) -7);
+        m.setByte("by", (byte) 5);
+        m.setFloat("f", 0.1f);                  // as a double it would be 0.10000000149011612
+        m.setChar("ch", 'x');
+        m.setLong("l", 9_007_199_254_740_993L);
+        m.setDouble("d", 0.1);
+        m.setString("s", "y");                  // a one-character string stays a String
+        m.setInt("a,b", 4);
+        m.setObject("o", Integer.valueOf(42));
+        s.createProducer(q).send(m);
+        MessageConsumer consumer = s.createConsumer(q);
+        MapMessage got = (MapMessage) consumer.receive(5000);
+        assertNotNull(got);
+        s.createProducer(forwarded).send(got);
+        MapMessage again = (MapMessage) s.createConsumer(forwarded).receive(5000);
+        assertNotNull(again);
+        for (MapMessage r : List.of(got, again)) {
+            assertEquals(Integer.valueOf(3), r.getObject("i"));
+            assertEquals(Short.valueOf((short) -7), r.getObject("sh"));
+            assertEquals(Byte.valueOf((byte) 5), r.getObject("by"));
+            assertEquals(Float.valueOf(0.1f), r.getObject("f"));
+            assertEquals(Character.valueOf('x'), r.getObject("ch"));
+            assertEquals(Long.valueOf(9_007_199_254_740_993L), r.getObject("l"));
+            assertEquals(Double.valueOf(0.1), r.getObject("d"));
+            assertEquals("y", r.getObject("s"));
+            assertEquals(Long.valueOf(4), r.getObject("a,b"));
+            assertEquals(Integer.valueOf(42), r.getObject("o"));
+            assertEquals(3L, r.getLong("i"));
+            assertEquals(0.1f, r.getFloat("f"));
+        }
+    }
+
     @Test
     void badPropertyNamesAndObjectOrStreamMessagesAreRefusedBeforeSending() throws JMSException {
         Session s = connect().createSession();
