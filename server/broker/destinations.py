@@ -29,27 +29,26 @@ from collections.abc import Callable, Iterator
 from pymq_server.broker import destination as names
 from pymq_server.broker.acl import AccessControl, DestinationAcl
 from pymq_server.broker.auth import User
-from pymq_server.broker.clients import Client
 from pymq_server.broker.deadletters import DEAD_LETTER_CONFIG, DeadLetterNames
 from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.idle import IdleWatch
 from pymq_server.broker.queue_logs import QueueLogs
 from pymq_server.schema import MessageSchema
-from pymq_server.broker.temporary import MAX_ORPHANED, TemporaryNames, TemporaryTopics
+from pymq_server.broker.temporary import Temporaries, TemporaryNames
 from pymq_server.broker import vhosts
 from pymq_server.broker.topic import Topic, TopicPatterns
 from pymq.routing import topics as topic_patterns
 from pymq_server.config import BrokerConfig, QueueConfig, queue_config
 from pymq_server.storage.store import HoldingStore
 
-from pymq.errors import (AccessDenied, ConfigError, DestinationError, DestinationExists, IllegalStateError,
+from pymq.errors import (ConfigError, DestinationError, DestinationExists, IllegalStateError,
                          UnknownDestination)
 
 Kind = names.Kind
 _CACHE_LIMIT = 100_000
 
 
-class Destinations(TemporaryTopics, DeadLetterNames):
+class Destinations(Temporaries, DeadLetterNames):
     def __init__(self, config: BrokerConfig, store: HoldingStore, host: QueueHost, acl: AccessControl) -> None:
         self.config = config
         self.store = store
@@ -374,78 +373,6 @@ class Destinations(TemporaryTopics, DeadLetterNames):
         """The queue behind a topic subscription (durable ones keep storage references)."""
         return MessageQueue(self.host, key, topic.destination, kind="subscription",
                             config=self.config.queue_defaults, durable=durable)
-
-    # -- temporary queues --------------------------------------------------------------------------
-    def create_temp_queue(self, owner: Client, local: str) -> MessageQueue:
-        global_name = self.temporary_prefix(owner) + local
-        queue = MessageQueue(self.host, "/temp-queue/" + global_name, "/temp-queue/" + global_name,
-                             kind="temp", config=self.config.queue_defaults, durable=False)
-        queue.owner = owner
-        self.temp_queues[global_name] = queue
-        return queue
-
-    def orphan_temp_queues(self, names: str, queues: dict[str, MessageQueue]) -> int:
-        """A link was lost (spec/ha.md §4.7): its temporary queues stay, owned by nobody, taking SENDs to their
-        global names until the client re-claims ``names`` (:meth:`adopt_temp_queues`) or the window passes
-        (:meth:`drop_orphaned`); past :data:`MAX_ORPHANED` kept queues they go at once, as without re-claim.
-        Returns the generation the window's end must name (0: nothing kept)."""
-        if not queues or self.orphaned_count + len(queues) > MAX_ORPHANED:
-            for queue in queues.values():
-                self.delete_temp_queue(queue)
-            return 0
-        for queue in queues.values():
-            queue.owner = None
-        self._orphan_generation += 1
-        self.orphaned[names] = (self._orphan_generation, dict(queues))
-        self.orphaned_count += len(queues)
-        return self._orphan_generation
-
-    def adopt_temp_queues(self, names: str, owner: Client) -> dict[str, MessageQueue]:
-        """``owner`` re-claimed ``names``: the kept queues (local name -> queue) are its own again."""
-        kept = self.orphaned.pop(names, None)
-        if kept is None:
-            return {}
-        self.orphaned_count -= len(kept[1])
-        for queue in kept[1].values():
-            queue.owner = owner
-        return kept[1]
-
-    def drop_orphaned(self, names: str, generation: int) -> None:
-        """The re-claim window of ``names``' lost link passed: its kept queues go with their messages."""
-        kept = self.orphaned.get(names)
-        if kept is None or kept[0] != generation:
-            return
-        del self.orphaned[names]
-        self.orphaned_count -= len(kept[1])
-        for queue in kept[1].values():
-            self.delete_temp_queue(queue)
-
-    def delete_temp_queue(self, queue: MessageQueue) -> None:
-        self.temp_queues.pop(queue.name[len("/temp-queue/"):], None)
-        for consumer in list(queue.consumers):
-            queue.remove_consumer(consumer)
-        queue.purge()
-
-    def temp_target(self, client: Client, name: str) -> MessageQueue:
-        """The temporary queue a SEND names: global names (``tmp.…``) while their connection lives, a
-        connection's own local names always."""
-        if name.startswith("tmp."):
-            queue = self.temp_queues.get(name)
-            if queue is None or not vhosts.same_vhost(client, queue.owner):    # another vhost's: as if gone
-                raise UnknownDestination(f"temporary queue '/temp-queue/{name}' does not exist "
-                                         f"(its connection has closed)", destination="/temp-queue/" + name)
-            return queue
-        own = client.temp_queue(name)
-        assert own is not None
-        return own
-
-    def owned_temp_queue(self, client: Client, destination: str, name: str, what: str) -> MessageQueue:
-        """A temporary queue ``client`` may consume from or browse: only the connection that made it."""
-        queue = self.temp_queues.get(name) if name.startswith("tmp.") else client.temp_queue(name)
-        if queue is None or queue.owner is not client:
-            raise AccessDenied(f"only the connection that created temporary queue '{destination}' may "
-                               f"{what} it", destination=destination)
-        return queue
 
     # -- everything --------------------------------------------------------------------------------
     def all_queues(self) -> Iterator[MessageQueue]:

@@ -1,8 +1,9 @@
-"""Temporary topics (``/temp-topic/``, JMS ``TemporaryTopic``), part of the destinations layer: a connection's
-topics, named ``tmp.<connection>-<nonce>.<name>`` once shared in a ``reply-to``; anyone may publish to one while
-its connection lives, only that connection subscribes (spec/stomp.md §3).  Also JMS ``delete()`` of a
-connection's temporary queues and topics, and :class:`TemporaryNames`: who holds which global names, and who
-may take them back after a lost link or a takeover (spec/ha.md §4.7).
+"""Temporary queues and topics (``/temp-queue/``, ``/temp-topic/``), part of the destinations layer: a
+connection's queues and topics, named ``tmp.<connection>-<nonce>.<name>`` once shared in a ``reply-to``;
+anyone may send or publish to one while its connection lives, only that connection consumes or subscribes
+(spec/stomp.md §3), and a lost link's queues are kept for its client's re-claim.  Also JMS ``delete()`` of
+a connection's temporary queues and topics, and :class:`TemporaryNames`: who holds which global names, and
+who may take them back after a lost link or a takeover (spec/ha.md §4.7).
 """
 from __future__ import annotations
 
@@ -14,14 +15,15 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
+from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.topic import Topic
 from pymq_server.broker import vhosts
+from pymq_server.config import BrokerConfig
 
 from pymq.errors import AccessDenied, DestinationError, IllegalStateError, UnknownDestination
 
 if TYPE_CHECKING:
     from pymq_server.broker.clients import Client
-    from pymq_server.broker.queue import MessageQueue
 
 
 #: the catalog record of the key that signs re-claim tokens: in the store, so a restarted broker and the
@@ -162,9 +164,16 @@ def _worker(conn_id: str) -> str:
     return conn_id[:conn_id.index("c")]
 
 
-class TemporaryTopics:
-    """The temporary topics of :class:`~pymq_server.broker.destinations.Destinations` (a part of it)."""
+class Temporaries:
+    """The temporary queues and topics of :class:`~pymq_server.broker.destinations.Destinations` (a part of
+    it): made, kept for a re-claim after a lost link, adopted, dropped, and reached by name."""
 
+    config: BrokerConfig
+    host: QueueHost
+    temp_queues: dict[str, MessageQueue]
+    orphaned: dict[str, tuple[int, dict[str, MessageQueue]]]
+    orphaned_count: int
+    _orphan_generation: int
     temp_topics: dict[str, Topic]
     name_holders: TemporaryNames
     #: a process's mark for a client the core is driven with directly (tests): sessions get their names at CONNECT
@@ -174,7 +183,77 @@ class TemporaryTopics:
         """The start of every global name of ``owner``'s temporary queues and topics."""
         return f"tmp.{getattr(owner, 'temporary_names', '') or f'{owner.id}-{self.incarnation}'}."
 
-    def delete_temp_queue(self, queue: MessageQueue) -> None: ...
+    # -- temporary queues --------------------------------------------------------------------------
+    def create_temp_queue(self, owner: Client, local: str) -> MessageQueue:
+        global_name = self.temporary_prefix(owner) + local
+        queue = MessageQueue(self.host, "/temp-queue/" + global_name, "/temp-queue/" + global_name,
+                             kind="temp", config=self.config.queue_defaults, durable=False)
+        queue.owner = owner
+        self.temp_queues[global_name] = queue
+        return queue
+
+    def orphan_temp_queues(self, names: str, queues: dict[str, MessageQueue]) -> int:
+        """A link was lost (spec/ha.md §4.7): its temporary queues stay, owned by nobody, taking SENDs to their
+        global names until the client re-claims ``names`` (:meth:`adopt_temp_queues`) or the window passes
+        (:meth:`drop_orphaned`); past :data:`MAX_ORPHANED` kept queues they go at once, as without re-claim.
+        Returns the generation the window's end must name (0: nothing kept)."""
+        if not queues or self.orphaned_count + len(queues) > MAX_ORPHANED:
+            for queue in queues.values():
+                self.delete_temp_queue(queue)
+            return 0
+        for queue in queues.values():
+            queue.owner = None
+        self._orphan_generation += 1
+        self.orphaned[names] = (self._orphan_generation, dict(queues))
+        self.orphaned_count += len(queues)
+        return self._orphan_generation
+
+    def adopt_temp_queues(self, names: str, owner: Client) -> dict[str, MessageQueue]:
+        """``owner`` re-claimed ``names``: the kept queues (local name -> queue) are its own again."""
+        kept = self.orphaned.pop(names, None)
+        if kept is None:
+            return {}
+        self.orphaned_count -= len(kept[1])
+        for queue in kept[1].values():
+            queue.owner = owner
+        return kept[1]
+
+    def drop_orphaned(self, names: str, generation: int) -> None:
+        """The re-claim window of ``names``' lost link passed: its kept queues go with their messages."""
+        kept = self.orphaned.get(names)
+        if kept is None or kept[0] != generation:
+            return
+        del self.orphaned[names]
+        self.orphaned_count -= len(kept[1])
+        for queue in kept[1].values():
+            self.delete_temp_queue(queue)
+
+    def delete_temp_queue(self, queue: MessageQueue) -> None:
+        self.temp_queues.pop(queue.name[len("/temp-queue/"):], None)
+        for consumer in list(queue.consumers):
+            queue.remove_consumer(consumer)
+        queue.purge()
+
+    def temp_target(self, client: Client, name: str) -> MessageQueue:
+        """The temporary queue a SEND names: global names (``tmp.…``) while their connection lives, a
+        connection's own local names always."""
+        if name.startswith("tmp."):
+            queue = self.temp_queues.get(name)
+            if queue is None or not vhosts.same_vhost(client, queue.owner):    # another vhost's: as if gone
+                raise UnknownDestination(f"temporary queue '/temp-queue/{name}' does not exist "
+                                         f"(its connection has closed)", destination="/temp-queue/" + name)
+            return queue
+        own = client.temp_queue(name)
+        assert own is not None
+        return own
+
+    def owned_temp_queue(self, client: Client, destination: str, name: str, what: str) -> MessageQueue:
+        """A temporary queue ``client`` may consume from or browse: only the connection that made it."""
+        queue = self.temp_queues.get(name) if name.startswith("tmp.") else client.temp_queue(name)
+        if queue is None or queue.owner is not client:
+            raise AccessDenied(f"only the connection that created temporary queue '{destination}' may "
+                               f"{what} it", destination=destination)
+        return queue
 
     def delete_temporary(self, owner: Client, destination: str) -> None:
         """JMS ``TemporaryQueue.delete()``/``TemporaryTopic.delete()`` (spec/stomp.md §3): ``owner``'s own

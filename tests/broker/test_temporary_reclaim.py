@@ -290,8 +290,8 @@ def test_disconnect_keeps_nothing_and_past_the_cap_a_lost_link_keeps_nothing(bro
     assert first.read(10).command == "RECEIPT"
     assert _until(lambda: _reply(broker.port, old).command == "ERROR")
     assert not _kept(broker, old)
-    from pymq_server.broker import destinations
-    monkeypatch.setattr(destinations, "MAX_ORPHANED", 0)
+    from pymq_server.broker import temporary
+    monkeypatch.setattr(temporary, "MAX_ORPHANED", 0)
     second, _ = _connect(broker.port)
     old = _reply_to(second)
     second.close()
