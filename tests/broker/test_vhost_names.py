@@ -122,3 +122,24 @@ def test_dead_letters_and_expired_messages_stay_in_their_vhost(broker_factory):
     spy.send("SUBSCRIBE", {"destination": "/queue/DLQ.$vh.a.work", "id": "s"})
     with pytest.raises(TimeoutError):
         spy.read(0.5)
+
+
+def test_a_durable_subscriptions_dead_letters_stay_in_its_vhost(broker_factory):
+    b = broker_factory(vhosts=VHOSTS, queue_defaults={"max_deliveries": 1})
+    c = RawStomp(b.port)
+    assert c.connect(host="/a", **{"client-id": "app"}).command == "CONNECTED"
+    c.send("SUBSCRIBE", {"destination": "/topic/news", "id": "d", "durable-subscription-name": "feed",
+                         "ack": "client-individual", "receipt": "s"})
+    assert c.read().command == "RECEIPT"
+    publisher = _raw(b, "/a")
+    publisher.send("SEND", {"destination": "/topic/news", "receipt": "p"}, b"dies")
+    assert publisher.read().command == "RECEIPT"
+    frame = c.read()
+    c.send("NACK", {"id": frame.headers["ack"], "receipt": "n"})
+    assert c.read().command == "RECEIPT"
+    reader = _raw(b, "/a")
+    reader.send("SUBSCRIBE", {"destination": "/queue/DLQ.sub.app.feed", "id": "r"})
+    dead = reader.read()
+    assert dead.body == b"dies" and dead.headers["pymq-original-destination"] == "/topic/news"
+    queues = b.call(lambda: set(b.broker.queues))
+    assert "$vh.a.DLQ.sub.app.feed" in queues and not any(n.startswith("DLQ.") for n in queues)
