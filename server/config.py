@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, Union
 
 import yaml
@@ -75,6 +76,15 @@ def _principal(value: str) -> str:
     if value == "*" or (value.startswith(("user:", "role:")) and len(value.split(":", 1)[1]) > 0):
         return value
     raise ValueError("expected '*', 'user:<name>' or 'role:<name>'")
+
+
+def _check_principals(principals: Iterable[str]) -> None:
+    """Each name a valid principal (``_principal``), the error naming the one that is not."""
+    for principal in principals:
+        try:
+            _principal(principal)
+        except ValueError as exc:
+            raise ValueError(f"principal {principal!r}: {exc}") from None
 
 
 def _upper_level(value: Any) -> Any:
@@ -528,11 +538,7 @@ class VhostConfig(_Section):
     @field_validator("principals")
     @classmethod
     def _principals(cls, value: list[str]) -> list[str]:
-        for principal in value:
-            try:
-                _principal(principal)
-            except ValueError as exc:
-                raise ValueError(f"principal {principal!r}: {exc}") from None
+        _check_principals(value)
         return value
 
     def to_dict(self) -> list[str] | dict[str, Any]:
@@ -749,11 +755,7 @@ class BrokerConfig(_Section):
     @classmethod
     def _principals(cls, value: dict | None) -> dict | None:
         if value is not None:
-            for principal in value:
-                try:
-                    _principal(principal)
-                except ValueError as exc:
-                    raise ValueError(f"principal {principal!r}: {exc}") from None
+            _check_principals(value)
         return value
 
     @field_validator("max_connect_frame_size")
