@@ -87,8 +87,9 @@ type Options struct {
 	ClientID        string // JMS client id: scopes durable subscriptions
 	Version         string // the one STOMP version to accept; "" accepts 1.1 and 1.2
 	Host            string // the CONNECT host header; "" sends "/" (VHost wins)
-	// VHost selects the broker's virtual host (spec/stomp.md §1), sent as host:/<VHost>; the URL's path
-	// names it too ("stomp://host:61613/shop"), this wins.  "" is the broker's default vhost "/".
+	// VHost selects the broker's virtual host (spec/stomp.md §1), sent as host:/<VHost>, at every broker
+	// whose URL has no path: a path ("stomp://host:61613/shop", also a failover member's) wins for its
+	// broker (VHostAt).  "" is the broker's default vhost "/".
 	VHost   string
 	Timeout time.Duration // bound of calls whose context has no deadline; default 10 s
 	// AsyncSend makes Send return without waiting for the broker's receipt on persistent messages
@@ -189,9 +190,7 @@ func DialContext(ctx context.Context, addr string, opts Options) (*Conn, error) 
 			return nil, fmt.Errorf("pymq: %s: %w", redacted(addr), err)
 		}
 		hostport = hostport[:i]
-		if opts.VHost == "" {
-			opts.VHost = vhost
-		}
+		opts.VHost = opts.VHostAt(Broker{VHost: vhost}) // the URL's path wins (spec/stomp.md §1)
 	}
 	cfg := opts.TLS
 	if useTLS {

@@ -388,14 +388,24 @@ func (p *picker) dial(ctx context.Context) (net.Conn, error) {
 }
 
 // credentials of the member reached last, unless the application gave its own.
-// vhost is the virtual host the URL of the member dialed last names ("" none).
-func (p *picker) vhost() string {
+// vhost is the virtual host a link to the member dialed last enters (opts.VHostAt).
+func (p *picker) vhost(opts Options) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.last < 0 {
-		return ""
+		return opts.VHost
 	}
-	return p.group.Brokers[p.last].VHost
+	return opts.VHostAt(p.group.Brokers[p.last])
+}
+
+// VHostAt is the virtual host a connection with these options enters at broker b (spec/stomp.md §1,
+// vectors spec/vectors/failover_urls.json "vhosts"): b's own URL path, else VHost, else "" (the
+// broker's default vhost "/").
+func (o Options) VHostAt(b Broker) string {
+	if b.VHost != "" {
+		return b.VHost
+	}
+	return o.VHost
 }
 
 func (p *picker) credentials(opts Options) (string, string) {

@@ -35,6 +35,15 @@ func TestFailoverURLVectors(t *testing.T) {
 			Options map[string]any
 		}
 		Refuse []struct{ Name, URL, Error string }
+		VHosts []struct {
+			Name, URL string
+			VHost     *string
+			Members   []struct {
+				Host  string
+				Port  int
+				VHost *string
+			}
+		} `json:"vhosts"`
 		Delays []struct {
 			Name, URL string
 			DelaysMs  []float64 `json:"delays_ms"`
@@ -42,6 +51,26 @@ func TestFailoverURLVectors(t *testing.T) {
 	}
 	if err := vectors.Load("failover_urls.json", &v); err != nil {
 		t.Fatal(err)
+	}
+	for _, c := range v.VHosts {
+		g, err := pymq.ParseBrokerURL(c.URL)
+		if err != nil || len(g.Brokers) != len(c.Members) {
+			t.Errorf("%s: %v %v", c.Name, g, err)
+			continue
+		}
+		opts := pymq.Options{}
+		if c.VHost != nil {
+			opts.VHost = *c.VHost
+		}
+		for i, w := range c.Members {
+			b, want := g.Brokers[i], ""
+			if w.VHost != nil {
+				want = *w.VHost
+			}
+			if got := opts.VHostAt(b); b.Host != w.Host || b.Port != w.Port || got != want {
+				t.Errorf("%s: member %d = %s:%d vhost %q, want %s:%d %q", c.Name, i, b.Host, b.Port, got, w.Host, w.Port, want)
+			}
+		}
 	}
 	for _, c := range v.Parse {
 		g, err := pymq.ParseBrokerURL(c.URL)

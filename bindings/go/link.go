@@ -89,8 +89,8 @@ func (c *Conn) handshake(ctx context.Context, nc net.Conn, gen uint64) (*link, e
 	}
 	host := opts.Host
 	vhost := opts.VHost
-	if vhost == "" && c.picker != nil {
-		vhost = c.picker.vhost()
+	if c.picker != nil {
+		vhost = c.picker.vhost(opts)
 	}
 	if vhost != "" {
 		host = "/" + vhost // spec/stomp.md §1: the virtual host

@@ -198,8 +198,9 @@ class ConnectionSettings:
         self.prefetch = prefetch
         self.sync_send = sync_send
         self.host = host
-        #: the virtual host (spec/stomp.md §1): the argument, else the URL's path, else the broker's default
-        self.vhost = vhost.strip("/") if vhost else getattr(self.address, "vhost", None)
+        #: the connection's own virtual host setting (spec/stomp.md §1): a member of the URL without a path
+        #: is connected to it (:meth:`vhost_at`); None: the broker's default vhost
+        self.vhost = (vhost.strip("/") or None) if vhost else None
         if tls is not None and not isinstance(tls, (TlsOptions, ssl.SSLContext)):
             raise ConnectFailed(f"tls= must be a pymq.TlsOptions or an ssl.SSLContext, not {type(tls).__name__}")
         if tls is not None and not any(isinstance(a, StompAddress) and a.tls is not None for a in self.group.brokers):
@@ -231,6 +232,13 @@ class ConnectionSettings:
             return None
         explicit = self.tls.server_hostname if isinstance(self.tls, TlsOptions) else None
         return explicit or where.tls.server_hostname or where.host
+
+    def vhost_at(self, address: Address | None = None) -> str | None:
+        """The virtual host a link to ``address`` (the first broker by default) enters (spec/stomp.md §1,
+        vectors in spec/vectors/failover_urls.json "vhosts"): its URL's own path, else the ``vhost``
+        setting, else None (the broker's default vhost ``/``)."""
+        where = address or self.address
+        return (where.vhost if isinstance(where, StompAddress) else None) or self.vhost
 
     @property
     def vm(self) -> VmAddress | None:
@@ -326,8 +334,9 @@ class ConnectionCore:
         if self.status is not ConnectionStatus.OPEN and self.status is not ConnectionStatus.RECONNECTING:
             raise IllegalStateError(f"the connection is {self.status.value}")
 
-    def _connect_headers(self, username: str | None, password: str | None) -> Headers:
-        vhost = self.factory.vhost
+    def _connect_headers(self, username: str | None, password: str | None,
+                         address: Address | None = None) -> Headers:
+        vhost = self.factory.vhost_at(address)
         headers = {"accept-version": "1.0,1.1,1.2",
                    "host": "/" + vhost if vhost else self.factory.host or "/"}
         if username is not None:

@@ -103,7 +103,8 @@ def connect(url: str = "vm://default", *, username: str | None = None, password:
     Credentials come from ``username``/``password``, else from the URL (``stomp://user:pass@host``),
     else none (the broker's guest).  TLS: a ``stomps://`` URL with its options, which ``tls=``
     (:class:`~pymq.TlsOptions` or an ``ssl.SSLContext``) overrides.  ``vhost``: the broker's virtual host
-    (spec/stomp.md §1; also the URL's path, ``stomp://host:port/shop``), sent as ``host:/<vhost>``."""
+    (spec/stomp.md §1), sent as ``host:/<vhost>``: a broker URL's path (``stomp://host:port/shop``, also
+    each failover member's) wins for that broker; a member without one enters ``vhost``."""
     factory = ConnectionFactory(url, username=username, password=password, client_id=client_id,
                                 timeout=timeout, heartbeat=heartbeat, prefetch=prefetch, sync_send=sync_send,
                                 host=host, tls=tls, vhost=vhost)
@@ -159,7 +160,7 @@ class Connection(ConnectionCore):
         self._link_up.set()
 
     def _connect_headers_for(self, address: Address) -> Headers:
-        return self._connect_headers(*self.factory._credentials(*self._login, address))
+        return self._connect_headers(*self.factory._credentials(*self._login, address), address)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+import socket
 from pathlib import Path
 
+import pymq
 import pytest
 
+from pymq.client._core import ConnectionCore, ConnectionSettings
 from pymq.client.url import FAILOVER_OPTIONS, BrokerGroup, FailoverOptions, StompAddress, parse_group
 from pymq.errors import ConnectFailed
 
@@ -88,3 +91,40 @@ def test_attempts_go_round_the_list_as_the_spec_says():
     hosts = [a.host for _, a, _ in shuffled.attempts(after_loss=True)]
     passes = [hosts[i:i + 3] for i in range(0, 12, 3)]
     assert all(sorted(p) == ["a", "b", "c"] for p in passes) and len({tuple(p) for p in passes}) > 1
+
+
+@pytest.mark.parametrize("vector", VECTORS["vhosts"], ids=lambda v: v["name"])
+def test_vhost_of_each_member(vector):
+    """spec/stomp.md §1: a member's own path, else the connection's vhost setting, else none (host:/);
+    the CONNECT of a link to each member carries it."""
+    settings = ConnectionSettings(vector["url"], vhost=vector["vhost"])
+    core = ConnectionCore(settings)
+    members = []
+    for address in settings.group.brokers:
+        assert isinstance(address, StompAddress)
+        vhost = settings.vhost_at(address)
+        assert core._connect_headers(None, None, address)["host"] == "/" + (vhost or "")
+        members.append({"host": address.host, "port": address.port, "vhost": vhost})
+    assert members == vector["members"]
+
+
+def test_a_link_to_the_second_member_enters_its_own_vhost(broker_factory):
+    """The first member is down: the link goes to the second, which enters *its* path (books), not the
+    first member's (shop) nor the setting; a member without a path enters the setting."""
+    b = broker_factory(vhosts={"shop": ["*"], "books": ["*"]})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = s.getsockname()[1]          # closed below: nothing listens there
+    group = f"failover:(stomp://127.0.0.1:{dead}/shop,stomp://127.0.0.1:{b.port}/books)?initialReconnectDelay=1"
+    with pymq.connect(group, vhost="shop", timeout=5) as conn:
+        conn.create_session().create_producer(pymq.Queue("orders")).send("via the group")
+    group = f"failover:(stomp://127.0.0.1:{dead}/books,stomp://127.0.0.1:{b.port})?initialReconnectDelay=1"
+    with pymq.connect(group, vhost="shop", timeout=5) as conn:
+        conn.create_session().create_producer(pymq.Queue("orders")).send("to the setting")
+    for vhost, want in (("books", "via the group"), ("shop", "to the setting")):
+        with pymq.connect(f"{b.url}/{vhost}") as conn:
+            conn.start()
+            consumer = conn.create_session().create_consumer(pymq.Queue("orders"))
+            got = consumer.receive(5)
+            assert got is not None and got.body == want, (vhost, got)
+            assert consumer.receive(0.2) is None

@@ -30,7 +30,7 @@
  */
 import { utf8Decode } from './bytes.js';
 import { encodeFrame, FrameScanner, header, type Frame, type Header } from './frame.js';
-import { attemptTimeout, DEFAULT_FAILOVER_OPTIONS, jitteredDelayBefore, type FailoverOptions } from './failover.js';
+import { attemptTimeout, DEFAULT_FAILOVER_OPTIONS, jitteredDelayBefore, vhostAt, type FailoverOptions } from './failover.js';
 import { Message } from './message.js';
 import type { Connector, Transport } from './transport.js';
 
@@ -111,7 +111,7 @@ export interface BrokerMember {
   connector: Connector;
   login?: string;
   passcode?: string;
-  /** the broker's virtual host at this member (its URL's path); ClientOptions.vhost wins */
+  /** the broker's virtual host at this member (its URL's path); it wins over ClientOptions.vhost (vhostAt) */
   vhost?: string;
 }
 
@@ -151,8 +151,9 @@ export interface ClientOptions {
   /** JMS client id: scopes durable subscriptions */
   clientId?: string;
   /**
-   * the broker's virtual host (spec/stomp.md §1), sent as `host:/<vhost>`; ./node also reads it from a URL's
-   * path (`stomp://host:61613/shop`).  Absent: the broker's default vhost "/".
+   * the broker's virtual host (spec/stomp.md §1), sent as `host:/<vhost>` to every broker whose URL has no
+   * path: ./node reads a URL's path (`stomp://host:61613/shop`, also a failover member's), which wins for its
+   * broker (vhostAt).  Absent: the broker's default vhost "/".
    */
   vhost?: string;
   /** the one STOMP version to accept; default "1.1,1.2" */
@@ -232,7 +233,7 @@ class Link {
       if (this.error) throw this.error;
       const hb = options.heartBeat === false ? { sendMs: 0, receiveMs: 0 } : options.heartBeat ?? DEFAULT_HEART_BEAT;
       const headers: Header[] = [
-        ['accept-version', options.version ?? '1.1,1.2'], ['host', `/${(options.vhost ?? member.vhost ?? '').replace(/^\//, '')}`],
+        ['accept-version', options.version ?? '1.1,1.2'], ['host', `/${vhostAt(member, options.vhost) ?? ''}`],
         ['login', options.login ?? member.login ?? 'guest'],
         ['passcode', options.login !== undefined ? options.passcode ?? 'guest' : member.passcode ?? options.passcode ?? 'guest'],
         ['heart-beat', `${hb.sendMs},${hb.receiveMs}`],

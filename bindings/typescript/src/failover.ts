@@ -33,6 +33,15 @@ export function vhostOfPath(pathname: string, raw: string): string | undefined {
   return name;
 }
 
+/**
+ * The virtual host a connection enters at a member (spec/stomp.md §1, vectors spec/vectors/failover_urls.json
+ * "vhosts"): the member's own URL path, else the connection's `vhost` setting, else undefined (the broker's
+ * default vhost "/").
+ */
+export function vhostAt(member: { vhost?: string }, setting?: string): string | undefined {
+  return member.vhost || setting?.replace(/^\//, '') || undefined;
+}
+
 /** The options of spec/ha.md §4.2, by ActiveMQ's names (delays in ms). */
 export interface FailoverOptions {
   initialReconnectDelay: number;

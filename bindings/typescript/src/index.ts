@@ -17,6 +17,7 @@ export {
 export type { AckMode, BrokerMember, ClientOptions, ReconnectOptions, Status, SubscribeOptions } from './client.js';
 export {
   attemptTimeout, DEFAULT_FAILOVER_OPTIONS, delayBefore, FailoverUrlError, jitteredDelayBefore, parseBrokerAddress, parseBrokerURL,
+  vhostAt,
 } from './failover.js';
 export type { BrokerAddress, BrokerGroup, FailoverOptions, FailoverUrlErrorKind } from './failover.js';
 export { STOMP_SUBPROTOCOLS, webSocket } from './websocket.js';

@@ -12,7 +12,7 @@ import * as net from 'node:net';
 import * as tls from 'node:tls';
 
 import { connect as connectWith, type BrokerMember, type ClientOptions, type Connection } from './client.js';
-import { parseBrokerURL, vhostOfPath } from './failover.js';
+import { parseBrokerURL, vhostAt, vhostOfPath } from './failover.js';
 import type { Connector, Transport } from './transport.js';
 import { webSocket, type WebSocketConstructor } from './websocket.js';
 
@@ -107,8 +107,8 @@ export function connect(options: NodeConnectOptions): Promise<Connection> {
     return connectWith({ ...options, brokers, failover: { ...group.options, ...options.failover } });
   }
   let vhost = options.vhost;
-  if (vhost === undefined && options.url && !options.connector && /^(stomp|tcp|stomp\+ssl|stomp\+tls|ssl|tls|stomps):/i.test(options.url)) {
-    vhost = vhostOfPath(new URL(options.url).pathname, options.url);
+  if (options.url && !options.connector && /^(stomp|tcp|stomp\+ssl|stomp\+tls|ssl|tls|stomps):/i.test(options.url)) {
+    vhost = vhostAt({ vhost: vhostOfPath(new URL(options.url).pathname, options.url) }, vhost); // the path wins
   }
   return connectWith({ ...options, vhost, connector: connectorFor(options) });
 }

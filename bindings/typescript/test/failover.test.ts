@@ -13,7 +13,7 @@ import * as path from 'node:path';
 import { after, describe, it, type TestContext } from 'node:test';
 
 import {
-  connect, delayBefore, FailoverUrlError, Message, parseBrokerURL, StaleMessageError, TransactionLostError,
+  connect, delayBefore, FailoverUrlError, Message, parseBrokerURL, StaleMessageError, TransactionLostError, vhostAt,
   type Connection, type Status,
 } from '../src/node.js';
 import { freePort, inCi, ownBroker, startBroker, startMember } from './broker.js';
@@ -72,6 +72,13 @@ describe('failover URLs (spec/vectors/failover_urls.json)', () => {
     for (const c of v.refuse) {
       assert.throws(() => parseBrokerURL(c.url), (err: unknown) => err instanceof FailoverUrlError
         && err.kind === c.error && !err.message.includes('s3cret'), `${c.name}: ${c.url}`);
+    }
+  });
+  it('connects each member to its own path, else the vhost setting (spec/stomp.md §1)', () => {
+    for (const c of v.vhosts) {
+      const g = parseBrokerURL(c.url);
+      assert.deepEqual(g.brokers.map((b) => ({ host: b.host, port: b.port, vhost: vhostAt(b, c.vhost ?? undefined) ?? null })),
+        c.members, c.name);
     }
   });
   it('waits before each attempt as the back-off says', () => {

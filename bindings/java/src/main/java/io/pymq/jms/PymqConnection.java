@@ -189,7 +189,7 @@ public class PymqConnection implements QueueConnection, TopicConnection {
         }
         List<Header> headers = new ArrayList<>();
         headers.add(new Header("accept-version", "1.2"));
-        String vhost = factory.getVhost();
+        String vhost = factory.vhostAt(m);
         headers.add(new Header("host", vhost == null ? "/" : "/" + vhost));    // spec/stomp.md section 1
         if (login != null) {
             headers.add(new Header("login", login));

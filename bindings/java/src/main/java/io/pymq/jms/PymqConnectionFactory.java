@@ -36,8 +36,8 @@ import java.util.Map;
  * {@code heartBeat} ("send,receive" ms this side offers, default "10000,10000"; "0,0" turns them off);
  * {@code syncSend} (default true: a persistent send outside a transaction returns once the broker's
  * receipt says the message is durable); {@code vhost} (the broker's virtual host, spec/stomp.md section 1, sent
- * as {@code host:/<vhost>}; the URL's path names it too: {@code stomp://host:61613/shop}; default: the
- * broker's default vhost {@code /}).  Credentials in the URL are percent-decoded; those given to
+ * as {@code host:/<vhost>} to every broker whose URL has no path; a path names it too and wins for its broker:
+ * {@code stomp://host:61613/shop}, also a failover member's; default: the broker's default vhost {@code /}).  Credentials in the URL are percent-decoded; those given to
  * {@code createConnection(user, password)} win.  Without any, the broker treats the connection as guest
  * (accepted from loopback only).
  */
@@ -68,9 +68,12 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
         setBrokerURL(brokerUrl);
     }
 
-    /** One broker of the URL: where it is, its own credentials (null when absent) and its options. */
-    record Member(BrokerLink.Endpoint endpoint, String user, String password, Map<String, String> options)
-            implements Serializable {
+    /**
+     * One broker of the URL: where it is, its own credentials (null when absent), its options and the
+     * virtual host its URL's path names (null: none; the factory's {@code vhost} setting applies, see vhostAt).
+     */
+    record Member(BrokerLink.Endpoint endpoint, String user, String password, Map<String, String> options,
+                  String vhost) implements Serializable {
     }
 
     /**
@@ -162,13 +165,10 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
                 options.put(key, value);
             }
         }
-        if (!path.isEmpty()) {
-            options.putIfAbsent("vhost", path);
-        }
         // the values are checked here too, so a bad one refuses the URL before anything is set
         new PymqConnectionFactory().applyAll(options);
         return new Member(new BrokerLink.Endpoint(h, uri.getPort() > 0 ? uri.getPort() : 61613, secure), u, pw,
-                Map.copyOf(options));
+                Map.copyOf(options), path.isEmpty() ? null : path);
     }
 
     private static final List<String> OPTIONS = List.of("clientId", "prefetch", "timeout", "heartBeat", "syncSend",
@@ -238,7 +238,10 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
         this.clientId = clientId;
     }
 
-    /** The broker's virtual host (spec/stomp.md section 1), or null for the broker's default vhost "/". */
+    /**
+     * The virtual host setting (spec/stomp.md section 1: setVhost or the {@code vhost} URL option), or null for the
+     * broker's default vhost "/": a link enters it at every broker whose URL has no path (a path wins for its broker).
+     */
     public String getVhost() {
         return vhost;
     }
@@ -317,9 +320,17 @@ public class PymqConnectionFactory implements QueueConnectionFactory, TopicConne
      */
     List<Member> brokers() {
         if (group == null || !group.failover) {
-            return List.of(new Member(endpoint(), null, null, Map.of()));
+            return List.of(new Member(endpoint(), null, null, Map.of(), members == null ? null : members.get(0).vhost()));
         }
         return members;
+    }
+
+    /**
+     * The virtual host a link to {@code m} enters (spec/stomp.md section 1, vectors spec/vectors/failover_urls.json
+     * "vhosts"): its URL's own path, else this factory's {@code vhost} setting, else null (the broker's default "/").
+     */
+    String vhostAt(Member m) {
+        return m.vhost() != null ? m.vhost() : vhost;
     }
 
     /** The brokers of the URL as written, with their own credentials (the failover vectors read them). */

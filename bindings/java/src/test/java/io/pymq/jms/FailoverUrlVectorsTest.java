@@ -45,6 +45,25 @@ class FailoverUrlVectorsTest {
                 }
             }));
         }
+        for (JsonNode c : v.get("vhosts")) {
+            tests.add(DynamicTest.dynamicTest("vhosts: " + c.get("name").asText(), () -> {
+                PymqConnectionFactory f = new PymqConnectionFactory(c.get("url").asText());
+                if (!c.get("vhost").isNull()) {
+                    f.setVhost(c.get("vhost").asText());
+                }
+                List<PymqConnectionFactory.Member> got = f.urlMembers();
+                JsonNode want = c.get("members");
+                assertEquals(want.size(), got.size());
+                for (int i = 0; i < want.size(); i++) {
+                    JsonNode w = want.get(i);
+                    PymqConnectionFactory.Member m = got.get(i);
+                    assertEquals(w.get("host").asText(), m.endpoint().host());
+                    assertEquals(w.get("port").asInt(), m.endpoint().port());
+                    assertEquals(w.get("vhost").isNull() ? null : w.get("vhost").asText(), f.vhostAt(m), "member " + i);
+                }
+                assertEquals(f.vhostAt(got.get(0)), f.vhostAt(f.brokers().get(0)), "the first broker");
+            }));
+        }
         return tests;
     }
 

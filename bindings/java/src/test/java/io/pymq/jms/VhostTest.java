@@ -47,7 +47,8 @@ class VhostTest {
         String queue = "java-vhost-" + UUID.randomUUID().toString().substring(0, 8);
         PymqConnectionFactory bySetter = new PymqConnectionFactory("stomp://" + addr);
         bySetter.setVhost("shop");
-        assertEquals("shop", new PymqConnectionFactory("stomp://" + addr + "/shop").getVhost());
+        PymqConnectionFactory byPath = new PymqConnectionFactory("stomp://" + addr + "/shop");
+        assertEquals("shop", byPath.vhostAt(byPath.brokers().get(0)));
         try (Connection shop = new PymqConnectionFactory("stomp://" + addr + "/shop").createConnection();
              Connection books = new PymqConnectionFactory("failover:(stomp://" + addr + "?vhost=books)").createConnection();
              Connection shopAgain = bySetter.createConnection();
