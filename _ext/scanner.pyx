@@ -194,6 +194,13 @@ cdef class FrameScanner:
     def buffered(self):
         return PyByteArray_GET_SIZE(self._buf) - self._pos + self._have
 
+    def unparsed(self):
+        """The pure twin's unparsed: the bytes fed and not yet returned in a frame; None while a large
+        body is gathered or after a protocol error."""
+        if self._chunks is not None or self._failed is not None:
+            return None
+        return bytes(self._buf[self._pos:])
+
     def feed(self, data):
         if self._failed is not None:
             raise self._failed

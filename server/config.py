@@ -729,6 +729,10 @@ class BrokerConfig(_Section):
         1, description="worker processes, each owning a shard of the destinations (spec/cores.md); 1 = one "
                        "process. More than 1: no `cluster`, `websocket` or `tls_port: 0`; data in "
                        "`data_dir/worker-<k>/`")
+    worker_handover: bool = Field(
+        True, description="with `workers` > 1: a connection whose first SEND or SUBSCRIBE names another "
+                          "worker's destination moves to that worker (its socket is handed over) instead of "
+                          "having its frames forwarded (spec/cores.md §2.4); false = always forward")
     worker_restarts: Annotated[int, Field(ge=0, le=1000)] = Field(
         3, description="with `workers` > 1: a worker that dies is restarted, this many times within "
                        "`worker_restart_window_ms`; one more death stops every worker (exit 1)")

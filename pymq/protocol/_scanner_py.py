@@ -137,6 +137,14 @@ class FrameScanner:
         """Bytes held for a frame that has not completed yet."""
         return len(self._buf) - self._pos + self._have
 
+    def unparsed(self) -> bytes | None:
+        """The bytes fed and not yet returned in a frame, as they were fed; None while a large body is
+        gathered (its head is parsed and gone) or after a protocol error. A connection handed to another
+        process (server/cores/handover.py) continues from them there."""
+        if self._chunks is not None or self._failed is not None:
+            return None
+        return bytes(self._buf[self._pos:])
+
     def feed(self, data: bytes | memoryview) -> list[Frame]:
         if self._failed is not None:
             raise self._failed

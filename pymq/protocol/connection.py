@@ -374,3 +374,7 @@ class StompConnection:
     @property
     def buffered(self) -> int:
         return self._scanner.buffered
+
+    def unparsed(self) -> bytes | None:
+        """The bytes received and not yet parsed into frames (the scanner's ``unparsed``)."""
+        return self._scanner.unparsed()

@@ -44,6 +44,8 @@ class Kind(enum.IntEnum):
     DRAINED = 10   # home -> owner: under the low-water mark again
     QUERY = 11     # any -> any: an admin question (metrics, lists); payload JSON {"id", "op"}
     ANSWER = 12    # the answer; payload JSON {"id", "result"}
+    HANDOVER = 13  # home -> owner: a client connection moves there (handover.py); conn: the hand-over's
+    #                token, payload: its state (JSON) and the bytes read and not yet handled
 
 
 class Envelope(NamedTuple):

@@ -33,6 +33,7 @@ from pymq_server.admin.stomp_admin import ADMIN_DESTINATION
 from pymq_server.broker.clients import own_reply_to
 from pymq_server.broker.segments import IpcPieces
 from pymq_server.broker.session import BrokerSession
+from pymq_server.cores import handover
 from pymq_server.cores.envelope import Kind
 from pymq_server.cores.shadow import BARRIER
 
@@ -68,6 +69,8 @@ class HomeSession(BrokerSession):
         self._owner_gates: dict[int, deque[Gate]] = {}  # ... waiting for an owner's RECEIPT
         self._tx_owner: dict[str, tuple[int, str]] = {}  # transaction -> (its worker, first destination)
         self._disconnecting = False
+        self._stay = False                              # a hand-over failed: forward (handover.py)
+        self.heartbeats = (0, 0)                        # (to the client, from the client) in ms, as kept
         # "w<k>" first: a temporary destination's global name tmp.<id>.<local> then names this worker
         super().__init__(broker, link, peer_host, f"w{mesh.me}{conn_id}")
         mesh.homes[self.id] = self
@@ -94,6 +97,10 @@ class HomeSession(BrokerSession):
             headers["pymq-workers"] = str(self.mesh.ownership.workers)
         super().send_frame(command, headers, body)
 
+    def connected(self, version: str, headers: dict[str, str], to_client: int, to_server: int) -> None:
+        self.heartbeats = (to_client, to_server)    # what a hand-over carries (handover.py)
+        super().connected(version, headers, to_client, to_server)
+
     def _on_send(self, frame: Frame) -> dict[str, str] | None:
         if frame.headers["destination"] == ADMIN_DESTINATION:
             # run where the queue it names lives, or in every worker (server/cores/admin.py)
@@ -109,9 +116,15 @@ class HomeSession(BrokerSession):
         if command == "SEND":
             owner = self.mesh.ownership.owner(headers["destination"])
             if owner != self.me:
+                if not self._stay and handover.movable(self):
+                    self._move(owner, frame)
+                    return
                 frame = self._own_reply_to(frame)
         elif command == "SUBSCRIBE":
             owner = self.mesh.ownership.owner(headers["destination"])
+            if owner != self.me and not self._stay and handover.movable(self):
+                self._move(owner, frame)
+                return
             sub_id = headers.get("id") or headers["destination"]
             if sub_id in self._remote_subs or (owner != self.me and sub_id in self.consumers):
                 raise InvalidHeader(f"subscription id {sub_id!r} is already in use on this connection",
@@ -174,6 +187,32 @@ class HomeSession(BrokerSession):
         headers = dict(frame.headers)
         headers["reply-to"] = own
         return Frame(frame.command, headers, frame.body)
+
+    # -- moving to the owner (handover.py) -------------------------------------------------------------
+    def _move(self, owner: int, frame: Frame) -> None:
+        """Hold ``frame`` and everything after it, and hand the connection over once this batch of frames
+        has stopped (the frames parsed behind it are deferred by the intake meanwhile)."""
+        self.pause_input("handover")
+        self.mesh.loop.call_soon(self._hand_over, owner, frame)
+
+    def _hand_over(self, owner: int, frame: Frame) -> None:
+        if self.closed or handover.hand_over(self, owner, frame):
+            return
+        self._stay = True                       # forwarded from here on, as before hand-overs
+        self._deferred.insert(0, frame)
+        self.resume_input("handover")
+
+    def moved(self) -> None:
+        """Handed over: forget the connection without a word on its socket (the owner has it now)."""
+        log.debug("connection %s handed over to its destination's worker", self.id)
+        self._disconnected = True       # its (unused) temporary names go with it: nothing to re-claim
+        link = cast("StompServerProtocol", self.link)
+        self.connection_lost()
+        link.abort()
+
+    def adopt(self, doc: dict) -> None:
+        """A connection handed over by another worker: logged in there, CONNECTED here now."""
+        handover.enter(self, doc)
 
     # -- forwarding ----------------------------------------------------------------------------------
     def _forward(self, owner: int, frame: Frame) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pymq.errors import ClusterError
 from pymq_server.cores.envelope import HEAD, Envelope, EnvelopeReader, Kind
+from pymq_server.cores.handover import HandoverBox
 from pymq_server.cores.ownership import Ownership
 
 if TYPE_CHECKING:
@@ -145,7 +146,8 @@ class Mesh:
     """This worker's channels to the others, and where each envelope goes."""
 
     def __init__(self, me: int, workers: int, directory: str, node_id: str,
-                 loop: asyncio.AbstractEventLoop, max_frame_size: int, dead_letter_prefix: str = "DLQ.") -> None:
+                 loop: asyncio.AbstractEventLoop, max_frame_size: int, dead_letter_prefix: str = "DLQ.",
+                 handover: bool = True) -> None:
         self.me = me
         self.workers = workers
         self.directory = directory
@@ -168,6 +170,8 @@ class Mesh:
         self._reconnecting: set[asyncio.Task] = set()
         self._server: asyncio.base_events.Server | None = None
         self._stopping = False
+        #: connections handed over to the worker that owns their destination (handover.py); None: off
+        self.handover: HandoverBox | None = HandoverBox(self, loop) if handover else None
 
     # -- start and stop ------------------------------------------------------------------------------
     async def start(self, broker: Broker) -> None:
@@ -179,6 +183,8 @@ class Mesh:
             os.unlink(path)         # left by this worker's previous process (it died; it is restarting)
         self._server = await loop.create_unix_server(lambda: Channel(self, None), path=path)
         os.chmod(path, 0o600)
+        if self.handover is not None:
+            self.handover.open()
         deadline = loop.time() + MESH_TIMEOUT_S
         for j in range(self.me):
             await self._connect(j, deadline)
@@ -267,6 +273,8 @@ class Mesh:
         for shadow in list(self.shadows.values()):
             if shadow.session is not None:
                 shadow.session.close()
+        if self.handover is not None:
+            self.handover.close()
         if self._server is not None:
             self._server.close()
         for channel in self.channels.values():
@@ -285,6 +293,10 @@ class Mesh:
         kind = env.kind
         if kind is Kind.QUERY or kind is Kind.ANSWER:
             self._admin(peer, kind, env.payload)
+            return
+        if kind is Kind.HANDOVER:
+            if self.handover is not None:
+                self.handover.state(env.conn, env.payload)
             return
         if env.home == self.me:                 # for one of this worker's client connections
             home = self.homes.get(env.conn)

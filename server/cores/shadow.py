@@ -1,4 +1,4 @@
-"""A client connection's shadow at the worker that owns a destination it uses (spec/cores.md §2.4).
+"""A client connection's shadow at the worker that owns a destination it uses (spec/cores.md §2.2).
 
 The home forwards a frame for a destination owned here; the owner runs it through an ordinary
 :class:`BrokerSession` (a :class:`ShadowSession`), linked to the home by a :class:`ShadowProtocol`:

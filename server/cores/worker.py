@@ -51,10 +51,15 @@ class Worker:
     async def run(self, ready_fd: int) -> int:
         loop = asyncio.get_running_loop()
         mesh = self.mesh = Mesh(self.k, self.workers, self.channel_dir, self.base_node_id, loop,
-                                self.config.max_frame_size, self.config.queue_defaults.dead_letter_prefix)
+                                self.config.max_frame_size, self.config.queue_defaults.dead_letter_prefix,
+                                handover=self.config.worker_handover)
         server = self.server
         server.session_type = functools.partial(HomeSession, mesh)
         server.reuse_port = True
+        if mesh.handover is not None:
+            # a handed-over connection joins this worker's STOMP listener, as if it had accepted it
+            mesh.handover.session_type = server.session_type
+            mesh.handover.listener = lambda: server.listeners.stomp
 
         async def channels() -> None:
             assert server.broker is not None

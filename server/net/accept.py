@@ -171,6 +171,18 @@ class Listener:
             conn.close()
             factory().connection_lost(None)
 
+    def adopt(self, conn: socket.socket, make_inner: Callable[[], asyncio.BaseProtocol]) -> bool:
+        """A connected plain socket another worker accepted and handed over (server/cores/handover.py),
+        counted as an accepted one; False (closed) when no slot is free."""
+        if not self.slots.take():
+            log.warning("a handed-over connection closed: %s is %d", self.slots.what, self.slots.limit)
+            conn.close()
+            return False
+        accepted = AcceptedSocket(self, make_inner)
+        self.open.add(accepted)
+        self.loop.create_task(self._connect(conn, lambda: accepted))
+        return True
+
     def _refuse(self, conn: socket.socket) -> None:
         global _lingering
         log.info("a connection refused: %s is %d", self.slots.what, self.slots.limit)
@@ -249,8 +261,9 @@ class AcceptedSocket(asyncio.Protocol):
     """One admitted socket (over TLS once its handshake is done) and its inner protocol; its slot back when
     it closes."""
 
-    def __init__(self, listener: Listener) -> None:
+    def __init__(self, listener: Listener, make_inner: Callable[[], asyncio.BaseProtocol] | None = None) -> None:
         self.listener = listener
+        self.make_inner = make_inner or listener.make_inner
         self.inner: asyncio.Protocol | None = None
         self._slot = True
         self._early: list[bytes] = []          # data that arrived before the inner protocol did
@@ -261,7 +274,7 @@ class AcceptedSocket(asyncio.Protocol):
         self._attach(transport)       # over TLS the handshake is done (Listener._connect)
 
     def _attach(self, transport: asyncio.BaseTransport) -> None:
-        inner = self.listener.make_inner()
+        inner = self.make_inner()
         self.inner = inner  # type: ignore[assignment]
         inner.connection_made(transport)
         early, self._early = self._early, []

@@ -264,6 +264,14 @@ class StompServerProtocol(asyncio.Protocol):
             self.watchdog.connected()
             self._resume("connect")
 
+    def logged_in_elsewhere(self) -> None:
+        """The connection was logged in by another worker, which handed it over (server/cores/handover.py):
+        from here on as after CONNECTED, which that worker sent."""
+        self._connected = True
+        self._release_unauthenticated()
+        self.watchdog.connected()
+        self._resume("connect")
+
     def send_frame_pieces(self, conn, frame: Frame, pieces) -> None:
         """A frame whose body is given as pieces (an Arrow range answer, segments.IpcPieces: views of a
         retained log's buffers): the head is encoded as for an empty body, given the pieces' total as its

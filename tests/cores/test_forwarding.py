@@ -48,12 +48,19 @@ def _receipt(c, rid, timeout=10.0):
 
 def test_ack_at_a_remote_owner_completes_and_unacked_come_back(broker):
     dest = owned_by(1)[0]
+    local = owned_by(0)[0]
     producer = broker.connect(0)
+    # both connections span workers: each holds a subscription at its home (worker 0) first, so neither is
+    # handed over to worker 1 (spec/cores.md §2.4): their frames and the MESSAGEs are forwarded
+    producer.send("SUBSCRIBE", {"destination": local, "id": "held", "receipt": "held"})
+    _receipt(producer, "held")
     for i in range(10):
         producer.send("SEND", {"destination": dest, "seq": str(i)}, b"x")
     producer.send("SEND", {"destination": dest, "seq": "end", "receipt": "p"}, b"x")
     _receipt(producer, "p")
     consumer = broker.connect(0)          # home 0, owner 1: the ACKs cross
+    consumer.send("SUBSCRIBE", {"destination": local, "id": "held", "receipt": "held"})
+    _receipt(consumer, "held")
     consumer.send("SUBSCRIBE", {"destination": dest, "id": "s", "ack": "client-individual"})
     msgs = _drain_messages(consumer, 11)
     assert all(m.headers["ack"].startswith("w1.") for m in msgs)   # the token names the owner

@@ -69,3 +69,16 @@ def test_names_the_home_keeps_and_names_that_follow_another():
 ])
 def test_ack_tokens_name_their_owner_or_none(token, owner):
     assert Ownership(0, 3, "pymq").ack_owner(token) == owner
+
+
+def test_hand_over_state_round_trips_and_hostile_state_is_a_value_error():
+    from pymq_server.cores.handover import pack_state, unpack_state
+    doc = {"user": "guest", "roles": ["a"], "version": "1.2", "to_client": 250, "to_server": 0}
+    unread = b"SEND\ndestination:/queue/a\n\nx\0SEN"
+    assert unpack_state(pack_state(doc, unread)) == (doc, unread)
+    assert unpack_state(pack_state(doc, b"")) == (doc, b"")
+    wire = pack_state(doc, unread)
+    for bad in (b"", b"\0\0", struct.pack(">I", 0xFFFFFFFF) + b"{}", struct.pack(">I", 2) + b"[]",
+                struct.pack(">I", 3) + b"{x}", wire[:10]):
+        with pytest.raises(ValueError):
+            unpack_state(bad)

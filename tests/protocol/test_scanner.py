@@ -251,3 +251,33 @@ def test_twins_agree_on_arbitrary_bytes(data, version):
 def test_frame_is_a_value():
     f = Frame("SEND", {"destination": "/q"}, b"x")
     assert f == ("SEND", {"destination": "/q"}, b"x") and f.command == "SEND"
+
+
+@pytest.mark.parametrize("case", PARSE, ids=[c["name"] for c in PARSE])
+def test_unparsed_bytes_continue_in_a_new_scanner(codec, case):
+    """What a connection handed to another worker carries (server/cores/handover.py): after any prefix of
+    the input, the frames so far plus a fresh scanner fed ``unparsed()`` and the rest are the whole input's
+    frames; while a large body is gathered (its head already parsed) it is None."""
+    data = bytes.fromhex(case["input_hex"])
+    if "error" in case or any(f["command"] in ("CONNECT", "STOMP", "CONNECTED") for f in case["frames"]):
+        return
+    for cut in sorted({0, 1, len(data) // 3, len(data) // 2, len(data) - 1, len(data)}):
+        first = _scanner(codec, case)
+        got = list(first.feed(data[:cut]))
+        rest = first.unparsed()
+        assert rest is not None and len(rest) == first.buffered
+        second = _scanner(codec, case)
+        got += second.feed(rest + data[cut:])
+        assert [(f.command, sorted(f.headers.items()), f.body) for f in got] == \
+            [(c, sorted(dict(h).items()), b) for c, h, b in _expected(case)]
+
+
+def test_unparsed_is_none_inside_a_large_body_and_after_an_error(codec):
+    scanner = codec.FrameScanner(version="1.2")
+    head = b"SEND\ndestination:/queue/a\ncontent-length:100000\n\n"
+    assert scanner.feed(head + b"x" * 70_000) == [] and scanner.unparsed() is None
+    assert [f.body for f in scanner.feed(b"x" * 30_000 + b"\x00SEN")] == [b"x" * 100_000]
+    assert scanner.unparsed() == b"SEN"
+    with pytest.raises(errors.ProtocolError):
+        scanner.feed(b"D\ndestination:/q\ncontent-length:zz\n\n\x00")
+    assert scanner.unparsed() is None

@@ -1,0 +1,163 @@
+"""A connection whose first frame names another worker's destination moves there (spec/cores.md §2.4):
+its socket is handed over with its state and unread bytes, and it keeps its receipts, heart-beats,
+subscriptions and acknowledgements; hostile input after the move gets the answer it gets anywhere."""
+from __future__ import annotations
+
+import socket
+import time
+
+from pymq.protocol.scanner import encode_frame
+from tests.conftest import RawStomp
+from tests.cores.conftest import owned_by
+from tests.cores.test_forwarding import _receipt
+
+
+def _frames_until(c: RawStomp, receipts: set[str], messages: int, timeout: float = 10.0) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout
+    while receipts or sum(f.command == "MESSAGE" for f in got) < messages:
+        f = c.read(max(0.1, deadline - time.monotonic()))
+        assert f.command in ("RECEIPT", "MESSAGE"), f
+        got.append(f)
+        if f.command == "RECEIPT":
+            receipts.discard(f.headers["receipt-id"])
+    return got
+
+
+def _heartbeats(sock: socket.socket, seconds: float) -> int:
+    """Bytes of heart-beat (EOLs) read from ``sock`` within ``seconds`` (nothing else may come)."""
+    count = 0
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            data = sock.recv(4096)
+        except TimeoutError:
+            break
+        assert data and data.strip(b"\r\n") == b"", data
+        count += data.count(b"\n")
+    return count
+
+
+def test_a_moved_connection_keeps_its_receipts_heartbeats_subscription_and_acks(broker):
+    dest = owned_by(1, prefix="/queue/handover.")[0]
+    c = broker.connect(0, **{"heart-beat": "0,250"})        # home 0; it wants a heart-beat every 250 ms
+    # the first frame names worker 1's queue; the frames behind it come in the same write, the last one
+    # cut in two: all of it is read at worker 0 before the move and handled at worker 1
+    later = c.encode("SEND", {"destination": dest, "seq": "2", "receipt": "r2"}, b"two")
+    c.send_raw(c.encode("SUBSCRIBE", {"destination": dest, "id": "s", "ack": "client-individual", "receipt": "s"})
+               + c.encode("SEND", {"destination": dest, "seq": "1", "receipt": "r1"}, b"one") + later[:20])
+    time.sleep(0.05)        # (not synchronisation: the rest of the cut frame arrives in a later read)
+    c.send_raw(later[20:])
+    got = _frames_until(c, {"s", "r1", "r2"}, 2)
+    messages = [f for f in got if f.command == "MESSAGE"]
+    assert [m.headers["seq"] for m in messages] == ["1", "2"] and [m.body for m in messages] == [b"one", b"two"]
+    # the subscription is worker 1's own, not a shadow of a connection at worker 0 (whose tokens are w1.<n>)
+    assert all(not m.headers["ack"].startswith("w") for m in messages), messages
+    assert [f.headers["receipt-id"] for f in got if f.command == "RECEIPT"] == ["s", "r1", "r2"]
+    assert _heartbeats(c.sock, 1.2) >= 2                    # worker 1 beats for it now
+    c.send("ACK", {"id": messages[0].headers["ack"], "receipt": "a"})
+    _receipt(c, "a")
+    c.sock.close()                                          # lost without DISCONNECT: seq 2 was never acked
+    again = broker.connect(0)
+    again.send("SUBSCRIBE", {"destination": dest, "id": "t"})
+    back = again.read(10)
+    assert back.command == "MESSAGE" and back.headers["seq"] == "2" and back.headers.get("redelivered") == "true"
+    again.send("SEND", {"destination": dest, "receipt": "end"}, b"end")
+    f = _frames_until(again, {"end"}, 1)
+    assert [m.body for m in f if m.command == "MESSAGE"] == [b"end"]   # nothing else was left: seq 1 acked
+
+
+def test_a_moved_connections_client_id_is_held_where_it_went(broker):
+    dest = owned_by(1, prefix="/queue/handover.")[0]
+    c = broker.connect(0, **{"client-id": "moving"})
+    c.send("SUBSCRIBE", {"destination": dest, "id": "s", "receipt": "s"})
+    _receipt(c, "s")
+    outcomes = set()
+    for _ in range(40):                     # the kernel spreads them over both workers
+        other = RawStomp(broker.port)
+        f = other.connect(**{"client-id": "moving"})
+        if f.command == "CONNECTED":
+            outcomes.add(f.headers["pymq-worker"])      # worker 0 let the id go with the connection
+            other.send("DISCONNECT", {"receipt": "bye"})
+            other.read()
+        else:
+            assert f.command == "ERROR" and "client id 'moving'" in f.headers["message"], f
+            outcomes.add("refused")                     # worker 1 holds it
+        other.sock.close()
+        if outcomes == {"0", "refused"}:
+            break
+    assert outcomes == {"0", "refused"}, outcomes
+
+
+def test_hostile_input_on_a_moved_connection_gets_the_answer_it_gets_anywhere(broker):
+    dest = owned_by(1, prefix="/queue/handover.")[0]
+    bad = b"SEND\ndestination:" + dest.encode() + b"\ncontent-length:99999999999999999999\n\n\x00"
+    for cut in (None, 12, len(bad) - 3):
+        answers = []
+        for home in (0, 1):                 # moved to worker 1 before the bad frame, or born there
+            c = broker.connect(home)
+            first = c.encode("SEND", {"destination": dest, "receipt": "ok"}, b"x")
+            if cut is None:                 # the bad frame after the move
+                c.send_raw(first)
+                _receipt(c, "ok")
+                c.send_raw(bad)
+            else:                           # cut in two across the move: read at worker 0, ended at worker 1
+                c.send_raw(first + bad[:cut])
+                _receipt(c, "ok")
+                c.send_raw(bad[cut:])
+            frames = c.read_until_closed(10)
+            assert [f.command for f in frames] == ["ERROR"], frames
+            answers.append((frames[0].headers.get("pymq-code"), frames[0].headers["message"]))
+        assert answers[0] == answers[1] and answers[0][0] == "invalid-header", answers
+    # a frame cut inside its header block, then garbage: the same
+    c = broker.connect(0)
+    c.send_raw(c.encode("SEND", {"destination": dest}, b"y") + b"SEND\ndestination:/queue/x\x00\nnope\n\n\x00")
+    frames = c.read_until_closed(10)
+    assert frames and frames[-1].command == "ERROR", frames
+    # nothing was restarted, and both workers still serve
+    for home in (0, 1):
+        ok = broker.connect(home)
+        ok.send("SEND", {"destination": dest, "receipt": "fine"}, b"z")
+        _receipt(ok, "fine")
+    assert "restarting" not in "".join(broker.stderr)
+
+
+def test_a_large_body_being_read_keeps_the_connection_where_it_is(broker):
+    """The scanner is inside a large body when the move is decided: its head is parsed and gone, so the
+    connection stays and forwards (the fallback); nothing is lost or reordered."""
+    dest = owned_by(1, prefix="/queue/handover.")[0]
+    consumer = broker.connect(1)
+    consumer.send("SUBSCRIBE", {"destination": dest, "id": "s", "receipt": "s"})
+    _receipt(consumer, "s")
+    c = broker.connect(0)
+    big = bytes(range(256)) * 1024                               # 256 KiB: gathered in pieces
+    large = c.encode("SEND", {"destination": dest, "seq": "2", "receipt": "r2"}, big)
+    c.send_raw(c.encode("SEND", {"destination": dest, "seq": "1", "receipt": "r1"}, b"one") + large[:70_000])
+    time.sleep(0.05)        # (not synchronisation: the rest of the body arrives in later reads)
+    c.send_raw(large[70_000:])
+    _frames_until(c, {"r1", "r2"}, 0)
+    got = _frames_until(consumer, set(), 2)
+    assert [(m.headers["seq"], len(m.body)) for m in got] == [("1", 3), ("2", len(big))] and got[1].body == big
+    # a connection that moved takes the full frame size at once (the small limit before CONNECTED is gone)
+    moved = broker.connect(0)
+    moved.send("SEND", {"destination": dest, "seq": "3", "receipt": "r3"}, b"three")
+    _receipt(moved, "r3")
+    moved.send("SEND", {"destination": dest, "seq": "4", "receipt": "r4"}, big)
+    _receipt(moved, "r4")
+    got = _frames_until(consumer, set(), 2)
+    assert [(m.headers["seq"], len(m.body)) for m in got] == [("3", 5), ("4", len(big))] and got[1].body == big
+
+
+def test_connect_and_the_first_send_in_one_write(broker):
+    dest = owned_by(1, prefix="/queue/handover.")[0]
+    for _ in range(6):                      # either worker may accept it
+        c = RawStomp(broker.port)
+        c.send_raw(encode_frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
+                                            "passcode": "guest"}, b"", "1.2")
+                   + c.encode("SEND", {"destination": dest, "receipt": "r"}, b"x"))
+        first = c.read(10)
+        assert first.command == "CONNECTED", first
+        c.scanner.feed(b"")
+        _receipt(c, "r")
+        c.sock.close()
