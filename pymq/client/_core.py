@@ -199,7 +199,7 @@ class ConnectionSettings:
         self.sync_send = sync_send
         self.host = host
         #: the connection's own virtual host setting (spec/stomp.md §1): a member of the URL without a path
-        #: is connected to it (:meth:`vhost_at`); None: the broker's default vhost
+        #: is connected to it (:meth:`_vhost_at`); None: the broker's default vhost
         self.vhost = (vhost.strip("/") or None) if vhost else None
         if tls is not None and not isinstance(tls, (TlsOptions, ssl.SSLContext)):
             raise ConnectFailed(f"tls= must be a pymq.TlsOptions or an ssl.SSLContext, not {type(tls).__name__}")
@@ -233,7 +233,7 @@ class ConnectionSettings:
         explicit = self.tls.server_hostname if isinstance(self.tls, TlsOptions) else None
         return explicit or where.tls.server_hostname or where.host
 
-    def vhost_at(self, address: Address | None = None) -> str | None:
+    def _vhost_at(self, address: Address | None = None) -> str | None:
         """The virtual host a link to ``address`` (the first broker by default) enters (spec/stomp.md §1,
         vectors in spec/vectors/failover_urls.json "vhosts"): its URL's own path, else the ``vhost``
         setting, else None (the broker's default vhost ``/``)."""
@@ -336,7 +336,7 @@ class ConnectionCore:
 
     def _connect_headers(self, username: str | None, password: str | None,
                          address: Address | None = None) -> Headers:
-        vhost = self.factory.vhost_at(address)
+        vhost = self.factory._vhost_at(address)
         headers = {"accept-version": "1.0,1.1,1.2",
                    "host": "/" + vhost if vhost else self.factory.host or "/"}
         if username is not None:

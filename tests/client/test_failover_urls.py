@@ -102,7 +102,7 @@ def test_vhost_of_each_member(vector):
     members = []
     for address in settings.group.brokers:
         assert isinstance(address, StompAddress)
-        vhost = settings.vhost_at(address)
+        vhost = settings._vhost_at(address)
         assert core._connect_headers(None, None, address)["host"] == "/" + (vhost or "")
         members.append({"host": address.host, "port": address.port, "vhost": vhost})
     assert members == vector["members"]
