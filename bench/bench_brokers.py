@@ -25,6 +25,10 @@ Rows (groups chosen with --workloads):
     d  d / dn   4 producers + 4 consumers on one queue; dn persistent:false, pymq only
     i  i / in   1 -> 1 queue, client-individual ACK per message, prefetch 1000; in persistent:false, pymq only
     e  e / ep / en   latency at a steady 2,000 msg/s (p50/p99/p99.9): no header, persistent:true, false
+       eh / ehp / ehn   the same at half of the broker's own q / qp / qn msg/s of the round (measured
+                first when those rows are not in the run); ehn pymq only
+       es / esp, ea / eap   2,000 msg/s through the SDK (blocking; pymq.aio), NON_PERSISTENT / PERSISTENT,
+                end to end (bench/sdk_latency.py), beside the load client's e / ep; pymq only
     k  k / kp   1 KiB bodies, persistent:false and persistent:true with receipts (not in the default set)
     m  m / md   4 queues, one producer and one consumer each; persistent:false and no header (not in the
                 default set; the rows where --pymq-workers 2 can use both workers)
@@ -70,6 +74,12 @@ class Workload:
     # to them: RabbitMQ and ActiveMQ treat a SEND without `persistent` as non-persistent), so running
     # them again would only spend the time of the run.
     peer_row: str = ""
+    # latency at half of this broker's own maximum: paced at half the msg/s its row `half_of` reached earlier
+    # in the same round with the same load client (measured first, 4 s, when that row is not in the run)
+    half_of: str = ""
+    # the SDK's end-to-end latency (bench/sdk_latency.py, a subprocess) instead of the load client:
+    # "blocking" (pymq) or "aio" (pymq.aio); pymq brokers only, once per round (not per load client)
+    sdk: str = ""
 
 
 RECEIPT_EVERY, MAX_UNCONFIRMED = 100, 1000
@@ -104,6 +114,25 @@ WORKLOADS = [
              20_000, 4_000, seconds=10.0, quick_seconds=2.0),
     Workload("en", "e", "2,000 msg/s, persistent:false", dict(size=128, rate=2000.0, persistent=False),
              20_000, 4_000, seconds=10.0, quick_seconds=2.0, peer_row="e"),
+    # Latency at half of each broker's own maximum (issue 30 item 4): the same paced 1->1 stream, at half
+    # the msg/s the broker reached on q / qp / qn in this round.
+    Workload("eh", "e", "half of the broker's own q msg/s, SEND without persistent", dict(size=128, persistent=None),
+             200_000, 20_000, seconds=10.0, quick_seconds=2.0, half_of="q"),
+    Workload("ehp", "e", "half of the broker's own qp msg/s, persistent:true", dict(size=128, persistent=True),
+             100_000, 10_000, seconds=10.0, quick_seconds=2.0, half_of="qp"),
+    Workload("ehn", "e", "half of the broker's own qn msg/s, persistent:false", dict(size=128, persistent=False),
+             200_000, 20_000, seconds=10.0, quick_seconds=2.0, half_of="qn", peer_row="eh"),
+    # The SDK's end-to-end latency at 2,000 msg/s beside the load client's e / ep (pymq only).
+    Workload("es", "e", "2,000 msg/s through the blocking SDK, NON_PERSISTENT", dict(rate=2000.0, persistent=False),
+             20_000, 4_000, seconds=10.0, quick_seconds=2.0, peer_row="e", sdk="blocking"),
+    Workload("esp", "e", "2,000 msg/s through the blocking SDK, PERSISTENT (each send waits for its receipt)",
+             dict(rate=2000.0, persistent=True), 20_000, 4_000, seconds=10.0, quick_seconds=2.0, peer_row="ep",
+             sdk="blocking"),
+    Workload("ea", "e", "2,000 msg/s through pymq.aio, NON_PERSISTENT", dict(rate=2000.0, persistent=False),
+             20_000, 4_000, seconds=10.0, quick_seconds=2.0, peer_row="e", sdk="aio"),
+    Workload("eap", "e", "2,000 msg/s through pymq.aio, PERSISTENT (each send waits for its receipt)",
+             dict(rate=2000.0, persistent=True), 20_000, 4_000, seconds=10.0, quick_seconds=2.0, peer_row="ep",
+             sdk="aio"),
     # Several independent streams: the rows a multi-worker pymq (--pymq-workers) can spread over its workers
     # (one queue is one worker's, by design: spec/cores.md §4).
     Workload("m", "m", "4 queues, 1->1 each, persistent:false", dict(
@@ -183,6 +212,53 @@ def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_b
         others = busy1 - busy0 - (brokers1 - brokers0) - r.producer_cpu_s - r.consumer_cpu_s
         row.other_cpu_pct = max(0.0, 100.0 * others / (t1 - t0)) if t1 > t0 else 0.0
     return row
+
+
+def half_rate(rows: list[Row], b: Broker, w: Workload, client: str, rnd: int, key: str) -> float:
+    """Half the msg/s ``b`` reached on row ``key`` (w.half_of) with ``client``: this round's, else the latest."""
+    done = [r for r in rows if r.broker == b.name and r.workload == key and r.client == client and not r.failed
+            and r.result.rate]
+    same = [r for r in done if r.round == rnd] or done
+    return same[-1].result.rate / 2 if same else 0.0
+
+
+def run_half(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_brokers: list[Broker],
+             app_headers: int, seconds: float, client: str, rate: float) -> Row:
+    """Row ``w`` paced at ``rate`` (half the broker's maximum); 0: measure that maximum first (4 s)."""
+    if not rate:
+        base = next(x for x in WORKLOADS if x.key == w.half_of)
+        probe = run_one(b, base, quick, run_id + "max", window, all_brokers, app_headers, min(seconds or 4.0, 4.0),
+                        client)
+        rate = probe.result.rate / 2
+        log(f"  {w.key}: {b.name}'s {w.half_of} maximum measured first: {probe.result.rate:,.0f} msg/s")
+    paced = Workload(w.key, w.group, w.title, dict(w.spec, rate=max(1.0, rate)), w.count, w.quick_count, w.seconds,
+                     w.quick_seconds, w.note, w.peer_row)
+    row = run_one(b, paced, quick, run_id, window, all_brokers, app_headers, seconds, client)
+    row.extra["rate"] = rate
+    return row
+
+
+def run_sdk_latency(b: Broker, w: Workload, quick: bool, seconds: float) -> Row:
+    """Row ``w`` through the SDK (bench/sdk_latency.py in a subprocess) against ``b``: its end-to-end latency."""
+    duration = w.quick_seconds if quick else (min(seconds, w.seconds) if seconds else w.seconds)
+    argv = [sys.executable, os.path.join(HERE, "sdk_latency.py"), "--url", f"stomp://127.0.0.1:{b.stomp_port}",
+            "--api", w.sdk, "--rate", str(w.spec["rate"]), "--seconds", str(duration), "--json", "-"]
+    argv += ["--persistent"] if w.spec.get("persistent") else []
+    cpu0 = b.cpu_seconds()
+    try:
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=duration + 120)
+        lines = p.stdout.strip().splitlines()
+        out = json.loads(lines[-1]) if lines else {"error": (p.stderr.strip().splitlines() or ["no output"])[-1]}
+    except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+        out = {"error": f"{type(e).__name__}: {e}"}
+    cpu = b.cpu_seconds() - cpu0
+    if "error" in out:
+        log(f"  {w.key}: not measured: {out['error']}")
+        return Row(b.name, w.key, w.title, RunResult(), extra={"unavailable": out["error"]})
+    r = RunResult(sent=out["sent"], received=out["received"], lost=out["lost"], duplicated=out["duplicated"],
+                  rate=out["rate"], lat_p50_us=out["lat_p50_us"], lat_p99_us=out["lat_p99_us"],
+                  lat_p999_us=out["lat_p999_us"], lat_max_us=out["lat_max_us"], client=f"sdk-{w.sdk}")
+    return Row(b.name, w.key, w.title, r, cpu, cpu * 1e6 / r.received if r.received else 0.0, extra=out)
 
 
 def warm_up(b: Broker, quick: bool, run_id: str) -> Row:
@@ -671,8 +747,18 @@ def main(argv=None) -> int:
                         time.sleep(0.3)  # let the previous broker's after-work (acks, GC) settle
                         if a.pin_broker:
                             pin_tree(b, a.pin_broker)  # threads started since the last row too
-                        row = run_one(b, w, a.quick, f"{run_id}r{rnd}h{h}{client}", a.window, up, h, a.seconds,
-                                      client)
+                        tag = f"{run_id}r{rnd}h{h}{client}"
+                        if w.sdk:
+                            if client != clients[0]:
+                                continue        # the SDK is its own client: once per round
+                            row = run_sdk_latency(b, w, a.quick, a.seconds)
+                            row.client = client
+                        elif w.half_of:
+                            key = w.half_of if len(header_counts) == 1 else f"{w.half_of}@h{h}"
+                            row = run_half(b, w, a.quick, tag, a.window, up, h, a.seconds, client,
+                                           half_rate(rows, b, w, client, rnd, key))
+                        else:
+                            row = run_one(b, w, a.quick, tag, a.window, up, h, a.seconds, client)
                         if len(header_counts) > 1:
                             row.workload = f"{w.key}@h{h}"
                         row.round = rnd
