@@ -36,6 +36,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 from pymq.errors import AccessDenied, ConfigError
 from pymq.routing import topics as topic_patterns
+from pymq_server.broker.routes import Generation
 
 if TYPE_CHECKING:
     from pymq_server.broker.auth import User
@@ -125,26 +126,31 @@ def _is_topic_pattern(destination: str) -> bool:
 
 class _AclTable(dict):
     """destination -> access list, knowing which keys are topic patterns (whatever writes it), so a check
-    on a topic looks for covering patterns only when some exist."""
+    on a topic looks for covering patterns only when some exist; every change bumps ``generation``
+    (routes.py: connections' kept SEND decisions)."""
 
-    def __init__(self) -> None:
+    def __init__(self, generation: Generation) -> None:
         super().__init__()
+        self.generation = generation
         self.patterns: dict[str, DestinationAcl] = {}
         #: destination -> the pattern access lists covering it, until the patterns change
         self.covering: dict[str, list[DestinationAcl]] = {}
 
     def __setitem__(self, destination: str, acl: DestinationAcl) -> None:
+        self.generation.bump()
         super().__setitem__(destination, acl)
         if _is_topic_pattern(destination):
             self.patterns[destination] = acl
             self.covering.clear()
 
     def __delitem__(self, destination: str) -> None:
+        self.generation.bump()
         super().__delitem__(destination)
         if self.patterns.pop(destination, None) is not None:
             self.covering.clear()
 
     def pop(self, destination, *default):
+        self.generation.bump()
         if self.patterns.pop(destination, None) is not None:
             self.covering.clear()
         return super().pop(destination, *default)
@@ -153,12 +159,24 @@ class _AclTable(dict):
 class AccessControl:
     def __init__(self, default_permissions: dict | None = None) -> None:
         defaults = default_permissions if default_permissions is not None else {"*": list(OPEN_DEFAULTS)}
-        self.defaults = DestinationAcl(None, {_check_principal(p): _check_permissions(v)
-                                              for p, v in defaults.items()})
-        self.acls: _AclTable = _AclTable()
+        #: moves with every change of a decision below (routes.py); the destinations layer shares it
+        self.generation = Generation()
+        self._defaults = DestinationAcl(None, {_check_principal(p): _check_permissions(v)
+                                               for p, v in defaults.items()})
+        self.acls: _AclTable = _AclTable(self.generation)
         #: destination -> the access list a system-owned destination inherits from (its source queue's,
         #: or an empty one), None for destinations that are not system-owned (set by destinations.py)
         self.system_source: Callable[[str], DestinationAcl | None] = _no_system
+
+    @property
+    def defaults(self) -> DestinationAcl:
+        """What a destination without an access list of its own allows (``default_permissions``)."""
+        return self._defaults
+
+    @defaults.setter
+    def defaults(self, defaults: DestinationAcl) -> None:      # a reload's new default_permissions
+        self.generation.bump()
+        self._defaults = defaults
 
     # -- checks ------------------------------------------------------------------------------------
     def authorize(self, user: User, destination: str, permission: str) -> None:
@@ -306,12 +324,14 @@ class AccessControl:
         perms = _check_permissions(permissions)
         acl = self._manageable(actor, destination)
         acl.grants.setdefault(principal, set()).update(perms)
+        self.generation.bump()
         return acl
 
     def revoke(self, actor: User, destination: str, principal: str, permissions: Iterable[str]) -> DestinationAcl:
         principal = _check_principal(principal)
         perms = _check_permissions(permissions)
         acl = self._manageable(actor, destination)
+        self.generation.bump()
         have = acl.grants.get(principal)
         if have is not None:
             have.difference_update(perms)

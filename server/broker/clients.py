@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from pymq_server.broker.auth import User
     from pymq_server.broker.consumer import Consumer
     from pymq_server.broker.queue import Entry, MessageQueue
+    from pymq_server.broker.routes import Routes
     from pymq_server.broker.topic import Topic
 
 
@@ -20,11 +21,8 @@ class Client(Protocol):
     user: User                       # the authenticated principal (auth.ANONYMOUS before CONNECT)
     closed: bool
     writable: bool                   # its link can take more (backpressure: no deliveries while False)
-
-    @property
-    def is_cluster(self) -> bool:
-        """Another node of the cluster (its messages may carry ``pymq-forwarded``)."""
-        ...
+    is_cluster: bool                 # another node of the cluster (its messages may carry ``pymq-forwarded``)
+    routes: Routes                   # what its SENDs to each destination decided (router.py, routes.py)
 
     def temp_queue(self, local: str, create: bool = True) -> MessageQueue | None:
         """This connection's temporary queue ``/temp-queue/<local>``."""

@@ -33,6 +33,7 @@ from pymq_server.broker.deadletters import DEAD_LETTER_CONFIG, DeadLetterNames
 from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.idle import IdleWatch
 from pymq_server.broker.queue_logs import QueueLogs
+from pymq_server.broker.routes import Watched
 from pymq_server.schema import MessageSchema
 from pymq_server.broker.temporary import Temporaries, TemporaryNames
 from pymq_server.broker import vhosts
@@ -54,11 +55,14 @@ class Destinations(Temporaries, DeadLetterNames):
         self.store = store
         self.host = host
         self.acl = acl
-        self.queues: dict[str, MessageQueue] = {}          # "orders" -> queue
-        self.topics: dict[str, Topic] = {}
+        #: moves with every change of what a SEND's route depends on (routes.py): names here, access lists
+        self.generation = generation = acl.generation
+        self.queues: Watched[str, MessageQueue] = Watched(generation)         # "orders" -> queue
+        self.topics: Watched[str, Topic] = Watched(generation)
         self.patterns = TopicPatterns()                     # pattern topics with subscriptions (topic.py)
-        self.temp_queues: dict[str, MessageQueue] = {}     # global name "tmp.c1-<nonce>.x" -> queue
-        self.temp_topics: dict[str, Topic] = {}            # global name "tmp.c1-<nonce>.x" -> topic
+        #: global name "tmp.c1-<nonce>.x" -> queue, topic
+        self.temp_queues: Watched[str, MessageQueue] = Watched(generation)
+        self.temp_topics: Watched[str, Topic] = Watched(generation)
         #: whose global names are whose, and their re-claim (temporary.py; the broker gives it its clock)
         self.name_holders = TemporaryNames(config.temporary_reclaim_ms, time.monotonic)
         self.incarnation = secrets.token_hex(8)             # temporary.py: for a client driven directly
@@ -73,7 +77,8 @@ class Destinations(Temporaries, DeadLetterNames):
         self.internal: dict[str, MessageQueue] = {}        # queues clients cannot address ($cluster.out.*)
         self.declared: dict[str, dict] = {}                # explicitly created queues: name -> catalog record
         self._resolved: dict[str, tuple[names.Kind, str]] = {}
-        self.dead_letter_sources: dict[str, str] = {}       # reserved dead-letter names (deadletters.py)
+        #: reserved dead-letter names (deadletters.py)
+        self.dead_letter_sources: Watched[str, str] = Watched(generation)
         self._not_system: set[str] = set()
         #: durable subscription key with ':' as '.' -> its creator (set by the subscriptions layer), so a
         #: subscription's dead-letter queue ``DLQ.sub.<owner>.<name>`` is readable by its creator only

@@ -56,7 +56,7 @@ class Handshake:
         if error is not None or user is None:
             session.fail(error or errors.AuthenticationFailed("authentication failed"), frame)
             return
-        session.user = user
+        session.authenticated(user)
         try:
             self._admit(session, user)
         except PymqError as exc:

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from pymq_server.broker.bulk_placement import BulkPlacement
 from pymq_server.broker import placement_rules as rules
-from pymq_server.broker.placement_rules import RULES, EntryPath, Plan, Rule, policies
+from pymq_server.broker.placement_rules import RULES, EntryPath, Plan, Rule, new_plan, policies
 from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.clients import Client
 from pymq_server.broker.dedup import DedupJournal, DuplicateWindow
@@ -128,7 +128,7 @@ class Placement:
             if policy.routing and self.cluster.active and not target.temporary:
                 outboxes = self.cluster.topic_outboxes(target, message)
             log = self.logs.get(destination) if policy.log else None
-            return Plan(path, message, queues, outboxes, log, None, None, dedup_id, destination)
+            return new_plan((path, message, queues, outboxes, log, None, None, dedup_id, destination))
         queue = target
         if policy.schema and queue.schema is not None:
             rules.check_schema(queue.schema, destination, (properties,))
@@ -155,7 +155,7 @@ class Placement:
         if message is None:
             assert request is not None
             message = self._build(request, destination, queue.config if policy.defaults else None, client)
-        return Plan(path, message, queues, outboxes, log, drop_from, block, dedup_id, destination)
+        return new_plan((path, message, queues, outboxes, log, drop_from, block, dedup_id, destination))
 
     def admit(self, path: EntryPath, target: Target | rules.Prospect, request: SendRequest,
               ahead: rules.Ahead) -> None:
@@ -186,11 +186,11 @@ class Placement:
         full disk: StorageError) leaves everything as it was; then room is made (drop-oldest), the id
         remembered, the log and the queues get it. ``stored_by``: the device that already wrote the
         message with its references (a claimed application-transaction message)."""
-        message, queues, outboxes, log = plan.message, plan.queues, plan.outboxes, plan.log
+        path, message, queues, outboxes, log, drop_from, block, dedup_id, destination = plan   # (one step)
         if not queues and not outboxes and log is None:
             # a topic message nobody wants: nothing holds it
             self.dropped_no_subscriber += 1
-            if plan.path is EntryPath.CLUSTER_INBOUND:
+            if path is EntryPath.CLUSTER_INBOUND:
                 self.cluster.discarded_forwarded()
             return (message.message_id, False)
         # the store first: a device that refuses the message (a full disk) raises before anything changed
@@ -216,18 +216,16 @@ class Placement:
                 stored = self.store.add_reference(message, queue.name)
         if held:
             self.flow.held(message)
-        drop_from = plan.drop_from
         if drop_from is not None and rules.must_drop(drop_from, message.headers):
             drop_from.drop_oldest()
-        if plan.dedup_id is not None:
-            self.dedup.remember(plan.destination, plan.dedup_id)
+        if dedup_id is not None:
+            self.dedup.remember(destination, dedup_id)
             if stored and message.persistent and self.journal is not None:
-                self.journal.note(plan.destination, plan.dedup_id)
+                self.journal.note(destination, dedup_id)
         if held and stored and message.persistent and self.visible_when_durable:
             self._when_durable(lambda: self._enter(message, queues, outboxes, log, stored))
         else:
             self._enter(message, queues, outboxes, log, stored)
-        block = plan.block
         if block is not None and client is not None and rules.must_block(block):
             block.block_producer(client)
         return (message.message_id, stored and message.persistent)

@@ -18,9 +18,10 @@ not make the queue deeper and a full queue takes it — on every path alike (spe
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from pymq import enums
 from pymq.errors import QueueFull, SchemaViolation
@@ -103,9 +104,9 @@ def policies() -> dict[EntryPath, Policy]:
     return {path: Policy(path, rules) for path, rules in RULES.items()}
 
 
-@dataclass(slots=True)
-class Plan:
-    """What :meth:`Placement.plan` decided for one message (rules 1–5), for :meth:`Placement.commit` to do."""
+class Plan(NamedTuple):
+    """What :meth:`Placement.plan` decided for one message (rules 1–5), for :meth:`Placement.commit` to do
+    (read by name; a tuple so that one is made in C per message: :data:`new_plan`)."""
 
     path: EntryPath
     message: BrokerMessage
@@ -117,6 +118,9 @@ class Plan:
     dedup_id: str | None                 # remembered once the message is taken
     destination: str
 
+
+#: builds a Plan from a tuple of all its fields in C (Plan(...) runs a Python __new__): one per message
+new_plan = functools.partial(tuple.__new__, Plan)
 
 
 @dataclass(slots=True)

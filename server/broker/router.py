@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import NamedTuple
 
 from pymq_server.broker import bulk_rows
 from pymq_server.broker.bulk_rows import BulkResult
@@ -32,6 +33,7 @@ from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
 from pymq_server.broker.placement_rules import Ahead, Prospect
 from pymq_server.broker.queue import Entry
+from pymq_server.broker.routes import MAX_ROUTES
 from pymq_server.broker.requests import BulkSendRequest, SendRequest, SendResult, parse_send
 from pymq_server.schema import MessageSchema
 from pymq_server.broker.stored_form import stored_message
@@ -49,12 +51,21 @@ log = logging.getLogger("pymq.broker")
 PendingPlan = tuple[Plan, Topic | None]
 
 
+class Route(NamedTuple):
+    """What the entry rules decided for a client's SENDs to one destination (kept in its Routes)."""
+
+    path: EntryPath
+    target: Target
+    topic: Topic | None             # the target when it is a topic (its published count)
+
+
 class Router:
     def __init__(self, config: BrokerConfig, destinations: Destinations, subscriptions: Subscriptions,
                  placement: Placement, now_ms: Callable[[], int]) -> None:
         self.config = config
         self.now_ms = now_ms
         self.destinations = destinations
+        self.generation = destinations.generation         # a client's kept routes are valid while it stands
         self.subscriptions = subscriptions
         self.placement = placement
         self.cluster: ClusterMembership = STANDALONE
@@ -65,14 +76,26 @@ class Router:
         """Route one SEND: (the id the message got, None for a dropped duplicate; whether it stored data
         a receipt must wait for).  ``client`` None: the broker itself re-sends (the admin's move and
         retry, server/admin/messages.py), which checked permissions already. ``admitted``: a COMMIT's
-        SEND, checked with the rest of its transaction by :meth:`admit`."""
-        kind, name = self.destinations.resolve(request.destination)
-        if kind is Kind.TOPIC:
-            self.destinations.check_publishable(name)   # a pattern is refused before anything is made
-        path = self._entry(client, request, kind)
-        if path is EntryPath.CLUSTER_INBOUND:
-            self.cluster.on_forwarded(client)      # refuses a fenced former process's link (spec/ha.md §5)
-            request = arrived(request)          # the message it was on its first node (forwarded.py)
+        SEND, checked with the rest of its transaction by :meth:`admit`.
+
+        A client's SEND that is not a forwarded message takes the route its connection's earlier SEND to
+        the same destination was given, while nothing it depends on has changed (routes.py); otherwise the
+        entry rules decide it here and the connection keeps the outcome."""
+        routes = None
+        route: Route | None = None
+        if client is not None and request.forwarded is None:
+            routes = client.routes
+            if routes.generation != self.generation.value:
+                routes.renew(self.generation.value)
+            route = routes.get(request.destination)
+        if route is None:
+            kind, name = self.destinations.resolve(request.destination)
+            if kind is Kind.TOPIC:
+                self.destinations.check_publishable(name)   # a pattern is refused before anything is made
+            path = self._entry(client, request, kind)
+            if path is EntryPath.CLUSTER_INBOUND:
+                self.cluster.on_forwarded(client)      # refuses a fenced former process's link (spec/ha.md §5)
+                request = arrived(request)          # the message it was on its first node (forwarded.py)
         reply_to = request.properties.get("reply-to")
         if reply_to is not None and client is not None and reply_to.startswith(("/temp-queue/", "/temp-topic/")):
             # a connection's own temporary queue or topic, named so that others can reply to it
@@ -82,11 +105,17 @@ class Router:
                 properties = dict(request.properties)
                 properties["reply-to"] = own
                 request = request._replace(properties=properties)
-        target = self._target(client, request, kind, name, path, create=True)
-        assert target is not None and not isinstance(target, Prospect)
-        result = self.placement.place(path, target, request, client, admitted)
-        if isinstance(target, Topic):
-            target.published += 1
+        if route is None:
+            target = self._target(client, request, kind, name, path, create=True)
+            assert target is not None and not isinstance(target, Prospect)
+            route = Route(path, target, target if isinstance(target, Topic) else None)
+            if routes is not None:
+                if len(routes) >= MAX_ROUTES or routes.generation != self.generation.value:
+                    routes.renew(self.generation.value)     # (made something: the generation moved)
+                routes[request.destination] = route
+        result = self.placement.place(route.path, route.target, request, client, admitted)
+        if route.topic is not None:
+            route.topic.published += 1
         return result
 
     def admit(self, client: Client, request: SendRequest, unit: dict[str, Ahead]) -> None:

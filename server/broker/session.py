@@ -30,6 +30,7 @@ from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.intake import LATER, FrameIntake
 from pymq_server.broker.outlet import FrameOutlet, Link
 from pymq_server.broker.receipts import ReceiptQueue
+from pymq_server.broker.routes import MAX_ROUTES, Routes
 from pymq_server.broker.requests import (FORMAT_HEADER, AckRequest, BulkSendRequest, SendRequest, SubscribeRequest,
                                          is_bulk, parse_ack, parse_ack_upto, parse_bulk_send, parse_send,
                                          parse_subscribe, parse_unsubscribe)
@@ -59,6 +60,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.conn = StompConnection(Role.SERVER, max_frame_size=cfg.max_frame_size,
                                     max_headers=cfg.max_headers)
         self.user: User = ANONYMOUS
+        self.is_cluster = False                  # another node of the cluster (spec/cluster.md §2): authenticated()
         self.client_id: str | None = None
         self.vhost = vhosts.DEFAULT              # chosen by CONNECT's host header (vhosts.py)
         self._vh_prefix = ""
@@ -73,6 +75,11 @@ class BrokerSession(FrameIntake, FrameOutlet):
         #: ``c12-<nonce>``: its temporaries' global names are ``tmp.<temporary_names>.<local>``, given at
         #: CONNECT, possibly those of an earlier connection of the same client (spec/ha.md §4.7)
         self.temporary_names = ""
+        #: what this connection's SENDs to each destination decided (router.py; valid while nothing they
+        #: depend on changed: routes.py)
+        self.routes = Routes()
+        #: a destination as the client names it -> the core's name, checked (vhosts.core_name; '' when the same)
+        self._core_names: dict[str, str] = {}
         self._disconnected = False
         self._refused = False
         self.closed = False
@@ -100,16 +107,20 @@ class BrokerSession(FrameIntake, FrameOutlet):
 
     def _handle(self, frame: Frame) -> None:
         self.received += 1
-        destination = frame.headers.get("destination")
-        if destination is not None and not destination.startswith("/pymq/"):     # (/pymq/: the broker's own)
-            if not self.is_cluster:       # a peer node forwards a vhost's messages under their core names
-                vhosts.check_client_destination(destination)
-            if self._vh_prefix:
-                headers = dict(frame.headers)
-                headers["destination"] = vhosts.inside(destination, self._vh_prefix)
+        headers = frame.headers
+        destination = headers.get("destination")
+        if destination is not None:
+            core = self._core_names.get(destination)
+            if core is None:        # (the answer depends on the name, the vhost and is_cluster: set once)
+                core = vhosts.core_name(destination, self._vh_prefix, self.is_cluster)
+                if len(self._core_names) < MAX_ROUTES:
+                    self._core_names[destination] = core
+            if core:                    # ('': the core names it as the client does)
+                headers = dict(headers)
+                headers["destination"] = core
                 frame = Frame(frame.command, headers, frame.body)
         extra = self._handlers[frame.command](frame)
-        if extra is not LATER:
+        if extra is not LATER and "receipt" in headers:
             self.frame_done(frame, extra)
 
     def frame_done(self, frame: Frame, extra: dict[str, str] | None = None) -> None:
@@ -216,9 +227,18 @@ class BrokerSession(FrameIntake, FrameOutlet):
         """Frames after this one wait until :meth:`connected` (a login checked in a worker thread)."""
         self._held = []
 
+    def authenticated(self, user: User) -> None:
+        """The connection acts as ``user`` from now on (what it may do, and whether it is a cluster node)."""
+        self.user = user
+        self.is_cluster = "cluster" in user.roles
+        self._core_names.clear()
+        self.routes.renew(-1)
+
     def enter_vhost(self, vhost: str, max_memory: int | None) -> None:
         self.vhost, self._vh_prefix = vhost, vhosts.prefix(vhost)
         self._vh_max_memory = max_memory
+        self._core_names.clear()
+        self.routes.renew(-1)
 
     def adopt_temporaries(self, names: Any) -> None:
         """A re-claim granted: the temporary queues kept under these names are this connection's again,
@@ -424,11 +444,6 @@ class BrokerSession(FrameIntake, FrameOutlet):
     def forget_temporary(self, kind: str, local: str) -> None:
         if (self.temp_queues if kind == "temp-queue" else self.temp_topics).pop(local, None) is not None:
             self.holdings.temporary_gone(local)
-
-    @property
-    def is_cluster(self) -> bool:
-        """Another node of the cluster (spec/cluster.md §2)."""
-        return "cluster" in self.user.roles
 
     def __repr__(self) -> str:
         return f"<BrokerSession {self.id} user={self.user.name} {self.peer_host}>"

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pymq_server.broker.acl import is_admin
 from pymq_server.broker.auth import User
 from pymq_server.broker.budgets import DURABLE_COST, Budgets, selector_cost
+from pymq_server.broker.routes import Watched
 from pymq_server.broker.clients import Client, durable_owner
 from pymq_server.broker.consumer import AUTO, Consumer
 from pymq_server.broker.destinations import Destinations, Kind
@@ -54,7 +55,8 @@ class Subscriptions:
         self.default_prefetch = config.default_prefetch
         self.cluster: ClusterMembership = STANDALONE
         self.durable: dict[str, TopicSubscription] = {}     # key -> durable subscription hosted here
-        self.creators: dict[str, str] = {}                  # durable key -> the user who created it
+        #: durable key -> the user who created it (who may produce to its dead-letter queue: routes.py)
+        self.creators: Watched[str, str] = Watched(destinations.generation)
         self.client_ids: dict[str, str] = {}                # client id -> the user it is bound to
         destinations.subscription_creator = self._creator_of_dotted
         self._compile: Callable | None = None

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from pymq_server.broker.queue import MessageQueue, QueueHost
+from pymq_server.broker.routes import Generation
 from pymq_server.broker.topic import Topic
 from pymq_server.broker import vhosts
 from pymq_server.config import BrokerConfig
@@ -176,6 +177,7 @@ class Temporaries:
     _orphan_generation: int
     temp_topics: dict[str, Topic]
     name_holders: TemporaryNames
+    generation: Generation
     #: a process's mark for a client the core is driven with directly (tests): sessions get their names at CONNECT
     incarnation: str
 
@@ -203,6 +205,7 @@ class Temporaries:
             return 0
         for queue in queues.values():
             queue.owner = None
+        self.generation.bump()      # a SEND's kept route to one of them asked its owner's vhost (routes.py)
         self._orphan_generation += 1
         self.orphaned[names] = (self._orphan_generation, dict(queues))
         self.orphaned_count += len(queues)
@@ -216,6 +219,7 @@ class Temporaries:
         self.orphaned_count -= len(kept[1])
         for queue in kept[1].values():
             queue.owner = owner
+        self.generation.bump()
         return kept[1]
 
     def drop_orphaned(self, names: str, generation: int) -> None:

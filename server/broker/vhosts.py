@@ -146,6 +146,21 @@ def check_client_destination(destination: str) -> None:
                                    f"broker", destination=destination)
 
 
+def core_name(destination: str, vh_prefix: str, cluster: bool) -> str:
+    """A destination a client sent, checked, as the core names it in the client's vhost (``vh_prefix``),
+    or '' when that is the name as sent (the default vhost, the broker's /pymq/ names, temporary ones).
+    A cluster node's link (``cluster``) forwards a vhost's messages under their core names already."""
+    if destination.startswith("/pymq/"):
+        return ""
+    if not cluster:
+        check_client_destination(destination)
+    if vh_prefix:
+        core = inside(destination, vh_prefix)
+        if core != destination:
+            return core
+    return ""
+
+
 def inside(destination: str, vh_prefix: str) -> str:
     """A client's destination in its vhost as the core names it (queues and topics; temporary ones belong to
     their connection, and /pymq/ is the broker's)."""

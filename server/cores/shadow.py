@@ -126,8 +126,8 @@ class ShadowProtocol(StompServerProtocol):
         session.conn.send_frame(Frame("CONNECTED", {"version": version}, b""))
         session.version = version
         session.deliveries.version = version
-        session.user = User(str(doc["user"]), "", frozenset(doc.get("roles", ())),
-                            certificate_subject=doc.get("subject"))
+        session.authenticated(User(str(doc["user"]), "", frozenset(doc.get("roles", ())),
+                                   certificate_subject=doc.get("subject")))
         self._connected = True
         if self.mesh.channels.get(self.home) is not None and self.mesh.channels[self.home].full:
             self.hold_output("channel")

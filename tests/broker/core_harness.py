@@ -15,6 +15,7 @@ from pymq_server.broker.broker import Broker
 from pymq_server.broker.bulk_rows import BulkResult
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.requests import BulkSendRequest, SendRequest, parse_send
+from pymq_server.broker.routes import Routes
 from pymq_server.broker.stored_form import STORED_CODEC
 from pymq_server.broker.transactions import Transactions
 from pymq_server.config import BrokerConfig
@@ -38,10 +39,8 @@ class FakeClient:
         self.user = User(name, "", frozenset({"admin", "cluster"} if cluster else {"admin"}))
         self.closed = False
         self.paused: list[str] = []
-
-    @property
-    def is_cluster(self) -> bool:
-        return "cluster" in self.user.roles
+        self.is_cluster = cluster
+        self.routes = Routes()
 
     def temp_queue(self, local: str, create: bool = True) -> None:
         raise AssertionError("no temporary queues here")

@@ -36,7 +36,7 @@ PACKAGE_LEVEL = {name: i for i, (_, names) in enumerate(PACKAGE_LEVELS) for name
 
 #: the broker core's layers, bottom to top; a module may import its own layer and the layers below it
 LAYERS: list[tuple[str, set[str]]] = [
-    ("building blocks", {"destination", "message", "states", "ready", "stats", "queue", "entry", "lastvalue",
+    ("building blocks", {"destination", "routes", "message", "states", "ready", "stats", "queue", "entry", "lastvalue",
                          "groups", "idle", "consumer", "topic", "log", "acl", "auth", "requests", "clients",
                          "membership", "forwarded", "sequences", "dedup", "flow", "budgets", "stored_form",
                          "segments", "slices", "bulk_rows",

@@ -23,6 +23,7 @@ from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import RULES, EntryPath, Rule
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.requests import BulkSendRequest, parse_send
+from pymq_server.broker.routes import Routes
 from pymq_server.broker.stored_form import STORED_CODEC
 from pymq_server.config import BrokerConfig, QueueConfig
 from pymq_server.storage.sql import send_in_transaction
@@ -76,10 +77,8 @@ class FakeClient:
         self.user = User("tester", "", frozenset({"admin", "cluster"} if cluster else {"admin"}))
         self.closed = False
         self.paused: list[str] = []
-
-    @property
-    def is_cluster(self) -> bool:
-        return "cluster" in self.user.roles
+        self.is_cluster = cluster
+        self.routes = Routes()
 
     def temp_queue(self, local: str, create: bool = True) -> None:
         raise AssertionError("no temporary queues here")

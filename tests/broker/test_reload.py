@@ -149,3 +149,24 @@ def test_sighup_reports_settings_that_need_a_restart(server):
     server.hup()
     server.wait_for(r"pymq-server reloaded: 1 user\(s\), needing a restart: max_connections$")
     assert server.stop() == 0
+
+
+def test_sighup_refuses_the_next_send_of_a_connection_open_across_it(server):
+    """A connection keeps what its SENDs to a destination decided (server/broker/routes.py); a reload of the
+    default permissions drops it: the same producer's next SEND is refused, and nothing of it is placed."""
+    _passwd(server.users, "carol", "carol-pw", "app")
+    server.hup()
+    server.wait_for(r"pymq-server reloaded: 2 user\(s\)$")
+    with pymq.connect(server.url, username="carol", password="carol-pw") as carol:
+        producer = carol.create_session().create_producer(pymq.Queue("guarded"))
+        producer.send("one")
+        producer.send("two")                        # the open defaults: taken, and its decision kept
+        server.cfg.write_text(server.cfg.read_text() + "default_permissions: {'role:app': [consume, browse]}\n")
+        server.hup()
+        server.wait_for(r"pymq-server reloaded: 2 user\(s\)$")
+        with pytest.raises(AccessDenied, match="may not produce"):
+            producer.send("three")
+    with pymq.connect(server.url, username="alice", password="alice-pw") as alice:
+        consumer = alice.create_session().create_consumer(pymq.Queue("guarded"))
+        got = [consumer.receive(5), consumer.receive(5), consumer.receive(0.3)]
+        assert [m.text if m is not None else None for m in got] == ["one", "two", None]
