@@ -299,7 +299,7 @@ def enter(session: HomeSession, doc: dict[str, Any]) -> None:
     conn.send_frame(Frame("CONNECTED", {"version": version}, b""))
     session.version = version
     session.deliveries.version = version
-    session.user = adopted_user(doc)
+    session.authenticated(adopted_user(doc))
     broker = session.broker
     try:
         broker.session_opened(session)
