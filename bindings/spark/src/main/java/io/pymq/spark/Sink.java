@@ -1,6 +1,7 @@
 package io.pymq.spark;
 
 import org.apache.arrow.memory.BufferAllocator;
+import org.apache.arrow.vector.BaseVariableWidthVector;
 import org.apache.arrow.vector.BigIntVector;
 import org.apache.arrow.vector.FieldVector;
 import org.apache.arrow.vector.IntVector;
@@ -15,6 +16,7 @@ import org.apache.arrow.vector.types.pojo.Field;
 import org.apache.arrow.vector.types.pojo.FieldType;
 import org.apache.spark.TaskContext;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.catalyst.util.MapData;
 import org.apache.spark.sql.connector.write.BatchWrite;
@@ -34,9 +36,9 @@ import org.apache.spark.sql.types.DataTypes;
 import org.apache.spark.sql.types.MapType;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.types.UTF8String;
 
-import java.io.ByteArrayOutputStream;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
@@ -58,8 +60,10 @@ import java.util.UUID;
  * bulk SENDs (spec/spark.md §7) with the columns, defaults, checks and error sentences of the Python
  * sink ({@code pyspark_pymq/_bulk.py}, {@code sink.py}; user table in pyspark_pymq/README.md "Writing"):
  * rows are written straight from Spark's {@link InternalRow}s (a columnar input reaches a V2 writer as rows
- * over its column vectors) into Arrow vectors per destination, cut at about 4 MiB, one frame kept in flight
- * while the next is built, and the task reports success only after its last receipt.  At-least-once, like
+ * over its column vectors; a value or key is copied from the row's own memory, no array made per value)
+ * into Arrow vectors per destination, cut at about 8 MiB, up to three frames in flight while the next is
+ * built (each frame's vectors and IPC buffer reused for the next), and the task reports success only after
+ * its last receipt.  At-least-once, like
  * Kafka; with {@code dedup=true} every message carries {@code <query id>:<batch id>:<partition>:<row>}
  * (streams) or {@code <dedupPrefix or a per-write id>:<partition>:<row>} (batch), and the broker drops the
  * copies a retried task or a replayed micro-batch sends (spec/spark.md §3).
@@ -277,6 +281,11 @@ final class Sink {
         private final Layout layout;
         private final BufferAllocator allocator;
         private final Map<String, Frame> frames = new LinkedHashMap<>();
+        // a flushed frame's vectors keep their capacity for the next frame, and the IPC stream is written into
+        // one buffer per task: a frame is written to the socket before sendBulk returns, so neither is
+        // allocated (nor grown, nor zeroed) again for every 8 MiB frame
+        private Frame spare;
+        private final IpcBuffer ipc = new IpcBuffer();
         private final Deque<InFlight> inFlight = new ArrayDeque<>();
         private final Map<String, String> checkedNames = new HashMap<>();
         private StompClient client;
@@ -300,7 +309,8 @@ final class Sink {
             String dest = layout.destination(row, index, checkedNames);
             Frame frame = frames.get(dest);
             if (frame == null) {
-                frame = new Frame(layout, allocator, index);
+                frame = spare != null ? spare.restart(index) : new Frame(layout, allocator, index);
+                spare = null;
                 frames.put(dest, frame);
             }
             frame.add(row, index, now, dedupBase);
@@ -318,21 +328,25 @@ final class Sink {
                 }
                 return;
             }
-            byte[] body;
-            int length;
+            int count = frame.count;
+            long firstRow = frame.firstRow;
             try {
-                ExposedBytes buffer = new ExposedBytes((int) Math.min(Integer.MAX_VALUE - 8, frame.bytes() + 4096));
-                frame.writeIpc(buffer);
-                body = buffer.array();
-                length = buffer.size();
-            } finally {
+                ipc.reset(frame.bytes() + 64 * 1024);
+                frame.writeIpc(ipc);
+            } catch (RuntimeException e) {
+                frame.close();
+                throw e;
+            }
+            if (spare == null) {
+                spare = frame;
+            } else {
                 frame.close();
             }
             if (client == null) {
                 client = Connections.take(opts.connection(), -1);
             }
             settle(FRAMES_IN_FLIGHT - 1);
-            inFlight.add(new InFlight(client.sendBulk(dest, body, length), dest, frame.count, frame.firstRow));
+            inFlight.add(new InFlight(client.sendBulk(dest, ipc.array(), ipc.size()), dest, count, firstRow));
         }
 
         /** Waits for receipts until at most {@code limit} frames are in flight. */
@@ -372,6 +386,10 @@ final class Sink {
                 f.close();
             }
             frames.clear();
+            if (spare != null) {
+                spare.close();
+                spare = null;
+            }
             if (client != null) {
                 Connections.closeQuietly(client);
                 client = null;
@@ -385,14 +403,53 @@ final class Sink {
         }
     }
 
-    /** A ByteArrayOutputStream whose array is handed to the socket as it is (no copy of a 4 MiB frame). */
-    static final class ExposedBytes extends ByteArrayOutputStream {
-        ExposedBytes(int size) {
-            super(size);
+    /**
+     * Where a frame's IPC stream is written: a channel straight into one byte array (Arrow's buffers are copied
+     * once, from their memory into it; an OutputStream behind Channels.newChannel copied them twice, through a
+     * transfer array), reused for every frame of a task and handed to the socket as it is.
+     */
+    static final class IpcBuffer implements java.nio.channels.WritableByteChannel {
+        private byte[] buf = new byte[0];
+        private int size;
+
+        /** Empty again, with room for {@code expected} bytes (grown when a frame needs more than any before). */
+        void reset(long expected) {
+            size = 0;
+            if (buf.length < expected) {
+                buf = new byte[(int) Math.min(Integer.MAX_VALUE - 8, expected)];
+            }
+        }
+
+        @Override
+        public int write(ByteBuffer src) {
+            int n = src.remaining();
+            if ((long) size + n > buf.length) {
+                long grown = Math.max((long) size + n, 2L * buf.length);
+                if (grown > Integer.MAX_VALUE - 8) {
+                    throw new PymqException(PymqException.MESSAGE_FORMAT, "a bulk SEND's Arrow stream outgrew 2 GiB");
+                }
+                buf = java.util.Arrays.copyOf(buf, (int) grown);
+            }
+            src.get(buf, size, n);
+            size += n;
+            return n;
         }
 
         byte[] array() {
             return buf;
+        }
+
+        int size() {
+            return size;
+        }
+
+        @Override
+        public boolean isOpen() {
+            return true;
+        }
+
+        @Override
+        public void close() {
         }
     }
 
@@ -612,7 +669,7 @@ final class Sink {
         private final IntVector deliveryMode;
         private final IntVector priority;
         private final BigIntVector expires;
-        final long firstRow;
+        long firstRow;
         int count;
         private long bytes;
 
@@ -658,38 +715,97 @@ final class Sink {
             return bytes;
         }
 
+        /** Empty again for the rows of a next frame from {@code row} on, its vectors' memory kept. */
+        Frame restart(long row) {
+            for (FieldVector v : root.getFieldVectors()) {
+                v.reset();
+            }
+            root.setRowCount(0);
+            firstRow = row;
+            count = 0;
+            bytes = 0;
+            return this;
+        }
+
+        private static final byte[] EMPTY = new byte[0];
+        private static final byte[] TEXT = "text".getBytes(StandardCharsets.US_ASCII);
+        private static final byte[] BYTES = "bytes".getBytes(StandardCharsets.US_ASCII);
+        private static final byte[] MAP = "map".getBytes(StandardCharsets.US_ASCII);
+
+        /**
+         * {@code v[i]} = a string column's bytes, taken where the row keeps them (a row's UTF8String points into
+         * its memory): no byte array made per value, which a 1M-row write paid for each column; its length.
+         */
+        private static int putText(BaseVariableWidthVector v, int i, UTF8String s) {
+            int n = s.numBytes();
+            if (s.getBaseObject() instanceof byte[] array) {
+                v.setSafe(i, array, (int) (s.getBaseOffset() - Platform.BYTE_ARRAY_OFFSET), n);
+            } else {
+                v.setSafe(i, s.getBytes());
+            }
+            return n;
+        }
+
+        /** {@code v[i]} = a binary column's bytes, from an UnsafeRow's own memory where it is one; its length. */
+        private static int putBinary(BaseVariableWidthVector v, int i, InternalRow row, int column) {
+            if (row instanceof UnsafeRow u && u.getBaseObject() instanceof byte[] array) {
+                long offsetAndSize = u.getLong(column);          // UnsafeRow.getBinary's layout, without its copy
+                int size = (int) offsetAndSize;
+                v.setSafe(i, array, (int) (u.getBaseOffset() - Platform.BYTE_ARRAY_OFFSET + (offsetAndSize >> 32)),
+                        size);
+                return size;
+            }
+            byte[] b = row.getBinary(column);
+            v.setSafe(i, b);
+            return b.length;
+        }
+
         void add(InternalRow row, long index, long now, String dedupBase) {
             int i = count;
             // value -> body, body_type
             String kind = l.bodyTypeOf(row, index);
-            byte[] value = row.isNullAt(l.value) ? new byte[0] : l.textValue ? row.getUTF8String(l.value).getBytes()
-                    : row.getBinary(l.value);
-            if (kind.equals("text") && !l.textValue) {
-                try {
-                    utf8(value);
-                } catch (CharacterCodingException e) {
-                    throw Layout.bad(index, "value", "'utf-8' codec can't decode the value: " + e.getMessage());
+            boolean mapBody = kind.equals("map");
+            int length;
+            if (row.isNullAt(l.value)) {
+                byte[] value = mapBody ? mapBody(EMPTY, index) : EMPTY;
+                body.setSafe(i, value);
+                length = value.length;
+            } else if (l.textValue && !mapBody) {
+                length = putText(body, i, row.getUTF8String(l.value));       // text is UTF-8 already
+            } else if (!l.textValue && kind.equals("bytes")) {
+                length = putBinary(body, i, row, l.value);
+            } else {
+                byte[] value = l.textValue ? row.getUTF8String(l.value).getBytes() : row.getBinary(l.value);
+                if (mapBody) {
+                    value = mapBody(value, index);
+                } else {
+                    try {
+                        utf8(value);
+                    } catch (CharacterCodingException e) {
+                        throw Layout.bad(index, "value", "'utf-8' codec can't decode the value: " + e.getMessage());
+                    }
                 }
-            } else if (kind.equals("map")) {
-                value = mapBody(value, index);
+                body.setSafe(i, value);
+                length = value.length;
             }
-            body.setSafe(i, value);
-            bytes += value.length + 24;
+            bytes += length + 24;
             if (bodyType != null) {
-                bodyType.setSafe(i, kind.getBytes(StandardCharsets.US_ASCII));
+                bodyType.setSafe(i, mapBody ? MAP : kind.equals("text") ? TEXT : BYTES);
             }
             // key -> group
             if (group != null && !row.isNullAt(l.key)) {
-                byte[] k = l.textKey ? row.getUTF8String(l.key).getBytes() : row.getBinary(l.key);
-                if (!l.textKey) {
+                if (l.textKey) {
+                    bytes += putText(group, i, row.getUTF8String(l.key));
+                } else {
+                    byte[] k = row.getBinary(l.key);
                     try {
                         utf8(k);
                     } catch (CharacterCodingException e) {
                         throw Layout.bad(index, "key", "'utf-8' codec can't decode the key: " + e.getMessage());
                     }
+                    group.setSafe(i, k);
+                    bytes += k.length;
                 }
-                group.setSafe(i, k);
-                bytes += k.length;
             }
             // properties -> properties, property_types
             if (properties != null) {
@@ -763,9 +879,7 @@ final class Sink {
 
         private void text(VarCharVector v, InternalRow row, int column, int i) {
             if (v != null && !row.isNullAt(column)) {
-                byte[] b = row.getUTF8String(column).getBytes();
-                v.setSafe(i, b);
-                bytes += b.length;
+                bytes += putText(v, i, row.getUTF8String(column));
             }
         }
 
@@ -863,7 +977,7 @@ final class Sink {
             return row.getLong(column);
         }
 
-        void writeIpc(java.io.OutputStream out) {
+        void writeIpc(java.nio.channels.WritableByteChannel out) {
             root.setRowCount(count);
             for (FieldVector v : root.getFieldVectors()) {
                 v.setValueCount(count);
