@@ -13,7 +13,7 @@ import hmac
 import re
 import secrets
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pymq_server.broker.queue import MessageQueue, QueueHost
 from pymq_server.broker.routes import Generation
@@ -239,25 +239,37 @@ class Temporaries:
         queue.purge()
 
     def temp_target(self, client: Client, name: str) -> MessageQueue:
-        """The temporary queue a SEND names: global names (``tmp.…``) while their connection lives, a
-        connection's own local names always."""
-        if name.startswith("tmp."):
-            queue = self.temp_queues.get(name)
-            if queue is None or not vhosts.same_vhost(client, queue.owner):    # another vhost's: as if gone
-                raise UnknownDestination(f"temporary queue '/temp-queue/{name}' does not exist "
-                                         f"(its connection has closed)", destination="/temp-queue/" + name)
-            return queue
-        own = client.temp_queue(name)
+        """The temporary queue a SEND names (:meth:`_reached`)."""
+        return self._reached("queue", client, name)
+
+    def owned_temp_queue(self, client: Client, destination: str, name: str, what: str) -> MessageQueue:
+        """A temporary queue ``client`` may consume from or browse (:meth:`_owned`)."""
+        return self._owned("queue", client, destination, name, what)
+
+    # -- one rule for both kinds (``kind``: "queue" or "topic") --------------------------------------
+    def _reached(self, kind: str, client: Client | None, name: str) -> Any:
+        """The temporary queue or topic a SEND names: global names (``tmp.…``) while their connection lives,
+        and from its vhost only (another vhost's is as if gone); a connection's own local names always (made
+        on first use)."""
+        if name.startswith("tmp.") or client is None:
+            made = (self.temp_queues if kind == "queue" else self.temp_topics).get(name)
+            if made is None or not vhosts.same_vhost(client, made.owner):
+                raise UnknownDestination(f"temporary {kind} '/temp-{kind}/{name}' does not exist (its connection "
+                                         f"has closed)", destination=f"/temp-{kind}/{name}")
+            return made
+        own = _own(client, kind, name, True)
         assert own is not None
         return own
 
-    def owned_temp_queue(self, client: Client, destination: str, name: str, what: str) -> MessageQueue:
-        """A temporary queue ``client`` may consume from or browse: only the connection that made it."""
-        queue = self.temp_queues.get(name) if name.startswith("tmp.") else client.temp_queue(name)
-        if queue is None or queue.owner is not client:
-            raise AccessDenied(f"only the connection that created temporary queue '{destination}' may "
+    def _owned(self, kind: str, client: Client, destination: str, name: str, what: str) -> Any:
+        """A temporary queue or topic ``client`` may consume from, subscribe to or browse: only the connection
+        that made it (JMS); another connection learns nothing of it, not even whether it exists."""
+        made = ((self.temp_queues if kind == "queue" else self.temp_topics).get(name) if name.startswith("tmp.")
+                else _own(client, kind, name, True))
+        if made is None or made.owner is not client:
+            raise AccessDenied(f"only the connection that created temporary {kind} '{destination}' may "
                                f"{what} it", destination=destination)
-        return queue
+        return made
 
     def delete_temporary(self, owner: Client, destination: str) -> None:
         """JMS ``TemporaryQueue.delete()``/``TemporaryTopic.delete()`` (spec/stomp.md §3): ``owner``'s own
@@ -273,18 +285,18 @@ class Temporaries:
                 raise AccessDenied(f"only the connection that created temporary destination '{destination}' "
                                    f"may delete it", destination=destination)
             name = name[len(own):]
-        held = owner.temp_queue(name, create=False) if kind == "temp-queue" else owner.temp_topic(name, create=False)
+        held = _own(owner, kind[len("temp-"):], name, False)
         if held is None:
             return
-        users = len(held.consumers) if kind == "temp-queue" else len(held.subscriptions)  # type: ignore[union-attr]
+        users = len(held.consumers) if kind == "temp-queue" else len(held.subscriptions)
         if users:
             raise IllegalStateError(f"temporary destination '{destination}' has {users} consumer(s); close them "
                                     f"before deleting it (JMS)", destination=destination)
         owner.forget_temporary(kind, name)
         if kind == "temp-queue":
-            self.delete_temp_queue(held)  # type: ignore[arg-type]
+            self.delete_temp_queue(held)
         else:
-            self.forget_temp_topic(held)  # type: ignore[arg-type]
+            self.forget_temp_topic(held)
 
     def create_temp_topic(self, owner: Client, local: str) -> Topic:
         global_name = self.temporary_prefix(owner) + local
@@ -297,23 +309,14 @@ class Temporaries:
         self.temp_topics.pop(topic.name, None)
 
     def temp_topic_target(self, client: Client | None, name: str) -> Topic:
-        """The temporary topic a SEND names: global names (``tmp.…``) while their connection lives, a
-        connection's own local names always."""
-        if name.startswith("tmp.") or client is None:
-            topic = self.temp_topics.get(name)
-            if topic is None or not vhosts.same_vhost(client, topic.owner):     # another vhost's: as if gone
-                raise UnknownDestination(f"temporary topic '/temp-topic/{name}' does not exist "
-                                         f"(its connection has closed)", destination="/temp-topic/" + name)
-            return topic
-        own = client.temp_topic(name)
-        assert own is not None
-        return own
+        """The temporary topic a SEND names (:meth:`_reached`)."""
+        return self._reached("topic", client, name)
 
     def owned_temp_topic(self, client: Client, destination: str, name: str, what: str = "subscribe to") -> Topic:
-        """A temporary topic ``client`` may subscribe to or browse: only the connection that made it (JMS);
-        another connection learns nothing of it, not even whether it exists."""
-        topic = self.temp_topics.get(name) if name.startswith("tmp.") else client.temp_topic(name)
-        if topic is None or topic.owner is not client:
-            raise AccessDenied(f"only the connection that created temporary topic '{destination}' may "
-                               f"{what} it", destination=destination)
-        return topic
+        """A temporary topic ``client`` may subscribe to or browse (:meth:`_owned`)."""
+        return self._owned("topic", client, destination, name, what)
+
+
+def _own(client: Client, kind: str, local: str, create: bool) -> Any:
+    """``client``'s own temporary queue or topic ``local`` (made on first use when ``create``)."""
+    return client.temp_queue(local, create) if kind == "queue" else client.temp_topic(local, create)
