@@ -78,7 +78,7 @@ class Workload:
     # in the same round with the same load client (measured first, 4 s, when that row is not in the run)
     half_of: str = ""
     # the SDK's end-to-end latency (bench/sdk_latency.py, a subprocess) instead of the load client:
-    # "blocking" (pymq) or "aio" (pymq.aio); pymq brokers only, once per round (not per load client)
+    # "blocking" (pymq) or "aio" (pymq.aio); broker pymq only, once per round (not per load client)
     sdk: str = ""
 
 
@@ -655,6 +655,10 @@ def main(argv=None) -> int:
                          "broker pymq-base beside pymq: old and new in the same run")
     ap.add_argument("--pymq-workers", type=int, default=0,
                     help="also run `pymq-server --workers N` as broker pymq-wN beside pymq (spec/cores.md)")
+    ap.add_argument("--streams", type=int, default=0,
+                    help="rows m/md with this many queues, one producer and one consumer each (default 4), the "
+                         "load client in ceil(N/4) producer and consumer processes: the scaling run for a "
+                         "machine with more cores (`--pymq-workers W --streams 4W`, spec/cores.md §4.3)")
     ap.add_argument("--client", default="asyncio",
                     help="load client(s), comma-separated: asyncio (bench/loadclient.py), go (bench/goload, "
                          "go-stomp); with both every row runs once per client and each gets its own tables")
@@ -678,6 +682,13 @@ def main(argv=None) -> int:
     clients = [c.strip() for c in a.client.split(",") if c.strip()]
     if not clients or set(clients) - set(CLIENTS):
         ap.error(f"--client: one or more of {', '.join(CLIENTS)}")
+    if a.streams:
+        procs = -(-a.streams // 4)
+        for i, w in enumerate(WORKLOADS):
+            if w.group == "m":
+                WORKLOADS[i] = Workload(w.key, w.group, w.title.replace("4 queues", f"{a.streams} queues"), dict(
+                    w.spec, producers=a.streams, consumers=a.streams, destinations=a.streams, producer_procs=procs,
+                    consumer_procs=procs), w.count, w.quick_count, w.seconds, w.quick_seconds, w.note)
     if a.self_check:
         return self_check(clients)
     if a.from_json:
@@ -749,8 +760,8 @@ def main(argv=None) -> int:
                             pin_tree(b, a.pin_broker)  # threads started since the last row too
                         tag = f"{run_id}r{rnd}h{h}{client}"
                         if w.sdk:
-                            if client != clients[0]:
-                                continue        # the SDK is its own client: once per round
+                            if client != clients[0] or b.name != "pymq":
+                                continue        # the SDK is its own client: once per round, one broker
                             row = run_sdk_latency(b, w, a.quick, a.seconds)
                             row.client = client
                         elif w.half_of:
