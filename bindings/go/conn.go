@@ -21,7 +21,10 @@
 // (Redelivered, DeliveryCount counted up), so delivery is at least once; messages buffered but not yet
 // received are dropped here for the same reason, and Ack/Nack of a message from the old link returns
 // ErrStaleMessage; a transaction that did something is rolled back by the broker (its Commit returns
-// ErrTxLost; a Commit whose receipt was lost, ErrTxInDoubt); temporary queues die with the link; a
+// ErrTxLost; a Commit whose receipt was lost, ErrTxInDoubt); temporary queues and topics keep their global
+// names (the reconnection offers the broker's re-claim token, spec/ha.md §4.7; OnStatus gets
+// *TemporariesRenamed with StatusOpen when they could not), but what a temporary queue held is lost with a
+// broker that died, and a
 // non-durable topic subscription misses what was published while it was away (a durable one, with a
 // ClientID, does not).  Calls made while reconnecting wait for the new link (within their context).  An
 // ERROR frame is final: the broker refused something, and reconnecting would meet the same refusal.
@@ -150,6 +153,33 @@ type Conn struct {
 	sendMu  sync.Mutex
 	window  []*pendingSend
 	slots   chan struct{} // one per SEND in the window
+	// the pymq-reclaim-token of the last CONNECTED (spec/ha.md §4.7), offered by the next reconnection's
+	// CONNECT; a secret of this connection: never logged, never in an error (guarded by mu)
+	reclaimToken string
+}
+
+// TemporariesRenamed is the error OnStatus gets with StatusOpen after a reconnection whose link did not
+// re-claim the lost link's temporary names (spec/ha.md §4.7): its temporary queues and topics have new
+// global names, so a reply addressed to an old one (a reply-to sent before the loss) does not reach them;
+// the application may ask again.  Reason is the broker's pymq-reclaim-refused, or why nothing was offered.
+type TemporariesRenamed struct{ Reason string }
+
+func (e *TemporariesRenamed) Error() string {
+	return "pymq: the temporary destinations have new global names after the reconnection: " + e.Reason
+}
+
+func (c *Conn) reclaimTokenNow() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.reclaimToken
+}
+
+// keepReclaimToken keeps the token of a CONNECTED (an empty one, from a broker with temporary_reclaim_ms 0,
+// forgets the last).
+func (c *Conn) keepReclaimToken(token string) {
+	c.mu.Lock()
+	c.reclaimToken = token
+	c.mu.Unlock()
 }
 
 // SendWindow is how many SENDs of a reconnecting connection may wait for their receipt; Send blocks
@@ -355,7 +385,15 @@ func (c *Conn) publish(l *link) {
 	c.link, c.gen, c.status = l, l.gen, StatusOpen
 	close(c.ready)
 	c.mu.Unlock()
-	c.notify(StatusOpen, nil)
+	var renamed error
+	if l.gen > 1 && l.reclaimed != "true" { // a reconnection that kept no temporary names
+		why := l.reclaimRefused
+		if why == "" {
+			why = "no re-claim was offered or answered (a broker with temporary_reclaim_ms: 0 gives no token)"
+		}
+		renamed = &TemporariesRenamed{Reason: why}
+	}
+	c.notify(StatusOpen, renamed)
 }
 
 func (c *Conn) notify(s Status, err error) {

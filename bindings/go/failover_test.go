@@ -598,17 +598,26 @@ func (p *halfOpenProxy) endHalfOpen() {
 // TestAClientIDTheBrokerStillHoldsIsWaitedFor: after a loss the broker may still hold the connection's
 // client id for the old link it has not seen die; that refusal passes, so reconnection goes on (it used to
 // end the connection for good) and succeeds once the broker lets the id go.
-func TestAClientIDTheBrokerStillHoldsIsWaitedFor(t *testing.T) {
+// dialHalfOpen connects with a client id, through a half-open proxy, and subscribes to a new queue.
+func dialHalfOpen(t *testing.T, idPrefix string) (*halfOpenProxy, *pymq.Conn, *statusLog, string, *pymq.Subscription) {
+	t.Helper()
 	p := newHalfOpenProxy(t, needBroker(t))
 	log := newStatusLog()
 	c, err := pymq.Dial("failover:(stomp://"+p.addr+")?initialReconnectDelay=20&maxReconnectDelay=100",
-		pymq.Options{ClientID: "go-held-" + strconv.FormatInt(time.Now().UnixNano(), 36), OnStatus: log.record})
+		pymq.Options{ClientID: idPrefix + strconv.FormatInt(time.Now().UnixNano(), 36), OnStatus: log.record})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	dest := queue(t)
-	s := subscribe(t, c, dest, pymq.SubscribeOptions{})
+	return p, c, log, dest, subscribe(t, c, dest, pymq.SubscribeOptions{})
+}
+
+func TestAClientIDTheBrokerStillHoldsIsWaitedFor(t *testing.T) {
+	p, c, log, dest, s := dialHalfOpen(t, "go-held-")
+	// without a re-claim token (a broker with temporary_reclaim_ms: 0): a re-claim would end the half-open
+	// link at once (TestAReclaimEndsAHalfOpenLinkAtOnce)
+	pymq.EditReclaimToken(c, func(string) string { return "" })
 	p.cutClientOnly(1)
 	deadline := time.Now().Add(20 * time.Second)
 	for p.connections() < 4 && c.Err() == nil {
@@ -622,6 +631,25 @@ func TestAClientIDTheBrokerStillHoldsIsWaitedFor(t *testing.T) {
 	}
 	p.endHalfOpen()
 	log.await(t, pymq.StatusOpen, 2, 20*time.Second)
+	send(t, c, dest, pymq.NewTextMessage("back"))
+	if got := expect(t, s); got.Text() != "back" {
+		t.Fatalf("got %q", got.Text())
+	}
+}
+
+// TestAReclaimEndsAHalfOpenLinkAtOnce (spec/ha.md §4.7 rule 2): the reconnection offers the lost link's
+// re-claim token, so the broker closes the half-open old link, which still holds the client id, at once:
+// the first attempt succeeds (no illegal-state refusals) and the temporary names are kept.
+func TestAReclaimEndsAHalfOpenLinkAtOnce(t *testing.T) {
+	p, c, log, dest, s := dialHalfOpen(t, "go-reclaim-")
+	p.cutClientOnly(1)
+	log.await(t, pymq.StatusOpen, 2, 20*time.Second)
+	if n := p.connections(); n != 2 {
+		t.Fatalf("%d connections: the reconnection was refused while the old link was half-open", n)
+	}
+	if errs := log.errorsWith(pymq.StatusOpen); errs[1] != nil {
+		t.Fatalf("the temporary names were not kept: %v", errs[1])
+	}
 	send(t, c, dest, pymq.NewTextMessage("back"))
 	if got := expect(t, s); got.Text() != "back" {
 		t.Fatalf("got %q", got.Text())

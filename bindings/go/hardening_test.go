@@ -30,14 +30,16 @@ import (
 type statusLog struct {
 	mu     sync.Mutex
 	seen   []pymq.Status
+	errs   []error // beside each status, the error OnStatus got
 	notify chan struct{}
 }
 
 func newStatusLog() *statusLog { return &statusLog{notify: make(chan struct{}, 100)} }
 
-func (s *statusLog) record(st pymq.Status, _ error) {
+func (s *statusLog) record(st pymq.Status, err error) {
 	s.mu.Lock()
 	s.seen = append(s.seen, st)
+	s.errs = append(s.errs, err)
 	s.mu.Unlock()
 	select {
 	case s.notify <- struct{}{}:
@@ -740,4 +742,17 @@ func TestTLSToTheBrokersOwnPort(t *testing.T) {
 	}
 	log.await(t, pymq.StatusOpen, 2, 20*time.Second)
 	send2(t, c, queue(t))
+}
+
+// errorsWith are the errors OnStatus got with status st, in order (nil included).
+func (s *statusLog) errorsWith(st pymq.Status) []error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []error
+	for i, got := range s.seen {
+		if got == st {
+			out = append(out, s.errs[i])
+		}
+	}
+	return out
 }

@@ -24,6 +24,9 @@ type link struct {
 	gen     uint64
 	version string
 	session string
+	// temporary names (spec/ha.md §4.7): CONNECTED's pymq-reclaimed ("true" when this link re-claimed the
+	// lost link's temporaries' global names) and pymq-reclaim-refused (why not)
+	reclaimed, reclaimRefused string
 	// negotiated heart-beats (spec/stomp.md §6): this side sends every sendEvery, expects every expectEvery
 	sendEvery, expectEvery time.Duration
 
@@ -110,6 +113,10 @@ func (c *Conn) handshake(ctx context.Context, nc net.Conn, gen uint64) (*link, e
 	if opts.ClientID != "" {
 		headers = append(headers, stomp.Header{Name: "client-id", Value: opts.ClientID})
 	}
+	if token := c.reclaimTokenNow(); token != "" && c.fo != nil {
+		// a reconnection offers the token of the last CONNECTED: its temporaries keep their global names
+		headers = append(headers, stomp.Header{Name: "pymq-reclaim", Value: token})
+	}
 	data, err := stomp.Encode("CONNECT", headers, nil, stomp.V12)
 	if err != nil {
 		nc.Close()
@@ -177,7 +184,9 @@ func (c *Conn) handshake(ctx context.Context, nc net.Conn, gen uint64) (*link, e
 		return fail(ctx.Err())
 	}
 	l := &link{c: c, nc: nc, gen: gen, version: first.Value("version"), session: first.Value("session"),
+		reclaimed: first.Value("pymq-reclaimed"), reclaimRefused: first.Value("pymq-reclaim-refused"),
 		receipts: map[string]chan *stomp.Frame{}, done: make(chan struct{}), scanner: scanner}
+	c.keepReclaimToken(first.Value("pymq-reclaim-token"))
 	if l.version == "" {
 		l.version = stomp.V10
 	}

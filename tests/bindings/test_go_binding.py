@@ -38,6 +38,7 @@ REQUIRED = {
     # failover (spec/ha.md section 4): the URL vectors, a takeover on the same store, re-sent SENDs, giving up
     "TestFailoverURLVectors", "TestFailoverFollowsATakeover", "TestUnreceiptedSendsGoAgainOnce",
     "TestFailoverGivesUpAfterItsAttempts", "TestAClientIDTheBrokerStillHoldsIsWaitedFor",
+    "TestTemporaryNamesSurviveATakeover", "TestAReclaimEndsAHalfOpenLinkAtOnce",
     "TestASilentBrokerIsPassedOverWithinConnectionTimeout",
     # virtual hosts (spec/stomp.md section 1): the URL's path and Options.VHost
     "TestVirtualHostsKeepTheirQueuesApart",

@@ -33,7 +33,7 @@ REQUIRED = {
     "io.pymq.jms.HeartBeatTest", "io.pymq.jms.TlsTest", "io.pymq.jms.examples.SpringJmsExampleTest",
     # issue 28.5's race forced, failover (spec/ha.md section 4) against real brokers and its URL vectors
     "io.pymq.jms.ClientIdSwapTest", "io.pymq.jms.FailoverTest", "io.pymq.jms.FailoverUrlVectorsTest",
-    "io.pymq.jms.TemporaryDeleteTest", "io.pymq.jms.VhostTest",
+    "io.pymq.jms.TemporaryDeleteTest", "io.pymq.jms.VhostTest", "io.pymq.jms.TemporaryReclaimTest",
 }
 
 

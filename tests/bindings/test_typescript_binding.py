@@ -32,6 +32,8 @@ REQUIRED = ["frames.json parse vectors", "frames.json encode vectors", "murmur3.
             "the broker's own TLS and WebSocket listeners",
             # failover (spec/ha.md section 4): the URL vectors; a takeover, re-sent SENDs, giving up
             "failover URLs (spec/vectors/failover_urls.json)", "failover against real brokers",
+            # spec/ha.md section 4.7: a temporary queue's global name across a takeover, a forged token refused
+            "temporary names across a takeover (spec/ha.md §4.7)",
             # spec/stomp.md section 1: the URL's path and the vhost option
             "virtual hosts"]
 

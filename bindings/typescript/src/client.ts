@@ -23,7 +23,9 @@
  * once; messages buffered but not yet received are dropped here for the same reason, and ack()/nack() of a
  * message from the old link throws StaleMessageError; a transaction that did something is rolled back by the
  * broker (its commit() rejects with TransactionLostError; one whose receipt was lost, TransactionInDoubtError);
- * temporary queues die with the link; a non-durable topic subscription misses what was published while it
+ * temporary queues and topics keep their global names (a reconnection offers the broker's re-claim token,
+ * spec/ha.md §4.7; onStatus('open', TemporariesRenamedError) when they could not), what a temporary queue held
+ * is lost with a broker that died; a non-durable topic subscription misses what was published while it
  * was away (a durable one, with a clientId, does not).  Calls made while
  * reconnecting wait for the new link (within timeoutMs).  An ERROR frame is final: the broker refused
  * something and would refuse it again.
@@ -106,6 +108,19 @@ export class TransactionInDoubtError extends Error {
   }
 }
 
+/**
+ * The error `onStatus('open', error)` gets after a reconnection whose link did not re-claim the lost link's
+ * temporary names (spec/ha.md §4.7): the connection's temporary queues and topics have new global names, so a
+ * reply addressed to an old one (a `reply-to` sent before the loss) does not reach them; the application may
+ * ask again.  `reason` is the broker's `pymq-reclaim-refused`, or why nothing was offered.
+ */
+export class TemporariesRenamedError extends Error {
+  constructor(readonly reason: string) {
+    super(`the temporary destinations have new global names after the reconnection: ${reason}`);
+    this.name = 'TemporariesRenamedError';
+  }
+}
+
 /** A member of a failover group: how to reach it, and its own credentials (connect()'s win). */
 export interface BrokerMember {
   connector: Connector;
@@ -166,7 +181,10 @@ export interface ClientOptions {
   heartBeat?: { sendMs: number; receiveMs: number } | false;
   /** replace a lost link with backoff and subscribe again; default off */
   reconnect?: boolean | ReconnectOptions;
-  /** told of every change of status, with the cause for 'reconnecting' and 'closed' */
+  /**
+   * told of every change of status, with the cause for 'reconnecting' and 'closed', and a
+   * TemporariesRenamedError with an 'open' after a reconnection that kept no temporary names
+   */
   onStatus?: (status: Status, error?: Error) => void;
 }
 
@@ -205,6 +223,9 @@ function parseHeartBeat(value: string | undefined): [number, number] {
 class Link {
   version = '1.0';
   session = '';
+  /** CONNECTED's pymq-reclaimed ("true": the lost link's temporary names are this link's) and pymq-reclaim-refused */
+  reclaimed?: string;
+  reclaimRefused?: string;
   sendEveryMs = 0;
   expectEveryMs = 0;
   transport?: Transport;
@@ -239,10 +260,15 @@ class Link {
         ['heart-beat', `${hb.sendMs},${hb.receiveMs}`],
       ];
       if (options.clientId) headers.push(['client-id', options.clientId]);
+      const token = this.conn._reclaimOffer();
+      if (token) headers.push(['pymq-reclaim', token]); // the lost link's temporaries keep their names (spec/ha.md §4.7)
       this.transport.write(encodeFrame('CONNECT', headers, undefined, '1.2'));
       const frame = await connected;
       this.version = header(frame, 'version') ?? '1.0';
       this.session = header(frame, 'session') ?? '';
+      this.reclaimed = header(frame, 'pymq-reclaimed');
+      this.reclaimRefused = header(frame, 'pymq-reclaim-refused');
+      this.conn._keepReclaimToken(header(frame, 'pymq-reclaim-token'));
       const [cx, cy] = parseHeartBeat(header(frame, 'heart-beat'));
       this.sendEveryMs = hb.sendMs > 0 && cy > 0 ? Math.max(hb.sendMs, cy) : 0;
       this.expectEveryMs = hb.receiveMs > 0 && cx > 0 ? Math.max(hb.receiveMs, cx) : 0;
@@ -413,6 +439,8 @@ export class Connection {
   private sendNumber = 0;
   private readonly window: PendingSend[] = [];
   private windowWaiters: Array<() => void> = [];
+  /** the last CONNECTED's pymq-reclaim-token, offered by a reconnection (spec/ha.md §4.7); a secret: never logged */
+  private reclaimToken?: string;
 
   private constructor(readonly options: ClientOptions) {
     if (options.brokers?.length) this.members = options.brokers;
@@ -497,6 +525,16 @@ export class Connection {
 
   private get timeoutMs(): number {
     return this.options.timeoutMs ?? 10000;
+  }
+
+  /** @internal the token a reconnecting connection offers in its CONNECT (undefined without failover) */
+  _reclaimOffer(): string | undefined {
+    return this.fo ? this.reclaimToken : undefined;
+  }
+
+  /** @internal a CONNECTED's token (none from a broker with temporary_reclaim_ms: 0 forgets the last) */
+  _keepReclaimToken(token: string | undefined): void {
+    this.reclaimToken = token || undefined;
   }
 
   private id(prefix: string): string {
@@ -619,7 +657,8 @@ export class Connection {
       this.memberIndex = i;
       this.link = link;
       for (const p of this.window) this.transmit(p, link); // again, in order, with their dedup ids
-      this.setStatus('open');
+      this.setStatus('open', link.reclaimed === 'true' ? undefined : new TemporariesRenamedError(link.reclaimRefused
+        ?? 'no re-claim was offered or answered (a broker with temporary_reclaim_ms: 0 gives no token)'));
       const waiters = this.readyWaiters;
       this.readyWaiters = [];
       for (const w of waiters) w();

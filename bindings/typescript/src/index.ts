@@ -12,7 +12,8 @@
  */
 export {
   connect, Connection, ConnectionClosed, DEFAULT_HEART_BEAT, DEFAULT_PREFETCH, DisconnectedError, HeartBeatError,
-  SEND_WINDOW, ServerError, StaleMessageError, Subscription, Transaction, TransactionInDoubtError, TransactionLostError,
+  SEND_WINDOW, ServerError, StaleMessageError, Subscription, TemporariesRenamedError, Transaction, TransactionInDoubtError,
+  TransactionLostError,
 } from './client.js';
 export type { AckMode, BrokerMember, ClientOptions, ReconnectOptions, Status, SubscribeOptions } from './client.js';
 export {

@@ -14,6 +14,7 @@ import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import type { TestContext } from 'node:test';
 
 export interface Broker {
   host: string;
@@ -235,4 +236,41 @@ export async function startMember(dataDir: string, port: number, config: string)
       child.kill('SIGCONT');
     },
   };
+}
+
+/** A live/backup pair (spec/ha.md §1) of real members over one shared directory, with a 1 s lease. */
+export interface Pair {
+  a: Member;
+  b: Member;
+  portA: number;
+  portB: number;
+}
+
+/**
+ * Starts a live/backup pair: `a` live at `portA`, `b` waiting as its backup (it listens at `portB` once it takes
+ * over); each is killed (and the directory removed) by a function pushed on `cleanups`.  A string: why the
+ * members could not start.
+ */
+export async function startPair(cleanups: Array<() => Promise<void> | void>): Promise<Pair | string> {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'pymq-ts-ha-'));
+  cleanups.push(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const config = path.join(dir, 'ha.yaml');
+  fs.writeFileSync(config, 'ha:\n  lease_ms: 1000\n  poll_ms: 50\nheartbeat_send_ms: 500\nheartbeat_recv_ms: 500\n');
+  const shared = path.join(dir, 'shared');
+  const a = await startMember(shared, 0, config);
+  if (typeof a === 'string') return a;
+  cleanups.push(() => a.kill());
+  const portA = await a.live();
+  const portB = await freePort();
+  const b = await startMember(shared, portB, config);
+  if (typeof b === 'string') return b;
+  cleanups.push(() => b.kill());
+  return { a, b, portA, portB };
+}
+
+/** A broker (or another tool) a test needs is missing: skip the test, or fail it when CI is set. */
+export function unavailable(t: TestContext, reason: string): undefined {
+  if (inCi()) throw new Error(`${reason} (CI is set: a missing broker is a failure)`);
+  t.skip(reason);
+  return undefined;
 }

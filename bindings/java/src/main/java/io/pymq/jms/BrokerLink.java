@@ -88,6 +88,14 @@ final class BrokerLink {
     final String server;
     final String userName;
     final long timeoutMs;
+    /**
+     * Temporary names (spec/ha.md section 4.7): CONNECTED's {@code pymq-reclaim-token} (a secret: never logged;
+     * null from a broker with {@code temporary_reclaim_ms: 0}), {@code pymq-reclaimed} ("true" when this link
+     * re-claimed the lost link's temporaries' global names) and {@code pymq-reclaim-refused} (why not).
+     */
+    final String reclaimToken;
+    final String reclaimed;
+    final String reclaimRefused;
 
     private BrokerLink(Socket socket, FrameScanner scanner, Frame connected, Listener listener, long[] offered,
                        long timeoutMs) throws IOException {
@@ -101,6 +109,9 @@ final class BrokerLink {
         this.session = connected.get("session", "");
         this.server = connected.get("server", "");
         this.userName = connected.get("user-name");
+        this.reclaimToken = connected.get("pymq-reclaim-token");
+        this.reclaimed = connected.get("pymq-reclaimed");
+        this.reclaimRefused = connected.get("pymq-reclaim-refused");
         long[] theirs = parseHeartBeat(connected.get("heart-beat"));
         this.sendEvery = offered[0] == 0 || theirs[1] == 0 ? 0 : Math.max(offered[0], theirs[1]);
         this.expectEvery = offered[1] == 0 || theirs[0] == 0 ? 0 : Math.max(offered[1], theirs[0]);

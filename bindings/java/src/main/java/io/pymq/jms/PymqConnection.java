@@ -101,6 +101,8 @@ public class PymqConnection implements QueueConnection, TopicConnection {
     private final Map<String, Subscriber> subscribers = new ConcurrentHashMap<>();
     private final AtomicLong ids = new AtomicLong();
     private final Set<Destination> temporaries = ConcurrentHashMap.newKeySet();
+    /** The last CONNECTED's re-claim token (spec/ha.md section 4.7), offered by a reconnection; never logged. */
+    private volatile String reclaimToken;
     private volatile AdminChannel admin;
 
     PymqConnection(PymqConnectionFactory factory, String user, String password, boolean explicitCredentials)
@@ -180,6 +182,14 @@ public class PymqConnection implements QueueConnection, TopicConnection {
     }
 
     private BrokerLink open(String withClientId, int broker) throws JMSException {
+        return open(withClientId, broker, false);
+    }
+
+    /**
+     * Opens a link to broker {@code broker}; a reconnection ({@code reclaim}) offers the lost link's re-claim
+     * token, never a link opened beside a live one (setClientID's), which would make the broker end that one.
+     */
+    private BrokerLink open(String withClientId, int broker, boolean reclaim) throws JMSException {
         PymqConnectionFactory.Member m = brokers.get(broker);
         String login = user;
         String passcode = password;
@@ -200,9 +210,14 @@ public class PymqConnection implements QueueConnection, TopicConnection {
         if (withClientId != null) {
             headers.add(new Header("client-id", withClientId));
         }
+        String token = reclaimToken;
+        if (reclaim && failover && token != null) {
+            // the temporaries of the lost link keep their global names (spec/ha.md section 4.7)
+            headers.add(new Header("pymq-reclaim", token));
+        }
         // a group's attempts end after connectionTimeout (spec/ha.md section 4.2); a single broker has the timeout
         long connectMs = failover ? failoverOptions.attemptTimeout(factory.getTimeout()) : factory.getTimeout();
-        return BrokerLink.open(m.endpoint(), factory.sslSocketFactory(), headers, factory.heartBeat(),
+        BrokerLink opened = BrokerLink.open(m.endpoint(), factory.sslSocketFactory(), headers, factory.heartBeat(),
                 factory.getTimeout(), connectMs, new BrokerLink.Listener() {
                     @Override
                     public void message(BrokerLink from, Frame frame) {
@@ -217,9 +232,20 @@ public class PymqConnection implements QueueConnection, TopicConnection {
                         linkEnded(ended, cause, expected);
                     }
                 });
+        reclaimToken = opened.reclaimToken;
+        return opened;
     }
 
     // -- package view ---------------------------------------------------------------------------------
+    /** Tests only: the re-claim token the next reconnection offers (a test forges one). */
+    String reclaimTokenForTests() {
+        return reclaimToken;
+    }
+
+    void reclaimTokenForTests(String token) {
+        reclaimToken = token;
+    }
+
     PymqConnectionFactory factory() {
         return factory;
     }
@@ -447,6 +473,22 @@ public class PymqConnection implements QueueConnection, TopicConnection {
 
     // -- failover (spec/ha.md §4.3-4.5) ----------------------------------------------------------------------
     private void event(boolean resumed) {
+        tell(l -> {
+            if (resumed) {
+                l.transportResumed();
+            } else {
+                l.transportInterrupted();
+            }
+        });
+    }
+
+    /** The transport listeners hear that {@code renamed} have new global names (before {@code resumed}). */
+    private void renamed(Set<Destination> renamed, String why) {
+        tell(l -> l.temporariesRenamed(renamed, why));
+    }
+
+    /** Every transport listener hears {@code what}, in order, on the events thread (one failing is logged). */
+    private void tell(java.util.function.Consumer<TransportListener> what) {
         java.util.concurrent.ExecutorService e = events;
         if (e == null || transportListeners.isEmpty()) {
             return;
@@ -455,11 +497,7 @@ public class PymqConnection implements QueueConnection, TopicConnection {
             e.execute(() -> {
                 for (TransportListener l : transportListeners) {
                     try {
-                        if (resumed) {
-                            l.transportResumed();
-                        } else {
-                            l.transportInterrupted();
-                        }
+                        what.accept(l);
                     } catch (RuntimeException x) {
                         LOG.log(Level.WARNING, "a transport listener failed", x);
                     }
@@ -514,7 +552,7 @@ public class PymqConnection implements QueueConnection, TopicConnection {
                 }
                 BrokerLink fresh;
                 try {
-                    fresh = open(clientId, i);
+                    fresh = open(clientId, i, true);
                 } catch (JMSException e) {
                     last = e;
                     if (!"connect-failed".equals(e.getErrorCode()) && !stillHeld(e)) {
@@ -584,6 +622,11 @@ public class PymqConnection implements QueueConnection, TopicConnection {
         }
         for (PymqSession s : sessions) {
             s.wakeDispatcher();
+        }
+        if (!"true".equals(fresh.reclaimed) && !temporaries.isEmpty()) {
+            String why = fresh.reclaimRefused != null ? fresh.reclaimRefused
+                    : "no re-claim was offered or answered (a broker with temporary_reclaim_ms: 0 gives no token)";
+            renamed(Set.copyOf(temporaries), why);
         }
         event(true);
         // lost again between the SUBSCRIBEs and now: its end was ignored while reconnecting

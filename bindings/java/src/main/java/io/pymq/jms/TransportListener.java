@@ -17,4 +17,14 @@ public interface TransportListener {
     /** The connection is open again, on the broker the provider reached. */
     default void transportResumed() {
     }
+
+    /**
+     * Heard just before {@link #transportResumed()} when the new link could not re-claim the lost link's
+     * temporary names (spec/ha.md section 4.7: the broker refused the token, {@code why}, or gave none): these
+     * temporary queues and topics of the connection have new global names, so a reply addressed to an old one
+     * (a {@code JMSReplyTo} sent before the loss) does not reach them; the application may ask again.  Not
+     * heard when the names were kept (the provider offers the broker's token at every reconnection).
+     */
+    default void temporariesRenamed(java.util.Set<jakarta.jms.Destination> temporaries, String why) {
+    }
 }

@@ -4,6 +4,7 @@ import io.pymq.testing.Broker;
 import io.pymq.testing.Proxy;
 import jakarta.jms.Connection;
 import jakarta.jms.DeliveryMode;
+import jakarta.jms.Destination;
 import jakarta.jms.JMSException;
 import jakarta.jms.Message;
 import jakarta.jms.MessageConsumer;
@@ -21,8 +22,11 @@ import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
+import java.util.Map;
+import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.function.BooleanSupplier;
@@ -39,7 +43,7 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
  * the connection, whose URL names both, carries on without application code.
  */
 class FailoverTest {
-    private static void await(BooleanSupplier done, String what) throws InterruptedException {
+    static void await(BooleanSupplier done, String what) throws InterruptedException {
         long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
         while (!done.getAsBoolean()) {
             if (System.nanoTime() > deadline) {
@@ -49,7 +53,7 @@ class FailoverTest {
         }
     }
 
-    private static int freePort() throws Exception {
+    static int freePort() throws Exception {
         try (ServerSocket s = new ServerSocket(0)) {
             return s.getLocalPort();
         }
@@ -71,29 +75,55 @@ class FailoverTest {
         return yaml;
     }
 
+    /**
+     * A live/backup pair over one shared directory: {@code a} is live, {@code b} waits as its backup and listens
+     * at another port once it takes over; {@code url} names both, with a quick back-off.
+     */
+    record Pair(Broker.Own a, Broker.Own b, String url) {
+        static Pair start(Path dir) throws Exception {
+            Path shared = dir.resolve("shared");
+            Path yaml = haConfig(dir);
+            Broker.Own a = Broker.startMember(shared, 0, yaml);
+            String addrA = a.awaitLive(60);
+            int portB = freePort();
+            Broker.Own b = Broker.startMember(shared, portB, yaml);
+            return new Pair(a, b, "failover:(stomp://" + addrA + ",stomp://127.0.0.1:" + portB
+                    + ")?initialReconnectDelay=50&maxReconnectDelay=400&jitter=0&timeout=60000");
+        }
+    }
+
+    /** What a connection's transport listener heard: its events in order, and the temporaries renamed. */
+    static final class Heard implements TransportListener {
+        final List<String> events = new CopyOnWriteArrayList<>();
+        final Map<Set<Destination>, String> renamed = new ConcurrentHashMap<>();
+
+        @Override
+        public void transportInterrupted() {
+            events.add("interrupted");
+        }
+
+        @Override
+        public void transportResumed() {
+            events.add("resumed");
+        }
+
+        @Override
+        public void temporariesRenamed(Set<Destination> temporaries, String why) {
+            events.add("renamed");
+            renamed.put(temporaries, why);
+        }
+    }
+
     @Test
     void aTakeoverOfARealPairIsFollowedWithoutApplicationCode(@TempDir Path dir) throws Exception {
-        Path shared = dir.resolve("shared");
-        Path yaml = haConfig(dir);
-        Broker.Own a = Broker.startMember(shared, 0, yaml);
-        String addrA = a.awaitLive(60);
-        int portB = freePort();
-        Broker.Own b = Broker.startMember(shared, portB, yaml);
+        Pair pair = Pair.start(dir);
+        Broker.Own a = pair.a();
+        Broker.Own b = pair.b();
         String id = UUID.randomUUID().toString().substring(0, 8);
-        PymqConnectionFactory cf = new PymqConnectionFactory("failover:(stomp://" + addrA + ",stomp://127.0.0.1:"
-                + portB + ")?initialReconnectDelay=50&maxReconnectDelay=400&timeout=60000");
-        List<String> events = new CopyOnWriteArrayList<>();
-        cf.setTransportListener(new TransportListener() {
-            @Override
-            public void transportInterrupted() {
-                events.add("interrupted");
-            }
-
-            @Override
-            public void transportResumed() {
-                events.add("resumed");
-            }
-        });
+        PymqConnectionFactory cf = new PymqConnectionFactory(pair.url());
+        Heard transport = new Heard();
+        List<String> events = transport.events;
+        cf.setTransportListener(transport);
         Connection c = cf.createConnection();
         try {
             assertEquals(null, b.address, "the second member waits as a backup");
@@ -304,6 +334,9 @@ class FailoverTest {
                 Session s = c.createSession();
                 Queue q = s.createQueue("ha-held-" + UUID.randomUUID());
                 MessageConsumer consumer = s.createConsumer(q);
+                // without a re-claim token (a broker with temporary_reclaim_ms: 0): a re-claim would make
+                // the broker end the half-open link at once (spec/ha.md section 4.7 rule 2)
+                ((PymqConnection) c).reclaimTokenForTests(null);
                 // connection 2 carries the client id (setClientID replaced connection 1)
                 proxy.cutClientOnly(2);
                 await(() -> proxy.connections() >= 4 || !failures.isEmpty(),
@@ -324,13 +357,9 @@ class FailoverTest {
         Proxy proxy = new Proxy(Broker.address());
         PymqConnectionFactory cf = new PymqConnectionFactory("failover:(stomp://" + proxy.address()
                 + ")?initialReconnectDelay=20&maxReconnectAttempts=3");
-        List<String> events = new CopyOnWriteArrayList<>();
-        cf.setTransportListener(new TransportListener() {
-            @Override
-            public void transportInterrupted() {
-                events.add("interrupted");
-            }
-        });
+        Heard transport = new Heard();
+        List<String> events = transport.events;
+        cf.setTransportListener(transport);
         Connection c = cf.createConnection();
         List<JMSException> failures = new CopyOnWriteArrayList<>();
         c.setExceptionListener(failures::add);
@@ -372,18 +401,9 @@ class FailoverTest {
             PymqConnectionFactory cf = new PymqConnectionFactory("failover:(stomp://" + proxy.address() + ","
                     + silentUrl + ",stomp://" + Broker.address() + ")" + options);
             cf.setTimeout(30000);
-            List<String> events = new CopyOnWriteArrayList<>();
-            cf.setTransportListener(new TransportListener() {
-                @Override
-                public void transportInterrupted() {
-                    events.add("interrupted");
-                }
-
-                @Override
-                public void transportResumed() {
-                    events.add("resumed");
-                }
-            });
+            Heard transport = new Heard();
+            List<String> events = transport.events;
+            cf.setTransportListener(transport);
             Connection c = cf.createConnection();
             try {
                 c.start();
