@@ -185,7 +185,8 @@ class ConnectionSettings:
                  password: str | None = None, client_id: str | None = None, timeout: float = 10.0,
                  heartbeat: tuple[int, int] = (10_000, 10_000), prefetch: int = 1000,
                  sync_send: bool = True, host: str | None = None,
-                 tls: TlsOptions | ssl.SSLContext | None = None, vhost: str | None = None) -> None:
+                 tls: TlsOptions | ssl.SSLContext | None = None, vhost: str | None = None,
+                 coalesce_acks: bool = True) -> None:
         self.url = url
         self.group: BrokerGroup = parse_group(url)
         self.address: Address = self.group.brokers[0]
@@ -197,6 +198,10 @@ class ConnectionSettings:
         self.heartbeat = heartbeat
         self.prefetch = prefetch
         self.sync_send = sync_send
+        #: AUTO_ACKNOWLEDGE coalesces its ACKs (spec/stomp.md §5: at most AUTO_ACK_BATCH messages or
+        #: AUTO_ACK_HOLD_S later, flushed before the session sends or waits); False: one ACK per message
+        #: as it is taken (ActiveMQ's optimizeAcknowledge off)
+        self.coalesce_acks = coalesce_acks
         self.host = host
         #: the connection's own virtual host setting (spec/stomp.md §1): a member of the URL without a path
         #: is connected to it (:meth:`_vhost_at`); None: the broker's default vhost
@@ -673,13 +678,16 @@ class _AutoLedger(_DupsOkLedger):
     (spec/ha.md §4.5).  Cumulative acks are safe here because AUTO never reorders deliveries:
     ``recover()`` returns nothing of an AUTO session (the CLIENT ledger's note)."""
 
+    #: False (the connection's ``coalesce_acks=False``): one ACK per message, sent as it is taken
+    coalesce = True
+
     def consumed(self, delivery: Delivery, tx: str | None) -> Frame | None:
         return self.owe(delivery.consumer, delivery.ack, delivery.link)
 
     def owe(self, consumer: ConsumerCore, ack: Headers, link: int) -> Frame | None:
         """``consumer`` handed the application the message named by ``ack`` (of link ``link``): the
         ACK to send now, or None when it is held back (covered by a later cumulative one)."""
-        if not consumer._buffer:              # nothing more here: acknowledge now (and what was held)
+        if not consumer._buffer or not self.coalesce:   # acknowledge now (and what was held)
             if self._held:
                 self._held.pop(consumer, None)
             return Frame("ACK", ack)
@@ -774,6 +782,8 @@ class SessionCore:
         self._tx_begun_link = -1
         self._tx_links: set[int] = set()
         self._ledger: AckLedger = LEDGERS[self.ack_mode]()
+        if isinstance(self._ledger, _AutoLedger):
+            self._ledger.coalesce = connection.factory.coalesce_acks
         self._recovery: _Recovery | None = None
 
     # -- what the shell provides -------------------------------------------------------------------
@@ -873,6 +883,18 @@ class SessionCore:
         for frame, link in self._ledger.acknowledge():
             self.connection._send_on(frame, link)
 
+    def _flush_held_acks(self) -> None:
+        """AUTO_ACKNOWLEDGE: send every ACK this session holds back, now (spec/stomp.md §5): before the
+        session sends anything (a reply or a forward made after a message was processed never reaches the
+        broker before that message's ACK), before a ``receive`` of the session waits, and on ``stop``,
+        ``recover`` and ``close``.  DUPS_OK keeps its looser batching (it flushes only before its own
+        consumer waits).  Nothing held: one dict test."""
+        ledger = self._ledger
+        if not isinstance(ledger, _AutoLedger) or not ledger._held:
+            return
+        for consumer in list(ledger._held):
+            consumer._send_held_ack()
+
     def _listener_failed(self, delivery: Delivery) -> None:
         if self.connection.version == "1.0":
             return        # 1.0 has no NACK: the message returns when the subscription ends
@@ -887,6 +909,7 @@ class SessionCore:
             raise IllegalStateError("rollback() needs a transacted session")
         if not rollback and self.transacted:
             raise IllegalStateError("recover() is for non-transacted sessions; use rollback()")
+        self._flush_held_acks()          # what AUTO took is acknowledged, so it does not come again
         conn = self.connection
         with conn._link_lock:
             link = conn._link
@@ -1111,6 +1134,10 @@ class ConsumerCore:
     def _flush_held_ack(self) -> None:
         """The shell's timer: send the ACK held back for this consumer, if any (AUTO_ACKNOWLEDGE)."""
         self._ack_timer = False
+        self._send_held_ack()
+
+    def _send_held_ack(self) -> None:
+        """Send the ACK held back for this consumer, if any (AUTO_ACKNOWLEDGE)."""
         session = self._session
         with self._ack_lock:
             bound = session._ledger.before_wait(self)
@@ -1143,7 +1170,9 @@ class ConsumerCore:
                 session._consumed(delivery)
 
     def _before_wait(self) -> None:
-        """About to wait: let the broker refill credit held by batched (auto, dups-ok) acks."""
+        """About to wait: let the broker refill credit held by batched (auto, dups-ok) acks; AUTO also
+        sends what the session's other consumers hold (the application waits: nothing it did is pending)."""
+        self._session._flush_held_acks()
         with self._ack_lock:
             bound = self._session._ledger.before_wait(self)
             if bound is not None:
@@ -1190,6 +1219,7 @@ class ProducerCore:
         session = self._session
         if self._closed or session._closed:
             self._check()
+        session._flush_held_acks()       # the messages taken before this SEND are acknowledged first
         msg, frame = send_frame(self, message, destination, delivery_mode=delivery_mode, priority=priority,
                                 time_to_live=time_to_live, delivery_delay=delivery_delay)
         conn = session.connection

@@ -96,7 +96,7 @@ def connect(url: str = "vm://default", *, username: str | None = None, password:
             client_id: str | None = None, timeout: float = 10.0, heartbeat: tuple[int, int] = (10_000, 10_000),
             prefetch: int = 1000, sync_send: bool = True, host: str | None = None,
             tls: TlsOptions | ssl.SSLContext | None = None, start: bool = True,
-            vhost: str | None = None) -> Connection:
+            vhost: str | None = None, coalesce_acks: bool = True) -> Connection:
     """Open a connection (started, unless ``start=False``): ``pymq.connect("stomp://127.0.0.1:61613")``;
     in ``pymq.aio``, ``await pymq.aio.connect(url)`` or ``async with pymq.aio.connect(url) as conn``.
 
@@ -104,10 +104,12 @@ def connect(url: str = "vm://default", *, username: str | None = None, password:
     else none (the broker's guest).  TLS: a ``stomps://`` URL with its options, which ``tls=``
     (:class:`~pymq.TlsOptions` or an ``ssl.SSLContext``) overrides.  ``vhost``: the broker's virtual host
     (spec/stomp.md §1), sent as ``host:/<vhost>``: a broker URL's path (``stomp://host:port/shop``, also
-    each failover member's) wins for that broker; a member without one enters ``vhost``."""
+    each failover member's) wins for that broker; a member without one enters ``vhost``.
+    ``coalesce_acks=False``: AUTO_ACKNOWLEDGE sends one ACK per message as it is taken, instead of
+    coalescing them (spec/stomp.md §5)."""
     factory = ConnectionFactory(url, username=username, password=password, client_id=client_id,
                                 timeout=timeout, heartbeat=heartbeat, prefetch=prefetch, sync_send=sync_send,
-                                host=host, tls=tls, vhost=vhost)
+                                host=host, tls=tls, vhost=vhost, coalesce_acks=coalesce_acks)
     conn = factory.create_connection()
     if start:
         conn.start()
@@ -169,9 +171,12 @@ class Connection(ConnectionCore):
         self._started.set()
 
     def stop(self) -> None:
-        """Pause delivery; ``receive`` waits and listeners are not called until ``start``."""
+        """Pause delivery; ``receive`` waits and listeners are not called until ``start``.  What AUTO
+        sessions took is acknowledged now (their held-back ACKs are sent)."""
         self._check_usable()
         self._started.clear()
+        for session in list(self._sessions):
+            session._flush_held_acks()
 
     def close(self) -> None:
         """Close every session, say DISCONNECT (waiting for its receipt), close the transport and end
@@ -869,6 +874,7 @@ def _send_in_transaction(producer: MessageProducer, message: MessageBody,
                          delivery_mode: int | None, priority: int | None,
                          time_to_live: int | None) -> Message:
     from pymq.client.apptx import insert_pending, pending_row
+    producer._session._flush_held_acks()     # the row may commit before a held ACK would leave
     msg, target, data = pending_row(producer, message, destination, delivery_mode=delivery_mode,
                                     priority=priority, time_to_live=time_to_live)
     # the broker's SQL device's tables (its CONNECTED names their prefix), else the default ones

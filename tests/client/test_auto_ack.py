@@ -204,3 +204,154 @@ def test_a_message_taken_while_more_wait_is_acknowledged_without_another_receive
         while (m := c2.receive(2)) is not None:
             back.append(m.text)
     assert back == [f"n{i}" for i in range(1, 20)]
+
+
+def _crash(conn: pymq.Connection) -> None:
+    """The client dies: its socket shut, no DISCONNECT (a held ACK never leaves)."""
+    conn._transport._shutdown()
+    assert wait_for(lambda: conn.closed), "the connection did not notice its socket closed"
+    conn.close()
+
+
+def _left_in(broker, queue: pymq.Queue) -> list[tuple[str, bool]]:
+    """What a new connection reads from ``queue``: (text, redelivered) of each message."""
+    with pymq.connect(broker.url) as again:
+        consumer = again.create_session().create_consumer(queue)
+        back = []
+        while (m := consumer.receive(1)) is not None:
+            back.append((m.text, m.redelivered))
+    return back
+
+
+def _flush_by_send(conn, session, consumer):  # noqa: ANN001
+    # a reply: persistent, so it returns once the broker took it (the ACK before it was taken first)
+    session.create_producer(_queue()).send("the reply")
+
+
+def _flush_by_receive_elsewhere(conn, session, consumer):  # noqa: ANN001
+    assert session.create_consumer(_queue()).receive(0.2) is None    # waits on an empty queue
+    _sync(conn)
+
+
+def _flush_by_stop(conn, session, consumer):  # noqa: ANN001
+    conn.stop()
+    _sync(conn)
+
+
+def _flush_by_recover(conn, session, consumer):  # noqa: ANN001
+    session.recover()
+    _sync(conn)
+
+
+def _flush_by_consumer_close(conn, session, consumer):  # noqa: ANN001
+    consumer.close()
+
+
+def _sync(conn: pymq.Connection) -> None:
+    """A receipted frame on another session: every frame sent before it has reached the broker."""
+    conn.create_session().create_producer(_queue()).send("sync")
+
+
+FLUSH_POINTS = {"send": _flush_by_send, "receive-waits": _flush_by_receive_elsewhere, "stop": _flush_by_stop,
+                "recover": _flush_by_recover, "close": _flush_by_consumer_close}
+
+
+@pytest.mark.parametrize("point", FLUSH_POINTS)
+def test_a_held_ack_is_sent_before_the_session_goes_on(broker, monkeypatch, point):
+    """spec/stomp.md §5: AUTO_ACKNOWLEDGE holds an ACK back while more is buffered, but sends it before the
+    session sends anything (a reply made after processing a message never reaches the broker before that
+    message's ACK), before a receive of the session waits on an empty queue, and on stop, recover and
+    close: a crash right after each does not bring back the message taken before it."""
+    monkeypatch.setattr(_core, "AUTO_ACK_HOLD_S", 3600.0)   # no timer: only the flush point sends it
+    queue = _queue()
+    conn = pymq.connect(broker.url)
+    try:
+        _send(conn, queue, 10)
+        acks = _spy_acks(conn)
+        session = conn.create_session()
+        consumer = session.create_consumer(queue)
+        assert wait_for(lambda: consumer.buffered >= 5), consumer.buffered
+        assert consumer.receive(5).text == "n0"
+        assert acks == [], "the ACK of n0 was not held back (more is buffered)"
+        FLUSH_POINTS[point](conn, session, consumer)
+        assert [a["command"] for a in acks] == ["ACK"], acks
+    finally:
+        _crash(conn)
+    back = _left_in(broker, queue)
+    assert [text for text, _ in back] == [f"n{i}" for i in range(1, 10)], back
+    assert all(redelivered for _, redelivered in back), back       # delivered before the crash
+
+
+def test_aio_a_reply_never_overtakes_the_ack_of_its_request(broker, monkeypatch):
+    """The same rule in pymq.aio: the SEND of a reply goes after the held ACK of the message taken."""
+    import asyncio
+
+    monkeypatch.setattr(_core, "AUTO_ACK_HOLD_S", 3600.0)
+    queue = _queue()
+
+    async def main() -> list[str]:
+        conn = await pymq.aio.connect(broker.url)
+        order: list[str] = []
+        send_on, send = conn._send_on, conn._send
+
+        def spy_on(frame, link):  # noqa: ANN001
+            order.append(frame.command)
+            return send_on(frame, link)
+
+        def spy(frame):  # noqa: ANN001
+            order.append(frame.command)
+            return send(frame)
+
+        conn._send_on, conn._send = spy_on, spy  # type: ignore[method-assign]
+        try:
+            session = conn.create_session()
+            producer = session.create_producer(queue)
+            for i in range(10):
+                await producer.send(f"n{i}", delivery_mode=pymq.NON_PERSISTENT)
+            consumer = await session.create_consumer(queue)
+            for _ in range(500):
+                if consumer.buffered >= 5:
+                    break
+                await asyncio.sleep(0.01)
+            assert (await consumer.receive(5)).text == "n0"
+            order.clear()
+            await session.create_producer(_queue()).send("the reply", delivery_mode=pymq.NON_PERSISTENT)
+            return order
+        finally:
+            await conn.close()
+
+    assert asyncio.run(main())[:2] == ["ACK", "SEND"]
+
+
+def test_coalescing_off_acknowledges_each_message_as_it_is_taken(broker, monkeypatch):
+    """``coalesce_acks=False``: one ACK per message, each sent when receive returns it, so a crash brings
+    back only what was never taken (ActiveMQ's optimizeAcknowledge off)."""
+    monkeypatch.setattr(_core, "AUTO_ACK_HOLD_S", 3600.0)
+    queue = _queue()
+    conn = pymq.connect(broker.url, coalesce_acks=False)
+    try:
+        _send(conn, queue, 30)
+        acks = _spy_acks(conn)
+        consumer = conn.create_session().create_consumer(queue)
+        assert wait_for(lambda: consumer.buffered >= 20), consumer.buffered
+        got = [consumer.receive(5).text for _ in range(10)]
+        assert got == [f"n{i}" for i in range(10)]
+        assert [a["command"] for a in acks] == ["ACK"] * 10, acks
+        _sync(conn)
+    finally:
+        _crash(conn)
+    assert [text for text, _ in _left_in(broker, queue)] == [f"n{i}" for i in range(10, 30)]
+
+
+def test_dups_ok_keeps_its_looser_batching(broker, monkeypatch):
+    """DUPS_OK_ACKNOWLEDGE may bring a message back: its held ACK does not go before a SEND."""
+    queue = _queue()
+    with pymq.connect(broker.url) as conn:
+        _send(conn, queue, 10)
+        acks = _spy_acks(conn)
+        session = conn.create_session(pymq.DUPS_OK_ACKNOWLEDGE)
+        consumer = session.create_consumer(queue)
+        assert wait_for(lambda: consumer.buffered >= 5), consumer.buffered
+        assert consumer.receive(5).text == "n0"
+        session.create_producer(_queue()).send("the reply")
+        assert acks == [], acks
