@@ -133,6 +133,22 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
         loop = self._loop = asyncio.get_running_loop()
         connected = self._connected = loop.create_future()
         self._gone = loop.create_future()
+        try:
+            return await self._connect(connected, headers, timeout)
+        except BaseException:
+            # failed, timed out, or the task connecting was cancelled (an application's own timeout, a
+            # failover attempt given up): the socket closes now, and its close must not fail a future
+            # nobody awaits any more ("Future exception was never retrieved"; a cancelled create_connection
+            # may have closed it, and failed the future, before the cancellation reaches this line)
+            if not connected.done():
+                connected.cancel()
+            elif not connected.cancelled():
+                connected.exception()      # retrieved: what this raises says why the attempt ended
+            self._abort()
+            raise
+
+    async def _connect(self, connected: asyncio.Future[Frame], headers: dict[str, str], timeout: float) -> Frame:
+        loop = asyncio.get_running_loop()
         where = f"{self.host}:{self.port}"
         tls = self.ssl_context
         try:
@@ -159,12 +175,7 @@ class StompTransport(AsyncTransport, asyncio.Protocol):
         try:
             first = await asyncio.wait_for(asyncio.shield(connected), timeout)
         except asyncio.TimeoutError:
-            connected.cancel()      # the closing socket must not leave an exception nobody retrieves
-            self._abort()
             raise PymqTimeout(f"no CONNECTED from {where} within {timeout:g} s") from None
-        except PymqError:
-            self._abort()
-            raise
         self.version = self.conn.version
         self.session_id = first.headers.get("session", "")
         self._established = True
