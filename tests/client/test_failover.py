@@ -625,6 +625,18 @@ async def _requester(sdk: Sdk, url: str, service: pymq.Queue, events: list) -> t
     return conn, s, replies, only_named, c, producer
 
 
+async def _responder(broker, service: pymq.Queue):  # noqa: ANN001, ANN202
+    """The responder: its connection, session, consumer of ``service``, and the first of the requester's two
+    requests (its ``reply-to`` names the requester's temporary queue by its global name)."""
+    responder = await asyncio.to_thread(pymq.connect, broker.url)
+    rs = responder.create_session()
+    requests = await asyncio.to_thread(rs.create_consumer, service)
+    old = await asyncio.to_thread(requests.receive, 5)
+    await asyncio.to_thread(requests.receive, 5)
+    assert old is not None and old.reply_to.name.startswith("tmp.")
+    return responder, rs, requests, old
+
+
 def test_temporary_destinations_keep_their_names_across_a_lost_link(sdk, proxied):
     """A plain reconnect re-claims the temporaries' global names (spec/ha.md §4.7): replies the responder
     addresses to the name it got before the loss reach the requester's consumer on the new link, the one sent
@@ -637,12 +649,7 @@ def test_temporary_destinations_keep_their_names_across_a_lost_link(sdk, proxied
         events: list = []
         conn, s, replies, _, c, producer = await _requester(
             sdk, f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", service, events)
-        responder = await asyncio.to_thread(pymq.connect, broker.url)
-        rs = responder.create_session()
-        requests = await asyncio.to_thread(rs.create_consumer, service)
-        old = await asyncio.to_thread(requests.receive, 5)
-        await asyncio.to_thread(requests.receive, 5)
-        assert old is not None and old.reply_to.name.startswith("tmp.")
+        responder, rs, requests, old = await _responder(broker, service)
         proxy.cut()
         await asyncio.to_thread(rs.create_producer(old.reply_to).send, "sent while the link was down")
         proxy.restore()
@@ -676,12 +683,7 @@ def test_temporaries_whose_names_were_not_re_claimed_are_named_when_it_resumes(s
         events: list = []
         conn, s, replies, only_named, c, producer = await _requester(
             sdk, f"failover:(stomp://127.0.0.1:{proxy.port})?{FAST}", service, events)
-        responder = await asyncio.to_thread(pymq.connect, broker.url)
-        rs = responder.create_session()
-        requests = await asyncio.to_thread(rs.create_consumer, service)
-        old = await asyncio.to_thread(requests.receive, 5)
-        await asyncio.to_thread(requests.receive, 5)
-        assert old is not None and old.reply_to.name.startswith("tmp.")
+        responder, rs, requests, old = await _responder(broker, service)
         proxy.cut()
         proxy.restore()
         assert await until(lambda: [e.kind for e in events] == ["interrupted", "resumed"])
