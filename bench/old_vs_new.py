@@ -198,6 +198,7 @@ NOT_RUN = {
     "bench_spark": "a JVM Spark run of tens of minutes; the broker's side of its bulk writes and reads is "
                    "bench_bulk_write's and bench_queue_bulk's",
     "fuzz, mutation": "test tools, not benchmarks",
+    "opcodes": "a count, not a timing: run it in each tree (its docstring) and compare with --compare",
 }
 
 
