@@ -207,6 +207,13 @@ cdef class FrameScanner:
     def buffered(self):
         return PyByteArray_GET_SIZE(self._buf) - self._pos + self._have
 
+    @property
+    def body_missing(self):
+        """The pure twin's body_missing: bytes a large body being gathered still needs, NUL included."""
+        if self._body is None:
+            return 0
+        return self._p_body + self._p_length + 1 - self._have
+
     def unparsed(self):
         """The pure twin's unparsed: the bytes fed and not yet returned in a frame; None while a large
         body is gathered or after a protocol error."""

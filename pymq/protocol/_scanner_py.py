@@ -137,6 +137,14 @@ class FrameScanner:
         """Bytes held for a frame that has not completed yet."""
         return len(self._buf) - self._pos + self._have
 
+    @property
+    def body_missing(self) -> int:
+        """Bytes a large body being gathered still needs, its NUL included; 0 when none is (the
+        broker's read budget lets them in at once: they are only copied, and complete one frame)."""
+        if self._chunks is None or self._pending is None:
+            return 0
+        return self._pending[3] + self._pending[2] + 1 - self._have
+
     def unparsed(self) -> bytes | None:
         """The bytes fed and not yet returned in a frame, as they were fed; None while a large body is
         gathered (its head is parsed and gone) or after a protocol error. A connection handed to another

@@ -375,6 +375,11 @@ class StompConnection:
     def buffered(self) -> int:
         return self._scanner.buffered
 
+    @property
+    def body_missing(self) -> int:
+        """Bytes a large body being received still needs (the scanner's ``body_missing``); 0 otherwise."""
+        return self._scanner.body_missing
+
     def unparsed(self) -> bytes | None:
         """The bytes received and not yet parsed into frames (the scanner's ``unparsed``)."""
         return self._scanner.unparsed()

@@ -44,3 +44,19 @@ def test_a_read_arriving_while_one_waits_follows_it_in_order():
     parts = _feed(first, second)
     assert b"".join(parts) == first + second
     assert all(len(p) <= 16 * 1024 for p in parts)
+
+
+def test_the_rest_of_a_large_body_goes_in_at_once_and_what_follows_it_waits():
+    """A large body whose head was read is only copied until its NUL: its rest is handed over in one part
+    whatever the budget (a bulk SEND's 8 MiB were 512 turns of 16 KiB, each pausing the socket); the bytes
+    after it are handed over a budget per turn as before."""
+    protocol = _protocol(read_budget=16 * 1024)
+    session = protocol.session = Recording()
+    session.conn.body_missing = 200_000
+    read = bytes(range(256)) * 1024                       # 256 KiB: the body's last 200,000 bytes, then more
+    protocol.data_received(read)
+    assert [len(p) for p in session.parts] == [200_000]
+    session.conn.body_missing = 0                         # its frame is complete
+    fakes.clock.advance(fakes.clock.now)
+    assert b"".join(session.parts) == read
+    assert [len(p) for p in session.parts[1:]] == [16 * 1024] * 3 + [(256 * 1024 - 200_000) - 3 * 16 * 1024]

@@ -66,7 +66,7 @@ class Session:
         self.failures: list = []
         self.writable = True
         self._held = None
-        self.conn = SimpleNamespace(state=State.CONNECTED, buffered=0)
+        self.conn = SimpleNamespace(state=State.CONNECTED, buffered=0, body_missing=0)
 
     def data_received(self, data):
         self.conn.buffered += len(data) if not data.endswith(b"\x00") else -self.conn.buffered

@@ -186,6 +186,20 @@ def test_a_body_past_the_up_front_allocation_grows_as_it_arrives(codec):
     assert scanner.buffered == len(b"SEND\ncontent-length:%d\n\n" % (1 << 61)) + 100_000
 
 
+def test_body_missing_counts_what_a_large_body_still_needs(codec):
+    """``body_missing``: the bytes a large body being gathered still needs, its NUL included (the broker's
+    read budget lets exactly those in at once); 0 for a small frame not yet complete, and once complete."""
+    body = b"\x00b" * 50_000
+    data = codec.encode_frame("SEND", {"destination": "/queue/a"}, body, "1.2")
+    head = len(data) - len(body) - 1
+    scanner = codec.FrameScanner(version="1.2")
+    assert scanner.feed(data[:head + 10]) == [] and scanner.body_missing == len(body) + 1 - 10
+    assert scanner.feed(data[head + 10:-1]) == [] and scanner.body_missing == 1
+    assert scanner.feed(data[-1:])[0].body == body and scanner.body_missing == 0
+    small = codec.encode_frame("SEND", {"destination": "/queue/a"}, b"x" * 1000, "1.2")
+    assert scanner.feed(small[:-5]) == [] and scanner.body_missing == 0
+
+
 @settings(max_examples=60, deadline=None)
 @given(size=st.integers(min_value=64 * 1024 - 3, max_value=64 * 1024 + 3000),
        cuts=st.lists(st.integers(min_value=1, max_value=40_000), max_size=8),
