@@ -33,7 +33,7 @@ from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
 from pymq_server.broker.placement_rules import Ahead, Prospect
 from pymq_server.broker.queue import Entry
-from pymq_server.broker.routes import MAX_ROUTES
+from pymq_server.broker.routes import MAX_NAME, MAX_ROUTES
 from pymq_server.broker.requests import BulkSendRequest, SendRequest, SendResult, parse_send
 from pymq_server.schema import MessageSchema
 from pymq_server.broker.stored_form import stored_message
@@ -109,7 +109,7 @@ class Router:
             target = self._target(client, request, kind, name, path, create=True)
             assert target is not None and not isinstance(target, Prospect)
             route = Route(path, target, target if isinstance(target, Topic) else None)
-            if routes is not None:
+            if routes is not None and len(request.destination) <= MAX_NAME:
                 if len(routes) >= MAX_ROUTES or routes.generation != self.generation.value:
                     routes.renew(self.generation.value)     # (made something: the generation moved)
                 routes[request.destination] = route

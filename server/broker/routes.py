@@ -18,7 +18,9 @@ answers (so a revoked permission refuses the very next SEND, a deleted queue is 
 * the access control (access lists, grants, revokes, the default permissions of a reload: acl.py);
 * the owner of a temporary queue (a lost link's queue kept for a re-claim, adopted again: temporary.py).
 
-A connection keeps at most :data:`MAX_ROUTES` routes (a client naming ever new destinations holds no more).
+A connection keeps at most :data:`MAX_ROUTES` routes, each for a name of at most :data:`MAX_NAME` characters
+(a client naming ever new or very long destinations holds no more: at most about 100 KiB a connection; a
+name not kept is decided by the rules each time, with the same answer).
 """
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ V = TypeVar("V")
 
 #: routes one connection keeps; past it they are all dropped and made again as SENDs come
 MAX_ROUTES = 256
+#: the longest destination name a route (or the session's vhost name step) is kept for
+MAX_NAME = 200
 
 
 class Generation:

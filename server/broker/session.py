@@ -30,7 +30,7 @@ from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.intake import LATER, FrameIntake
 from pymq_server.broker.outlet import FrameOutlet, Link
 from pymq_server.broker.receipts import ReceiptQueue
-from pymq_server.broker.routes import MAX_ROUTES, Routes
+from pymq_server.broker.routes import MAX_NAME, MAX_ROUTES, Routes
 from pymq_server.broker.requests import (FORMAT_HEADER, AckRequest, BulkSendRequest, SendRequest, SubscribeRequest,
                                          is_bulk, parse_ack, parse_ack_upto, parse_bulk_send, parse_send,
                                          parse_subscribe, parse_unsubscribe)
@@ -113,7 +113,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
             core = self._core_names.get(destination)
             if core is None:        # (the answer depends on the name, the vhost and is_cluster: set once)
                 core = vhosts.core_name(destination, self._vh_prefix, self.is_cluster)
-                if len(self._core_names) < MAX_ROUTES:
+                if len(self._core_names) < MAX_ROUTES and len(destination) <= MAX_NAME:
                     self._core_names[destination] = core
             if core:                    # ('': the core names it as the client does)
                 headers = dict(headers)

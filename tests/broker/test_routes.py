@@ -8,7 +8,7 @@ import pytest
 from pymq.errors import AccessDenied, ResourceLimit
 from pymq_server.broker.acl import DestinationAcl
 from pymq_server.broker.auth import User
-from pymq_server.broker.routes import MAX_ROUTES
+from pymq_server.broker.routes import MAX_NAME, MAX_ROUTES
 
 from tests.broker.core_harness import Core, FakeClient
 
@@ -148,6 +148,20 @@ def test_every_owner_of_a_kept_decision_moves_the_generation(tmp_path):
         moves(lambda: destinations.delete_temp_queue(queue))
         moves(lambda: destinations.reserve_dead_letter_name("orders", "Dead.orders", persist=False))
         moves(lambda: core.broker.subscriptions.creators.__setitem__("sub:bob:feed", "bob"))
+    finally:
+        core.close()
+
+
+def test_a_long_destination_name_is_decided_each_time_not_kept(tmp_path):
+    core = Core(tmp_path, memory_only=True)
+    try:
+        long_name = "q" * MAX_NAME
+        core.queue(long_name)
+        core.queue("short")                              # (made first: a SEND that makes one renews the routes)
+        core.send(f"/queue/{long_name}", {})
+        core.send("/queue/short", {})
+        assert list(core.client.routes) == ["/queue/short"]
+        assert core.broker.destinations.queues[long_name].depth == 1
     finally:
         core.close()
 
