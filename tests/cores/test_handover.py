@@ -161,3 +161,48 @@ def test_connect_and_the_first_send_in_one_write(broker):
         c.scanner.feed(b"")
         _receipt(c, "r")
         c.sock.close()
+
+
+def test_a_tls_connection_is_not_moved_it_forwards(tmp_path):
+    """A TLS session's state cannot leave its process: a TLS connection whose first frame names the other
+    worker's queue stays and forwards (spec/cores.md §2.4); moving its socket would hand the owner TLS
+    records it cannot read."""
+    import socket as socket_mod
+    import ssl
+
+    from tests.client.tls import Authority
+    from tests.cores.conftest import start_broker, stop_broker
+    authority = Authority(tmp_path)
+    issued = authority.issue("broker", ips=("127.0.0.1",))
+    probe = socket_mod.socket()
+    probe.bind(("127.0.0.1", 0))
+    tls_port = probe.getsockname()[1]
+    probe.close()
+    cfg = tmp_path / "broker.yaml"
+    cfg.write_text(f"tls_port: {tls_port}\ntls: {{cert_file: {issued.cert}, key_file: {issued.key}}}\n")
+    broker = start_broker(str(tmp_path / "data"), "--config", str(cfg))
+    try:
+        dest = owned_by(1, prefix="/queue/handover.tls.")[0]
+        context = ssl.create_default_context(cafile=str(authority.ca_file))
+        for _ in range(200):                  # a TLS connection whose home is worker 0
+            c = RawStomp(broker.port)
+            c.sock.close()
+            raw = socket_mod.create_connection(("127.0.0.1", tls_port), timeout=5)
+            c.sock = context.wrap_socket(raw, server_hostname="127.0.0.1")
+            frame = c.connect()
+            if frame.headers.get("pymq-worker") == "0":
+                break
+            c.sock.close()
+        else:
+            raise AssertionError("no TLS connection landed on worker 0")
+        c.send_raw(c.encode("SEND", {"destination": dest, "receipt": "r1"}, b"over tls")
+                   + c.encode("SEND", {"destination": dest, "receipt": "r2"}, b"and again"))
+        _receipt(c, "r1")
+        _receipt(c, "r2")
+        consumer = broker.connect(1)
+        consumer.send("SUBSCRIBE", {"destination": dest, "id": "s"})
+        got = _frames_until(consumer, set(), 2)
+        assert [m.body for m in got] == [b"over tls", b"and again"]
+        c.sock.close()
+    finally:
+        stop_broker(broker)
