@@ -19,7 +19,9 @@ The read budget is the TCP adapter's (``read_budget`` per connection per event-l
 §10 "Fairness"), charged on what the broker does: every byte read from the socket, and
 :data:`FRAME_COST` more for every WebSocket frame decoded (a frame is parsed in Python whatever it
 carries: a client sending one-byte fragments cost the broker far more per byte than a TCP client, and on
-issue 24's main held a TCP bystander to 24 round trips in 10 s).  What is read over the budget waits for
+issue 24's main held a TCP bystander to 24 round trips in 10 s).  The rest of a large body whose head was
+read is decoded uncharged, as the TCP adapter hands it over whatever the budget (``tcp.unbudgeted``, the
+one rule); its frames still cost :data:`FRAME_COST` each.  What is read over the budget waits for
 the next turn with the socket not read; while the STOMP side pauses reading (flow control, a CONNECT
 being checked, a full outgoing buffer, its own budget) no frame is decoded at all, so the socket read
 that was in hand is all that waits.
@@ -54,7 +56,7 @@ from wsproto.events import (AcceptConnection, BytesMessage, CloseConnection, Eve
                             Request, TextMessage)
 from wsproto.utilities import LocalProtocolError, RemoteProtocolError
 
-from pymq_server.net.tcp import StompServerProtocol
+from pymq_server.net.tcp import StompServerProtocol, unbudgeted
 
 log = logging.getLogger("pymq.net.websocket")
 
@@ -205,11 +207,17 @@ class WebSocketConnection(asyncio.Protocol):
                 if not self._input:
                     break
                 data = self._input.popleft()
-                if len(data) > FEED:
+                # the rest of a large body whose head was read is decoded uncharged, in one piece as far
+                # as it was read (tcp.unbudgeted, the TCP adapter's rule); the frames carrying it still cost
+                # FRAME_COST each, and the bytes past it (its frames' heads, what follows) count as usual
+                stomp = self.stomp
+                missing = unbudgeted(stomp.session) if stomp is not None and stomp.session is not None else 0
+                size = FEED + missing
+                if len(data) > size:
                     view = data if isinstance(data, memoryview) else memoryview(data)
-                    self._input.appendleft(view[FEED:])
-                    data = view[:FEED]
-                self._spent += len(data)
+                    self._input.appendleft(view[size:])
+                    data = view[:size]
+                self._spent += len(data) - missing if len(data) > missing else 0
                 if not self._feed(data):
                     return
                 continue

@@ -68,6 +68,7 @@ class Stomp:
         self.parts: list[tuple[float, bytes]] = []
         self.transport = None
         self.pause_after: int | None = None
+        self.session = SimpleNamespace(conn=SimpleNamespace(body_missing=0))     # the scanner's, as told
 
     def connection_made(self, transport):
         self.transport = transport
@@ -166,4 +167,38 @@ def test_whole_frames_go_through_at_the_tcp_rate(upgraded):
             break
         loop.run_turn()
     loop.run_turn()
+    assert b"".join(p for _, p in conn.stomp.parts) == payload
+
+
+def test_the_rest_of_a_large_body_is_decoded_uncharged(upgraded):
+    """spec/stomp.md §10: the rest of a large body whose head was read goes in whatever the budget (the TCP
+    adapter's rule, tcp.unbudgeted): a 1 MiB frame of it is decoded in the turn it was read, where its bytes
+    charged made 64 turns of 16 KiB; what follows it is charged as usual."""
+    conn, sock, loop = upgraded
+    payload = bytes(range(256)) * 4096
+    conn.stomp.session.conn.body_missing = len(payload) + 1
+    frame = bytes([0x82, 0x80 | 127]) + len(payload).to_bytes(8, "big") + b"\0\0\0\0" + payload
+    conn.data_received(frame + fragments(b"z" * 2000))
+    assert b"".join(p for _, p in conn.stomp.parts[:1]) == payload and conn.stomp.parts[0][0] == 0
+    assert conn._spent <= BUDGET + websocket.FEED and not sock.reading       # the fragments after it wait
+
+
+def test_a_large_body_sent_in_one_byte_fragments_is_still_bounded_a_turn(upgraded):
+    """Its bytes are not charged, but each WebSocket frame decoded still is (FRAME_COST): a body declared
+    large and sent a byte a frame costs the loop no more a turn than any other one-byte fragments."""
+    conn, sock, loop = upgraded
+    conn.stomp.session.conn.body_missing = 1 << 30
+    payload = bytes(range(256)) * 40
+    conn.data_received(fragments(payload))
+    per_turn = BUDGET // websocket.FRAME_COST + 1
+    assert 0 < len(conn.stomp.parts) <= per_turn and not sock.reading
+    turns = 0
+    while not sock.reading:
+        loop.run_turn()
+        turns += 1
+        assert turns < 1000
+    counts: dict[float, int] = {}
+    for turn, _ in conn.stomp.parts:
+        counts[turn] = counts.get(turn, 0) + 1
+    assert max(counts.values()) <= per_turn, counts
     assert b"".join(p for _, p in conn.stomp.parts) == payload

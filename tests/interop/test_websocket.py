@@ -210,6 +210,46 @@ def test_frame_size_limit_is_the_tcp_one(broker_factory):
     assert "big" not in broker.broker.queues or broker.broker.queues["big"].depth == 0
 
 
+def test_a_large_body_goes_in_at_once_and_small_frames_within_the_budget(broker_factory, monkeypatch):
+    """spec/stomp.md §10, the TCP adapter's rule over a real WebSocket: the rest of a large SEND whose head
+    was read is decoded uncharged (4 MiB took at least 256 budget turns of 16 KiB, each pausing the socket),
+    while the small frames after it in the same message are still charged: at most ``read_budget`` plus one
+    feed a turn, so they still take turns of their own."""
+    from pymq_server.net import websocket
+    broker = broker_factory(**WS)
+    spent: list[int] = []                       # what each budget turn charged, recorded as it ends
+    next_turn = websocket.WebSocketConnection._next_turn
+
+    def recording(self):
+        spent.append(self._spent)
+        next_turn(self)
+    monkeypatch.setattr(websocket.WebSocketConnection, "_next_turn", recording)
+    big = bytes(range(256)) * (16 * 1024)       # 4 MiB, not UTF-8
+    small = b"".join(encode_frame("SEND", {"destination": "/queue/ws-budget", "n": str(i)}, b"s" * 200, "1.2")
+                     for i in range(500))
+    last = encode_frame("SEND", {"destination": "/queue/ws-budget", "receipt": "r-last"}, b"", "1.2")
+
+    async def go():
+        session, ws = await _open(ws_url(broker))
+        async with session:
+            client = WsStomp(ws)
+            assert (await client.connect()).command == "CONNECTED"
+            spent.clear()
+            await client.send_raw(encode_frame("SEND", {"destination": "/queue/ws-budget"}, big, "1.2") + small
+                                  + last, binary=True)                  # one WebSocket message
+            assert (await client.read(30)).headers["receipt-id"] == "r-last"
+            await ws.close()
+    run(go())
+    q = broker.broker.queues["ws-budget"]
+    assert broker.call(lambda: q.depth) == 502
+    turns = len(spent)
+    assert turns < 64, turns                    # without the rule: over 256 (4 MiB / 16 KiB)
+    budget = broker.broker.config.read_budget
+    assert max(spent) <= budget + websocket.FEED, spent
+    # the small frames were charged, the body not (the last turn's charge is not recorded: under a budget)
+    assert len(small) <= sum(spent) + budget < len(small) + 64 * 1024, spent
+
+
 def _ws_frame_head(opcode: int, length: int, mask: bytes = b"\x00\x00\x00\x00") -> bytes:
     """A client's (masked) WebSocket frame header announcing ``length`` payload bytes (RFC 6455 §5.2)."""
     import struct
