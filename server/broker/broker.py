@@ -87,7 +87,7 @@ class QueueServices:
     references, memory accounting, and the router's dead-letter and expiry moves (bound once the
     router exists: queues are made by a lower layer than the one that moves their messages)."""
 
-    __slots__ = ("clock", "now_ms", "release_reference", "message_gone", "entry_gone", "delivered", "pager",
+    __slots__ = ("clock", "now_ms", "release_reference", "message_gone", "delivered", "pager",
                  "flow", "dead_letter", "on_expired", "max_decoded", "_runtime")
 
     def __init__(self, runtime: Runtime, store: HoldingStore, flow: MemoryFlow) -> None:
@@ -97,7 +97,7 @@ class QueueServices:
         self.now_ms = now_ms
         self.release_reference, self.delivered = store.release, store.delivered
         self.pager: Pager | None = Pager(store, flow)
-        self.message_gone, self.entry_gone, self.flow = flow.message_gone, flow.entry_gone, flow
+        self.message_gone, self.flow = flow.message_gone, flow
         self.dead_letter: Callable[[Entry, str], None] = _not_wired
         self.on_expired: Callable[[Entry], None] = _not_wired
 

@@ -32,7 +32,7 @@ class Entry:
         self.stored = False          # holds a storage reference that must be removed when done
         self.first_in_group = False  # the first delivery of its group to a new owner (JMSXGroupFirstForConsumer)
         # counted in the memory flow while it lives (flow.ENTRY_OVERHEAD each): the queue uncounts it when it
-        # ends (QueueHost.entry_gone) or pages it out (backlog.Pager)
+        # ends (queue._drop) or pages it out (backlog.Pager)
         queue.host.flow.entries += 1
 
     def __repr__(self) -> str:
@@ -54,7 +54,6 @@ class QueueHost(Protocol):
 
     def message_gone(self, message: BrokerMessage) -> None: ...     # its last entry or log reference is done
 
-    def entry_gone(self, message: BrokerMessage) -> None: ...       # an entry is done (message_gone at the last)
 
     def on_expired(self, entry: Entry) -> None: ...
 

@@ -89,13 +89,11 @@ class MemoryFlow:
                               + self.entries * ENTRY_OVERHEAD) > self.config.max_memory:   # messages(), inlined
             self._above_high()
 
-    def entry_gone(self, message: BrokerMessage) -> None:
-        """One queue entry of ``message`` ended (acked, expired, dead-lettered, purged); the message goes
-        with its last entry (:meth:`message_gone`)."""
-        self.entries -= 1
-        if not message.refs:
-            self.message_gone(message)
-        elif self.high and self.messages() < self.config.max_memory * 0.8:
+    def entry_freed(self) -> None:
+        """While message memory is high, a queue entry ended (acked, expired, dead-lettered, purged) and its
+        message is still held by others: the queue uncounted it (``entries``; queue._drop, which calls
+        :meth:`message_gone` at the last entry instead), and producers resume below 80 %."""
+        if self.high and self.messages() < self.config.max_memory * 0.8:
             self._below_high()      # 19,999 subscriptions of 20,000 read a message: their entries are freed
 
     # -- what clients hold besides messages (budgets.py) ----------------------------------------------

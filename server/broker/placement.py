@@ -222,7 +222,7 @@ class Placement:
             self.dedup.remember(destination, dedup_id)
             if stored and message.persistent and self.journal is not None:
                 self.journal.note(destination, dedup_id)
-        if held and stored and message.persistent and self.visible_when_durable:
+        if self.visible_when_durable and held and stored and message.persistent:     # (the broker's, asked first)
             self._when_durable(lambda: self._enter(message, queues, outboxes, log, stored))
         else:
             self._enter(message, queues, outboxes, log, stored)

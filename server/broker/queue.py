@@ -320,7 +320,13 @@ class MessageQueue:
         if entry.stored:
             entry.stored = False
             self.host.release_reference(message, self.name)
-        self.host.entry_gone(message)          # counted, and the message gone with its last entry
+        # the entry is uncounted (flow.ENTRY_OVERHEAD each), and the message goes with its last entry
+        flow = self.host.flow
+        flow.entries -= 1
+        if not message.refs:
+            self.host.message_gone(message)
+        elif flow.high:
+            flow.entry_freed()
 
     # -- altered settings ---------------------------------------------------------------------
     def alter(self, config: QueueConfig) -> None:

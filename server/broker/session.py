@@ -78,7 +78,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
         #: what this connection's SENDs to each destination decided (router.py; valid while nothing they
         #: depend on changed: routes.py)
         self.routes = Routes()
-        #: a destination as the client names it -> the core's name, checked (vhosts.core_name; '' when the same)
+        #: a destination as the client names it -> the core's name, checked (_core_name: the name itself when the
+        #: same, '' for the broker's /pymq/ names)
         self._core_names: dict[str, str] = {}
         self._disconnected = False
         self._refused = False
@@ -107,21 +108,37 @@ class BrokerSession(FrameIntake, FrameOutlet):
 
     def _handle(self, frame: Frame) -> None:
         self.received += 1
-        headers = frame.headers
-        destination = headers.get("destination")
-        if destination is not None:
-            core = self._core_names.get(destination)
-            if core is None:        # (the answer depends on the name, the vhost and is_cluster: set once)
-                core = vhosts.core_name(destination, self._vh_prefix, self.is_cluster)
-                if len(self._core_names) < MAX_ROUTES and len(destination) <= MAX_NAME:
-                    self._core_names[destination] = core
-            if core:                    # ('': the core names it as the client does)
-                headers = dict(headers)
-                headers["destination"] = core
-                frame = Frame(frame.command, headers, frame.body)
+        # (a frame's destination is mapped into the vhost by the handlers that read one: _on_send, _named)
         extra = self._handlers[frame.command](frame)
-        if extra is not LATER and "receipt" in headers:
+        if extra is not LATER and "receipt" in frame.headers:
             self.frame_done(frame, extra)
+
+    def _core_name(self, destination: str) -> str:
+        """``destination`` as the core names it in this connection's vhost, checked (vhosts.core_name): the
+        name itself when it is the same, '' for the broker's own /pymq/ names. Kept per name (the answer
+        depends on the name, the vhost and is_cluster, each set once: enter_vhost and authenticated forget)."""
+        if destination.startswith("/pymq/"):
+            core = ""
+        else:
+            core = vhosts.core_name(destination, self._vh_prefix, self.is_cluster) or destination
+        if len(self._core_names) < MAX_ROUTES and len(destination) <= MAX_NAME:
+            self._core_names[destination] = core
+        return core
+
+    def _named(self, frame: Frame) -> Frame:
+        """``frame`` with its destination header, if it has one, as the core names it (SUBSCRIBE,
+        UNSUBSCRIBE, a range ACK; a SEND's is mapped in :meth:`_on_send`)."""
+        destination = frame.headers.get("destination")
+        if destination is None:
+            return frame
+        core = self._core_names.get(destination)
+        if core is None:
+            core = self._core_name(destination)
+        if not core or core == destination:
+            return frame
+        headers = dict(frame.headers)
+        headers["destination"] = core
+        return Frame(frame.command, headers, frame.body)
 
     def frame_done(self, frame: Frame, extra: dict[str, str] | None = None) -> None:
         receipt = frame.headers.get("receipt")
@@ -266,13 +283,20 @@ class BrokerSession(FrameIntake, FrameOutlet):
     def _on_send(self, frame: Frame) -> dict[str, str] | None:
         headers = frame.headers
         destination = headers["destination"]
-        if destination.startswith("/pymq/"):
-            if destination == ADMIN_DESTINATION:
-                self.broker.admin_frames(self, headers, frame.body)
-                return None
-            if destination.startswith("/pymq/cluster/") and self.is_cluster:
-                self.broker.cluster_control(self, headers, frame.body)
-                return None
+        core = self._core_names.get(destination)        # the vhost's name step: one look-up once decided
+        if core is None:
+            core = self._core_name(destination)
+        if core != destination:
+            if not core:                                # the broker's own /pymq/ names
+                if destination == ADMIN_DESTINATION:
+                    self.broker.admin_frames(self, headers, frame.body)
+                    return None
+                if destination.startswith("/pymq/cluster/") and self.is_cluster:
+                    self.broker.cluster_control(self, headers, frame.body)
+                    return None
+            else:                                       # a vhost's queue or topic
+                headers = dict(headers)
+                headers["destination"] = core
         if self._vh_max_memory is not None:
             # before anything is parsed or made: a refused SEND places nothing and creates no queue
             memory = self.broker.flow.vhost_memory
@@ -307,7 +331,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
 
     # -- SUBSCRIBE / UNSUBSCRIBE -------------------------------------------------------------------
     def _on_subscribe(self, frame: Frame) -> dict[str, str] | None:
-        request = parse_subscribe(frame.headers)
+        request = parse_subscribe(self._named(frame).headers)
         sub_id = request.id
         if sub_id in self.consumers:
             raise InvalidHeader(f"subscription id {sub_id!r} is already in use on this connection",
@@ -338,7 +362,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.broker.consumer_added(consumer)
 
     def _on_unsubscribe(self, frame: Frame) -> None:
-        request = parse_unsubscribe(frame.headers)
+        request = parse_unsubscribe(self._named(frame).headers)
         if request.remove_durable is not None:
             # JMS Session.unsubscribe(name): delete a durable subscription that has no consumer here
             self.broker.remove_durable(self, request.remove_durable, request.shared)
@@ -372,7 +396,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
     # -- ACK / NACK --------------------------------------------------------------------------------
     def _on_ack(self, frame: Frame) -> None:
         if "pymq-ack-upto" in frame.headers:
-            self.broker.ack_upto(self, parse_ack_upto(frame.headers))
+            self.broker.ack_upto(self, parse_ack_upto(self._named(frame).headers))
             return
         self._acknowledge(parse_ack(frame.headers, self.version))
 

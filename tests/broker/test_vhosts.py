@@ -7,6 +7,7 @@ import pymq
 import pytest
 import stomp
 from pymq.errors import AccessDenied
+from pymq.protocol.frame import Frame
 from pymq_server.broker.auth import save_user
 
 from tests.conftest import RawStomp
@@ -199,3 +200,22 @@ def test_stomp_py_selects_a_vhost_with_its_vhost_argument(broker_factory):
     refused.set_listener("collector", listener)
     with pytest.raises(stomp.exception.ConnectFailedException):
         refused.connect("guest", "guest", wait=True)
+
+
+def test_a_connections_kept_core_names_are_forgotten_when_it_enters_another_vhost(broker_factory):
+    """A session keeps what each destination is called in its vhost (the name step, decided once per connection
+    and name, session._core_name); entering a vhost forgets it, so the next SEND and SUBSCRIBE are mapped into
+    the new one (without the forgetting they would still reach the first vhost's queue)."""
+    b = broker_factory(vhosts=VHOSTS)
+    c, _ = _raw(b, "/shop")
+    _send(c, "/queue/orders", "kept")               # /queue/orders -> /queue/$vh.shop.orders, kept
+
+    def enter_books() -> str:
+        (session,) = b.broker.sessions.values()
+        session.enter_vhost("books", None)
+        return session._named(Frame("SUBSCRIBE", {"destination": "/queue/orders", "id": "1"}, b"")).headers[
+            "destination"]
+    assert b.call(enter_books) == "/queue/$vh.books.orders"
+    _send(c, "/queue/orders", "moved")
+    assert b.call(lambda: (b.broker.queues["$vh.shop.orders"].depth, b.broker.queues["$vh.books.orders"].depth)) \
+        == (1, 1)
