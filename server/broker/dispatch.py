@@ -94,35 +94,52 @@ class Dispatcher:
     def offer(self, entry: Entry, now: float) -> bool:
         """A new entry while nothing else is ready: to the consumer :meth:`dispatch` would choose for it,
         without the ready index; False when none takes it now (it waits, and dispatch decides as ever: an
-        expired message too, which dispatch expires)."""
+        expired message too, which dispatch expires).
+
+        The common case (no exclusive receiver, no group) is the rule with nothing to decide but the turn
+        and the selector: round-robin among consumers with credit, :meth:`_accepts` asked only of a
+        consumer with a selector, and :meth:`_give` reduced to the acquire; an exclusive receiver or a
+        grouped message takes :meth:`_offer_ruled`, the walk with the whole rule."""
         message = entry.message
         queue = self.queue
         if message.expires and message.expires <= queue.host.now_ms():
             return False
-        if self.exclusive or queue.config.exclusive:
-            consumers, owner = self._receivers()
-        else:
-            consumers, owner = self.consumers, None
-        plain = message.group_id is None and owner is None
+        if self.exclusive or message.group_id is not None or queue.config.exclusive:
+            return self._offer_ruled(entry, now)
+        consumers = self.consumers
+        n = len(consumers)
+        i = self._rr
+        for _ in range(n):
+            consumer = consumers[i % n]
+            i += 1
+            if consumer.can_take() and (consumer.selector is None or self._accepts(consumer, entry)):
+                self._rr = i % n
+                queue._depth_delta(1, now, arriving=1)
+                self.running = True
+                try:
+                    queue._acquire(entry, consumer, now)     # acquired the moment it arrived
+                finally:
+                    self.running = False
+                return True
+        return False
+
+    def _offer_ruled(self, entry: Entry, now: float) -> bool:
+        """:meth:`offer` for a grouped message or a queue with an exclusive receiver: the receivers of
+        :meth:`_receivers`, each asked :meth:`_accepts`, the taker given the entry by :meth:`_give`."""
+        consumers, owner = self._receivers()
         n = len(consumers)
         i = self._rr if owner is None else 0
         for _ in range(n):
             consumer = consumers[i % n]
             i += 1
-            if not consumer.can_take():
-                continue
-            # the rule reached sooner: a consumer without a selector takes any message outside a group
-            if (consumer.selector is not None or not plain) and not self._accepts(consumer, entry):
+            if not consumer.can_take() or not self._accepts(consumer, entry):
                 continue
             if owner is None:
                 self._rr = i % n
-            queue._depth_delta(1, now, arriving=1)
+            self.queue._depth_delta(1, now, arriving=1)
             self.running = True
             try:
-                if plain:
-                    queue._acquire(entry, consumer, now)     # acquired the moment it arrived
-                else:
-                    self._give(entry, consumer, owner, now)
+                self._give(entry, consumer, owner, now)
             finally:
                 self.running = False
             return True

@@ -96,7 +96,7 @@ class FrameOutlet:
         self.sent += 1
         self.link.send_message(self.conn, consumer, entry, token if self.version == "1.2" else None)
         if token is None:
-            entry.queue.complete(entry)
+            entry.queue.complete(entry, entry.acquired_at)     # auto: acknowledged as it was delivered
 
     def set_writable(self, writable: bool) -> None:
         """Backpressure from the transport: stop dispatching to this connection while its buffer is full."""

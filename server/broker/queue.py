@@ -249,14 +249,20 @@ class MessageQueue:
         consumer.deliver(entry)
 
     # -- outcomes -------------------------------------------------------------------------------
-    def complete(self, entry: Entry) -> None:
-        """The consumer acknowledged: the entry is done and its storage reference goes."""
+    def complete(self, entry: Entry, now: float | None = None) -> None:
+        """The consumer acknowledged: the entry is done and its storage reference goes. ``now``: when (an
+        auto-ack delivery is acknowledged the instant it was acquired: FrameOutlet.deliver passes that; a
+        figure moved since then means the clock's time instead)."""
         entry.state = _COMPLETED if entry.state is ACQUIRED else transition(entry.state, Event.ACK)
         self.acquired -= 1
         stats = self.stats
         stats.removed += 1
         stats.acknowledged += 1
-        self._depth_delta(-1)
+        if now is None or now != stats._depth_since:
+            self._depth_delta(-1)
+        # else: acknowledged at the instant of the last depth change (an auto-ack delivery, nothing else moved
+        # the depth since it was acquired): no time passed at the old depth and the peak saw it, so the
+        # depth figures stay as they are
         self._drop(entry)
         if self.upkeep.blocked:
             self.upkeep.maybe_unblock()

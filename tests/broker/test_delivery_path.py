@@ -1,0 +1,157 @@
+"""The delivery side's common case reached sooner, with the same outcome (dispatch.py, queue.py, outlet.py).
+
+* An auto-ack delivery is acknowledged the instant it is acquired: a queue whose auto-ack consumer takes each
+  message as it arrives never has a message waiting, so its time-weighted average depth is 0 however long the
+  MESSAGE takes to write (MessageQueue.complete(entry, now) skips the depth figures' update that would count
+  the write's time at the old depth).
+* Dispatcher.offer's plain case (no exclusive receiver, no group) and its ruled case (_offer_ruled) choose
+  what dispatch would (tests/broker/test_hand_new.py plays random runs; here the cases one by one, with the
+  round-robin turn an exclusive receiver must leave alone).
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from pymq_server.broker.dispatch import Dispatcher
+from pymq_server.broker.consumer import AUTO, CLIENT_INDIVIDUAL, Consumer
+from pymq_server.broker.message import BrokerMessage, now_ms
+from pymq_server.broker.outlet import FrameOutlet
+from pymq_server.broker.queue import MessageQueue
+from pymq_server.broker.states import COMPLETED
+from pymq_server.config import QueueConfig
+
+
+class SteppingHost:
+    """A queue's host whose monotonic clock moves one second at every reading."""
+
+    now_ms = staticmethod(now_ms)
+    pager = None
+
+    def __init__(self) -> None:
+        self.t = 100.0
+        self.flow = SimpleNamespace(entries=0, high=False)    # flow.MemoryFlow's entry count, never high
+
+    def clock(self) -> float:
+        self.t += 1.0
+        return self.t
+
+    def message_gone(self, message) -> None:
+        pass
+
+    def release_reference(self, message, queue) -> None:
+        pass
+
+    def delivered(self, message, queue, deliveries) -> None:
+        pass
+
+
+class Link:
+    def __init__(self) -> None:
+        self.sent: list = []
+
+    def send_message(self, conn, consumer, entry, ack) -> None:
+        self.sent.append((consumer.id, entry.message.seq, ack))
+
+
+class Outlet(FrameOutlet):
+    """A session's output half with a recording link (FrameOutlet.deliver as a connection runs it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.version = "1.2"
+        self.link = Link()     # type: ignore[assignment]
+        self.conn = None       # type: ignore[assignment]
+        self.deliveries = SimpleNamespace(next_token=0, tokens={})   # type: ignore[assignment]
+        self.consumers = {}
+
+
+def _message(n: int, group: str | None = None) -> BrokerMessage:
+    headers = {"n": str(n)} if group is None else {"n": str(n), "JMSXGroupID": group}
+    return BrokerMessage(n, f"ID:t-{n}", "/queue/q", n, headers, b"x", False, 4, 0, 0)
+
+
+def _queue(**config) -> tuple[MessageQueue, SteppingHost]:
+    host = SteppingHost()
+    return MessageQueue(host, "q", "/queue/q", config=QueueConfig(**config)), host   # type: ignore[arg-type]
+
+
+def test_an_idle_auto_ack_consumer_leaves_nothing_waiting_in_the_average_depth():
+    queue, host = _queue()
+    outlet = Outlet()
+    consumer = Consumer(outlet, "s1", queue, AUTO, 0)      # type: ignore[arg-type]
+    queue.add_consumer(consumer)
+    for n in range(1, 6):
+        entry = queue.enqueue(_message(n))
+        assert entry.state is COMPLETED
+    assert outlet.link.sent == [("s1", n, None) for n in range(1, 6)]
+    stats = queue.stats
+    assert queue.depth == 0 and stats.delivered == stats.acknowledged == 5 and stats.peak_depth == 1
+    # each message was counted while it was delivered (the peak) and for no time at all: the clock moved at
+    # every reading, so counting the acknowledgement at the clock's time would give a positive average
+    assert stats.average_depth(0, host.clock()) == 0.0
+
+
+def test_an_acknowledgement_after_the_depth_moved_counts_the_time_in_flight():
+    queue, host = _queue()
+    outlet = Outlet()
+    consumer = Consumer(outlet, "s1", queue, CLIENT_INDIVIDUAL, 1)    # type: ignore[arg-type]
+    queue.add_consumer(consumer)
+    first = queue.enqueue(_message(1))
+    queue.enqueue(_message(2))             # waits (prefetch 1): the depth moved after the first was acquired
+    area = queue.stats._depth_area
+    queue.complete(first, first.acquired_at)   # a stale instant: the clock's time is taken instead
+    assert queue.stats._depth_area > area
+    assert queue.stats.average_depth(queue.depth, host.clock()) > 0
+
+
+class WithoutOffer(Dispatcher):
+    """Every new entry through the ready index and dispatch: the rule itself."""
+
+    __slots__ = ()
+
+    def offer(self, entry, now) -> bool:
+        return False
+
+
+def _run(shortcut: bool) -> tuple[list, int]:
+    queue, _ = _queue()
+    if not shortcut:
+        queue.dispatcher.__class__ = WithoutOffer
+    outlet = Outlet()
+    for name in "abc":
+        queue.add_consumer(Consumer(outlet, name, queue, CLIENT_INDIVIDUAL, 10))   # type: ignore[arg-type]
+    for n, group in ((1, None), (2, "g"), (3, None), (4, "g"), (5, None), (6, "h")):
+        queue.enqueue(_message(n, group))           # plain and grouped (ruled) in turn
+    assert queue.ready.count == 0
+    # an exclusive receiver takes everything and leaves the round-robin turn where it was
+    x = Consumer(outlet, "x", queue, CLIENT_INDIVIDUAL, 10, exclusive=True)   # type: ignore[arg-type]
+    queue.add_consumer(x)
+    turn = queue.dispatcher._rr
+    queue.enqueue(_message(7))
+    queue.enqueue(_message(8))
+    assert [sub for sub, *_ in outlet.link.sent[-2:]] == ["x", "x"] and queue.dispatcher._rr == turn
+    queue.remove_consumer(x)
+    for n in (9, 10, 11):
+        queue.enqueue(_message(n))
+    return outlet.link.sent, queue.dispatcher._rr
+
+
+def test_offer_s_plain_and_ruled_cases_choose_as_dispatch_does():
+    sent, turn = _run(shortcut=True)
+    assert [sub for sub, *_ in sent[:6]] == ["a", "b", "c", "b", "c", "a"]   # g stays with b, the turn goes on
+    assert (sent, turn) == _run(shortcut=False)
+
+
+def test_a_selector_consumer_is_asked_on_the_plain_case():
+    class Odd:
+        def matches(self, values) -> bool:
+            return int(values["n"]) % 2 == 1
+
+    queue, _ = _queue()
+    outlet = Outlet()
+    odd = Consumer(outlet, "odd", queue, CLIENT_INDIVIDUAL, 10, selector=Odd())    # type: ignore[arg-type]
+    queue.add_consumer(odd)
+    assert queue.enqueue(_message(1)).consumer is odd
+    second = queue.enqueue(_message(2))
+    assert second.consumer is None and queue.ready.count == 1      # refused: it waits for dispatch
