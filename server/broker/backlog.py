@@ -168,8 +168,9 @@ class Backlog:
         the queue has consumers and nothing ready, where the entry goes out at once (the backlog is read
         back when dispatch runs low, and nothing would run dispatch for a new message that waits there)."""
         pager = self.pager
-        if pager is None or (not self.count and (not (sole and pager.flow.short())
-                                                 or (entry.queue.consumers and not entry.queue.ready.count))):
+        # (waiting consumers asked before memory: a queue being read asks flow.short() not at all)
+        if pager is None or (not self.count and ((entry.queue.consumers and not entry.queue.ready.count)
+                                                 or not (sole and pager.flow.short()))):
             return False
         self.count += 1
         runs = self.runs

@@ -178,24 +178,26 @@ def message_from_request(request: SendRequest, *, key: int, message_id: str, seq
     The message takes ``request.properties`` as its headers (a request is placed once) and writes the
     mapped fields back in canonical form, so every MESSAGE frame shows what the broker applied."""
     now = now_ms() if now is None else now
-    headers, persistent, priority, expires = request.properties, request.persistent, request.priority, request.expires
-    deliver_at, timestamp = request.deliver_at, request.timestamp
+    headers = request.properties        # (each field read by name where it is first needed: no tuple built)
+    persistent = request.persistent
     if persistent is None:
         persistent = default_persistent
+    priority = request.priority
     if priority is None:
         priority = default_priority
+    expires = request.expires
     if not expires:
         # ``expires`` wins over ``expiration`` even when it is 0; without either, the queue's TTL
         ttl = request.ttl
         expires = min(now + ttl, INT64_MAX) if ttl and expires is None else (now + default_ttl if default_ttl else 0)
+    deliver_at = request.deliver_at
     if not deliver_at:
         delay = request.delay
         deliver_at = min(now + delay, INT64_MAX) if delay else 0
     if deliver_at:
         # JMSDeliveryTime, in place of the scheduling headers the request consumed (spec/stomp.md §4)
         headers["pymq-delivery-time"] = str(deliver_at)
-    if not timestamp:
-        timestamp = now
+    timestamp = request.timestamp or now
     headers["persistent"] = "true" if persistent else "false"
     headers["priority"] = _DIGITS[priority]
     headers["timestamp"] = str(timestamp)

@@ -73,6 +73,10 @@ def _flag(headers: Mapping[str, str], name: str) -> bool:
     return value is not None and value.lower() == "true"
 
 
+#: a boolean header's two exact spellings (_bool reads every other, or refuses it)
+_BOOLS: Final = {"true": True, "false": False}
+
+
 def _bool(headers: Mapping[str, str], name: str) -> bool | None:
     value = headers.get(name)
     if not value:
@@ -144,7 +148,9 @@ def parse_send(headers: Mapping[str, str], body: bytes) -> SendRequest:
         if name not in _MAPPED:
             properties[name] = value
         elif name == "persistent":
-            persistent = _bool(headers, name)
+            persistent = _BOOLS.get(value)      # the spellings every client sends, at one look-up
+            if persistent is None:
+                persistent = _bool(headers, name)
         elif name == "priority":
             priority = _int(headers, name, 9)
         elif name == "expires":

@@ -16,8 +16,9 @@ Rules kept here (spec/stomp.md §5, §6):
 from __future__ import annotations
 
 import logging
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from pymq_server.broker.acks import DeliveryLedger
 from pymq_server.broker.auth import ANONYMOUS, User
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from pymq_server.broker.topic import Topic
 
 log = logging.getLogger("pymq.session")
+
+_NOTHING: Mapping[str, Any] = MappingProxyType({})
 
 class BrokerSession(FrameIntake, FrameOutlet):
     def __init__(self, broker: Broker, link: Link, peer_host: str | None, conn_id: str) -> None:
@@ -78,6 +81,10 @@ class BrokerSession(FrameIntake, FrameOutlet):
         #: what this connection's SENDs to each destination decided (router.py; valid while nothing they
         #: depend on changed: routes.py)
         self.routes = Routes()
+        #: names whose vhost name step is known to give the name itself: in the default vhost, every name this
+        #: connection's SENDs were routed by (a route is made only after the step passed; stale or not, the
+        #: step's answer is the name's alone); in another vhost none (a route is kept under the core's name)
+        self._stepped: Mapping[str, Any] = self.routes
         #: a destination as the client names it -> the core's name, checked (_core_name: the name itself when the
         #: same, '' for the broker's /pymq/ names)
         self._core_names: dict[str, str] = {}
@@ -254,6 +261,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
     def enter_vhost(self, vhost: str, max_memory: int | None) -> None:
         self.vhost, self._vh_prefix = vhost, vhosts.prefix(vhost)
         self._vh_max_memory = max_memory
+        self._stepped = self.routes if not self._vh_prefix else _NOTHING
         self._core_names.clear()
         self.routes.renew(-1)
 
@@ -283,20 +291,21 @@ class BrokerSession(FrameIntake, FrameOutlet):
     def _on_send(self, frame: Frame) -> dict[str, str] | None:
         headers = frame.headers
         destination = headers["destination"]
-        core = self._core_names.get(destination)        # the vhost's name step: one look-up once decided
-        if core is None:
-            core = self._core_name(destination)
-        if core != destination:
-            if not core:                                # the broker's own /pymq/ names
-                if destination == ADMIN_DESTINATION:
-                    self.broker.admin_frames(self, headers, frame.body)
-                    return None
-                if destination.startswith("/pymq/cluster/") and self.is_cluster:
-                    self.broker.cluster_control(self, headers, frame.body)
-                    return None
-            else:                                       # a vhost's queue or topic
-                headers = dict(headers)
-                headers["destination"] = core
+        if destination not in self._stepped:            # the vhost's name step, unless a route says it is done
+            core = self._core_names.get(destination)
+            if core is None:
+                core = self._core_name(destination)
+            if core != destination:
+                if not core:                            # the broker's own /pymq/ names
+                    if destination == ADMIN_DESTINATION:
+                        self.broker.admin_frames(self, headers, frame.body)
+                        return None
+                    if destination.startswith("/pymq/cluster/") and self.is_cluster:
+                        self.broker.cluster_control(self, headers, frame.body)
+                        return None
+                else:                                   # a vhost's queue or topic
+                    headers = dict(headers)
+                    headers["destination"] = core
         if self._vh_max_memory is not None:
             # before anything is parsed or made: a refused SEND places nothing and creates no queue
             memory = self.broker.flow.vhost_memory

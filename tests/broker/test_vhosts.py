@@ -219,3 +219,16 @@ def test_a_connections_kept_core_names_are_forgotten_when_it_enters_another_vhos
     _send(c, "/queue/orders", "moved")
     assert b.call(lambda: (b.broker.queues["$vh.shop.orders"].depth, b.broker.queues["$vh.books.orders"].depth)) \
         == (1, 1)
+
+
+def test_a_vhosts_core_name_sent_literally_is_refused_after_a_send_was_routed_under_it(broker_factory):
+    """A SEND in the default vhost skips the name step for a name its connection was routed by (the route is
+    kept under the name as sent); in a vhost routes are kept under the core's name, which a client may not
+    send: it is refused even once a route holds it."""
+    b = broker_factory(vhosts=VHOSTS)
+    c, _ = _raw(b, "/shop")
+    _send(c, "/queue/orders", "routed")             # a route under /queue/$vh.shop.orders
+    c.send("SEND", {"destination": "/queue/$vh.shop.orders", "receipt": "r"}, b"literal")
+    frame = c.read()
+    assert frame.command == "ERROR" and frame.headers["pymq-code"] == "invalid-destination", frame
+    assert b.call(lambda: b.broker.queues["$vh.shop.orders"].depth) == 1
