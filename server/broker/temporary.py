@@ -161,6 +161,15 @@ class TemporaryNames:
             self.lost[names] = now
 
 
+class Orphaned(NamedTuple):
+    """The owner of a lost link's queue kept for a re-claim (spec/ha.md §4.7): no connection, in the lost
+    link's vhost.  A SEND to the queue's global name reaches it from that vhost only, as while the link lived
+    (``vhosts.same_vhost``: without it an orphan looked like the default vhost's, refusing its own vhost's
+    replies and taking another's); nobody may consume from it until the re-claim (it is no client)."""
+
+    vhost: str
+
+
 def _worker(conn_id: str) -> str:
     return conn_id[:conn_id.index("c")]
 
@@ -204,7 +213,7 @@ class Temporaries:
                 self.delete_temp_queue(queue)
             return 0
         for queue in queues.values():
-            queue.owner = None
+            queue.owner = Orphaned(getattr(queue.owner, "vhost", vhosts.DEFAULT))
         self.generation.bump()      # a SEND's kept route to one of them asked its owner's vhost (routes.py)
         self._orphan_generation += 1
         self.orphaned[names] = (self._orphan_generation, dict(queues))

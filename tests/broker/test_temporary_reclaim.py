@@ -128,9 +128,10 @@ def test_names_ended_by_disconnect_are_not_re_claimed_even_in_the_first_window(h
 
 # -- end to end ----------------------------------------------------------------------------------------------
 
-def _connect(port: int, user: str = "guest", token: str | None = None) -> tuple[RawStomp, dict]:
+def _connect(port: int, user: str = "guest", token: str | None = None, host: str = "/") -> tuple[RawStomp, dict]:
     client = RawStomp(port)
     headers = {"pymq-reclaim": token} if token is not None else {}
+    headers["host"] = host
     frame = client.connect(login=user, passcode=user + "pw" if user != "guest" else "guest", **headers)
     assert frame.command == "CONNECTED", frame
     return client, frame.headers
@@ -148,8 +149,8 @@ def _reply_to(client: RawStomp, local: str = "reply") -> str:
     return got["MESSAGE"].headers["reply-to"]
 
 
-def _reply(port: int, destination: str) -> object:
-    responder, _ = _connect(port)
+def _reply(port: int, destination: str, host: str = "/") -> object:
+    responder, _ = _connect(port, host=host)
     responder.send("SEND", {"destination": destination, "receipt": "answer"}, b"the reply")
     frame = responder.read(10)
     responder.close()
@@ -268,6 +269,30 @@ def test_a_lost_link_s_queue_keeps_its_messages_and_takes_replies_until_the_re_c
     second.send("SUBSCRIBE", {"destination": "/temp-queue/unacked", "id": "u"})
     frame = second.read(10)
     assert frame.body == b"delivered, not acknowledged" and frame.headers.get("redelivered") == "true", frame
+    second.close()
+
+
+@pytest.mark.parametrize("vhost, other", [("/", "shop"), ("shop", "/")])
+def test_a_kept_queue_takes_replies_from_its_own_vhost_only(broker_factory, vhost, other):
+    """Kept for a re-claim, a lost link's queue is owned by nobody but stays in the link's vhost: a reply to
+    its global name reaches it from that vhost as while the link lived, and another vhost's client hears
+    `unknown-destination` as for a name that does not exist there. Before, an orphan had no vhost: replies
+    from 'shop' were refused meanwhile, and a client of '/' reached 'shop''s kept queues."""
+    broker = broker_factory(vhosts={"shop": ["*"]})
+    first, connected = _connect(broker.port, host=vhost)
+    old = _reply_to(first)
+    first.close()                                            # lost without DISCONNECT
+    assert _until(lambda: _kept(broker, old))
+    frame = _reply(broker.port, old, host=other)
+    assert frame.command == "ERROR" and frame.headers["pymq-code"] == "unknown-destination", frame
+    assert _reply(broker.port, old, host=vhost).command == "RECEIPT"
+    second, connected = _connect(broker.port, token=connected["pymq-reclaim-token"], host=vhost)
+    assert connected["pymq-reclaimed"] == "true"
+    second.send("SUBSCRIBE", {"destination": "/temp-queue/reply", "id": "k"})
+    frame = second.read(10)
+    assert frame.command == "MESSAGE" and frame.body == b"the reply", frame
+    with pytest.raises(TimeoutError):                        # the other vhost's reply went nowhere
+        second.read(0.3)
     second.close()
 
 
