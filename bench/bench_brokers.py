@@ -54,7 +54,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loadclient import Endpoint, LoadSpec, RunResult, run_load, uvloop  # noqa: E402
 
 CLIENTS = ("asyncio", "go")
-from peers import BROKERS, Broker, PeerUnavailable, PymqBroker, machine_busy_seconds  # noqa: E402
+from peers import (BROKERS, Broker, PeerUnavailable, PymqBroker, machine_busy_seconds, own_cpu_seconds,  # noqa: E402
+                   process_tree)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -198,8 +199,16 @@ def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_b
     def sample():
         return b.cpu_seconds(), sum(x.cpu_seconds() for x in all_brokers), machine_busy_seconds(), time.monotonic()
 
-    at_start = []
-    r = load_runner(client)(endpoint(b), spec, on_started=lambda: at_start.append(sample()))
+    def processes() -> dict[int, float]:
+        """CPU seconds of each process of the broker (a multi-worker pymq: the supervisor and each worker)."""
+        if b.proc is None:
+            return {}
+        return {pid: own_cpu_seconds(pid) for pid in process_tree(b.proc.pid)}
+
+    at_start: list = []
+    procs_start: list[dict[int, float]] = []
+    r = load_runner(client)(endpoint(b), spec,
+                            on_started=lambda: (procs_start.append(processes()), at_start.append(sample())))
     row = Row(b.name, w.key, w.title, r, client=client)
     if at_start:
         cpu0, brokers0, busy0, t0 = at_start[0]
@@ -211,6 +220,12 @@ def run_one(b: Broker, w: Workload, quick: bool, run_id: str, window: int, all_b
         # figures suspect.
         others = busy1 - busy0 - (brokers1 - brokers0) - r.producer_cpu_s - r.consumer_cpu_s
         row.other_cpu_pct = max(0.0, 100.0 * others / (t1 - t0)) if t1 > t0 else 0.0
+        procs1 = processes()
+        if len(procs1) > 1 and procs_start:
+            # where a multi-process broker's CPU went, busiest process first (with one destination: the
+            # worker that owns it, then the idle worker and the supervisor)
+            row.extra["process_cpu_s"] = sorted((round(c - procs_start[0].get(pid, 0.0), 3)
+                                                 for pid, c in procs1.items()), reverse=True)
     return row
 
 
@@ -779,6 +794,8 @@ def main(argv=None) -> int:
                             f"  p99 {r.lat_p99_us / 1000:7.2f} ms  broker {row.broker_cpu_us_per_msg:6.1f} µs/msg"
                             f"  client cpu {r.producer_cpu_pct:.0f}%/{r.consumer_cpu_pct:.0f}%"
                             f"  others {row.other_cpu_pct:.0f}%"
+                            + ("  processes " + "/".join(f"{c:.2f}" for c in row.extra["process_cpu_s"]) + " s"
+                               if "process_cpu_s" in row.extra else "")
                             + (f"  LOST {r.lost}" if r.lost else "")
                             + (f"  DUP {r.duplicated}" if r.duplicated else "")
                             + (f"  ERRORS {r.errors}" if r.errors else ""))

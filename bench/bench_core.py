@@ -29,6 +29,7 @@ import time
 
 from pymq.protocol.scanner import encode_frame
 from pymq_server.app import BrokerServer
+from pymq_server.broker.session import BrokerSession
 from pymq_server.config import BrokerConfig
 from pymq_server.net.tcp import StompServerProtocol
 
@@ -70,8 +71,8 @@ class CountingTransport:
         pass
 
 
-def _connect(broker, loop) -> tuple[StompServerProtocol, CountingTransport]:
-    proto = StompServerProtocol(broker, loop)
+def _connect(broker, loop, session_type=None) -> tuple[StompServerProtocol, CountingTransport]:
+    proto = StompServerProtocol(broker, loop, session_type or BrokerSession)
     transport = CountingTransport()
     proto.connection_made(transport)
     proto.data_received(encode_frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
@@ -87,8 +88,25 @@ async def _settle(condition, limit: float = 30.0) -> None:
         await asyncio.sleep(0)
 
 
-async def run_workload(name: str, messages: int, data_dir: str) -> tuple[float, float]:
-    """(CPU µs per delivered message over the run, the same for the cheapest batch of the run)."""
+def _home_sessions(workers: int, destination: str, loop):  # type: ignore[no-untyped-def]
+    """The session type of the worker of ``workers`` that owns ``destination`` (spec/cores.md §2.4: after a
+    hand-over, or accepted there, a one-destination connection runs entirely in that worker)."""
+    import functools
+
+    from pymq_server.cores.home import HomeSession
+    from pymq_server.cores.mesh import Mesh
+    from pymq_server.cores.ownership import Ownership
+    owner = Ownership(0, workers, "bench").owner(destination)
+    mesh = Mesh(owner, workers, tempfile.gettempdir(), "bench", loop, 1 << 20)
+    return functools.partial(HomeSession, mesh)
+
+
+async def run_workload(name: str, messages: int, data_dir: str, workers: int = 1) -> tuple[float, float]:
+    """(CPU µs per delivered message over the run, the same for the cheapest batch of the run).
+
+    ``workers`` > 1: every connection is the session of a multi-worker broker's worker (HomeSession) at the
+    worker that owns the destination, which is where a one-destination load runs after its hand-over; the
+    difference to ``workers`` 1 is what worker mode costs per message in the adopting worker."""
     persistent = name == "q-persist"
     storage = {} if persistent else {"devices": {"memory": {"kind": "memory"}}}
     config = BrokerConfig.from_dict(dict(host="127.0.0.1", port=0, data_dir=data_dir, storage=storage,
@@ -101,14 +119,15 @@ async def run_workload(name: str, messages: int, data_dir: str) -> tuple[float, 
     destination = f"/topic/bench-{name}" if topic else f"/queue/bench-{name}"
     client_acks = name in ("q-client", "q-persist", "q-cumulative")
     ack_every = ACK_BATCH if name == "q-cumulative" else 1
+    session_type = _home_sessions(workers, destination, loop) if workers > 1 else None
     consumers = []
     for i in range(4 if topic else 1):
-        proto, transport = _connect(broker, loop)
+        proto, transport = _connect(broker, loop, session_type)
         mode = ("client" if ack_every > 1 else "client-individual") if client_acks else "auto"
         headers = {"destination": destination, "id": f"s{i}", "ack": mode, "prefetch-count": "0"}
         proto.data_received(encode_frame("SUBSCRIBE", headers, b"", "1.2"))
         consumers.append((proto, transport))
-    producer, ptransport = _connect(broker, loop)
+    producer, ptransport = _connect(broker, loop, session_type)
     # authentication runs in a worker thread: start only once every subscription exists
     await _settle(lambda: producer.session.user is not None and all(p.session.consumers for p, _ in consumers))
     body = b"x" * 128
@@ -154,6 +173,8 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=50_000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--workloads", default="q-auto,q-client,q-persist,topic4")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="> 1: the sessions of that many workers' broker, at the destination's owner")
     args = ap.parse_args()
     import pymq_server
     print(f"broker core from {os.path.dirname(pymq_server.__file__)}; {args.messages} messages x "
@@ -163,7 +184,7 @@ def main() -> None:
         best = []
         for _ in range(args.rounds):
             with tempfile.TemporaryDirectory(prefix="pymq-bench-core-") as tmp:
-                overall, cheapest = asyncio.run(run_workload(name, args.messages, tmp))
+                overall, cheapest = asyncio.run(run_workload(name, args.messages, tmp, args.workers))
             figures.append(overall)
             best.append(cheapest)
         print(f"  {name:10s} median {statistics.median(figures):6.2f} µs/msg   "

@@ -3,6 +3,7 @@
     python bench/opcodes.py [--workload q-auto] [--json out.json] [--top 30]
     PYTHONPATH=<dir linking pymq, pymq_server> python bench/opcodes.py --json old.json   # another tree
     python bench/opcodes.py --compare old.json new.json                                  # per function
+    python bench/opcodes.py --workers 2 --json w2.json     # the session of a 2-worker broker's owning worker
 
 Runs bench_core's workload (real sessions, no sockets) at 1,000 and 2,000 messages under ``sys.settrace``
 with opcode events and counts the bytecodes each function executes; the difference over 1,000 is the cost of
@@ -30,7 +31,7 @@ LOOP = frozenset({"base_events.py", "events.py", "selectors.py", "tasks.py", "be
                   "futures.py", "runners.py", "opcodes.py"})
 
 
-def count(workload: str, messages: int) -> collections.Counter[str]:
+def count(workload: str, messages: int, workers: int = 1) -> collections.Counter[str]:
     counts: collections.Counter[str] = collections.Counter()
 
     def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
@@ -47,7 +48,7 @@ def count(workload: str, messages: int) -> collections.Counter[str]:
     with tempfile.TemporaryDirectory() as tmp:
         sys.settrace(tracer)
         try:
-            asyncio.run(bench_core.run_workload(workload, messages, tmp))
+            asyncio.run(bench_core.run_workload(workload, messages, tmp, workers))
         finally:
             sys.settrace(None)
     return counts
@@ -62,6 +63,8 @@ def split(per: dict[str, float]) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", default="q-auto")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="> 1: the sessions of a multi-worker broker at the destination's owner (after a hand-over)")
     ap.add_argument("--json", help="write the per-function figures here")
     ap.add_argument("--top", type=int, default=0, help="print the N dearest functions")
     ap.add_argument("--compare", nargs=2, metavar=("OLD", "NEW"), help="two --json files: per-function differences")
@@ -75,7 +78,7 @@ def main() -> None:
                 print(f"{delta:+8.1f} {old.get(key, 0):8.1f} {new.get(key, 0):8.1f}  {key}")
         print(f"broker bytecodes per message: old {split(old)[0]:.0f}, new {split(new)[0]:.0f}")
         return
-    small, large = count(a.workload, 1000), count(a.workload, 2000)
+    small, large = count(a.workload, 1000, a.workers), count(a.workload, 2000, a.workers)
     per = {k: (large[k] - small[k]) / 1000 for k in set(small) | set(large)}
     broker, loop = split(per)
     print(f"{a.workload}: {broker:.0f} broker bytecodes per message (event loop and bench: {loop:+.0f})")

@@ -85,6 +85,16 @@ def cpu_seconds(root: int) -> float:
     return total / CLK_TCK
 
 
+def own_cpu_seconds(pid: int) -> float:
+    """utime + stime (seconds) of one process (its threads included, its children not); 0 once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            rest = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(rest[11]) + int(rest[12])) / CLK_TCK
+
+
 def machine_busy_seconds() -> float:
     """CPU seconds spent busy by all cores so far (/proc/stat: everything but idle and iowait)."""
     with open("/proc/stat") as f:

@@ -44,6 +44,11 @@ class ReceiptQueue:
     def waiting(self) -> bool:
         return bool(self._waiting)
 
+    @property
+    def pending(self) -> int:
+        """How many receipts wait for their barrier (server/cores/home.py: when a connection starts to span workers)."""
+        return len(self._waiting)
+
     def receipt(self, receipt_id: str, extra: dict[str, str] | None = None) -> None:
         if self.unsynced:
             self.unsynced = False

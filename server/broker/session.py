@@ -132,6 +132,11 @@ class BrokerSession(FrameIntake, FrameOutlet):
             self._core_names[destination] = core
         return core
 
+    def _first_sight(self, destination: str, frame: Frame) -> str | None:
+        """A SEND's destination not seen before: its core name (:meth:`_core_name`). None: ``frame`` was handled
+        otherwise (a subclass's hook, called once per name and not per frame)."""
+        return self._core_name(destination)
+
     def _named(self, frame: Frame) -> Frame:
         """``frame`` with its destination header, if it has one, as the core names it (SUBSCRIBE,
         UNSUBSCRIBE, a range ACK; a SEND's is mapped in :meth:`_on_send`)."""
@@ -294,7 +299,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
         if destination not in self._stepped:            # the vhost's name step, unless a route says it is done
             core = self._core_names.get(destination)
             if core is None:
-                core = self._core_name(destination)
+                core = self._first_sight(destination, frame)
+                if core is None:
+                    return LATER    # handled otherwise (a multi-worker broker's session: server/cores/home.py)
             if core != destination:
                 if not core:                            # the broker's own /pymq/ names
                     if destination == ADMIN_DESTINATION:

@@ -127,5 +127,9 @@ class Transactions:
     def __len__(self) -> int:
         return len(self._open)
 
+    def with_operations(self) -> list[str]:
+        """The open transactions that hold an operation (server/cores/home.py: they are fixed to this worker)."""
+        return [tx for tx, ops in self._open.items() if ops]
+
     def __contains__(self, tx: object) -> bool:
         return tx in self._open

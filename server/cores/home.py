@@ -12,6 +12,13 @@ owner that was sent frames since the previous receipt — the owner the frame it
 with its own RECEIPT (carrying the message id), the others get a barrier (a SEND to
 shadow.BARRIER with a receipt), answered after their store's barrier. Gates open in order.
 
+One path per connection. A connection whose destinations are all this worker's (accepted here, or handed
+over to here: every one-destination connection) runs exactly the one-process path: :class:`HomeSession`
+overrides nothing a SEND, an ACK or a message goes through; it asks a destination's owner once per name,
+where the session maps a SEND's name into its vhost (``_first_sight``), and at each SUBSCRIBE. The first
+name owned elsewhere (or the admin destination) makes it a :class:`SpanningSession` for good, which decides
+every frame as below.
+
 Transactions. A transaction's operations must all go to one worker: the first SEND or ACK of a
 transaction fixes it (BEGIN is forwarded to that owner then); a later operation for another worker is
 refused with an ERROR naming both workers and destinations, and the connection closes: nothing of the
@@ -31,7 +38,7 @@ from pymq.protocol.scanner import FrameScanner, encode_frame
 from pymq_server.admin import stomp_admin
 from pymq_server.admin.stomp_admin import ADMIN_DESTINATION
 from pymq_server.broker.clients import own_reply_to
-from pymq_server.broker.segments import IpcPieces
+from pymq_server.broker.intake import LATER
 from pymq_server.broker.session import BrokerSession
 from pymq_server.cores import handover
 from pymq_server.cores.envelope import Kind
@@ -75,93 +82,52 @@ class HomeSession(BrokerSession):
         super().__init__(broker, link, peer_host, f"w{mesh.me}{conn_id}")
         mesh.homes[self.id] = self
 
-    # -- output backpressure reaches the owners --------------------------------------------------------
-    @property
-    def writable(self) -> bool:
-        return self._writable
-
-    @writable.setter
-    def writable(self, value: bool) -> None:
-        if value == self._writable:
-            return
-        self._writable = value
-        kind = Kind.DRAINED if value else Kind.FULL
-        for owner in self.opened:
-            self.mesh.send(owner, kind, self.me, self.id)
-
-    def send_frame(self, command: str, headers: dict, body: bytes | IpcPieces = b"") -> None:
-        if command == "CONNECTED":
-            headers["pymq-worker"] = str(self.me)   # which worker is this connection's home (tests, ops)
-            # how many there are: with the owner rule (spec/cores.md §2.2) a reader such as the JVM Spark
-            # connector finds which worker owns a destination and connects there (spec/spark.md §2)
-            headers["pymq-workers"] = str(self.mesh.ownership.workers)
-        super().send_frame(command, headers, body)
-
     def connected(self, version: str, headers: dict[str, str], to_client: int, to_server: int) -> None:
         self.heartbeats = (to_client, to_server)    # what a hand-over carries (handover.py)
+        headers["pymq-worker"] = str(self.me)       # which worker is this connection's home (tests, ops)
+        # how many there are: with the owner rule (spec/cores.md §2.2) a reader such as the JVM Spark
+        # connector finds which worker owns a destination and connects there (spec/spark.md §2)
+        headers["pymq-workers"] = str(self.mesh.ownership.workers)
         super().connected(version, headers, to_client, to_server)
 
-    def _on_send(self, frame: Frame) -> dict[str, str] | None:
-        if frame.headers["destination"] == ADMIN_DESTINATION:
-            # run where the queue it names lives, or in every worker (server/cores/admin.py)
-            stomp_admin.handle(self, frame.headers, frame.body, submit=self.mesh.admin.submit)
+    # -- the first name owned elsewhere ----------------------------------------------------------------
+    def _first_sight(self, destination: str, frame: Frame) -> str | None:
+        """A SEND's destination this connection has not named before (BrokerSession._on_send)."""
+        if destination == ADMIN_DESTINATION or self.mesh.ownership.owner(destination) != self.me:
+            self._decide_from_now(frame)
             return None
-        return super()._on_send(frame)
+        return super()._first_sight(destination, frame)
 
-    # -- the one decision ------------------------------------------------------------------------------
-    def _handle(self, frame: Frame) -> None:
-        command = frame.command
+    def _on_subscribe(self, frame: Frame) -> dict[str, str] | None:
+        if self.mesh.ownership.owner(frame.headers["destination"]) != self.me:
+            self._decide_from_now(frame)
+            return LATER
+        return super()._on_subscribe(frame)
+
+    def _on_unsubscribe(self, frame: Frame) -> None:
         headers = frame.headers
-        owner = self.me
-        if command == "SEND":
-            owner = self.mesh.ownership.owner(headers["destination"])
-            if owner != self.me:
-                if not self._stay and handover.movable(self):
-                    self._move(owner, frame)
-                    return
-                frame = self._own_reply_to(frame)
-        elif command == "SUBSCRIBE":
-            owner = self.mesh.ownership.owner(headers["destination"])
-            if owner != self.me and not self._stay and handover.movable(self):
-                self._move(owner, frame)
-                return
-            sub_id = headers.get("id") or headers["destination"]
-            if sub_id in self._remote_subs or (owner != self.me and sub_id in self.consumers):
-                raise InvalidHeader(f"subscription id {sub_id!r} is already in use on this connection",
-                                    header="id")
-            if owner != self.me:
-                self._remote_subs[sub_id] = owner
-        elif command == "UNSUBSCRIBE":
-            sub_id = headers.get("id") or headers.get("destination") or ""
-            remote = self._remote_subs.pop(sub_id, None)
-            if remote is not None:
-                owner = remote
-            elif "destination" in headers and sub_id not in self.consumers:
-                owner = self.mesh.ownership.owner(headers["destination"])   # a durable one, by name
-        elif command == "ACK" or command == "NACK":
-            owner = self._ack_owner(headers)
-        elif command == "COMMIT" or command == "ABORT":
-            self._end_transaction(frame)
+        destination = headers.get("destination")
+        if (destination is not None and (headers.get("id") or destination) not in self.consumers
+                and self.mesh.ownership.owner(destination) != self.me):
+            self._decide_from_now(frame)            # a durable subscription's end, by name, at its owner
             return
-        elif command == "DISCONNECT":
-            self._disconnect(frame)
-            return
-        tx = headers.get("transaction") if command in ("SEND", "ACK", "NACK") else None
-        if tx is not None:
-            self._transaction_op(tx, owner, frame)
-        receipt = headers.get("receipt")
-        if owner == self.me:
-            if receipt is not None and command not in ("CONNECT", "STOMP"):
-                self._gate(receipt, None)
-            super()._handle(frame)
-            return
-        self.received += 1
-        self._forward(owner, frame)
-        if receipt is not None:
-            self._gate(receipt, owner)
-            self.receipts.receipt(receipt)      # the local part: this connection's own writes here
-        else:
-            self._touched.add(owner)
+        super()._on_unsubscribe(frame)
+
+    def _decide_from_now(self, frame: Frame) -> None:
+        self._span()
+        self.received -= 1          # counted by the session's _handle, which this frame leaves
+        self._handle(frame)         # SpanningSession's: the decision (a hand-over, or forwarding)
+
+    def _span(self) -> None:
+        """From here on every frame is decided (SpanningSession). What was done before was all here: the
+        receipts still waiting are this worker's alone, and a transaction that holds operations stays here."""
+        self.__class__ = SpanningSession
+        # the session's command table holds methods bound before: bind them again (SEND is SpanningSession's)
+        self._handlers = {command: getattr(self, method.__name__) for command, method in self._handlers.items()}
+        self._writable = self.__dict__.pop("writable", True)
+        self._ungated = self.receipts.pending
+        for tx in self.transactions.with_operations():
+            self._tx_owner[tx] = (self.me, f"its operations before on worker w{self.me}")
 
     def _ack_owner(self, headers: dict[str, str]) -> int:
         if "pymq-ack-upto" in headers:
@@ -263,17 +229,6 @@ class HomeSession(BrokerSession):
         self.mesh.send(owner, Kind.FRAME, self.me, self.id,
                        encode_frame("SEND", {"destination": BARRIER, "receipt": gate.receipt_id}, b"",
                                     self.version))
-
-    def write_receipt(self, receipt_id: str, extra: dict[str, str] | None) -> None:
-        """The local receipt queue's answer: the local part of the oldest gate waiting for it."""
-        if not self._local_gates:
-            super().write_receipt(receipt_id, extra)
-            return
-        gate = self._local_gates.popleft()
-        if extra:
-            gate.extra.update(extra)
-        gate.waiting -= 1
-        self._open_gates()
 
     def _open_gates(self) -> None:
         gates = self._gates
@@ -380,3 +335,101 @@ class HomeSession(BrokerSession):
         self._gates.clear()
         self._local_gates.clear()
         super().connection_lost()
+
+
+class SpanningSession(HomeSession):
+    """A home connection that named a destination owned elsewhere: every frame decided (module docstring)."""
+
+    _first_sight = BrokerSession._first_sight
+    _on_subscribe = BrokerSession._on_subscribe
+    _on_unsubscribe = BrokerSession._on_unsubscribe
+    _ungated: int                   # receipts that were waiting here when it began to span (no gate)
+
+    # -- output backpressure reaches the owners --------------------------------------------------------
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    @writable.setter
+    def writable(self, value: bool) -> None:
+        if value == self._writable:
+            return
+        self._writable = value
+        kind = Kind.DRAINED if value else Kind.FULL
+        for owner in self.opened:
+            self.mesh.send(owner, kind, self.me, self.id)
+
+    def _on_send(self, frame: Frame) -> dict[str, str] | None:
+        if frame.headers["destination"] == ADMIN_DESTINATION:
+            # run where the queue it names lives, or in every worker (server/cores/admin.py)
+            stomp_admin.handle(self, frame.headers, frame.body, submit=self.mesh.admin.submit)
+            return None
+        return super()._on_send(frame)
+
+    # -- the one decision ------------------------------------------------------------------------------
+    def _handle(self, frame: Frame) -> None:
+        command = frame.command
+        headers = frame.headers
+        owner = self.me
+        if command == "SEND":
+            owner = self.mesh.ownership.owner(headers["destination"])
+            if owner != self.me:
+                if not self._stay and handover.movable(self):
+                    self._move(owner, frame)
+                    return
+                frame = self._own_reply_to(frame)
+        elif command == "SUBSCRIBE":
+            owner = self.mesh.ownership.owner(headers["destination"])
+            if owner != self.me and not self._stay and handover.movable(self):
+                self._move(owner, frame)
+                return
+            sub_id = headers.get("id") or headers["destination"]
+            if sub_id in self._remote_subs or (owner != self.me and sub_id in self.consumers):
+                raise InvalidHeader(f"subscription id {sub_id!r} is already in use on this connection",
+                                    header="id")
+            if owner != self.me:
+                self._remote_subs[sub_id] = owner
+        elif command == "UNSUBSCRIBE":
+            sub_id = headers.get("id") or headers.get("destination") or ""
+            remote = self._remote_subs.pop(sub_id, None)
+            if remote is not None:
+                owner = remote
+            elif "destination" in headers and sub_id not in self.consumers:
+                owner = self.mesh.ownership.owner(headers["destination"])   # a durable one, by name
+        elif command == "ACK" or command == "NACK":
+            owner = self._ack_owner(headers)
+        elif command == "COMMIT" or command == "ABORT":
+            self._end_transaction(frame)
+            return
+        elif command == "DISCONNECT":
+            self._disconnect(frame)
+            return
+        tx = headers.get("transaction") if command in ("SEND", "ACK", "NACK") else None
+        if tx is not None:
+            self._transaction_op(tx, owner, frame)
+        receipt = headers.get("receipt")
+        if owner == self.me:
+            if receipt is not None and command not in ("CONNECT", "STOMP"):
+                self._gate(receipt, None)
+            super()._handle(frame)
+            return
+        self.received += 1
+        self._forward(owner, frame)
+        if receipt is not None:
+            self._gate(receipt, owner)
+            self.receipts.receipt(receipt)      # the local part: this connection's own writes here
+        else:
+            self._touched.add(owner)
+
+    def write_receipt(self, receipt_id: str, extra: dict[str, str] | None) -> None:
+        """The local receipt queue's answer: the local part of the oldest gate waiting for it."""
+        if self._ungated or not self._local_gates:
+            if self._ungated:
+                self._ungated -= 1      # one that was waiting before it began to span: it has no gate
+            super().write_receipt(receipt_id, extra)
+            return
+        gate = self._local_gates.popleft()
+        if extra:
+            gate.extra.update(extra)
+        gate.waiting -= 1
+        self._open_gates()
