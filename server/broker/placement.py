@@ -67,6 +67,7 @@ class Placement:
     def __init__(self, config: BrokerConfig, store: HoldingStore, seqs: SequenceBook, logs: RetainedLogs,
                  dedup: DuplicateWindow, flow: MemoryFlow) -> None:
         self.node_id = config.node_id
+        self._id_prefix = f"ID:{config.node_id}-"        # a message's id: this and its key
         self.default_persistent = config.default_persistent
         self.store = store
         self.seqs = seqs
@@ -133,7 +134,7 @@ class Placement:
         if policy.schema and queue.schema is not None:
             rules.check_schema(queue.schema, destination, (properties,))
         peer = None
-        if policy.routing and queue.kind == "queue" and self.cluster.active:
+        if self.cluster.active and policy.routing and queue.kind == "queue":    # (standalone: one test)
             # the id the message is given below (nothing numbers keys in between): a queue routing on
             # message ids routes by the id its consumers see (spec/routing.md §2.3)
             peer = self.cluster.route_queue(queue, properties, f"ID:{self.node_id}-{self.seqs.peek('')}")
@@ -233,11 +234,14 @@ class Placement:
     @staticmethod
     def _enter(message: BrokerMessage, queues: list[MessageQueue], outboxes: list, log: Any, stored: bool) -> None:
         """Rule 8's second half: the log, the outboxes and every queue get the placed message."""
-        if log is not None:
-            log.append(message, stored)
-        for outbox in outboxes:
-            outbox.enqueue(message, stored=stored)
-        sole = len(queues) == 1 and not outboxes and log is None     # paging it out frees its memory
+        if log is not None or outboxes:
+            if log is not None:
+                log.append(message, stored)
+            for outbox in outboxes:
+                outbox.enqueue(message, stored=stored)
+            sole = False
+        else:
+            sole = len(queues) == 1         # no other queue, log or outbox: paging it out frees its memory
         for queue in queues:
             queue.enqueue(message, stored=stored and queue.durable, sole=sole)
 
@@ -286,7 +290,7 @@ class Placement:
         seqs = self.seqs
         key = seqs.next("")
         # a forwarded message keeps the id it was given where it was accepted (forwarded.py)
-        message_id = request.message_id or f"ID:{self.node_id}-{key}"
+        message_id = request.message_id or f"{self._id_prefix}{key}"
         if config is None:
             message = message_from_request(request, key=key, message_id=message_id,
                                            seq=seqs.next(destination), destination=destination,

@@ -83,7 +83,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.routes = Routes()
         #: names whose vhost name step is known to give the name itself: in the default vhost, every name this
         #: connection's SENDs were routed by (a route is made only after the step passed; stale or not, the
-        #: step's answer is the name's alone); in another vhost none (a route is kept under the core's name)
+        #: step's answer is the name's alone); in another vhost none (a route is kept under the core's name, and
+        #: every SEND there is checked against the vhost's max_memory with the step)
         self._stepped: Mapping[str, Any] = self.routes
         #: a destination as the client names it -> the core's name, checked (_core_name: the name itself when the
         #: same, '' for the broker's /pymq/ names)
@@ -266,7 +267,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
     def enter_vhost(self, vhost: str, max_memory: int | None) -> None:
         self.vhost, self._vh_prefix = vhost, vhosts.prefix(vhost)
         self._vh_max_memory = max_memory
-        self._stepped = self.routes if not self._vh_prefix else _NOTHING
+        self._stepped = self.routes if not self._vh_prefix and max_memory is None else _NOTHING
         self._core_names.clear()
         self.routes.renew(-1)
 
@@ -313,12 +314,12 @@ class BrokerSession(FrameIntake, FrameOutlet):
                 else:                                   # a vhost's queue or topic
                     headers = dict(headers)
                     headers["destination"] = core
-        if self._vh_max_memory is not None:
-            # before anything is parsed or made: a refused SEND places nothing and creates no queue
-            memory = self.broker.flow.vhost_memory
-            assert memory is not None
-            vhosts.check_memory(self.vhost, self._vh_max_memory, memory.get(self.vhost, 0),
-                                len(frame.body) + MESSAGE_OVERHEAD)
+            if self._vh_max_memory is not None:         # (a vhost with a limit steps every SEND: _stepped)
+                # before anything is parsed or made: a refused SEND places nothing and creates no queue
+                memory = self.broker.flow.vhost_memory
+                assert memory is not None
+                vhosts.check_memory(self.vhost, self._vh_max_memory, memory.get(self.vhost, 0),
+                                    len(frame.body) + MESSAGE_OVERHEAD)
         if FORMAT_HEADER in headers and is_bulk(headers):   # the look-up first: a call less per SEND
             return self._send_bulk(parse_bulk_send(headers, frame.body))
         request = parse_send(headers, frame.body)
