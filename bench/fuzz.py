@@ -14,8 +14,9 @@ requests — every route and operation, right and wrong credentials, broken fram
 bytes — against a real broker; each must be answered or closed within the request deadline, never with
 500, never 2xx without credentials, no traceback, nothing an unauthenticated request names created;
 ``--only admin``).  The rest goes to the atheris targets of ``bench/fuzz_targets.py`` — the
-compiled scanner against its twin, the selector front end with both evaluators, and the broker's reader of
-bulk SEND bodies (Arrow IPC, spec/spark.md §7) — each in its own
+compiled scanner against its twin, the selector front end with both evaluators, the broker's reader of
+bulk SEND bodies (Arrow IPC, spec/spark.md §7), and a multi-worker broker's HANDOVER envelope (a moved
+connection's state, spec/cores.md §2.4) — each in its own
 process with a corpus kept under ``--corpus`` (default ``.fuzz-corpus/``, ignored by git) so later runs
 start where earlier ones stopped.  Without atheris (``pip install atheris``) that half is skipped and
 said so.  ``--asan`` builds AddressSanitizer copies of the compiled scanner and evaluator with gcc from
@@ -229,7 +230,7 @@ def main(argv=None) -> int:
         parts += [("admin", "http")]
     if args.only in (None, "atheris") and have_atheris:
         parts += [("atheris", "scanner"), ("atheris", "selector"), ("atheris", "bulk"), ("atheris", "definitions"),
-                  ("atheris", "filter")]
+                  ("atheris", "filter"), ("atheris", "handover")]
     jvm = jvm_fuzz_command()
     if args.only in (None, "jvm") and jvm is not None:
         parts += [("jvm", "answers")]

@@ -6,6 +6,12 @@ broker's reader of bulk SEND bodies.
     python bench/fuzz_targets.py bulk -max_total_time=60 -print_final_stats=1 [corpus_dir]
     python bench/fuzz_targets.py definitions -max_total_time=60 -print_final_stats=1 [corpus_dir]
     python bench/fuzz_targets.py filter -max_total_time=60 -print_final_stats=1 [corpus_dir]
+    python bench/fuzz_targets.py handover -max_total_time=60 -print_final_stats=1 [corpus_dir]
+
+``handover`` feeds a HANDOVER envelope's payload (spec/cores.md §2.1, §2.4: a moved connection's state and the
+bytes read behind it) to the adopting worker: ``unpack_state`` must refuse it with ValueError or accept exactly
+the fields ``hand_over`` writes, and the adoption must give a connection in the state CONNECTED or one closed
+with an ERROR, never a traceback (tests/hostile/handover_states.py states the property).
 
 ``filter`` feeds a cluster peer's filter announcement (spec/routing.md §3.4-3.5: the digest bytes and the
 ``pymq-filter-patterns`` list) to ``TopicInterest.announced``: it must apply it or refuse with a
@@ -42,6 +48,7 @@ with atheris.instrument_imports():
     from pymq_server.broker import bulk_rows, bulk_stream  # noqa: F401  (instrumented for coverage)
     from pymq_server.admin import definitions
     from pymq_server.cluster import topics as cluster_topics  # noqa: F401  (instrumented for coverage)
+    from pymq_server.cores import handover  # noqa: F401  (instrumented for coverage)
 
 from pymq.protocol import _scanner_c
 from pymq_server.broker import segments
@@ -159,14 +166,25 @@ def _filter_check():
     return check_announcement
 
 
+def handover_target(data: bytes) -> None:
+    """A HANDOVER payload, adopted by one in-process worker core (tests/hostile/handover_states.py)."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    from tests.hostile.handover_states import check_state
+    check_state(data)
+
+
 TARGETS = {"scanner": scanner_target, "selector": selector_target, "bulk": bulk_target,
-           "definitions": definitions_target, "filter": filter_target}
+           "definitions": definitions_target, "filter": filter_target, "handover": handover_target}
 
 
 def _bulk_seeds() -> list[bytes]:
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
     from tests.hostile.bulk_bodies import seed_bodies
     return seed_bodies()
+
+def _handover_seed(state: bytes, unread: bytes) -> bytes:
+    return len(state).to_bytes(4, "big") + state + unread
+
 
 SEEDS = {
     "scanner": [b"\x05\x02\x02SEND\ndestination:/q\ncontent-length:3\n\nabc\x00",
@@ -179,6 +197,11 @@ SEEDS = {
                     b'"/topic/a.*", "grants": {"role:r": ["produce"]}}], "durable_subscriptions": [{"topic": "a.#", '
                     b'"owner": "o", "name": "n", "selector": "x > 1"}], "users": [{"name": "u", "roles": ["r"], '
                     b'"password_hash": "scrypt$16384$8$1$c2FsdA$ZA"}], "vhosts": {}}'],
+    "handover": [_handover_seed(b'{"user": "guest", "roles": ["admin"], "subject": null, "version": "1.2", '
+                                b'"client_id": "c", "vhost": "shop", "to_client": 250, "to_server": 0, "from": "w0c1"}',
+                                b"SEND\ndestination:/queue/h.0\nreceipt:r\n\nx\x00"
+                                b"SUBSCRIBE\nid:1\ndestination:/queue/h.0\n\n\x00"),
+                 _handover_seed(b'{"user": "u", "version": "1.0"}', b"")],
     "filter": [b"\x08\x01\x01\x07\x01\x00\x00\x00\x08\xff" + b'["stocks.*","a.#"]',
                b"\x08\x01\x01\x07\x00\x00\x00\x00\x08\x00" + b'["*.x"]', b"\x00" + b"[[[[[["],
 }

@@ -68,19 +68,56 @@ def pack_state(doc: dict[str, Any], unread: bytes) -> bytes:
     return _LENGTH.pack(len(state)) + state + unread
 
 
+#: the state's fields and what each must be (hand_over writes exactly these): a string, a string or None, a
+#: list of strings, a STOMP version, a heart-beat in ms
+_STATE_FIELDS = {"user": "str", "roles": "list", "subject": "str?", "version": "version", "client_id": "str?",
+                 "vhost": "str", "to_client": "ms", "to_server": "ms", "from": "str"}
+_REQUIRED = frozenset({"user", "version"})
+#: bounds on what a state may hold (a name, a role list, a heart-beat: far above anything real)
+MAX_STATE_TEXT = 64 * 1024
+MAX_ROLES = 4096
+MAX_HEARTBEAT_MS = 2 ** 31 - 1
+
+
 def unpack_state(payload: bytes) -> tuple[dict[str, Any], bytes]:
-    """The state and the unread bytes; ValueError for anything else (a channel is the broker's own, but a
-    bug must not take the worker down)."""
+    """The state and the unread bytes; ValueError for anything else: a state that is not exactly what
+    :func:`hand_over` writes (its fields, each of its type and within bounds) is refused whole. A channel is the
+    broker's own, but a bug must not take the worker down (tests/hostile/handover_states.py, a fuzz target)."""
     if len(payload) < _LENGTH.size:
         raise ValueError("hand-over state shorter than its length")
     (size,) = _LENGTH.unpack_from(payload)
     end = _LENGTH.size + size
     if end > len(payload):
         raise ValueError("hand-over state truncated")
-    doc = json.loads(payload[_LENGTH.size:end])
+    try:
+        doc = json.loads(payload[_LENGTH.size:end])
+    except RecursionError:
+        raise ValueError("hand-over state nested too deep") from None
     if not isinstance(doc, dict):
         raise ValueError("hand-over state is not an object")
+    for key, value in doc.items():
+        kind = _STATE_FIELDS.get(key)
+        if kind is None:
+            raise ValueError(f"hand-over state has an unknown field {key[:64]!r}")
+        if not _fits(kind, value):
+            raise ValueError(f"hand-over state field {key!r} is not a {kind}")
+    missing = _REQUIRED - doc.keys()
+    if missing:
+        raise ValueError(f"hand-over state lacks {sorted(missing)}")
     return doc, payload[end:]
+
+
+def _fits(kind: str, value: Any) -> bool:
+    if kind == "str" or (kind == "str?" and value is not None):
+        return isinstance(value, str) and len(value) <= MAX_STATE_TEXT
+    if kind == "str?":
+        return True
+    if kind == "list":
+        return (isinstance(value, list) and len(value) <= MAX_ROLES
+                and all(isinstance(r, str) and len(r) <= MAX_STATE_TEXT for r in value))
+    if kind == "version":
+        return value in ("1.0", "1.1", "1.2")
+    return type(value) is int and 0 <= value <= MAX_HEARTBEAT_MS       # "ms" (a bool is no number here)
 
 
 def movable(session: HomeSession) -> bool:
