@@ -25,10 +25,21 @@ import java.util.Set;
  *
  * <p>{@link #feed} returns right after a CONNECT, STOMP or CONNECTED frame and keeps later bytes buffered:
  * they must be parsed with the version that frame negotiates.  Set the version, then feed an empty array.
+ *
+ * <p>A large body of known length ({@link #LARGE_BODY} or more, its content-length read) is filled directly:
+ * once its head is parsed the body gets its own array of the declared length, and what arrives goes straight
+ * into it, one copy after the socket read, instead of into the frame buffer (grown to hold it) and then
+ * copied out of it (an Arrow range answer of tens of MiB paid both on every read).  At most
+ * {@link #PREALLOCATE} bytes are allocated on the declaration alone; past it the array grows as bytes come,
+ * so a declared length holds only what arrived (the Python scanner's rule, _ext/scanner.pyx).
  */
 public final class FrameScanner {
     public static final int DEFAULT_MAX_FRAME_SIZE = 4 * 1024 * 1024;
     public static final int DEFAULT_MAX_HEADERS = 1000;
+    /** A body of this many bytes or more, content-length known, is filled directly as it arrives. */
+    public static final int LARGE_BODY = 64 * 1024;
+    /** The most a body's declared length allocates before its bytes arrive. */
+    public static final int PREALLOCATE = 64 * 1024 * 1024;
 
     private int maxFrameSize = DEFAULT_MAX_FRAME_SIZE;
     private int maxHeaders = DEFAULT_MAX_HEADERS;
@@ -40,6 +51,9 @@ public final class FrameScanner {
     private int scan;     // where to resume looking for the header end or the NUL (no rescans)
     private StompException failed;
     private Pending pending;   // a frame whose headers are parsed but whose body has not fully arrived
+    private byte[] body;       // the pending frame's large body being filled as bytes arrive, or null
+    private int have;          // bytes of it filled (its length: the declared one, once grown to it)
+    int preallocate = PREALLOCATE;   // tests make it small to check the growth
 
     private record Pending(String command, List<Header> headers, long length, int bodyStart) {
     }
@@ -67,7 +81,12 @@ public final class FrameScanner {
 
     /** Bytes held for a frame that has not completed yet. */
     public int buffered() {
-        return len - pos;
+        return len - pos + have;
+    }
+
+    /** The frame buffer's size (tests: a large body never grows it). */
+    int capacity() {
+        return buf.length;
     }
 
     /** Adds {@code data} and returns the frames it completes. */
@@ -78,6 +97,11 @@ public final class FrameScanner {
     public List<Frame> feed(byte[] data, int offset, int count) throws StompException {
         if (failed != null) {
             throw failed;
+        }
+        if (body != null) {
+            int used = fill(data, offset, count);
+            offset += used;
+            count -= used;
         }
         append(data, offset, count);
         List<Frame> frames = new ArrayList<>();
@@ -90,6 +114,8 @@ public final class FrameScanner {
                 buf = new byte[0];
                 len = pos = scan = 0;
                 pending = null;
+                body = null;
+                have = 0;
                 throw e;
             }
             if (f == null) {
@@ -110,6 +136,21 @@ public final class FrameScanner {
         return frames;
     }
 
+    /** Copies what {@code data} holds of the large body being filled into it; returns how many bytes. */
+    private int fill(byte[] data, int offset, int count) {
+        int length = (int) pending.length;
+        int take = Math.min(count, length - have);
+        if (take <= 0) {
+            return 0;
+        }
+        if (have + take > body.length) {   // past what the declaration alone allocated: grow as bytes come
+            body = Arrays.copyOf(body, (int) Math.min(length, Math.max(2L * body.length, have + take)));
+        }
+        System.arraycopy(data, offset, body, have, take);
+        have += take;
+        return take;
+    }
+
     private void append(byte[] data, int offset, int count) {
         if (count == 0) {
             return;
@@ -125,6 +166,9 @@ public final class FrameScanner {
         int limit = maxFrameSize;
         int n = len;
         int p = pos;
+        if (body != null) {
+            return filled();
+        }
         if (pending == null) {
             while (p < n && (buf[p] == '\n' || buf[p] == '\r')) { // heart-beats
                 if (buf[p] == '\r') {
@@ -172,6 +216,13 @@ public final class FrameScanner {
             }
             int length = (int) pf.length;
             if (n < b + length + 1) {
+                if (length >= LARGE_BODY) {
+                    // the rest goes straight into the body: what the buffer holds of it now, then feed's bytes
+                    body = new byte[Math.min(length, Math.max(preallocate, n - b))];
+                    System.arraycopy(buf, b, body, 0, n - b);
+                    have = n - b;
+                    pos = scan = n;
+                }
                 return null;
             }
             if (buf[b + length] != 0) {
@@ -197,6 +248,24 @@ public final class FrameScanner {
         pos = scan = end + 1;
         pending = null;
         return new Frame(pf.command, pf.headers, body);
+    }
+
+    /** The large body's frame once the body is full and its NUL has arrived; null before. */
+    private Frame filled() throws StompException {
+        Pending pf = pending;
+        if (have < pf.length || pos >= len) {
+            return null;
+        }
+        if (buf[pos] != 0) {
+            throw new StompException(StompException.MALFORMED_FRAME, pf.command
+                    + " frame: expected NUL after " + pf.length + " body bytes (content-length)");
+        }
+        byte[] full = body;    // grown at most to the declared length, so exactly full now
+        body = null;
+        have = 0;
+        pending = null;
+        pos = scan = pos + 1;
+        return new Frame(pf.command, pf.headers, full);
     }
 
     private static int indexOf(byte[] a, byte v, int from, int to) {
