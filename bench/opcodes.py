@@ -5,6 +5,9 @@
     python bench/opcodes.py --compare old.json new.json                                  # per function
     python bench/opcodes.py --workers 2 --json w2.json     # the session of a 2-worker broker's owning worker
 
+``--workload`` is any of bench_core's: q-auto (1->1 queue, auto-ack), q-client (client-individual, one ACK a
+message), q-cumulative, q-persist, topic4 (one SEND to four auto-ack subscribers of a topic).
+
 Runs bench_core's workload (real sessions, no sockets) at 1,000 and 2,000 messages under ``sys.settrace``
 with opcode events and counts the bytecodes each function executes; the difference over 1,000 is the cost of
 one more message. Instruction counts under callgrind move by several thousand a message between runs of one

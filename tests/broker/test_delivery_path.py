@@ -155,3 +155,95 @@ def test_a_selector_consumer_is_asked_on_the_plain_case():
     assert queue.enqueue(_message(1)).consumer is odd
     second = queue.enqueue(_message(2))
     assert second.consumer is None and queue.ready.count == 1      # refused: it waits for dispatch
+
+
+class Capture:
+    """Enough of an asyncio transport for the TCP adapter: keeps what is written."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def is_closing(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        pass
+
+    def set_write_buffer_limits(self, high: int, low: int) -> None:
+        pass
+
+    def get_extra_info(self, name: str, default=None):
+        return ("127.0.0.1", 1) if name == "peername" else default
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def test_a_topic_message_s_shared_header_lines_are_encoded_once_for_every_subscriber(tmp_path, monkeypatch):
+    """One MESSAGE frame's shared bytes (destination, message-id, the message's headers, content-length) are
+    encoded once per message and escaping; each subscriber's frame adds only its subscription and ack lines."""
+    import asyncio
+
+    from pymq.protocol.scanner import encode_frame
+    from pymq_server.app import BrokerServer
+    from pymq_server.broker import message as message_module
+    from pymq_server.config import BrokerConfig
+    from pymq_server.net.tcp import StompServerProtocol
+
+    encoded: list[dict] = []
+    real = message_module.encode_headers
+
+    def counting(headers, *args):
+        encoded.append(dict(headers))
+        return real(headers, *args)
+
+    monkeypatch.setattr(message_module, "encode_headers", counting)
+
+    async def run() -> list[bytes]:
+        config = BrokerConfig.from_dict(dict(host="127.0.0.1", port=0, data_dir=str(tmp_path), sync_policy="never",
+                                             storage={"devices": {"memory": {"kind": "memory"}}}))
+        server = BrokerServer(config)
+        await server.start_core()
+        loop = asyncio.get_running_loop()
+        links = []
+        for i, ack in enumerate(("auto", "client-individual", "client", "auto")):
+            proto = StompServerProtocol(server.broker, loop)
+            transport = Capture()
+            proto.connection_made(transport)   # type: ignore[arg-type]
+            proto.data_received(encode_frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
+                                                         "passcode": "guest"}, b"", "1.2"))
+            proto.data_received(encode_frame("SUBSCRIBE", {"destination": "/topic/t", "id": f"s{i}", "ack": ack},
+                                             b"", "1.2"))
+            links.append((proto, transport))
+        deadline = loop.time() + 10
+        while not all(p.session.user is not None and p.session.consumers for p, _ in links):
+            assert loop.time() < deadline, "the subscriptions were not made"
+            await asyncio.sleep(0.01)
+        producer = links[0][0]
+        producer.data_received(encode_frame("SEND", {"destination": "/topic/t", "k": "v:1", "persistent": "false"},
+                                            b"hello", "1.2"))
+        while sum(t.data.count(b"MESSAGE\n") for _, t in links) < 4:
+            assert loop.time() < deadline, "the MESSAGE frames were not written"
+            await asyncio.sleep(0.01)
+        frames = [bytes(t.data[t.data.index(b"MESSAGE\n"):]) for _, t in links]
+        for proto, _ in links:
+            proto.connection_lost(None)
+        await server.stop()
+        return frames
+
+    frames = asyncio.run(run())
+    assert len(encoded) == 1 and encoded[0]["k"] == "v:1"      # one encoding for four subscribers
+    shared = set()
+    for i, frame in enumerate(frames):
+        lines = frame.split(b"\n\n", 1)[0].split(b"\n")
+        own = [line for line in lines if line.startswith((b"subscription:", b"ack:"))]
+        assert own[0] == b"subscription:s%d" % i
+        shared.add(tuple(line for line in lines if line not in own))
+    assert len(shared) == 1           # byte-identical shared header lines, in the same order
+    assert b"k:v\\c1" in frames[0] and frames[0].endswith(b"\n\nhello\x00")
