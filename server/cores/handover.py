@@ -32,6 +32,7 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import socket
 import struct
 from collections.abc import Callable
@@ -212,6 +213,7 @@ class HandoverBox:
         self.sock: socket.socket | None = None
         self._out: socket.socket | None = None
         self._tokens = 0
+        self._incarnation = secrets.token_hex(6)
         self._fds: dict[str, tuple[int, asyncio.TimerHandle]] = {}
         self._states: dict[str, tuple[bytes, asyncio.TimerHandle]] = {}
         #: where an adopted connection goes: the worker's STOMP listener and its session type (worker.py)
@@ -250,8 +252,10 @@ class HandoverBox:
         self._states.clear()
 
     def next_token(self) -> str:
+        """``<worker>.<incarnation>.<n>``: a descriptor a dead incarnation of this worker sent (its envelope never
+        left) waits at the owner until UNMATCHED_S; the restarted worker's tokens must not join it."""
         self._tokens += 1
-        return f"{self.mesh.me}.{self._tokens}"
+        return f"{self.mesh.me}.{self._incarnation}.{self._tokens}"
 
     def send_descriptor(self, owner: int, token: str, fd: int) -> None:
         """OSError when it cannot be sent at once (the owner is gone, its queue is full)."""

@@ -82,3 +82,22 @@ def test_hand_over_state_round_trips_and_hostile_state_is_a_value_error():
                 struct.pack(">I", 3) + b"{x}", wire[:10]):
         with pytest.raises(ValueError):
             unpack_state(bad)
+
+
+def test_hand_over_tokens_of_a_restarted_worker_never_join_its_dead_predecessors():
+    """A descriptor whose envelope never left (its worker died between the two) waits at the owner for 30 s;
+    the restarted worker's first hand-over must not be joined with it (the old client's socket adopted with
+    the new connection's principal)."""
+    import asyncio
+
+    from pymq_server.cores.mesh import Mesh
+    loop = asyncio.new_event_loop()
+    try:
+        before, after = (Mesh(0, 2, "/nonexistent", "pymq", loop, 1 << 20).handover for _ in range(2))
+        assert before is not None and after is not None
+        first = [before.next_token() for _ in range(3)]
+        assert len(set(first)) == 3
+        assert not set(first) & {after.next_token() for _ in range(3)}
+        assert all(len(t.encode()) < 64 for t in first)      # the datagram the owner reads is at most 64 bytes
+    finally:
+        loop.close()
