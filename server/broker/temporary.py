@@ -79,6 +79,9 @@ class TemporaryNames:
         #: names whose connection ended with DISCONNECT while this process serves its first window (past it, the
         #: window alone refuses what this process does not hold or keep, and the set is dropped)
         self.disconnected: set[str] = set()
+        #: a connection handed over to this worker (spec/cores.md §2.4): the token its first worker's CONNECTED
+        #: gave -> (the names it holds here, vhost, user); its client offers that token to come back
+        self.aliases: dict[str, tuple[str, str, str]] = {}
 
     def start(self, key: bytes | None) -> bytes:
         """Serving from now on (after recovery: a takeover's new live too), with the store's key, or a new one
@@ -106,12 +109,32 @@ class TemporaryNames:
     def _token(self, names: str, vhost: str, user: str) -> str:
         return names.replace("-", ".", 1) + "." + self._mac(vhost, user, names) if self.window else ""
 
+    def token_of(self, names: str, vhost: str, user: str) -> str:
+        """The token CONNECTED gave the holder of ``names`` ('' when re-claiming is off)."""
+        return self._token(names, vhost, user)
+
+    def alias(self, token: str, names: str, vhost: str, user: str) -> None:
+        """A connection another worker handed over holds ``names`` here; its client knows ``token`` (that worker's
+        CONNECTED): offered here by the same user in the same vhost, it re-claims ``names``. Bounded (MAX_KEPT)."""
+        if not self.window or not token or len(token) > _MAX_TOKEN:
+            return
+        if len(self.aliases) >= MAX_KEPT:
+            del self.aliases[next(iter(self.aliases))]
+        self.aliases[token] = (names, vhost, user)
+
     def reclaim(self, token: str, conn_id: str, vhost: str, user: str) -> Reclaimed:
         """Connection ``conn_id`` of ``user`` offers ``token``: its old names, or new ones with why not."""
-        checked = self._check(token, conn_id, vhost, user)
-        if isinstance(checked, str):
-            return self.issue(conn_id, vhost, user)._replace(refused=checked)
-        names = checked.names
+        aliased = self.aliases.get(token) if self.window else None
+        if aliased is not None and aliased[1:] == (vhost, user):
+            # the token of the worker this client's connection was handed over from: the names it got here, and
+            # this worker's own token for them from now on
+            names = aliased[0]
+            token = self._token(names, vhost, user)
+        else:
+            checked = self._check(token, conn_id, vhost, user)
+            if isinstance(checked, str):
+                return self.issue(conn_id, vhost, user)._replace(refused=checked)
+            names = checked.names
         holder = self.held.get(names)
         if holder is not None:
             return Reclaimed(names, token, holder=holder)

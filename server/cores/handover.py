@@ -72,7 +72,7 @@ def pack_state(doc: dict[str, Any], unread: bytes) -> bytes:
 #: the state's fields and what each must be (hand_over writes exactly these): a string, a string or None, a
 #: list of strings, a STOMP version, a heart-beat in ms
 _STATE_FIELDS = {"user": "str", "roles": "list", "subject": "str?", "version": "version", "client_id": "str?",
-                 "vhost": "str", "to_client": "ms", "to_server": "ms", "from": "str"}
+                 "vhost": "str", "to_client": "ms", "to_server": "ms", "from": "str", "reclaim": "str?"}
 _REQUIRED = frozenset({"user", "version"})
 #: bounds on what a state may hold (a name, a role list, a heart-beat: far above anything real)
 MAX_STATE_TEXT = 64 * 1024
@@ -157,9 +157,11 @@ def hand_over(session: HomeSession, owner: int, frame: Frame) -> bool:
         parts.append(bytes(backlog))
     user = session.user
     to_client, to_server = session.heartbeats
+    # the re-claim token its CONNECTED carried (spec/ha.md §4.7): the owner lets it re-claim the names given there
+    reclaim = session.broker.destinations.name_holders.token_of(session.temporary_names, session.vhost, user.name)
     doc = {"user": user.name, "roles": sorted(user.roles), "subject": user.certificate_subject,
            "version": version, "client_id": session.client_id, "vhost": session.vhost,
-           "to_client": to_client, "to_server": to_server, "from": session.id}
+           "to_client": to_client, "to_server": to_server, "from": session.id, "reclaim": reclaim or None}
     sock = transport.get_extra_info("socket")
     token = box.next_token()
     try:
@@ -349,6 +351,11 @@ def enter(session: HomeSession, doc: dict[str, Any]) -> None:
             entry = broker.config.vhosts[vhost]
             session.enter_vhost(vhost, entry.max_memory)
         session.temporary_names = broker.temporary_names(session, session.vhost, None).names
+        token = doc.get("reclaim")
+        if token:
+            # the client knows its first worker's token only: offered here, it re-claims these names
+            broker.destinations.name_holders.alias(str(token), session.temporary_names, session.vhost,
+                                                   session.user.name)
         client_id = doc.get("client_id")
         if client_id:
             session.client_id = str(client_id)

@@ -322,3 +322,24 @@ def test_disconnect_keeps_nothing_and_past_the_cap_a_lost_link_keeps_nothing(bro
     second.close()
     assert _until(lambda: _reply(broker.port, old).command == "ERROR")
     assert not _kept(broker, old)
+
+
+def test_a_handed_over_connection_s_first_token_re_claims_the_names_it_got_where_it_went(holders):
+    """spec/cores.md §2.4: the client knows only the token of the worker that sent CONNECTED; the worker the
+    connection moved to registers it for the names it gave, for the same user and vhost only."""
+    names, clock = holders
+    first_worker = TemporaryNames(30_000, clock)
+    first_worker.start(None)                                 # another worker: another key
+    first = first_worker.issue("w0c1", "/", "alice")
+    here = names.issue("w1c5", "/", "alice")
+    names.alias(first.token, here.names, "/", "alice")
+    names.released(here.names, "w1c5", lost=True)
+    for user, vhost in (("bob", "/"), ("alice", "other")):
+        refused = names.reclaim(first.token, "w1c6", vhost, user)
+        assert refused.refused and refused.names != here.names, (user, vhost)
+    back = names.reclaim(first.token, "w1c7", "/", "alice")
+    assert (back.names, back.refused) == (here.names, "") and back.token == names.token_of(here.names, "/", "alice")
+    assert names.held[here.names] == "w1c7"
+    names.released(back.names, "w1c7", lost=True)
+    clock.now += 30.1
+    assert names.reclaim(first.token, "w1c8", "/", "alice").refused      # the window holds as for any token

@@ -206,3 +206,45 @@ def test_a_tls_connection_is_not_moved_it_forwards(tmp_path):
         c.sock.close()
     finally:
         stop_broker(broker)
+
+
+def _connected_at(broker, worker: int, **headers: str) -> tuple[RawStomp, object]:
+    """A connection whose home is ``worker`` and its CONNECTED frame (at most 200 tries)."""
+    for _ in range(200):
+        c = RawStomp(broker.port)
+        frame = c.connect(**headers)
+        assert frame.command == "CONNECTED", frame
+        if frame.headers.get("pymq-worker") == str(worker):
+            return c, frame
+        c.send("DISCONNECT", {"receipt": "spare"})
+        c.read()
+        c.sock.close()
+    raise AssertionError(f"no connection landed on worker {worker}")
+
+
+def test_a_moved_connection_re_claims_its_temporary_queue_with_its_first_workers_token(broker):
+    """CONNECTED came from the first worker, with its re-claim token (spec/ha.md §4.7); the connection then
+    moved, and its temporary queue lives where it went. After a lost link, a CONNECT offering that token at
+    the owner takes the queue back with its global name, and what was sent to it meanwhile."""
+    dest = owned_by(1, prefix="/queue/handover.")[0]
+    c, connected = _connected_at(broker, 0)
+    token = connected.headers["pymq-reclaim-token"]
+    c.send("SEND", {"destination": dest, "receipt": "moved"}, b"first")       # moves to worker 1
+    _receipt(c, "moved")
+    c.send("SUBSCRIBE", {"destination": "/temp-queue/reply", "id": "t", "receipt": "t"})
+    c.send("SEND", {"destination": dest, "reply-to": "/temp-queue/reply", "receipt": "asked"}, b"question")
+    _frames_until(c, {"t", "asked"}, 0)
+    d = broker.connect(1)
+    d.send("SUBSCRIBE", {"destination": dest, "id": "q"})
+    asked = [f for f in _frames_until(d, set(), 2) if f.command == "MESSAGE"][-1]
+    reply_to = asked.headers["reply-to"]
+    assert reply_to.startswith("/temp-queue/tmp.w1"), reply_to          # the owner's global name
+    c.sock.close()                                                      # a lost link, no DISCONNECT
+    d.send("SEND", {"destination": reply_to, "receipt": "answered"}, b"answer")
+    _receipt(d, "answered")
+    again, frame = _connected_at(broker, 1, **{"pymq-reclaim": token})
+    assert frame.headers.get("pymq-reclaimed") == "true", frame
+    assert frame.headers["pymq-reclaim-token"] != token                 # the owner's own token from now on
+    again.send("SUBSCRIBE", {"destination": "/temp-queue/reply", "id": "t2"})
+    got = again.read(10)
+    assert got.command == "MESSAGE" and got.body == b"answer", got

@@ -27,12 +27,13 @@ def _local_queue() -> str:
 
 
 LOCAL = _local_queue()
-FIELDS = {"user", "roles", "subject", "version", "client_id", "vhost", "to_client", "to_server", "from"}
+FIELDS = {"user", "roles", "subject", "version", "client_id", "vhost", "to_client", "to_server", "from", "reclaim"}
 
 
 def good_state(**changes: Any) -> dict[str, Any]:
     doc: dict[str, Any] = {"user": "guest", "roles": ["admin"], "subject": None, "version": "1.2", "client_id": None,
-                           "vhost": "/", "to_client": 0, "to_server": 0, "from": "w0c1"}
+                           "vhost": "/", "to_client": 0, "to_server": 0, "from": "w0c1",
+                           "reclaim": "w0c1.0123456789abcdef.mac"}
     doc.update(changes)
     return doc
 
