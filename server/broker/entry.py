@@ -33,7 +33,7 @@ class Entry:
         self.first_in_group = False  # the first delivery of its group to a new owner (JMSXGroupFirstForConsumer)
         # counted in the memory flow while it lives (flow.ENTRY_OVERHEAD each): the queue uncounts it when it
         # ends (queue._drop) or pages it out (backlog.Pager)
-        queue.host.flow.entries += 1
+        queue.flow.entries += 1
 
     def __repr__(self) -> str:
         return f"<Entry {self.message.message_id} {self.state} in {self.queue.name}>"

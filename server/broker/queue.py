@@ -51,6 +51,7 @@ class MessageQueue:
     def __init__(self, host: QueueHost, name: str, destination: str, *, kind: str = "queue",
                  config: QueueConfig, durable: bool = True) -> None:
         self.host = host
+        self.flow = host.flow           # the memory accounting: its entries count here (entry.Entry, _drop)
         self.name = name                  # storage / admin name, e.g. "orders" or "sub:cid:name"
         self.destination = destination   # what MESSAGE frames say, e.g. "/queue/orders"
         self.kind = kind                  # "queue" | "subscription" | "temp"
@@ -327,7 +328,7 @@ class MessageQueue:
             entry.stored = False
             self.host.release_reference(message, self.name)
         # the entry is uncounted (flow.ENTRY_OVERHEAD each), and the message goes with its last entry
-        flow = self.host.flow
+        flow = self.flow
         flow.entries -= 1
         if not message.refs:
             self.host.message_gone(message)
