@@ -78,7 +78,7 @@ class Handshake:
         self.names = broker.temporary_names(session, session.vhost, reclaim)
         session.temporary_names = self.names.names
         if reclaim is not None and not self.names.refused:
-            session.adopt_temporaries(self.names.names)
+            session.temporaries.adopt(self.names.names)
         if session.client_id is not None:
             broker.claim_client_id(session, session.client_id)
 

@@ -31,7 +31,9 @@ from pymq_server.broker.destination import ADMIN_DESTINATION
 from pymq_server.broker.intake import LATER, FrameIntake
 from pymq_server.broker.outlet import FrameOutlet, Link
 from pymq_server.broker.receipts import ReceiptQueue
+from pymq_server.broker.refusals import error_frame
 from pymq_server.broker.routes import MAX_NAME, MAX_ROUTES, Routes
+from pymq_server.broker.temporary import OwnTemporaries
 from pymq_server.broker.requests import (FORMAT_HEADER, AckRequest, BulkSendRequest, SendRequest, SubscribeRequest,
                                          is_bulk, parse_ack, parse_ack_upto, parse_bulk_send, parse_send,
                                          parse_subscribe, parse_unsubscribe)
@@ -73,8 +75,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.transactions = Transactions(cfg.max_transactions_per_connection, cfg.max_transaction_operations,
                                          cfg.max_transaction_bytes, lambda: self.holdings.budget)
         self._holdings: ConnectionHoldings | None = None     # made with the first charge (the user is known)
-        self.temp_queues: dict[str, MessageQueue] = {}     # local name -> queue
-        self.temp_topics: dict[str, Topic] = {}            # local name -> temporary topic
+        self.temporaries = OwnTemporaries(self)            # its temporary queues and topics by local name
         #: ``c12-<nonce>``: its temporaries' global names are ``tmp.<temporary_names>.<local>``, given at
         #: CONNECT, possibly those of an earlier connection of the same client (spec/ha.md §4.7)
         self.temporary_names = ""
@@ -188,28 +189,14 @@ class BrokerSession(FrameIntake, FrameOutlet):
     # -- errors and closing ------------------------------------------------------------------------
     def fail(self, exc: PymqError, frame: Frame | None = None, *, receipt_id: str | None = None,
              note: str = "") -> None:
-        """Send ERROR for ``exc`` and close; the broker goes on serving everyone else."""
+        """Send ERROR for ``exc`` (refusals.py) and close; the broker goes on serving everyone else."""
         if self.closed:
             return
-        if self._vh_prefix:
-            exc = vhosts.as_seen_in(exc, self._vh_prefix)     # the vhost's names, as its client wrote them
-        headers = errors.error_headers(exc)
-        if frame is not None and frame.headers.get("receipt") is not None:
-            headers["receipt-id"] = frame.headers["receipt"]
-        elif receipt_id is not None:
-            headers["receipt-id"] = receipt_id
-        body = exc.message
-        if frame is not None:
-            body += f"\n\nThe failing frame was {frame.command}."
-            tx = frame.headers.get("transaction")
-            if tx is not None and frame.command in ("SEND", "ACK", "NACK"):
-                body += f" Transaction {tx!r} is rolled back: nothing of it was applied."
-        if note:
-            body += f"\n\n{note}"
         log.info("connection %s (%s): %s: %s", self.id, self.peer_host, exc.code, exc.message)
         self._refused = True            # ended by the broker: its temporary queues are not kept (spec/ha.md §4.7)
         try:
-            self.link.send_frame(self.conn, Frame("ERROR", headers, body.encode("utf-8")))
+            self.link.send_frame(self.conn, error_frame(exc, frame, receipt_id=receipt_id, note=note,
+                                                        vhost_prefix=self._vh_prefix))
         except ProtocolError:
             pass  # e.g. the state machine already closed; still close below
         self.close()
@@ -232,17 +219,8 @@ class BrokerSession(FrameIntake, FrameOutlet):
             self._remove_consumer(consumer, reason="connection closed")
         self.consumers.clear()
         self.deliveries.clear()
-        for topic in list(self.temp_topics.values()):
-            self.broker.delete_temp_topic(topic)
-        self.temp_topics.clear()
-        queues, self.temp_queues = self.temp_queues, {}
-        if self.temporary_names:
-            # a lost link's temporary queues are kept for its client's re-claim (spec/ha.md §4.7)
-            self.broker.temporary_names_released(self, self.temporary_names, not self._disconnected, queues,
-                                                 keep=not self._refused)
-        else:
-            for queue in queues.values():
-                self.broker.delete_temp_queue(queue)
+        # a lost link's temporary queues are kept for its client's re-claim (spec/ha.md §4.7)
+        self.temporaries.end(lost=not self._disconnected, refused=self._refused)
         self.receipts.clear()
         self._browses.clear()
         if self._holdings is not None:
@@ -270,17 +248,6 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self._stepped = self.routes if not self._vh_prefix and max_memory is None else _NOTHING
         self._core_names.clear()
         self.routes.renew(-1)
-
-    def adopt_temporaries(self, names: Any) -> None:
-        """A re-claim granted: the temporary queues kept under these names are this connection's again,
-        each charged to its budget (one that does not fit is deleted)."""
-        for local, queue in self.broker.adopt_temporaries(self, names).items():
-            try:
-                self.holdings.temporary(local)
-            except PymqError:
-                self.broker.delete_temp_queue(queue)
-                continue
-            self.temp_queues[local] = queue
 
     def connected(self, version: str, headers: dict[str, str], to_client: int, to_server: int) -> None:
         """The handshake admitted this connection: CONNECTED with ``headers``, the heart-beats kept."""
@@ -470,21 +437,14 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.receipts.receipt(receipt)
 
     # -- temporary queues and topics (charged to the connection's budget while they exist) ------------
-    def temp_queue(self, local: str, create: bool = True):
-        return self._temporary(self.temp_queues, local, create, self.broker.create_temp_queue)
+    def temp_queue(self, local: str, create: bool = True) -> MessageQueue | None:
+        return self.temporaries.queue(local, create)
 
-    def temp_topic(self, local: str, create: bool = True):
-        return self._temporary(self.temp_topics, local, create, self.broker.create_temp_topic)
-
-    def _temporary(self, made: dict, local: str, create: bool, make: Callable[[Any, str], Any]) -> Any:
-        if local not in made and create:
-            self.holdings.temporary(local)
-            made[local] = make(self, local)
-        return made.get(local)
+    def temp_topic(self, local: str, create: bool = True) -> Topic | None:
+        return self.temporaries.topic(local, create)
 
     def forget_temporary(self, kind: str, local: str) -> None:
-        if (self.temp_queues if kind == "temp-queue" else self.temp_topics).pop(local, None) is not None:
-            self.holdings.temporary_gone(local)
+        self.temporaries.forget(kind, local)
 
     def __repr__(self) -> str:
         return f"<BrokerSession {self.id} user={self.user.name} {self.peer_host}>"

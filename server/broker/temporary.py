@@ -21,7 +21,7 @@ from pymq_server.broker.topic import Topic
 from pymq_server.broker import vhosts
 from pymq_server.config import BrokerConfig
 
-from pymq.errors import AccessDenied, DestinationError, IllegalStateError, UnknownDestination
+from pymq.errors import AccessDenied, DestinationError, IllegalStateError, PymqError, UnknownDestination
 
 if TYPE_CHECKING:
     from pymq_server.broker.clients import Client
@@ -352,3 +352,62 @@ class Temporaries:
 def _own(client: Client, kind: str, local: str, create: bool) -> Any:
     """``client``'s own temporary queue or topic ``local`` (made on first use when ``create``)."""
     return client.temp_queue(local, create) if kind == "queue" else client.temp_topic(local, create)
+
+
+class OwnTemporaries:
+    """One connection's temporary queues and topics by local name, each charged to the connection's budget
+    while it exists (spec/stomp.md §3): made on first use, adopted back by a re-claim, and at the end deleted
+    or, for a lost link's queues, kept for its client's re-claim (spec/ha.md §4.7)."""
+
+    __slots__ = ("session", "queues", "topics")
+
+    def __init__(self, session: Any) -> None:
+        self.session = session                  # a BrokerSession: its broker, holdings and temporary names
+        self.queues: dict[str, MessageQueue] = {}
+        self.topics: dict[str, Topic] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.queues or self.topics)
+
+    def queue(self, local: str, create: bool) -> MessageQueue | None:
+        return self._made(self.queues, local, create, self.session.broker.create_temp_queue)
+
+    def topic(self, local: str, create: bool) -> Topic | None:
+        return self._made(self.topics, local, create, self.session.broker.create_temp_topic)
+
+    def _made(self, made: dict, local: str, create: bool, make: Callable[[Any, str], Any]) -> Any:
+        if local not in made and create:
+            self.session.holdings.temporary(local)
+            made[local] = make(self.session, local)
+        return made.get(local)
+
+    def forget(self, kind: str, local: str) -> None:
+        """JMS ``delete()`` of one (``temp-queue``/``temp-topic``): its charge goes back."""
+        if (self.queues if kind == "temp-queue" else self.topics).pop(local, None) is not None:
+            self.session.holdings.temporary_gone(local)
+
+    def adopt(self, names: str) -> None:
+        """A re-claim granted: the queues kept under ``names`` are this connection's again, each charged to its
+        budget (one that does not fit is deleted)."""
+        session = self.session
+        for local, queue in session.broker.adopt_temporaries(session, names).items():
+            try:
+                session.holdings.temporary(local)
+            except PymqError:
+                session.broker.delete_temp_queue(queue)
+                continue
+            self.queues[local] = queue
+
+    def end(self, lost: bool, refused: bool) -> None:
+        """The connection ended (``lost``: without DISCONNECT; ``refused``: by the broker's ERROR)."""
+        session = self.session
+        broker = session.broker
+        for topic in list(self.topics.values()):
+            broker.delete_temp_topic(topic)
+        self.topics.clear()
+        queues, self.queues = self.queues, {}
+        if session.temporary_names:
+            broker.temporary_names_released(session, session.temporary_names, lost, queues, keep=not refused)
+        else:
+            for queue in queues.values():
+                broker.delete_temp_queue(queue)

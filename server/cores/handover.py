@@ -127,7 +127,7 @@ def movable(session: HomeSession) -> bool:
     return (session.received == 1 and type(link) is StompServerProtocol and session.mesh.handover is not None
             and not session.closed and session._held is None and not session.consumers
             and not session.opened and not session.receipts.waiting and not len(session.transactions)
-            and not session.temp_queues and not session.temp_topics and link.transport is not None
+            and not session.temporaries and link.transport is not None
             and link.transport.get_extra_info("ssl_object") is None
             and link.transport.get_extra_info("socket") is not None)
 

@@ -46,7 +46,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("router and range reader", {"placement", "placement_rules", "bulk_placement", "router", "ranges"}),
     ("recovery", {"recovery"}),
     ("facade", {"broker"}),
-    ("connections", {"session", "handshake", "intake", "outlet", "acks", "receipts", "transactions", "apptx"}),
+    ("connections", {"session", "handshake", "intake", "outlet", "acks", "receipts", "refusals", "transactions", "apptx"}),
 ]
 LAYER_OF = {module: i for i, (_, modules) in enumerate(LAYERS) for module in modules}
 #: what the connection side may use of the core: the facade and the building blocks, nothing in between
