@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from pymq.protocol.scanner import FrameScanner, encode_frame
+from pymq.protocol.scanner import encode_frame
 from pymq_server.app import BrokerServer
 from pymq_server.broker.session import BrokerSession
 from pymq_server.config import BrokerConfig
@@ -27,54 +27,9 @@ from pymq_server.cores.mesh import Mesh
 from pymq_server.cores.ownership import Ownership
 from pymq_server.net.tcp import StompServerProtocol
 
+from tests.fake_transport import RecordingTransport as Transport
+
 WORKERS = 2
-
-
-class Transport:
-    """Enough of an asyncio transport for the adapter: keeps the bytes written."""
-
-    def __init__(self, sock: socket.socket | None = None) -> None:
-        self.data = bytearray()
-        self.closed = False
-        self.sock = sock
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def frames(self) -> list:
-        scanner = FrameScanner(max_frame_size=1 << 20)
-        frames = scanner.feed(bytes(self.data))
-        while frames and frames[-1].command == "CONNECTED":    # the scanner stops after it (the version)
-            more = scanner.feed(b"")
-            if not more:
-                break
-            frames += more
-        return frames
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    abort = close
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def set_write_buffer_limits(self, high: int, low: int) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default=None):
-        if name == "socket" and self.sock is not None:
-            return self.sock
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 class FakeChannel:

@@ -16,8 +16,10 @@ import logging
 import tempfile
 from typing import Any
 
-from pymq.protocol.scanner import FrameScanner
 from pymq_server.cores import handover
+
+from tests.fake_transport import RecordingTransport
+
 
 def _local_queue() -> str:
     """A queue the adopting worker (1 of 2) owns: a SEND to it is handled there (to another, it is forwarded)."""
@@ -36,47 +38,6 @@ def good_state(**changes: Any) -> dict[str, Any]:
                            "reclaim": "w0c1.0123456789abcdef.mac"}
     doc.update(changes)
     return doc
-
-
-class _Transport:
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def close(self) -> None:
-        self.closed = True
-
-    abort = close
-
-    def get_write_buffer_size(self) -> int:
-        return 0
-
-    def set_write_buffer_limits(self, high: int, low: int) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-    def commands(self) -> list[str]:
-        scanner = FrameScanner(max_frame_size=1 << 20)
-        out: list[str] = []
-        frames = scanner.feed(bytes(self.data))
-        while frames:
-            out += [f.command for f in frames]
-            frames = scanner.feed(b"") if frames[-1].command == "CONNECTED" else []
-        return out
 
 
 class _Traceback(logging.Handler):
@@ -112,7 +73,7 @@ class Adopter:
 
     def adopt(self, doc: dict[str, Any], unread: bytes, keep: bool = False) -> tuple[str, Any]:
         proto = handover.AdoptedProtocol(self.server.broker, self.loop, self.session_type, doc, unread)
-        transport = _Transport()
+        transport = RecordingTransport()
         proto.connection_made(transport)
         for _ in range(3):                  # what the adoption scheduled (the output's flush)
             self.loop.run_until_complete(asyncio.sleep(0))
