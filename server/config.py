@@ -584,7 +584,8 @@ class BrokerConfig(_Section):
                                      "second with (see `frame_timeout_ms`)")
     read_budget: Size = Field(16 * 1024, ge=1024, description="input bytes handled per connection per "
                               "event-loop turn: a pipelining client shares the loop with everyone else "
-                              "(WebSocket: each frame decoded also counts 64 bytes)")
+                              "(WebSocket: each frame decoded also counts 64 bytes); the rest of a large body "
+                              "whose head was read goes in at once, uncounted (spec/stomp.md §10)")
     max_headers: Annotated[int, Field(ge=1, le=100_000)] = Field(1000, description="headers per frame")
     max_connections: Positive = Field(10_000, description="connections the broker holds at once on the "
                                       "STOMP, TLS and WebSocket listeners, counted from accept (a TLS "
