@@ -339,10 +339,8 @@ class FileDevice(HoldingDevice):
         store = self.store
         with store.lock:
             store.check_open()
-            if key not in store.index:
-                raise KeyError(key)
             try:
-                return store.index.read(key)
+                return store.index.read(key)         # KeyError if not held: one look-up
             except OSError as exc:
                 store.figures.errors += 1
                 raise StorageError(f"file device {self.name!r}: {exc}", device=self.name) from exc
@@ -351,10 +349,10 @@ class FileDevice(HoldingDevice):
         """The queues that still owe message ``key`` (KeyError if not held)."""
         store = self.store
         with store.lock:
-            entry = store.index.get(key)
-            if entry is None:
+            held = store.index.owed(key)
+            if held is None:
                 raise KeyError(key)
-            return list(entry.refs)
+            return list(held[1])
 
     def where(self, key: int) -> Location:
         """Where message ``key`` is held (KeyError if not held)."""
@@ -384,8 +382,8 @@ class FileDevice(HoldingDevice):
             order = store.index.queue_order(queue)
         for _seq, key in order:
             with store.lock:
-                entry = store.index.get(key)
-                if entry is None or queue not in entry.refs:
+                held = store.index.owed(key)
+                if held is None or queue not in held[1]:
                     continue
                 message = store.index.read(key)
             yield message

@@ -68,6 +68,11 @@ def pack_place(page: int, slot: int, persistent: bool, large: bool) -> int:
     return page | slot << _SLOT_SHIFT | (_PERSISTENT if persistent else 0) | (_LARGE if large else 0)
 
 
+def unpack_place(place: int) -> tuple[int, int, bool, bool]:
+    """``pack_place``'s (page, slot, persistent, large) back."""
+    return place & _PAGE, (place >> _SLOT_SHIFT) & _SLOT, bool(place & _PERSISTENT), bool(place & _LARGE)
+
+
 class ColdRun:
     """Messages by key in parallel arrays (key, place, refset, length, seq): 32 bytes each. A place of 0 is a
     dead slot (page numbers start at 3: a live place is never 0)."""
@@ -109,9 +114,8 @@ class ColdRun:
         self.seqs.append(entry.seq)
 
     def entry(self, i: int, refs: tuple[str, ...]) -> Entry:
-        place = self.places[i]
-        return Entry(self.seqs[i], place & _PAGE, (place >> _SLOT_SHIFT) & _SLOT, refs, self.refsets[i],
-                     bool(place & _PERSISTENT), self.lengths[i], bool(place & _LARGE))
+        page, slot, persistent, large = unpack_place(self.places[i])
+        return Entry(self.seqs[i], page, slot, refs, self.refsets[i], persistent, self.lengths[i], large)
 
     def kill(self, i: int) -> None:
         self.places[i] = 0
@@ -174,7 +178,9 @@ class MessageIndex:
         return key in self.hot or self.cold.find(key) >= 0
 
     def get(self, key: int) -> Entry | None:
-        """The entry of ``key`` to read (a cold one is a copy: change it through ``take``)."""
+        """The entry of ``key`` to read (a cold one is a copy: change it through ``take``). A caller that
+        needs only where the message is (``read``) or who owes it (``owed``) asks those: they build no
+        copy."""
         entry = self.hot.get(key)
         if entry is not None:
             return entry
@@ -183,6 +189,18 @@ class MessageIndex:
         if i < 0:
             return None
         return cold.entry(i, self.store.names.refsets[cold.refsets[i]])
+
+    def owed(self, key: int) -> tuple[bool, tuple[str, ...]] | None:
+        """(persistent, the queues that still owe it) of ``key``, or None if not held: one look-up, no
+        ``Entry`` built for a cold one."""
+        entry = self.hot.get(key)
+        if entry is not None:
+            return entry.persistent, entry.refs
+        cold = self.cold
+        i = cold.find(key)
+        if i < 0:
+            return None
+        return bool(cold.places[i] & _PERSISTENT), self.store.names.refsets[cold.refsets[i]]
 
     def take(self, key: int) -> Entry | None:
         """The entry of ``key`` to change: a cold one comes back to the hot tier first."""
@@ -274,14 +292,22 @@ class MessageIndex:
     def read(self, key: int) -> StoredMessage:
         """Message ``key`` (KeyError if not held); StorageError when its bytes or slot are damaged,
         OSError when the page file cannot be read."""
-        entry = self.get(key)
-        if entry is None:
-            raise KeyError(key)
+        # one look-up, and no Entry copied out of the cold arrays: a message read for delivery is read once
+        entry = self.hot.get(key)
+        if entry is not None:
+            number, slot, seq, persistent = entry.page, entry.slot, entry.seq, entry.persistent
+        else:
+            cold = self.cold
+            i = cold.find(key)
+            if i < 0:
+                raise KeyError(key)
+            number, slot, persistent, _ = unpack_place(cold.places[i])
+            seq = cold.seqs[i]
         pages = self.pages
-        page = pages.pages[entry.page]
-        fields = pages.slot_fields(page, entry.slot)
+        page = pages.pages[number]
+        fields = pages.slot_fields(page, slot)
         data = pages.message_bytes(page, fields)
-        return StoredMessage(key, self.store.names.names[fields[5]], entry.seq, entry.persistent, data)
+        return StoredMessage(key, self.store.names.names[fields[5]], seq, persistent, data)
 
     def entries(self) -> Iterator[tuple[int, int, bool, tuple[str, ...]]]:
         """(key, seq, persistent, queues) of every message held, hot and cold (inspection: O(n))."""
@@ -316,9 +342,10 @@ class MessageIndex:
         pending, self.unlogged = self.unlogged, {}
         table = self.deliveries
         kept = {}
+        owed = self.owed
         for (key, queue), count in pending.items():
-            entry = self.get(key)
-            if entry is not None and entry.persistent and queue in entry.refs:
+            held = owed(key)
+            if held is not None and held[0] and queue in held[1]:
                 table.setdefault(key, {})[queue] = count
                 kept[(key, queue)] = count
         return kept
@@ -327,6 +354,6 @@ class MessageIndex:
         return dict(self.deliveries.get(key, ()))
 
     def replay_delivery(self, key: int, queue: str, count: int) -> None:
-        entry = self.get(key)
-        if entry is not None and queue in entry.refs:
+        held = self.owed(key)
+        if held is not None and queue in held[1]:
             self.deliveries.setdefault(key, {})[queue] = count

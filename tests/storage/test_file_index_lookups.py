@@ -1,0 +1,104 @@
+"""How many times the file device's index looks a message up between its delivery and its removal.
+
+A paged persistent message lives in the index's cold arrays (``index.py``: found by bisection, an ``Entry``
+built from the arrays when it must change). Its delivery reads it, notes the delivery (a flush logs the
+count) and its acknowledgement removes it: each of those locates it once, and only the removal, which
+changes it, builds an ``Entry`` (the cold message comes back hot once, then goes). Messages not touched stay
+cold: the cold tier's memory bound."""
+from __future__ import annotations
+
+import pytest
+
+from pymq_server.storage.device import StoredMessage
+from pymq_server.storage.file import FileDevice
+from pymq_server.storage.file.index import ColdRun
+
+Q = "/queue/a"
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    calls = {"find": 0, "entry": 0}
+    find, entry = ColdRun.find, ColdRun.entry
+
+    def counting_find(self, key):
+        calls["find"] += 1
+        return find(self, key)
+
+    def counting_entry(self, i, refs):
+        calls["entry"] += 1
+        return entry(self, i, refs)
+
+    monkeypatch.setattr(ColdRun, "find", counting_find)
+    monkeypatch.setattr(ColdRun, "entry", counting_entry)
+    return calls
+
+
+def _cold_device(path, count: int, queues=(Q,)) -> FileDevice:
+    device = FileDevice("file", str(path), 4096, fsync=False, index_hot=2)
+    device.open()
+    for key in range(1, count + 1):
+        device.write(StoredMessage(key, Q, key, True, b"m%d" % key), list(queues))
+    device.flush()
+    return device
+
+
+def test_a_delivered_and_removed_cold_message_is_looked_up_once_per_step_and_copied_once(tmp_path, counted):
+    n = 40
+    device = _cold_device(tmp_path, n)
+    index = device.store.index
+    try:
+        first_hot = min(index.hot)
+        cold_keys = list(range(1, first_hot))
+        assert len(cold_keys) >= n - 2
+        for key in cold_keys:
+            assert key not in index.hot
+        counted["find"] = counted["entry"] = 0
+        for key in cold_keys:
+            assert device.read(key).data == b"m%d" % key      # the delivery reads it ...
+            device.record_delivery(key, Q, 1)                 # ... counts it ...
+            device.flush()                                    # ... and a flush logs the count
+            assert device.deliveries(key) == {Q: 1}
+            device.remove(key, Q)                             # the acknowledgement
+            assert key not in device
+        # read, the flush's check of the noted delivery, the removal: one bisection each (4 before: the read
+        # asked "held?" and then for the entry), and one Entry, the removal's (3 before: read and flush too)
+        assert counted["find"] == 4 * len(cold_keys)         # 3 + the `in` asserted above
+        assert counted["entry"] == len(cold_keys)
+    finally:
+        device.close()
+
+
+def test_reading_and_noting_a_delivery_leave_a_cold_message_cold(tmp_path, counted):
+    device = _cold_device(tmp_path, 30)
+    index = device.store.index
+    try:
+        cold = [key for key in range(1, 31) if key not in index.hot]
+        hot_before = len(index.hot)
+        for key in cold:
+            device.read(key)
+            device.record_delivery(key, Q, 2)
+        device.flush()
+        assert device.references(cold[0]) == [Q]
+        assert [m.key for m in device.iterate(Q)] == list(range(1, 31))
+        assert len(index.hot) == hot_before                  # nothing promoted: the cold tier's bound holds
+        assert counted["entry"] == 0
+        assert all(device.deliveries(key) == {Q: 2} for key in cold)
+    finally:
+        device.close()
+
+
+def test_a_cold_message_of_two_queues_comes_hot_once(tmp_path, counted):
+    device = _cold_device(tmp_path, 10, queues=(Q, "/queue/b"))
+    index = device.store.index
+    try:
+        key = 1
+        assert key not in index.hot
+        counted["find"] = counted["entry"] = 0
+        device.remove(key, Q)                 # changes: comes hot, once
+        assert key in index.hot
+        device.remove(key, "/queue/b")        # found hot: no bisection, no copy
+        assert counted == {"find": 1, "entry": 1}
+        assert key not in device
+    finally:
+        device.close()
