@@ -102,3 +102,16 @@ def test_a_cold_message_of_two_queues_comes_hot_once(tmp_path, counted):
         assert key not in device
     finally:
         device.close()
+
+
+def test_a_cold_run_finds_every_live_key_with_and_without_gaps():
+    from array import array
+
+    run = ColdRun()
+    keys = [3, 4, 5, 9, 10, 40, 41, 42, 43, 100]
+    run.load(array("Q", keys), array("Q", [7 + i for i in range(len(keys))]), array("I", [0] * len(keys)),
+             array("I", [1] * len(keys)), array("Q", keys))
+    assert [run.find(k) for k in keys] == list(range(len(keys)))
+    assert [run.find(k) for k in (0, 1, 2, 6, 8, 11, 39, 44, 99, 101, 2 ** 63)] == [-1] * 11
+    run.kill(run.find(9))                          # a dead slot is not found, its neighbours still are
+    assert run.find(9) == -1 and run.find(10) == 4 and run.find(5) == 2

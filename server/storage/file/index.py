@@ -100,10 +100,14 @@ class ColdRun:
         keys = self.keys
         if not keys or key > keys[-1]:
             return -1
-        i = bisect.bisect_left(keys, key)
-        if i < len(keys) and keys[i] == key and self.places[i]:
-            return i
-        return -1
+        # keys are placed in increasing order, mostly one after another: where ``key`` would be if the run
+        # had no gaps is tried first (one comparison), the bisection only when that misses
+        i = key - keys[0]
+        if i < 0 or i >= len(keys) or keys[i] != key:
+            i = bisect.bisect_left(keys, key)
+            if i >= len(keys) or keys[i] != key:
+                return -1
+        return i if self.places[i] else -1
 
     def append(self, key: int, entry: Entry) -> None:
         """``key`` must be above every key held (``last``)."""
