@@ -248,7 +248,8 @@ class RawStomp:
         h.update(headers)
         self.sock.sendall(encode_frame("CONNECT", h, b"", "1.2"))
         frame = self.read()
-        self.scanner.feed(b"")
+        # the scanner stopped after CONNECTED (to learn the version): what came in the same read follows it
+        self.frames.extend(self.scanner.feed(b""))
         return frame
 
     def read(self, timeout: float = 5.0):
