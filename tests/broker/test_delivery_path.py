@@ -20,6 +20,8 @@ from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.states import COMPLETED
 from pymq_server.config import QueueConfig
 
+from tests.fake_transport import RecordingTransport
+
 
 class SteppingHost:
     """A queue's host whose monotonic clock moves one second at every reading."""
@@ -157,34 +159,6 @@ def test_a_selector_consumer_is_asked_on_the_plain_case():
     assert second.consumer is None and queue.ready.count == 1      # refused: it waits for dispatch
 
 
-class Capture:
-    """Enough of an asyncio transport for the TCP adapter: keeps what is written."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def is_closing(self) -> bool:
-        return False
-
-    def close(self) -> None:
-        pass
-
-    def set_write_buffer_limits(self, high: int, low: int) -> None:
-        pass
-
-    def get_extra_info(self, name: str, default=None):
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
-
-
 def test_a_topic_message_s_shared_header_lines_are_encoded_once_for_every_subscriber(tmp_path, monkeypatch):
     """One MESSAGE frame's shared bytes (destination, message-id, the message's headers, content-length) are
     encoded once per message and escaping; each subscriber's frame adds only its subscription and ack lines."""
@@ -214,7 +188,7 @@ def test_a_topic_message_s_shared_header_lines_are_encoded_once_for_every_subscr
         links = []
         for i, ack in enumerate(("auto", "client-individual", "client", "auto")):
             proto = StompServerProtocol(server.broker, loop)
-            transport = Capture()
+            transport = RecordingTransport()
             proto.connection_made(transport)   # type: ignore[arg-type]
             proto.data_received(encode_frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
                                                          "passcode": "guest"}, b"", "1.2"))
