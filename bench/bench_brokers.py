@@ -659,6 +659,9 @@ def main(argv=None) -> int:
     ap.add_argument("--brokers", default="pymq,rabbitmq,activemq")
     ap.add_argument("--workloads", default=DEFAULT_GROUPS,
                     help=f"groups of rows (default {DEFAULT_GROUPS}; also k: 1 KiB rows, sdk: the SDK's loops)")
+    ap.add_argument("--rows", default="",
+                    help="only these rows, by key (e.g. e,ep,eh: the latency rows without the SDK's); "
+                         "instead of --workloads")
     ap.add_argument("--headers", default=str(APP_HEADERS),
                     help=f"application headers on every SEND (default {APP_HEADERS}: an id, the producer index, a "
                          "sequence number, a timestamp; more add 16-byte attributes); a list (0,4,8) runs every "
@@ -718,8 +721,12 @@ def main(argv=None) -> int:
     if workers_name and workers_name not in brokers:
         brokers.insert(brokers.index("pymq") + 1 if "pymq" in brokers else 0, workers_name)
     groups = {s.strip() for s in a.workloads.split(",") if s.strip()}
+    only = {s.strip() for s in a.rows.split(",") if s.strip()}
+    if only:
+        groups = {w.group for w in WORKLOADS if w.key in only}
     unknown = ([b for b in brokers if b not in BROKERS and b not in ("pymq-base", workers_name)]
-               + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"}))
+               + sorted(groups - {w.group for w in WORKLOADS} - {"sdk"})
+               + sorted(only - {w.key for w in WORKLOADS}))
     if unknown:
         ap.error(f"unknown broker or workload: {', '.join(unknown)}")
     # A SIGTERM (CI's timeout, kill) must still stop the brokers: they run in sessions of their own and
@@ -762,7 +769,7 @@ def main(argv=None) -> int:
                 os.sched_setaffinity(0, parse_cpus(a.pin_client))
             for rnd in range(a.rounds):
                 for w, h, client in [(w, h, c) for w in WORKLOADS for h in header_counts for c in clients]:
-                    if w.group not in groups:
+                    if w.group not in groups or (only and w.key not in only):
                         continue
                     # Rotate the order each round so no broker always runs first (or right after ActiveMQ's
                     # garbage collector has been fed).

@@ -45,6 +45,8 @@ except ImportError:  # plain asyncio still works, a little slower
 HEADER_LEN = 36  # producer id (4) + sequence (12) + timestamp (20)
 NS = 1_000_000_000
 MAX_LATENCY_SAMPLES = 2_000_000
+# a paced producer alone in its process sleeps waits shorter than this to the due time (time.sleep)
+PRECISE_WAIT = 0.002
 
 
 # ------------------------------------------------------------------------------------------ STOMP codec
@@ -336,7 +338,10 @@ def _app_header_maker(n: int):
     return make
 
 
-async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result: dict, shared) -> None:
+async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result: dict, shared,
+                   alone: bool = False) -> None:
+    """One producer connection; ``alone``: the only producer of its process (a paced producer may then
+    block the process's loop for less than a millisecond to send each message at its due time)."""
     conn = await open_connection(ep)
     make = _body_maker(spec.size)
     headers = {"destination": destination_of(spec, pid)}
@@ -388,9 +393,19 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
         if interval:
             due = pace_start + int(seq * interval)
             if due > now:
-                # Never below 1 ms: the loop's timers have millisecond resolution, and a shorter sleep
-                # rounds to zero and turns pacing into a busy loop that steals the broker's core.
-                await asyncio.sleep(max(0.001, (due - now) / NS))
+                wait = (due - now) / NS
+                if alone and wait < PRECISE_WAIT:
+                    # Each message at its own due time: the loop's timers step in milliseconds, so at
+                    # 2,000 msg/s `asyncio.sleep` woke every 1-1.5 ms and sent 2-4 messages back to back,
+                    # and the first of each burst waited in the broker for the whole burst to be read and
+                    # handled (bench/README.md, issue 30: latency). A thread sleep is exact to the
+                    # kernel's timer slack (~50 µs) and, unlike a shorter asyncio sleep, not a busy loop;
+                    # blocking this loop is harmless with this process's only producer.
+                    time.sleep(wait)  # noqa: ASYNC251
+                else:
+                    # never below 1 ms: a shorter loop sleep rounds to zero (a busy loop that steals
+                    # the broker's core); ahead of the due time by a step, the rest slept above
+                    await asyncio.sleep(max(0.001, wait - (PRECISE_WAIT / 2 if alone else 0)))
                 continue
         if window:
             sent_counter[pid] = seq
@@ -420,6 +435,8 @@ async def _produce(ep: Endpoint, spec: LoadSpec, pid: int, start_ns: int, result
             seq += 1
         last = ts
         write(b"".join(frames))
+        if interval and alone:
+            await asyncio.sleep(0)  # the loop's turn (reads, write completions) between paced messages
         if every and spec.max_unconfirmed:
             # A careful producer: never more than max_unconfirmed messages without a broker confirmation.
             while len(pending) * every > spec.max_unconfirmed:
@@ -458,8 +475,8 @@ def _producer_main(ep: Endpoint, spec: LoadSpec, pids: list[int], shared, out_q,
         shared.go.wait(120)
         cpu0 = _cpu_self()
         start_ns = shared.start_ns.value
-        loop.run_until_complete(asyncio.gather(*(_produce(endpoint_for(ep, p), spec, p, start_ns, result, shared)
-                                                 for p in pids)))
+        loop.run_until_complete(asyncio.gather(*(_produce(endpoint_for(ep, p), spec, p, start_ns, result, shared,
+                                                          alone=len(pids) == 1) for p in pids)))
         cpu = _cpu_self() - cpu0
     except BaseException as e:  # noqa: BLE001 - to the parent, which turns it into a harness error
         error, cpu = f"{type(e).__name__}: {e}", 0.0
