@@ -189,7 +189,15 @@ def serve_traced(port: int, data_dir: str, out_path: str, no_uvloop: bool) -> No
 
     original_received = tcp.StompServerProtocol.data_received
 
+    nodelay: dict[int, int] = {}
+    loop_kind: list[str] = []
+
     def data_received(self, data):
+        if id(self) not in nodelay:
+            import socket
+            sock = self.transport.get_extra_info("socket")
+            nodelay[id(self)] = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) if sock else -1
+            loop_kind[:] = [c.__module__ + "." + c.__name__ for c in type(self.loop).__mro__[:2]]
         t = mono()
         original_received(self, data)
         reads.setdefault(id(self), []).append((t, len(data), mono() - t))
@@ -272,7 +280,8 @@ def serve_traced(port: int, data_dir: str, out_path: str, no_uvloop: bool) -> No
                        "writes": {str(k): v for k, v in writes.items()},
                        "gc": clock.passes, "thresholds": gc.get_threshold(),
                        "frozen": gc.get_freeze_count(), "fine": fine,
-                       "timers": callbacks}, f)
+                       "timers": callbacks, "nodelay": list(nodelay.values()),
+                       "loop": loop_kind}, f)
 
     argv = ["--host", "127.0.0.1", "--port", str(port), "--data-dir", data_dir]
     if no_uvloop:
@@ -354,7 +363,8 @@ def split(m: dict, trace: dict) -> None:
             print(f"  GC {name:8}: {len(durs)} passes ({per_gen}), median {durs[len(durs) // 2] / 1000:.1f} µs")
         else:
             print(f"  GC {name:8}: none")
-    print(f"  broker thresholds {trace['thresholds']}, frozen objects {trace['frozen']}")
+    print(f"  broker thresholds {trace['thresholds']}, frozen objects {trace['frozen']}, loop "
+          f"{trace.get('loop')}, TCP_NODELAY on its sockets: {trace.get('nodelay')}")
     for label, spent in sorted(trace.get("timers", {}).items(), key=lambda kv: -sum(kv[1])):
         if spent:
             print(summary(f"  {label[:38]}", spent) + f"  total {sum(spent) / 1e6:.1f} ms")

@@ -406,7 +406,24 @@ class ActiveMQBroker(Broker):
         return self.popen(argv)
 
 
-BROKERS = {"pymq": PymqBroker, "rabbitmq": RabbitBroker, "activemq": ActiveMQBroker}
+# --------------------------------------------------------------------------------------------------- echo
+@dataclass
+class EchoBroker(Broker):
+    """bench/toybroker.py as a broker: a relay that only re-frames each SEND as a MESSAGE (no storage, no
+    queue, no acknowledgement), on the same loop (uvloop) as the load client. Not a peer: the floor under
+    the latency rows, what the load client, the loop and loopback TCP cost with no broker work at all."""
+
+    name: str = "echo"
+
+    def ensure_installed(self) -> None:
+        self.version = "toybroker"
+
+    def _launch(self) -> subprocess.Popen:
+        here = os.path.dirname(os.path.abspath(__file__))
+        return self.popen([sys.executable, os.path.join(here, "toybroker.py"), str(self.stomp_port)])
+
+
+BROKERS = {"pymq": PymqBroker, "rabbitmq": RabbitBroker, "activemq": ActiveMQBroker, "echo": EchoBroker}
 
 
 def main(argv: list[str]) -> int:

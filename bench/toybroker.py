@@ -75,3 +75,9 @@ def serve(port: int, drop=(), dup=()) -> None:
     broker = ToyBroker(set(drop), set(dup))
     loop.run_until_complete(loop.create_server(broker.protocol(), "127.0.0.1", port))
     loop.run_forever()
+
+
+if __name__ == "__main__":          # bench/peers.py's EchoBroker: `toybroker.py PORT`
+    import sys
+
+    serve(int(sys.argv[1]))
