@@ -74,7 +74,10 @@ class HoldingStore:
         self.forget: Callable[[Storable], None] = self.chooser.forget
         self.codec: StoredCodec = codec if codec is not None else NoCodec()
         self.commits = CommitDriver(self.devices.values(), sync_policy, sync_window_ms, call_later, run_in_thread)
-        self.behind = WriteBehind(self.codec, self.chooser, self.commits.mark_dirty, call_later)
+        #: changes were made on a device (a write, a removal; a paged batch removed directly): the next barrier
+        #: flushes it (the commit driver's dirty set's ``add``)
+        self.mark_dirty: Callable[[HoldingDevice], None] = self.commits.mark_dirty
+        self.behind = WriteBehind(self.codec, self.chooser, self.mark_dirty, call_later)
         self.repairs = DeviceRepairs(self.devices.values(), run_in_thread)
         self.sync_policy = sync_policy
         self._call_later = call_later
@@ -251,7 +254,7 @@ class HoldingStore:
             return f"{device.name}: {type(exc).__name__}: {exc}"
         self.chooser.count(message, device, rule)
         message.device = device
-        self.commits.mark_dirty(device)
+        self.mark_dirty(device)
         return None
 
     def waiting(self, message: Storable) -> bool:
@@ -272,7 +275,7 @@ class HoldingStore:
         if behind.waiting and behind.add_reference(message, queue):
             return True
         device.add_reference(message.key, queue)
-        self.commits.mark_dirty(device)
+        self.mark_dirty(device)
         return True
 
     def release(self, message: Storable, queue: str) -> None:
@@ -283,11 +286,7 @@ class HoldingStore:
         if behind.waiting and behind.release(message, queue):
             return      # released before it was written: the device never sees it (nor its removal)
         device.remove(message.key, queue)
-        self.commits.mark_dirty(device)
-
-    def mark_dirty(self, device: HoldingDevice) -> None:
-        """Changes were made on ``device`` directly (a paged batch removed): the next barrier flushes it."""
-        self.commits.mark_dirty(device)
+        self.mark_dirty(device)
 
     @property
     def dirty(self) -> bool:

@@ -58,16 +58,17 @@ class CommitDriver:
         self.sync_window_ms = sync_window_ms
         self.call_later = call_later
         self.run_in_thread = run_in_thread
-        #: devices written since the last barrier (the next one flushes and commits them)
+        #: devices written since the last barrier (the next one flushes and commits them): cleared, never
+        #: replaced, so ``mark_dirty`` can be its own ``add``
         self.dirty: set[HoldingDevice] = set()
+        #: a device has changes the next barrier must make durable (every write and removal says so: the
+        #: set's ``add`` itself, no call of ours in between)
+        self.mark_dirty: Callable[[HoldingDevice], None] = self.dirty.add
         self._commits: dict[str, GroupCommit] = {}
         self._timers: set[str] = set()
         self._checkpointing: set[str] = set()
         self.clock = time.monotonic
         self.syncs = 0
-
-    def mark_dirty(self, device: HoldingDevice) -> None:
-        self.dirty.add(device)
 
     def _commit_for(self, device: HoldingDevice) -> GroupCommit:
         gc = self._commits.get(device.name)

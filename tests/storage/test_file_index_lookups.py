@@ -2,9 +2,10 @@
 
 A paged persistent message lives in the index's cold arrays (``index.py``: found by bisection, an ``Entry``
 built from the arrays when it must change). Its delivery reads it, notes the delivery (a flush logs the
-count) and its acknowledgement removes it: each of those locates it once, and only the removal, which
-changes it, builds an ``Entry`` (the cold message comes back hot once, then goes). Messages not touched stay
-cold: the cold tier's memory bound."""
+count) and its acknowledgement removes it: each of those locates it once. Only a removal that leaves other
+references builds an ``Entry`` (a cold message of two queues comes hot once, its references changing); a
+last reference goes straight from the cold arrays (no ``Entry``, no hot slot), in the write path and in
+recovery's replay of the REMOVE alike. Messages not touched stay cold: the cold tier's memory bound."""
 from __future__ import annotations
 
 import pytest
@@ -34,11 +35,15 @@ def counted(monkeypatch):
     return calls
 
 
-def _cold_device(path, count: int, queues=(Q,)) -> FileDevice:
+def _body(key: int, pad: int = 0) -> bytes:
+    return b"m%d" % key + b"." * pad
+
+
+def _cold_device(path, count: int, queues=(Q,), pad: int = 0) -> FileDevice:
     device = FileDevice("file", str(path), 4096, fsync=False, index_hot=2)
     device.open()
     for key in range(1, count + 1):
-        device.write(StoredMessage(key, Q, key, True, b"m%d" % key), list(queues))
+        device.write(StoredMessage(key, Q, key, True, _body(key, pad)), list(queues))
     device.flush()
     return device
 
@@ -53,6 +58,7 @@ def test_a_delivered_and_removed_cold_message_is_looked_up_once_per_step_and_cop
         assert len(cold_keys) >= n - 2
         for key in cold_keys:
             assert key not in index.hot
+        hot_before, bytes_before = set(index.hot), index.bytes_used
         counted["find"] = counted["entry"] = 0
         for key in cold_keys:
             assert device.read(key).data == b"m%d" % key      # the delivery reads it ...
@@ -61,10 +67,69 @@ def test_a_delivered_and_removed_cold_message_is_looked_up_once_per_step_and_cop
             assert device.deliveries(key) == {Q: 1}
             device.remove(key, Q)                             # the acknowledgement
             assert key not in device
-        # read, the flush's check of the noted delivery, the removal: one bisection each (4 before: the read
-        # asked "held?" and then for the entry), and one Entry, the removal's (3 before: read and flush too)
+        # read, the flush's check of the noted delivery, the removal: one bisection each (4 before session 36:
+        # the read asked "held?" and then for the entry), and no Entry at all: the last reference dies in the
+        # cold arrays (3 Entries before session 36, 1 before session 37: the removal brought it hot first)
         assert counted["find"] == 4 * len(cold_keys)         # 3 + the `in` asserted above
-        assert counted["entry"] == len(cold_keys)
+        assert counted["entry"] == 0
+        assert set(index.hot) == hot_before                  # no hot slot taken, even for a moment
+        assert len(index.cold) == 0
+        assert index.bytes_used == bytes_before - sum(len(b"m%d" % key) for key in cold_keys)
+        assert index.deliveries == {} and index.unlogged == {}
+    finally:
+        device.close()
+
+
+def test_cold_removals_free_their_pages_and_recovery_replays_them_cold_after_a_kill_9(tmp_path, counted):
+    """Removals of cold messages logged after a checkpoint (recovery loads the checkpoint's messages cold),
+    then a kill -9: the replay removes them from the cold arrays as the write path did, and both agree."""
+    n = 60
+    device = _cold_device(tmp_path, n, pad=200)               # 4-5 pages of 4 KiB
+    device.checkpoint()
+    device.close()
+    device = FileDevice("file", str(tmp_path), 4096, fsync=False, index_hot=2)
+    device.open()
+    index = device.store.index
+    assert len(index.cold) == n and not index.hot            # all cold after the reopen
+    pages_before = device.status().extra["pages_persistent"]
+    gone = list(range(1, n - 4))
+    for key in gone:
+        device.record_delivery(key, Q, 1)
+    device.flush()
+    counted["entry"] = 0
+    for key in gone:
+        device.remove(key, Q)
+    assert counted["entry"] == 0 and not index.hot
+    assert device.status().extra["pages_persistent"] < pages_before       # emptied pages were freed
+    kept = [(m.key, m.data) for m in device.iterate(Q)]
+    used = index.bytes_used
+    device.flush()
+    device._simulate_crash()                                  # kill -9: the log's REMOVEs are replayed
+    device = FileDevice("file", str(tmp_path), 4096, fsync=False, index_hot=2)
+    device.open()
+    try:
+        index = device.store.index
+        assert counted["entry"] == 0 and not index.hot        # replayed cold too
+        assert [(m.key, m.data) for m in device.iterate(Q)] == kept == [(k, _body(k, 200)) for k in range(n - 4, n + 1)]
+        assert index.bytes_used == used and len(device.store.index) == 5
+        assert all(device.deliveries(key) == {} for key in gone)
+        for key, _ in kept:                                   # and the survivors still go, cold
+            device.remove(key, Q)
+        assert len(device.store.index) == 0 and index.bytes_used == 0
+    finally:
+        device.close()
+
+
+def test_a_removal_for_a_queue_that_does_not_owe_a_cold_message_changes_nothing(tmp_path):
+    device = _cold_device(tmp_path, 10)
+    index = device.store.index
+    try:
+        assert 1 not in index.hot
+        with pytest.raises(KeyError):
+            device.remove(1, "/queue/other")
+        with pytest.raises(KeyError):
+            device.remove(10_000, Q)
+        assert 1 not in index.hot and index.cold.find(1) >= 0 and device.references(1) == [Q]
     finally:
         device.close()
 

@@ -13,8 +13,9 @@ Two tiers keep the heap a message costs small however many are held (issue 24: a
   an :class:`Entry` object each in a dict, as fast as a dict is;
 * **cold** — older messages whose references are still the ones they were written with: 32 bytes each in
   parallel arrays sorted by key (:class:`ColdRun`), found by bisection. Their queues are their slot's
-  reference set, by id. A cold message that changes (a reference dropped or added) comes back to the hot
-  tier first (``take``), which is also where its last reference is dropped.
+  reference set, by id. A cold message whose references change (one added, or one dropped while others
+  stay) comes back to the hot tier first (``take``); one whose last reference goes dies where it is
+  (``remove``), so draining a paged backlog builds no ``Entry`` and takes no hot slot.
 
 Keys increase as messages are placed and are written in that order, so the oldest hot entries fold onto
 the end of the cold arrays; one that arrives out of order (a queue's paged batch, written under the key of
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING
 from ..device import StoredMessage
 
 if TYPE_CHECKING:
+    from .pages import Page
     from .state import OpenStore
 
 #: hot entries kept before the oldest fold into the cold arrays (FileDevice's ``index_hot``)
@@ -211,10 +213,12 @@ class MessageIndex:
         entry = self.hot.get(key)
         if entry is not None:
             return entry
+        i = self.cold.find(key)
+        return None if i < 0 else self._promote(key, i)
+
+    def _promote(self, key: int, i: int) -> Entry:
+        """Cold message ``key`` (at ``i``) comes back to the hot tier: its references are about to change."""
         cold = self.cold
-        i = cold.find(key)
-        if i < 0:
-            return None
         entry = cold.entry(i, self.store.names.refsets[cold.refsets[i]])
         cold.kill(i)
         self.hot[key] = entry
@@ -255,36 +259,82 @@ class MessageIndex:
         self.cold.load(keys, places, refsets, lengths, seqs)
         self.bytes_used += sum(lengths)
 
-    def drop_reference(self, key: int, entry: Entry, refs: tuple[str, ...], queue: str) -> None:
-        """``queue`` no longer owes message ``key`` (a hot entry: ``take``); ``refs`` are the references left
-        (none: it goes)."""
-        entry.refs = refs
-        if queue not in refs:
-            if self.unlogged:
-                self.unlogged.pop((key, queue), None)
-            counts = self.deliveries.get(key)
-            if counts is not None:
-                counts.pop(queue, None)
-                if not counts:
-                    del self.deliveries[key]
-        if refs:
-            if entry.persistent:
-                if refs == self.store.names.refsets[entry.refset]:
-                    self.changed.discard(key)
-                else:
-                    self.changed.add(key)
-            return
-        self._kill(key, entry)
-
-    def _kill(self, key: int, entry: Entry) -> None:
-        """The last reference went: the slot dies; pages left without a live slot are freed."""
-        del self.hot[key]
-        self.changed.discard(key)
-        self.bytes_used -= entry.length
+    def remove(self, key: int, queue: str) -> bool:
+        """``queue`` no longer owes message ``key`` (KeyError if it is not held or not owed to ``queue``:
+        nothing changed); the last reference frees its slot and, when empty, its page. Returns whether the
+        message is persistent (the write path logs the REMOVE then). One look-up: the last reference of a
+        cold message goes straight from the cold arrays (no ``Entry``, no hot slot); a cold message that keeps
+        other references comes hot first (its references change)."""
+        entry = self.hot.get(key)
+        if entry is not None:
+            refs = entry.refs
+            if len(refs) != 1 or refs[0] != queue:
+                return self._drop_one(key, entry, queue)
+            # the last reference (the usual case): the slot dies, and its page when no live slot is left
+            pages = self.pages
+            page = pages.pages[entry.page]
+            slot = entry.slot
+            continuation = self._continuation(page, slot) if entry.large else ()
+            del self.hot[key]
+            self.changed.discard(key)
+            pages.free_slot(page, slot, continuation)
+            self.bytes_used -= entry.length
+            if self.unlogged or self.deliveries:
+                self._owed_no_more(key, queue)
+            return entry.persistent
+        cold = self.cold
+        i = cold.find(key)
+        if i < 0:
+            raise KeyError(key)
+        refs = self.store.names.refsets[cold.refsets[i]]
+        if len(refs) != 1 or refs[0] != queue:
+            if queue not in refs:
+                raise KeyError(f"message {key} has no reference for {queue!r}")     # and it stays cold
+            return self._drop_one(key, self._promote(key, i), queue)
+        # the last reference of a cold message: it dies where it is, as a hot one does above
+        number, slot, persistent, large = unpack_place(cold.places[i])
         pages = self.pages
-        page = pages.pages[entry.page]
-        continuation = pages.continuation_pages(page, pages.slot_fields(page, entry.slot)) if entry.large else ()
-        pages.free_slot(page, entry.slot, continuation)
+        page = pages.pages[number]
+        continuation = self._continuation(page, slot) if large else ()
+        self.bytes_used -= cold.lengths[i]
+        cold.kill(i)
+        pages.free_slot(page, slot, continuation)
+        if self.unlogged or self.deliveries:
+            self._owed_no_more(key, queue)
+        return persistent
+
+    def _continuation(self, page: Page, slot: int) -> tuple[int, ...]:
+        """A large message's continuation pages, read from its slot before anything is freed (a damaged slot
+        raises with nothing changed)."""
+        return self.pages.continuation_pages(page, self.pages.slot_fields(page, slot))
+
+    def _drop_one(self, key: int, entry: Entry, queue: str) -> bool:
+        """``remove`` of one reference of a hot message that has others (or ``queue`` twice)."""
+        left = list(entry.refs)
+        try:
+            left.remove(queue)
+        except ValueError:
+            raise KeyError(f"message {key} has no reference for {queue!r}") from None
+        remaining = entry.refs = tuple(left)          # not empty: ``refs`` held another
+        if queue not in remaining and (self.unlogged or self.deliveries):
+            self._owed_no_more(key, queue)
+        if entry.persistent:
+            if remaining == self.store.names.refsets[entry.refset]:
+                self.changed.discard(key)
+            else:
+                self.changed.add(key)
+        return entry.persistent
+
+    def _owed_no_more(self, key: int, queue: str) -> None:
+        """``queue``'s delivery count of message ``key`` goes with its reference (callers ask only while a
+        count is noted or kept)."""
+        self.unlogged.pop((key, queue), None)
+        deliveries = self.deliveries
+        counts = deliveries.get(key)
+        if counts is not None:
+            counts.pop(queue, None)
+            if not counts:
+                del deliveries[key]
 
     def add_reference(self, key: int, entry: Entry, queue: str) -> None:
         """One more queue owes message ``key`` (a hot entry: ``take``)."""

@@ -202,18 +202,23 @@ class Recovery:
         index, names = store.index, store.names
         if ftype == fmt.F_PUT:
             self._apply_put(payload)
-        elif ftype == fmt.F_REMOVE or ftype == fmt.F_ADDREF:
+        elif ftype == fmt.F_REMOVE:
+            key, qid = fmt.KEY_NAME.unpack(payload)
+            queue = names.names.get(qid)
+            try:
+                if queue is None:
+                    raise KeyError(qid)
+                index.remove(key, queue)      # what the write path did: the same call, hot or cold
+            except KeyError:
+                raise StorageError(f"log removes message {key} for name {qid}, which recovery does not "
+                                   f"hold") from None
+        elif ftype == fmt.F_ADDREF:
             key, qid = fmt.KEY_NAME.unpack(payload)
             entry = index.take(key)
             queue = names.names.get(qid)
             if entry is None or queue is None:
                 raise StorageError(f"log names message {key} or name {qid} that recovery does not hold")
-            if ftype == fmt.F_REMOVE:
-                refs = list(entry.refs)
-                refs.remove(queue)
-                index.drop_reference(key, entry, tuple(refs), queue)
-            else:
-                index.add_reference(key, entry, queue)
+            index.add_reference(key, entry, queue)
         elif ftype == fmt.F_NAME:
             names.replay_name(fmt.U32.unpack_from(payload, 0)[0], payload[4:].decode())
         elif ftype == fmt.F_REFSET:

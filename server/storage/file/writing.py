@@ -277,23 +277,10 @@ class WritePath:
         with store.lock:
             if store.status is _CLOSED or store.read_only:
                 store.check_writable()
-            index = self.index
-            entry = index.take(key)
-            if entry is None:
-                raise KeyError(key)
-            refs = entry.refs
-            if len(refs) == 1 and refs[0] == queue:
-                remaining: tuple[str, ...] = ()        # the usual case: the last reference
-            else:
-                left = list(refs)
-                try:
-                    left.remove(queue)
-                except ValueError:
-                    raise KeyError(f"message {key} has no reference for {queue!r}") from None
-                remaining = tuple(left)
-            if entry.persistent:
+            # the index changes first (KeyError, nothing changed, if not owed): appending the REMOVE frame
+            # only buffers it, so the two happen together under the lock
+            if self.index.remove(key, queue):
                 self.log.append(fmt.F_REMOVE, fmt.KEY_NAME.pack(key, self.names.ids[queue]), True)
-            index.drop_reference(key, entry, remaining, queue)
 
     def add_reference(self, key: int, queue: str) -> None:
         store = self.store

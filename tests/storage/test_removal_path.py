@@ -1,0 +1,49 @@
+"""The removal of a written persistent message's last reference, call by call (issue 25: the file device's
+removal path cost 177 bytecodes a message against 136 before it was cut into parts).
+
+The holding store's ``release`` reaches the index in one call chain: the write path asks the index to
+remove the reference (one look-up, hot or cold; the slot and its page freed there), logs the REMOVE, and the
+device is marked dirty through the commit driver's dirty set itself. The test lists the Python functions
+the removal runs, so a layer that comes back between them (a ``take`` then a ``drop_reference``, a
+``mark_dirty`` method) fails it, and checks that what the removal must do still happened."""
+from __future__ import annotations
+
+import os
+import sys
+
+from tests.storage.test_write_behind import Msg, barrier, make_store
+
+Q = "/queue/a"
+
+
+def _calls(fn) -> list[str]:
+    calls: list[str] = []
+
+    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+        if event == "call":
+            calls.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return calls
+
+
+def test_the_removal_of_a_last_reference_runs_one_chain_and_marks_the_device_dirty(tmp_path):
+    store, device = make_store(tmp_path)
+    try:
+        m = Msg(1)
+        store.hold(m, [Q])
+        store.write_waiting()                       # on the device now: the removal reaches it
+        assert barrier(store) is None and not store.commits.dirty
+        frames = device.store.log.current.frames
+        calls = _calls(lambda: store.release(m, Q))
+        storage = [c for c in calls if c.split(":")[0] in ("store.py", "syncing.py", "behind.py", "device.py",
+                                                           "writing.py", "index.py", "pages.py")]
+        assert storage == ["store.py:release", "writing.py:remove", "index.py:remove", "pages.py:free_slot"], calls
+        assert store.commits.dirty == {device}      # marked, without a call of ours
+        assert device.store.log.current.frames == frames + 1 and 1 not in device
+    finally:
+        store.close()
