@@ -65,15 +65,23 @@ def forward_headers(message: BrokerMessage, origin: str, extra: dict[str, str] |
 def arrived(request: SendRequest) -> SendRequest:
     """A peer's forwarded SEND as the request the receiving node places: the cluster's headers out of the
     message, its own id kept, and the crossing as the duplicate id (a SEND from a node that did not send
-    ``pymq-forward-id`` keeps the duplicate id it came with)."""
-    properties = request.properties
-    if CLUSTER_HEADERS.isdisjoint(properties):
+    ``pymq-forward-id`` keeps the duplicate id it came with). One copy of the headers, the four taken out of
+    it by name (a forwarded message has all but ``pymq-subscription``)."""
+    properties = dict(request.properties)
+    pop = properties.pop
+    forwarded, message_id, crossing = pop(FORWARDED, None), pop(MESSAGE_ID, None), pop(FORWARD_ID, None)
+    if pop(SUBSCRIPTION, None) is None and forwarded is None and message_id is None and crossing is None:
         return request
-    message_id, crossing = properties.get(MESSAGE_ID), properties.get(FORWARD_ID)
-    for name, value in ((MESSAGE_ID, message_id), (FORWARD_ID, crossing)):
-        if value is not None and not _ID.fullmatch(value):
-            raise InvalidHeader(f"header {name!r} must be 1 to 512 printable ASCII characters without spaces, "
-                                f"got {value[:32]!r}", header=name)
-    properties = {k: v for k, v in properties.items() if k not in CLUSTER_HEADERS}
-    return request._replace(properties=properties, message_id=message_id,
-                            dedup_id="fwd:" + crossing if crossing else request.dedup_id)
+    if message_id is not None and not _ID.fullmatch(message_id):
+        raise _invalid(MESSAGE_ID, message_id)
+    dedup_id = request.dedup_id
+    if crossing is not None:
+        if not _ID.fullmatch(crossing):
+            raise _invalid(FORWARD_ID, crossing)
+        dedup_id = "fwd:" + crossing
+    return request._replace(properties=properties, message_id=message_id, dedup_id=dedup_id)
+
+
+def _invalid(name: str, value: str) -> InvalidHeader:
+    return InvalidHeader(f"header {name!r} must be 1 to 512 printable ASCII characters without spaces, "
+                         f"got {value[:32]!r}", header=name)

@@ -182,6 +182,26 @@ class Placement:
         elif dedup_id is not None:
             ahead.ids.add(dedup_id)
 
+    def holds_nothing(self, path: EntryPath, topic: Topic) -> bool:
+        """Nothing here would hold a message on ``topic`` by ``path``, known before the message is built:
+        no subscription of the topic's own or of a pattern topic matching it (rule 1's queues), no peer it
+        goes on to (rule 2's outboxes), no retained log (rule 3). With subscriptions whose selectors all
+        refuse it, :meth:`commit` finds the same after :meth:`plan` (those need the message)."""
+        if topic.subscriptions or topic.matched():
+            return False
+        policy = self.policies[path]
+        if policy.routing and self.cluster.active and not topic.temporary:
+            return False
+        return not policy.log or self.logs.get(topic.destination) is None
+
+    def unheld(self, path: EntryPath, message_id: str | None) -> SendResult:
+        """A topic message nobody wants: nothing holds it (counted; on a peer's link, as the false
+        positive of its filter: spec/cluster.md §3)."""
+        self.dropped_no_subscriber += 1
+        if path is EntryPath.CLUSTER_INBOUND:
+            self.cluster.discarded_forwarded()
+        return (message_id, False)
+
     def commit(self, plan: Plan, client: Client | None, stored_by: HoldingDevice | None = None) -> SendResult:
         """Act on a plan (rules 6–8). The store goes first, so that a device refusing the message (a
         full disk: StorageError) leaves everything as it was; then room is made (drop-oldest), the id
@@ -189,11 +209,7 @@ class Placement:
         message with its references (a claimed application-transaction message)."""
         path, message, queues, outboxes, log, drop_from, block, dedup_id, destination = plan   # (one step)
         if not queues and not outboxes and log is None:
-            # a topic message nobody wants: nothing holds it
-            self.dropped_no_subscriber += 1
-            if path is EntryPath.CLUSTER_INBOUND:
-                self.cluster.discarded_forwarded()
-            return (message.message_id, False)
+            return self.unheld(path, message.message_id)
         # the store first: a device that refuses the message (a full disk) raises before anything changed
         if stored_by is not None:
             message.device = stored_by

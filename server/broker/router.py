@@ -27,13 +27,13 @@ from pymq_server.broker import vhosts
 from pymq_server.broker.clients import Client, own_reply_to
 from pymq_server.broker.deadletters import dead_letter_name
 from pymq_server.broker.destinations import Destinations, Kind
-from pymq_server.broker.forwarded import SUBSCRIPTION, arrived
+from pymq_server.broker.forwarded import MESSAGE_ID, SUBSCRIPTION, arrived
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
 from pymq_server.broker.placement_rules import Ahead, Prospect
 from pymq_server.broker.queue import Entry
-from pymq_server.broker.routes import MAX_NAME, MAX_ROUTES
+from pymq_server.broker.routes import MAX_NAME, MAX_ROUTES, Routes
 from pymq_server.broker.requests import BulkSendRequest, SendRequest, SendResult, parse_send
 from pymq_server.schema import MessageSchema
 from pymq_server.broker.stored_form import stored_message
@@ -78,12 +78,14 @@ class Router:
         retry, server/admin/messages.py), which checked permissions already. ``admitted``: a COMMIT's
         SEND, checked with the rest of its transaction by :meth:`admit`.
 
-        A client's SEND that is not a forwarded message takes the route its connection's earlier SEND to
-        the same destination was given, while nothing it depends on has changed (routes.py); otherwise the
-        entry rules decide it here and the connection keeps the outcome."""
+        A client's SEND takes the route its connection's earlier SEND to the same destination was given,
+        while nothing it depends on has changed (routes.py); otherwise the entry rules decide it here and
+        the connection keeps the outcome. A peer's forwarded message is :meth:`_inbound`'s."""
+        if request.forwarded is not None and client is not None:
+            return self._inbound(client, request, admitted)
         routes = None
         route: Route | None = None
-        if client is not None and request.forwarded is None:
+        if client is not None:
             routes = client.routes
             if routes.generation != self.generation.value:
                 routes.renew(self.generation.value)
@@ -93,9 +95,6 @@ class Router:
             if kind is Kind.TOPIC:
                 self.destinations.check_publishable(name)   # a pattern is refused before anything is made
             path = self._entry(client, request, kind)
-            if path is EntryPath.CLUSTER_INBOUND:
-                self.cluster.on_forwarded(client)      # refuses a fenced former process's link (spec/ha.md §5)
-                request = arrived(request)          # the message it was on its first node (forwarded.py)
         reply_to = request.properties.get("reply-to")
         if reply_to is not None and client is not None and reply_to.startswith(("/temp-queue/", "/temp-topic/")):
             # a connection's own temporary queue or topic, named so that others can reply to it
@@ -106,17 +105,58 @@ class Router:
                 properties["reply-to"] = own
                 request = request._replace(properties=properties)
         if route is None:
-            target = self._target(client, request, kind, name, path, create=True)
-            assert target is not None and not isinstance(target, Prospect)
-            route = Route(path, target, target if isinstance(target, Topic) else None)
-            if routes is not None and len(request.destination) <= MAX_NAME:
-                if len(routes) >= MAX_ROUTES or routes.generation != self.generation.value:
-                    routes.renew(self.generation.value)     # (made something: the generation moved)
-                routes[request.destination] = route
+            route = self._route(client, request, kind, name, path, routes, request.destination)
         result = self.placement.place(route.path, route.target, request, client, admitted)
         if route.topic is not None:
             route.topic.published += 1
         return result
+
+    def _inbound(self, client: Client, request: SendRequest, admitted: bool) -> SendResult:
+        """A peer's forwarded message (spec/cluster.md §3), on its link's connection. The link keeps its
+        routes like any connection, under keys of their own (a 1-tuple: never a client SEND's), so that a
+        non-forwarded SEND on the same connection never takes a forwarded one's path; a handed-over durable
+        subscription's copy (``pymq-subscription``) goes where it is addressed and keeps no route. A topic
+        message that nothing here would hold (a filter's false positive, or any topic message in broadcast
+        mode) is dropped before a message is built (placement.holds_nothing). The reply-to of a forwarded
+        message is global already (made so on its first node, :meth:`send`); a link has no temporary queues
+        of its own."""
+        routes = client.routes
+        if routes.generation != self.generation.value:
+            routes.renew(self.generation.value)
+        destination = request.destination
+        key = (destination,)
+        subscription = request.subscription
+        route = routes.get(key) if subscription is None else None
+        if route is None:
+            kind, name = self.destinations.resolve(destination)
+            if kind is Kind.TOPIC:
+                self.destinations.check_publishable(name)   # a pattern is refused before anything is made
+            path = self._entry(client, request, kind)
+            route = self._route(client, request, kind, name, path, routes if subscription is None else None, key)
+        self.cluster.on_forwarded(client)          # refuses a fenced former process's link (spec/ha.md §5)
+        topic = route.topic
+        placement = self.placement
+        if topic is not None and placement.holds_nothing(route.path, topic):
+            topic.published += 1
+            return placement.unheld(route.path, request.properties.get(MESSAGE_ID))
+        # the message it was on its first node (forwarded.py)
+        result = placement.place(route.path, route.target, arrived(request), client, admitted)
+        if topic is not None:
+            topic.published += 1
+        return result
+
+    def _route(self, client: Client | None, request: SendRequest, kind: Kind, name: str, path: EntryPath,
+               routes: Routes | None, key: str | tuple[str]) -> Route:
+        """The entry rules' outcome for a SEND whose connection keeps none for its destination: its target
+        (made on first use), kept in ``routes`` under ``key`` when the name is short enough."""
+        target = self._target(client, request, kind, name, path, create=True)
+        assert target is not None and not isinstance(target, Prospect)
+        route = Route(path, target, target if isinstance(target, Topic) else None)
+        if routes is not None and len(request.destination) <= MAX_NAME:
+            if len(routes) >= MAX_ROUTES or routes.generation != self.generation.value:
+                routes.renew(self.generation.value)     # (made something: the generation moved)
+            routes[key] = route
+        return route
 
     def admit(self, client: Client, request: SendRequest, unit: dict[str, Ahead]) -> None:
         """Everything :meth:`send` would refuse this SEND for, checked without creating or numbering

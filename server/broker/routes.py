@@ -85,9 +85,10 @@ class Watched(dict[K, V]):
         super().clear()
 
 
-class Routes(dict[str, Any]):
-    """One connection's routes: destination -> what the router decided for it, valid while
-    ``generation`` is the shared one's value (the router checks, and empties it when behind)."""
+class Routes(dict[str | tuple[str], Any]):
+    """One connection's routes: destination (a peer's forwarded SENDs: ``(destination,)``) -> what the router
+    decided for it, valid while ``generation`` is the shared one's value (the router checks, and empties it
+    when behind)."""
 
     __slots__ = ("generation",)
 

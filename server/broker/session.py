@@ -86,7 +86,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         #: connection's SENDs were routed by (a route is made only after the step passed; stale or not, the
         #: step's answer is the name's alone); in another vhost none (a route is kept under the core's name, and
         #: every SEND there is checked against the vhost's max_memory with the step)
-        self._stepped: Mapping[str, Any] = self.routes
+        self._stepped: Mapping[Any, Any] = self.routes     # (a link's routes have tuple keys too)
         #: a destination as the client names it -> the core's name, checked (_core_name: the name itself when the
         #: same, '' for the broker's /pymq/ names)
         self._core_names: dict[str, str] = {}

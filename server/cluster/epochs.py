@@ -36,7 +36,11 @@ class LinkEpochs:
         return actions
 
     def check(self, session: Any) -> None:
-        """A frame on a peer's link: refused (the link aborted) when its epoch is no longer admitted."""
+        """A frame on a peer's link: refused (the link aborted) when its epoch is no longer admitted. (Per
+        forwarded message: in a cluster where no node id has shown an epoch, every link is at its node's
+        highest, 0, and nothing is looked up.)"""
+        if not self.state.epochs_shown:
+            return
         seen = self.inbound.get(session)
         if seen is not None and not self.state.admits(*seen):
             self.refuse(session)

@@ -352,8 +352,9 @@ class ClusterNode:
         """Outboxes of the peers that should get a topic message, and of dead hosts of durable
         subscriptions to it (held for them: spec/cluster.md §5)."""
         targets, held = self.state.topic_targets(topic.name)
-        outboxes = [self.outboxes(p) for p in targets]
-        return outboxes + self.outboxes.held_for(held) if held else outboxes
+        made, outbox = self.outboxes.queues, self.outboxes       # (per message: made ones by one look-up)
+        outboxes = [q if (q := made.get(p)) is not None else outbox(p) for p in targets]
+        return outboxes + outbox.held_for(held) if held else outboxes
 
     def link_admitted(self, session: Any, headers: Mapping[str, str]) -> None:
         """A peer's link logged in (spec/ha.md §5): refused with ClusterError at a stale epoch."""

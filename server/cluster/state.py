@@ -98,6 +98,9 @@ class ClusterState:
         #: in its record or a link's CONNECT: what is lower is a fenced former process's
         self.epoch = epoch
         self.epochs: dict[str, int] = {}
+        #: some node id has shown an epoch above 0 (sticky): until then no link can be below its node's
+        #: highest, and a link's frames are not looked up one by one (LinkEpochs.check)
+        self.epochs_shown = False
         self._latest: dict[str, Member] = {}        # each node's last record at its highest epoch
         self.fenced = False
         self.config = config
@@ -171,7 +174,7 @@ class ClusterState:
                     continue
             elif known is not None and epoch > known:
                 actions += self._replaced(node, epoch)
-            self.epochs[node] = epoch
+            self._hold_epoch(node, epoch)
             self._latest[node] = member
             out.append(member)
         return out, self.fenced
@@ -179,13 +182,18 @@ class ClusterState:
     def _replaced(self, peer: str, epoch: int) -> list[Action]:
         log.warning("cluster: node %s is held at epoch %d now (taken over): its former process is refused",
                     peer, epoch)
-        self.epochs[peer] = epoch
+        self._hold_epoch(peer, epoch)
         self.ready.discard(peer)
         if peer in self.topics.peers.peers:
             self.topics.peer_left(peer)
             self.topics.peer_joined(peer)           # match-all until the new process announces
         self.routes.drop_peer(peer)
         return [Replaced(peer, epoch)]
+
+    def _hold_epoch(self, node: str, epoch: int) -> None:
+        self.epochs[node] = epoch
+        if epoch:
+            self.epochs_shown = True
 
     def admits(self, peer: str, epoch: int) -> bool:
         """A frame on a link ``peer`` opened at ``epoch``: False (refuse it, counted) when the node id has
@@ -201,7 +209,7 @@ class ClusterState:
             return False, []
         known = self.epochs.get(peer)
         if known is None or epoch == known:
-            self.epochs[peer] = epoch
+            self._hold_epoch(peer, epoch)
             return True, []
         return True, self._replaced(peer, epoch)
 
@@ -263,7 +271,8 @@ class ClusterState:
             return [], []
         hosts = self.hosting.by_topic.get(topic, ())
         targets = self.topics.targets(topic, membership.members, hosts)
-        held = sorted(h for h in hosts if h in membership.dead)
+        # (per message: a topic without durable subscriptions, the common case, sorts nothing)
+        held = sorted(h for h in hosts if h in membership.dead) if hosts else []
         if targets:
             self.figures.forwarded_topic_messages += 1
         return targets, held

@@ -246,9 +246,10 @@ class TopicInterest:
                 targets = self._with_patterns(topic, targets, live)
         else:
             targets = [p for p in live if p != self.node_id]
-        for host in sorted(hosts):
-            if host in live and host not in targets and host != self.node_id:
-                targets.append(host)
+        if hosts:
+            for host in sorted(hosts):
+                if host in live and host not in targets and host != self.node_id:
+                    targets.append(host)
         return targets
 
     def _with_patterns(self, topic: str, targets: list[str], live: Collection[str]) -> list[str]:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymq_server.broker.forwarded import CLUSTER_HEADERS, arrived, forward_headers
-from pymq_server.broker.requests import parse_send
+from pymq_server.broker.requests import SubscribeRequest, parse_send
 
 from pymq.errors import AccessDenied, InvalidHeader, PymqError
 from tests.broker.core_harness import Core, FakeClient
@@ -60,7 +60,8 @@ def test_a_resend_of_one_crossing_is_dropped_and_a_later_crossing_is_not(tmp_pat
         assert len(_waiting(peer, "q")) == 1
         # the same message back on the origin (redistributed) and forwarded again: a new crossing
         (there,) = _waiting(peer, "q")
-        origin.broker.send(cluster, Core.request("/queue/q", forward_headers(there, "n1")))
+        # (a link of its own: a connection is to one broker, and keeps that broker's routes)
+        origin.broker.send(FakeClient(cluster=True), Core.request("/queue/q", forward_headers(there, "n1")))
         back = _waiting(origin, "q")[-1]                     # beside the original, under a key of its own
         assert back.message_id == message.message_id and back.key != message.key
         again = forward_headers(back, "n0")
@@ -131,3 +132,85 @@ def test_any_headers_a_peer_forwards_give_a_clean_request_or_a_precise_refusal(h
     crossing = headers.get("pymq-forward-id")
     assert request.dedup_id == ("fwd:" + crossing if crossing else
                                 next((headers[n] for n in ("pymq-dedup-id", "_AMQ_DUPL_ID") if headers.get(n)), None))
+
+
+# -- what a forwarded SEND costs: its link's kept routes, a discard decided before a message exists ----------
+def _crossing(i: int, **headers: str) -> dict[str, str]:
+    return {"pymq-forwarded": "n0", "pymq-message-id": f"ID:n0-{i}", "pymq-forward-id": f"n0-{i}", **headers}
+
+
+class _Reader(FakeClient):
+    """A subscriber's connection that keeps what it is given."""
+
+    def __init__(self) -> None:
+        super().__init__(name="reader")
+        self.got: list[str] = []
+
+    def deliver(self, consumer, entry) -> None:
+        self.got.append(entry.message.message_id)
+
+
+def test_a_peers_link_keeps_its_routes_apart_from_its_own_sends(core, monkeypatch):
+    """The entry rules run once for a link's forwards to one destination (the route is kept like any
+    connection's), and a non-forwarded SEND on the same connection never takes the forwarded route (nor the
+    reverse): a client SEND there is decided by the rules and gets an id of this broker's."""
+    from pymq_server.broker.router import Router
+    entries: list[str] = []
+    entry = Router._entry
+
+    def counted(self, client, request, kind):
+        entries.append(request.destination)
+        return entry(self, client, request, kind)
+
+    monkeypatch.setattr(Router, "_entry", counted)
+    link = FakeClient(cluster=True)
+    for i in range(3):
+        assert core.broker.send(link, Core.request("/queue/q", _crossing(i)))[0] == f"ID:n0-{i}"
+    assert len(entries) == 1
+    own = core.broker.send(link, Core.request("/queue/q", {}))[0]
+    assert own is not None and not own.startswith("ID:n0-") and len(entries) == 2
+    core.broker.send(link, Core.request("/queue/q", _crossing(3)))
+    core.broker.send(link, Core.request("/queue/q", {}))
+    assert len(entries) == 2                        # each kind of SEND took its own kept route
+    assert [m.message_id for m in _waiting(core, "q")] == ["ID:n0-0", "ID:n0-1", "ID:n0-2", own, "ID:n0-3",
+                                                           _waiting(core, "q")[-1].message_id]
+    assert all("pymq-forwarded" not in m.headers for m in _waiting(core, "q"))
+    # a forward from a login that is not a node's is refused by the rules, whatever a link kept
+    with pytest.raises(AccessDenied):
+        core.broker.send(FakeClient(), Core.request("/queue/q", _crossing(4)))
+
+
+def test_a_forward_nothing_here_holds_is_dropped_before_a_message_is_built(core, monkeypatch):
+    """A forwarded topic message with no subscription here, of its topic or of a pattern matching it, is
+    counted as the peer's false positive and dropped without building a message; one that a subscription's
+    selector refuses needs the message, and commit's rule drops it the same way; a pattern's subscriber
+    gets it."""
+    from pymq_server.broker.membership import Standalone
+    from pymq_server.broker.placement import Placement
+    built: list[str] = []
+    build = Placement._build
+
+    def counted(self, request, destination, config, client):
+        built.append(destination)
+        return build(self, request, destination, config, client)
+
+    discarded: list[int] = []
+    monkeypatch.setattr(Placement, "_build", counted)
+    monkeypatch.setattr(Standalone, "discarded_forwarded", lambda self: discarded.append(1))
+    placement = core.broker.placement
+    link = FakeClient(cluster=True)
+    for i in range(3):
+        assert core.broker.send(link, Core.request("/topic/nobody", _crossing(i))) == (f"ID:n0-{i}", False)
+    assert built == [] and len(discarded) == 3 and placement.dropped_no_subscriber == 3
+    assert core.broker.destinations.topics["nobody"].published == 3
+    reader = _Reader()
+    core.broker.subscribe(reader, SubscribeRequest("/topic/some", "s1", selector="n = 1"))
+    core.broker.subscribe(reader, SubscribeRequest("/topic/p.*", "s2"))
+    core.broker.send(link, Core.request("/topic/some", _crossing(10, n="2", **{"pymq-types": "n=i"})))
+    assert built == ["/topic/some"] and len(discarded) == 4          # built, then dropped by commit's rule
+    core.broker.send(link, Core.request("/topic/some", _crossing(11, n="1", **{"pymq-types": "n=i"})))
+    core.broker.send(link, Core.request("/topic/p.x", _crossing(12)))
+    topics = core.broker.destinations.topics
+    held = [e.message.message_id for name in ("some", "p.*") for sub in topics[name].subscriptions.values()
+            for e in sub.queue.ready]
+    assert sorted(reader.got + held) == ["ID:n0-11", "ID:n0-12"] and len(discarded) == 4

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from pymq_server.cluster.actions import Connect, Fenced, PeerDead, Replaced
+from pymq.errors import PymqError
 from pymq_server.cluster.records import Member
 from pymq_server.cluster.registry import record_epoch
 from tests.cluster.test_state import FakeClock, _state
@@ -170,3 +171,40 @@ def test_rule_5_3_a_former_processs_store_writes_are_refused_and_change_nothing(
             new.assign(key, None)
         for registry in (former, new, plain):
             registry.close()
+
+
+def test_rule_5_2_a_links_frames_are_looked_up_only_once_some_node_has_shown_an_epoch(clock):
+    """Without backups anywhere (every epoch 0) no link can be below its node's highest: a forward is not
+    looked up. Once a node id shows an epoch, its former process's links are refused frame by frame."""
+    from pymq_server.cluster.epochs import LinkEpochs
+
+    class Session:
+        def __init__(self, name: str) -> None:
+            self.user = type("User", (), {"name": "cluster:" + name})()
+            self.link = self
+            self.aborted = False
+
+        def abort(self) -> None:
+            self.aborted = True
+
+        close = abort
+
+    class Unread(dict):
+        def get(self, key, default=None):
+            raise AssertionError("looked up")
+
+    n0 = _state("n0", clock)
+    epochs = LinkEpochs(n0)
+    old, other = Session("n1"), Session("n2")
+    epochs.admitted(old, {})                                      # n1's link at epoch 0
+    epochs.admitted(other, {})
+    kept, epochs.inbound = epochs.inbound, Unread()
+    epochs.check(old)                                             # no epoch anywhere: nothing looked up
+    epochs.inbound = kept
+    _read(n0, _member(clock, "n0", 6000), _member(clock, "n1", 6001, epoch=2), _member(clock, "n2", 6002))
+    assert n0.epochs_shown
+    with pytest.raises(PymqError):
+        epochs.check(old)                                         # n1's former process: refused
+    assert old.aborted
+    epochs.check(other)                                           # n2 is at its highest (0): admitted
+    assert not other.aborted

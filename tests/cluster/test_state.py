@@ -315,6 +315,33 @@ def test_a_topic_message_goes_to_live_hosts_of_durable_subscriptions_and_is_held
     assert n0.topic_targets("sports") == ([], [])
 
 
+
+def test_a_topic_message_in_broadcast_mode_goes_to_every_live_peer_and_sorts_nothing_without_hosts(clock):
+    """Per topic message (broadcast: ``topic_filtering: false``): every live peer, and no sorting of durable
+    hosts when the topic has none (the common case: the C calls made are counted)."""
+    import sys
+    store = Store(clock, hosted={"sub:a:x": Hosted("n3", {"topic": "news"})})
+    store.beat("n0", "n1", "n2", "n3")
+    n0 = _state("n0", clock, topic_filtering=False)
+    _read(n0, store)
+    calls: list[str] = []
+
+    def profile(frame, event, arg) -> None:
+        if event == "c_call":
+            calls.append(arg.__name__)
+
+    sys.setprofile(profile)
+    try:
+        answer = n0.topic_targets("prices")
+    finally:
+        sys.setprofile(None)
+    assert answer == (["n1", "n2", "n3"], []) and "sorted" not in calls
+    clock.advance(400)
+    store.beat("n0", "n1", "n2")
+    _read(n0, store)                                                   # n3, a durable host, is dead
+    assert n0.topic_targets("news") == (["n1", "n2"], ["n3"]) and n0.topic_targets("prices") == (["n1", "n2"], [])
+
+
 def _empty_digest() -> bytes:
     from pymq.routing.interest import InterestFilter
     return InterestFilter(100, 0.01).digest().to_bytes()
