@@ -209,7 +209,7 @@ def serve_traced(port: int, data_dir: str, out_path: str, no_uvloop: bool) -> No
         n, t = self.bytes, mono()     # before the write: the consumer can read before it returns
         original_flush(self, force)
         if n:
-            writes.setdefault(id(self.link), []).append((t, n))
+            writes.setdefault(id(self.link), []).append((t, n, mono() - t))
 
     output_mod.Output.flush = flush
 
@@ -233,7 +233,12 @@ def serve_traced(port: int, data_dir: str, out_path: str, no_uvloop: bool) -> No
 
         timed(intake.FrameIntake, "_consume",
               "session: parse + handle")
-        timed(router.Router, "send", "router.send")
+        from pymq.protocol import connection as stomp_connection
+        from pymq_server.broker import session as session_mod
+        timed(stomp_connection.StompConnection, "parse", "  frame scanner (parse)")
+        timed(stomp_connection.StompConnection, "receive_frame", "  state table (receive_frame)")
+        timed(session_mod, "parse_send", "  SEND headers (parse_send)")
+        timed(router.Router, "send", "  router.send")
         timed(output_mod.Output, "write", "output.write (queue a MESSAGE)")
 
     # every timer callback the broker schedules (chores, watchdogs, write-behind, heart-beats), timed: a
@@ -316,7 +321,9 @@ def split(m: dict, trace: dict) -> None:
     # the producer's connection: the one with the most reads; the consumer's: the most writes
     prod = max(reads, key=len)
     prod_reads = [r[0] for r in prod]
-    cons_writes = [t for t, _ in max(writes, key=len)]
+    cons = max(writes, key=len)
+    cons_writes = [w[0] for w in cons]
+    print(summary("  a flush (join + transport.write)", [w[2] for w in cons]))
     print(summary("  the SEND's read handled", [r[2] for r in prod])
           + f"  (bytes per read: median {sorted(r[1] for r in prod)[len(prod) // 2]})")
     gc_broker = trace["gc"]
