@@ -247,19 +247,31 @@ class Placement:
             block.block_producer(client)
         return (message.message_id, stored and message.persistent)
 
-    @staticmethod
-    def _enter(message: BrokerMessage, queues: list[MessageQueue], outboxes: list, log: Any, stored: bool) -> None:
-        """Rule 8's second half: the log, the outboxes and every queue get the placed message."""
+    def _enter(self, message: BrokerMessage, queues: list[MessageQueue], outboxes: list, log: Any,
+               stored: bool) -> None:
+        """Rule 8's second half: the log, the outboxes and every queue get the placed message.
+
+        A message for several queues is held by the placement (one reference) while it is given to each: a
+        subscriber that takes and completes its copy at once (auto-ack) would otherwise drop the message's
+        last reference before the next queue has its own, and the message would end once per subscriber
+        (its bytes uncounted from the memory flow several times over, the store told to forget it as often)."""
         if log is not None or outboxes:
             if log is not None:
                 log.append(message, stored)
             for outbox in outboxes:
                 outbox.enqueue(message, stored=stored)
             sole = False
+        elif len(queues) == 1:
+            queues[0].enqueue(message, stored=stored and queues[0].durable, sole=True)   # paging it frees it
+            return
         else:
-            sole = len(queues) == 1         # no other queue, log or outbox: paging it out frees its memory
+            sole = False
+        message.refs += 1
         for queue in queues:
             queue.enqueue(message, stored=stored and queue.durable, sole=sole)
+        message.refs -= 1
+        if not message.refs:
+            self.flow.message_gone(message)     # every queue's copy was taken and completed already
 
     def _when_durable(self, enter: Callable[[], None]) -> None:
         """Run ``enter`` once what is written now is durable (spec/ha.md §3.3): one barrier per loop turn."""
