@@ -30,6 +30,10 @@ class QueueReader(Protocol):
     cluster node's readers of its outboxes and of queues it redistributes from."""
 
     active: bool            # false once it is leaving: nothing more is given to it
+    #: it acknowledges what it is given as it is written (a client's auto-ack consumer): a new message it takes
+    #: as it arrives is acquired and acknowledged in one step (MessageQueue._pass); false for the cluster's
+    #: readers, which complete an entry later (an outbox's link at its receipt)
+    passes: bool
 
     @property
     def exclusive(self) -> bool: ...
@@ -51,7 +55,7 @@ class QueueReader(Protocol):
 
 class Consumer:
     __slots__ = ("session", "id", "queue", "ack_mode", "prefetch", "in_flight", "selector", "unacked",
-                 "subscription", "destination", "active", "scan", "exclusive", "cost")
+                 "subscription", "destination", "active", "scan", "exclusive", "cost", "passes")
 
     """One SUBSCRIBE of a client connection (``session``, whose ``deliver`` writes the MESSAGE)."""
 
@@ -72,6 +76,7 @@ class Consumer:
         self.scan: list[Any] = [0, [-1] * 10]   # where its selective scans resume (ReadyIndex.take_first)
         self.exclusive = exclusive        # asked to be the queue's only receiver (activemq.exclusive)
         self.cost = 0                     # what its connection's budget was charged for it (budgets.py)
+        self.passes = ack_mode == AUTO    # its session acknowledges an auto-ack delivery as it writes it
 
     def can_take(self) -> bool:
         return self.active and self.session.writable and (

@@ -98,8 +98,10 @@ class Dispatcher:
 
         The common case (no exclusive receiver, no group) is the rule with nothing to decide but the turn
         and the selector: round-robin among consumers with credit, :meth:`_accepts` asked only of a
-        consumer with a selector, and :meth:`_give` reduced to the acquire; an exclusive receiver or a
-        grouped message takes :meth:`_offer_ruled`, the walk with the whole rule."""
+        consumer with a selector, and :meth:`_give` reduced to the acquire — or, for a consumer that
+        acknowledges as it is written (``passes``: a client's auto-ack consumer), to the pass-through
+        (MessageQueue._pass: acquired and acknowledged in one step); an exclusive receiver or a grouped
+        message takes :meth:`_offer_ruled`, the walk with the whole rule."""
         message = entry.message
         queue = self.queue
         if message.expires and message.expires <= queue.host.now_ms():
@@ -117,7 +119,10 @@ class Dispatcher:
                 queue._depth_delta(1, now, arriving=1)
                 self.running = True
                 try:
-                    queue._acquire(entry, consumer, now)     # acquired the moment it arrived
+                    if consumer.passes:
+                        queue._pass(entry, consumer, now)    # acquired and acknowledged as it is written
+                    else:
+                        queue._acquire(entry, consumer, now)     # acquired the moment it arrived
                 finally:
                     self.running = False
                 return True

@@ -17,6 +17,7 @@ from pymq_server.broker.acks import DeliveryLedger
 from pymq_server.broker.consumer import AUTO, Consumer
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.segments import IpcPieces
+from pymq_server.broker.states import ACQUIRED
 
 if TYPE_CHECKING:
     from pymq_server.broker.broker import Browse
@@ -95,8 +96,10 @@ class FrameOutlet:
         entry.token = token
         self.sent += 1
         self.link.send_message(self.conn, consumer, entry, token if self.version == "1.2" else None)
-        if token is None:
-            entry.queue.complete(entry, entry.acquired_at)     # auto: acknowledged as it was delivered
+        if token is None and entry.state is ACQUIRED:
+            # auto: acknowledged as it was delivered (a new message passed through, MessageQueue._pass, was
+            # acquired and acknowledged in one step already)
+            entry.queue.complete(entry, entry.acquired_at)
 
     def set_writable(self, writable: bool) -> None:
         """Backpressure from the transport: stop dispatching to this connection while its buffer is full."""

@@ -22,7 +22,7 @@ from pymq_server.broker.dispatch import Dispatcher
 from pymq_server.broker.entry import Entry, QueueHost
 from pymq_server.broker.lastvalue import LastValues
 from pymq_server.broker.ready import ReadyIndex
-from pymq_server.broker.states import ACQUIRED, READY, SCHEDULED, Event, transition
+from pymq_server.broker.states import ACQUIRED, COMPLETED, READY, SCHEDULED, Event, transition
 from pymq_server.broker.stats import QueueStats
 from pymq_server.broker.upkeep import QueueUpkeep
 
@@ -36,6 +36,7 @@ __all__ = ["Entry", "MessageQueue", "QueueHost", "ReadyIndex"]
 # identity test (any other state goes through transition() and raises): 19 ns instead of 260 ns, 4 % of a message.
 _ACQUIRED = transition(READY, Event.ACQUIRE)
 _COMPLETED = transition(ACQUIRED, Event.ACK)
+_PASSED = transition(READY, Event.PASS)
 
 #: kinds of queue that page (internal ones, the cluster's outboxes, are read by the node as they are)
 PAGED_KINDS = frozenset({"queue", "subscription", "temp"})
@@ -133,7 +134,7 @@ class MessageQueue:
             self._depth_delta(1, now)
             if self.consumers:
                 self.dispatch()
-        if message.expires:
+        if message.expires and entry.state is not COMPLETED:      # (one passed through is done already)
             heapq.heappush(self.upkeep.expiring, (message.expires, message.seq, entry))
         return entry
 
@@ -248,6 +249,30 @@ class MessageQueue:
             # record); an auto-ack delivery completes the entry at once, so there is nothing to remember
             self.host.delivered(entry.message, self.name, entry.deliveries)
         consumer.deliver(entry)
+
+    def _pass(self, entry: Entry, consumer: QueueReader, now: float) -> None:
+        """The pass-through: ``consumer`` acknowledges what it is given as it is written (``passes``: a client's
+        auto-ack consumer) and takes the new ``entry`` as it arrives (Dispatcher.offer, which counted it in
+        the depth figures): :meth:`_acquire` and :meth:`complete` in one step (READY -pass-> COMPLETED), less
+        what only an entry that stays acquired needs (its place among the acquired, a delivery deadline, a
+        count kept across restarts; acquired and acknowledged at the same instant, the depth figures do not
+        move). The MESSAGE is written, then the entry dropped as :meth:`complete` drops it."""
+        entry.state = _PASSED if entry.state is READY else transition(entry.state, Event.PASS)
+        entry.deliveries += 1
+        consumer.deliver(entry)          # FrameOutlet.deliver: the MESSAGE (the entry is completed already)
+        stats = self.stats
+        stats.delivered += 1
+        stats.removed += 1
+        stats.acknowledged += 1
+        if entry.deliveries == 1:
+            waited = now - entry.enqueued_at         # the waiting-time figures (QueueStats), as _acquire
+            stats.wait_total += waited
+            stats.wait_count += 1
+            if waited > stats.wait_max:
+                stats.wait_max = waited
+        self._drop(entry)
+        if self.upkeep.blocked:
+            self.upkeep.maybe_unblock()
 
     # -- outcomes -------------------------------------------------------------------------------
     def complete(self, entry: Entry, now: float | None = None) -> None:

@@ -1,6 +1,8 @@
 """Queue-entry states and every transition between them — the one table (seed 001).
 
     SCHEDULED ──due──▶ READY ──acquire──▶ ACQUIRED ──ack──▶ COMPLETED (removed)
+                       READY ──pass──▶ COMPLETED     (acquire and ack in one step: a new message taken as it
+                                                      arrives by a consumer that acknowledges as it is written)
         ▲                ▲ │                 │
         └────delay───────┼─┘                 ├──release──▶ READY   (NACK / consumer gone / delivery timeout,
                          │                   │                      while deliveries < maximum; count goes up)
@@ -39,6 +41,7 @@ class EntryState(enums.StrEnum):
 class Event(enums.StrEnum):
     DUE = "due"
     ACQUIRE = "acquire"
+    PASS = "pass"                # the pass-through: acquired and acknowledged at once (queue._pass)
     ACK = "ack"
     RELEASE = "release"
     DELAY = "delay"
@@ -61,6 +64,7 @@ TRANSITIONS: Final[Mapping[tuple[EntryState, Event], EntryState]] = {
     (SCHEDULED, Event.PURGE): COMPLETED,
     (SCHEDULED, Event.EXPIRE): EXPIRED,
     (READY, Event.ACQUIRE): ACQUIRED,
+    (READY, Event.PASS): COMPLETED,        # a client's auto-ack consumer takes a new message as it arrives
     (READY, Event.EXPIRE): EXPIRED,
     (READY, Event.PURGE): COMPLETED,
     (READY, Event.DELAY): SCHEDULED,       # a redelivery delay parks a released entry

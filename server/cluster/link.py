@@ -184,6 +184,8 @@ class OutboxConsumer:
     selector = None
     #: a forward is not a delivery to a client: no delivery count is kept for it across a restart
     ack_mode = AUTO
+    #: an entry completes at its burst's receipt, later: never the pass-through (MessageQueue._pass)
+    passes = False
 
     def __init__(self, queue: MessageQueue, link: PeerLink, figures: Figures, window: int = 1000) -> None:
         self.queue = queue

@@ -48,6 +48,7 @@ class Redistributor:
         self.active = True
         self.id = "redistributor"
         self.ack_mode = AUTO            # each entry completes as it is handed on: no count to keep
+        self.passes = False             # it completes the entry itself (deliver), not as a client's write
         self.session = None
         self.unacked: dict = {}
         self.scan = [0, [-1] * 10]

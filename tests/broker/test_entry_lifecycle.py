@@ -35,7 +35,7 @@ C, D, X = EntryState.COMPLETED, EntryState.DEAD, EntryState.EXPIRED
 SPECIFIED = {
     (S, Event.DUE): R, (S, Event.EXPIRE): X, (S, Event.PURGE): C, (S, Event.REPLACE): C,
     (R, Event.ACQUIRE): A, (R, Event.EXPIRE): X, (R, Event.PURGE): C, (R, Event.DELAY): S,
-    (R, Event.DEAD): D, (R, Event.REPLACE): C,
+    (R, Event.DEAD): D, (R, Event.REPLACE): C, (R, Event.PASS): C,
     (A, Event.ACK): C, (A, Event.RELEASE): R, (A, Event.DEAD): D, (A, Event.EXPIRE): X,
 }
 

@@ -61,6 +61,7 @@ class Odd:
 class Consumer:
     active = True
     ack_mode = "client-individual"
+    passes = False
 
     def __init__(self, name: str, prefetch: int, selector, exclusive: bool, log: list) -> None:
         self.name = name

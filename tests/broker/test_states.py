@@ -71,6 +71,7 @@ class Taker:
 
     selector = None
     ack_mode = "client-individual"   # keeps what it takes until told
+    passes = False
     active = True
     exclusive = False
     scan = [0, [-1] * 10]
