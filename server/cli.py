@@ -112,6 +112,7 @@ async def _run(config: BrokerConfig) -> int:
     try:
         while True:
             server = BrokerServer(config)
+            server.owns_process = True       # this process is the broker's: settle_collector once started
             server.on_backup = _announce_backup
             current[:] = [server]
             started[0] = False

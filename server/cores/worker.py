@@ -45,6 +45,7 @@ class Worker:
         self.channel_dir = channel_dir
         self.base_node_id = base_node_id
         self.server = BrokerServer(config)
+        self.server.owns_process = True      # a worker process is the broker's own, as the CLI's
         self.mesh: Mesh | None = None
         self.failure: str | None = None
 
