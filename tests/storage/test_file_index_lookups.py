@@ -180,3 +180,44 @@ def test_a_cold_run_finds_every_live_key_with_and_without_gaps():
     assert [run.find(k) for k in (0, 1, 2, 6, 8, 11, 39, 44, 99, 101, 2 ** 63)] == [-1] * 11
     run.kill(run.find(9))                          # a dead slot is not found, its neighbours still are
     assert run.find(9) == -1 and run.find(10) == 4 and run.find(5) == 2
+
+
+def test_a_fold_moves_hot_entries_to_the_cold_arrays_with_one_call_per_entry(tmp_path):
+    """A fold (the hot tier past ``index_hot``) extends each cold array once: per entry only ``pack_place``
+    runs in Python (before: a ``ColdRun.append`` call per entry, five array appends each). What it builds is
+    what the entries said: every moved message is read back with its page, slot, seq, flags and length."""
+    import os
+    import sys
+
+    from pymq_server.storage.file.index import unpack_place
+
+    device = FileDevice("file", str(tmp_path), 4096, fsync=False, index_hot=64)
+    device.open()
+    index = device.store.index
+    try:
+        for key in range(1, 64):
+            device.write(StoredMessage(key, Q, key * 10, key % 2 == 0, _body(key, key % 7)), [Q])
+        assert not len(index.cold)
+        expected = {key: (e.page, e.slot, e.persistent, e.large, e.length, e.seq, e.refset)
+                    for key, e in index.hot.items()}
+        calls: list[str] = []
+
+        def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+            if event == "call":
+                calls.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}")
+
+        sys.setprofile(profile)
+        try:
+            moved = index.fold()
+        finally:
+            sys.setprofile(None)
+        assert moved == 63 - 32 and len(index.cold) == moved
+        assert calls.count("index.py:pack_place") == moved
+        assert len(calls) <= moved + 4, calls[:12]       # fold, extend, the list comprehension, pack_place each
+        cold = index.cold
+        for i, key in enumerate(cold.keys):
+            page, slot, persistent, large = unpack_place(cold.places[i])
+            assert (page, slot, persistent, large, cold.lengths[i], cold.seqs[i], cold.refsets[i]) == expected[key]
+            assert key not in index.hot and device.read(key).data == _body(key, key % 7)
+    finally:
+        device.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 from array import array
 from collections.abc import Iterator
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 from ..device import StoredMessage
@@ -75,6 +76,10 @@ def unpack_place(place: int) -> tuple[int, int, bool, bool]:
     return place & _PAGE, (place >> _SLOT_SHIFT) & _SLOT, bool(place & _PERSISTENT), bool(place & _LARGE)
 
 
+_page, _slot, _persistent, _large = (attrgetter(a) for a in ("page", "slot", "persistent", "large"))
+_refset, _length, _seq = (attrgetter(a) for a in ("refset", "length", "seq"))
+
+
 class ColdRun:
     """Messages by key in parallel arrays (key, place, refset, length, seq): 32 bytes each. A place of 0 is a
     dead slot (page numbers start at 3: a live place is never 0)."""
@@ -111,13 +116,16 @@ class ColdRun:
                 return -1
         return i if self.places[i] else -1
 
-    def append(self, key: int, entry: Entry) -> None:
-        """``key`` must be above every key held (``last``)."""
-        self.keys.append(key)
-        self.places.append(pack_place(entry.page, entry.slot, entry.persistent, entry.large))
-        self.refsets.append(entry.refset)
-        self.lengths.append(entry.length)
-        self.seqs.append(entry.seq)
+    def extend(self, keys: list[int], entries: list[Entry]) -> None:
+        """Append ``entries`` under ``keys``, increasing and above every key held (``last``). Each array is
+        extended once, its values read in C (``attrgetter``): a fold moves thousands at a time, and only
+        ``pack_place`` runs per entry."""
+        self.keys.extend(keys)
+        self.places.extend(map(pack_place, map(_page, entries), map(_slot, entries), map(_persistent, entries),
+                               map(_large, entries)))
+        self.refsets.extend(map(_refset, entries))
+        self.lengths.extend(map(_length, entries))
+        self.seqs.extend(map(_seq, entries))
 
     def entry(self, i: int, refs: tuple[str, ...]) -> Entry:
         page, slot, persistent, large = unpack_place(self.places[i])
@@ -249,8 +257,9 @@ class MessageIndex:
             if key > last and key not in changed and entry.refs == refsets[entry.refset]:
                 moving.append(key)
                 last = key
-        for key in moving:
-            cold.append(key, hot.pop(key))
+        if moving:
+            pop = hot.pop
+            cold.extend(moving, [pop(key) for key in moving])
         self._fold_at = len(hot) + max(1, self.hot_limit // 2)
         return len(moving)
 
