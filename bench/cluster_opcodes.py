@@ -6,7 +6,8 @@ on the node that sends it and on the node that receives it, a figure the machine
 
 Two real nodes (tests/cluster/nodes.py) in broadcast mode (``topic_filtering: false``: every topic message
 goes to every peer, as in bench_cluster's broadcast part); one producer on n0 sends N non-persistent 128 B
-messages to one topic. Without ``--delivered`` nobody subscribes: n1 receives every message forwarded and
+messages to one topic (``--queue``: to a queue whose consumer is on n0, bench_cluster's ungrouped load,
+where nothing is forwarded). Without ``--delivered`` nobody subscribes: n1 receives every message forwarded and
 discards it (a filter's false positive); with it, a subscriber on n1 receives each. Each node process counts
 the bytecodes of every function (``sys.settrace`` with opcode events, from a SIGUSR1 sent once the cluster has
 formed, written at exit); a run at 1,000 and one at 3,000 messages, the difference over 2,000 is one more
@@ -56,8 +57,10 @@ atexit.register(_dump)
 '''
 
 
-def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: bool) -> list[dict[str, int]]:
-    """One 2-node cluster of ``tree``: the bytecodes per function of each node over ``messages`` forwards."""
+def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: bool,
+        queue: bool = False) -> list[dict[str, int]]:
+    """One 2-node cluster of ``tree``: the bytecodes per function of each node over ``messages`` forwards
+    (``queue``: messages to a queue with a consumer on n0, which stay there: nothing forwarded)."""
     import pymq
 
     site = os.path.join(tmp, "site")
@@ -70,14 +73,15 @@ def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: b
     cluster.start()
     try:
         reader = consumer = None
-        if delivered:
-            reader = pymq.connect(f"stomp://127.0.0.1:{cluster.ports[1]}")
-            consumer = reader.create_session().create_consumer(pymq.Topic("bench.forwarded"))
+        destination = pymq.Queue("bench.local") if queue else pymq.Topic("bench.forwarded")
+        if delivered or queue:
+            reader = pymq.connect(f"stomp://127.0.0.1:{cluster.ports[0 if queue else 1]}")
+            consumer = reader.create_session().create_consumer(destination)
         for node in cluster.nodes:
             assert node.proc is not None
             os.kill(node.proc.pid, signal.SIGUSR1)          # our own child, by its handle's pid
         with pymq.connect(f"stomp://127.0.0.1:{cluster.ports[0]}") as conn:
-            producer = conn.create_session().create_producer(pymq.Topic("bench.forwarded"))
+            producer = conn.create_session().create_producer(destination)
             for _ in range(messages):
                 producer.send(b"x" * 128, delivery_mode=pymq.NON_PERSISTENT)
         got = 0
@@ -86,13 +90,16 @@ def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: b
                 got += 1
             reader.close()
         deadline = time.monotonic() + 60
-        while cluster.status(1)["received_forwarded"] < messages and time.monotonic() < deadline:
+        while not queue and cluster.status(1)["received_forwarded"] < messages and time.monotonic() < deadline:
             time.sleep(0.1)
         figures = cluster.status(1)
     finally:
         cluster.stop()
     want = messages if delivered else 0
-    if figures["received_forwarded"] != messages or (delivered and got != messages) or \
+    if queue:
+        if got != messages or figures["received_forwarded"]:
+            raise SystemExit(f"{label}: {got} of {messages} received, {figures['received_forwarded']} forwarded")
+    elif figures["received_forwarded"] != messages or (delivered and got != messages) or \
             figures["discarded_false_positive"] != messages - want:
         raise SystemExit(f"{label}: received {figures['received_forwarded']}, discarded "
                          f"{figures['discarded_false_positive']}, delivered {got} of {messages}")
@@ -111,6 +118,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", help="another checkout whose broker is counted the same way (old)")
     ap.add_argument("--delivered", action="store_true", help="a subscriber on n1 (else every forward is discarded)")
+    ap.add_argument("--queue", action="store_true",
+                    help="a queue with its consumer on n0 instead (bench_cluster's ungrouped load: nothing forwarded)")
     ap.add_argument("--messages", type=int, nargs=2, default=[1000, 3000])
     ap.add_argument("--top", type=int, default=40, help="functions shown per node, by the largest figure")
     ap.add_argument("--json", help="write the per-message figures here")
@@ -126,13 +135,15 @@ def main() -> None:
     figures: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, tree in trees:
-            runs = [run(tree, n, tmp, f"{name}{n}", redis, a.delivered) for n in (small, large)]
+            runs = [run(tree, n, tmp, f"{name}{n}", redis, a.delivered, a.queue) for n in (small, large)]
             figures[name] = [per_message(runs[0][i], runs[1][i], large - small) for i in range(2)]
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(figures, fh, indent=1, sort_keys=True)
-    for i, role in enumerate(("n0: forwards (the producer's node)",
-                              "n1: receives (" + ("delivers" if a.delivered else "discards") + ")")):
+    receiver = "n1: receives (" + ("delivers" if a.delivered else "discards") + ")"
+    roles = (("n0: sends and receives (the producer's and consumer's node)", "n1: the other node") if a.queue
+             else ("n0: forwards (the producer's node)", receiver))
+    for i, role in enumerate(roles):
         new = figures["new"][i]
         old = figures["old"][i] if "old" in figures else {}
         print(f"== {role}: bytecodes per message, new {sum(new.values()):,.0f}"

@@ -346,7 +346,7 @@ class ClusterNode:
         if state.membership.alone:                 # per message: the common case first, nothing computed
             return None
         return state.route_queue(queue.destination[len("/queue/"):], queue.name, headers, message_id,
-                                 lambda: local_consumers(queue))
+                                 lambda: local_consumers(queue), queue.config.routing_key)
 
     def topic_outboxes(self, topic: Topic, message: Any) -> list[MessageQueue]:
         """Outboxes of the peers that should get a topic message, and of dead hosts of durable

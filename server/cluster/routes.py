@@ -33,10 +33,13 @@ class QueueRoutes:
         self._rr = itertools.count()
 
     # -- routing keys ------------------------------------------------------------------------------
-    def key_for(self, name: str) -> RoutingKey:
-        """Which id queue ``name`` routes on: the cluster-wide setting if one was declared, else this node's."""
+    def key_for(self, name: str, local: str | None = None) -> RoutingKey:
+        """Which id queue ``name`` routes on: the cluster-wide setting if one was declared, else this node's
+        (``local``, the queue's own setting when the caller holds the queue: per message, no look-up by name)."""
         key = self.routing_keys.get(name)
-        return key if key is not None else self.local_key(name)
+        if key is not None:
+            return key
+        return self.local_key(name) if local is None else RoutingKey(local)
 
     def declare(self, name: str, routing_key: str) -> RoutingKey:
         """Queue ``name`` was declared here with an explicit routing key (raises ConfigError if unknown)."""
@@ -63,10 +66,12 @@ class QueueRoutes:
 
     # -- where a message goes ---------------------------------------------------------------------------
     def route(self, name: str, destination: str, headers: Mapping[str, str], message_id: str,
-              router: GroupRouter, local_consumers: Callable[[], int], ready: set[str]) -> str | None:
+              router: GroupRouter, local_consumers: Callable[[], int], ready: set[str],
+              local: str | None = None) -> str | None:
         """The peer a new message for queue ``name`` goes to, or None to keep it here. ``local_consumers``
-        is asked only for an unkeyed message (counting them walks the queue's consumers: not per message)."""
-        key = routing_key_of(self.key_for(name), group_id=headers.get("JMSXGroupID"),
+        is asked only for an unkeyed message (counting them walks the queue's consumers: not per message);
+        ``local``: the queue's own routing key setting (see :meth:`key_for`)."""
+        key = routing_key_of(self.key_for(name, local), group_id=headers.get("JMSXGroupID"),
                              correlation_id=headers.get("correlation-id"), message_id=message_id)
         if key is not None:
             target = router.route(key.key)

@@ -257,12 +257,12 @@ class ClusterState:
 
     # -- the hot path: where a message goes ----------------------------------------------------------
     def route_queue(self, name: str, destination: str, headers: Mapping[str, str], message_id: str,
-                    local_consumers: Callable[[], int]) -> str | None:
-        membership = self.membership
-        if membership.alone:
-            return None
-        return self.routes.route(name, destination, headers, message_id, membership.router, local_consumers,
-                                 self.ready)
+                    local_consumers: Callable[[], int], local: str | None = None) -> str | None:
+        """The peer a new message for queue ``name`` goes to, or None (routes.py). Alone, every key's node is
+        this one and no peer has consumers: None, without a test here (the driver asks ``alone`` first, per
+        message)."""
+        return self.routes.route(name, destination, headers, message_id, self.membership.router, local_consumers,
+                                 self.ready, local)
 
     def topic_targets(self, topic: str) -> tuple[list[str], list[str]]:
         """(live peers a message on ``topic`` goes to, dead hosts of durable subscriptions to it: held)."""

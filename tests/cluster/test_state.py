@@ -181,6 +181,32 @@ def test_keyed_messages_go_to_their_keys_node_and_unkeyed_ones_to_consumers_roun
     assert not n0.routes.wants_redistributor("spread", "/queue/spread", 0, n0.ready)   # all keyed
 
 
+def test_a_queues_own_routing_key_given_with_the_message_is_taken_without_a_look_up_by_name(clock):
+    """The driver holds the queue and passes its own setting (per message: no call back by name); the
+    cluster-wide setting declared in the store still wins over it."""
+    store = Store(clock, routing_keys={"declared": "message-id"})
+    store.beat("n0", "n1", "n2")
+
+    def unasked(name: str) -> RoutingKey:
+        raise AssertionError(f"looked up {name} by name")
+
+    n0 = _state("n0", clock)
+    n0.routes.local_key = unasked
+    _read(n0, store)
+    router = GroupRouter(["n0", "n1", "n2"])
+
+    def expected(key: str) -> str | None:
+        return None if router.route(key) == "n0" else router.route(key)
+
+    for c in (f"c{i}" for i in range(20)):
+        assert n0.route_queue("conv", "/queue/conv", {"correlation-id": c}, "ID:n0-1", lambda: 1,
+                              "correlation-id") == expected(c)
+        assert n0.route_queue("plain", "/queue/plain", {"correlation-id": c}, "ID:n0-1", lambda: 1, "group") is None
+        mid = "ID:n0-" + c
+        assert n0.route_queue("declared", "/queue/declared", {"correlation-id": c}, mid, lambda: 1,
+                              "correlation-id") == expected(mid)
+
+
 def test_a_routing_key_declared_anywhere_wins_over_the_local_setting_and_an_unknown_one_is_ignored(clock):
     store = Store(clock, routing_keys={"orders": "correlation-id", "bad": "JMSXGroupID"})
     store.beat("n0", "n1")
