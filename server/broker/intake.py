@@ -63,10 +63,6 @@ class FrameIntake:
         """``frame`` is handled: its receipt (session.py)."""
         raise NotImplementedError
 
-    def end_run(self) -> None:
-        """A read's frames are all handled: what the session kept for consecutive frames of that read ends
-        (session.py: a run of SENDs, routes.py)."""
-
     def run_off_loop(self, work: Callable[[], Any], done: Callable[[Any, BaseException | None], None]) -> None:
         """``work()`` in a worker thread, then ``done(result, error)`` on the loop (session.py)."""
         raise NotImplementedError
@@ -125,7 +121,6 @@ class FrameIntake:
         except PymqError as exc:
             self.fail(exc, frame)
         finally:
-            self.end_run()
             if self._redispatch:
                 self._dispatch_released()
 
@@ -170,7 +165,6 @@ class FrameIntake:
                     self._held[:0] = held or []
                     return
         finally:
-            self.end_run()
             if self._redispatch:
                 self._dispatch_released()
         self._consume(b"".join(held) if held else b"")
@@ -185,6 +179,5 @@ class FrameIntake:
         except PymqError as exc:
             self.fail(exc, frame)
         finally:
-            self.end_run()
             if self._redispatch:
                 self._dispatch_released()

@@ -53,7 +53,6 @@ from pymq_server.config import BrokerConfig, QueueConfig
 from pymq_server.storage.store import HoldingStore
 
 if TYPE_CHECKING:
-    from pymq_server.broker.routes import Routes
     from pymq_server.storage.device import HoldingDevice
 
 
@@ -89,91 +88,15 @@ class Placement:
         self._waiting_durable: list[Callable[[], None]] = []
 
     def place(self, path: EntryPath, target: Target, source: Source, client: Client | None = None,
-              admitted: bool = False, run: Routes | None = None) -> SendResult:
+              admitted: bool = False) -> SendResult:
         """Put ``source`` (a SEND's request, or a message that exists: moved or copied) where it belongs
         under ``target``, applying the rules of ``path``: (message id, stored data a receipt waits for).
         ``admitted``: a transaction's COMMIT checked it already with the SENDs before it (:meth:`admit`),
-        so a full queue does not refuse it now. ``run``: a client's SEND, with the routes that hold its
-        run's plan (routes.py): a SEND with the same plan inputs as the one before it (:meth:`same_inputs`)
-        is planned by :meth:`follow`, the same rules reached sooner."""
-        prior = run.run if run is not None else None
-        if prior is not None and self.same_inputs(prior, path, target, admitted):
-            plan = self.follow(prior, source, client)   # type: ignore[arg-type]
-        else:
-            plan = self.plan(path, target, source, client, admitted)
-            if run is not None and plan is not None:
-                run.run = plan if not admitted and self.reusable(plan, target) else None
+        so a full queue does not refuse it now."""
+        plan = self.plan(path, target, source, client, admitted)
         if plan is None:
             return (None, False)
         return self.commit(plan, client)
-
-    # -- runs: consecutive SENDs of one read re-use the plan of the first (routes.py) --------------------------
-    #: every input :meth:`plan` reads, by the name it reads it under (tests/broker/test_send_runs.py reads
-    #: plan's code and fails when this is not exactly what it reads): those marked ``"message"`` are the
-    #: SEND's own and :meth:`follow` applies their rules to each message; every other one is the same for
-    #: every SEND of a run when :meth:`same_inputs` and :meth:`reusable` say so, and :meth:`follow` takes
-    #: its outcome from the run's plan. A new input of plan must be added here, and to those two methods if
-    #: it is not the message's own.
-    PLAN_INPUTS: dict[str, str] = {
-        "path": "same_inputs: the plan's path",
-        "target": "same_inputs: the plan's queue (reusable: not a topic)",
-        "admitted": "place: a COMMIT's SENDs start no run",
-        "client": "message: _build (a run is one connection's)",
-        "source": "message",
-        "source.properties": "message: rules 2 and 4 (schema, a last-value key) in follow",
-        "source.dedup_id": "message: rule 1 in follow",
-        "source.headers": "a moved message: never in a run (reusable)",
-        "self.policies": "same_inputs: the path's",
-        "self.dedup": "message: rule 1 in follow",
-        "self.cluster": "reusable: no cluster routing of the queue's messages",
-        "self.logs": "reusable: the log of a run's destination stays (no frame between the SENDs)",
-        "self.seqs": "reusable: only read for cluster routing",
-        "self.node_id": "reusable: only read for cluster routing",
-        "self.pattern_floor": "reusable: topics only",
-        "self._build": "message: rule 5 in follow",
-        "queue.schema": "message: rule 2 in follow (the queue's own, same for the run)",
-        "queue.kind": "reusable: cluster routing only",
-        "queue.config": "message: rules 4 and 5 in follow (the queue's own, same for the run)",
-        "cfg.max_depth": "message: rule 4's refusal in follow; what a full queue does is the plan's",
-        "cfg.overflow": "same_inputs: the queue's, read for the plan (drop_from, block)",
-        "target.destination": "same_inputs: the queue's",
-        "target.matched": "reusable: topics only",
-        "target.targets": "reusable: topics only",
-        "target.temporary": "reusable: topics only",
-    }
-
-    def same_inputs(self, prior: Plan, path: EntryPath, target: Target, admitted: bool) -> bool:
-        """Whether a SEND's plan may be :meth:`follow` of ``prior``, the plan of the SEND before it in its run
-        (kept only when :meth:`reusable`): every input of :meth:`plan` that is not the message's own is equal
-        (:data:`PLAN_INPUTS`) — the same path to the same queue, not a COMMIT's."""
-        return prior.path is path and not admitted and prior.queues[0] is target
-
-    def reusable(self, plan: Plan, target: Target) -> bool:
-        """Whether ``plan`` (for ``target``) decided nothing from its message beyond the rules :meth:`follow`
-        applies to each message: a queue, no cluster routing (a peer is chosen by the message's properties),
-        not a moved message (no SEND), the queue its only target."""
-        return (not isinstance(target, Topic) and plan.queues[0] is target and not plan.outboxes
-                and not self.cluster.active)
-
-    def follow(self, prior: Plan, request: SendRequest, client: Client | None) -> Plan | None:
-        """The plan of ``request``, a SEND after the one ``prior`` was made for in its run, with the same
-        inputs (:meth:`same_inputs`): what :meth:`plan` decides from the queue is ``prior``'s (its queue,
-        log, what a full queue does); the rules that read the message — 1 (its dedup id), 2 (its
-        properties), 4's refusal (the queue's depth now) and 5 (the message is built) — apply to this one,
-        by the same functions as in :meth:`plan`."""
-        path, _, queues, outboxes, log, drop_from, block, _, destination = prior
-        policy = self.policies[path]
-        queue: MessageQueue = queues[0]
-        dedup_id = request.dedup_id if policy.dedup else None
-        if dedup_id is not None and rules.duplicate(self.dedup, destination, dedup_id, None):
-            return None
-        if policy.schema and queue.schema is not None:
-            rules.check_schema(queue.schema, destination, (request.properties,))
-        config = queue.config
-        if policy.depth and config.max_depth:
-            rules.check_depth(queue, rules.growing(queue, (request.properties,), None)[0], None)
-        message = self._build(request, destination, config if policy.defaults else None, client)
-        return new_plan((path, message, queues, outboxes, log, drop_from, block, dedup_id, destination))
 
     def plan(self, path: EntryPath, target: Target, source: Source, client: Client | None,
              admitted: bool = False) -> Plan | None:

@@ -106,9 +106,7 @@ class Router:
                 request = request._replace(properties=properties)
         if route is None:
             route = self._route(client, request, kind, name, path, routes, request.destination)
-        # a session's SENDs of one read re-use the plan of the one before when placement says they may
-        result = self.placement.place(route.path, route.target, request, client, admitted,
-                                      routes if routes is not None and routes.runs else None)
+        result = self.placement.place(route.path, route.target, request, client, admitted)
         if route.topic is not None:
             route.topic.published += 1
         return result

@@ -88,30 +88,15 @@ class Watched(dict[K, V]):
 class Routes(dict[str | tuple[str], Any]):
     """One connection's routes: destination (a peer's forwarded SENDs: ``(destination,)``) -> what the router
     decided for it, valid while ``generation`` is the shared one's value (the router checks, and empties it
-    when behind).
+    when behind)."""
 
-    ``run`` is the placement plan of the connection's last SEND while its *run* lasts: the SENDs of one read
-    (placement.py's :meth:`~pymq_server.broker.placement.Placement.same_inputs` decides which of them may
-    re-use it). Only a session's routes keep runs (``runs``): it ends the run at the end of each read
-    (session.end_run) and after a SEND to the broker's own /pymq/ names (the admin's, which may change a queue's
-    settings); a renewal ends it too.
-    Within one read only this connection's frames are handled (another connection's, the vm:// links' and the
-    worker threads' results come by the loop, between reads), and of them only those SENDs change what a
-    plan reads without moving the generation: a queue made, deleted or replaced, a permission changed all
-    move it."""
+    __slots__ = ("generation",)
 
-    __slots__ = ("generation", "runs", "run")
-
-    def __init__(self, runs: bool = False) -> None:
+    def __init__(self) -> None:
         super().__init__()
         self.generation = -1
-        #: whether the owner ends runs (a session, at each read's end): no other client's SENDs form runs
-        self.runs = runs
-        self.run: Any = None
 
     def renew(self, generation: int) -> None:
         """Forget every route: what they depend on changed (or they are too many)."""
         self.clear()
         self.generation = generation
-        self.run = None
-

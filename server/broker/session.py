@@ -81,7 +81,7 @@ class BrokerSession(FrameIntake, FrameOutlet):
         self.temporary_names = ""
         #: what this connection's SENDs to each destination decided (router.py; valid while nothing they
         #: depend on changed: routes.py)
-        self.routes = Routes(runs=True)
+        self.routes = Routes()
         #: names whose vhost name step is known to give the name itself: in the default vhost, every name this
         #: connection's SENDs were routed by (a route is made only after the step passed; stale or not, the
         #: step's answer is the name's alone); in another vhost none (a route is kept under the core's name, and
@@ -121,9 +121,6 @@ class BrokerSession(FrameIntake, FrameOutlet):
         extra = self._handlers[frame.command](frame)
         if extra is not LATER and "receipt" in frame.headers:
             self.frame_done(frame, extra)
-
-    def end_run(self) -> None:      # (the read ended: the next SEND starts a run, routes.py)
-        self.routes.run = None
 
     def _core_name(self, destination: str) -> str:
         """``destination`` as the core names it in this connection's vhost, checked (vhosts.core_name): the
@@ -277,11 +274,9 @@ class BrokerSession(FrameIntake, FrameOutlet):
                 if not core:                            # the broker's own /pymq/ names
                     if destination == ADMIN_DESTINATION:
                         self.broker.admin_frames(self, headers, frame.body)
-                        self.routes.run = None          # (it may have changed what a kept plan read)
                         return None
                     if destination.startswith("/pymq/cluster/") and self.is_cluster:
                         self.broker.cluster_control(self, headers, frame.body)
-                        self.routes.run = None
                         return None
                 else:                                   # a vhost's queue or topic
                     headers = dict(headers)

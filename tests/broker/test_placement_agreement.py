@@ -196,19 +196,17 @@ def test_a_drift_planted_in_the_depth_check_of_admit_is_caught(monkeypatch, tmp_
     import pymq_server.broker.placement as placement_module
     monkeypatch.setattr(placement_module, "rules", types.SimpleNamespace(**{**vars(placement_rules),
                                                                              "growing": _old_growing}))
-    # plan and follow (a run's later SENDs) read the same module: keep the real rule there, so only admit's
-    # copy drifts
-    def real_rules(method):
-        def wrapped(self, *args, **kwargs):
-            monkeypatch.setattr(placement_module, "rules", placement_rules)
-            try:
-                return method(self, *args, **kwargs)
-            finally:
-                monkeypatch.setattr(placement_module, "rules", types.SimpleNamespace(
-                    **{**vars(placement_rules), "growing": _old_growing}))
-        return wrapped
+    # plan reads the same module: keep the real rule there, so only admit's copy drifts
+    original_plan = Placement.plan
 
-    monkeypatch.setattr(Placement, "plan", real_rules(Placement.plan))
-    monkeypatch.setattr(Placement, "follow", real_rules(Placement.follow))
+    def plan(self, *args, **kwargs):
+        monkeypatch.setattr(placement_module, "rules", placement_rules)
+        try:
+            return original_plan(self, *args, **kwargs)
+        finally:
+            monkeypatch.setattr(placement_module, "rules", types.SimpleNamespace(
+                **{**vars(placement_rules), "growing": _old_growing}))
+
+    monkeypatch.setattr(Placement, "plan", plan)
     with pytest.raises(AssertionError):
         _property(_admit_agrees, 3000)(tmp_path)
