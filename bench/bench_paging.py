@@ -10,7 +10,9 @@ every 1,000 messages, at most 20,000 unconfirmed); nobody consumes meanwhile.  T
 message comes back once and in order.  The broker's RSS is read from ``/proc/<pid>/status`` every 50 ms:
 before the fill, its peak during the fill and the drain, and at the end; and the figures are put against
 ``max_memory``: the target is RSS below 2 x max_memory plus the broker's fixed overhead (its RSS when
-idle, before the fill).
+idle, before the fill). The broker's own CPU time (user + system, ``/proc/<pid>/stat``) is read before and
+after each phase and given per message: a figure the load moves much less than msg/s (on 2 shared cores a
+one-second drain swings by a quarter between runs of one tree; its CPU µs a message by a few per cent).
 
 A producer that stalls (no receipt for 60 s: paused for good, as the landed main did with 6 MB sent into
 a 2 MB max_memory) ends the variant with ``stalled``.  Exit status 1 on a loss, duplicate, disorder or
@@ -57,6 +59,13 @@ def rss(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def cpu_s(pid: int) -> float:
+    """The process's user + system CPU seconds so far (all its threads)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()      # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 class RssSampler(threading.Thread):
@@ -194,7 +203,9 @@ def run_variant(name: str, persistent: bool, max_memory: int, factor: float, siz
         sampler = RssSampler(proc.pid)
         sampler.start()
         count = int(factor * max_memory / size)
+        cpu_start = cpu_s(proc.pid)
         fill_s, outcome = fill(port, count, size, persistent)
+        cpu_filled = cpu_s(proc.pid)
         fill_peak = sampler.peak
         after_fill = sampler.current
         sampler.reset_peak()
@@ -202,6 +213,7 @@ def run_variant(name: str, persistent: bool, max_memory: int, factor: float, siz
             drain_s, problems = drain(port, count)
         else:
             drain_s, problems = 0.0, {}
+        cpu_drained = cpu_s(proc.pid)
         drain_peak = sampler.peak
         sampler.stop()
         end = rss(proc.pid)
@@ -210,6 +222,8 @@ def run_variant(name: str, persistent: bool, max_memory: int, factor: float, siz
             "variant": name, "messages": count, "size": size, "max_memory": max_memory, "outcome": outcome,
             "fill_s": round(fill_s, 2), "fill_rate": round(count / fill_s) if fill_s else 0,
             "drain_s": round(drain_s, 2), "drain_rate": round(count / drain_s) if drain_s else 0,
+            "fill_cpu_us": round((cpu_filled - cpu_start) * 1e6 / count, 1),
+            "drain_cpu_us": round((cpu_drained - cpu_filled) * 1e6 / count, 1) if drain_s else 0.0,
             "rss_idle": idle, "rss_after_fill": after_fill, "rss_peak_fill": fill_peak,
             "rss_peak_drain": drain_peak, "rss_end": end,
             "peak_over_idle_x_max_memory": round((peak - idle) / max_memory, 2),
@@ -252,6 +266,7 @@ def main() -> int:
         print(f"{name:15s} {result['messages']:>9,} msgs  {result['outcome']}")
         print(f"  fill  {result['fill_s']:7.1f} s  {result['fill_rate']:>8,} msg/s   drain {result['drain_s']:7.1f} s "
               f"{result['drain_rate']:>8,} msg/s")
+        print(f"  broker CPU per message: fill {result['fill_cpu_us']:.1f} µs, drain {result['drain_cpu_us']:.1f} µs")
         print(f"  RSS idle {mb(result['rss_idle'])}  peak fill {mb(result['rss_peak_fill'])}  after fill "
               f"{mb(result['rss_after_fill'])}  peak drain {mb(result['rss_peak_drain'])}  end {mb(result['rss_end'])}")
         print(f"  peak - idle = {result['peak_over_idle_x_max_memory']} x max_memory "

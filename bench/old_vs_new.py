@@ -86,6 +86,9 @@ def _paging(_: str, path: str) -> Figures:
         name = ("non-persistent", "persistent")[i] if i < 2 else str(i)
         figures[f"{name} fill msg/s"] = (float(row["fill_rate"]), "high")
         figures[f"{name} drain msg/s"] = (float(row["drain_rate"]), "high")
+        if "fill_cpu_us" in row:         # the broker's CPU a message (bench_paging since session 37)
+            figures[f"{name} broker CPU µs/msg fill"] = (float(row["fill_cpu_us"]), "low")
+            figures[f"{name} broker CPU µs/msg drain"] = (float(row["drain_cpu_us"]), "low")
         figures[f"{name} peak RSS over idle / max_memory"] = (float(row["peak_over_idle_x_max_memory"]), "low")
         figures[f"{name} problems"] = (float(sum(row["problems"].values())), "low")
     return figures
