@@ -96,7 +96,11 @@ def baseline_extensions(tree: str) -> str:
                     out[f] = fh.read()
         return out
     if sources(here) != sources(tree):
-        return "its pure-Python twins (its _ext/*.pyx differ from this tree's)"
+        built = [f for top in ("pymq", "server") for _, _, files in os.walk(os.path.join(tree, top))
+                 for f in files if f.endswith(".so") and "_c." in f]
+        if built:
+            return f"its own compiled modules ({len(built)} built there: its _ext/*.pyx differ from this tree's)"
+        return "its pure-Python twins (its _ext/*.pyx differ from this tree's, and it has none built)"
     copied = 0
     for top, target in (("pymq", "pymq"), ("server", "server")):
         for dirpath, _, files in os.walk(os.path.join(here, top)):
