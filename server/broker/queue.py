@@ -225,7 +225,6 @@ class MessageQueue:
 
     def _acquire(self, entry: Entry, consumer: QueueReader, now: float | None = None) -> None:
         entry.state = _ACQUIRED if entry.state is READY else transition(entry.state, Event.ACQUIRE)
-        entry.deliveries += 1
         if self.last_values is not None:
             self.last_values.gone(entry)
         entry.consumer = consumer
@@ -233,14 +232,7 @@ class MessageQueue:
             now = self.host.clock()
         entry.acquired_at = now
         self.acquired += 1
-        stats = self.stats
-        stats.delivered += 1
-        if entry.deliveries == 1:
-            waited = now - entry.enqueued_at         # the waiting-time figures (QueueStats)
-            stats.wait_total += waited
-            stats.wait_count += 1
-            if waited > stats.wait_max:
-                stats.wait_max = waited
+        self._count_delivery(entry, now)
         timeout = self.config.delivery_timeout_ms
         if timeout:
             heapq.heappush(self.upkeep.timeouts, (now + timeout / 1000.0, entry.message.seq, entry.deliveries, entry))
@@ -250,6 +242,19 @@ class MessageQueue:
             self.host.delivered(entry.message, self.name, entry.deliveries)
         consumer.deliver(entry)
 
+    def _count_delivery(self, entry: Entry, now: float) -> None:
+        """One more delivery of ``entry`` at ``now`` (:meth:`_acquire` and :meth:`_pass` alike): its count, the
+        queue's delivered figure and, for its first delivery, the waiting-time figures (QueueStats)."""
+        entry.deliveries += 1
+        stats = self.stats
+        stats.delivered += 1
+        if entry.deliveries == 1:
+            waited = now - entry.enqueued_at
+            stats.wait_total += waited
+            stats.wait_count += 1
+            if waited > stats.wait_max:
+                stats.wait_max = waited
+
     def _pass(self, entry: Entry, consumer: QueueReader, now: float) -> None:
         """The pass-through: ``consumer`` acknowledges what it is given as it is written (``passes``: a client's
         auto-ack consumer) and takes the new ``entry`` as it arrives (Dispatcher.offer, which counted it in
@@ -258,18 +263,11 @@ class MessageQueue:
         count kept across restarts; acquired and acknowledged at the same instant, the depth figures do not
         move). The MESSAGE is written, then the entry dropped as :meth:`complete` drops it."""
         entry.state = _PASSED if entry.state is READY else transition(entry.state, Event.PASS)
-        entry.deliveries += 1
+        self._count_delivery(entry, now)
         consumer.deliver(entry)          # FrameOutlet.deliver: the MESSAGE (the entry is completed already)
         stats = self.stats
-        stats.delivered += 1
         stats.removed += 1
         stats.acknowledged += 1
-        if entry.deliveries == 1:
-            waited = now - entry.enqueued_at         # the waiting-time figures (QueueStats), as _acquire
-            stats.wait_total += waited
-            stats.wait_count += 1
-            if waited > stats.wait_max:
-                stats.wait_max = waited
         self._drop(entry)
         if self.upkeep.blocked:
             self.upkeep.maybe_unblock()

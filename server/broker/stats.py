@@ -4,7 +4,7 @@ from __future__ import annotations
 
 class QueueStats:
     """The nine queue metrics of seed 001, kept incrementally (no scans). The queue updates the depth
-    area and the waiting times itself (MessageQueue._depth_delta, _acquire): once or twice per message,
+    area and the waiting times itself (MessageQueue._depth_delta, _count_delivery): once or twice per message,
     a method call here would cost more than the arithmetic."""
 
     __slots__ = ("added", "removed", "failed", "expired", "peak_depth", "wait_total", "wait_max",
