@@ -47,3 +47,41 @@ def test_the_removal_of_a_last_reference_runs_one_chain_and_marks_the_device_dir
         assert device.store.log.current.frames == frames + 1 and 1 not in device
     finally:
         store.close()
+
+
+def test_a_read_of_a_page_that_left_memory_reaches_the_os_through_no_gate_call_and_faults_still_inject(tmp_path):
+    """The open store's write gate checks writes; reads go through it unchanged, and now without a call of
+    its own (its ``pread`` is the inner layer's: one per slot and one per record of a page read back from the
+    page file). A fault layer put under an open store (``set_io``) still sees every read."""
+    from pymq_server.storage.device import StoredMessage
+    from pymq_server.storage.file import FileDevice
+    from tests.storage.faults import FaultyIO
+
+    device = FileDevice("file", str(tmp_path), 4096, fsync=False)
+    device.open()
+    try:
+        for key in range(1, 41):
+            device.write(StoredMessage(key, Q, key, True, b"m%03d" % key + b"." * 300), [Q])
+        device.checkpoint()                             # the pages written leave memory
+        assert device.store.pages.pages[device.where(1).page].buf is None
+        calls: list[str] = []
+
+        def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+            if event == "call":
+                calls.append(frame.f_code.co_qualname)
+
+        sys.setprofile(profile)
+        try:
+            data = device.read(1).data
+        finally:
+            sys.setprofile(None)
+        assert data == b"m001" + b"." * 300
+        assert calls.count("FileIO.pread") == 2, calls           # the slot, then the record
+        assert "WriteGate.pread" not in calls, calls
+        io = FaultyIO()
+        device.set_io(io)
+        before = io.calls["pread"]
+        assert device.read(2).data == b"m002" + b"." * 300
+        assert io.calls["pread"] == before + 2                   # the fault layer sees the reads
+    finally:
+        device.close()

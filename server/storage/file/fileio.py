@@ -124,7 +124,7 @@ class WriteGate(FileIO):
     component can reach the disk.  ``inner`` is the operating system (tests put a fault layer
     there, also on an open store: ``FileDevice.set_io``)."""
 
-    __slots__ = ("inner", "closed_for", "fence")
+    __slots__ = ("_inner", "closed_for", "fence", "pread")
 
     def __init__(self, inner: FileIO, fence: Fence = NO_FENCE) -> None:
         self.inner = inner
@@ -134,6 +134,17 @@ class WriteGate(FileIO):
         #: file, a log segment's creation, a removal) is made inside ``fence.exclusive()``; every other
         #: write asks ``fence.check()``.  NO_FENCE without ``ha:``.
         self.fence = fence
+
+    @property
+    def inner(self) -> FileIO:
+        return self._inner
+
+    @inner.setter
+    def inner(self, inner: FileIO) -> None:
+        self._inner = inner
+        # reads go through unchanged: the gate's ``pread`` is the inner layer's own (a read of a page that
+        # left memory, once or twice per delivered paged message, makes no call of ours in between)
+        self.pread = inner.pread           # type: ignore[method-assign]
 
     def check(self) -> None:
         if self.closed_for is not None:
@@ -161,9 +172,6 @@ class WriteGate(FileIO):
         self.check()
         with self.fence.exclusive():           # the page file: never over a newer epoch's pages
             return self.inner.pwrite(fd, data, offset)
-
-    def pread(self, fd: int, size: int, offset: int) -> bytes:
-        return self.inner.pread(fd, size, offset)
 
     def datasync(self, fd: int) -> None:
         self.check()
