@@ -72,14 +72,26 @@ def arrived(request: SendRequest) -> SendRequest:
     forwarded, message_id, crossing = pop(FORWARDED, None), pop(MESSAGE_ID, None), pop(FORWARD_ID, None)
     if pop(SUBSCRIPTION, None) is None and forwarded is None and message_id is None and crossing is None:
         return request
+    _check(message_id, crossing)
+    dedup_id = request.dedup_id if crossing is None else "fwd:" + crossing
+    return request._replace(properties=properties, message_id=message_id, dedup_id=dedup_id)
+
+
+def kept_id(request: SendRequest) -> str | None:
+    """The id a peer's forwarded message keeps, for one dropped before it is built (nothing here holds it),
+    its ids refused as :func:`arrived` refuses them: a bad id gets the same answer either way."""
+    properties = request.properties
+    message_id = properties.get(MESSAGE_ID)
+    _check(message_id, properties.get(FORWARD_ID))
+    return message_id
+
+
+def _check(message_id: str | None, crossing: str | None) -> None:
+    """What a node sends as an id: refused (InvalidHeader) unless a frame of any version could carry it."""
     if message_id is not None and not _ID.fullmatch(message_id):
         raise _invalid(MESSAGE_ID, message_id)
-    dedup_id = request.dedup_id
-    if crossing is not None:
-        if not _ID.fullmatch(crossing):
-            raise _invalid(FORWARD_ID, crossing)
-        dedup_id = "fwd:" + crossing
-    return request._replace(properties=properties, message_id=message_id, dedup_id=dedup_id)
+    if crossing is not None and not _ID.fullmatch(crossing):
+        raise _invalid(FORWARD_ID, crossing)
 
 
 def _invalid(name: str, value: str) -> InvalidHeader:

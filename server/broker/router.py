@@ -27,7 +27,7 @@ from pymq_server.broker import vhosts
 from pymq_server.broker.clients import Client, own_reply_to
 from pymq_server.broker.deadletters import dead_letter_name
 from pymq_server.broker.destinations import Destinations, Kind
-from pymq_server.broker.forwarded import MESSAGE_ID, SUBSCRIPTION, arrived
+from pymq_server.broker.forwarded import SUBSCRIPTION, arrived, kept_id
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
@@ -138,7 +138,7 @@ class Router:
         placement = self.placement
         if topic is not None and placement.holds_nothing(route.path, topic):
             topic.published += 1
-            return placement.unheld(route.path, request.properties.get(MESSAGE_ID))
+            return placement.unheld(route.path, kept_id(request))
         # the message it was on its first node (forwarded.py)
         result = placement.place(route.path, route.target, arrived(request), client, admitted)
         if topic is not None:

@@ -104,12 +104,16 @@ def test_a_forward_from_a_node_without_the_crossing_header_keeps_its_duplicate_i
 
 @pytest.mark.parametrize("header", ["pymq-message-id", "pymq-forward-id"])
 @pytest.mark.parametrize("value", ["", "ID:n0 1", "ID:n0-1\nforged:yes", "x" * 513, "ID:n0-\u00e9", "\x00"])
-def test_an_id_a_peer_sends_that_no_frame_could_carry_is_refused_and_nothing_is_placed(core, header, value):
+@pytest.mark.parametrize("destination", ["/queue/q", "/topic/nobody"])
+def test_an_id_a_peer_sends_that_no_frame_could_carry_is_refused_and_nothing_is_placed(core, header, value,
+                                                                                       destination):
+    """The same refusal whether the message would be placed or dropped as nobody's (a topic without a
+    subscriber here: dropped before a message is built)."""
     headers = {"pymq-forwarded": "n0", "pymq-message-id": "ID:n0-1", "pymq-forward-id": "n0-1", header: value}
     with pytest.raises(InvalidHeader) as info:
-        core.broker.send(FakeClient(cluster=True), Core.request("/queue/q", headers))
+        core.broker.send(FakeClient(cluster=True), Core.request(destination, headers))
     assert info.value.header == header
-    assert _waiting(core, "q") == []
+    assert _waiting(core, "q") == [] and core.broker.placement.dropped_no_subscriber == 0
 
 
 _NAMES = st.sampled_from(sorted(CLUSTER_HEADERS) + ["pymq-dedup-id", "_AMQ_DUPL_ID", "color", "timestamp",
