@@ -71,8 +71,8 @@ class BulkPlacement:
                 rules.check_schema(schema, destination, headers, numbered=True)
             if route:                                                            # 3 routing, row by row
                 # by the ids the rows are given at 5 (nothing numbers keys in between): spec/routing.md §2.3
-                first = self.placement.seqs.peek("")
-                peers = [self.placement.cluster.route_queue(queue, row, f"ID:{node_id}-{first + i}")
+                first, prefix = self.placement.seqs.peek(""), self.placement.id_prefix
+                peers = [self.placement.cluster.route_queue(queue, row, f"{prefix}{first + i}")
                          for i, row in enumerate(headers)]
             if depth:                                                            # 4 depth, the frame at once
                 if needs_rows:
@@ -162,8 +162,8 @@ class BulkPlacement:
         refs = ([log.name] if log is not None else []) + [q.name for q in queues if q.durable]
         key = self.placement.seqs.next("")
         node_id = self.placement.node_id
-        holder = bulk_rows.segment_record(body, rows, dropped, destination, key, f"ID:{node_id}-{key}", first_key,
-                                          node_id, arrival, (self.placement.default_persistent, *defaults))
+        holder = bulk_rows.segment_record(body, rows, dropped, destination, key, f"{self.placement.id_prefix}{key}",
+                                          first_key, node_id, arrival, (self.placement.default_persistent, *defaults))
         stored = self.placement.store.hold(holder, refs) if holder.persistent and refs else False
         self.placement.flow.held(holder)
         if dedup:

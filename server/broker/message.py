@@ -44,7 +44,8 @@ class BrokerMessage:
 
     def __init__(self, key: int, message_id: str, destination: str, seq: int, headers: dict,
                  body: bytes, persistent: bool, priority: int, timestamp: int, expires: int,
-                 deliver_at: int = 0, producer: str = "") -> None:
+                 deliver_at: int = 0, producer: str = "", client_id: str | None = None,
+                 user: str | None = None) -> None:
         self.key = key
         self.message_id = message_id
         self.destination = destination
@@ -62,8 +63,8 @@ class BrokerMessage:
         self.device: Any = None         # the holding device that stores it (None: not placed yet)
         self.rule: str | None = None    # the storage rule that chose the device
         self.chosen: str | None = None  # the device the rule chose (even when the heap holds it)
-        self.client_id: str | None = None   # the producing connection's client id and user (storage rules)
-        self.user: str | None = None
+        self.client_id = client_id      # the producing connection's client id and user (storage rules)
+        self.user = user
         self.refs = 0                   # queue entries still pointing at it (storage frees at 0)
         self.bulk: Any = None           # the queue's bulk block (blocks.py) a row of a bulk SEND came from
         self._block: bytes | None = None
@@ -172,7 +173,8 @@ _NUMBER_START = frozenset("0123456789+-.")
 
 def message_from_request(request: SendRequest, *, key: int, message_id: str, seq: int, destination: str,
                          default_persistent: bool = True, producer: str = "", now: int | None = None,
-                         default_priority: int = DEFAULT_PRIORITY, default_ttl: int = 0) -> BrokerMessage:
+                         default_priority: int = DEFAULT_PRIORITY, default_ttl: int = 0,
+                         client_id: str | None = None, user: str | None = None) -> BrokerMessage:
     """The broker message for a parsed SEND (spec/stomp.md §4), with the destination's defaults.
 
     The message takes ``request.properties`` as its headers (a request is placed once) and writes the
@@ -203,4 +205,4 @@ def message_from_request(request: SendRequest, *, key: int, message_id: str, seq
     headers["timestamp"] = str(timestamp)
     headers["expires"] = str(expires) if expires else "0"
     return BrokerMessage(key, message_id, destination, seq, headers, request.body, persistent, priority,
-                         timestamp, expires, deliver_at, producer)
+                         timestamp, expires, deliver_at, producer, client_id, user)

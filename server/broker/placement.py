@@ -44,7 +44,7 @@ from pymq_server.broker.dedup import DedupJournal, DuplicateWindow
 from pymq_server.broker.flow import MemoryFlow
 from pymq_server.broker.log import RetainedLogs
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
-from pymq_server.broker.message import BrokerMessage, message_from_request
+from pymq_server.broker.message import DEFAULT_PRIORITY, BrokerMessage, message_from_request
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.requests import SendRequest, SendResult
 from pymq_server.broker.sequences import SequenceBook
@@ -67,7 +67,9 @@ class Placement:
     def __init__(self, config: BrokerConfig, store: HoldingStore, seqs: SequenceBook, logs: RetainedLogs,
                  dedup: DuplicateWindow, flow: MemoryFlow) -> None:
         self.node_id = config.node_id
-        self._id_prefix = f"ID:{config.node_id}-"        # a message's id: this and its key
+        #: a message's id is this and its key (spec/stomp.md §4): formatted once, read by every place that
+        #: names a new message (a SEND's, a dead letter's copy, a bulk SEND's rows, a cluster route by id)
+        self.id_prefix = f"ID:{config.node_id}-"
         self.default_persistent = config.default_persistent
         self.store = store
         self.seqs = seqs
@@ -137,7 +139,7 @@ class Placement:
         if self.cluster.active and policy.routing and queue.kind == "queue":    # (standalone: one test)
             # the id the message is given below (nothing numbers keys in between): a queue routing on
             # message ids routes by the id its consumers see (spec/routing.md §2.3)
-            peer = self.cluster.route_queue(queue, properties, f"ID:{self.node_id}-{self.seqs.peek('')}")
+            peer = self.cluster.route_queue(queue, properties, f"{self.id_prefix}{self.seqs.peek('')}")
         if peer is not None:
             queues = [self.cluster.outbox(peer)]
             log = None
@@ -313,25 +315,23 @@ class Placement:
 
     def _build(self, request: SendRequest, destination: str, config: QueueConfig | None,
                client: Client | None) -> BrokerMessage:
-        """The message for a SEND, with its key, id and sequence number, and ``config``'s defaults (a
-        forwarded message's id is the one it keeps)."""
-        seqs = self.seqs
-        key = seqs.next("")
+        """The message for a SEND, with its key, id and sequence number (one step of the book for both
+        numbers) and ``config``'s defaults (a forwarded message's id is the one it keeps); each field set
+        once, the producing connection's with the rest."""
+        key, seq = self.seqs.next_message(destination)
         # a forwarded message keeps the id it was given where it was accepted (forwarded.py)
-        message_id = request.message_id or f"{self._id_prefix}{key}"
+        message_id = request.message_id or f"{self.id_prefix}{key}"
         if config is None:
-            message = message_from_request(request, key=key, message_id=message_id,
-                                           seq=seqs.next(destination), destination=destination,
-                                           default_persistent=self.default_persistent,
-                                           producer=client.id if client is not None else "")
+            priority = DEFAULT_PRIORITY
+            ttl = 0
         else:
-            message = message_from_request(request, key=key, message_id=message_id,
-                                           seq=seqs.next(destination), destination=destination,
-                                           default_persistent=self.default_persistent,
-                                           producer=client.id if client is not None else "",
-                                           default_priority=config.default_priority,
-                                           default_ttl=config.default_expiration_ms)
-        if client is not None:
-            message.client_id = client.client_id
-            message.user = client.user.name
-        return message
+            priority = config.default_priority
+            ttl = config.default_expiration_ms
+        if client is None:
+            return message_from_request(request, key=key, message_id=message_id, seq=seq, destination=destination,
+                                        default_persistent=self.default_persistent, default_priority=priority,
+                                        default_ttl=ttl)
+        return message_from_request(request, key=key, message_id=message_id, seq=seq, destination=destination,
+                                    default_persistent=self.default_persistent, default_priority=priority,
+                                    default_ttl=ttl, producer=client.id, client_id=client.client_id,
+                                    user=client.user.name)

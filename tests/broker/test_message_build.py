@@ -1,0 +1,187 @@
+"""A SEND's message, built and numbered (bench/README, the 1→1 queue row: the build is most of the SEND side).
+
+* The message key and the destination's sequence number are one step of the book
+  (:meth:`SequenceBook.next_message`), giving the numbers ``next("")`` then ``next(destination)`` would —
+  across reservations, recovered numbers, raised floors and a transaction's ``no_reservations``.
+* The message is built by one call into message.py, the producing connection's fields set as it is
+  constructed (not set to None and again after).
+* A message's id is ``Placement.id_prefix`` and its key wherever a new message is named: a SEND's, a dead
+  letter's copy, the id a cluster routes a queue message by (one prefix, formatted once)."""
+from __future__ import annotations
+
+import os
+import random
+import sys
+from typing import Any
+
+import pytest
+
+from pymq_server.app import build_devices
+from pymq_server.broker import sequences
+from pymq_server.broker.broker import Broker
+from pymq_server.broker.membership import Standalone
+from pymq_server.broker.message import BrokerMessage
+from pymq_server.broker.queue import MessageQueue
+from pymq_server.broker.requests import parse_send
+from pymq_server.broker.sequences import ReservationNeeded, SequenceBook
+from pymq_server.broker.stored_form import STORED_CODEC
+from pymq_server.config import BrokerConfig
+from pymq_server.storage.store import HoldingStore
+from tests.broker.test_placement import FakeClient, FakeRuntime
+
+
+# -- one step of the book -------------------------------------------------------------------------------
+
+class FakeCatalog:
+    kind = "file"
+
+    def __init__(self, log: list) -> None:
+        self.log = log
+
+    def flush(self) -> None:
+        self.log.append("flush")
+
+    def sync(self) -> None:
+        self.log.append("sync")
+
+
+class FakeStore:
+    """What SequenceBook uses of a holding store, every reservation written down in order."""
+
+    in_unit = False
+
+    def __init__(self) -> None:
+        self.log: list = []
+        self.catalog = FakeCatalog(self.log)
+
+    def put_meta(self, key: str, value: bytes) -> None:
+        self.log.append((key, value))
+
+
+def _step(book: SequenceBook, name: str, together: bool) -> Any:
+    try:
+        if together:
+            return book.next_message(name)
+        return (book.next(""), book.next(name))
+    except ReservationNeeded as exc:
+        return ("needed", exc.name)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_one_step_gives_the_numbers_two_steps_gave(monkeypatch, seed):
+    """A mixed run over several destinations, with small reservation blocks (a reservation every few
+    messages), recovered numbers, a pattern topic's raised floor and stretches inside ``no_reservations``:
+    the book stepped once per message hands out the same keys and sequence numbers, raises
+    ReservationNeeded at the same messages and writes the same reservations as two steps did."""
+    monkeypatch.setattr(sequences, "RESERVE_BLOCK", 3)
+    rnd = random.Random(seed)
+    one, two = SequenceBook(FakeStore()), SequenceBook(FakeStore())
+    recovered = {"": 40, "/queue/a": 7} if seed % 2 else {}
+    one.load(recovered)
+    two.load(recovered)
+    names = ["/queue/a", "/queue/b", "/topic/t", "/queue/c"]
+    for _ in range(400):
+        roll = rnd.random()
+        name = rnd.choice(names)
+        if roll < 0.05:
+            value = rnd.randrange(1, 200)
+            one.observe(name, value)
+            two.observe(name, value)
+        elif roll < 0.1:
+            value = rnd.randrange(1, 200)
+            one.raise_to(name, value)
+            two.raise_to(name, value)
+        elif roll < 0.2:
+            with one.no_reservations(), two.no_reservations():
+                for name in rnd.choices(names, k=4):
+                    assert _step(one, name, True) == _step(two, name, False)
+        else:
+            assert _step(one, name, True) == _step(two, name, False)
+        assert (one._next, one._limit) == (two._next, two._limit)
+    assert one.store.log == two.store.log and one.store.log      # reservations happened, the same ones
+
+
+# -- the build of a SEND's message ----------------------------------------------------------------------
+
+def _broker(tmp_path) -> tuple[Broker, HoldingStore]:
+    config = BrokerConfig.from_dict(dict(host="127.0.0.1", port=0, data_dir=str(tmp_path / "data"),
+                                         sync_policy="never", queues={"a": {"max_deliveries": 1}}))
+    runtime = FakeRuntime()
+    devices, persistent = build_devices(config)
+    store = HoldingStore(devices, persistent_device=persistent, sync_policy="never", call_later=runtime.call_later,
+                         run_in_thread=runtime.run_in_thread, codec=STORED_CODEC)
+    store.open()
+    broker = Broker(config, store, runtime)
+    broker.recover()
+    return broker, store
+
+
+def test_a_sends_message_is_numbered_once_and_built_by_one_call_with_its_producer(tmp_path):
+    broker, store = _broker(tmp_path)
+    try:
+        client = FakeClient()
+        client.client_id = "app-1"
+        broker.send(client, parse_send({"destination": "/queue/a", "persistent": "false"}, b"first"))
+        calls: list[str] = []
+        constructed: dict = {}
+
+        def profile(frame, event, arg):  # type: ignore[no-untyped-def]
+            code = frame.f_code
+            if event == "call":
+                calls.append(f"{os.path.basename(code.co_filename)}:{code.co_name}")
+            elif event == "return" and code is BrokerMessage.__init__.__code__:
+                made = frame.f_locals["self"]
+                constructed.update(producer=made.producer, client_id=made.client_id, user=made.user)
+
+        sys.setprofile(profile)
+        try:
+            broker.send(client, parse_send({"destination": "/queue/a", "persistent": "false"}, b"second"))
+        finally:
+            sys.setprofile(None)
+        build = [c for c in calls if c.split(":")[0] in ("sequences.py", "message.py")]
+        assert build == ["sequences.py:next_message", "message.py:message_from_request", "message.py:now_ms",
+                         "message.py:__init__"], calls
+        # the producer's fields are the message's as it is constructed, not set afterwards
+        assert constructed == {"producer": "c1", "client_id": "app-1", "user": "tester"}
+        first, second = [e.message for e in broker.destinations.queue("a").ready]
+        assert (second.key, second.seq) == (first.key + 1, first.seq + 1)
+        assert second.message_id == f"ID:{broker.config.node_id}-{second.key}"
+    finally:
+        store.close()
+
+
+class RecordingCluster(Standalone):
+    """Routes nothing away; writes down the id each queue message is routed by."""
+
+    active = True
+
+    def __init__(self) -> None:
+        self.routed_by: list[str] = []
+
+    def route_queue(self, queue: MessageQueue, headers: Any, message_id: str) -> str | None:
+        self.routed_by.append(message_id)
+        return None
+
+    def status(self) -> dict:
+        return {}
+
+
+def test_every_new_message_is_named_by_the_placements_one_prefix(tmp_path):
+    """The prefix is read where each new message is named: changing it (as nothing but this test does)
+    changes a SEND's id, the id a cluster routes it by, and a dead letter's copy's id alike."""
+    broker, store = _broker(tmp_path)
+    try:
+        cluster = RecordingCluster()
+        broker.attach_cluster(cluster)
+        broker.placement.id_prefix = "ID:renamed-"
+        broker.send(FakeClient(), parse_send({"destination": "/queue/a", "persistent": "false"}, b"x"))
+        [entry] = broker.destinations.queue("a").ready
+        message = entry.message
+        assert message.message_id == f"ID:renamed-{message.key}"
+        assert cluster.routed_by == [message.message_id]
+        broker.router.dead_letter(entry, "test")
+        [dead] = [e.message for e in broker.destinations.queue("DLQ.a").ready]
+        assert dead.key != message.key and dead.message_id == f"ID:renamed-{dead.key}"
+        assert dead.headers["pymq-original-message-id"] == message.message_id
+    finally:
+        store.close()
