@@ -315,23 +315,18 @@ class Placement:
 
     def _build(self, request: SendRequest, destination: str, config: QueueConfig | None,
                client: Client | None) -> BrokerMessage:
-        """The message for a SEND, with its key, id and sequence number (one step of the book for both
-        numbers) and ``config``'s defaults (a forwarded message's id is the one it keeps); each field set
-        once, the producing connection's with the rest."""
-        key, seq = self.seqs.next_message(destination)
+        """The message for a SEND, with its key, id and sequence number and ``config``'s defaults (a forwarded
+        message's id is the one it keeps); each field set once, the producing connection's with the rest."""
+        seqs = self.seqs
+        key = seqs.next("")
         # a forwarded message keeps the id it was given where it was accepted (forwarded.py)
         message_id = request.message_id or f"{self.id_prefix}{key}"
-        if config is None:
-            priority = DEFAULT_PRIORITY
-            ttl = 0
-        else:
-            priority = config.default_priority
-            ttl = config.default_expiration_ms
         if client is None:
-            return message_from_request(request, key=key, message_id=message_id, seq=seq, destination=destination,
-                                        default_persistent=self.default_persistent, default_priority=priority,
-                                        default_ttl=ttl)
-        return message_from_request(request, key=key, message_id=message_id, seq=seq, destination=destination,
-                                    default_persistent=self.default_persistent, default_priority=priority,
-                                    default_ttl=ttl, producer=client.id, client_id=client.client_id,
-                                    user=client.user.name)
+            producer, client_id, user = "", None, None
+        else:
+            producer, client_id, user = client.id, client.client_id, client.user.name
+        return message_from_request(request, key=key, message_id=message_id, seq=seqs.next(destination),
+                                    destination=destination, default_persistent=self.default_persistent,
+                                    default_priority=DEFAULT_PRIORITY if config is None else config.default_priority,
+                                    default_ttl=0 if config is None else config.default_expiration_ms,
+                                    producer=producer, client_id=client_id, user=user)

@@ -310,9 +310,10 @@ class Router:
 
     def _copy(self, original: BrokerMessage, destination: str, headers: dict, expires: int) -> BrokerMessage:
         """A new message (own key, id and sequence number) with ``original``'s body and fields, due now."""
-        key, seq = self.placement.seqs.next_message(destination)
-        return BrokerMessage(key, f"{self.placement.id_prefix}{key}", destination, seq, headers, original.body,
-                             original.persistent, original.priority, original.timestamp, expires, 0,
+        seqs = self.placement.seqs
+        key = seqs.next("")
+        return BrokerMessage(key, f"{self.placement.id_prefix}{key}", destination, seqs.next(destination), headers,
+                             original.body, original.persistent, original.priority, original.timestamp, expires, 0,
                              original.producer)
 
     # -- moves the cluster node decides (spec/cluster.md) ----------------------------------------------

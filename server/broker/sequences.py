@@ -70,21 +70,6 @@ class SequenceBook:
         self._next[name] = n + 1
         return n
 
-    def next_message(self, name: str) -> tuple[int, int]:
-        """A new message's key and ``name``'s next number in one step (every SEND's message, a dead letter's
-        copy): the numbers :meth:`next` of ``""`` and then of ``name`` would give. Only the common case is
-        here (both counters running inside their reserved blocks); a first number or a reservation is
-        :meth:`next`'s, called for each as before."""
-        numbers = self._next
-        limit = self._limit
-        key = numbers.get("")
-        n = numbers.get(name)
-        if key is None or n is None or key >= limit.get("", 0) or n >= limit.get(name, 0):
-            return self.next(""), self.next(name)
-        numbers[""] = key + 1
-        numbers[name] = n + 1
-        return key, n
-
     def take(self, name: str, count: int) -> int:
         """``count`` consecutive numbers at once (a bulk SEND's block, spec/spark.md §7); the first.
 

@@ -1,8 +1,5 @@
 """A SEND's message, built and numbered (bench/README, the 1→1 queue row: the build is most of the SEND side).
 
-* The message key and the destination's sequence number are one step of the book
-  (:meth:`SequenceBook.next_message`), giving the numbers ``next("")`` then ``next(destination)`` would —
-  across reservations, recovered numbers, raised floors and a transaction's ``no_reservations``.
 * The message is built by one call into message.py, the producing connection's fields set as it is
   constructed (not set to None and again after).
 * A message's id is ``Placement.id_prefix`` and its key wherever a new message is named: a SEND's, a dead
@@ -10,95 +7,20 @@
 from __future__ import annotations
 
 import os
-import random
 import sys
 from typing import Any
 
-import pytest
 
 from pymq_server.app import build_devices
-from pymq_server.broker import sequences
 from pymq_server.broker.broker import Broker
 from pymq_server.broker.membership import Standalone
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.queue import MessageQueue
 from pymq_server.broker.requests import parse_send
-from pymq_server.broker.sequences import ReservationNeeded, SequenceBook
 from pymq_server.broker.stored_form import STORED_CODEC
 from pymq_server.config import BrokerConfig
 from pymq_server.storage.store import HoldingStore
 from tests.broker.test_placement import FakeClient, FakeRuntime
-
-
-# -- one step of the book -------------------------------------------------------------------------------
-
-class FakeCatalog:
-    kind = "file"
-
-    def __init__(self, log: list) -> None:
-        self.log = log
-
-    def flush(self) -> None:
-        self.log.append("flush")
-
-    def sync(self) -> None:
-        self.log.append("sync")
-
-
-class FakeStore:
-    """What SequenceBook uses of a holding store, every reservation written down in order."""
-
-    in_unit = False
-
-    def __init__(self) -> None:
-        self.log: list = []
-        self.catalog = FakeCatalog(self.log)
-
-    def put_meta(self, key: str, value: bytes) -> None:
-        self.log.append((key, value))
-
-
-def _step(book: SequenceBook, name: str, together: bool) -> Any:
-    try:
-        if together:
-            return book.next_message(name)
-        return (book.next(""), book.next(name))
-    except ReservationNeeded as exc:
-        return ("needed", exc.name)
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_one_step_gives_the_numbers_two_steps_gave(monkeypatch, seed):
-    """A mixed run over several destinations, with small reservation blocks (a reservation every few
-    messages), recovered numbers, a pattern topic's raised floor and stretches inside ``no_reservations``:
-    the book stepped once per message hands out the same keys and sequence numbers, raises
-    ReservationNeeded at the same messages and writes the same reservations as two steps did."""
-    monkeypatch.setattr(sequences, "RESERVE_BLOCK", 3)
-    rnd = random.Random(seed)
-    one, two = SequenceBook(FakeStore()), SequenceBook(FakeStore())
-    recovered = {"": 40, "/queue/a": 7} if seed % 2 else {}
-    one.load(recovered)
-    two.load(recovered)
-    names = ["/queue/a", "/queue/b", "/topic/t", "/queue/c"]
-    for _ in range(400):
-        roll = rnd.random()
-        name = rnd.choice(names)
-        if roll < 0.05:
-            value = rnd.randrange(1, 200)
-            one.observe(name, value)
-            two.observe(name, value)
-        elif roll < 0.1:
-            value = rnd.randrange(1, 200)
-            one.raise_to(name, value)
-            two.raise_to(name, value)
-        elif roll < 0.2:
-            with one.no_reservations(), two.no_reservations():
-                for name in rnd.choices(names, k=4):
-                    assert _step(one, name, True) == _step(two, name, False)
-        else:
-            assert _step(one, name, True) == _step(two, name, False)
-        assert (one._next, one._limit) == (two._next, two._limit)
-    assert one.store.log == two.store.log and one.store.log      # reservations happened, the same ones
 
 
 # -- the build of a SEND's message ----------------------------------------------------------------------
@@ -116,7 +38,7 @@ def _broker(tmp_path) -> tuple[Broker, HoldingStore]:
     return broker, store
 
 
-def test_a_sends_message_is_numbered_once_and_built_by_one_call_with_its_producer(tmp_path):
+def test_a_sends_message_is_built_by_one_call_with_its_producer(tmp_path):
     broker, store = _broker(tmp_path)
     try:
         client = FakeClient()
@@ -139,8 +61,8 @@ def test_a_sends_message_is_numbered_once_and_built_by_one_call_with_its_produce
         finally:
             sys.setprofile(None)
         build = [c for c in calls if c.split(":")[0] in ("sequences.py", "message.py")]
-        assert build == ["sequences.py:next_message", "message.py:message_from_request", "message.py:now_ms",
-                         "message.py:__init__"], calls
+        assert build == ["sequences.py:next", "sequences.py:next", "message.py:message_from_request",
+                         "message.py:now_ms", "message.py:__init__"], calls
         # the producer's fields are the message's as it is constructed, not set afterwards
         assert constructed == {"producer": "c1", "client_id": "app-1", "user": "tester"}
         first, second = [e.message for e in broker.destinations.queue("a").ready]
