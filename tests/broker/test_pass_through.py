@@ -47,10 +47,8 @@ async def _until(condition: Any, what: str, limit: float = 10.0) -> None:
         await asyncio.sleep(0.001)
 
 
-def test_a_fan_out_to_auto_ack_subscribers_ends_its_message_once(tmp_path, monkeypatch):
-    """Four auto-ack subscribers each take and complete their copy as it is placed: the message ends once (its
-    bytes uncounted once, the store told once), not once per subscriber (before: the memory flow's held bytes
-    and messages went negative by three a message, so a topic's traffic hid the memory limit)."""
+def _ends_counted(monkeypatch) -> list[str]:   # type: ignore[no-untyped-def]
+    """The ids of the messages that end (MemoryFlow.message_gone), one entry per end, in order."""
     gone: list[str] = []
     real = flow_module.MemoryFlow.message_gone
 
@@ -59,6 +57,14 @@ def test_a_fan_out_to_auto_ack_subscribers_ends_its_message_once(tmp_path, monke
         real(self, message)
 
     monkeypatch.setattr(flow_module.MemoryFlow, "message_gone", counting)
+    return gone
+
+
+def test_a_fan_out_to_auto_ack_subscribers_ends_its_message_once(tmp_path, monkeypatch):
+    """Four auto-ack subscribers each take and complete their copy as it is placed: the message ends once (its
+    bytes uncounted once, the store told once), not once per subscriber (before: the memory flow's held bytes
+    and messages went negative by three a message, so a topic's traffic hid the memory limit)."""
+    gone = _ends_counted(monkeypatch)
 
     async def run() -> tuple[int, int, int, list[int]]:
         server = await _broker(str(tmp_path))
@@ -97,14 +103,7 @@ def test_a_fan_out_to_auto_ack_subscribers_ends_its_message_once(tmp_path, monke
 
 
 def test_a_fan_out_to_auto_ack_subscribers_only_keeps_the_memory_figures_at_zero(tmp_path, monkeypatch):
-    gone: list[str] = []
-    real = flow_module.MemoryFlow.message_gone
-
-    def counting(self, message) -> None:   # type: ignore[no-untyped-def]
-        gone.append(message.message_id)
-        real(self, message)
-
-    monkeypatch.setattr(flow_module.MemoryFlow, "message_gone", counting)
+    gone = _ends_counted(monkeypatch)
 
     async def run() -> tuple[int, int, int]:
         server = await _broker(str(tmp_path))

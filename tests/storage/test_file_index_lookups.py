@@ -13,6 +13,7 @@ import pytest
 from pymq_server.storage.device import StoredMessage
 from pymq_server.storage.file import FileDevice
 from pymq_server.storage.file.index import ColdRun
+from tests.storage.test_removal_path import _calls
 
 Q = "/queue/a"
 
@@ -186,8 +187,6 @@ def test_a_fold_moves_hot_entries_to_the_cold_arrays_with_one_call_per_entry(tmp
     """A fold (the hot tier past ``index_hot``) extends each cold array once: per entry only ``pack_place``
     runs in Python (before: a ``ColdRun.append`` call per entry, five array appends each). What it builds is
     what the entries said: every moved message is read back with its page, slot, seq, flags and length."""
-    import os
-    import sys
 
     from pymq_server.storage.file.index import unpack_place
 
@@ -200,17 +199,9 @@ def test_a_fold_moves_hot_entries_to_the_cold_arrays_with_one_call_per_entry(tmp
         assert not len(index.cold)
         expected = {key: (e.page, e.slot, e.persistent, e.large, e.length, e.seq, e.refset)
                     for key, e in index.hot.items()}
-        calls: list[str] = []
-
-        def profile(frame, event, arg):  # type: ignore[no-untyped-def]
-            if event == "call":
-                calls.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}")
-
-        sys.setprofile(profile)
-        try:
-            moved = index.fold()
-        finally:
-            sys.setprofile(None)
+        folded: list[int] = []
+        calls = _calls(lambda: folded.append(index.fold()))[1:]       # (the lambda's own call first)
+        moved = folded[0]
         assert moved == 63 - 32 and len(index.cold) == moved
         assert calls.count("index.py:pack_place") == moved
         assert len(calls) <= moved + 4, calls[:12]       # fold, extend, the list comprehension, pack_place each
