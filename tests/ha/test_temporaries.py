@@ -53,6 +53,12 @@ def test_a_reply_to_a_temporary_queue_arrives_across_a_kill_9_of_the_live(group)
         backup.wait_live(timeout=60)
         assert resumed.wait(60), events
         assert [e.kind for e in events] == ["interrupted", "resumed"] and events[1].temporaries == ()
+        # ``resumed`` means the replay was sent; the new live makes the reply queue again when it reads the
+        # replayed SUBSCRIBE, and a reply before that is refused (spec/ha.md §4.7, as a restart or takeover
+        # keeps no temporaries). A SEND that waits for its receipt on the requester's own link comes after
+        # the replay on that link, so once it is answered the queue exists (the reply raced it before, and
+        # was refused about once in a whole-suite run under load).
+        session.create_producer(pymq.Queue(f"sync-{uuid.uuid4().hex[:6]}")).send("after the replay")
         responder.create_session().create_producer(request.reply_to).send("answer")   # waits for its own link
         got = answers.receive(10)
         assert got is not None and got.text == "answer"
