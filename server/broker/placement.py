@@ -262,15 +262,12 @@ class Placement:
                 log.append(message, stored)
             for outbox in outboxes:
                 outbox.enqueue(message, stored=stored)
-            sole = False
         elif len(queues) == 1:
             queues[0].enqueue(message, stored=stored and queues[0].durable, sole=True)   # paging it frees it
             return
-        else:
-            sole = False
-        message.refs += 1
+        message.refs += 1               # (not sole: another queue, the log or an outbox holds it too)
         for queue in queues:
-            queue.enqueue(message, stored=stored and queue.durable, sole=sole)
+            queue.enqueue(message, stored=stored and queue.durable, sole=False)
         message.refs -= 1
         if not message.refs:
             self.flow.message_gone(message)     # every queue's copy was taken and completed already
