@@ -164,13 +164,22 @@ def measure(port: int, rate: float, seconds: float, persistent: str = "none", di
 
 
 def measure_go(port: int, rate: float, seconds: float, persistent: str, dialect) -> dict:
-    """The same paced row through the Go load client (go-stomp; bench/goload.py): percentiles only."""
+    """The same paced row through the Go load client (go-stomp; bench/goload.py), every delivery's send and
+    arrival time included (the Go process's CLOCK_MONOTONIC, the clock of the probes)."""
     import goload
     from loadclient import LoadSpec
     spec = LoadSpec(destination=DEST, size=128, rate=rate, duration=seconds, count=int(rate * seconds),
                     persistent={"none": None, "true": True, "false": False}[persistent], app_headers=4)
     ep = Endpoint("127.0.0.1", port, connect_host=dialect.connect_host, prefetch_header=dialect.prefetch_header)
-    return {"result": goload.run_load(ep, spec)}
+    with tempfile.TemporaryDirectory(prefix="pymq-lat-go-") as tmp:
+        path = os.path.join(tmp, "samples")
+        result = goload.run_load(ep, spec, samples_path=path)
+        pairs = array.array("q")
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                pairs.frombytes(f.read())
+    return {"result": result, "sent": result.sent, "send_ns": list(pairs[0::2]), "recv_ns": list(pairs[1::2]),
+            "gc_producer": [], "gc_consumer": []}
 
 
 # ---------------------------------------------------------------------------------------- a traced pymq
@@ -310,6 +319,20 @@ def summary(label: str, lat: list[int]) -> str:
             f"p99 {pct(lat, .99):7.1f}  p99.9 {pct(lat, .999):8.1f}  max {max(lat) / 1000 if lat else 0:8.1f}")
 
 
+def pacing(send_ns: list[int], rate: float) -> str:
+    """How evenly the client sent: the gaps between consecutive sends against the interval. A client that
+    sleeps in its runtime's millisecond timer steps sends bursts (gaps near 0, then ~1 ms), and a broker
+    then handles several SENDs per read: the row is no longer the steady rate it is named after."""
+    ordered = sorted(send_ns)
+    gaps = [b - a for a, b in zip(ordered, ordered[1:], strict=False)]
+    if not gaps:
+        return "  sends: none"
+    interval = 1e9 / rate if rate else 0
+    close = sum(1 for g in gaps if g < interval / 5) if interval else 0
+    return (f"  sends: gaps p10 {pct(gaps, .1):.0f} / p50 {pct(gaps, .5):.0f} / p90 {pct(gaps, .9):.0f} µs "
+            f"(interval {interval / 1000:.0f}); {100 * close / len(gaps):.1f} % under a fifth of it (bursts)")
+
+
 def split(m: dict, trace: dict) -> None:
     """Each message's latency in three parts, from the broker's probes."""
     import bisect
@@ -341,13 +364,16 @@ def split(m: dict, trace: dict) -> None:
         parts["in broker"].append(b)
         parts["to client"].append(c)
         rows.append((r - s, a, b, c, s, r))
-        by_size.setdefault(prod[i][1], []).append(b)
+        by_size.setdefault(prod[i][1], []).append(b)     # bytes of the read: SENDs x their size
     for k, v in parts.items():
         print(summary("  " + k, v))
-    frame = min(by_size)
-    for size in sorted(by_size):
-        if len(by_size[size]) >= 20:
-            print(summary(f"  in broker, reads of {size // frame} SEND(s)", by_size[size]))
+    frame = min(by_size)            # a read of one SEND (sizes vary by a few bytes: app-seq's digits)
+    by_count: dict[int, list[int]] = {}
+    for size, spent in by_size.items():
+        by_count.setdefault(round(size / frame), []).extend(spent)
+    for count in sorted(by_count):
+        if len(by_count[count]) >= 20:
+            print(summary(f"  in broker, reads of {count} SEND(s)", by_count[count]))
     rows.sort(reverse=True)
     worst = rows[: max(1, len(rows) // 100)]
     blame = {"to broker": 0, "in broker": 0, "to client": 0}
@@ -391,7 +417,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--client", default="asyncio", choices=("asyncio", "go"),
-                    help="go: bench/goload.py's go-stomp client drives the row (percentiles only)")
+                    help="go: bench/goload.py's go-stomp client drives the row (with --trace: the same split)")
     ap.add_argument("--steps", action="store_true",
                     help="pace in the loop's 1 ms steps (the load client before session 37: bursts of 2-4)")
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds at 5,000 msg/s first (not counted)")
@@ -445,22 +471,14 @@ def main(argv=None) -> int:
                     proc.kill()
                     proc.join(5)
             load = os.getloadavg()[0]
-            if a.client == "go":
-                r = m["result"]
-                print(f"r{rnd} {a.target} go client p:{a.persistent} (load {load:.1f}) n={r.received} "
-                      f"p50 {r.lat_p50_us:.1f} µs p99 {r.lat_p99_us:.1f} p99.9 {r.lat_p999_us:.1f}")
-                if a.trace and os.path.exists(trace_path):
-                    with open(trace_path) as f:
-                        trace = json.load(f)
-                    prod = max(trace["reads"].values(), key=len)
-                    sizes = sorted(r[1] for r in prod)
-                    print(summary("  the SEND's read handled", [r[2] for r in prod])
-                          + f"  bytes per read: median {sizes[len(sizes) // 2]}, p90 {sizes[len(sizes) * 9 // 10]}")
-                continue
+            if a.client == "go" and m["result"].errors:
+                print(f"r{rnd} {a.target} go client: errors {m['result'].errors}")
             lat = [r - s for s, r in zip(m["send_ns"], m["recv_ns"], strict=True)]
-            label = f"r{rnd} {a.target}{' traced' if a.trace else ''} p:{a.persistent} (load {load:.1f})"
+            label = (f"r{rnd} {a.target}{' traced' if a.trace else ''} {a.client} client p:{a.persistent} "
+                     f"(load {load:.1f})")
             print(summary(label, lat)
                   + f"  sent {m['sent']}")
+            print(pacing(m["send_ns"], a.rate))
             if a.trace and os.path.exists(trace_path):
                 with open(trace_path) as f:
                     split(m, json.load(f))

@@ -22,6 +22,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
@@ -64,6 +66,9 @@ type spec struct {
 	MaxInFlight           int     `json:"max_in_flight"`
 	IdleTimeout           float64 `json:"idle_timeout"`
 	Destinations          int     `json:"destinations"`
+	// a file to write every delivery's (send, arrival) as two little-endian int64 of CLOCK_MONOTONIC
+	// nanoseconds (bench/latency_trace.py's clock) when the run ends; "" (the bench) writes nothing
+	SamplesPath string `json:"samples_path"`
 }
 
 type result struct {
@@ -91,6 +96,15 @@ const headerLen = 36 // producer id (4) + sequence (12) + timestamp (20)
 var base = time.Now()
 
 func now() int64 { return int64(time.Since(base)) }
+
+// monoAtBase: CLOCK_MONOTONIC at base (Go's monotonic readings are that clock on Linux), so a sample can be
+// put beside another process's time.monotonic_ns(); read once, by the raw system call.
+var monoAtBase = func() int64 {
+	var ts syscall.Timespec
+	t0 := now()
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 1, uintptr(unsafe.Pointer(&ts)), 0) // CLOCK_MONOTONIC
+	return ts.Nano() - t0
+}()
 
 func cpuSeconds() float64 {
 	var ru syscall.Rusage
@@ -132,6 +146,7 @@ type tally struct {
 	first    int64
 	last     int64
 	lat      []int64
+	samples  []int64 // send, arrival pairs (only with spec.SamplesPath)
 	err      error
 }
 
@@ -229,7 +244,7 @@ func (r *run) produce(pid int, conn *stomp.Conn, start int64, out *producerOut) 
 		if interval > 0 {
 			due := paceStart + int64(float64(seq)*interval)
 			if due > t {
-				time.Sleep(time.Duration(due - t))
+				sleepFor(due - t)
 				continue
 			}
 		}
@@ -295,6 +310,16 @@ func (r *run) produce(pid int, conn *stomp.Conn, start int64, out *producerOut) 
 	}
 }
 
+// sleepFor blocks this goroutine's thread in nanosleep(2): the kernel's high-resolution timer, as the
+// asyncio load client's time.sleep.  time.Sleep is the runtime's timer, which an otherwise idle Go process
+// waits for in epoll_pwait with a whole-millisecond timeout: below 1 ms it slept 1.1-1.4 ms, so a 2,000
+// msg/s producer sent its messages in bursts of 2-3 every ~1.2 ms (half the gaps under 100 µs), not one
+// every 500 µs.  A signal (the runtime's preemption) ends it early: the caller checks the time again.
+func sleepFor(ns int64) {
+	ts := syscall.NsecToTimespec(ns)
+	_ = syscall.Nanosleep(&ts, nil)
+}
+
 func appHeaders(n int, appID string, pid, seq int) []func(*frame.Frame) error {
 	h := []func(*frame.Frame) error{
 		stomp.SendOpt.Header("app-id", fmt.Sprintf("%s%012x", appID, seq)),
@@ -316,6 +341,7 @@ func appHeaders(n int, appID string, pid, seq int) []func(*frame.Frame) error {
 }
 
 func (r *run) consume(t *tally, sub *stomp.Subscription, conn *stomp.Conn, individual, checkApp bool) {
+	keep := r.s.SamplesPath != ""
 	for msg := range sub.C {
 		if msg.Err != nil {
 			t.err = msg.Err
@@ -357,6 +383,9 @@ func (r *run) consume(t *tally, sub *stomp.Subscription, conn *stomp.Conn, indiv
 		t.last = at
 		if len(t.lat) < 2_000_000 {
 			t.lat = append(t.lat, at-ts)
+			if keep {
+				t.samples = append(t.samples, ts+monoAtBase, at+monoAtBase)
+			}
 		}
 		t.received.Add(1)
 	}
@@ -549,6 +578,11 @@ func main() {
 	if first != 0 && confirmed > first {
 		res.SendRate = float64(sent) / (float64(confirmed-first) / 1e9)
 	}
+	if s.SamplesPath != "" {
+		if err := writeSamples(s.SamplesPath, r.tallies); err != nil {
+			res.Errors = append(res.Errors, fmt.Sprintf("samples: %v", err))
+		}
+	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	res.LatP50, res.LatP99, res.LatP999 = percentile(lat, 0.5), percentile(lat, 0.99), percentile(lat, 0.999)
 	if len(lat) > 0 {
@@ -562,4 +596,23 @@ func fatal(out *json.Encoder, res *result, format string, args ...any) {
 	res.Errors = append(res.Errors, fmt.Sprintf(format, args...))
 	_ = out.Encode(res)
 	os.Exit(1)
+}
+
+func writeSamples(path string, tallies []*tally) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(f)
+	for _, t := range tallies {
+		if err := binary.Write(w, binary.LittleEndian, t.samples); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -28,3 +28,46 @@ def test_the_go_load_client_counts_loss_and_duplicates_exactly():
     lines = [line for line in p.stdout.splitlines() if line.startswith("self-check go")]
     assert p.returncode == 0 and "self-check passed" in p.stdout, p.stdout + p.stderr[-2000:]
     assert len(lines) == 3 and all(line.endswith("-> ok") for line in lines), lines
+
+
+def test_the_go_load_client_samples_are_on_the_probes_clock():
+    """bench/latency_trace.py splits each message's latency at the broker's probes (time.monotonic_ns in
+    the broker's process) from the Go client's own send and arrival times: those must be CLOCK_MONOTONIC
+    readings, one (send, arrival) pair per delivery, sends in order, each arrival after its send."""
+    if goload.find_go() is None:
+        if os.environ.get("CI"):
+            pytest.fail("no Go toolchain: .ci/interop-clients.sh installs one")
+        pytest.skip("no Go toolchain (eval \"$(.ci/interop-clients.sh)\")")
+    import array
+    import multiprocessing as mp
+    import tempfile
+    import time
+
+    from loadclient import Endpoint, LoadSpec
+    from peers import free_port, wait_for_port
+    from toybroker import serve
+
+    goload.build()                      # not inside the measured window below
+    port = free_port()
+    proc = mp.get_context("fork").Process(target=serve, args=(port,), daemon=True)
+    proc.start()
+    try:
+        wait_for_port(port, 10, None)
+        spec = LoadSpec(destination="/queue/samples", size=128, rate=2000, count=400, duration=5,
+                        persistent=None, app_headers=4, idle_timeout=2.0)
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "samples")
+            before = time.monotonic_ns()
+            r = goload.run_load(Endpoint("127.0.0.1", port), spec, samples_path=path)
+            after = time.monotonic_ns()
+            pairs = array.array("q")
+            with open(path, "rb") as f:
+                pairs.frombytes(f.read())
+    finally:
+        proc.kill()
+        proc.join(5)
+    assert not r.errors and r.received == r.sent == 400, (r.errors, r.sent, r.received)
+    sends, arrivals = list(pairs[0::2]), list(pairs[1::2])
+    assert len(sends) == len(arrivals) == 400
+    assert sends == sorted(sends)       # one producer, one queue, one consumer: delivered in order
+    assert all(before < s <= a < after for s, a in zip(sends, arrivals, strict=True))
