@@ -2,6 +2,7 @@
 
     python bench/bench_core.py [--messages N] [--rounds R] [--workloads q-auto,q-client,q-persist,topic4]
                                [--workloads q-client,q-cumulative]   # one ACK per message vs one per 64
+                               [--workloads d4,m4]   # 4+4 on one queue; 4 queues, 1+1 each (auto-ack)
 
 Each connection is the real TCP adapter (``StompServerProtocol``) over a fake transport that only counts
 the bytes and MESSAGE frames written, so what is measured is exactly the broker's work per message:
@@ -90,7 +91,8 @@ async def _settle(condition, limit: float = 30.0) -> None:
 
 def _home_sessions(workers: int, destination: str, loop):  # type: ignore[no-untyped-def]
     """The session type of the worker of ``workers`` that owns ``destination`` (spec/cores.md §2.4: after a
-    hand-over, or accepted there, a one-destination connection runs entirely in that worker)."""
+    hand-over, or accepted there, a one-destination connection runs entirely in that worker). Several
+    destinations (m4) each get their owner's: every stream is counted as it runs in its own worker."""
     import functools
 
     from pymq_server.cores.home import HomeSession
@@ -99,6 +101,11 @@ def _home_sessions(workers: int, destination: str, loop):  # type: ignore[no-unt
     owner = Ownership(0, workers, "bench").owner(destination)
     mesh = Mesh(owner, workers, tempfile.gettempdir(), "bench", loop, 1 << 20)
     return functools.partial(HomeSession, mesh)
+
+
+#: workloads of several connections: (destinations, producers, consumers) -- d4 is bench_brokers' row d/dn
+#: (4 producers and 4 consumers on one queue), m4 its rows m/md (4 queues, one producer and one consumer each)
+SHAPES = {"d4": (1, 4, 4), "m4": (4, 4, 4)}
 
 
 async def run_workload(name: str, messages: int, data_dir: str, workers: int = 1) -> tuple[float, float]:
@@ -119,33 +126,45 @@ async def run_workload(name: str, messages: int, data_dir: str, workers: int = 1
     destination = f"/topic/bench-{name}" if topic else f"/queue/bench-{name}"
     client_acks = name in ("q-client", "q-persist", "q-cumulative")
     ack_every = ACK_BATCH if name == "q-cumulative" else 1
-    session_type = _home_sessions(workers, destination, loop) if workers > 1 else None
+    places, producers, subscribers = SHAPES.get(name, (1, 1, 4 if topic else 1))
+    # m4's queues are a numbered family (/queue/bench-m4.0 ..), as bench_brokers' row m names them
+    destinations = [destination] if places == 1 else [f"{destination}.{i}" for i in range(places)]
+    types = [_home_sessions(workers, d, loop) if workers > 1 else None for d in destinations]
     consumers = []
-    for i in range(4 if topic else 1):
-        proto, transport = _connect(broker, loop, session_type)
+    for i in range(subscribers):
+        proto, transport = _connect(broker, loop, types[i % places])
         mode = ("client" if ack_every > 1 else "client-individual") if client_acks else "auto"
-        headers = {"destination": destination, "id": f"s{i}", "ack": mode, "prefetch-count": "0"}
+        headers = {"destination": destinations[i % places], "id": f"s{i}", "ack": mode, "prefetch-count": "0"}
         proto.data_received(encode_frame("SUBSCRIBE", headers, b"", "1.2"))
         consumers.append((proto, transport))
-    producer, ptransport = _connect(broker, loop, session_type)
+    senders = [_connect(broker, loop, types[i % places]) for i in range(producers)]
+    producer, ptransport = senders[0]
     # authentication runs in a worker thread: start only once every subscription exists
-    await _settle(lambda: producer.session.user is not None and all(p.session.consumers for p, _ in consumers))
+    await _settle(lambda: all(p.session.user is not None for p, _ in senders)
+                  and all(p.session.consumers for p, _ in consumers))
     body = b"x" * 128
-    frames = []
-    for i in range(BATCH):
-        headers = {"destination": destination, "persistent": "true" if persistent else "false"}
-        if persistent and i % 100 == 99:
-            headers["receipt"] = f"r{i}"
-        frames.append(encode_frame("SEND", headers, body, "1.2"))
-    send_batch = b"".join(frames)
-    fanout = len(consumers)
+    batches = []
+    for k in range(producers):      # BATCH messages a round in all: BATCH / producers from each
+        frames = []
+        for i in range(BATCH // producers):
+            headers = {"destination": destinations[k % places], "persistent": "true" if persistent else "false"}
+            if persistent and i % 100 == 99:
+                headers["receipt"] = f"r{i}"
+            frames.append(encode_frame("SEND", headers, body, "1.2"))
+        batches.append(b"".join(frames))
+    send_batch = batches[0]
+    fanout = 4 if topic else 1
     acked = 0
     started = time.process_time()
     sent = 0
     best = float("inf")
     while sent < messages:
         batch_started = time.process_time()
-        producer.data_received(send_batch)
+        if producers == 1:
+            producer.data_received(send_batch)
+        else:
+            for (p, _), batch in zip(senders, batches, strict=True):
+                p.data_received(batch)
         sent += BATCH
         target = sent * fanout
         await _settle(lambda target=target: sum(t.messages for _, t in consumers) >= target)
@@ -162,7 +181,7 @@ async def run_workload(name: str, messages: int, data_dir: str, workers: int = 1
     depth = sum(q.depth for q in broker.queues.values())
     if client_acks and depth:
         raise RuntimeError(f"{depth} messages left unacknowledged")
-    for proto, _ in consumers + [(producer, ptransport)]:
+    for proto, _ in consumers + senders:
         proto.connection_lost(None)
     await server.stop()
     return elapsed / (messages * fanout) * 1e6, best / (BATCH * fanout) * 1e6

@@ -501,14 +501,14 @@ def parallel_reads(spark, work: str, url: str, rows: int, workers: int) -> dict:
 def _parallel_reads(spark, url: str, wproc: subprocess.Popen, wurl: str, rows: int, workers: int) -> dict:
     from pyspark.sql import functions as F
 
-    from pymq.routing import GroupRouter
-    router = GroupRouter([f"w{k}" for k in range(workers)])
+    from pymq_server.cores.ownership import Ownership
+    owners = Ownership(0, workers, "pymq")      # spec/cores.md §2's rule, as the broker's workers compute it
     topics: list[str] = []
     owned = dict.fromkeys(range(workers), 0)
     i = 0
     while len(topics) < 2 * workers:
         name = f"bench.spread.{i}"
-        w = int(router.route(f"/topic/{name}")[1:])
+        w = owners.owner(f"/topic/{name}")
         if owned[w] < 2:
             owned[w] += 1
             topics.append(name)

@@ -147,12 +147,12 @@ class Mesh:
 
     def __init__(self, me: int, workers: int, directory: str, node_id: str,
                  loop: asyncio.AbstractEventLoop, max_frame_size: int, dead_letter_prefix: str = "DLQ.",
-                 handover: bool = True) -> None:
+                 handover: bool = True, numbered: bool = True) -> None:
         self.me = me
         self.workers = workers
         self.directory = directory
         self.loop = loop
-        self.ownership = Ownership(me, workers, node_id, dead_letter_prefix)
+        self.ownership = Ownership(me, workers, node_id, dead_letter_prefix, numbered)
         #: an envelope holds at most a few frames' worth: merged FRAMEs of one turn may hold many
         self.max_payload = max(64 * max_frame_size, 256 * 1024 * 1024)
         self.channels: dict[int, Channel] = {}

@@ -3,7 +3,14 @@
 owner(d) = rendezvous over the worker ids ``w0 .. w<W-1>`` with the specified hash (spec/routing.md
 §2.2: the worker ids are the candidates, the destination name is the key):
 ``score(w, d) = murmur3(UTF8(d), murmur3(UTF8(w), 0))``, the highest wins. It is the cluster's
-``GroupRouter``, not a second hash. Names that are not shared destinations stay with the home:
+``GroupRouter``, not a second hash. A *numbered* name, ``<stem>.<n>`` with n decimal (a load partitioned
+over destinations: ``/queue/orders.0`` .. ``/queue/orders.7``), is placed round-robin from its stem's
+winner: ``(rendezvous(stem) + n) mod W``, so W consecutive numbers land on W different workers and a family of
+D members leaves no worker more than ceil(D/W) of them (a hash puts 4 names on 2 workers 3:1 or 4:0 five
+times in eight). A pure function of the name, as the hash: every worker computes it alone, no table to
+share, grow or lose, the same after every restart. A data directory written before the rule
+(``cores.json`` without ``placement``) keeps the hash alone (``numbered=False``): its messages stay where
+they were written. Names that are not shared destinations stay with the home:
 ``/pymq/...`` (admin, answered by the worker the client is connected to) and a connection's own
 temporary destinations by their local name. A dead-letter queue (the default prefix,
 ``queue_defaults.dead_letter_prefix``) belongs to the owner of the queue whose dead letters it holds.
@@ -17,6 +24,8 @@ from pymq.routing import GroupRouter
 #: owner look-ups are cached per destination; the cache is dropped when it grows past this many names
 #: (names are client input: the cache must not grow without bound)
 CACHE_LIMIT = 65536
+#: the longest number a numbered name's last segment may be (longer: the name is hashed whole)
+NUMBER_DIGITS = 18
 
 
 def worker_name(k: int) -> str:
@@ -31,13 +40,15 @@ def worker_node_id(node_id: str, k: int) -> str:
 class Ownership:
     """Owner look-ups for worker ``me`` of ``workers``; everything here is a pure function of names."""
 
-    __slots__ = ("me", "workers", "_router", "_index", "_cache", "_id_prefix", "_dead_letters")
+    __slots__ = ("me", "workers", "numbered", "_router", "_index", "_cache", "_id_prefix", "_dead_letters")
 
-    def __init__(self, me: int, workers: int, node_id: str, dead_letter_prefix: str = "DLQ.") -> None:
+    def __init__(self, me: int, workers: int, node_id: str, dead_letter_prefix: str = "DLQ.",
+                 numbered: bool = True) -> None:
         if not 0 <= me < workers:
             raise ValueError(f"worker {me} of {workers}")
         self.me = me
         self.workers = workers
+        self.numbered = numbered
         self._router = GroupRouter([worker_name(k) for k in range(workers)])
         self._index = {worker_name(k): k for k in range(workers)}
         self._cache: dict[str, int] = {}
@@ -63,6 +74,10 @@ class Ownership:
         if destination.startswith(dead) and len(destination) > len(dead):
             # a queue's dead letters are moved by its owner, into a queue of its own (router.py)
             return self.owner("/queue/" + destination[len(dead):])
+        if self.numbered:
+            stem, dot, number = destination.rpartition(".")
+            if dot and 0 < len(number) <= NUMBER_DIGITS and number.isascii() and number.isdigit():
+                return (self._index[self._router.route(stem)] + int(number)) % self.workers
         return self._index[self._router.route(destination)]
 
     def _temporary_home(self, name: str) -> int:

@@ -12,9 +12,9 @@ unacknowledged messages return to their queues); then they reconnect. More than 
 deaths within ``worker_restart_window_ms`` is not a passing fault: the supervisor stops every worker and
 exits 1.
 
-Before anything starts: ``data_dir/cores.json`` records the worker count the data was written with;
-another count is refused (moving destinations between workers is not built), as is a data directory
-holding a one-process broker's storage.
+Before anything starts: ``data_dir/cores.json`` records the worker count the data was written with, and
+the placement rule of its destinations (ownership.py); another count is refused (moving destinations
+between workers is not built), as is a data directory holding a one-process broker's storage.
 """
 from __future__ import annotations
 
@@ -57,7 +57,16 @@ def check(config: BrokerConfig) -> None:
         raise ConfigError(f"workers: {config.workers} cannot be combined with " + ", ".join(refused))
 
 
-def prepare_data_dir(config: BrokerConfig) -> None:
+#: how destinations are placed over the workers (server/cores/ownership.py), recorded in cores.json with the
+#: count: "numbered" spreads a numbered family round-robin; "hash" (a data directory written before that rule,
+#: whose cores.json has no ``placement``) is the rendezvous hash alone
+PLACEMENTS = ("numbered", "hash")
+
+
+def prepare_data_dir(config: BrokerConfig) -> bool:
+    """Check (or record) the worker count and placement the data directory was written with; True when its
+    placement is "numbered". Both are decided once, when the directory is first used, and kept: a
+    destination's messages are in its owner's storage, so the owner rule may not change under them."""
     data = config.data_dir
     try:
         os.makedirs(data, exist_ok=True)
@@ -67,17 +76,23 @@ def prepare_data_dir(config: BrokerConfig) -> None:
     marker = os.path.join(data, "cores.json")
     if os.path.exists(marker):
         with open(marker) as fh:
-            before = json.load(fh).get("workers")
+            recorded = json.load(fh)
+        before = recorded.get("workers")
         if before != config.workers:
             raise ConfigError(f"data directory {data!r} was written by {before} workers, not {config.workers}: "
                               f"destinations are owned by worker (spec/cores.md §2.2) and moving them to another "
                               f"count is not built; start with --workers {before}")
-    else:
-        if os.path.exists(os.path.join(data, "file")):
-            raise ConfigError(f"data directory {data!r} holds a one-process broker's storage: a multi-worker "
-                              f"broker keeps its data in worker-<k>/ and would not see it")
-        with open(marker, "w") as fh:
-            json.dump({"workers": config.workers}, fh)
+        placement = recorded.get("placement", "hash")
+        if placement not in PLACEMENTS:
+            raise ConfigError(f"data directory {data!r} records placement {placement!r}, which this broker does "
+                              f"not know (one of {', '.join(PLACEMENTS)}; spec/cores.md §2)")
+        return placement == "numbered"
+    if os.path.exists(os.path.join(data, "file")):
+        raise ConfigError(f"data directory {data!r} holds a one-process broker's storage: a multi-worker "
+                          f"broker keeps its data in worker-<k>/ and would not see it")
+    with open(marker, "w") as fh:
+        json.dump({"workers": config.workers, "placement": "numbered"}, fh)
+    return True
 
 
 def _reserve_port(host: str, port: int) -> tuple[socket.socket | None, int]:
@@ -97,7 +112,8 @@ def _reserve_port(host: str, port: int) -> tuple[socket.socket | None, int]:
     return sock, sock.getsockname()[1]
 
 
-def _child(config: BrokerConfig, k: int, port: int, channel_dir: str, ready_w: int, use_uvloop: bool) -> int:
+def _child(config: BrokerConfig, k: int, port: int, channel_dir: str, ready_w: int, use_uvloop: bool,
+           numbered: bool) -> int:
     """In the forked worker: never returns to the supervisor's code."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
     try:   # the worker ends with the supervisor, whatever ends it (kill -9 included)
@@ -112,7 +128,7 @@ def _child(config: BrokerConfig, k: int, port: int, channel_dir: str, ready_w: i
     if use_uvloop:
         install_uvloop()
     supervisor = os.getppid()
-    worker = Worker(worker_config(config, k, port), config.node_id, k, config.workers, channel_dir)
+    worker = Worker(worker_config(config, k, port), config.node_id, k, config.workers, channel_dir, numbered)
     try:
         return asyncio.run(worker.run(ready_w))
     except ConfigError as exc:
@@ -141,7 +157,7 @@ def _describe(status: int) -> str:
 def run(config: BrokerConfig, use_uvloop: bool) -> int:
     """The supervisor: the process ``pymq-server`` runs with ``workers`` > 1. Returns the exit status."""
     check(config)
-    prepare_data_dir(config)
+    numbered = prepare_data_dir(config)
     holder, port = _reserve_port(config.host, config.port)
     channel_dir = tempfile.mkdtemp(prefix="pymq-cores-")     # 0700: only this user reaches the channels
     signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
@@ -155,7 +171,7 @@ def run(config: BrokerConfig, use_uvloop: bool) -> int:
             os.close(ready_r)
             code = 1
             try:
-                code = _child(config, k, port, channel_dir, ready_w, use_uvloop)
+                code = _child(config, k, port, channel_dir, ready_w, use_uvloop, numbered)
             finally:
                 logging.shutdown()
                 sys.stderr.flush()

@@ -38,8 +38,10 @@ def worker_config(config: BrokerConfig, k: int, port: int) -> BrokerConfig:
 class Worker:
     """Worker ``k`` of ``workers``: a BrokerServer and its mesh, run until SIGTERM or a lost channel."""
 
-    def __init__(self, config: BrokerConfig, base_node_id: str, k: int, workers: int, channel_dir: str) -> None:
+    def __init__(self, config: BrokerConfig, base_node_id: str, k: int, workers: int, channel_dir: str,
+                 numbered: bool = True) -> None:
         self.config = config
+        self.numbered = numbered        # the data directory's placement (supervisor.prepare_data_dir)
         self.k = k
         self.workers = workers
         self.channel_dir = channel_dir
@@ -53,7 +55,7 @@ class Worker:
         loop = asyncio.get_running_loop()
         mesh = self.mesh = Mesh(self.k, self.workers, self.channel_dir, self.base_node_id, loop,
                                 self.config.max_frame_size, self.config.queue_defaults.dead_letter_prefix,
-                                handover=self.config.worker_handover)
+                                handover=self.config.worker_handover, numbered=self.numbered)
         server = self.server
         server.session_type = functools.partial(HomeSession, mesh)
         server.reuse_port = True

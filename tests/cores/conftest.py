@@ -2,8 +2,9 @@
 
 The kernel spreads connections over the workers (SO_REUSEPORT); CONNECTED names the home worker
 (``pymq-worker``), so a test opens connections until it has one on the worker it wants (bounded).
-Destination names owned by a worker are found with the specified rendezvous hash (spec/routing.md
-§2.2) over the worker ids, computed here with the routing module, not with the broker's own lookup.
+Destination names owned by a worker are found with the specified rule (spec/cores.md §2: the rendezvous hash
+of spec/routing.md §2.2 over the worker ids, a numbered name ``<stem>.<n>`` round-robin from its stem's
+winner), computed here with the routing module, not with the broker's own lookup.
 """
 from __future__ import annotations
 
@@ -62,13 +63,21 @@ class Cluster:
         return [int(x) for x in out.stdout.split()]
 
 
+def spec_owner(name: str, workers: int = WORKERS) -> int:
+    """spec/cores.md §2's owner of an ordinary destination name (not a temporary, admin or DLQ name)."""
+    router = GroupRouter([f"w{k}" for k in range(workers)])
+    stem, dot, number = name.rpartition(".")
+    if dot and 0 < len(number) <= 18 and all("0" <= ch <= "9" for ch in number):
+        return (int(router.route(stem)[1:]) + int(number)) % workers
+    return int(router.route(name)[1:])
+
+
 def owned_by(worker: int, prefix: str = "/queue/cores.", count: int = 1, start: int = 0) -> list[str]:
-    router = GroupRouter([f"w{k}" for k in range(WORKERS)])
     names = []
     i = start
     while len(names) < count and i < start + 10_000:
         name = f"{prefix}{i}"
-        if router.route(name) == f"w{worker}":
+        if spec_owner(name) == worker:
             names.append(name)
         i += 1
     return names

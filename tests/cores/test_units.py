@@ -2,6 +2,8 @@
 (spec/cores.md §2.1, §2.2), including hostile input."""
 from __future__ import annotations
 
+import json
+import pathlib
 import struct
 
 import pytest
@@ -38,16 +40,89 @@ def test_hostile_envelopes_are_refused_before_anything_is_held():
 
 
 @pytest.mark.parametrize("workers", [2, 3, 5])
-def test_the_owner_is_the_routing_modules_rendezvous_over_worker_ids(workers):
+def test_the_owner_of_a_name_without_a_number_is_the_routing_modules_rendezvous_over_worker_ids(workers):
     router = GroupRouter([f"w{k}" for k in range(workers)])
     views = [Ownership(k, workers, "pymq") for k in range(workers)]
     counts = [0] * workers
     for i in range(2000):
-        name = f"/queue/orders.{i}" if i % 2 else f"/topic/prices.{i}"
+        name = f"/queue/orders-{i}" if i % 2 else f"/topic/prices.eu{i}"
         owners = {v.owner(name) for v in views}
         assert owners == {int(router.route(name)[1:])}        # every worker agrees, as the hash says
         counts[owners.pop()] += 1
     assert all(c > 2000 / workers / 2 for c in counts)         # spread, not all in one
+
+
+@pytest.mark.parametrize("workers", [2, 3, 5, 16])
+def test_a_numbered_family_is_spread_evenly_from_its_stems_winner(workers):
+    """spec/cores.md §2: `<stem>.<n>` goes to (rendezvous(stem) + n) mod W, so any W consecutive members are
+    on W different workers and no worker holds more than ceil(D/W) of D members (the hash alone put bench
+    row m's 4 queues on 2 workers 3:1 or 4:0 five times in eight)."""
+    router = GroupRouter([f"w{k}" for k in range(workers)])
+    views = [Ownership(k, workers, "pymq") for k in range(workers)]
+    for family in range(50):
+        stem = f"/queue/bench.{1764356400 + family}.m"
+        first = int(router.route(stem)[1:])
+        owners = []
+        for n in range(3 * workers + 1):
+            agreed = {v.owner(f"{stem}.{n}") for v in views}
+            assert agreed == {(first + n) % workers}
+            owners.append(agreed.pop())
+        for start in range(len(owners) - workers + 1):
+            assert sorted(owners[start:start + workers]) == list(range(workers))
+        for d in range(1, len(owners) + 1):
+            assert max(owners[:d].count(k) for k in range(workers)) == -(-d // workers)
+
+
+def test_the_owner_table_of_four_queues_over_two_workers_is_two_and_two():
+    o = Ownership(0, 2, "pymq")
+    for run in range(200):
+        table = [o.owner(f"/queue/bench.{run}.md.{i}") for i in range(4)]
+        assert sorted(table) == [0, 0, 1, 1], (run, table)
+    # a data directory written before the rule (cores.json without `placement`): the hash alone, as then
+    old = Ownership(0, 2, "pymq", numbered=False)
+    router = GroupRouter(["w0", "w1"])
+    tables = [[old.owner(f"/queue/bench.{run}.md.{i}") for i in range(4)] for run in range(200)]
+    assert tables == [[int(router.route(f"/queue/bench.{run}.md.{i}")[1:]) for i in range(4)] for run in range(200)]
+    assert any(sorted(t) != [0, 0, 1, 1] for t in tables)      # what the rule is for
+
+
+def test_owners_match_the_spec_vectors_in_every_worker():
+    cases = json.loads((pathlib.Path(__file__).resolve().parents[2] / "spec" / "vectors"
+                        / "worker_owners.json").read_text(encoding="utf-8"))["cases"]
+    assert len(cases) > 100
+    for case in cases:
+        for me in range(case["workers"]):
+            assert Ownership(me, case["workers"], "pymq").owner(case["destination"]) == case["owner"], case
+
+
+def test_the_placement_is_decided_once_with_the_data_directory(tmp_path):
+    """A new data directory records the numbered placement; one written before it (cores.json without
+    `placement`) keeps the hash alone, so its messages stay with the owners they were written at."""
+    from pymq.errors import ConfigError
+    from pymq_server.config import BrokerConfig
+    from pymq_server.cores.supervisor import prepare_data_dir
+
+    def config(d):  # type: ignore[no-untyped-def]
+        return BrokerConfig.from_dict({"data_dir": str(d), "workers": 2})
+
+    assert prepare_data_dir(config(tmp_path / "new")) is True
+    assert json.loads((tmp_path / "new" / "cores.json").read_text()) == {"workers": 2, "placement": "numbered"}
+    assert prepare_data_dir(config(tmp_path / "new")) is True           # the same after a restart
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "cores.json").write_text(json.dumps({"workers": 2}))
+    assert prepare_data_dir(config(tmp_path / "old")) is False
+    assert json.loads((tmp_path / "old" / "cores.json").read_text()) == {"workers": 2}   # not rewritten
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / "cores.json").write_text(json.dumps({"workers": 2, "placement": "random"}))
+    with pytest.raises(ConfigError, match="placement 'random'"):
+        prepare_data_dir(config(tmp_path / "odd"))
+
+
+def test_a_numbered_name_keeps_bounded_hostile_numbers_hashed():
+    o = Ownership(0, 3, "pymq")
+    router = GroupRouter(["w0", "w1", "w2"])
+    for name in ("/queue/x." + "9" * 5000, "/queue/x.1e5", "/queue/x.\u0663", "/queue/x.", "/queue/x.+1"):
+        assert o.owner(name) == int(router.route(name)[1:])    # hashed whole, no giant int, no Unicode digit
 
 
 def test_names_the_home_keeps_and_names_that_follow_another():

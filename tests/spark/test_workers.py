@@ -11,7 +11,6 @@ import pytest
 
 import pymq
 from pymq.destination import as_destination
-from pymq.routing import GroupRouter
 from tests.spark.test_batch import send
 
 pytestmark = pytest.mark.spark
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.spark
 
 def test_each_task_reads_from_the_worker_that_owns_its_destination(spark, jvm_source, tmp_path):
     from tests.conftest import RawStomp
-    from tests.cores.conftest import start_broker, stop_broker
+    from tests.cores.conftest import spec_owner, start_broker, stop_broker
     from tests.spark._impls import JvmImpl
     from tests.spark._spark import need_jvm_source
     need_jvm_source(*jvm_source)
@@ -31,12 +30,11 @@ def test_each_task_reads_from_the_worker_that_owns_its_destination(spark, jvm_so
         frame = c.connect()
         c.sock.close()
         assert frame.headers["pymq-worker"] in ("0", "1") and frame.headers["pymq-workers"] == "2"
-        router = GroupRouter(["w0", "w1"])
         owner = {}
         i = 0
         while len(owner) < 6:                      # three queues owned by each worker
             name = f"/queue/spread.{i}"
-            w = int(router.route(name)[1:])
+            w = spec_owner(name)                   # spec/cores.md §2: numbered names round-robin
             if sum(1 for v in owner.values() if v == w) < 3:
                 owner[name] = w
             i += 1

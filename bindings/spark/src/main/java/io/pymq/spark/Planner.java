@@ -212,18 +212,38 @@ final class Planner implements AutoCloseable {
     /** The task of one piece, connecting to the worker that owns its destination (spec/spark.md §2). */
     RangePartition task(Plan.Span s) {
         int workers = broker().workers;
-        int owner = -1;
-        if (workers > 1) {
-            List<String> names = new ArrayList<>();
-            for (int k = 0; k < workers; k++) {
-                names.add("w" + k);
-            }
-            owner = Integer.parseInt(new GroupRouter(names).route(s.destination()).substring(1));
-        }
+        int owner = workers > 1 ? owner(s.destination(), workers) : -1;
         boolean check = !opts.consume() && opts.failOnDataLoss();
         return new RangePartition(opts.connection(), s.destination(), s.start(), s.end(), opts.selector(),
                 opts.subscriptionOf(s.destination()), opts.fetchSize(), check, opts.source(), opts.fetchRetries(),
                 opts.fetchRetryIntervalMs(), owner, workers);
+    }
+
+    /**
+     * The worker of {@code workers} that owns {@code destination} (spec/cores.md §2, vectors
+     * spec/vectors/worker_owners.json): a numbered name {@code <stem>.<n>} (n: 1-18 ASCII digits) is
+     * {@code (rendezvous(stem) + n) mod W}, any other name {@code rendezvous(destination)}, the rendezvous hash
+     * over {@code w0 .. w<W-1>}. A broker whose data directory predates the numbered rule hashes every name:
+     * a task that lands on another worker than the owner is still served (forwarded), only slower.
+     */
+    static int owner(String destination, int workers) {
+        List<String> names = new ArrayList<>();
+        for (int k = 0; k < workers; k++) {
+            names.add("w" + k);
+        }
+        GroupRouter router = new GroupRouter(names);
+        int dot = destination.lastIndexOf('.');
+        String number = dot < 0 ? "" : destination.substring(dot + 1);
+        boolean numbered = !number.isEmpty() && number.length() <= 18;
+        for (int i = 0; numbered && i < number.length(); i++) {
+            char ch = number.charAt(i);
+            numbered = ch >= '0' && ch <= '9';
+        }
+        if (numbered) {
+            int first = Integer.parseInt(router.route(destination.substring(0, dot)).substring(1));
+            return (int) ((first + Long.parseLong(number) % workers) % workers);
+        }
+        return Integer.parseInt(router.route(destination).substring(1));
     }
 
     /**
