@@ -230,7 +230,7 @@ def main(argv=None) -> int:
         parts += [("admin", "http")]
     if args.only in (None, "atheris") and have_atheris:
         parts += [("atheris", "scanner"), ("atheris", "selector"), ("atheris", "bulk"), ("atheris", "definitions"),
-                  ("atheris", "filter"), ("atheris", "handover")]
+                  ("atheris", "filter"), ("atheris", "handover"), ("atheris", "send")]
     jvm = jvm_fuzz_command()
     if args.only in (None, "jvm") and jvm is not None:
         parts += [("jvm", "answers")]

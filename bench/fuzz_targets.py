@@ -7,6 +7,11 @@ broker's reader of bulk SEND bodies.
     python bench/fuzz_targets.py definitions -max_total_time=60 -print_final_stats=1 [corpus_dir]
     python bench/fuzz_targets.py filter -max_total_time=60 -print_final_stats=1 [corpus_dir]
     python bench/fuzz_targets.py handover -max_total_time=60 -print_final_stats=1 [corpus_dir]
+    python bench/fuzz_targets.py send -max_total_time=60 -print_final_stats=1 [corpus_dir]
+
+``send`` feeds a SEND frame's header lines (as the broker's scanner reads them, STOMP 1.2) to both twins of
+``parse_send`` (server/broker/_send_py.py, _ext/send.pyx): the same SendRequest field by field and type by type,
+or the same exception naming the same header (tests/hostile/send_headers.py states the property).
 
 ``handover`` feeds a HANDOVER envelope's payload (spec/cores.md §2.1, §2.4: a moved connection's state and the
 bytes read behind it) to the adopting worker: ``unpack_state`` must refuse it with ValueError or accept exactly
@@ -49,8 +54,10 @@ with atheris.instrument_imports():
     from pymq_server.admin import definitions
     from pymq_server.cluster import topics as cluster_topics  # noqa: F401  (instrumented for coverage)
     from pymq_server.cores import handover  # noqa: F401  (instrumented for coverage)
+    from pymq_server.broker import _send_py  # noqa: F401  (instrumented for coverage)
 
 from pymq.protocol import _scanner_c
+from pymq_server.broker import _send_c
 from pymq_server.broker import segments
 from pymq_server.broker.message import BrokerMessage
 
@@ -166,6 +173,13 @@ def _filter_check():
     return check_announcement
 
 
+def send_target(data: bytes) -> None:
+    """A SEND's header block, parsed by both twins of parse_send (tests/hostile/send_headers.py)."""
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+    from tests.hostile.send_headers import check_block
+    check_block(_send_c, data)
+
+
 def handover_target(data: bytes) -> None:
     """A HANDOVER payload, adopted by one in-process worker core (tests/hostile/handover_states.py)."""
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
@@ -174,7 +188,8 @@ def handover_target(data: bytes) -> None:
 
 
 TARGETS = {"scanner": scanner_target, "selector": selector_target, "bulk": bulk_target,
-           "definitions": definitions_target, "filter": filter_target, "handover": handover_target}
+           "definitions": definitions_target, "filter": filter_target, "handover": handover_target,
+           "send": send_target}
 
 
 def _bulk_seeds() -> list[bytes]:
@@ -187,6 +202,9 @@ def _handover_seed(state: bytes, unread: bytes) -> bytes:
 
 
 SEEDS = {
+    "send": [b"destination:/queue/q\ncontent-type:text/plain\npersistent:true\npriority:7\ncolour:red",
+             b"destination:/q\nAMQ_SCHEDULED_DELAY:5\n_AMQ_DUPL_ID:d\npymq-forwarded:b\nexpires:9223372036854775807",
+             b"destination:/q\npriority:+5\npersistent:TRUE\nreceipt:r\ntransaction:t\nmessage-id:forged"],
     "scanner": [b"\x05\x02\x02SEND\ndestination:/q\ncontent-length:3\n\nabc\x00",
                 b"\x00\x04\x02CONNECT\ncontent-length:9223372036854775807\n\nabc",
                 b"\x01\x03\x01SUBSCRIBE\nid:1\ndestination:/q\nk:a\\cb\n\n\x00\n\n"],

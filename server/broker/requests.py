@@ -16,48 +16,54 @@ time (a SEND builds one per message on the hot path).
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 from typing import Final, NamedTuple
 from collections.abc import Mapping
 
+from pymq_server.broker import _send_py
+from pymq_server.broker._send_py import DEDUP_ID, DELAY, DELIVER_AT, first_value
+from pymq_server.broker._send_py import SendRequest as SendRequest      # (re-exported: SEND's request)
 from pymq_server.broker.consumer import ACK_MODES, AUTO
-from pymq_server.broker.message import BROKER_HEADERS, TRANSPORT_HEADERS
 from pymq_server.broker.segments import COLUMNS_HEADER, parse_columns
 
+from pymq._accel import NO_EXTENSIONS, note_missing
 from pymq.errors import InvalidHeader, MissingHeader
 from pymq.protocol.numbers import INT32_MAX, INT64_MAX, parse_wire_int
+
+# parse_send: compiled (_ext/send.pyx) unless unavailable or disabled; _send_py.py is its twin and the semantics
+try:
+    if NO_EXTENSIONS:
+        raise ImportError("PYMQ_NO_EXTENSIONS=1")
+    from pymq_server.broker import _send_c
+except ImportError:
+    _send_c = None  # type: ignore[assignment]
+    note_missing("pymq_server.broker._send_c")
+#: a SEND frame's headers and body as a SendRequest (spec/stomp.md §4; _send_py.parse_send says how)
+parse_send = _send_py.parse_send if _send_c is None else _send_c.parse_send
+
+#: both implementations of ``parse_send``, for tests and benchmarks ("c" is None when not built or disabled)
+SEND_IMPLEMENTATIONS: dict[str, ModuleType | None] = {"py": _send_py, "c": _send_c}
 
 #: concept -> the header names that carry it, in the order they are tried (spec/stomp.md §4).
 ALIASES: Final[Mapping[str, tuple[str, ...]]] = {
     "durable-name": ("durable-subscription-name", "durable-subscriber-name", "activemq.subscriptionName"),
     "prefetch": ("prefetch-count", "activemq.prefetchSize", "pymq-prefetch"),
     "no-local": ("no-local", "activemq.noLocal"),
-    "dedup-id": ("pymq-dedup-id", "_AMQ_DUPL_ID"),
+    "dedup-id": DEDUP_ID,
     # ActiveMQ's consumer option; Artemis names the queue attribute ``exclusive``
     "exclusive": ("activemq.exclusive", "exclusive"),
-    # consumed when the message is made: the delivered message does not carry them (a forward would wait again)
-    "delay": ("AMQ_SCHEDULED_DELAY", "pymq-delay"),
-    "deliver-at": ("AMQ_SCHEDULED_TIME",),
+    # SEND's (_send_py.py): consumed when the message is made
+    "delay": DELAY,
+    "deliver-at": DELIVER_AT,
 }
 #: RabbitMQ names a durable subscription with ``x-queue-name``, but only together with ``durable:true``.
 RABBITMQ_DURABLE_NAME: Final = "x-queue-name"
-
-#: SEND headers mapped to message fields (the broker writes them back in canonical form)
-_MAPPED: Final = frozenset({"persistent", "priority", "expires", "expiration", "timestamp"})
-_DROPPED: Final = TRANSPORT_HEADERS | BROKER_HEADERS
 _SOURCES: Final = (None, "log", "queue")
-#: the SEND properties that also mean something to the broker (delays, duplicates, cluster forwarding)
-_SPECIAL: Final = frozenset({"pymq-forwarded", "pymq-subscription", *ALIASES["delay"], *ALIASES["deliver-at"],
-                             *ALIASES["dedup-id"]})
-_SCHEDULING: Final = frozenset({*ALIASES["delay"], *ALIASES["deliver-at"]})
 
 
 def first_alias(headers: Mapping[str, str], concept: str) -> str | None:
     """The value of the first spelling of ``concept`` present and non-empty in ``headers``."""
-    for name in ALIASES[concept]:
-        value = headers.get(name)
-        if value:
-            return value
-    return None
+    return first_value(headers, ALIASES[concept])
 
 
 def durable_name(headers: Mapping[str, str]) -> str | None:
@@ -73,32 +79,6 @@ def _flag(headers: Mapping[str, str], name: str) -> bool:
     return value is not None and value.lower() == "true"
 
 
-#: a boolean header's two exact spellings (_bool reads every other, or refuses it)
-_BOOLS: Final = {"true": True, "false": False}
-
-
-def _bool(headers: Mapping[str, str], name: str) -> bool | None:
-    value = headers.get(name)
-    if not value:
-        return None
-    if value == "true" or value == "false":
-        return value == "true"
-    low = value.lower()
-    if low == "true" or low == "false":
-        return low == "true"
-    raise InvalidHeader(f"header {name!r} must be true or false, got {value[:32]!r}", header=name)
-
-
-def _first_int(headers: Mapping[str, str], concept: str) -> int | None:
-    """The number the first spelling of ``concept`` present carries (every spelling is checked)."""
-    found = None
-    for name in ALIASES[concept]:
-        value = _int(headers, name)
-        if found is None:
-            found = value
-    return found
-
-
 def _int(headers: Mapping[str, str], name: str, maximum: int = INT64_MAX) -> int | None:
     value = headers.get(name)
     if value is None or value == "":
@@ -106,77 +86,7 @@ def _int(headers: Mapping[str, str], name: str, maximum: int = INT64_MAX) -> int
     return parse_wire_int(name, value, maximum=maximum)
 
 
-# -- SEND -----------------------------------------------------------------------------------------------
-
-class SendRequest(NamedTuple):
-    """One SEND. ``properties`` are the message's own headers as MESSAGE frames repeat them (the mapped
-    JMS fields, transport headers and broker-owned headers taken out); the mapped fields are parsed."""
-
-    destination: str
-    properties: dict[str, str]
-    body: bytes
-    transaction: str | None = None
-    receipt: str | None = None
-    persistent: bool | None = None       # None: the broker's default
-    priority: int | None = None          # None: the queue's default
-    expires: int | None = None           # absolute ms; 0 = never
-    ttl: int | None = None               # ``expiration``: ms relative to arrival (``expires`` wins)
-    delay: int | None = None             # AMQ_SCHEDULED_DELAY, pymq-delay
-    deliver_at: int | None = None        # AMQ_SCHEDULED_TIME (wins over the delay)
-    timestamp: int | None = None
-    dedup_id: str | None = None
-    forwarded: str | None = None         # pymq-forwarded: the node this came from (cluster inbound)
-    subscription: str | None = None      # pymq-subscription: a handed-over durable subscription's key
-    message_id: str | None = None        # the id a forwarded message keeps (cluster inbound: forwarded.py)
-
-    @property
-    def group_id(self) -> str | None:
-        return self.properties.get("JMSXGroupID")
-
-    @property
-    def reply_to(self) -> str | None:
-        return self.properties.get("reply-to")
-
-
-def parse_send(headers: Mapping[str, str], body: bytes) -> SendRequest:
-    """A SEND frame's headers and body as a :class:`SendRequest` (spec/stomp.md §4)."""
-    properties: dict[str, str] = {}
-    persistent = priority = expires = ttl = timestamp = None
-    for name, value in headers.items():
-        if name in _DROPPED:
-            continue
-        if name not in _MAPPED:
-            properties[name] = value
-        elif name == "persistent":
-            persistent = _BOOLS.get(value)      # the spellings every client sends, at one look-up
-            if persistent is None:
-                persistent = _bool(headers, name)
-        elif name == "priority":
-            priority = _int(headers, name, 9)
-        elif name == "expires":
-            expires = _int(headers, name)
-        elif name == "expiration":
-            ttl = _int(headers, name)
-        else:
-            timestamp = _int(headers, name)
-    if _SPECIAL.isdisjoint(properties):        # the common case: none of the rarer headers
-        return _new_send((headers["destination"], properties, body, headers.get("transaction"),
-                          headers.get("receipt"), persistent, priority, expires, ttl, None, None, timestamp,
-                          None, None, None, None))
-    delay = deliver_at = None
-    if not _SCHEDULING.isdisjoint(properties):
-        delay = _first_int(properties, "delay")
-        deliver_at = _first_int(properties, "deliver-at")
-        for name in _SCHEDULING:
-            properties.pop(name, None)          # consumed here: the message does not carry them on
-    return SendRequest(headers["destination"], properties, body, headers.get("transaction"),
-                       headers.get("receipt"), persistent, priority, expires, ttl, delay, deliver_at,
-                       timestamp, first_alias(properties, "dedup-id"), properties.get("pymq-forwarded"),
-                       properties.get("pymq-subscription"))
-
-
-#: builds a SendRequest from a tuple of all its fields in C: a SEND makes one per message
-_new_send = functools.partial(tuple.__new__, SendRequest)
+# -- SEND (SendRequest and parse_send: _send_py.py and its compiled twin, picked above) ---------------------
 
 #: the header that asks a range read for one Arrow frame, or marks a SEND as a bulk one (spec/spark.md §6, §7)
 FORMAT_HEADER: Final = "pymq-format"

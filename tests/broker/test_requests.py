@@ -9,12 +9,15 @@ from pymq_server.broker.requests import (
     durable_name,
     parse_ack,
     parse_ack_upto,
-    parse_send,
     parse_subscribe,
     parse_unsubscribe,
 )
 
 from pymq.errors import InvalidHeader
+from tests.twins import twin_fixture
+
+#: parse_send's twins (requests.py picks one): every SEND test here runs on both (ids c and py)
+send = twin_fixture("pymq_server.broker._send_py", "pymq_server.broker._send_c")
 
 SPELLINGS = ALIASES["durable-name"]
 
@@ -43,8 +46,8 @@ def test_first_spelling_in_the_table_wins():
     assert parse_subscribe(dict(prefetch, destination="/queue/q")).prefetch == 1
 
 
-def test_send_maps_jms_fields_and_keeps_properties():
-    request = parse_send({"destination": "/queue/q", "receipt": "r", "priority": "7", "expiration": "100",
+def test_send_maps_jms_fields_and_keeps_properties(send):
+    request = send.parse_send({"destination": "/queue/q", "receipt": "r", "priority": "7", "expiration": "100",
                           "AMQ_SCHEDULED_DELAY": "50", "_AMQ_DUPL_ID": "d", "message-id": "forged",
                           "colour": "red", "persistent": "FALSE"}, b"x")
     assert (request.priority, request.ttl, request.delay, request.dedup_id, request.persistent) == \
@@ -54,12 +57,12 @@ def test_send_maps_jms_fields_and_keeps_properties():
     assert request.receipt == "r"
 
 
-def test_delay_spellings_first_wins_and_every_one_is_checked():
-    both = parse_send({"destination": "/queue/q", "AMQ_SCHEDULED_DELAY": "5", "pymq-delay": "7"}, b"")
+def test_delay_spellings_first_wins_and_every_one_is_checked(send):
+    both = send.parse_send({"destination": "/queue/q", "AMQ_SCHEDULED_DELAY": "5", "pymq-delay": "7"}, b"")
     assert both.delay == 5 and both.properties == {}
-    assert parse_send({"destination": "/queue/q", "pymq-delay": "7"}, b"").delay == 7
+    assert send.parse_send({"destination": "/queue/q", "pymq-delay": "7"}, b"").delay == 7
     with pytest.raises(InvalidHeader):
-        parse_send({"destination": "/queue/q", "AMQ_SCHEDULED_DELAY": "5", "pymq-delay": "soon"}, b"")
+        send.parse_send({"destination": "/queue/q", "AMQ_SCHEDULED_DELAY": "5", "pymq-delay": "soon"}, b"")
 
 
 def test_exclusive_spellings():
@@ -72,9 +75,9 @@ def test_exclusive_spellings():
     ("priority", "+5"), ("priority", "10"), ("priority", "\u0665"), ("expires", "-1"), ("expiration", "1_000"),
     ("timestamp", "1e3"), ("AMQ_SCHEDULED_DELAY", " 5"), ("AMQ_SCHEDULED_TIME", "9" * 20),
     ("persistent", "yes")])
-def test_send_numbers_go_through_the_bounded_parser(name, value):
+def test_send_numbers_go_through_the_bounded_parser(send, name, value):
     with pytest.raises(InvalidHeader) as info:
-        parse_send({"destination": "/queue/q", name: value}, b"")
+        send.parse_send({"destination": "/queue/q", name: value}, b"")
     assert info.value.header == name
 
 
