@@ -8,14 +8,13 @@ the ``send`` fuzz target). What is compiled is the common case: the loop over th
 property, special in one dict look-up), the mapped numbers when they are plain ASCII digits within their
 bound, the two exact boolean spellings, and the request built from one tuple. Anything else is handed to
 the twin's rule for it (``parse_wire_int``, ``parse_bool``: the same rule reached sooner, one definition of
-each error), and the rarer path (scheduling, duplicates, cluster forwarding) is the twin's code compiled.
+each error), and the rarer path (scheduling, duplicates, cluster forwarding) is the twin's ``rarer_send``.
 """
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 
 from pymq.protocol.numbers import INT64_MAX, parse_wire_int
-from pymq_server.broker._send_py import (DEDUP_ID, DELAY, DELIVER_AT, DROPPED, MAPPED, SCHEDULING, SPECIAL,
-                                         SendRequest, _first_int, first_value, parse_bool)
+from pymq_server.broker._send_py import DROPPED, MAPPED, SPECIAL, SendRequest, parse_bool, rarer_send
 
 # what a header is to a SEND, by name (the twin's order of tests: dropped before mapped before the rest)
 cdef enum:
@@ -113,14 +112,4 @@ def parse_send(headers, body):
             destination = headers["destination"]
         return _new(SendRequest, (destination, properties, body, transaction, receipt, persistent, priority,
                                   expires, ttl, None, None, timestamp, None, None, None, None))
-    delay = deliver_at = None
-    if not SCHEDULING.isdisjoint(properties):
-        delay = _first_int(properties, DELAY)
-        deliver_at = _first_int(properties, DELIVER_AT)
-        for name in SCHEDULING:
-            properties.pop(name, None)          # consumed here: the message does not carry them on
-    if not seen_destination:
-        destination = headers["destination"]
-    return SendRequest(destination, properties, body, transaction, receipt, persistent, priority, expires, ttl,
-                       delay, deliver_at, timestamp, first_value(properties, DEDUP_ID),
-                       properties.get("pymq-forwarded"), properties.get("pymq-subscription"))
+    return rarer_send(headers, properties, body, persistent, priority, expires, ttl, timestamp)

@@ -50,8 +50,8 @@ def main() -> None:
         assert compiled.parse_send(hd, body) == twin.parse_send(hd, body)
         times = []
         for module in (twin, compiled):
-            parse = module.parse_send
-            best = min(timeit.repeat(lambda: parse(hd, body), number=args.number, repeat=args.repeat))
+            best = min(timeit.repeat("parse(hd, body)", globals={"parse": module.parse_send, "hd": hd, "body": body},
+                                     number=args.number, repeat=args.repeat))
             times.append(best / args.number * 1e6)
         print(f"{name:<14}{len(hd):>8}{times[0]:>10.3f}{times[1]:>10.3f}{times[0] / times[1]:>7.2f}x")
 

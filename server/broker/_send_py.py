@@ -133,6 +133,13 @@ def parse_send(headers: Mapping[str, str], body: bytes) -> SendRequest:
         return new_send((headers["destination"], properties, body, headers.get("transaction"),
                          headers.get("receipt"), persistent, priority, expires, ttl, None, None, timestamp,
                          None, None, None, None))
+    return rarer_send(headers, properties, body, persistent, priority, expires, ttl, timestamp)
+
+
+def rarer_send(headers: Mapping[str, str], properties: dict[str, str], body: bytes, persistent: bool | None,
+               priority: int | None, expires: int | None, ttl: int | None, timestamp: int | None) -> SendRequest:
+    """The request of a SEND whose properties hold a special header: scheduling (consumed here), duplicate
+    id, cluster forwarding. Both twins of parse_send end here, so this path has one definition."""
     delay = deliver_at = None
     if not SCHEDULING.isdisjoint(properties):
         delay = _first_int(properties, DELAY)
