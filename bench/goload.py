@@ -66,14 +66,14 @@ def build() -> str:
     return out
 
 
-def _spec_json(ep: Endpoint, spec: LoadSpec, samples_path: str = "") -> str:
+def _spec_json(ep: Endpoint, spec: LoadSpec, samples_path: str = "", runtime_sleep: bool = False) -> str:
     if spec.rotate_send_headers or spec.subscribe_headers or spec.backlog_first or spec.extra_send_headers:
         raise ValueError("the Go load client runs the broker bench's workloads only (no rotation, extra "
                          "headers or backlog-first runs)")
     d = asdict(spec)
     d.update(host=ep.host, port=ep.port, connect_host=ep.connect_host, login=ep.login, passcode=ep.passcode,
              prefetch_header=ep.prefetch_header or "", explicit_non_persistent=ep.explicit_non_persistent,
-             samples_path=samples_path)
+             samples_path=samples_path, runtime_sleep=runtime_sleep)
     return json.dumps(d)
 
 
@@ -92,10 +92,12 @@ def _read_line(proc: subprocess.Popen, timeout: float) -> dict:
             return json.loads(line)
 
 
-def run_load(ep: Endpoint | list[Endpoint], spec: LoadSpec, on_started=None, samples_path: str = "") -> RunResult:
+def run_load(ep: Endpoint | list[Endpoint], spec: LoadSpec, on_started=None, samples_path: str = "",
+             runtime_sleep: bool = False) -> RunResult:
     """loadclient.run_load's contract, through go-stomp: one workload to completion, every message checked;
     ``on_started()`` is called just before the producers are released. ``samples_path``: the client writes
-    every delivery's send and arrival time there (CLOCK_MONOTONIC ns, int64 pairs; latency_trace.py)."""
+    every delivery's send and arrival time there (CLOCK_MONOTONIC ns, int64 pairs; latency_trace.py);
+    ``runtime_sleep``: pace with Go's time.Sleep as goload did before session 38 (bursts; a comparison)."""
     if isinstance(ep, (list, tuple)):
         if len(ep) != 1:
             raise ValueError("the Go load client drives one broker")
@@ -112,7 +114,7 @@ def run_load(ep: Endpoint | list[Endpoint], spec: LoadSpec, on_started=None, sam
                             text=True, bufsize=1)
     assert proc.stdin is not None
     try:
-        proc.stdin.write(_spec_json(ep, spec, samples_path) + "\n")
+        proc.stdin.write(_spec_json(ep, spec, samples_path, runtime_sleep) + "\n")
         proc.stdin.flush()
         first = _read_line(proc, 60)
         if not first.get("ready"):

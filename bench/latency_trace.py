@@ -163,7 +163,7 @@ def measure(port: int, rate: float, seconds: float, persistent: str = "none", di
             "gc_producer": got["producer"][1], "gc_consumer": got["consumer"][2]}
 
 
-def measure_go(port: int, rate: float, seconds: float, persistent: str, dialect) -> dict:
+def measure_go(port: int, rate: float, seconds: float, persistent: str, dialect, steps: bool = False) -> dict:
     """The same paced row through the Go load client (go-stomp; bench/goload.py), every delivery's send and
     arrival time included (the Go process's CLOCK_MONOTONIC, the clock of the probes)."""
     import goload
@@ -173,7 +173,7 @@ def measure_go(port: int, rate: float, seconds: float, persistent: str, dialect)
     ep = Endpoint("127.0.0.1", port, connect_host=dialect.connect_host, prefetch_header=dialect.prefetch_header)
     with tempfile.TemporaryDirectory(prefix="pymq-lat-go-") as tmp:
         path = os.path.join(tmp, "samples")
-        result = goload.run_load(ep, spec, samples_path=path)
+        result = goload.run_load(ep, spec, samples_path=path, runtime_sleep=steps)
         pairs = array.array("q")
         if os.path.exists(path):
             with open(path, "rb") as f:
@@ -419,7 +419,8 @@ def main(argv=None) -> int:
     ap.add_argument("--client", default="asyncio", choices=("asyncio", "go"),
                     help="go: bench/goload.py's go-stomp client drives the row (with --trace: the same split)")
     ap.add_argument("--steps", action="store_true",
-                    help="pace in the loop's 1 ms steps (the load client before session 37: bursts of 2-4)")
+                    help="pace in the runtime's 1 ms timer steps, as the clients did before (asyncio before "
+                         "session 37, go before 38): bursts of 2-4")
     ap.add_argument("--warmup", type=float, default=3.0, help="seconds at 5,000 msg/s first (not counted)")
     ap.add_argument("--persistent", default="none", choices=("none", "true", "false"),
                     help="the SENDs' persistent header (none: no header, the e row; durable in pymq)")
@@ -458,7 +459,7 @@ def main(argv=None) -> int:
                 if a.warmup:
                     measure(port, 5000, a.warmup, "false", dialect)
                 if a.client == "go":
-                    m = measure_go(port, a.rate, a.seconds, a.persistent, dialect)
+                    m = measure_go(port, a.rate, a.seconds, a.persistent, dialect, a.steps)
                 else:
                     m = measure(port, a.rate, a.seconds, a.persistent, dialect, a.steps)
             finally:

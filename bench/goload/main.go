@@ -69,6 +69,9 @@ type spec struct {
 	// a file to write every delivery's (send, arrival) as two little-endian int64 of CLOCK_MONOTONIC
 	// nanoseconds (bench/latency_trace.py's clock) when the run ends; "" (the bench) writes nothing
 	SamplesPath string `json:"samples_path"`
+	// pace with time.Sleep, the runtime's millisecond-stepped timer (goload before session 38: bursts of
+	// 2-3 at 2,000 msg/s); latency_trace.py --steps --client go, to compare
+	RuntimeSleep bool `json:"runtime_sleep"`
 }
 
 type result struct {
@@ -244,7 +247,11 @@ func (r *run) produce(pid int, conn *stomp.Conn, start int64, out *producerOut) 
 		if interval > 0 {
 			due := paceStart + int64(float64(seq)*interval)
 			if due > t {
-				sleepFor(due - t)
+				if s.RuntimeSleep {
+					time.Sleep(time.Duration(due - t))
+				} else {
+					sleepFor(due - t)
+				}
 				continue
 			}
 		}
