@@ -73,7 +73,9 @@ def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: b
         fh.write(SITECUSTOMIZE)
     env = bench_cluster.tree_env(tree, os.path.join(tmp, label))
     env["PYTHONPATH"] = site + os.pathsep + env["PYTHONPATH"]
-    cluster = bench_cluster.Cluster(tmp, label, redis, 2, env=env, topic_filtering=filtered)
+    # beats far apart: a traced node runs ~10x slower, and a link closed as silent would re-send its outbox
+    cluster = bench_cluster.Cluster(tmp, label, redis, 2, env=env, topic_filtering=filtered,
+                                    heartbeat_ms=3000, dead_after_ms=60000)
     cluster.start()
     try:
         reader = consumer = local_reader = local = None
