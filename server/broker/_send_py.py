@@ -17,6 +17,7 @@ import functools
 from typing import Final, NamedTuple
 from collections.abc import Mapping
 
+from pymq_server.broker import forwarded
 from pymq_server.broker.message import BROKER_HEADERS, TRANSPORT_HEADERS
 
 from pymq.errors import InvalidHeader
@@ -146,7 +147,11 @@ def rarer_send(headers: Mapping[str, str], properties: dict[str, str], body: byt
         deliver_at = _first_int(properties, DELIVER_AT)
         for name in SCHEDULING:
             properties.pop(name, None)          # consumed here: the message does not carry them on
+    dedup_id = first_value(properties, DEDUP_ID)
+    if forwarded.FORWARDED in properties:       # a peer's forwarded message: the cluster's headers out (forwarded.py)
+        node, subscription, message_id, dedup_id = forwarded.split(properties, dedup_id)
+    else:
+        node, subscription, message_id = None, properties.get(forwarded.SUBSCRIPTION), None
     return SendRequest(headers["destination"], properties, body, headers.get("transaction"),
                        headers.get("receipt"), persistent, priority, expires, ttl, delay, deliver_at,
-                       timestamp, first_value(properties, DEDUP_ID), properties.get("pymq-forwarded"),
-                       properties.get("pymq-subscription"))
+                       timestamp, dedup_id, node, subscription, message_id)

@@ -86,7 +86,8 @@ class BulkPlacement:
             queue.depth + sum(grows) > queue.config.max_depth
         if n == 0:
             return BulkResult(self.placement.seqs.peek(destination), 0, len(dropped), False)
-        if queue is None and target.matched():       # a topic some pattern subscriptions read (topic.py)
+        matched = target.matched() if queue is None else []
+        if matched:                 # a topic some pattern subscriptions read (topic.py)
             self.placement.pattern_floor(target, n)
         first_seq = self.placement.seqs.take(destination, n)                               # 5 one block of numbers
         first_key = self.placement.seqs.take("", n)
@@ -107,7 +108,7 @@ class BulkPlacement:
                     assert isinstance(target, Topic)
                     routed = policy.routing and self.placement.cluster.active
                     outboxes = self.placement.cluster.topic_outboxes(target, message) if routed else []
-                    plans.append(Plan(path, message, [sub.queue for sub in target.targets(message)], outboxes,
+                    plans.append(Plan(path, message, [sub.queue for sub in target.targets(message, matched)], outboxes,
                                       log, None, None, dedup_ids[i], destination))
                 else:
                     peer = None if peers is None else peers[i]
@@ -159,7 +160,7 @@ class BulkPlacement:
                       client: Client | None, dedup: bool) -> bool:
         """Rules 6–8 for rows kept as a unit: one stored record (the SEND's own body) with a reference for
         the log and each durable queue, the log's sealed segment, a bulk block in each queue (blocks.py)."""
-        refs = ([log.name] if log is not None else []) + [q.name for q in queues if q.durable]
+        refs = rules.stored_references(queues, log, [])
         key = self.placement.seqs.next("")
         node_id = self.placement.node_id
         holder = bulk_rows.segment_record(body, rows, dropped, destination, key, f"{self.placement.id_prefix}{key}",

@@ -7,7 +7,7 @@ what a consumer on the accepting node sees (only ``subscription``, ``ack`` and `
 delivery on one node), and a reply correlated by JMSMessageID finds its request wherever it was consumed.
 
 The sender (the outbox reader, server/cluster/link.py) adds the cluster's own headers, which the receiver
-takes out again before the message is built (:func:`arrived`):
+takes out again as it parses the SEND (:func:`split`, called by requests.py's ``parse_send``):
 
 * ``pymq-forwarded: <node>`` — the sending node; the receiver places the message locally and never
   routes it again (only a cluster login may send it: router.py);
@@ -30,7 +30,6 @@ from pymq.errors import InvalidHeader
 
 if TYPE_CHECKING:
     from pymq_server.broker.message import BrokerMessage
-    from pymq_server.broker.requests import SendRequest
 
 FORWARDED: Final = "pymq-forwarded"
 MESSAGE_ID: Final = "pymq-message-id"
@@ -62,28 +61,19 @@ def forward_headers(message: BrokerMessage, origin: str, extra: dict[str, str] |
     return headers
 
 
-def arrived(request: SendRequest) -> SendRequest:
-    """A peer's forwarded SEND as the request the receiving node places: the cluster's headers out of the
-    message, its own id kept, and the crossing as the duplicate id (a SEND from a node that did not send
-    ``pymq-forward-id`` keeps the duplicate id it came with). One copy of the headers, the four taken out of
-    it by name (a forwarded message has all but ``pymq-subscription``)."""
-    properties = dict(request.properties)
+def split(properties: dict[str, str], dedup_id: str | None) -> tuple[str, str | None, str | None, str | None]:
+    """A peer's forwarded SEND (``pymq-forwarded`` among its ``properties``) as it is parsed (requests.py
+    parse_send): the four cluster headers taken out of the message's properties, in place, and what they
+    say: (the sending node, the durable subscription of a hand-over copy, the message's own id, the
+    duplicate id — the crossing, ``fwd:<node>-<key>``; from a node that sent no ``pymq-forward-id``, the
+    ``dedup_id`` the SEND came with). Ids no frame could carry are refused (InvalidHeader), whatever the
+    message's fate on this node. Only a cluster login may send such a SEND (router.py refuses others), and
+    a SEND without ``pymq-forwarded`` keeps these names as plain properties: a client never picks its id."""
     pop = properties.pop
-    forwarded, message_id, crossing = pop(FORWARDED, None), pop(MESSAGE_ID, None), pop(FORWARD_ID, None)
-    if pop(SUBSCRIPTION, None) is None and forwarded is None and message_id is None and crossing is None:
-        return request
+    node, subscription = pop(FORWARDED), pop(SUBSCRIPTION, None)
+    message_id, crossing = pop(MESSAGE_ID, None), pop(FORWARD_ID, None)
     _check(message_id, crossing)
-    dedup_id = request.dedup_id if crossing is None else "fwd:" + crossing
-    return request._replace(properties=properties, message_id=message_id, dedup_id=dedup_id)
-
-
-def kept_id(request: SendRequest) -> str | None:
-    """The id a peer's forwarded message keeps, for one dropped before it is built (nothing here holds it),
-    its ids refused as :func:`arrived` refuses them: a bad id gets the same answer either way."""
-    properties = request.properties
-    message_id = properties.get(MESSAGE_ID)
-    _check(message_id, properties.get(FORWARD_ID))
-    return message_id
+    return node, subscription, message_id, dedup_id if crossing is None else "fwd:" + crossing
 
 
 def _check(message_id: str | None, crossing: str | None) -> None:

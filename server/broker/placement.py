@@ -122,12 +122,13 @@ class Placement:
         block: MessageQueue | None = None
         outboxes: list[MessageQueue] = []
         if isinstance(target, Topic):
+            matched = target.matched()
             if message is None:
                 assert request is not None
-                if target.matched():
+                if matched:
                     self.pattern_floor(target, 1)
                 message = self._build(request, destination, None, client)
-            queues = [sub.queue for sub in target.targets(message)]
+            queues = [sub.queue for sub in target.targets(message, matched)]
             if policy.routing and self.cluster.active and not target.temporary:
                 outboxes = self.cluster.topic_outboxes(target, message)
             log = self.logs.get(destination) if policy.log else None
@@ -221,12 +222,7 @@ class Placement:
             held = True
         elif message.device is None:
             # a new message, or a copy: placed on a device with one reference per queue that keeps it
-            refs = [q.name for q in queues if q.durable]
-            if log is not None:
-                refs.append(log.name)
-            for outbox in outboxes:
-                refs.append(outbox.name)
-            stored = self.store.hold(message, refs)
+            stored = self.store.hold(message, rules.stored_references(queues, log, outboxes))
             held = True
         else:
             # a message this broker holds already, moved: one more reference (none when heap-held)

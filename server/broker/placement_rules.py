@@ -123,6 +123,19 @@ class Plan(NamedTuple):
 new_plan = functools.partial(tuple.__new__, Plan)
 
 
+def stored_references(queues: list[MessageQueue], log: RetainedLog | None,
+                      outboxes: list[MessageQueue]) -> list[str]:
+    """Rule 6's references: the names a new message is stored under — each durable queue it enters, the
+    retained log, each peer's outbox — for every path that writes one (Placement.commit, a claimed
+    application-transaction message: Router.pending_write, a bulk SEND kept as a unit)."""
+    refs = [q.name for q in queues if q.durable]
+    if log is not None:
+        refs.append(log.name)
+    for outbox in outboxes:
+        refs.append(outbox.name)
+    return refs
+
+
 @dataclass(slots=True)
 class Ahead:
     """What the earlier rows of one unit add to one destination before the row being checked: a

@@ -27,11 +27,11 @@ from pymq_server.broker import vhosts
 from pymq_server.broker.clients import Client, own_reply_to
 from pymq_server.broker.deadletters import dead_letter_name
 from pymq_server.broker.destinations import Destinations, Kind
-from pymq_server.broker.forwarded import SUBSCRIPTION, arrived, kept_id
+from pymq_server.broker.forwarded import SUBSCRIPTION
 from pymq_server.broker.membership import STANDALONE, ClusterMembership
 from pymq_server.broker.message import BrokerMessage
 from pymq_server.broker.placement import EntryPath, Placement, Plan, Target
-from pymq_server.broker.placement_rules import Ahead, Prospect
+from pymq_server.broker.placement_rules import Ahead, Prospect, stored_references
 from pymq_server.broker.queue import Entry
 from pymq_server.broker.routes import MAX_NAME, MAX_ROUTES, Routes
 from pymq_server.broker.requests import BulkSendRequest, SendRequest, SendResult, parse_send
@@ -91,10 +91,7 @@ class Router:
                 routes.renew(self.generation.value)
             route = routes.get(request.destination)
         if route is None:
-            kind, name = self.destinations.resolve(request.destination)
-            if kind is Kind.TOPIC:
-                self.destinations.check_publishable(name)   # a pattern is refused before anything is made
-            path = self._entry(client, request, kind)
+            route = self._route(client, request, routes, request.destination)
         reply_to = request.properties.get("reply-to")
         if reply_to is not None and client is not None and reply_to.startswith(("/temp-queue/", "/temp-topic/")):
             # a connection's own temporary queue or topic, named so that others can reply to it
@@ -104,8 +101,6 @@ class Router:
                 properties = dict(request.properties)
                 properties["reply-to"] = own
                 request = request._replace(properties=properties)
-        if route is None:
-            route = self._route(client, request, kind, name, path, routes, request.destination)
         result = self.placement.place(route.path, route.target, request, client, admitted)
         if route.topic is not None:
             route.topic.published += 1
@@ -117,9 +112,10 @@ class Router:
         non-forwarded SEND on the same connection never takes a forwarded one's path; a handed-over durable
         subscription's copy (``pymq-subscription``) goes where it is addressed and keeps no route. A topic
         message that nothing here would hold (a filter's false positive, or any topic message in broadcast
-        mode) is dropped before a message is built (placement.holds_nothing). The reply-to of a forwarded
-        message is global already (made so on its first node, :meth:`send`); a link has no temporary queues
-        of its own."""
+        mode) is dropped before a message is built (placement.holds_nothing). The cluster's headers were taken
+        out of the request as it was parsed (forwarded.split): it carries the message's own id and crossing.
+        The reply-to of a forwarded message is global already (made so on its first node, :meth:`send`); a
+        link has no temporary queues of its own."""
         routes = client.routes
         if routes.generation != self.generation.value:
             routes.renew(self.generation.value)
@@ -128,27 +124,29 @@ class Router:
         subscription = request.subscription
         route = routes.get(key) if subscription is None else None
         if route is None:
-            kind, name = self.destinations.resolve(destination)
-            if kind is Kind.TOPIC:
-                self.destinations.check_publishable(name)   # a pattern is refused before anything is made
-            path = self._entry(client, request, kind)
-            route = self._route(client, request, kind, name, path, routes if subscription is None else None, key)
+            route = self._route(client, request, routes if subscription is None else None, key)
         self.cluster.on_forwarded(client)          # refuses a fenced former process's link (spec/ha.md §5)
         topic = route.topic
         placement = self.placement
         if topic is not None and placement.holds_nothing(route.path, topic):
             topic.published += 1
-            return placement.unheld(route.path, kept_id(request))
-        # the message it was on its first node (forwarded.py)
-        result = placement.place(route.path, route.target, arrived(request), client, admitted)
+            return placement.unheld(route.path, request.message_id)
+        # the message it was on its first node: its id and crossing were taken out as it was parsed (forwarded.py)
+        result = placement.place(route.path, route.target, request, client, admitted)
         if topic is not None:
             topic.published += 1
         return result
 
-    def _route(self, client: Client | None, request: SendRequest, kind: Kind, name: str, path: EntryPath,
-               routes: Routes | None, key: str | tuple[str]) -> Route:
-        """The entry rules' outcome for a SEND whose connection keeps none for its destination: its target
-        (made on first use), kept in ``routes`` under ``key`` when the name is short enough."""
+    def _route(self, client: Client | None, request: SendRequest, routes: Routes | None,
+               key: str | tuple[str]) -> Route:
+        """The entry rules' outcome for a SEND whose connection keeps none for its destination (a client's,
+        or a peer's forward, :meth:`_inbound`): the name resolved, a pattern refused, the rules of the
+        entry, its target (made on first use: after the rules, so that a refused SEND creates nothing), kept
+        in ``routes`` under ``key`` when the name is short enough."""
+        kind, name = self.destinations.resolve(request.destination)
+        if kind is Kind.TOPIC:
+            self.destinations.check_publishable(name)   # a pattern is refused before anything is made
+        path = self._entry(client, request, kind)
         target = self._target(client, request, kind, name, path, create=True)
         assert target is not None and not isinstance(target, Prospect)
         route = Route(path, target, target if isinstance(target, Topic) else None)
@@ -361,6 +359,9 @@ class Router:
         headers = dict(frames[0].headers)
         headers["destination"] = destination
         request = parse_send(headers, frames[0].body)
+        if request.forwarded is not None:
+            # (a peer's header: parsed as one, it would give the message an id of the writer's choosing)
+            raise PymqError("pymq-forwarded is a cluster node's header, not an application's")
         kind, name = self.destinations.resolve(destination)
         if kind is Kind.TEMP_QUEUE or kind is Kind.TEMP_TOPIC:
             raise PymqError("temporary queues and topics cannot receive messages from database transactions")
@@ -380,9 +381,7 @@ class Router:
     def pending_write(plan: Plan) -> tuple[StoredMessage, list[str]] | None:
         """What the device writes in the claiming transaction: the message and its references (None:
         nothing keeps it — only non-durable subscribers, or nobody)."""
-        refs = [q.name for q in plan.queues if q.durable] + [o.name for o in plan.outboxes]
-        if plan.log is not None:
-            refs.append(plan.log.name)
+        refs = stored_references(plan.queues, plan.log, plan.outboxes)
         return (stored_message(plan.message), refs) if refs else None
 
     def commit_pending(self, pending: PendingPlan, device: HoldingDevice | None) -> None:

@@ -118,9 +118,11 @@ class Topic:
     def patterns(self) -> TopicPatterns | None:
         return self._patterns
 
-    def targets(self, message) -> list[TopicSubscription]:
+    def targets(self, message, matched: list[Topic]) -> list[TopicSubscription]:
+        """The subscriptions that take ``message``: this topic's and those of ``matched`` (:meth:`matched`,
+        asked once by the caller, which also needs it for the pattern clock: placement.py)."""
         out = [sub for sub in self.subscriptions.values() if sub.wants(message)]
-        for topic in self.matched():
+        for topic in matched:
             out += [sub for sub in topic.subscriptions.values() if sub.wants(message)]
         return out
 

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pymq_server.broker.forwarded import CLUSTER_HEADERS, arrived, forward_headers
+from pymq_server.broker.forwarded import CLUSTER_HEADERS, forward_headers
 from pymq_server.broker.requests import SubscribeRequest, parse_send
 
 from pymq.errors import AccessDenied, InvalidHeader, PymqError
@@ -88,7 +88,7 @@ def test_a_hand_over_copy_is_the_same_message_addressed_to_its_subscription(core
     core.send("/queue/q", {"color": "red"})
     (message,) = _waiting(core, "q")
     headers = forward_headers(message, "n0", {"pymq-subscription": "sub:x:inbox"})
-    request = arrived(Core.request("/topic/t", headers))
+    request = Core.request("/topic/t", headers)          # taken apart as it is parsed
     assert request.subscription == "sub:x:inbox" and request.forwarded == "n0"
     assert request.message_id == message.message_id
     assert request.dedup_id == f"fwd:n0-{message.key}"
@@ -97,7 +97,7 @@ def test_a_hand_over_copy_is_the_same_message_addressed_to_its_subscription(core
 
 
 def test_a_forward_from_a_node_without_the_crossing_header_keeps_its_duplicate_id(core):
-    request = arrived(Core.request("/queue/q", {"pymq-forwarded": "n0", "pymq-dedup-id": "fwd:ID:n0-5"}))
+    request = Core.request("/queue/q", {"pymq-forwarded": "n0", "pymq-dedup-id": "fwd:ID:n0-5"})
     assert request.dedup_id == "fwd:ID:n0-5" and request.message_id is None
     assert "pymq-forwarded" not in request.properties
 
@@ -116,6 +116,45 @@ def test_an_id_a_peer_sends_that_no_frame_could_carry_is_refused_and_nothing_is_
     assert _waiting(core, "q") == [] and core.broker.placement.dropped_no_subscriber == 0
 
 
+def test_the_cluster_headers_are_taken_apart_as_the_send_is_parsed_and_the_request_placed_as_it_is(core,
+                                                                                                    monkeypatch):
+    """A forwarded SEND's id, crossing and node are the request's fields from the parse on (no second copy of
+    its headers or of the request when it is placed); without ``pymq-forwarded`` the same names stay plain
+    properties of a plain SEND (a client never picks its id)."""
+    from pymq_server.broker.placement import Placement
+    request = Core.request("/queue/q", _crossing(7, color="red", **{"pymq-dedup-id": "producer-1"}))
+    assert (request.forwarded, request.message_id, request.dedup_id) == ("n0", "ID:n0-7", "fwd:n0-7")
+    assert CLUSTER_HEADERS.isdisjoint(request.properties) and request.properties["color"] == "red"
+    plain = Core.request("/queue/q", {"pymq-message-id": "ID:mine", "pymq-forward-id": "n0-1"})
+    assert plain.message_id is None and plain.forwarded is None and plain.dedup_id is None
+    assert plain.properties["pymq-message-id"] == "ID:mine"
+    placed: list = []
+    place = Placement.place
+
+    def kept(self, path, target, source, client=None, admitted=False):
+        placed.append(source)
+        return place(self, path, target, source, client, admitted)
+
+    monkeypatch.setattr(Placement, "place", kept)
+    assert core.broker.send(FakeClient(cluster=True), request)[0] == "ID:n0-7"
+    assert placed == [request] and placed[0] is request
+    (message,) = _waiting(core, "q")
+    assert message.message_id == "ID:n0-7" and "pymq-forwarded" not in message.headers
+
+
+def test_a_database_transactions_send_cannot_pass_for_a_forwarded_one(core):
+    """A pending SEND an application wrote (apptx.py) that names itself forwarded would, parsed as one,
+    carry an id of the writer's choosing: refused (the claim discards it with the reason in the log)."""
+    from pymq.protocol.scanner import encode_frame
+    data = encode_frame("SEND", {"destination": "/queue/q", **_crossing(1)}, b"x", "1.2")
+    with pytest.raises(PymqError, match="pymq-forwarded"):
+        core.broker.router.plan_pending("/queue/q", data, set())
+    plan = core.broker.router.plan_pending("/queue/q", encode_frame("SEND", {"destination": "/queue/q",
+                                                                             "pymq-message-id": "ID:n0-1"},
+                                                                    b"x", "1.2"), set())
+    assert plan is not None and plan[0].message.message_id != "ID:n0-1"
+
+
 _NAMES = st.sampled_from(sorted(CLUSTER_HEADERS) + ["pymq-dedup-id", "_AMQ_DUPL_ID", "color", "timestamp",
                                                      "priority", "persistent", "AMQ_SCHEDULED_DELAY"]) | \
     st.text(min_size=1, max_size=8)
@@ -128,7 +167,7 @@ def test_any_headers_a_peer_forwards_give_a_clean_request_or_a_precise_refusal(h
     receiver ends with a request free of the cluster's headers whose id a frame can carry, or refuses it
     with an error of the tree (never another exception)."""
     try:
-        request = arrived(parse_send({**headers, "destination": "/queue/q", "pymq-forwarded": "n0"}, b"x"))
+        request = parse_send({**headers, "destination": "/queue/q", "pymq-forwarded": "n0"}, b"x")
     except PymqError:
         return
     assert CLUSTER_HEADERS.isdisjoint(request.properties)
@@ -218,3 +257,23 @@ def test_a_forward_nothing_here_holds_is_dropped_before_a_message_is_built(core,
     held = [e.message.message_id for name in ("some", "p.*") for sub in topics[name].subscriptions.values()
             for e in sub.queue.ready]
     assert sorted(reader.got + held) == ["ID:n0-11", "ID:n0-12"] and len(discarded) == 4
+
+
+def test_a_topic_message_asks_for_the_patterns_matching_its_topic_once(core, monkeypatch):
+    """Plan's pattern clock and the subscriptions it is given to read the same matched pattern topics: asked
+    of the topic once per message, a client's and a peer's alike."""
+    from pymq_server.broker.topic import Topic
+    asked: list[str] = []
+    matched = Topic.matched
+    monkeypatch.setattr(Topic, "matched", lambda self: asked.append(self.name) or matched(self))
+    reader = _Reader()
+    core.broker.subscribe(reader, SubscribeRequest("/topic/p.*", "s1"))
+    core.broker.subscribe(reader, SubscribeRequest("/topic/p.x", "s2"))
+    asked.clear()
+    core.send("/topic/p.x", {})
+    core.broker.send(FakeClient(cluster=True), Core.request("/topic/p.x", _crossing(1)))
+    assert asked == ["p.x", "p.x"]
+    topics = core.broker.destinations.topics
+    held = [e.message for name in ("p.x", "p.*") for sub in topics[name].subscriptions.values()
+            for e in sub.queue.ready]
+    assert len(reader.got) + len(held) == 4
