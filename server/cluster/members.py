@@ -38,6 +38,7 @@ class Membership:
         self.dead: set[str] = set()                  # records whose beats stopped
         self.router = GroupRouter([node_id], strategy=group_routing)
         self.reads = 0
+        self.alone = True               # no live peer: nothing routes elsewhere (asked per queue message)
 
     def observe(self, records: Iterable[Member], now_ms: int) -> MembershipChange:
         """A read of every member record at wall-clock ``now_ms``: the new live and dead sets."""
@@ -45,6 +46,7 @@ class Membership:
         alive = {m.node: m for m in records if m.node == self.node_id or m.alive(now_ms, self.dead_after_ms)}
         before = set(self.members)
         self.members = alive
+        self.alone = len(alive) < 2
         self.dead = {m.node for m in records if m.node not in alive}
         self.reads += 1
         now = set(alive)
@@ -65,11 +67,6 @@ class Membership:
     def peers(self) -> list[str]:
         """The live peers, in name order."""
         return sorted(p for p in self.members if p != self.node_id)
-
-    @property
-    def alone(self) -> bool:
-        """No live peer: nothing routes elsewhere."""
-        return len(self.members) < 2
 
     @property
     def coordinator(self) -> str:

@@ -48,7 +48,7 @@ from pymq_server.cluster.handover import Moves
 from pymq_server.cluster.host import ClusterHost
 from pymq_server.cluster.link import PeerLink
 from pymq_server.cluster.outboxes import OUTBOX_PREFIX, Outboxes
-from pymq_server.cluster.redistribution import Redistribution, local_consumers
+from pymq_server.cluster.redistribution import Redistribution, has_local_consumer, local_consumers
 from pymq_server.cluster.registry import ClusterRegistry, Member, open_registry
 from pymq_server.cluster.state import CONTROL_PREFIX, Clock, ClusterState, SystemClock
 from pymq_server.config import ClusterConfig
@@ -346,7 +346,7 @@ class ClusterNode:
         if state.membership.alone:                 # per message: the common case first, nothing computed
             return None
         return state.route_queue(queue.destination[len("/queue/"):], queue.name, headers, message_id,
-                                 lambda: local_consumers(queue), queue.config.routing_key)
+                                 lambda: has_local_consumer(queue), queue.config.routing_key)
 
     def topic_outboxes(self, topic: Topic, message: Any) -> list[MessageQueue]:
         """Outboxes of the peers that should get a topic message, and of dead hosts of durable

@@ -73,9 +73,19 @@ class Redistributor:
         self.queue.remove_consumer(self)
 
 
+def _client(consumer: Any) -> bool:
+    """A consumer that is a client of this node (not a redistributor, not an outbox's link)."""
+    return not getattr(consumer, "remote", False) and not isinstance(consumer, OutboxConsumer)
+
+
 def local_consumers(queue: MessageQueue) -> int:
-    """The queue's consumers that are clients of this node (not a redistributor, not an outbox's link)."""
-    return sum(1 for c in queue.consumers if not getattr(c, "remote", False) and not isinstance(c, OutboxConsumer))
+    """How many of the queue's consumers are clients of this node (told to peers)."""
+    return sum(map(_client, queue.consumers))
+
+
+def has_local_consumer(queue: MessageQueue) -> bool:
+    """Whether one is (asked per unkeyed queue message: stops at the first)."""
+    return any(map(_client, queue.consumers))
 
 
 class Redistribution:
@@ -85,7 +95,7 @@ class Redistribution:
         self.redistributors: dict[str, Redistributor] = {}
 
     def peer_for(self, queue: MessageQueue) -> str | None:
-        return self.state.routes.consumer_peer(queue.name, self.state.ready)
+        return self.state.routes.consumer_peer(queue.name)
 
     def check(self, queue: MessageQueue) -> None:
         """Attach or detach the redistributor of a local queue. A queue routing on message ids has none:
@@ -98,7 +108,7 @@ class Redistribution:
             redistributor.detach()                 # its selector's verdicts are cached by the ready index
             del self.redistributors[name]
             redistributor = None
-        wanted = routes.wants_redistributor(name, queue.name, local_consumers(queue), self.state.ready)
+        wanted = routes.wants_redistributor(name, queue.name, local_consumers(queue))
         if wanted and redistributor is None:
             redistributor = self.redistributors[name] = Redistributor(self, queue, setting)
             queue.add_consumer(redistributor)

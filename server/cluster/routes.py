@@ -16,18 +16,27 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Final
 
 from pymq.errors import PymqError
-from pymq.routing import GroupRouter
 from pymq.routing.groups import RoutingKey, parse_routing_key, routing_key_of
+
+if TYPE_CHECKING:
+    from pymq_server.cluster.members import Membership
 
 log = logging.getLogger("pymq.cluster")
 
+#: a queue's own routing-key setting by its text (read per message: a look-up, not an Enum call)
+_SETTINGS: Final = {key.value: key for key in RoutingKey}
+
 
 class QueueRoutes:
-    def __init__(self, node_id: str, local_key: Callable[[str], RoutingKey]) -> None:
+    def __init__(self, node_id: str, local_key: Callable[[str], RoutingKey], membership: Membership,
+                 ready: set[str]) -> None:
         self.node_id = node_id
         self.local_key = local_key                      # this node's own setting for a queue (by name)
+        self.membership = membership                    # its group router names a keyed message's node
+        self.ready = ready                              # peers whose link is up (the state's set, kept current)
         self.routing_keys: dict[str, RoutingKey] = {}   # queue -> routing key, cluster-wide (the store's map)
         self.remote_consumers: dict[str, dict[str, int]] = {}   # queue destination -> peer -> consumers
         self._rr = itertools.count()
@@ -39,7 +48,7 @@ class QueueRoutes:
         key = self.routing_keys.get(name)
         if key is not None:
             return key
-        return self.local_key(name) if local is None else RoutingKey(local)
+        return self.local_key(name) if local is None else _SETTINGS[local]
 
     def declare(self, name: str, routing_key: str) -> RoutingKey:
         """Queue ``name`` was declared here with an explicit routing key (raises ConfigError if unknown)."""
@@ -66,33 +75,34 @@ class QueueRoutes:
 
     # -- where a message goes ---------------------------------------------------------------------------
     def route(self, name: str, destination: str, headers: Mapping[str, str], message_id: str,
-              router: GroupRouter, local_consumers: Callable[[], int], ready: set[str],
-              local: str | None = None) -> str | None:
-        """The peer a new message for queue ``name`` goes to, or None to keep it here. ``local_consumers``
-        is asked only for an unkeyed message (counting them walks the queue's consumers: not per message);
-        ``local``: the queue's own routing key setting (see :meth:`key_for`)."""
+              has_local_consumer: Callable[[], bool], local: str | None = None) -> str | None:
+        """The peer a new message for queue ``name`` goes to, or None to keep it here.
+        ``has_local_consumer`` is asked only for an unkeyed message (it looks at the queue's consumers);
+        ``local``: the queue's own routing key setting (see :meth:`key_for`). Alone, every key's node is this
+        one and no peer has consumers: None, without a test here (the driver asks ``alone`` first, per
+        message)."""
         key = routing_key_of(self.key_for(name, local), group_id=headers.get("JMSXGroupID"),
                              correlation_id=headers.get("correlation-id"), message_id=message_id)
         if key is not None:
-            target = router.route(key.key)
+            target = self.membership.router.route(key.key)
             return None if target == self.node_id else target
-        if local_consumers():
+        if has_local_consumer():
             return None
-        return self.consumer_peer(destination, ready)
+        return self.consumer_peer(destination)
 
-    def consumer_peer(self, destination: str, ready: set[str]) -> str | None:
+    def consumer_peer(self, destination: str) -> str | None:
         """A peer whose link is up with consumers for this queue, round-robin; None when there is none."""
         per_peer = self.remote_consumers.get(destination)
         if not per_peer:
             return None
-        peers = sorted(p for p, n in per_peer.items() if n > 0 and p in ready)
+        peers = sorted(p for p, n in per_peer.items() if n > 0 and p in self.ready)
         if not peers:
             return None
         return peers[next(self._rr) % len(peers)]
 
-    def wants_redistributor(self, name: str, destination: str, local_consumers: int, ready: set[str]) -> bool:
+    def wants_redistributor(self, name: str, destination: str, local_consumers: int) -> bool:
         return self.key_for(name) is not RoutingKey.MESSAGE_ID and not local_consumers \
-            and self.consumer_peer(destination, ready) is not None
+            and self.consumer_peer(destination) is not None
 
     # -- what peers tell -------------------------------------------------------------------------------
     def consumers_of(self, peer: str, counts: Mapping[str, int]) -> None:

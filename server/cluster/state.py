@@ -107,12 +107,15 @@ class ClusterState:
         self.clock = clock
         self.started = clock.now_ms()
         self.membership = Membership(node_id, config.dead_after_ms, config.group_routing)
-        self.routes = QueueRoutes(node_id, local_key)
+        self.ready: set[str] = set()            # peers whose link is up
+        self.routes = QueueRoutes(node_id, local_key, self.membership, self.ready)
+        #: the peer a new message for a queue goes to, or None to keep it here (routes.py): asked per message,
+        #: so the driver reaches the rule with no frame of the state's in between
+        self.route_queue = self.routes.route
         self.topics = TopicInterest(node_id, self.started, config.filter_capacity, config.filter_fpr,
                                     config.popular_fraction, config.topic_filtering)
         self.hosting = Hosting(node_id, config.assignment, config.rebalance_interval_ms,
                                config.rebalance_max_moves, config.similar_slack, hosts_here)
-        self.ready: set[str] = set()            # peers whose link is up
         self.stopping = False
         self.figures = Figures()
 
@@ -256,14 +259,6 @@ class ClusterState:
         return [Announce(self.ready_peers())] if self.ready else []
 
     # -- the hot path: where a message goes ----------------------------------------------------------
-    def route_queue(self, name: str, destination: str, headers: Mapping[str, str], message_id: str,
-                    local_consumers: Callable[[], int], local: str | None = None) -> str | None:
-        """The peer a new message for queue ``name`` goes to, or None (routes.py). Alone, every key's node is
-        this one and no peer has consumers: None, without a test here (the driver asks ``alone`` first, per
-        message)."""
-        return self.routes.route(name, destination, headers, message_id, self.membership.router, local_consumers,
-                                 self.ready, local)
-
     def topic_targets(self, topic: str) -> tuple[list[str], list[str]]:
         """(live peers a message on ``topic`` goes to, dead hosts of durable subscriptions to it: held)."""
         membership = self.membership

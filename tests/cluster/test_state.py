@@ -177,8 +177,8 @@ def test_keyed_messages_go_to_their_keys_node_and_unkeyed_ones_to_consumers_roun
     assert route("q", {}, local=1) is None                        # a local consumer keeps it here
     n0.control("n2", "consumers", {}, b"{}")                      # n2's consumers left
     assert {route("q", {}) for _ in range(4)} == {"n1"}
-    assert n0.routes.wants_redistributor("q", "/queue/q", 0, n0.ready)
-    assert not n0.routes.wants_redistributor("spread", "/queue/spread", 0, n0.ready)   # all keyed
+    assert n0.routes.wants_redistributor("q", "/queue/q", 0)
+    assert not n0.routes.wants_redistributor("spread", "/queue/spread", 0)   # all keyed
 
 
 def test_a_queues_own_routing_key_given_with_the_message_is_taken_without_a_look_up_by_name(clock):
