@@ -105,15 +105,17 @@ def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: b
                 os.kill(node.proc.pid, signal.SIGUSR1)          # our own child, by its handle's pid
             for _ in range(messages):
                 producer.send(b"x" * 128, delivery_mode=pymq.NON_PERSISTENT)
-        got = 0
-        if consumer is not None and reader is not None:
-            while got < messages and consumer.receive(30) is not None:
-                got += 1
-            reader.close()
-        deadline = time.monotonic() + 60
-        while not queue and cluster.status(1)["received_forwarded"] - before["received_forwarded"] < messages \
-                and time.monotonic() < deadline:
-            time.sleep(0.1)
+            # the producer's connection stays open until everything arrived: a traced node reads slowly, and a
+            # DISCONNECT unconfirmed within the SDK's 10 s closes the socket with SENDs still unread
+            got = 0
+            if consumer is not None and reader is not None:
+                while got < messages and consumer.receive(60) is not None:
+                    got += 1
+                reader.close()
+            deadline = time.monotonic() + 120
+            while not queue and cluster.status(1)["received_forwarded"] - before["received_forwarded"] < messages \
+                    and time.monotonic() < deadline:
+                time.sleep(0.1)
         figures = cluster.status(1)
         figures = {k: figures[k] - before[k] for k in ("received_forwarded", "discarded_false_positive")}
     finally:
