@@ -39,7 +39,7 @@ SUBSCRIPTION: Final = "pymq-subscription"
 CLUSTER_HEADERS: Final = frozenset({FORWARDED, MESSAGE_ID, FORWARD_ID, SUBSCRIPTION})
 
 #: what a node sends as an id: printable, no separators a 1.0 frame could not carry, not longer than this
-_ID: Final = re.compile(r"[!-~]{1,512}")
+_is_id: Final = re.compile(r"[!-~]{1,512}").fullmatch
 
 #: headers of a held message that belong to one delivery on one node, or to the frame, not to the message
 _NOT_CARRIED: Final = frozenset({"destination", "message-id", "pymq-seq", "content-length", "receipt",
@@ -72,16 +72,13 @@ def split(properties: dict[str, str], dedup_id: str | None) -> tuple[str, str | 
     pop = properties.pop
     node, subscription = pop(FORWARDED), pop(SUBSCRIPTION, None)
     message_id, crossing = pop(MESSAGE_ID, None), pop(FORWARD_ID, None)
-    _check(message_id, crossing)
-    return node, subscription, message_id, dedup_id if crossing is None else "fwd:" + crossing
-
-
-def _check(message_id: str | None, crossing: str | None) -> None:
-    """What a node sends as an id: refused (InvalidHeader) unless a frame of any version could carry it."""
-    if message_id is not None and not _ID.fullmatch(message_id):
+    if message_id is not None and not _is_id(message_id):
         raise _invalid(MESSAGE_ID, message_id)
-    if crossing is not None and not _ID.fullmatch(crossing):
+    if crossing is None:
+        return node, subscription, message_id, dedup_id
+    if not _is_id(crossing):
         raise _invalid(FORWARD_ID, crossing)
+    return node, subscription, message_id, "fwd:" + crossing
 
 
 def _invalid(name: str, value: str) -> InvalidHeader:
