@@ -8,7 +8,8 @@ property; a property that is also a *special* header (scheduling, duplicates, cl
 request down the rarer path, which consumes the scheduling headers. Numbers go through the one bounded
 parser's rule (:func:`pymq.protocol.numbers.parse_wire_int`); a boolean is ``true`` or ``false`` in any case.
 
-This module is a leaf (the compiled twin imports :class:`SendRequest` and the spellings from it), so the
+This module is a leaf but for forwarded.py (a leaf too: a peer's forward has its cluster headers taken apart
+here, ``forwarded.split``); the compiled twin imports :class:`SendRequest` and the spellings from it, so the
 SEND spellings of the alias table live here and ``requests.ALIASES`` lists them.
 """
 from __future__ import annotations
