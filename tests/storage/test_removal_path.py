@@ -50,9 +50,10 @@ def test_the_removal_of_a_last_reference_runs_one_chain_and_marks_the_device_dir
 
 
 def test_a_read_of_a_page_that_left_memory_reaches_the_os_through_no_gate_call_and_faults_still_inject(tmp_path):
-    """The open store's write gate checks writes; reads go through it unchanged, and now without a call of
-    its own (its ``pread`` is the inner layer's: one per slot and one per record of a page read back from the
-    page file). A fault layer put under an open store (``set_io``) still sees every read."""
+    """The open store's write gate checks writes; reads go through it unchanged, and without a call of its own
+    (its ``pread`` is the inner layer's). A page that left memory is read back whole, once for the messages
+    read from it in a row (tests/storage/test_paged_reads.py). A fault layer put under an open store
+    (``set_io``) still sees every read."""
     from pymq_server.storage.device import StoredMessage
     from pymq_server.storage.file import FileDevice
     from tests.storage.faults import FaultyIO
@@ -76,12 +77,15 @@ def test_a_read_of_a_page_that_left_memory_reaches_the_os_through_no_gate_call_a
         finally:
             sys.setprofile(None)
         assert data == b"m001" + b"." * 300
-        assert calls.count("FileIO.pread") == 2, calls           # the slot, then the record
+        assert calls.count("FileIO.pread") == 1, calls           # the page, once
         assert "WriteGate.pread" not in calls, calls
         io = FaultyIO()
         device.set_io(io)
         before = io.calls["pread"]
-        assert device.read(2).data == b"m002" + b"." * 300
-        assert io.calls["pread"] == before + 2                   # the fault layer sees the reads
+        assert device.read(2).data == b"m002" + b"." * 300     # the same page: read already
+        assert io.calls["pread"] == before
+        other = next(k for k in range(3, 41) if device.where(k).page != device.where(1).page)
+        assert device.read(other).data == b"m%03d" % other + b"." * 300
+        assert io.calls["pread"] == before + 1                   # the fault layer sees the reads
     finally:
         device.close()

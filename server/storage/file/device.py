@@ -186,6 +186,7 @@ class FileDevice(HoldingDevice):
         self.check_room = writes.check_room           # type: ignore[method-assign]
         self.remove = writes.remove                   # type: ignore[method-assign]
         self.record_delivery = writes.record_delivery  # type: ignore[method-assign]
+        self.deliveries = writes.deliveries            # type: ignore[method-assign]
         store.figures.recovery["open_s"] = time.perf_counter() - started
 
     def close(self) -> None:
@@ -216,7 +217,7 @@ class FileDevice(HoldingDevice):
             store.move(StoreStatus.CLOSED)
             store.io.closed_for = "the store is closed"
         self._store = self._writes = self._checkpointer = self._recovery = None
-        for name in ("check_room", "remove", "record_delivery"):
+        for name in ("check_room", "remove", "record_delivery", "deliveries"):
             self.__dict__.pop(name, None)
 
     def abandon(self) -> None:
@@ -336,9 +337,10 @@ class FileDevice(HoldingDevice):
 
     # -- reads ----------------------------------------------------------------------------------------------
     def read(self, key: int) -> StoredMessage:
-        store = self.store
+        store = self._store
+        if store is None:
+            raise StorageError(f"file device {self.name!r} is not open", device=self.name)
         with store.lock:
-            store.check_open()
             try:
                 return store.index.read(key)         # KeyError if not held: one look-up
             except OSError as exc:

@@ -189,7 +189,12 @@ class MessageIndex:
         return len(self.hot) + len(self.cold)
 
     def __contains__(self, key: int) -> bool:
-        return key in self.hot or self.cold.find(key) >= 0
+        if key in self.hot:
+            return True
+        # a new message's key is above every cold one (keys increase as messages are placed): a write's
+        # check that it is not held yet needs no search of the cold arrays
+        keys = self.cold.keys
+        return bool(keys) and key <= keys[-1] and self.cold.find(key) >= 0
 
     def get(self, key: int) -> Entry | None:
         """The entry of ``key`` to read (a cold one is a copy: change it through ``take``). A caller that
@@ -367,9 +372,7 @@ class MessageIndex:
             number, slot, persistent, _ = unpack_place(cold.places[i])
             seq = cold.seqs[i]
         pages = self.pages
-        page = pages.pages[number]
-        fields = pages.slot_fields(page, slot)
-        data = pages.message_bytes(page, fields)
+        fields, data = pages.message(pages.pages[number], slot)
         return StoredMessage(key, self.store.names.names[fields[5]], seq, persistent, data)
 
     def entries(self) -> Iterator[tuple[int, int, bool, tuple[str, ...]]]:

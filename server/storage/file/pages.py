@@ -55,7 +55,8 @@ class Page:
 
 
 class PageStore:
-    __slots__ = ("store", "alloc", "pages", "tail", "dirty", "np_unwritten", "ckpt_pages", "ckpt_freed", "punched")
+    __slots__ = ("store", "alloc", "pages", "tail", "dirty", "np_unwritten", "ckpt_pages", "ckpt_freed", "punched",
+                 "reading", "reading_bytes")
 
     def __init__(self, store: OpenStore) -> None:
         self.store = store
@@ -71,6 +72,10 @@ class PageStore:
         self.ckpt_freed = False           # ckpt_pages already freed by a checkpoint that failed
         #: free pages whose disk blocks were given back (holes): filled again before they take bytes
         self.punched: set[int] = set()
+        #: the last page read back from the page file while out of memory, and its bytes (``image``): a paged
+        #: backlog is read in key order, so its messages come a page at a time; one page of memory at most
+        self.reading: Page | None = None
+        self.reading_bytes = b""
 
     # -- taking and giving back pages -----------------------------------------------------------------
     def new_page(self, kind: int, cont: bool = False, buf: memoryview | None = None) -> Page:
@@ -105,6 +110,8 @@ class PageStore:
             self.np_unwritten[page.number] = page
 
     def free_page(self, page: Page) -> None:
+        if page is self.reading:
+            self.forget_reading()
         self.alloc.free(page.number)
         del self.pages[page.number]
         self.dirty.discard(page.number)
@@ -180,8 +187,31 @@ class PageStore:
     def resident(self, page: Page) -> bytearray | memoryview:
         buf = page.buf
         if buf is None:
+            if page is self.reading:
+                self.forget_reading()
             buf = page.buf = self.store.page_file.read_page(page.number)
         return buf
+
+    def image(self, page: Page) -> bytes | bytearray | memoryview:
+        """The bytes of slotted ``page`` to read from: its buffer while in memory, else the page read back
+        from the page file — once for all the reads of it in a row (the page being read is kept, one at a
+        time, until another is read, it is freed or it comes back to memory). A page out of memory does not
+        change on disk while it is allocated: every byte of it was written before its buffer went (a
+        checkpoint's, or a sealed non-persistent page's write-out), and a write to it makes it resident
+        first (``resident``); a freed page's number comes back as a new ``Page``. OSError when the read
+        fails (nothing kept then)."""
+        buf = page.buf
+        if buf is not None:
+            return buf
+        if page is self.reading:
+            return self.reading_bytes
+        ps = self.store.page_size
+        data = self.store.page_file.read_at(page.number * ps, ps)
+        self.reading, self.reading_bytes = page, data
+        return data
+
+    def forget_reading(self) -> None:
+        self.reading, self.reading_bytes = None, b""
 
     def write_header(self, page: Page) -> None:
         self.resident(page)[:HDR] = fmt.encode_page_header(page.kind, page.number, page.generation)
@@ -205,13 +235,11 @@ class PageStore:
         page.live_count += 1
         return slot, body
 
-    def slot_fields(self, page: Page, slot: int) -> tuple:
+    def slot_fields(self, page: Page, slot: int, image: bytes | bytearray | memoryview | None = None) -> tuple:
+        """The fields of ``slot`` of ``page`` (read from ``image``, the page's bytes, when the caller has them),
+        checked against its crc."""
         at = HDR + SLOT * slot
-        raw: bytes | bytearray | memoryview
-        if page.buf is not None:
-            raw = page.buf[at:at + SLOT]
-        else:
-            raw = self.store.page_file.read_at(page.number * self.store.page_size + at, SLOT)
+        raw = (self.image(page) if image is None else image)[at:at + SLOT]
         fields = fmt.SLOT.unpack(raw)
         if fields[9] != crc32c(raw[:fmt.SLOT_BODY.size]):
             self.store.figures.errors += 1
@@ -219,31 +247,34 @@ class PageStore:
                                page=page.number, slot=slot)
         return fields
 
-    def record(self, page: Page, fields: tuple) -> bytes:
-        offset, rlen = fields[2], fields[3]
-        if page.buf is not None:
-            return bytes(page.buf[offset:offset + rlen])
-        return self.store.page_file.read_at(page.number * self.store.page_size + offset, rlen)
+    def record(self, page: Page, fields: tuple, image: bytes | bytearray | memoryview | None = None) -> bytes:
+        offset = fields[2]
+        return bytes((self.image(page) if image is None else image)[offset:offset + fields[3]])
 
-    def continuation_pages(self, page: Page, fields: tuple) -> tuple[int, ...]:
-        record = self.record(page, fields)
+    def continuation_pages(self, page: Page, fields: tuple,
+                           image: bytes | bytearray | memoryview | None = None) -> tuple[int, ...]:
+        record = self.record(page, fields, image)
         return struct.unpack(f"<{len(record) // 4}I", record)
 
-    def message_bytes(self, page: Page, fields: tuple) -> bytes:
-        """A message's bytes, checked against the crc its slot holds."""
+    def message(self, page: Page, slot: int) -> tuple[tuple, bytes]:
+        """The fields of ``slot`` and the message bytes it points at, both checked against their crcs; the
+        page's bytes resolved once for both (``image``: read back at most once when out of memory)."""
+        image = self.image(page)
+        fields = self.slot_fields(page, slot, image)
         if fields[7] & fmt.FLAG_LARGE:
             chunks = []
-            for number in self.continuation_pages(page, fields):
+            for number in self.continuation_pages(page, fields, image):
                 cont = self.pages[number]
                 chunks.append(bytes(cont.buf) if cont.buf is not None else self.store.page_file.read_page(number))
             data = b"".join(chunks)[:fields[4]]
         else:
-            data = self.record(page, fields)
+            offset = fields[2]
+            data = bytes(image[offset:offset + fields[3]])
         if crc32c(data) != fields[8]:
             self.store.figures.errors += 1
             raise StorageError(f"message {fields[0]}: bytes on page {page.number} are corrupt",
                                key=fields[0], page=page.number)
-        return data
+        return fields, data
 
     # -- to disk ----------------------------------------------------------------------------------------
     def write_out_non_persistent(self) -> None:

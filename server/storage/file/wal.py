@@ -60,7 +60,8 @@ class Segment:
         #: bytes from the start of the file held for it (None: the platform cannot reserve)
         self.reserved: int | None = 0
         self._buffer: list[bytes | memoryview] = [header]
-        self._buffered = len(header)
+        #: bytes appended but not yet handed to the OS (read after every write: an attribute, not a property)
+        self.buffered = len(header)
         self._checksum = fmt.CRC.unpack_from(header, fmt.WAL_HEADER.size)[0]
         self.written = 0            # bytes handed to the OS
         self.size = len(header)     # bytes appended, flushed or not
@@ -71,7 +72,7 @@ class Segment:
         frame, self._checksum = fmt.encode_frame(ftype, fmt.FRAME_COMMIT if commit else 0, self.salt,
                                                  payload, self._checksum)
         self._buffer.append(frame)
-        self._buffered += len(frame)
+        self.buffered += len(frame)
         self.size += len(frame)
         self.frames += 1
         return self.size
@@ -85,14 +86,10 @@ class Segment:
         size = len(head) + sum(len(p) for p in pieces)
         self._buffer.append(head)
         self._buffer.extend(pieces)
-        self._buffered += size
+        self.buffered += size
         self.size += size
         self.frames += 1
         return self.size
-
-    @property
-    def buffered(self) -> int:
-        return self._buffered
 
     def reserve(self, extra: int) -> None:
         """Make sure ``extra`` more bytes past everything appended so far can be written without
@@ -121,7 +118,7 @@ class Segment:
         """Forget what was appended but not yet handed to the OS (the device stopped trusting this
         segment after a failure; a checkpoint will cover it)."""
         self._buffer.clear()
-        self._buffered = 0
+        self.buffered = 0
 
     @property
     def checksum(self) -> int:
@@ -133,7 +130,7 @@ class Segment:
         if not buffer:
             return
         self._buffer = []
-        self._buffered = 0
+        self.buffered = 0
         if len(buffer) == 1 or all(len(piece) < WRITE_ALONE for piece in buffer):
             self._write(b"".join(buffer) if len(buffer) > 1 else buffer[0])
             return

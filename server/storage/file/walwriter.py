@@ -42,8 +42,11 @@ class LogWriter:
     def current(self) -> Segment:
         seg = self.segment
         if seg is None:
-            raise StorageError(f"file device {self.store.name!r} is not open", device=self.store.name)
+            raise self._not_open()
         return seg
+
+    def _not_open(self) -> StorageError:
+        return StorageError(f"file device {self.store.name!r} is not open", device=self.store.name)
 
     def append(self, ftype: int, payload: bytes, commit: bool) -> None:
         if not self.logging:
@@ -51,7 +54,9 @@ class LogWriter:
         if self.unit_depth:
             commit = False
             self.unit_frames += 1
-        seg = self.current
+        seg = self.segment             # (not ``current``: two appends a message; closed is checked here)
+        if seg is None:
+            raise self._not_open()
         before = seg.size
         self.since_checkpoint += seg.append(ftype, payload, commit) - before
 
@@ -62,7 +67,9 @@ class LogWriter:
         if self.unit_depth:
             commit = False
             self.unit_frames += 1
-        seg = self.current
+        seg = self.segment             # (not ``current``: two appends a message; closed is checked here)
+        if seg is None:
+            raise self._not_open()
         before = seg.size
         self.since_checkpoint += seg.append_pieces(ftype, pieces, commit) - before
 

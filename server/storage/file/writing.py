@@ -111,7 +111,8 @@ class WritePath:
             if pages > alloc.free_count:
                 store.page_file.reserve(alloc.page_count + pages - alloc.free_count)
             if log_bytes:
-                self.log.current.reserve(log_bytes + _LOG_HEADROOM)
+                log = self.log
+                (log.segment or log.current).reserve(log_bytes + _LOG_HEADROOM)    # (``current``: not open)
         except OSError as exc:
             store.refused()
             if is_no_space(exc):
@@ -264,8 +265,10 @@ class WritePath:
             index.add(key, Entry(message.seq, tail.number, slot_index, names.refsets[refset_id], refset_id,
                                  persistent, length, large))
             # bounded memory: log frames, and sealed non-persistent pages (paging: those are written out
-            # so that they leave memory), go to the OS once about a MiB of them waits
-            if self.log.current.buffered > _AUTO_FLUSH_BYTES or \
+            # so that they leave memory), go to the OS once about a MiB of them waits (an open store has a
+            # segment: its status was checked above)
+            seg = self.log.segment
+            if seg is not None and seg.buffered > _AUTO_FLUSH_BYTES or \
                     len(pages.np_unwritten) * ps > _AUTO_FLUSH_BYTES:
                 try:
                     self.flush_locked()
