@@ -258,8 +258,9 @@ class HoldingStore:
         return None
 
     def waiting(self, message: Storable) -> bool:
-        """True while ``message`` waits to be written behind (not on its device yet)."""
-        return self.behind.holds(message)
+        """True while ``message`` waits to be written behind (not on its device yet; ``behind.holds``, asked for
+        every message paged out: without the call)."""
+        return message.key in self.behind.waiting
 
     def write_waiting(self) -> None:
         """Write every message waiting behind now (a reader needs it on its device)."""

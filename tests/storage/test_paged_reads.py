@@ -152,3 +152,45 @@ def test_log_appends_and_a_new_write_ask_no_property_and_search_no_cold_array(tm
     finally:
         device.close()
 
+
+
+def test_the_device_calls_of_a_paged_message_from_its_write_to_its_removal(tmp_path):
+    """Each step of a paged persistent message at the device, call by call: its write, its read back for
+    delivery with its recovered counts, the delivery's note, the flush that logs it, the acknowledgement.
+    The helpers the steps reached for one call each (``unpack_place`` on a read and a removal, ``owed`` per
+    noted delivery at the flush, ``note_delivery``, ``delivery_counts``, ``fill_for`` with no punched page,
+    ``resident`` for a page in memory) are written out where they ran once a message."""
+    n = 64
+    device = FileDevice("file", str(tmp_path), 4096, fsync=False, index_hot=4)
+    device.open()
+    try:
+        written = _calls(lambda: [device.write(StoredMessage(k, Q, k, True, _body(k)), [Q]) for k in range(1, n + 1)])
+        pages_written = len(device.store.pages.pages)
+        device.checkpoint()
+        keys = [k for k in range(1, n + 1) if device.store.pages.pages[device.where(k).page].buf is None]
+        read_pages = {device.where(k).page for k in keys}
+
+        def delivered() -> None:
+            for k in keys:
+                device.read(k)
+                device.deliveries(k)
+                device.record_delivery(k, Q, 1)
+
+        read = _calls(delivered)
+        flushed = _calls(device.flush)                      # one flush logs every noted count
+        removed = _calls(lambda: [device.remove(k, Q) for k in keys])
+        gone = {"unpack_place", "MessageIndex.owed", "MessageIndex.note_delivery", "MessageIndex.delivery_counts",
+                "PageStore.fill_for", "PageStore.resident", "LogWriter.current", "OpenStore.page_file",
+                "FileDevice.store", "FileDevice._parts", "OpenStore.check_open"}
+        assert sorted(gone & set(written)) == ["OpenStore.page_file"]      # a new page's reservation only
+        assert written.count("OpenStore.page_file") <= pages_written < n // 4
+        assert sorted(gone & set(read)) == ["OpenStore.page_file"]         # once per page read back
+        assert read.count("OpenStore.page_file") == len(read_pages) < len(keys) // 4
+        assert not gone & set(removed) and "MessageIndex.owed" not in flushed
+        # one look-up of the cold arrays a step: the read, the flush's check of the noted count, the removal
+        assert read.count("ColdRun.find") == flushed.count("ColdRun.find") == removed.count("ColdRun.find") \
+            == len(keys)
+        assert [m.key for m in device.iterate(Q)] == [k for k in range(1, n + 1) if k not in keys]
+        assert all(device.deliveries(k) == {} for k in keys)
+    finally:
+        device.close()

@@ -305,17 +305,19 @@ class MessageIndex:
             if queue not in refs:
                 raise KeyError(f"message {key} has no reference for {queue!r}")     # and it stays cold
             return self._drop_one(key, self._promote(key, i), queue)
-        # the last reference of a cold message: it dies where it is, as a hot one does above
-        number, slot, persistent, large = unpack_place(cold.places[i])
+        # the last reference of a cold message: it dies where it is, as a hot one does above (its place
+        # unpacked here, as ``unpack_place`` does: once a message)
+        place = cold.places[i]
+        slot = (place >> _SLOT_SHIFT) & _SLOT
         pages = self.pages
-        page = pages.pages[number]
-        continuation = self._continuation(page, slot) if large else ()
+        page = pages.pages[place & _PAGE]
+        continuation = self._continuation(page, slot) if place & _LARGE else ()
         self.bytes_used -= cold.lengths[i]
         cold.kill(i)
         pages.free_slot(page, slot, continuation)
         if self.unlogged or self.deliveries:
             self._owed_no_more(key, queue)
-        return persistent
+        return bool(place & _PERSISTENT)
 
     def _continuation(self, page: Page, slot: int) -> tuple[int, ...]:
         """A large message's continuation pages, read from its slot before anything is freed (a damaged slot
@@ -369,7 +371,8 @@ class MessageIndex:
             i = cold.find(key)
             if i < 0:
                 raise KeyError(key)
-            number, slot, persistent, _ = unpack_place(cold.places[i])
+            place = cold.places[i]          # (``unpack_place``'s fields, unpacked here: once a message)
+            number, slot, persistent = place & _PAGE, (place >> _SLOT_SHIFT) & _SLOT, bool(place & _PERSISTENT)
             seq = cold.seqs[i]
         pages = self.pages
         fields, data = pages.message(pages.pages[number], slot)
@@ -408,12 +411,19 @@ class MessageIndex:
         pending, self.unlogged = self.unlogged, {}
         table = self.deliveries
         kept = {}
-        owed = self.owed
+        hot, cold, refsets = self.hot, self.cold, self.store.names.refsets
         for (key, queue), count in pending.items():
-            held = owed(key)
-            if held is not None and held[0] and queue in held[1]:
-                table.setdefault(key, {})[queue] = count
-                kept[(key, queue)] = count
+            # ``owed``, written out: one look-up a note, no call of its own
+            entry = hot.get(key)
+            if entry is not None:
+                if not entry.persistent or queue not in entry.refs:
+                    continue
+            else:
+                i = cold.find(key)
+                if i < 0 or not cold.places[i] & _PERSISTENT or queue not in refsets[cold.refsets[i]]:
+                    continue
+            table.setdefault(key, {})[queue] = count
+            kept[(key, queue)] = count
         return kept
 
     def delivery_counts(self, key: int) -> dict[str, int]:

@@ -219,7 +219,9 @@ class PageStore:
     def put_record(self, page: Page, key: int, seq: int, record: bytes, length: int, dest_id: int,
                    refset_id: int, flags: int, data_crc: int) -> tuple[int, bytes]:
         """Append one slot and its record to ``page`` (in memory); returns the slot and its 44 bytes."""
-        buf = self.resident(page)     # a tail inherited from a checkpoint starts on disk only
+        buf = page.buf
+        if buf is None:
+            buf = self.resident(page)     # a tail inherited from a checkpoint starts on disk only
         rlen = len(record)
         offset = page.data_start - rlen
         slot = page.slots

@@ -107,7 +107,8 @@ class WritePath:
                 raise StorageError(f"file device {store.name!r} is full ({store.max_bytes} bytes)",
                                    device=store.name, limit=store.max_bytes)
         try:
-            self.pages.fill_for(pages)
+            if self.pages.punched:
+                self.pages.fill_for(pages)
             if pages > alloc.free_count:
                 store.page_file.reserve(alloc.page_count + pages - alloc.free_count)
             if log_bytes:
@@ -305,7 +306,7 @@ class WritePath:
         checkpoint, which keeps the counts of messages still held and logs them in one DELIVERED frame;
         a message acknowledged before then costs nothing more (its note goes with its reference)."""
         with self.store.lock:
-            self.index.note_delivery(key, queue, count)
+            self.index.unlogged[(key, queue)] = count        # (index.note_delivery, without the call)
 
     def log_deliveries(self) -> None:
         kept = self.index.take_deliveries()
@@ -318,7 +319,7 @@ class WritePath:
         """Queue -> how many times message ``key`` was delivered from it, as recovered or taken by a
         flush (the broker asks after a restart, and for messages it reads back from disk)."""
         with self.store.lock:
-            return self.index.delivery_counts(key)
+            return dict(self.index.deliveries.get(key, ()))  # (index.delivery_counts, without the call)
 
     def put_meta(self, key: str, value: bytes | None) -> None:
         store = self.store
