@@ -2,7 +2,7 @@
 on the node that sends it and on the node that receives it, a figure the machine's load does not move.
 
     eval "$(.ci/services.sh)"                                   # Redis: the cluster's membership
-    python bench/cluster_opcodes.py [--baseline /tmp/old] [--delivered | --filtered | --queue] [--top 40]
+    python bench/cluster_opcodes.py [--baseline /tmp/old] [--delivered | --filtered | --queue | --fanout N] [--top 40]
 
 Two real nodes (tests/cluster/nodes.py) in broadcast mode (``topic_filtering: false``: every topic message
 goes to every peer, as in bench_cluster's broadcast part); one producer on n0 sends N non-persistent 128 B
@@ -12,7 +12,9 @@ discards it (a filter's false positive); with it, a subscriber on n1 receives ea
 (``topic_filtering: true``, bench_cluster's filtered part) and a subscriber on n1, so that every message is
 forwarded because n1's filter has the topic, and delivered there (warm-up messages are sent until n1 has one:
 the filter reached n0 before the count starts); against ``--delivered`` (the same in broadcast mode) it adds
-the filter's look-up. Each node process counts
+the filter's look-up. ``--fanout N``: filters on, N subscriptions to the topic on one connection to n0 and
+none on n1 (the local fan-out that is most of bench_cluster's filters part: hundreds of subscriptions per
+connection); the figure is per message, N deliveries. Each node process counts
 the bytecodes of every function (``sys.settrace`` with opcode events, from a SIGUSR1 sent once the cluster has
 formed, written at exit); a run at 1,000 and one at 3,000 messages, the difference over 2,000 is one more
 message. Compiled code (the Cython twins) is not counted, the same in both trees; the heartbeat's functions
@@ -62,7 +64,7 @@ atexit.register(_dump)
 
 
 def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: bool,
-        queue: bool = False, filtered: bool = False) -> list[dict[str, int]]:
+        queue: bool = False, filtered: bool = False, fanout: int = 0) -> list[dict[str, int]]:
     """One 2-node cluster of ``tree``: the bytecodes per function of each node over ``messages`` forwards
     (``queue``: messages to a queue with a consumer on n0, which stay there: nothing forwarded; ``filtered``:
     filters on, a subscriber on n1)."""
@@ -75,13 +77,18 @@ def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: b
     env = bench_cluster.tree_env(tree, os.path.join(tmp, label))
     env["PYTHONPATH"] = site + os.pathsep + env["PYTHONPATH"]
     # beats far apart: a traced node runs ~10x slower, and a link closed as silent would re-send its outbox
-    cluster = bench_cluster.Cluster(tmp, label, redis, 2, env=env, topic_filtering=filtered,
+    cluster = bench_cluster.Cluster(tmp, label, redis, 2, env=env, topic_filtering=filtered or bool(fanout),
                                     heartbeat_ms=3000, dead_after_ms=60000)
     cluster.start()
     try:
         reader = consumer = None
         destination = pymq.Queue("bench.local") if queue else pymq.Topic("bench.forwarded")
-        if delivered or queue or filtered:
+        fans: list = []
+        if fanout:
+            reader = pymq.connect(f"stomp://127.0.0.1:{cluster.ports[0]}")
+            fan_session = reader.create_session()
+            fans = [fan_session.create_consumer(destination) for _ in range(fanout)]
+        elif delivered or queue or filtered:
             reader = pymq.connect(f"stomp://127.0.0.1:{cluster.ports[0 if queue else 1]}")
             consumer = reader.create_session().create_consumer(destination)
         with pymq.connect(f"stomp://127.0.0.1:{cluster.ports[0]}") as conn:
@@ -108,12 +115,20 @@ def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: b
             # the producer's connection stays open until everything arrived: a traced node reads slowly, and a
             # DISCONNECT unconfirmed within the SDK's 10 s closes the socket with SENDs still unread
             got = 0
-            if consumer is not None and reader is not None:
+            if fans and reader is not None:
+                for fan in fans:            # (each subscriber's messages wait in its own buffer)
+                    while got < messages * fanout and fan.receive(60) is not None:
+                        got += 1
+                        if got % messages == 0:
+                            break
+                reader.close()
+            elif consumer is not None and reader is not None:
                 while got < messages and consumer.receive(60) is not None:
                     got += 1
                 reader.close()
             deadline = time.monotonic() + 120
-            while not queue and cluster.status(1)["received_forwarded"] - before["received_forwarded"] < messages \
+            forwards = not queue and not fanout
+            while forwards and cluster.status(1)["received_forwarded"] - before["received_forwarded"] < messages \
                     and time.monotonic() < deadline:
                 time.sleep(0.1)
         figures = cluster.status(1)
@@ -121,14 +136,14 @@ def run(tree: str, messages: int, tmp: str, label: str, redis: str, delivered: b
     finally:
         cluster.stop()
     want = messages if delivered or filtered else 0
-    if queue:
-        if got != messages or figures["received_forwarded"]:
+    if queue or fanout:
+        if got != messages * max(fanout, 1) or figures["received_forwarded"]:
             raise SystemExit(f"{label}: {got} of {messages} received, {figures['received_forwarded']} forwarded")
     elif figures["received_forwarded"] < messages or ((delivered or filtered) and got != messages) or \
             figures["discarded_false_positive"] != messages - want:
         raise SystemExit(f"{label}: received {figures['received_forwarded']}, discarded "
                          f"{figures['discarded_false_positive']}, delivered {got} of {messages}")
-    if not queue and figures["received_forwarded"] > messages:
+    if not queue and not fanout and figures["received_forwarded"] > messages:
         # a link that dropped under the tracer's slowness re-sends what it had in flight: duplicates, dropped
         print(f"{label}: {figures['received_forwarded'] - messages} forwards received twice (link re-sends)",
               file=sys.stderr)
@@ -151,6 +166,8 @@ def main() -> None:
                     help="filters on and a subscriber on n1 (bench_cluster's filtered mode: forwards a filter passes)")
     ap.add_argument("--queue", action="store_true",
                     help="a queue with its consumer on n0 instead (bench_cluster's ungrouped load: nothing forwarded)")
+    ap.add_argument("--fanout", type=int, default=0,
+                    help="filters on, N subscriptions on one connection to n0, none on n1 (local fan-out)")
     ap.add_argument("--messages", type=int, nargs=2, default=[1000, 3000])
     ap.add_argument("--top", type=int, default=40, help="functions shown per node, by the largest figure")
     ap.add_argument("--json", help="write the per-message figures here")
@@ -166,13 +183,15 @@ def main() -> None:
     figures: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for name, tree in trees:
-            runs = [run(tree, n, tmp, f"{name}{n}", redis, a.delivered, a.queue, a.filtered) for n in (small, large)]
+            runs = [run(tree, n, tmp, f"{name}{n}", redis, a.delivered, a.queue, a.filtered, a.fanout)
+                    for n in (small, large)]
             figures[name] = [per_message(runs[0][i], runs[1][i], large - small) for i in range(2)]
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(figures, fh, indent=1, sort_keys=True)
     receiver = "n1: receives (" + ("delivers" if a.delivered or a.filtered else "discards") + ")"
-    roles = (("n0: sends and receives (the producer's and consumer's node)", "n1: the other node") if a.queue
+    roles = (("n0: sends and receives (the producer's and consumer's node)", "n1: the other node")
+             if a.queue or a.fanout
              else ("n0: forwards (the producer's node" + (", through n1's filter)" if a.filtered else ")"),
                    receiver))
     for i, role in enumerate(roles):
