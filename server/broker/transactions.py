@@ -127,6 +127,10 @@ class Transactions:
     def __len__(self) -> int:
         return len(self._open)
 
+    def names(self) -> list[str]:
+        """The open transactions, in the order they were begun (server/cores/handover.py begins them again)."""
+        return list(self._open)
+
     def with_operations(self) -> list[str]:
         """The open transactions that hold an operation (server/cores/home.py: they are fixed to this worker)."""
         return [tx for tx, ops in self._open.items() if ops]

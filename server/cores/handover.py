@@ -4,8 +4,9 @@ The kernel gives a new connection to any worker (``SO_REUSEPORT``). Forwarding e
 destination's owner and every MESSAGE back (home.py, shadow.py) costs each crossing a second parse, a
 re-encode and two channel writes: with one destination the second worker only adds work. So a connection
 whose *first* frame after CONNECT is a SEND or SUBSCRIBE for a destination owned by another worker, and
-that holds nothing yet (no subscription, transaction, temporary destination, receipt or delivery: it has
-handled nothing but its CONNECT), is handed over instead:
+that holds nothing yet (no subscription, temporary destination, receipt or delivery, no transaction with an
+operation: it has handled nothing but its CONNECT and BEGINs, which the owner handles again first), is handed
+over instead:
 
 1. the home stops reading it (the frame and what follows wait), writes what its output still holds, and
    gives up only if that cannot be written at once or the scanner is inside a large body (it forwards,
@@ -122,11 +123,15 @@ def _fits(kind: str, value: Any) -> bool:
 
 
 def movable(session: HomeSession) -> bool:
-    """Nothing of this connection is held anywhere yet: only its CONNECT was handled, on a plain socket."""
+    """Nothing of this connection is held anywhere yet: only its CONNECT was handled, and BEGINs of transactions
+    that hold no operation (a JMS transacted session begins one as it opens; the owner begins them again), on a
+    plain socket."""
     link = session.link
-    return (session.received == 1 and type(link) is StompServerProtocol and session.mesh.handover is not None
+    transactions = session.transactions
+    return (session.received == 1 + len(transactions) and type(link) is StompServerProtocol
+            and session.mesh.handover is not None and not transactions.with_operations()
             and not session.closed and session._held is None and not session.consumers
-            and not session.opened and not session.receipts.waiting and not len(session.transactions)
+            and not session.opened and not session.receipts.waiting
             and not session.temporaries and link.transport is not None
             and link.transport.get_extra_info("ssl_object") is None
             and link.transport.get_extra_info("socket") is not None)
@@ -149,7 +154,9 @@ def hand_over(session: HomeSession, owner: int, frame: Frame) -> bool:
     if rest is None:
         return False
     version = session.version
-    parts = [encode_frame(f.command, f.headers, f.body, version) for f in (frame, *session._deferred)]
+    # its empty transactions, begun again at the owner before the frame (their BEGINs' receipts were written here)
+    begun = [Frame("BEGIN", {"transaction": tx}) for tx in session.transactions.names()]
+    parts = [encode_frame(f.command, f.headers, f.body, version) for f in (*begun, frame, *session._deferred)]
     parts.append(rest)
     parts.extend(bytes(b) for b in session._held or ())
     backlog = link._backlog

@@ -251,3 +251,28 @@ def test_a_moved_connection_re_claims_its_temporary_queue_with_its_first_workers
     again.send("SUBSCRIBE", {"destination": "/temp-queue/reply", "id": "t2"})
     got = again.read(10)
     assert got.command == "MESSAGE" and got.body == b"answer", got
+
+
+def test_a_connection_that_began_empty_transactions_moves_and_they_are_its_owners(broker):
+    """A JMS transacted session sends BEGIN as it opens, before any SEND: a connection that has handled only its
+    CONNECT and BEGINs of empty transactions moves too (spec/cores.md §2.4), its transactions begun again at
+    the owner; before, it stayed at its home and forwarded every frame (one relay a message)."""
+    from tests.cores.test_placement import _connections
+    dest = owned_by(1, prefix="/queue/txmove.")[0]
+    c = broker.connect(0, **{"client-id": "transacted"})
+    c.send("BEGIN", {"transaction": "t1", "receipt": "b"})
+    _receipt(c, "b")                                        # a BEGIN's receipt, written before the move
+    c.send("BEGIN", {"transaction": "t2"})
+    for n in range(3):
+        c.send("SEND", {"destination": dest, "transaction": "t1"}, b"t1.%d" % n)
+        c.send("SEND", {"destination": dest, "transaction": "t2"}, b"t2.%d" % n)
+    c.send("COMMIT", {"transaction": "t1", "receipt": "c1"})
+    _receipt(c, "c1")
+    c.send("ABORT", {"transaction": "t2"})
+    c.send("SEND", {"destination": dest, "receipt": "m"}, b"after")
+    _receipt(c, "m")
+    consumer = broker.connect(1)
+    consumer.send("SUBSCRIBE", {"destination": dest, "id": "s"})
+    assert [consumer.read().body for _ in range(4)] == [b"t1.0", b"t1.1", b"t1.2", b"after"]
+    row = next(r for r in _connections(broker) if r["client_id"] == "transacted")
+    assert row["id"].startswith("w1c"), row                 # the owner's own connection now: nothing relayed

@@ -27,6 +27,8 @@ def _connections(cluster: Cluster) -> list[dict]:
                         "reply-to": "/temp-queue/answers"}, b"{}")
     answer = asker.read()
     assert answer.command == "MESSAGE", answer
+    asker.send("DISCONNECT", {"receipt": "bye"})        # its client id is free for the next listing
+    _receipt(asker, "bye")
     result = json.loads(answer.body)
     assert result["ok"], result
     return [row for row in result["result"] if row["client_id"] != "asker"]
