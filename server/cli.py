@@ -176,6 +176,18 @@ def _announce_backup(server) -> None:
         announce(f"pymq-server admin listening on {scheme}://{config.host}:{server.admin_port}/", config.log_format)
 
 
+def _submodule_found(package: str, name: str) -> bool:
+    """Whether ``package.name`` can be imported, found as the import system finds it but without importing
+    ``package`` (``importlib.util.find_spec`` of a submodule imports its parent: for the Spark connector that
+    is pyspark, 120 modules and about 10 MiB of the broker's memory, right after its listeners opened)."""
+    spec = importlib.util.find_spec(package)           # a top-level name: looked up, not imported
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    path = list(spec.submodule_search_locations)
+    return any(finder.find_spec(f"{package}.{name}", path) is not None
+               for finder in sys.meta_path if hasattr(finder, "find_spec"))
+
+
 def compiled_missing() -> list[str]:
     """Every compiled module of setup.py's EXTENSIONS this installation lacks (none under
     PYMQ_NO_EXTENSIONS=1, a deliberate choice).  Some pickers are imported only when their path is first
@@ -190,7 +202,7 @@ def compiled_missing() -> list[str]:
     missing = list(MISSING)
     if not NO_EXTENSIONS and "pyspark_pymq._decode_c" not in missing:
         try:
-            found = importlib.util.find_spec("pyspark_pymq._decode_c") is not None
+            found = _submodule_found("pyspark_pymq", "_decode_c")
         except ImportError:
             found = False
         if not found:

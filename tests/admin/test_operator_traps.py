@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -168,3 +169,18 @@ def test_every_compiled_module_of_the_build_is_known_to_the_warning():
     # setup.py's table and the start-up check name the same modules
     setup = (Path(__file__).resolve().parents[2] / "setup.py").read_text()
     assert sorted(re.findall(r'\("([\w.]+_c)", "_ext/', setup)) == sorted(COMPILED)
+
+
+def test_the_start_up_check_of_compiled_modules_imports_no_spark():
+    # the check looks for the Spark connector's decoder without importing its package (which imports pyspark:
+    # about 10 MiB of a broker's memory and 120 modules, taken right after the listeners opened), and still
+    # finds it where it is installed
+    code = ("import sys; from pymq_server.cli import compiled_missing; missing = compiled_missing(); "
+            "print(sorted(m.split('.')[0] for m in sys.modules if m.split('.')[0] in ('pyspark', 'pyspark_pymq', "
+            "'py4j'))); print(missing)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYMQ_NO_EXTENSIONS": ""})
+    assert done.returncode == 0, done.stderr
+    imported, missing = done.stdout.splitlines()
+    assert imported == "[]", imported
+    assert "pyspark_pymq._decode_c" not in missing, missing
