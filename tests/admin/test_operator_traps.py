@@ -27,7 +27,8 @@ from tests.client.tls import Authority
 from tests.storage.disks import BrokerProcess as PlainBroker
 
 COMPILED = ("pymq.protocol._scanner_c", "pymq.selector._evaluator_c", "pymq.routing._bloom_c",
-            "pymq.routing._topics_c", "pymq_server.storage._page_alloc_c", "pyspark_pymq._decode_c")
+            "pymq.routing._topics_c", "pymq_server.storage._page_alloc_c", "pymq_server.broker._send_c",
+            "pyspark_pymq._decode_c")
 
 
 def check_config(tmp_path: Path, config: dict) -> subprocess.CompletedProcess:
