@@ -210,9 +210,9 @@ class BrokerServer:
         try:
             if self.config.admin_port is not None:
                 await self.listeners.start_admin_http(self)
-            if self.on_backup is not None:
-                self.on_backup(self)
-            if not await role.wait_until_live():
+            on_backup = self.on_backup
+            # announced once the lease was read: what the admin shows from then on names the holder (epoch)
+            if not await role.wait_until_live(None if on_backup is None else lambda: on_backup(self)):
                 return False
         except BaseException:
             await self.stop()

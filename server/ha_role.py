@@ -14,7 +14,7 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from pymq_server.config import BrokerConfig
@@ -71,8 +71,10 @@ class HaRole:
         return self.arbiter.role
 
     # -- backup ---------------------------------------------------------------------------------------------
-    async def wait_until_live(self) -> bool:
-        """Wait as a backup until this process takes the store (True), or :meth:`stop_waiting` (False)."""
+    async def wait_until_live(self, waiting: Callable[[], None] | None = None) -> bool:
+        """Wait as a backup until this process takes the store (True), or :meth:`stop_waiting` (False).
+        ``waiting`` is called once the lease medium is open and the lease was read: from then on the
+        status (admin, /readyz, metrics) shows the holder and its epoch, not a backup that knows nothing."""
         loop = self._loop = asyncio.get_running_loop()
 
         def fenced(reason: str) -> None:          # any thread: a renewal, a write, a barrier
@@ -80,6 +82,9 @@ class HaRole:
 
         self.arbiter.on_fenced(fenced)
         await asyncio.to_thread(self.medium.open)
+        await asyncio.to_thread(self.arbiter.look)
+        if waiting is not None:
+            waiting()
         log.info("backup of node %s: waiting for the store (%s)", self.arbiter.node, self.medium.kind)
         return await asyncio.to_thread(self.arbiter.wait_until_taken, self._waiting)
 

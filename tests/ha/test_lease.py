@@ -267,3 +267,36 @@ def test_lease_file_holds_two_copies(tmp_path):
     assert sorted(c.seq for c in copies) == [3, 4]
     assert os.path.exists(tmp_path / "ha" / "live.lock") and os.path.exists(tmp_path / "ha" / "epoch.lock")
     medium.close()
+
+
+def test_rule_1_8_a_backup_says_it_waits_only_once_it_read_the_lease(tmp_path):
+    """The command line announces a backup (and the tests and operators then read its admin port) from
+    ``wait_until_live``'s ``waiting`` call: by then the lease was read, so the status names the holder and its
+    epoch (a backup announced before its first read showed epoch 0 to /readyz under load)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from pymq_server.ha_role import HaRole
+
+    medium = FileLease(str(tmp_path / "ha"), "orders")
+    medium.open()
+    live = arbiter(medium)
+    stop = threading.Event()
+    assert live.wait_until_taken(stop)
+    Loop(live)
+    config = SimpleNamespace(ha=SimpleNamespace(lease_ms=1000, renew_every_ms=250, poll_ms=20), node_id="orders",
+                             ha_store=lambda: ("file", str(tmp_path)))
+    role = HaRole(SimpleNamespace(config=config))
+    announced: list[dict] = []
+
+    async def backup() -> bool:
+        waiting = asyncio.ensure_future(role.wait_until_live(lambda: announced.append(role.status())))
+        while not announced:
+            await asyncio.sleep(0.01)
+        role.stop_waiting()
+        return await asyncio.wait_for(waiting, 10)
+
+    assert asyncio.run(backup()) is False
+    assert [(s["role"], s["epoch"], s["holder"]["pid"]) for s in announced] == [("backup", 1, os.getpid())]
+    role.medium.close()
+    live.stop()

@@ -90,6 +90,14 @@ class HaArbiter:
                 log.exception("a fenced hook failed")
 
     # -- backup ------------------------------------------------------------------------------------------
+    def look(self) -> None:
+        """Read the lease for the status only (what the admin shows as the holder, and its epoch); blocking.
+        A failed read leaves the last one: the candidate reads for real."""
+        try:
+            self.seen = self.medium.read()
+        except Exception:  # noqa: BLE001 - only for the status
+            pass
+
     def wait_until_taken(self, stop: threading.Event) -> bool:
         """Be a backup until this process takes the store (True) or ``stop`` is set (False).  Blocking: run
         it off the event loop.  Raises ConfigError when the store belongs to another node id."""
@@ -122,10 +130,7 @@ class HaArbiter:
                 if not logged_wait:
                     log.info("backup: another backup watches the store; waiting to be the candidate")
                     logged_wait = True
-                try:
-                    self.seen = medium.read()       # what the admin shows as the holder
-                except Exception:  # noqa: BLE001 - only for the status; the candidate reads for real
-                    pass
+                self.look()
                 stop.wait(self.poll_s)
                 continue
             self.candidate = True
