@@ -166,11 +166,16 @@ class Backlog:
         """Whether a new ready entry joins the backlog (paged out or kept behind it) instead of the ready
         index: when the backlog is not empty (order), or memory is short and paging frees something — unless
         the queue has consumers and nothing ready, where the entry goes out at once (the backlog is read
-        back when dispatch runs low, and nothing would run dispatch for a new message that waits there)."""
+        back when dispatch runs low, and nothing would run dispatch for a new message that waits there).
+
+        Paging frees something only for a ``sole`` message, so an empty backlog never takes a shared one: the
+        queue asks only when ``self.count or sole`` (MessageQueue.enqueue: a topic message's fan-out to
+        subscriptions with nothing waiting does not call this once per subscription)."""
         pager = self.pager
-        # (waiting consumers asked before memory: a queue being read asks flow.short() not at all)
+        # (waiting consumers asked before memory: a queue being read asks flow.short() not at all; an empty
+        # backlog is asked about a sole message only, see above)
         if pager is None or (not self.count and ((entry.queue.consumers and not entry.queue.ready.count)
-                                                 or not (sole and pager.flow.short()))):
+                                                 or not pager.flow.short())):
             return False
         self.count += 1
         runs = self.runs
@@ -231,8 +236,7 @@ class Backlog:
             block = run[1]
             entries = []
             for message, deliveries in block.take(STORED_STEP):
-                entry = Entry(message, queue, now)
-                entry.deliveries = deliveries
+                entry = Entry(message, queue, now, deliveries=deliveries)
                 message.refs += 1
                 if UNREADABLE in message.headers:
                     self._unreadable(queue, entry)
@@ -256,9 +260,7 @@ class Backlog:
             entries = []
             for key in step:
                 message = pager.read_stored(device, key, chosen, rule, True)
-                entry = Entry(message, queue, now)
-                entry.stored = True
-                entry.deliveries = device.deliveries(key).get(queue.name, 0)     # recovered ones
+                entry = Entry(message, queue, now, True, device.deliveries(key).get(queue.name, 0))  # recovered
                 message.refs += 1
                 entries.append(entry)
         self.count -= len(entries)

@@ -21,15 +21,17 @@ class Entry:
     __slots__ = ("message", "queue", "state", "deliveries", "consumer", "token", "enqueued_at",
                  "acquired_at", "stored", "first_in_group")
 
-    def __init__(self, message: BrokerMessage, queue: MessageQueue, now: float) -> None:
+    def __init__(self, message: BrokerMessage, queue: MessageQueue, now: float, stored: bool = False,
+                 deliveries: int = 0) -> None:
+        # each field set once, here: a topic message makes one entry per subscription
         self.message = message
         self.queue = queue
         self.state: EntryState = READY
-        self.deliveries = 0
+        self.deliveries = deliveries  # deliveries before a restart (recovery, a paged message read back)
         self.consumer: QueueReader | None = None
         self.token: str | None = None     # what the consumer's ACK names (client modes), while acquired
         self.enqueued_at, self.acquired_at = now, 0.0
-        self.stored = False          # holds a storage reference that must be removed when done
+        self.stored = stored         # holds a storage reference that must be removed when done
         self.first_in_group = False  # the first delivery of its group to a new owner (JMSXGroupFirstForConsumer)
         # counted in the memory flow while it lives (flow.ENTRY_OVERHEAD each): the queue uncounts it when it
         # ends (queue._drop) or pages it out (backlog.Pager)

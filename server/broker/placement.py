@@ -262,8 +262,12 @@ class Placement:
             queues[0].enqueue(message, stored=stored and queues[0].durable, sole=True)   # paging it frees it
             return
         message.refs += 1               # (not sole: another queue, the log or an outbox holds it too)
-        for queue in queues:
-            queue.enqueue(message, stored=stored and queue.durable, sole=False)
+        if queues:
+            # one reading of the clock for every queue's entry (their host is the broker's, one clock): the
+            # same instant, asked once a message rather than once a subscription
+            now = queues[0].host.clock()
+            for queue in queues:
+                queue.enqueue(message, stored=stored and queue.durable, now=now, sole=False)
         message.refs -= 1
         if not message.refs:
             self.flow.message_gone(message)     # every queue's copy was taken and completed already

@@ -109,11 +109,9 @@ class MessageQueue:
         ``deliveries``: how often it went to consumers before a restart (recovery); ``sole``: no other
         queue, log or outbox holds the message (so paging it out frees its memory)."""
         now = self.host.clock() if now is None else now
-        entry = Entry(message, self, now)
-        entry.stored = stored
+        entry = Entry(message, self, now, stored, deliveries)
         message.refs += 1
         self.stats.added += 1
-        entry.deliveries = deliveries
         if deliveries and self._dead_on_arrival(entry):
             return entry
         if self.last_values is not None and not self.last_values.admit(entry):
@@ -123,7 +121,7 @@ class MessageQueue:
             self.timed[entry] = None
             self._depth_delta(1)
             self.host.schedule_at_ms(message.deliver_at, self._make_due, entry)
-        elif self.backlog.takes(entry, sole):
+        elif (sole or self.backlog.count) and self.backlog.takes(entry, sole):     # (Backlog.takes: when asked)
             self._depth_delta(1, now)          # behind the ready index, on disk or behind paged messages
             return entry
         elif self.consumers and not self.ready.count and not self.dispatcher.running and \

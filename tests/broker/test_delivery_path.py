@@ -221,3 +221,58 @@ def test_a_topic_message_s_shared_header_lines_are_encoded_once_for_every_subscr
         shared.add(tuple(line for line in lines if line not in own))
     assert len(shared) == 1           # byte-identical shared header lines, in the same order
     assert b"k:v\\c1" in frames[0] and frames[0].endswith(b"\n\nhello\x00")
+
+
+def _fan_out(n: int, monkeypatch) -> tuple[list[MessageQueue], SteppingHost, list]:
+    """Placement._enter's fan-out of one topic message to ``n`` subscription queues (nobody reading them), with
+    the calls of Backlog.takes recorded; the host's clock readings are counted from the message on."""
+    from pymq_server.broker.backlog import Backlog
+    from pymq_server.broker.placement import Placement
+
+    asked: list = []
+    real = Backlog.takes
+
+    def takes(self, entry, sole):
+        asked.append(sole)
+        return real(self, entry, sole)
+
+    monkeypatch.setattr(Backlog, "takes", takes)
+    host = SteppingHost()
+    queues = [MessageQueue(host, f"sub:{i}", "/topic/t", kind="subscription", config=QueueConfig(),  # type: ignore[arg-type]
+                           durable=False) for i in range(n)]
+    host.t = 0.0
+    message = BrokerMessage(1, "ID:t-1", "/topic/t", 1, {}, b"x", False, 4, 0, 0)
+    placement = SimpleNamespace(flow=SimpleNamespace(message_gone=lambda m: None))
+    Placement._enter(placement, message, queues, [], None, False)      # type: ignore[arg-type]
+    assert message.refs == n and all(q.ready.count == 1 for q in queues)
+    return queues, host, asked
+
+
+def test_a_topic_message_s_fan_out_reads_the_clock_once_for_every_subscription(monkeypatch):
+    """Placement._enter reads the clock once a message and gives every subscription's entry that instant (their
+    host is the broker's, one clock), rather than each queue's enqueue reading it again."""
+    queues, host, _ = _fan_out(20, monkeypatch)
+    assert host.t == 1.0                                            # one reading for 20 entries
+    assert {e.enqueued_at for q in queues for e in q.ready} == {1.0}
+
+
+def test_an_empty_backlog_is_not_asked_about_a_shared_message(monkeypatch):
+    """Paging frees nothing for a message other queues hold too, so an empty backlog never takes one: the queue
+    does not ask Backlog.takes once per subscription of a fan-out; a sole message is still asked about."""
+    _, _, asked = _fan_out(20, monkeypatch)
+    assert asked == []
+    queue, _ = _queue()
+    queue.enqueue(_message(1), sole=True)
+    assert asked == [True]
+
+
+def test_an_entry_s_fields_are_set_once_by_its_constructor():
+    """Entry takes its storage reference and its earlier deliveries as it is made (enqueue, the backlog's read
+    back): each field is set once per entry, and a topic message makes one entry per subscription."""
+    from pymq_server.broker.entry import Entry
+
+    queue, _ = _queue()
+    entry = Entry(_message(1), queue, 5.0, True, 3)
+    assert (entry.stored, entry.deliveries, entry.enqueued_at) == (True, 3, 5.0)
+    made = queue.enqueue(_message(2), stored=True, deliveries=0)
+    assert made.stored and made.deliveries == 0
