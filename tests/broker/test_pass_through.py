@@ -292,10 +292,10 @@ def test_a_message_passed_through_takes_one_transition_and_neither_acquire_nor_c
     general_states, general_at_write, general_calls = one(AUTO, False)
     assert general_states == ["ready", "acquired", "completed"] and general_at_write == ["acquired"]
     assert len(calls) == len(general_calls) - 1        # _acquire and complete, for the one _pass
-    # the message's and the entry's __init__, the queue's enqueue, the backlog's refusal, the offer and its
-    # consumer's credit, the depth figures, the pass with its delivery count, the consumer and its session's
-    # outlet, the drop
-    assert calls == ["__init__", "enqueue", "__init__", "takes", "offer", "can_take", "_depth_delta", "_pass",
+    # the message's and the entry's __init__, the queue's enqueue (the backlog not asked: it is empty and the
+    # message not marked the queue's alone), the offer and its consumer's credit, the depth figures, the pass with
+    # its delivery count, the consumer and its session's outlet, the drop
+    assert calls == ["__init__", "enqueue", "__init__", "offer", "can_take", "_depth_delta", "_pass",
                      "_count_delivery", "deliver", "deliver", "_drop"]
     assert set(general_calls) - set(calls) == {"_acquire", "complete"}
     assert one(CLIENT_INDIVIDUAL, True)[0] == ["ready", "acquired"]      # held until its ACK
