@@ -23,8 +23,8 @@ def core(tmp_path):
 
 def _holder(name: str, durable: bool = True) -> SimpleNamespace:
     got: list = []
-    return SimpleNamespace(name=name, durable=durable, got=got,
-                           enqueue=lambda message, stored=False, sole=False: got.append(message),
+    return SimpleNamespace(name=name, durable=durable, got=got, host=SimpleNamespace(clock=lambda: 0.0),
+                           enqueue=lambda message, stored=False, now=None, sole=False: got.append(message),
                            append=lambda message, stored: got.append(message))
 
 
