@@ -3,26 +3,16 @@ rule (routes.py) is reached from the driver with no frame of the state's in betw
 key setting is read without an Enum call, and the local-consumer question stops at the first one."""
 from __future__ import annotations
 
-import sys
 
 from pymq_server.broker.requests import SubscribeRequest
 
 from tests.broker.core_harness import FakeClient
+from tests.calls import python_calls
 from tests.cluster.test_outboxes import n  # noqa: F401  (the fixture: a broker core and its node n0)
 
 
 def _calls(fn) -> tuple[object, list[str]]:
-    calls: list[str] = []
-
-    def profile(frame, event, arg) -> None:
-        if event == "call":
-            calls.append(frame.f_code.co_name)
-    sys.setprofile(profile)
-    try:
-        result = fn()
-    finally:
-        sys.setprofile(None)
-    return result, calls
+    return python_calls(fn, lambda code: code.co_name)
 
 
 def test_a_queue_message_with_local_consumers_is_kept_here_by_the_shortest_path(n):  # noqa: F811

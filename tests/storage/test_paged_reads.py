@@ -11,7 +11,6 @@ drain's broker CPU was 1.15x ccb5094's).
 * A read and the delivery counts asked with it reach the open store without the device's layers."""
 from __future__ import annotations
 
-import sys
 
 import pytest
 
@@ -19,6 +18,7 @@ from pymq.errors import StorageError
 from pymq_server.storage.device import StoredMessage
 from pymq_server.storage.file import FileDevice
 from pymq_server.storage.file.index import ColdRun
+from tests.calls import python_calls
 from tests.storage.faults import FaultyIO
 
 Q = "/queue/a"
@@ -29,18 +29,7 @@ def _body(key: int) -> bytes:
 
 
 def _calls(fn) -> list[str]:
-    calls: list[str] = []
-
-    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
-        if event == "call":
-            calls.append(frame.f_code.co_qualname)
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return calls
+    return python_calls(fn)[1]
 
 
 def _paged_device(path, count: int, **kw) -> FileDevice:

@@ -8,27 +8,15 @@ the removal runs, so a layer that comes back between them (a ``take`` then a ``d
 ``mark_dirty`` method) fails it, and checks that what the removal must do still happened."""
 from __future__ import annotations
 
-import os
-import sys
 
+from tests.calls import file_and_name, python_calls
 from tests.storage.test_write_behind import Msg, barrier, make_store
 
 Q = "/queue/a"
 
 
 def _calls(fn) -> list[str]:
-    calls: list[str] = []
-
-    def profile(frame, event, arg):  # type: ignore[no-untyped-def]
-        if event == "call":
-            calls.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}")
-
-    sys.setprofile(profile)
-    try:
-        fn()
-    finally:
-        sys.setprofile(None)
-    return calls
+    return python_calls(fn, file_and_name)[1]
 
 
 def test_the_removal_of_a_last_reference_runs_one_chain_and_marks_the_device_dirty(tmp_path):
@@ -65,17 +53,8 @@ def test_a_read_of_a_page_that_left_memory_reaches_the_os_through_no_gate_call_a
             device.write(StoredMessage(key, Q, key, True, b"m%03d" % key + b"." * 300), [Q])
         device.checkpoint()                             # the pages written leave memory
         assert device.store.pages.pages[device.where(1).page].buf is None
-        calls: list[str] = []
-
-        def profile(frame, event, arg):  # type: ignore[no-untyped-def]
-            if event == "call":
-                calls.append(frame.f_code.co_qualname)
-
-        sys.setprofile(profile)
-        try:
-            data = device.read(1).data
-        finally:
-            sys.setprofile(None)
+        read, calls = python_calls(lambda: device.read(1))
+        data = read.data
         assert data == b"m001" + b"." * 300
         assert calls.count("FileIO.pread") == 1, calls           # the page, once
         assert "WriteGate.pread" not in calls, calls
