@@ -88,6 +88,9 @@ class HomeSession(BrokerSession):
         # how many there are: with the owner rule (spec/cores.md §2.2) a reader such as the JVM Spark
         # connector finds which worker owns a destination and connects there (spec/spark.md §2)
         headers["pymq-workers"] = str(self.mesh.ownership.workers)
+        # and which owner rule this broker's data directory keeps (spec/cores.md §2): "numbered", or "hash"
+        # for a directory written before the numbered rule, so such a reader computes the owner it uses
+        headers["pymq-placement"] = "numbered" if self.mesh.ownership.numbered else "hash"
         super().connected(version, headers, to_client, to_server)
 
     # -- the first name owned elsewhere ----------------------------------------------------------------

@@ -3,7 +3,9 @@
 The oracle is written here from the spec's words, not imported from server/cores: the rendezvous hash of
 spec/routing.md §2.2 over the worker ids ``w0 .. w<W-1>`` (murmur3 from the pure-Python reference, scores
 compared here, ties to the first id in UTF-8 order) for an ordinary name, and for a *numbered* name
-``<stem>.<n>`` (n: 1-18 ASCII digits) the stem's winner plus n, modulo W. Only ordinary destination names
+``<stem>.<n>`` (n: 1-18 ASCII digits) the stem's winner plus n, modulo W: the ``numbered`` placement; each case
+also under the ``hash`` placement (a data directory written before the numbered rule, CONNECTED's
+``pymq-placement:hash``), where every name is hashed whole. Only ordinary destination names
 are listed (what a client such as the JVM Spark reader computes); the home's own names (``/pymq/``, a
 connection's temporaries) and dead-letter queues are spec/cores.md §2's and tested in tests/cores.
 Regenerate only on a deliberate change:
@@ -28,9 +30,9 @@ def rendezvous(key: str, workers: int) -> int:
     return int(ids[best][1:])
 
 
-def owner(name: str, workers: int) -> int:
+def owner(name: str, workers: int, placement: str) -> int:
     stem, dot, number = name.rpartition(".")
-    if dot and 1 <= len(number) <= 18 and all(ch in "0123456789" for ch in number):
+    if placement == "numbered" and dot and 1 <= len(number) <= 18 and all(ch in "0123456789" for ch in number):
         return (rendezvous(stem, workers) + int(number)) % workers
     return rendezvous(name, workers)
 
@@ -49,12 +51,14 @@ NAMES = [
 
 
 def main() -> None:
-    cases = [{"workers": w, "destination": name, "owner": owner(name, w)}
-             for w in (2, 3, 5, 16) for name in NAMES]
+    cases = [{"placement": placement, "workers": w, "destination": name, "owner": owner(name, w, placement)}
+             for placement in ("numbered", "hash") for w in (2, 3, 5, 16) for name in NAMES]
     json.dump({"spec": "spec/cores.md section 2",
-               "description": "owner(d) for W workers: a name <stem>.<n> (n 1-18 ASCII digits) -> (rendezvous(stem) "
-                              "+ n) mod W; any other name -> rendezvous(d); rendezvous = spec/routing.md 2.2 over "
-                              "the candidates w0..w<W-1>, the winner's number",
+               "description": "owner(d) for W workers under the data directory's placement (CONNECTED's "
+                              "pymq-placement): numbered: a name <stem>.<n> (n 1-18 ASCII digits) -> "
+                              "(rendezvous(stem) + n) mod W, any other name -> rendezvous(d); hash (a data directory "
+                              "written before the numbered rule): every name -> rendezvous(d); rendezvous = "
+                              "spec/routing.md 2.2 over the candidates w0..w<W-1>, the winner's number",
                "cases": cases}, sys.stdout, indent=1, ensure_ascii=False)
     sys.stdout.write("\n")
 

@@ -35,6 +35,7 @@ def test_workers_1_is_the_one_process_broker(tmp_path):
         c = RawStomp(port)
         frame = c.connect()
         assert frame.command == "CONNECTED" and "pymq-worker" not in frame.headers
+        assert "pymq-placement" not in frame.headers and "pymq-workers" not in frame.headers
         assert frame.headers["session"].startswith("c")
         c.sock.close()
     finally:

@@ -106,6 +106,17 @@ def test_four_numbered_queues_are_two_per_worker_and_each_stream_runs_in_its_own
         expected = [0, 0, 0, 0, 1, 1, 1, 1]
     cluster = start_broker(str(data))
     try:
+        # CONNECTED says which rule the data directory keeps, from either worker: a client that computes
+        # owners (the JVM Spark reader's Planner.owner) follows it
+        said: dict[str, str] = {}
+        for _ in range(200):
+            c = RawStomp(cluster.port)
+            frame = c.connect()
+            c.sock.close()
+            said[frame.headers["pymq-worker"]] = frame.headers["pymq-placement"]
+            if len(said) == 2:
+                break
+        assert said == {"0": placement, "1": placement}
         assert _four_streams(cluster, queues) == expected       # numbered: two streams a worker, nothing spans
     finally:
         stop_broker(cluster)

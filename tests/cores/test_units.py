@@ -89,10 +89,13 @@ def test_the_owner_table_of_four_queues_over_two_workers_is_two_and_two():
 def test_owners_match_the_spec_vectors_in_every_worker():
     cases = json.loads((pathlib.Path(__file__).resolve().parents[2] / "spec" / "vectors"
                         / "worker_owners.json").read_text(encoding="utf-8"))["cases"]
-    assert len(cases) > 100
+    assert len(cases) > 200
+    assert {case["placement"] for case in cases} == {"numbered", "hash"}
     for case in cases:
+        numbered = case["placement"] == "numbered"
         for me in range(case["workers"]):
-            assert Ownership(me, case["workers"], "pymq").owner(case["destination"]) == case["owner"], case
+            got = Ownership(me, case["workers"], "pymq", numbered=numbered).owner(case["destination"])
+            assert got == case["owner"], case
 
 
 def test_the_placement_is_decided_once_with_the_data_directory(tmp_path):

@@ -1,11 +1,15 @@
 """A read of many destinations of a broker running several workers (spec/cores.md) is served by every
 worker: the JVM source plans each task with the worker that owns its destination (spec/spark.md §2,
-owners) and the task connects there, so nothing is forwarded between workers."""
+owners) and the task connects there, so nothing is forwarded between workers. The owner follows the rule
+the broker's data directory keeps (CONNECTED's ``pymq-placement``): numbered, or the hash alone for a
+directory written before the numbered rule."""
 from __future__ import annotations
 
 from tests.spark._spark import need_spark
 
 need_spark()
+
+import json
 
 import pytest
 
@@ -16,13 +20,20 @@ from tests.spark.test_batch import send
 pytestmark = pytest.mark.spark
 
 
-def test_each_task_reads_from_the_worker_that_owns_its_destination(spark, jvm_source, tmp_path):
+@pytest.mark.parametrize("placement", ["numbered", "hash"])
+def test_each_task_reads_from_the_worker_that_owns_its_destination(spark, jvm_source, tmp_path, placement):
+    from pymq.routing import GroupRouter
     from tests.conftest import RawStomp
     from tests.cores.conftest import spec_owner, start_broker, stop_broker
     from tests.spark._impls import JvmImpl
     from tests.spark._spark import need_jvm_source
     need_jvm_source(*jvm_source)
-    cluster = start_broker(str(tmp_path / "data"))
+    data = tmp_path / "data"
+    if placement == "hash":     # a data directory written before the numbered rule
+        data.mkdir()
+        (data / "cores.json").write_text(json.dumps({"workers": 2}))
+    router = GroupRouter(["w0", "w1"])
+    cluster = start_broker(str(data))
     try:
         url = f"stomp://127.0.0.1:{cluster.port}"
         # CONNECTED says the home worker and how many there are (what the owner rule needs)
@@ -30,11 +41,13 @@ def test_each_task_reads_from_the_worker_that_owns_its_destination(spark, jvm_so
         frame = c.connect()
         c.sock.close()
         assert frame.headers["pymq-worker"] in ("0", "1") and frame.headers["pymq-workers"] == "2"
+        assert frame.headers["pymq-placement"] == placement     # and which owner rule
         owner = {}
         i = 0
         while len(owner) < 6:                      # three queues owned by each worker
             name = f"/queue/spread.{i}"
-            w = spec_owner(name)                   # spec/cores.md §2: numbered names round-robin
+            # spec/cores.md §2: numbered names round-robin, or every name hashed whole
+            w = spec_owner(name) if placement == "numbered" else int(router.route(name)[1:])
             if sum(1 for v in owner.values() if v == w) < 3:
                 owner[name] = w
             i += 1

@@ -24,6 +24,9 @@ final class Planner implements AutoCloseable {
     private static final Logger LOG = LoggerFactory.getLogger("io.pymq.spark");
     /** Probes of a destination's byte layout ask for this many body bytes (the broker's cap per answer). */
     static final long PROBE_BYTES = 16L * 1024 * 1024;
+    /** The owner rules a broker's CONNECTED names in {@code pymq-placement} (spec/cores.md §2). */
+    static final String NUMBERED = "numbered";
+    static final String HASH = "hash";
 
     final Options.Read opts;
     private StompClient client;
@@ -211,8 +214,9 @@ final class Planner implements AutoCloseable {
 
     /** The task of one piece, connecting to the worker that owns its destination (spec/spark.md §2). */
     RangePartition task(Plan.Span s) {
-        int workers = broker().workers;
-        int owner = workers > 1 ? owner(s.destination(), workers) : -1;
+        StompClient broker = broker();
+        int workers = broker.workers;
+        int owner = workers > 1 ? owner(s.destination(), workers, broker.placement) : -1;
         boolean check = !opts.consume() && opts.failOnDataLoss();
         return new RangePartition(opts.connection(), s.destination(), s.start(), s.end(), opts.selector(),
                 opts.subscriptionOf(s.destination()), opts.fetchSize(), check, opts.source(), opts.fetchRetries(),
@@ -220,18 +224,25 @@ final class Planner implements AutoCloseable {
     }
 
     /**
-     * The worker of {@code workers} that owns {@code destination} (spec/cores.md §2, vectors
-     * spec/vectors/worker_owners.json): a numbered name {@code <stem>.<n>} (n: 1-18 ASCII digits) is
-     * {@code (rendezvous(stem) + n) mod W}, any other name {@code rendezvous(destination)}, the rendezvous hash
-     * over {@code w0 .. w<W-1>}. A broker whose data directory predates the numbered rule hashes every name:
-     * a task that lands on another worker than the owner is still served (forwarded), only slower.
+     * The worker of {@code workers} that owns {@code destination} under the broker's {@code placement}
+     * (spec/cores.md §2, vectors spec/vectors/worker_owners.json): with {@link #NUMBERED} a numbered name
+     * {@code <stem>.<n>} (n: 1-18 ASCII digits) is {@code (rendezvous(stem) + n) mod W}; with {@link #HASH} (a
+     * data directory written before the numbered rule) and for any other name, {@code rendezvous(destination)},
+     * the rendezvous hash over {@code w0 .. w<W-1>}. -1 for a rule this reader does not know: its task then
+     * connects once, to any worker, which forwards (served, only slower).
      */
-    static int owner(String destination, int workers) {
+    static int owner(String destination, int workers, String placement) {
+        if (!NUMBERED.equals(placement) && !HASH.equals(placement)) {
+            return -1;
+        }
         List<String> names = new ArrayList<>();
         for (int k = 0; k < workers; k++) {
             names.add("w" + k);
         }
         GroupRouter router = new GroupRouter(names);
+        if (HASH.equals(placement)) {
+            return Integer.parseInt(router.route(destination).substring(1));
+        }
         int dot = destination.lastIndexOf('.');
         String number = dot < 0 ? "" : destination.substring(dot + 1);
         boolean numbered = !number.isEmpty() && number.length() <= 18;

@@ -70,6 +70,8 @@ final class StompClient implements AutoCloseable {
     final int worker;
     /** How many workers that broker runs ({@code pymq-workers}), or 0 when it does not say. */
     final int workers;
+    /** The owner rule its data directory keeps ({@code pymq-placement}: numbered or hash; hash when not said). */
+    final String placement;
     private final Socket socket;
     private final InputStream in;
     private final OutputStream out;
@@ -96,6 +98,7 @@ final class StompClient implements AutoCloseable {
         this.version = connected.get("version", Stomp.V10);
         this.worker = parseInt(connected.get("pymq-worker"), -1);
         this.workers = parseInt(connected.get("pymq-workers"), 0);
+        this.placement = connected.get("pymq-placement", Planner.HASH);
         long[] theirs = parseBeats(connected.get("heart-beat"));
         long sendEvery = options.heartbeatSend() == 0 || theirs[1] == 0 ? 0 : Math.max(options.heartbeatSend(), theirs[1]);
         if (sendEvery > 0) {

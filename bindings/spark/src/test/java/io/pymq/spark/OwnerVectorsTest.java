@@ -10,12 +10,25 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 class OwnerVectorsTest {
     @Test
     void ownersMatchTheVectors() throws Exception {
-        int checked = 0;
+        int numbered = 0;
+        int hashed = 0;
         for (JsonNode c : VectorFiles.load("worker_owners.json").get("cases")) {
-            assertEquals(c.get("owner").asInt(), Planner.owner(c.get("destination").asText(), c.get("workers").asInt()),
-                    c.toString());
-            checked++;
+            String placement = c.get("placement").asText();
+            assertEquals(c.get("owner").asInt(), Planner.owner(c.get("destination").asText(), c.get("workers").asInt(),
+                    placement), c.toString());
+            if (placement.equals(Planner.NUMBERED)) {
+                numbered++;
+            } else {
+                hashed++;
+            }
         }
-        assertTrue(checked > 100);
+        assertTrue(numbered > 100 && hashed > 100, numbered + " numbered, " + hashed + " hash");
+    }
+
+    /** A placement rule this reader does not know (a later broker's): no owner, the task goes to any worker. */
+    @Test
+    void anUnknownPlacementAimsAtNoWorker() {
+        assertEquals(-1, Planner.owner("/queue/orders.1", 2, "table"));
+        assertEquals(-1, Planner.owner("/queue/orders.1", 2, ""));
     }
 }
