@@ -40,7 +40,7 @@ from __future__ import annotations
 import struct
 from array import array
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 from collections.abc import Iterator
 
 from pymq_server.broker.blocks import UNREADABLE
@@ -151,6 +151,11 @@ class Pager:
         return message
 
 
+#: the runs of every empty backlog, never added to (Backlog._append gives a backlog its own deque: a deque
+#: allocates its first 64-slot block when made, 760 bytes a queue that never pages)
+NO_RUNS: deque[list] = cast("deque[list]", ())
+
+
 class Backlog:
     """One queue's backlog (see the module's docstring)."""
 
@@ -158,9 +163,22 @@ class Backlog:
 
     def __init__(self, pager: Pager | None) -> None:
         self.pager = pager
-        # ["held", entries, bytes] | ["batch", device, key, n] | ["stored", ...] | ["block", BulkBlock]
-        self.runs: deque[list] = deque()
+        # ["held", entries, bytes] | ["batch", device, key, n] | ["stored", ...] | ["block", BulkBlock]; an
+        # empty backlog (most queues, most of the time) shares NO_RUNS: a deque is 760 bytes from birth
+        self.runs: deque[list] = NO_RUNS
         self.count = 0
+
+    def _append(self, run: list) -> None:
+        runs = self.runs
+        if runs is NO_RUNS:
+            runs = self.runs = deque()
+        runs.append(run)
+
+    def _popleft(self) -> None:
+        runs = self.runs
+        runs.popleft()
+        if not runs:
+            self.runs = NO_RUNS       # drained: its deque goes
 
     def takes(self, entry: Entry, sole: bool) -> bool:
         """Whether a new ready entry joins the backlog (paged out or kept behind it) instead of the ready
@@ -188,7 +206,7 @@ class Backlog:
             device, chosen, rule = message.device, message.chosen, message.rule
             if last is None or last[0] != "stored" or last[1] is not device or last[2] != chosen or last[3] != rule:
                 last = ["stored", device, chosen, rule, array("Q"), 0]
-                runs.append(last)
+                self._append(last)
             last[4].append(message.key)
             message.refs -= 1
             pager.drop_stored(message)
@@ -200,14 +218,14 @@ class Backlog:
         """A bulk block joins the backlog's tail (blocks.py); how many rows it adds."""
         n = block.waiting
         if n:
-            self.runs.append(["block", block])
+            self._append(["block", block])
             self.count += n
         return n
 
     def _held(self, entry: Entry, last: list | None, pageable: bool) -> None:
         if last is None or last[0] != "held" or last[3] != pageable:
             last = ["held", [], 0, pageable]
-            self.runs.append(last)
+            self._append(last)
         last[1].append(entry)
         last[2] += entry.message.size
         if pageable and (last[2] >= BATCH_BYTES or len(last[1]) >= BATCH_MESSAGES):
@@ -230,7 +248,7 @@ class Backlog:
         assert pager is not None
         now = queue.host.clock()
         if kind == "held":
-            self.runs.popleft()
+            self._popleft()
             entries = run[1]
         elif kind == "block":
             block = run[1]
@@ -243,9 +261,9 @@ class Backlog:
                     continue
                 entries.append(entry)
             if not block.waiting:
-                self.runs.popleft()
+                self._popleft()
         elif kind == "batch":
-            self.runs.popleft()
+            self._popleft()
             entries = []
             for message in pager.read_batch(run[1], run[2], queue.name):
                 entry = Entry(message, queue, now)
@@ -256,7 +274,7 @@ class Backlog:
             step = keys[at:at + STORED_STEP]
             run[5] = at + len(step)
             if run[5] >= len(keys):
-                self.runs.popleft()
+                self._popleft()
             entries = []
             for key in step:
                 message = pager.read_stored(device, key, chosen, rule, True)

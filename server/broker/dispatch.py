@@ -37,7 +37,7 @@ class Dispatcher:
     def __init__(self, queue: MessageQueue) -> None:
         self.queue = queue
         self.consumers: list[QueueReader] = []      # in subscription order
-        self.groups = MessageGroups(queue.ready)
+        self.groups: MessageGroups | None = None     # made by the first grouped message it hands out (_give)
         self.exclusive = 0                       # consumers that asked to be the only receiver
         self.running = False                     # a dispatch is under way (a delivery may call back in)
         self._rr = 0                             # where the next round-robin turn starts
@@ -54,7 +54,10 @@ class Dispatcher:
             self.exclusive -= consumer.exclusive
         except ValueError:
             pass
-        self.groups.leave(consumer)
+        if self.groups is not None:
+            self.groups.leave(consumer)
+        else:
+            self.queue.ready.epoch += 1      # (what leave does besides: selective scans start over)
 
     # -- the rule ---------------------------------------------------------------------------------
     def _receivers(self) -> tuple[list[QueueReader], QueueReader | None]:
@@ -71,7 +74,7 @@ class Dispatcher:
         """Whether ``consumer`` may take ``entry``: its group's owner, and its selector."""
         message = entry.message
         group = message.group_id
-        if group is not None and not self.groups.allows(consumer, group):
+        if group is not None and self.groups is not None and not self.groups.allows(consumer, group):
             return False
         selector = consumer.selector
         return selector is None or selector.matches(message.selector_values())
@@ -84,7 +87,10 @@ class Dispatcher:
     def _give(self, entry: Entry, consumer: QueueReader, owner: QueueReader | None, now: float | None = None) -> None:
         """``consumer`` takes ``entry``: the group, or the exclusive receiver's hand-over flag, then delivery."""
         if entry.message.group_id is not None:
-            self.groups.assign(entry, consumer)
+            groups = self.groups
+            if groups is None:
+                groups = self.groups = MessageGroups(self.queue.ready)
+            groups.assign(entry, consumer)
         elif owner is not None:
             entry.first_in_group = owner is not self._last_exclusive     # a hand-over is flagged
             self._last_exclusive = owner

@@ -24,7 +24,7 @@ from pymq_server.broker.lastvalue import LastValues
 from pymq_server.broker.ready import ReadyIndex
 from pymq_server.broker.states import ACQUIRED, COMPLETED, READY, SCHEDULED, Event, transition
 from pymq_server.broker.stats import QueueStats
-from pymq_server.broker.upkeep import QueueUpkeep
+from pymq_server.broker.upkeep import NOT_TIMED, QueueUpkeep
 
 if TYPE_CHECKING:
     from pymq_server.schema import MessageSchema
@@ -61,8 +61,8 @@ class MessageQueue:
         self.ready = ReadyIndex()
         self.acquired = 0
         # entries waiting for their time (SCHEDULED), in the order they were parked: purge reaches them here
-        # (their timers find them completed and do nothing)
-        self.timed: dict[Entry, None] = {}
+        # (their timers find them completed and do nothing); NOT_TIMED until the first (_park)
+        self.timed: dict[Entry, None] = NOT_TIMED
         self.grouped_ready = 0            # ready entries that belong to a group (0: dispatch fast path)
         self.dispatcher = Dispatcher(self)
         self.consumers = self.dispatcher.consumers    # in subscription order (read by the layers and admin)
@@ -118,7 +118,7 @@ class MessageQueue:
             return entry
         if message.deliver_at and message.deliver_at > self.host.now_ms():
             entry.state = transition(entry.state, Event.DELAY)     # new entries start READY
-            self.timed[entry] = None
+            self._park(entry)
             self._depth_delta(1)
             self.host.schedule_at_ms(message.deliver_at, self._make_due, entry)
         elif (sole or self.backlog.count) and self.backlog.takes(entry, sole):     # (Backlog.takes: when asked)
@@ -198,6 +198,13 @@ class MessageQueue:
         if entry.message.group_id is not None:
             self.grouped_ready += 1
 
+    def _park(self, entry: Entry) -> None:
+        """``entry`` waits for its time (SCHEDULED): the queue's own dict of them is made with the first."""
+        timed = self.timed
+        if timed is NOT_TIMED:
+            timed = self.timed = {}
+        timed[entry] = None
+
     def _make_due(self, entry: Entry) -> None:
         if entry.state is not SCHEDULED:
             return
@@ -219,7 +226,8 @@ class MessageQueue:
 
     @property
     def group_owners(self) -> dict[str, QueueReader]:
-        return self.dispatcher.groups.owners
+        groups = self.dispatcher.groups
+        return {} if groups is None else groups.owners
 
     def _acquire(self, entry: Entry, consumer: QueueReader, now: float | None = None) -> None:
         entry.state = _ACQUIRED if entry.state is READY else transition(entry.state, Event.ACQUIRE)
@@ -326,7 +334,7 @@ class MessageQueue:
             pass                        # a newer message of its key waits: it gave way (replaced)
         elif failed and (delay := self.config.delay_for(entry.deliveries)) > 0:
             entry.state = transition(entry.state, Event.DELAY)
-            self.timed[entry] = None
+            self._park(entry)
             self.host.schedule_at_ms(self.host.now_ms() + delay, self._make_due, entry)
         else:
             self._push_ready(entry)

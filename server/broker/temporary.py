@@ -220,8 +220,8 @@ class Temporaries:
     # -- temporary queues --------------------------------------------------------------------------
     def create_temp_queue(self, owner: Client, local: str) -> MessageQueue:
         global_name = self.temporary_prefix(owner) + local
-        queue = MessageQueue(self.host, "/temp-queue/" + global_name, "/temp-queue/" + global_name,
-                             kind="temp", config=self.config.queue_defaults, durable=False)
+        path = "/temp-queue/" + global_name          # its name and its destination: one string, not two
+        queue = MessageQueue(self.host, path, path, kind="temp", config=self.config.queue_defaults, durable=False)
         queue.owner = owner
         self.temp_queues[global_name] = queue
         return queue

@@ -8,12 +8,20 @@ deadline) and the producers paused by ``max_depth``. The entry states and their 
 from __future__ import annotations
 
 import heapq
-from typing import TYPE_CHECKING
+from types import MappingProxyType
+from typing import TYPE_CHECKING, cast
 
 from pymq_server.broker.states import ACQUIRED, READY, SCHEDULED, Event, transition
 
 if TYPE_CHECKING:
     from pymq_server.broker.queue import MessageQueue
+
+
+#: the scheduled entries (MessageQueue.timed) of a queue that has none, shared and read-only (MessageQueue._park
+#: makes the queue a dict of its own: an empty one is 64 bytes, and most queues never schedule)
+NOT_TIMED: dict = cast(dict, MappingProxyType({}))
+#: the producers paused by a queue that pauses none (never added to: QueueUpkeep.block_producer makes a set)
+NOT_BLOCKED: set = cast(set, frozenset())
 
 
 class QueueUpkeep:
@@ -25,7 +33,9 @@ class QueueUpkeep:
         self.queue = queue
         self.expiring: list = []           # heap (expires, seq, entry) for housekeeping, no scans
         self.timeouts: list = []           # heap (deadline, seq, deliveries, entry) of acquired entries
-        self.blocked: set = set()          # producer sessions paused by max_depth (overflow=block)
+        # producer sessions paused by max_depth (overflow=block): a set of its own only while one is (an empty
+        # set is 216 bytes, and most queues never pause anyone)
+        self.blocked: set = NOT_BLOCKED
 
     def remove_ready(self, entries: list) -> None:
         """Complete ready entries without delivering them (cumulative ack up to a sequence number)."""
@@ -45,7 +55,7 @@ class QueueUpkeep:
         count = self._purge(self.queue.ready.clear())
         self.queue.grouped_ready = 0
         timed = list(self.queue.timed)          # their timers find them completed and do nothing
-        self.queue.timed.clear()
+        self.queue.timed = NOT_TIMED
         count += self._purge(timed)
         while self.queue.backlog.count:
             count += self._purge(self.queue.backlog.take(self.queue))
@@ -130,11 +140,13 @@ class QueueUpkeep:
     def block_producer(self, session) -> None:
         """Overflow ``block``: stop taking frames from ``session`` until the queue has room."""
         if session not in self.blocked:
+            if self.blocked is NOT_BLOCKED:
+                self.blocked = set()
             self.blocked.add(session)
             session.pause_input("queue-full:" + self.queue.name)
 
     def maybe_unblock(self) -> None:
         if self.queue.depth < self.queue.config.max_depth or not self.queue.config.max_depth:
-            blocked, self.blocked = self.blocked, set()
+            blocked, self.blocked = self.blocked, NOT_BLOCKED
             for session in blocked:
                 self.queue.host.call_soon(session.resume_input, "queue-full:" + self.queue.name)
