@@ -3,6 +3,7 @@
     python bench/bench_core.py [--messages N] [--rounds R] [--workloads q-auto,q-client,q-persist,topic4]
                                [--workloads q-client,q-cumulative]   # one ACK per message vs one per 64
                                [--workloads d4,m4]   # 4+4 on one queue; 4 queues, 1+1 each (auto-ack)
+                               [--workloads i1000]   # q-client with a prefetch of 1,000 (bench_brokers' i)
 
 Each connection is the real TCP adapter (``StompServerProtocol``) over a fake transport that only counts
 the bytes and MESSAGE frames written, so what is measured is exactly the broker's work per message:
@@ -124,7 +125,7 @@ async def run_workload(name: str, messages: int, data_dir: str, workers: int = 1
     broker = server.broker
     topic = name == "topic4"
     destination = f"/topic/bench-{name}" if topic else f"/queue/bench-{name}"
-    client_acks = name in ("q-client", "q-persist", "q-cumulative")
+    client_acks = name in ("q-client", "q-persist", "q-cumulative", "i1000")
     ack_every = ACK_BATCH if name == "q-cumulative" else 1
     places, producers, subscribers = SHAPES.get(name, (1, 1, 4 if topic else 1))
     # m4's queues are a numbered family (/queue/bench-m4.0 ..), as bench_brokers' row m names them
@@ -134,7 +135,8 @@ async def run_workload(name: str, messages: int, data_dir: str, workers: int = 1
     for i in range(subscribers):
         proto, transport = _connect(broker, loop, types[i % places])
         mode = ("client" if ack_every > 1 else "client-individual") if client_acks else "auto"
-        headers = {"destination": destinations[i % places], "id": f"s{i}", "ack": mode, "prefetch-count": "0"}
+        prefetch = str(BATCH) if name == "i1000" else "0"      # i1000: bench_brokers' i/in (prefetch 1000)
+        headers = {"destination": destinations[i % places], "id": f"s{i}", "ack": mode, "prefetch-count": prefetch}
         proto.data_received(encode_frame("SUBSCRIBE", headers, b"", "1.2"))
         consumers.append((proto, transport))
     senders = [_connect(broker, loop, types[i % places]) for i in range(producers)]

@@ -6,8 +6,9 @@
     python bench/opcodes.py --workers 2 --json w2.json     # the session of a 2-worker broker's owning worker
 
 ``--workload`` is any of bench_core's: q-auto (1->1 queue, auto-ack), q-client (client-individual, one ACK a
-message), q-cumulative, q-persist, topic4 (one SEND to four auto-ack subscribers of a topic), d4 (4 producers and 4
-auto-ack consumers on one queue: bench_brokers' d/dn), m4 (4 queues, one producer and one consumer each: m/md;
+message), i1000 (q-client with a prefetch of 1,000: bench_brokers' i/in), q-cumulative, q-persist, topic4 (one
+SEND to four auto-ack subscribers of a topic), d4 (4 producers and 4 auto-ack consumers on one queue:
+bench_brokers' d/dn), m4 (4 queues, one producer and one consumer each: m/md;
 with ``--workers 2`` each stream's sessions are those of its queue's owner).
 
 Runs bench_core's workload (real sessions, no sockets) at 1,000 and 2,000 messages under ``sys.settrace``

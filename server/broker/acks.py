@@ -80,21 +80,33 @@ class DeliveryLedger:
         consumer.in_flight -= 1
         return entry
 
-    def settle(self, consumer: Consumer, request: AckRequest) -> MessageQueue:
-        """Complete (ACK) or release (NACK) what ``request`` covers; the queue to dispatch once the
-        batch of frames is handled (several releases go back before anything goes out again)."""
-        if not request.nack and consumer.ack_mode != CLIENT:
-            # an ACK of one delivery (client-individual: one per message), take() inlined
-            entry = self._take_one(consumer, request.token)
-            entry.queue.complete(entry)
-            return consumer.queue
-        entries = self.take(consumer, request.token)
+    def settle(self, request: AckRequest, consumers: dict[str, Consumer], now: float | None = None) -> MessageQueue:
+        """Complete (ACK) or release (NACK) what ``request`` names (:meth:`resolve`'s rule, its errors); the
+        queue to dispatch once the batch of frames is handled (several releases go back before anything goes
+        out again). ``now``: the clock of the read the ACK came in (the session reads it once for a read's
+        ACKs, so the queue's depth figures move once for the run: MessageQueue.complete).
+
+        A 1.2 ACK of one delivery (client-individual: one a message, the common case) is :meth:`resolve` and
+        :meth:`_take_one` reached sooner: the consumer's entry is found outstanding and taken out by one
+        look-up (``unacked.pop``), where resolve asked ``in`` and take popped it after."""
+        token = request.token
+        if self.version == "1.2" and not request.nack:
+            consumer = self.tokens.get(token)
+            if consumer is not None and consumer.ack_mode != CLIENT:
+                entry = consumer.unacked.pop(token, None)
+                if entry is not None:
+                    del self.tokens[token]
+                    consumer.in_flight -= 1
+                    entry.queue.complete(entry, now)
+                    return consumer.queue
+        consumer = self.resolve(request, consumers)     # the general way, and every error's text
+        entries = self.take(consumer, token)
         if request.nack:
             for entry in entries:
                 entry.queue.release(entry, failed=True, requeue=request.requeue, dispatch=False)
         else:
             for entry in entries:
-                entry.queue.complete(entry)
+                entry.queue.complete(entry, now)
         return consumer.queue
 
     def is_stale(self, token: str, conn_id: str) -> bool:

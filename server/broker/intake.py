@@ -41,6 +41,9 @@ class FrameIntake:
         self._deferred: list[Frame] = []             # parsed frames waiting for input to resume
         self._pauses: set[str] = set()               # why input is paused (memory, full queues)
         self._redispatch: set = set()                # queues that got credit or messages back this batch
+        #: the clock read for this batch's first ACK (session._acknowledge: the batch's ACKs are settled at that
+        #: instant); set with a queue in _redispatch, so it goes back to None when they are dispatched
+        self._acks_at: float | None = None
 
     @property
     def input_held(self) -> bool:
@@ -129,6 +132,7 @@ class FrameIntake:
         whole batch: messages NACKed by several frames of one read are all back in their queue before
         any is redelivered, so they go out first and in their original order (JMS)."""
         queues, self._redispatch = self._redispatch, set()
+        self._acks_at = None
         for queue in queues:
             queue.dispatch()
 

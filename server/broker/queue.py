@@ -281,18 +281,21 @@ class MessageQueue:
     # -- outcomes -------------------------------------------------------------------------------
     def complete(self, entry: Entry, now: float | None = None) -> None:
         """The consumer acknowledged: the entry is done and its storage reference goes. ``now``: when (an
-        auto-ack delivery is acknowledged the instant it was acquired: FrameOutlet.deliver passes that; a
-        figure moved since then means the clock's time instead)."""
+        auto-ack delivery is acknowledged the instant it was acquired: FrameOutlet.deliver passes that; the
+        ACKs of one read the instant the session read the clock for the first: session._acknowledge). A
+        ``now`` before the last depth change (a figure moved since then) means the clock's time instead."""
         entry.state = _COMPLETED if entry.state is ACQUIRED else transition(entry.state, Event.ACK)
         self.acquired -= 1
         stats = self.stats
         stats.removed += 1
         stats.acknowledged += 1
-        if now is None or now != stats._depth_since:
+        if now is None or now < stats._depth_since:
             self._depth_delta(-1)
+        elif now != stats._depth_since:
+            self._depth_delta(-1, now)
         # else: acknowledged at the instant of the last depth change (an auto-ack delivery, nothing else moved
-        # the depth since it was acquired): no time passed at the old depth and the peak saw it, so the
-        # depth figures stay as they are
+        # the depth since it was acquired; the second and later ACKs of one read): no time passed at the old
+        # depth and the peak saw it, so the depth figures stay as they are
         self._drop(entry)
         if self.upkeep.blocked:
             self.upkeep.maybe_unblock()

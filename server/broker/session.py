@@ -391,12 +391,19 @@ class BrokerSession(FrameIntake, FrameOutlet):
         ledger = self.deliveries
         if ledger.stale and ledger.is_stale(request.token, self.id):
             return
-        consumer = ledger.resolve(request, self.consumers)
         if request.transaction is not None:
+            ledger.resolve(request, self.consumers)      # an unknown delivery is refused at its ACK
             self.transactions.add(request.transaction, request)
             return
+        # the read's ACKs are settled at one instant, the clock read for its first: the queues' depth figures
+        # move once for the run (MessageQueue.complete); set back when the read's queues are dispatched
+        now = self._acks_at
+        if now is None:
+            now = self.broker.clock()
+        queue = ledger.settle(request, self.consumers, now)
+        self._acks_at = now
         # dispatch waits for the end of the batch: released messages are all back before any goes out
-        self._redispatch.add(ledger.settle(consumer, request))
+        self._redispatch.add(queue)
 
     # -- transactions ------------------------------------------------------------------------------
     def _on_begin(self, frame: Frame) -> None:
@@ -413,10 +420,10 @@ class BrokerSession(FrameIntake, FrameOutlet):
                     self._send(op, admitted=True)
                     continue
                 try:
-                    consumer = self.deliveries.resolve(op, self.consumers)
+                    queue = self.deliveries.settle(op, self.consumers)
                 except (UnknownMessage, UnknownSubscription):
                     continue  # released meanwhile (consumer gone) and already back in its queue
-                self._redispatch.add(self.deliveries.settle(consumer, op))
+                self._redispatch.add(queue)
 
     def _admit(self, request: SendRequest, unit: dict[str, Any]) -> None:
         self.broker.admit(self, request, unit)
