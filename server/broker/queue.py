@@ -49,6 +49,11 @@ class MessageQueue:
     (ready.py), the backlog (backlog.py), the dispatcher that chooses consumers (dispatch.py), the
     last-value index (lastvalue.py) and housekeeping (upkeep.py)."""
 
+    # no __dict__: a broker holds a queue per queue, subscription and temporary destination (thousands)
+    __slots__ = ("host", "flow", "name", "destination", "kind", "config", "durable", "ready", "acquired", "timed",
+                 "grouped_ready", "dispatcher", "consumers", "upkeep", "stats", "owner", "schema", "last_values",
+                 "backlog")
+
     def __init__(self, host: QueueHost, name: str, destination: str, *, kind: str = "queue",
                  config: QueueConfig, durable: bool = True) -> None:
         self.host = host

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from types import SimpleNamespace
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -164,16 +165,27 @@ def test_new_messages_go_round_robin_as_dispatch_sends_them():
     assert _play(ops, shortcut=False)[0] == log
 
 
+class WatchedQueue(MessageQueue):
+    """A queue that notes each entry entering its ready index (a queue is slotted: no method set on one)."""
+
+    __slots__ = ("pushed",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.pushed: list = []
+
+    def _push_ready(self, entry: Any) -> None:
+        self.pushed.append(entry)
+        super()._push_ready(entry)
+
+
 def test_a_message_for_an_idle_consumer_never_enters_the_ready_index():
-    queue = MessageQueue(Host(), "q", "/queue/q", config=QueueConfig())
+    queue = WatchedQueue(Host(), "q", "/queue/q", config=QueueConfig())
     log: list = []
     consumer = Consumer("c", 10, None, False, log)
     queue.add_consumer(consumer)
-    pushed = []
-    original = queue._push_ready
-    queue._push_ready = lambda entry: (pushed.append(entry), original(entry))   # type: ignore[method-assign]
     entry = queue.enqueue(_message(1, None, False, 4))
-    assert entry.state is ACQUIRED and consumer.held == [entry] and not pushed
+    assert entry.state is ACQUIRED and consumer.held == [entry] and not queue.pushed
     # counted while it is out: depth 1, and the peak saw it
     assert queue.depth == 1 and queue.stats.peak_depth == 1 and queue.stats.delivered == 1
 
@@ -188,13 +200,9 @@ def test_the_shortcut_is_dispatch_s_rule_for_groups_selectors_and_exclusive_cons
              (_message(1, None, False, 4), None, True, True),
              (_message(1, None, True, 4), None, False, False))          # expired: dispatch expires it
     for message, selector, exclusive, direct in cases:
-        queue = MessageQueue(Host(), "q", "/queue/q", config=QueueConfig())
+        queue = WatchedQueue(Host(), "q", "/queue/q", config=QueueConfig())
         consumer = Consumer("c", 10, selector, exclusive, [])
         queue.add_consumer(consumer)
-        pushed = []
-        original = queue._push_ready
-        queue._push_ready = (lambda entry, pushed=pushed, original=original:    # type: ignore[method-assign]
-                             (pushed.append(entry), original(entry)))
         queue.enqueue(message)
-        assert len(pushed) == (0 if direct else 1), (message.headers, selector, exclusive)
+        assert len(queue.pushed) == (0 if direct else 1), (message.headers, selector, exclusive)
         assert len(consumer.held) == (1 if direct else 0)

@@ -4,8 +4,9 @@ A temporary queue is made for every request/reply exchange and a client may hold
 scenario of bench/bench_client_memory.py: 5,000 of them). Each empty table made eagerly is paid by every one
 of them: a backlog's deque is 760 bytes (CPython gives a deque its first 64-slot block when it is made), the
 producers paused by ``max_depth`` an empty set of 216, the scheduled entries an empty dict of 64, the message
-groups an object and a dict of 112. These tests pin the shape of a fresh queue, that each lazy table appears
-when it is needed (and the backlog's goes again once drained), and the heap a temporary queue costs.
+groups an object and a dict of 112, and a queue's ``__dict__`` 56 more than its slots. These tests pin the
+shape of a fresh queue, that each lazy table appears when it is needed (and the backlog's goes again once
+drained), and the heap a temporary queue costs.
 """
 from __future__ import annotations
 
@@ -34,6 +35,9 @@ def test_a_fresh_temporary_queue_makes_no_table_it_has_not_needed(core):
     assert queue.timed is NOT_TIMED
     assert queue.dispatcher.groups is None and queue.group_owners == {}
     assert queue.name is queue.destination          # one string for both
+    assert not hasattr(queue, "__dict__")           # slotted: a queue's fields, no dict beside them
+    for part in (queue, queue.ready, queue.backlog, queue.dispatcher, queue.upkeep, queue.stats):
+        assert not hasattr(part, "__dict__"), type(part)
     assert queue.depth == 0 and queue.scheduled == 0
 
 
@@ -82,7 +86,7 @@ def test_a_temporary_queue_costs_less_heap_than_at_ccb5094(core):
     """The heap one temporary queue takes (its name, its registry entry, the queue and its parts), by
     tracemalloc over 500 of them. At ccb5094 the queue alone took 2,521 bytes (bench_client_memory's
     temporaries, tracemalloc by traceback in a pymq-server; 2,793 before these tables were lazy); now
-    about 1,530 with its name."""
+    about 1,470 with its name (1,586 with the registry entry)."""
     destinations, client = core.broker.destinations, FakeClient()
     destinations.create_temp_queue(client, "warm")
     gc.collect()
