@@ -8,10 +8,11 @@ and messages are the twin's; tests/protocol runs every case against both.
 from cpython.bytearray cimport PyByteArray_AS_STRING, PyByteArray_GET_SIZE
 from cpython.buffer cimport PyBUF_SIMPLE, PyBuffer_Release, PyObject_GetBuffer
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
+from cpython.dict cimport PyDict_SetDefault
 from cpython.object cimport PyObject
 from cpython.ref cimport Py_DECREF, Py_INCREF
 from cpython.unicode cimport PyUnicode_DecodeUTF8
-from libc.string cimport memchr, memcpy
+from libc.string cimport memchr, memcmp, memcpy
 
 from pymq.errors import BadEscape, FrameTooLarge, InvalidHeader, MalformedFrame, ProtocolError
 from pymq.protocol.frame import UNESCAPED_COMMANDS, Frame
@@ -19,6 +20,30 @@ from pymq.protocol.numbers import MAX_DIGITS, parse_wire_int
 
 cdef extern from "Python.h":
     int _PyBytes_Resize(PyObject** bytes, Py_ssize_t size) except -1
+    object PyUnicode_New(Py_ssize_t size, Py_UCS4 maxchar)
+    void* PyUnicode_DATA(object text)
+    Py_ssize_t PyUnicode_GET_LENGTH(object text)
+    bint PyUnicode_IS_ASCII(object text)
+    object _PyDict_NewPresized(Py_ssize_t minused)
+    ctypedef struct PyTypeObject
+    object PyType_GenericAlloc(PyTypeObject* kind, Py_ssize_t items)
+    void PyTuple_SET_ITEM(object tup, Py_ssize_t pos, PyObject* item)
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    /* 8 bytes as one word (unaligned: memcpy is one load), and the SWAR tests on it */
+    static inline uint64_t pymq_load64(const char *p) { uint64_t v; memcpy(&v, p, 8); return v; }
+    #define PYMQ_ONES 0x0101010101010101ULL
+    #define PYMQ_HIGHS 0x8080808080808080ULL
+    static inline int pymq_has_zero(uint64_t v) { return ((v - PYMQ_ONES) & ~v & PYMQ_HIGHS) != 0; }
+    """
+    ctypedef unsigned long long uint64_t
+    uint64_t pymq_load64(const char* p) noexcept
+    uint64_t PYMQ_ONES
+    uint64_t PYMQ_HIGHS
+    bint pymq_has_zero(uint64_t v) noexcept
 
 cdef extern from *:
     """
@@ -46,9 +71,96 @@ cdef Py_ssize_t _LARGE_BODY = LARGE_BODY
 #: a declared length is never memory the sender has not sent
 cdef Py_ssize_t _UPFRONT = 64 * 1024 * 1024
 
+
+# --- a head's bytes into strs -----------------------------------------------------------------------------
+# The first pass over a head classifies each byte by this table (flags OR-ed over the block).
+cdef enum:
+    _NUL = 1
+    _HIGH = 2           # >= 0x80: the block is decoded as UTF-8, not copied as ASCII
+    _SLASH = 4          # a backslash: from 1.1 on some piece may need unescaping
+    _LINES = 64         # line ends the first pass remembers; a head with more finds the rest by memchr
+cdef unsigned char _CLASS[256]
+for _c in range(256):
+    _CLASS[_c] = _NUL if _c == 0 else (_HIGH if _c >= 0x80 else (_SLASH if _c == 92 else 0))
+
+
+cdef inline str _ascii(const char* p, Py_ssize_t n):
+    """A str of ``n`` ASCII bytes, copied (what PyUnicode_DecodeUTF8 gives for them, without its scan)."""
+    cdef object text = PyUnicode_New(n, 127)
+    memcpy(PyUnicode_DATA(text), p, n)
+    return <str>text
+
+
+# The name cache: header names and commands repeat from frame to frame, so each is made once and the same
+# str (its hash computed once, by the first dict that held it) is handed out again. A slot is chosen by
+# a mix of the bytes (_slot) and checked byte for byte, so a collision only costs a new str; it holds ASCII names
+# of at most _NAME_MAX bytes, so hostile names (unique, long) cost a miss each and never grow it. Seeded
+# with the spec's names as the literals the broker looks them up with (a dict look-up by the same object
+# skips the comparison).
+cdef enum:
+    _NAME_SLOTS = 512   # a power of two
+    _NAME_MAX = 48
+cdef list _names = [None] * _NAME_SLOTS
+
+
+cdef inline size_t _slot(const char* p, Py_ssize_t n) noexcept:
+    """A name's slot: its length and its first and last (up to) 8 bytes, mixed (a slot is checked byte for
+    byte, so this only spreads the names the broker sees; a hash over every byte cost more than a miss)."""
+    cdef uint64_t h
+    cdef Py_ssize_t i
+    if n >= 8:
+        h = pymq_load64(p) * 0x9E3779B97F4A7C15ULL ^ pymq_load64(p + n - 8) * 0xC2B2AE3D27D4EB4FULL
+    else:
+        h = 0
+        for i in range(n):
+            h = (h << 8) | <unsigned char>p[i]
+        h *= 0x9E3779B97F4A7C15ULL
+    h ^= <uint64_t>n * 0x165667B19E3779F9ULL
+    return <size_t>((h >> 40) & (_NAME_SLOTS - 1))
+
+
+cdef inline object _name(const char* p, Py_ssize_t n):
+    """The str of ASCII bytes ``p[:n]``: the cached one when it is there."""
+    if n > _NAME_MAX:
+        return _ascii(p, n)
+    cdef size_t slot = _slot(p, n)
+    cdef object known = _names[slot]
+    if known is not None and PyUnicode_GET_LENGTH(known) == n and memcmp(PyUnicode_DATA(known), p, n) == 0:
+        return known
+    known = _ascii(p, n)
+    _names[slot] = known
+    return known
+
+
+cdef _seed_names():
+    cdef bytes raw
+    for text in ("SEND", "SUBSCRIBE", "UNSUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT",
+                 "CONNECT", "STOMP", "CONNECTED", "MESSAGE", "RECEIPT", "ERROR",
+                 "destination", "content-type", "content-length", "persistent", "receipt", "transaction",
+                 "id", "ack", "subscription", "message-id", "priority", "expires", "timestamp", "type",
+                 "correlation-id", "reply-to", "selector", "prefetch-count", "durable", "receipt-id",
+                 "message", "version", "accept-version", "host", "login", "passcode", "heart-beat",
+                 "session", "server", "redelivered", "JMSXGroupID", "JMSXGroupSeq"):
+        raw = text.encode("ascii")
+        if PyUnicode_IS_ASCII(text) and len(raw) <= _NAME_MAX:
+            _names[_slot(raw, len(raw))] = text
+_seed_names()
+
 cdef object _Frame = Frame
+
+
+cdef inline object _frame(str command, dict headers, bytes body):
+    """Frame(command, headers, body): what tuple.__new__(Frame, ...) does (the subtype's allocation, then
+    its three items), without the argument tuple it copies from."""
+    cdef object frame = PyType_GenericAlloc(<PyTypeObject*>_Frame, 3)
+    Py_INCREF(command)
+    PyTuple_SET_ITEM(frame, 0, <PyObject*>command)
+    Py_INCREF(headers)
+    PyTuple_SET_ITEM(frame, 1, <PyObject*>headers)
+    Py_INCREF(body)
+    PyTuple_SET_ITEM(frame, 2, <PyObject*>body)
+    return frame
 cdef frozenset _NEGOTIATING = frozenset({"CONNECT", "STOMP", "CONNECTED"})
-cdef object _tuple_new = tuple.__new__
 
 
 cpdef str unescape(str text):
@@ -285,7 +397,7 @@ cdef class FrameScanner:
         self._body = None
         self._have = 0
         self._has_pending = False
-        frames.append(_tuple_new(_Frame, (self._p_command, self._p_headers, body)))
+        frames.append(_frame(self._p_command, self._p_headers, body))
         return memoryview(data)[need:] if size > need else b""
 
     cdef int _room(self, Py_ssize_t size) except -1:
@@ -395,66 +507,109 @@ cdef class FrameScanner:
         self._pos = end + 1
         self._scan = end + 1
         self._has_pending = False
-        return _tuple_new(_Frame, (self._p_command, self._p_headers, body))
+        return _frame(self._p_command, self._p_headers, body)
 
-    cdef int _parse_head(self, char* head, Py_ssize_t length) except -1:
-        cdef Py_ssize_t i, line_end, colon, count = 0, stop
-        cdef char* hit
-        cdef str command, name, value
-        cdef dict headers = {}
-        cdef bint escaped
-        if memchr(head, 0, length) != NULL:
+    cdef int _parse_head(self, const char* head, Py_ssize_t length) except -1:
+        """The twin's _parse_head over the head's bytes, in two passes. The first looks at every byte
+        once: a NUL, a non-ASCII byte, a backslash, and where each line ends (up to _LINES of them; a
+        longer block finds the rest by memchr). The errors come in the twin's order (NUL, UTF-8, empty
+        command, header count, then line by line). Names, and the command, come from the name cache (one
+        str for every frame that repeats them, its hash kept); values are copied into new strs, unescaped
+        only when the block holds a backslash and the value does."""
+        cdef Py_ssize_t i, line_end, colon, count = 0, stop, start
+        cdef Py_ssize_t[_LINES] ends
+        cdef unsigned char c, seen = 0
+        cdef const char* hit
+        cdef str command
+        cdef object name, value
+        cdef dict headers
+        cdef bint escaped, ascii, slashes
+        cdef uint64_t word, any_high = 0, nul = 0, slash = 0
+        i = 0
+        while i + 8 <= length:          # 8 bytes a step; a word holding a LF is looked at byte by byte
+            word = pymq_load64(head + i)
+            any_high |= word
+            nul |= pymq_has_zero(word)
+            slash |= pymq_has_zero(word ^ (PYMQ_ONES * 92))
+            if pymq_has_zero(word ^ (PYMQ_ONES * 10)):
+                for start in range(i, i + 8):
+                    if head[start] == 10:
+                        if count < _LINES:
+                            ends[count] = start
+                        count += 1
+            i += 8
+        if any_high & PYMQ_HIGHS:
+            seen |= _HIGH
+        if nul:
+            seen |= _NUL
+        if slash:
+            seen |= _SLASH
+        while i < length:
+            c = <unsigned char>head[i]
+            seen |= _CLASS[c]
+            if c == 10:
+                if count < _LINES:
+                    ends[count] = i
+                count += 1
+            i += 1
+        if seen & _NUL:
             raise MalformedFrame("NUL inside the header block")
-        # the whole block must be UTF-8 before any line is judged (the twin decodes it at once, so a
-        # bad byte on a later line is reported before a missing colon on an earlier one)
-        for i in range(length):
-            if <unsigned char>head[i] >= 0x80:
-                self._decode(head, length)
-                break
+        ascii = not (seen & _HIGH)
+        if not ascii:
+            # the whole block must be UTF-8 before any line is judged (the twin decodes it at once, so a
+            # bad byte on a later line is reported before a missing colon on an earlier one); cut at
+            # ASCII bytes only, a valid block's pieces are valid too
+            self._decode(head, length)
         # command line
-        hit = <char*>memchr(head, 10, length)
-        line_end = (hit - head) if hit != NULL else length
+        line_end = ends[0] if count else length
         stop = line_end
         if stop > 0 and head[stop - 1] == 13:
             stop -= 1
-        command = self._decode(head, stop)
+        command = <str>_name(head, stop) if ascii else self._decode(head, stop)
         if not command:
             raise MalformedFrame("empty command line")
         escaped = self.version != "1.0" and command not in UNESCAPED_COMMANDS
-        # count header lines first, for the same limit message as the twin
-        i = line_end + 1
-        while i <= length:
-            count += 1
-            hit = <char*>memchr(head + i, 10, length - i) if i < length else NULL
-            if hit == NULL:
-                break
-            i = (hit - head) + 1
-        if line_end >= length:
-            count = 0
+        slashes = escaped and (seen & _SLASH)
+        # the header lines are the LFs' count (the twin splits the block at them)
         if count > self.max_headers:
             raise MalformedFrame(f"{command} frame has {count} headers, "
                                  f"more than the limit of {self.max_headers}")
-        i = line_end + 1
-        while i <= length and line_end < length:
-            hit = <char*>memchr(head + i, 10, length - i) if i < length else NULL
-            line_end = (hit - head) if hit != NULL else length
+        headers = _PyDict_NewPresized(count)     # no growth while it is filled
+        cdef Py_ssize_t k = 1
+        start = line_end + 1
+        while line_end < length:
+            if k < count and k < _LINES:
+                line_end = ends[k]
+            elif k < count:
+                hit = <const char*>memchr(head + start, 10, length - start)
+                line_end = hit - head
+            else:
+                line_end = length
+            k += 1
             stop = line_end
-            if stop > i and head[stop - 1] == 13:
+            if stop > start and head[stop - 1] == 13:
                 stop -= 1
-            hit = <char*>memchr(head + i, 58, stop - i) if stop > i else NULL
+            hit = <const char*>memchr(head + start, 58, stop - start) if stop > start else NULL
             if hit == NULL:
                 raise MalformedFrame(f"{command} frame: header line without ':'")
             colon = hit - head
-            if colon == i:
+            if colon == start:
                 raise MalformedFrame(f"{command} frame: header with an empty name")
-            name = self._decode(head + i, colon - i)
-            value = self._decode(head + colon + 1, stop - colon - 1)
-            if escaped:
-                name = unescape(name)
+            if slashes and memchr(head + start, 92, colon - start) != NULL:
+                name = unescape(self._decode(head + start, colon - start))
+            elif ascii:
+                name = _name(head + start, colon - start)
+            else:
+                name = self._decode(head + start, colon - start)
+            i = colon + 1
+            if ascii:
+                value = _ascii(head + i, stop - i)
+            else:
+                value = self._decode(head + i, stop - i)
+            if slashes and memchr(head + i, 92, stop - i) != NULL:
                 value = unescape(value)
-            if name not in headers:
-                headers[name] = value
-            i = line_end + 1
+            PyDict_SetDefault(headers, name, value)      # a repeated name: the first wins
+            start = line_end + 1
         self._p_length = -1
         cl = headers.get("content-length")
         if cl is not None:
@@ -463,7 +618,7 @@ cdef class FrameScanner:
         self._p_headers = headers
         return 0
 
-    cdef str _decode(self, char* p, Py_ssize_t n):
+    cdef str _decode(self, const char* p, Py_ssize_t n):
         try:
             return PyUnicode_DecodeUTF8(p, n, NULL)
         except UnicodeDecodeError:
