@@ -30,6 +30,7 @@ import os
 import resource
 import socket
 import statistics
+import subprocess
 import sys
 import time
 
@@ -70,39 +71,51 @@ def parse_only(data: list[bytes], batch: int) -> float:
     return cpu * 1e6 / len(data)
 
 
+def owner(sock_fd: int, out_fd: int, count: int, cpu: int) -> None:
+    """The owner process: read ``count`` frames from the socket and parse them; its CPU to ``out_fd``."""
+    b = socket.socket(fileno=sock_fd)
+    if cpu >= 0:
+        os.sched_setaffinity(0, {cpu})
+    sc = _scanner()
+    os.write(out_fd, b"R")          # ready: the sender's clock starts now, not during this start-up
+    got = 0
+    t = _cpu()
+    while got < count:
+        chunk = b.recv(1 << 18)
+        if not chunk:
+            break
+        got += len(sc.feed(chunk))
+    cpu_s = _cpu() - t
+    os.write(out_fd, json.dumps({"cpu": cpu_s, "got": got}).encode())
+
+
 def unix(data: list[bytes], batch: int, cpus: tuple[int, int] | None) -> tuple[float, float, float]:
-    """(sender µs/msg, receiver µs/msg, wall µs/msg) over a Unix stream socket between two processes."""
+    """(sender µs/msg, receiver µs/msg, wall µs/msg) over a Unix stream socket between two processes.
+
+    The owner is a process of its own (this interpreter started again, the same ``sys.path``), not a fork of
+    this one: a forked owner allocates into this process's heap pages (every frame's dict and strings), each
+    first write a copy-on-write fault, so its figure grew with the sender's
+    heap (which pymq package it had imported, how fragmented the frames left it), where a worker owning a
+    destination is a long-running process of its own (session 39: old/new recv 1.05-1.20x on the same
+    instructions, bench/results/issue25-handover-counts-s39.txt)."""
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     chunks = [b"".join(data[i:i + batch]) for i in range(0, len(data), batch)]
     r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the owner: read and parse
-        a.close()
-        os.close(r)
-        if cpus:
-            os.sched_setaffinity(0, {cpus[1]})
-        sc = _scanner()
-        got = 0
-        t = _cpu()
-        while got < len(data):
-            chunk = b.recv(1 << 18)
-            if not chunk:
-                break
-            got += len(sc.feed(chunk))
-        cpu = _cpu() - t
-        os.write(w, json.dumps({"cpu": cpu, "got": got}).encode())
-        os._exit(0)
+    child = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--owner", str(b.fileno()), str(w),
+                              str(len(data)), str(cpus[1] if cpus else -1)], pass_fds=(b.fileno(), w))
     b.close()
     os.close(w)
     if cpus:
         os.sched_setaffinity(0, {cpus[0]})
+    if os.read(r, 1) != b"R":
+        raise RuntimeError("the owner process did not start")
     t, wall = _cpu(), time.perf_counter()
     for chunk in chunks:
         a.sendall(chunk)
     sender = _cpu() - t
     out = json.loads(os.read(r, 1000))
     wall = time.perf_counter() - wall
-    os.waitpid(pid, 0)
+    child.wait()
     a.close()
     os.close(r)
     if cpus:
@@ -113,6 +126,10 @@ def unix(data: list[bytes], batch: int, cpus: tuple[int, int] | None) -> tuple[f
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--owner"]:
+        owner(*(int(x) for x in argv[1:5]))
+        return 0
     ap = argparse.ArgumentParser(description="cost of handing a frame to another worker process")
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=64)

@@ -21,7 +21,6 @@ which ``pymq_server.embedded`` (the broker) and ``pymq_server.net.vm`` (its link
 from __future__ import annotations
 
 import functools
-from importlib.metadata import entry_points
 from typing import Protocol
 from collections.abc import Callable
 
@@ -87,6 +86,11 @@ class EmbeddedBroker(Protocol):
 @functools.cache
 def registered(group: str, name: str) -> Callable[..., object] | None:
     """The object a distribution registered as entry point ``name`` of ``group`` (None: nothing is)."""
+    # imported at the first look-up, not with pymq: importlib.metadata brings 30 more modules (email, csv,
+    # datetime, calendar, locale, ...) into every process that imports pymq, the broker's included, and a
+    # heap laid out around them parsed frames 5-12 % slower on the same instructions (bench/README.md,
+    # issue 25: bench_handover)
+    from importlib.metadata import entry_points
     for point in entry_points(group=group, name=name):
         loaded: Callable[..., object] = point.load()
         return loaded

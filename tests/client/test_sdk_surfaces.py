@@ -189,6 +189,17 @@ def test_importing_the_sdks_does_not_load_the_server():
     assert done.stdout.strip() == "[]"
 
 
+def test_importing_the_sdks_looks_up_no_entry_point():
+    """importlib.metadata (and the 30 modules it brings: email, csv, datetime, ...) is imported at the first
+    entry-point look-up (a vm:// URL, a database transaction), not by ``import pymq``: every process that
+    imports pymq, the broker's workers included, would carry it (bench/README.md issue 25, bench_handover)."""
+    code = ("import sys, pymq, pymq.aio, pymq.client.apptx, pymq.client.vm, pymq.protocol.scanner\n"
+            "print(sorted(m for m in sys.modules if m.startswith(('importlib.metadata', 'email'))))\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
 def test_vm_urls_reach_the_broker_through_its_entry_point(monkeypatch):
     """The SDK finds the embedded broker only through the entry point the broker's distribution
     registers; without one, vm:// says what is missing (both SDKs) and nothing is started."""
