@@ -87,9 +87,10 @@ class EmbeddedBroker(Protocol):
 def registered(group: str, name: str) -> Callable[..., object] | None:
     """The object a distribution registered as entry point ``name`` of ``group`` (None: nothing is)."""
     # imported at the first look-up, not with pymq: importlib.metadata brings 30 more modules (email, csv,
-    # datetime, calendar, locale, ...) into every process that imports pymq, the broker's included, and a
-    # heap laid out around them parsed frames 5-12 % slower on the same instructions (bench/README.md,
-    # issue 25: bench_handover)
+    # datetime, calendar, locale, ...) into every process that imports pymq (an application using the SDK;
+    # the broker gets it from pydantic anyway), and in bench_handover's owner process, which imports pymq
+    # alone, a heap laid out around them parsed frames 5-12 % slower on the same instructions
+    # (bench/README.md, issue 25)
     from importlib.metadata import entry_points
     for point in entry_points(group=group, name=name):
         loaded: Callable[..., object] = point.load()
