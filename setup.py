@@ -22,6 +22,7 @@ EXTENSIONS = [
     ("pymq.routing._topics_c", "_ext/topics.pyx"),
     ("pymq_server.storage._page_alloc_c", "_ext/page_alloc.pyx"),
     ("pymq_server.broker._send_c", "_ext/send.pyx"),
+    ("pymq_server.broker._message_c", "_ext/message.pyx"),
     ("pyspark_pymq._decode_c", "_ext/arrow_decode.pyx"),
 ]
 

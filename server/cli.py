@@ -198,6 +198,8 @@ def compiled_missing() -> list[str]:
     import pymq.routing.topics  # noqa: F401
     import pymq.selector._evaluator  # noqa: F401
     import pymq_server.storage.page_alloc  # noqa: F401
+    import pymq_server.broker.message  # noqa: F401
+    import pymq_server.broker.requests  # noqa: F401
     from pymq._accel import MISSING, NO_EXTENSIONS
     missing = list(MISSING)
     if not NO_EXTENSIONS and "pyspark_pymq._decode_c" not in missing:

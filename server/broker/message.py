@@ -11,65 +11,60 @@ they are and are properties to selectors.  Headers only the broker may set are d
 """
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any
 
-from pymq.protocol.numbers import INT64_MAX
+from pymq._accel import NO_EXTENSIONS, note_missing
 from pymq.protocol.scanner import encode_headers
 from pymq.selector import untyped
-from pymq_server.broker import vhosts
-
-if TYPE_CHECKING:
-    from pymq_server.broker.requests import SendRequest
+from pymq_server.broker import _message_py, vhosts
+from pymq_server.broker._message_py import DEFAULT_PRIORITY as DEFAULT_PRIORITY
+from pymq_server.broker._message_py import now_ms as now_ms
 
 #: transport headers of a SEND that are not part of the message
 TRANSPORT_HEADERS = frozenset({"destination", "receipt", "transaction", "content-length"})
 #: headers the broker owns on MESSAGE frames; a client cannot forge them
 BROKER_HEADERS = frozenset({"message-id", "subscription", "ack", "redelivered", "JMSXDeliveryCount",
                             "pymq-seq", "JMSXGroupFirstForConsumer", "pymq-delivery-time"})
-DEFAULT_PRIORITY = 4
-_DIGITS = tuple(str(p) for p in range(10))
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class BrokerMessage:
     """One message held by the broker (immutable after creation, except its cached encodings)."""
 
-    __slots__ = ("key", "message_id", "destination", "seq", "headers", "body", "persistent", "priority",
-                 "timestamp", "expires", "deliver_at", "group_id", "producer", "size", "device",
-                 "_block", "_block_raw", "_values", "refs", "rule", "chosen", "client_id", "user", "bulk")
+    __slots__ = _message_py.FIELDS
 
-    def __init__(self, key: int, message_id: str, destination: str, seq: int, headers: dict,
-                 body: bytes, persistent: bool, priority: int, timestamp: int, expires: int,
-                 deliver_at: int = 0, producer: str = "", client_id: str | None = None,
-                 user: str | None = None) -> None:
-        self.key = key
-        self.message_id = message_id
-        self.destination = destination
-        self.seq = seq
-        self.headers = headers          # message headers/properties as they appear on MESSAGE frames
-        self.body = body
-        self.persistent = persistent
-        self.priority = priority
-        self.timestamp = timestamp
-        self.expires = expires          # absolute ms, 0 = never
-        self.deliver_at = deliver_at    # absolute ms, 0 = now
-        self.group_id = headers.get("JMSXGroupID")
-        self.producer = producer        # connection id of the sender (no-local)
-        self.size = len(body)
-        self.device: Any = None         # the holding device that stores it (None: not placed yet)
-        self.rule: str | None = None    # the storage rule that chose the device
-        self.chosen: str | None = None  # the device the rule chose (even when the heap holds it)
-        self.client_id = client_id      # the producing connection's client id and user (storage rules)
-        self.user = user
-        self.refs = 0                   # queue entries still pointing at it (storage frees at 0)
-        self.bulk: Any = None           # the queue's bulk block (blocks.py) a row of a bulk SEND came from
-        self._block: bytes | None = None
-        self._block_raw: dict[str, bytes] | None = None
-        self._values: dict[str, Any] | None = None
+    # Filled by ``init_message`` (``__init__``) or ``message_from_request``: _message_py.py defines both,
+    # _ext/message.pyx compiles them; the pair in use is installed below.
+    key: int
+    message_id: str
+    destination: str
+    seq: int
+    headers: dict               # message headers/properties as they appear on MESSAGE frames
+    body: bytes
+    persistent: bool
+    priority: int
+    timestamp: int
+    expires: int                # absolute ms, 0 = never
+    deliver_at: int             # absolute ms, 0 = now
+    group_id: str | None
+    producer: str               # connection id of the sender (no-local)
+    size: int
+    device: Any                 # the holding device that stores it (None: not placed yet)
+    rule: str | None            # the storage rule that chose the device
+    chosen: str | None          # the device the rule chose (even when the heap holds it)
+    client_id: str | None       # the producing connection's client id and user (storage rules)
+    user: str | None
+    refs: int                   # queue entries still pointing at it (storage frees at 0)
+    bulk: Any                   # the queue's bulk block (blocks.py) a row of a bulk SEND came from
+    _block: bytes | None
+    _block_raw: dict[str, bytes] | None
+    _values: dict[str, Any] | None
+
+    if TYPE_CHECKING:    # (its signature, for the type checker: the function is _message_py.init_message's)
+        def __init__(self, key: int, message_id: str, destination: str, seq: int, headers: dict, body: bytes,
+                     persistent: bool, priority: int, timestamp: int, expires: int, deliver_at: int = 0,
+                     producer: str = "", client_id: str | None = None, user: str | None = None) -> None: ...
+    else:
+        __init__ = _message_py.init_message
 
     def expired(self, now: int) -> bool:
         return 0 < self.expires <= now
@@ -171,38 +166,21 @@ def _apply_types(values: dict, spec: str | None) -> None:
 _NUMBER_START = frozenset("0123456789+-.")
 
 
-def message_from_request(request: SendRequest, *, key: int, message_id: str, seq: int, destination: str,
-                         default_persistent: bool = True, producer: str = "", now: int | None = None,
-                         default_priority: int = DEFAULT_PRIORITY, default_ttl: int = 0,
-                         client_id: str | None = None, user: str | None = None) -> BrokerMessage:
-    """The broker message for a parsed SEND (spec/stomp.md §4), with the destination's defaults.
-
-    The message takes ``request.properties`` as its headers (a request is placed once) and writes the
-    mapped fields back in canonical form, so every MESSAGE frame shows what the broker applied."""
-    now = now_ms() if now is None else now
-    headers = request.properties        # (each field read by name where it is first needed: no tuple built)
-    persistent = request.persistent
-    if persistent is None:
-        persistent = default_persistent
-    priority = request.priority
-    if priority is None:
-        priority = default_priority
-    expires = request.expires
-    if not expires:
-        # ``expires`` wins over ``expiration`` even when it is 0; without either, the queue's TTL
-        ttl = request.ttl
-        expires = min(now + ttl, INT64_MAX) if ttl and expires is None else (now + default_ttl if default_ttl else 0)
-    deliver_at = request.deliver_at
-    if not deliver_at:
-        delay = request.delay
-        deliver_at = min(now + delay, INT64_MAX) if delay else 0
-    if deliver_at:
-        # JMSDeliveryTime, in place of the scheduling headers the request consumed (spec/stomp.md §4)
-        headers["pymq-delivery-time"] = str(deliver_at)
-    timestamp = request.timestamp or now
-    headers["persistent"] = "true" if persistent else "false"
-    headers["priority"] = _DIGITS[priority]
-    headers["timestamp"] = str(timestamp)
-    headers["expires"] = str(expires) if expires else "0"
-    return BrokerMessage(key, message_id, destination, seq, headers, request.body, persistent, priority,
-                         timestamp, expires, deliver_at, producer, client_id, user)
+# init_message and message_from_request: compiled (_ext/message.pyx) unless unavailable or disabled;
+# _message_py.py is the twin and the semantics
+try:
+    if NO_EXTENSIONS:
+        raise ImportError("PYMQ_NO_EXTENSIONS=1")
+    from pymq_server.broker import _message_c
+except ImportError:
+    _message_c = None  # type: ignore[assignment]
+    note_missing("pymq_server.broker._message_c")
+#: the twins by id (tests/broker/test_message_twins.py); the installed one is the compiled one if built
+MESSAGE_IMPLEMENTATIONS: dict[str, Any] = {"py": _message_py, "c": _message_c}
+_message_py.bind(BrokerMessage)
+_built = _message_py if _message_c is None else _message_c
+if _message_c is not None:
+    _message_c.bind(BrokerMessage)
+    BrokerMessage.__init__ = _message_c.init_message  # type: ignore[method-assign]
+#: the broker message for a parsed SEND (spec/stomp.md §4; _message_py.message_from_request says how)
+message_from_request = _built.message_from_request

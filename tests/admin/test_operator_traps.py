@@ -28,6 +28,7 @@ from tests.storage.disks import BrokerProcess as PlainBroker
 
 COMPILED = ("pymq.protocol._scanner_c", "pymq.selector._evaluator_c", "pymq.routing._bloom_c",
             "pymq.routing._topics_c", "pymq_server.storage._page_alloc_c", "pymq_server.broker._send_c",
+            "pymq_server.broker._message_c",
             "pyspark_pymq._decode_c")
 
 

@@ -37,7 +37,7 @@ PACKAGE_LEVEL = {name: i for i, (_, names) in enumerate(PACKAGE_LEVELS) for name
 #: the broker core's layers, bottom to top; a module may import its own layer and the layers below it
 LAYERS: list[tuple[str, set[str]]] = [
     ("building blocks", {"destination", "routes", "message", "states", "ready", "stats", "queue", "entry", "lastvalue",
-                         "groups", "idle", "consumer", "topic", "log", "acl", "auth", "requests", "_send_py", "clients",
+                         "groups", "idle", "consumer", "topic", "log", "acl", "auth", "requests", "_send_py", "_message_py", "clients",
                          "membership", "forwarded", "sequences", "dedup", "flow", "budgets", "stored_form",
                          "segments", "slices", "bulk_rows",
                          "bulk_stream", "blocks", "quarantine", "vhosts", "queue_logs", "backlog", "upkeep", "dispatch"}),

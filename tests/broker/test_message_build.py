@@ -1,7 +1,8 @@
 """A SEND's message, built and numbered (bench/README, the 1→1 queue row: the build is most of the SEND side).
 
-* The message is built by one call into message.py, the producing connection's fields set as it is
-  constructed (not set to None and again after).
+* The message is built by one call (message.py's ``message_from_request``: the compiled twin, or
+  _message_py.py's), the producing connection's fields set as it is constructed (not set to None and again
+  after); both twins (tests/broker/test_message_twins.py's ``message_twin``).
 * A message's id is ``Placement.id_prefix`` and its key wherever a new message is named: a SEND's, a dead
   letter's copy, the id a cluster routes a queue message by (one prefix, formatted once)."""
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pymq_server.broker.requests import parse_send
 from pymq_server.broker.stored_form import STORED_CODEC
 from pymq_server.config import BrokerConfig
 from pymq_server.storage.store import HoldingStore
+from tests.broker.test_message_twins import message_twin  # noqa: F401  (the fixture)
 from tests.broker.test_placement import FakeClient, FakeRuntime
 
 
@@ -38,7 +40,7 @@ def _broker(tmp_path) -> tuple[Broker, HoldingStore]:
     return broker, store
 
 
-def test_a_sends_message_is_built_by_one_call_with_its_producer(tmp_path):
+def test_a_sends_message_is_built_by_one_call_with_its_producer(tmp_path, message_twin):
     broker, store = _broker(tmp_path)
     try:
         client = FakeClient()
@@ -51,7 +53,7 @@ def test_a_sends_message_is_built_by_one_call_with_its_producer(tmp_path):
             code = frame.f_code
             if event == "call":
                 calls.append(f"{os.path.basename(code.co_filename)}:{code.co_name}")
-            elif event == "return" and code is BrokerMessage.__init__.__code__:
+            elif event == "return" and code is getattr(BrokerMessage.__init__, "__code__", None):
                 made = frame.f_locals["self"]
                 constructed.update(producer=made.producer, client_id=made.client_id, user=made.user)
 
@@ -60,12 +62,17 @@ def test_a_sends_message_is_built_by_one_call_with_its_producer(tmp_path):
             broker.send(client, parse_send({"destination": "/queue/a", "persistent": "false"}, b"second"))
         finally:
             sys.setprofile(None)
-        build = [c for c in calls if c.split(":")[0] in ("sequences.py", "message.py")]
-        assert build == ["sequences.py:next", "sequences.py:next", "message.py:message_from_request",
-                         "message.py:now_ms", "message.py:__init__"], calls
-        # the producer's fields are the message's as it is constructed, not set afterwards
-        assert constructed == {"producer": "c1", "client_id": "app-1", "user": "tester"}
+        build = [c for c in calls if c.split(":")[0] in ("sequences.py", "message.py", "_message_py.py")]
+        if message_twin.__name__.endswith("_py"):
+            assert build == ["sequences.py:next", "sequences.py:next", "_message_py.py:message_from_request",
+                             "_message_py.py:now_ms", "_message_py.py:init_message"], calls
+            # the producer's fields are the message's as it is constructed, not set afterwards
+            assert constructed == {"producer": "c1", "client_id": "app-1", "user": "tester"}
+        else:
+            # compiled: no Python step between the two numbers and the message (and no __init__ frame)
+            assert build == ["sequences.py:next", "sequences.py:next"], calls
         first, second = [e.message for e in broker.destinations.queue("a").ready]
+        assert (second.producer, second.client_id, second.user) == ("c1", "app-1", "tester")
         assert (second.key, second.seq) == (first.key + 1, first.seq + 1)
         assert second.message_id == f"ID:{broker.config.node_id}-{second.key}"
     finally:
