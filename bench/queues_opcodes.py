@@ -27,7 +27,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from bench_core import BrokerConfig, BrokerServer, _connect, _settle, encode_frame  # noqa: E402
-from opcodes import LOOP  # noqa: E402
+from opcodes import LOOP, opcode_tracer  # noqa: E402
 
 #: the event loop's, the benches' and this file's own functions (its rounds of frames): not the broker's
 OURS = LOOP | {"queues_opcodes.py"}
@@ -77,18 +77,7 @@ async def run(messages: int, depth: int, persistent: bool, data_dir: str, tracer
 
 def count(messages: int, depth: int, persistent: bool) -> collections.Counter[str]:
     counts: collections.Counter[str] = collections.Counter()
-
-    def tracer(frame, event, arg):  # type: ignore[no-untyped-def]
-        frame.f_trace_opcodes = True
-        frame.f_trace_lines = False
-        key = f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_code.co_name}"
-
-        def local(frame, event, arg):  # type: ignore[no-untyped-def]
-            if event == "opcode":
-                counts[key] += 1
-            return local
-        return local
-
+    tracer = opcode_tracer(counts)
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(run(messages, depth, persistent, tmp, tracer))
     return counts

@@ -7,42 +7,16 @@ of ACKs runs are counted by a profile hook (tests/calls.py), which no timing or 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from pymq.protocol.scanner import encode_frame
-from pymq_server.app import BrokerServer
-from pymq_server.config import BrokerConfig
-from pymq_server.net.tcp import StompServerProtocol
 
 from tests.calls import python_calls
 from tests.fake_transport import RecordingTransport
+from tests.fake_transport import connect as _connect
+from tests.fake_transport import memory_broker as _broker
+from tests.fake_transport import until as _until
 
 N = 20
-
-
-async def _broker(data_dir: str) -> BrokerServer:
-    config = BrokerConfig.from_dict(dict(host="127.0.0.1", port=0, data_dir=data_dir, sync_policy="never",
-                                         storage={"devices": {"memory": {"kind": "memory"}}}))
-    server = BrokerServer(config)
-    await server.start_core()
-    return server
-
-
-def _connect(server: BrokerServer, loop: asyncio.AbstractEventLoop) -> tuple[StompServerProtocol, RecordingTransport]:
-    proto = StompServerProtocol(server.broker, loop)
-    transport = RecordingTransport()
-    proto.connection_made(transport)   # type: ignore[arg-type]
-    proto.data_received(encode_frame("CONNECT", {"accept-version": "1.2", "host": "/", "login": "guest",
-                                                 "passcode": "guest"}, b"", "1.2"))
-    return proto, transport
-
-
-async def _until(condition: Any, what: str, limit: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while not condition():
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.001)
 
 
 def _acks(tokens: list[str]) -> bytes:

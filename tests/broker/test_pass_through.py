@@ -14,37 +14,10 @@ from pymq.protocol.scanner import encode_frame
 from pymq_server.app import BrokerServer
 from pymq_server.broker import flow as flow_module
 from pymq_server.config import BrokerConfig
-from pymq_server.net.tcp import StompServerProtocol
 
-from tests.fake_transport import RecordingTransport
-
-
-async def _broker(data_dir: str, **extra: Any) -> BrokerServer:
-    config = BrokerConfig.from_dict(dict(host="127.0.0.1", port=0, data_dir=data_dir, sync_policy="never",
-                                         storage={"devices": {"memory": {"kind": "memory"}}}, **extra))
-    server = BrokerServer(config)
-    await server.start_core()
-    return server
-
-
-def _connect(server: BrokerServer, loop: asyncio.AbstractEventLoop,
-             client_id: str | None = None) -> tuple[StompServerProtocol, RecordingTransport]:
-    proto = StompServerProtocol(server.broker, loop)
-    transport = RecordingTransport()
-    proto.connection_made(transport)   # type: ignore[arg-type]
-    headers = {"accept-version": "1.2", "host": "/", "login": "guest", "passcode": "guest"}
-    if client_id is not None:
-        headers["client-id"] = client_id
-    proto.data_received(encode_frame("CONNECT", headers, b"", "1.2"))
-    return proto, transport
-
-
-async def _until(condition: Any, what: str, limit: float = 10.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while not condition():
-        assert loop.time() < deadline, what
-        await asyncio.sleep(0.001)
+from tests.fake_transport import connect as _connect
+from tests.fake_transport import memory_broker as _broker
+from tests.fake_transport import until as _until
 
 
 def _ends_counted(monkeypatch) -> list[str]:   # type: ignore[no-untyped-def]
