@@ -35,3 +35,14 @@ def twin_fixture(py_name: str, c_name: str, scope: str = "session"):
         except ImportError as exc:
             pytest.fail(f"compiled module {c_name} is not built ({exc}); run `pip install -e .`")
     return _fixture
+
+
+def compiled(implementations: dict, what: str):
+    """The compiled entry of a picker's ``IMPLEMENTATIONS``-style table (keys ``c`` and ``py``): a failure when it
+    was not built, a skip only when PYMQ_NO_EXTENSIONS=1 asked for that, as ``twin_fixture`` decides."""
+    module = implementations["c"]
+    if module is None:
+        if NO_EXTENSIONS:
+            pytest.skip("PYMQ_NO_EXTENSIONS=1: the compiled twin is disabled on purpose")
+        pytest.fail(f"the compiled {what} is not built: run `pip install -e .`")
+    return module

@@ -18,21 +18,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pymq._accel import NO_EXTENSIONS
 from pymq.protocol.numbers import INT64_MAX
 from pymq_server.broker import _message_py, message, placement
 from pymq_server.broker._send_py import SendRequest
 from pymq_server.broker.message import BrokerMessage
 
+from tests.twins import compiled as compiled_twin
+
 
 def compiled() -> Any:
     """The compiled twin: a build without it fails here unless PYMQ_NO_EXTENSIONS=1 asked for that."""
-    module = message.MESSAGE_IMPLEMENTATIONS["c"]
-    if module is None:
-        if NO_EXTENSIONS:
-            pytest.skip("PYMQ_NO_EXTENSIONS=1: the compiled twin is disabled on purpose")
-        pytest.fail("the compiled message build is not built: run `pip install -e .`")
-    return module
+    return compiled_twin(message.MESSAGE_IMPLEMENTATIONS, "message build")
 
 
 def install(monkeypatch: pytest.MonkeyPatch, name: str) -> Any:

@@ -14,12 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pymq._accel import NO_EXTENSIONS
 from pymq.protocol.numbers import INT64_MAX
 from pymq.protocol.scanner import FrameScanner, encode_frame
 from pymq_server.broker import requests
 from pymq_server.broker._send_py import DEDUP_ID, DELAY, DELIVER_AT, DROPPED, MAPPED, SPECIAL
 from tests.hostile.send_headers import check_headers
+from tests.twins import compiled as compiled_twin
 
 #: every name parse_send treats apart, and a few it does not
 NAMES = sorted({*DROPPED, *MAPPED, *SPECIAL, *DELAY, *DELIVER_AT, *DEDUP_ID, "JMSXGroupID", "reply-to",
@@ -36,11 +36,7 @@ values = st.one_of(st.sampled_from(EDGES), st.text(max_size=24), st.integers().m
 
 
 def _both():
-    if requests.SEND_IMPLEMENTATIONS["c"] is None:
-        if NO_EXTENSIONS:
-            pytest.skip("PYMQ_NO_EXTENSIONS=1: the compiled twin is disabled on purpose")
-        pytest.fail("the compiled parse_send is not built: run `pip install -e .`")
-    return requests.SEND_IMPLEMENTATIONS["c"], requests.SEND_IMPLEMENTATIONS["py"]
+    return compiled_twin(requests.SEND_IMPLEMENTATIONS, "parse_send"), requests.SEND_IMPLEMENTATIONS["py"]
 
 
 def _agree(headers):

@@ -3,13 +3,12 @@ on both twins (tests/hostile/send_headers.py states the property); also a covera
 (``bench/fuzz_targets.py send``, ``python -m bench.fuzz``)."""
 from __future__ import annotations
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pymq._accel import NO_EXTENSIONS
 from pymq_server.broker import requests
 from tests.hostile.send_headers import check_block
+from tests.twins import compiled as compiled_twin
 
 LINES = [b"destination:/queue/q", b"persistent:true", b"persistent:TRUE", b"persistent:", b"persistent:yes",
          b"priority:9", b"priority:10", b"priority:+5", b"priority:007", b"priority: 5", b"expires:-1",
@@ -21,12 +20,7 @@ LINES = [b"destination:/queue/q", b"persistent:true", b"persistent:TRUE", b"pers
 
 
 def _compiled():
-    compiled = requests.SEND_IMPLEMENTATIONS["c"]
-    if compiled is None:
-        if NO_EXTENSIONS:
-            pytest.skip("PYMQ_NO_EXTENSIONS=1: the compiled twin is disabled on purpose")
-        pytest.fail("the compiled parse_send is not built: run `pip install -e .`")
-    return compiled
+    return compiled_twin(requests.SEND_IMPLEMENTATIONS, "parse_send")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,6 +17,7 @@ from pymq._accel import NO_EXTENSIONS
 from pymq.protocol.connection import parse_heartbeat
 from pymq.protocol.numbers import INT32_MAX, INT64_MAX
 from tests.isolated import run_isolated
+from tests.twins import compiled as compiled_twin
 from tests.twins import twin_fixture
 
 codec = twin_fixture("pymq.protocol._scanner_py", "pymq.protocol._scanner_c")
@@ -137,11 +138,7 @@ def _run(impl, stream):
 
 def _both():
     from pymq.protocol import scanner as picker
-    if picker.IMPLEMENTATIONS["c"] is None:
-        if NO_EXTENSIONS:
-            pytest.skip("PYMQ_NO_EXTENSIONS=1: the compiled twin is disabled on purpose")
-        pytest.fail("the compiled scanner is not built: run `pip install -e .`")
-    return picker.IMPLEMENTATIONS["c"], picker.IMPLEMENTATIONS["py"]
+    return compiled_twin(picker.IMPLEMENTATIONS, "scanner"), picker.IMPLEMENTATIONS["py"]
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
